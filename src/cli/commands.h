@@ -1,0 +1,18 @@
+// One register_<command> per subcommand, each in src/cli/<command>.cpp: it adds the subcommand,
+// its options and help text with examples to the app, and sets its callback. Callbacks throw
+// llamatrain::Error for user mistakes; main() catches it and exits 1.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace llamatrain::cli {
+
+void register_train(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_preprocess(CLI::App& app);
+void register_data(CLI::App& app);
+
+}  // namespace llamatrain::cli

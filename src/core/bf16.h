@@ -1,0 +1,42 @@
+// bfloat16 storage type and conversions. bf16 is the top 16 bits of an IEEE fp32.
+// to_bf16 rounds to nearest even (NaN stays NaN); to_bf16_stochastic adds 16 random low bits
+// before truncation, so E[result] == x (unbiased), as Trainium's stochastic rounding does.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace llamatrain {
+
+struct bf16 {
+  uint16_t bits;
+};
+
+inline float to_float(bf16 h) {
+  uint32_t u = uint32_t(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline bf16 to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{uint16_t(u >> 16)};
+}
+
+// random16: 16 uniformly random bits. Rounds |x| up with probability (low 16 bits)/2^16.
+inline bf16 to_bf16_stochastic(float f, uint32_t random16) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return to_bf16(f);  // inf / NaN: no rounding
+  u += (random16 & 0xffffu);
+  return bf16{uint16_t(u >> 16)};
+}
+
+void bf16_from_float(bf16* out, const float* in, int64_t n);   // round to nearest even, OpenMP
+void float_from_bf16(float* out, const bf16* in, int64_t n);
+
+}  // namespace llamatrain

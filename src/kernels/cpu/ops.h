@@ -1,0 +1,69 @@
+// Fast CPU kernels: the same ops as kernels/ref/ops.h, same names, same argument order and the same
+// accumulation rules, plus a ComputeType for matmuls. Each is tested against its ref:: twin on
+// awkward sizes (tests/kernels/cpu_vs_ref_test.cpp). OpenMP inside; callers never spawn threads.
+//   - matmuls go through oneDNN; ComputeType::bf16 feeds bf16 operands (AMX / AVX512-BF16 when the
+//     CPU has them) and accumulates in fp32; primitives are created once per shape and reused;
+//   - attention is tiled with an online softmax and never materializes (B,H,T,T) scores;
+//     backward recomputes scores from q, k and the saved lse;
+//   - lmhead_ce_fused computes the lm head, cross-entropy and its gradient in row chunks, so the
+//     (N,V) logits never exist whole.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace llamatrain::cpu {
+
+enum class ComputeType { f32, bf16 };
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C);
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C);
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int N, int C, float eps);
+void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                      const float* rstd, int N, int C);
+
+// out (N,OC) = inp (N,IC) @ weight (OC,IC)^T. With ComputeType::bf16, weight_bf16 must be the bf16
+// copy of weight (the model keeps it in sync); inp is converted to bf16 internally. With f32,
+// weight_bf16 may be nullptr.
+void matmul_forward(float* out, const float* inp, const float* weight, const bf16* weight_bf16, int N, int IC,
+                    int OC, ComputeType ct);
+// dinp (N,IC) = dout @ weight (skipped if nullptr); dweight (OC,IC) += dout^T @ inp.
+void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                     const bf16* weight_bf16, int N, int IC, int OC, ComputeType ct);
+
+void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta);
+void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta);
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        int B, int T, int H, int Hkv, int D);
+
+void swiglu_forward(float* out, const float* h13, int N, int F);
+void swiglu_backward(float* dh13, const float* dout, const float* h13, int N, int F);
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+
+// Fused lm head + cross-entropy (+ its backward when dx != nullptr):
+//   logits = x @ wout^T (chunk of rows at a time); losses[n] as ref::cross_entropy_forward;
+//   dlogits = dloss * (softmax - onehot) (0 for targets < 0);
+//   dx (N,C) = dlogits @ wout (overwritten); dwout (V,C) += dlogits^T @ x.
+// With dx == nullptr only losses are computed (evaluation). wout_bf16 as in matmul_forward.
+void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
+                     const float* wout /*(V,C)*/, const bf16* wout_bf16, const int32_t* targets /*(N)*/, float dloss,
+                     int N, int C, int V, ComputeType ct);
+
+void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int step, float grad_scale);
+// bf16-sr: param, m and v are bf16; the update is computed in fp32 and each result is rounded
+// stochastically with bits from random_u32(seed, step, tensor_id, element) (core/rng.h), so the
+// result does not depend on thread count. param_f32 (may be nullptr) receives the exact fp32 value
+// of the new bf16 param (the model's compute copy).
+void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                          uint64_t seed, uint32_t tensor_id);
+
+double sum_squares(const float* x, int64_t n);
+
+}  // namespace llamatrain::cpu

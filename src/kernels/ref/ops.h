@@ -1,0 +1,87 @@
+// Reference kernels: plain, single-threaded loops in fp32 (accumulating in fp64 where a sum is
+// long), written to be obviously right. They are the oracle for the fast cpu:: kernels and are
+// themselves checked by fp64 finite differences (tests/kernels/ref_gradcheck_test.cpp). Never optimize.
+//
+// Dimension glossary: N = B*T rows, C model dim, H heads, Hkv kv heads, D head dim, F ffn dim,
+// V vocab. All tensors row-major. Argument order: outputs, inputs, saved state, sizes.
+// Accumulation rules (same in every backend):
+//   - weight gradients (dweight, dwte, ...) are ACCUMULATED (+=), for gradient accumulation;
+//   - input gradients are OVERWRITTEN (=), except rmsnorm_backward's dx, which is ACCUMULATED
+//     (+=) because it feeds the residual stream.
+#pragma once
+
+#include <cstdint>
+
+namespace llamatrain::ref {
+
+// out[n, :] = wte[tokens[n], :]
+void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/,
+                       int N, int C);
+// dwte[tokens[n], :] += dout[n, :]
+void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/,
+                        int N, int C);
+
+// HF LlamaRMSNorm: rstd = 1/sqrt(mean(x^2) + eps); out = x * rstd * weight.
+void rmsnorm_forward(float* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/,
+                     const float* weight /*(C)*/, int N, int C, float eps);
+// dx += d/dx, dweight += sum_n dout * x * rstd.
+void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* dout /*(N,C)*/,
+                      const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/,
+                      int N, int C);
+
+// out = inp @ weight^T (nn.Linear without bias).
+void matmul_forward(float* out /*(N,OC)*/, const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
+                    int N, int IC, int OC);
+// dinp = dout @ weight (skipped if dinp == nullptr); dweight += dout^T @ inp.
+void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const float* dout /*(N,OC)*/,
+                     const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/, int N, int IC, int OC);
+
+// RoPE, Hugging Face rotate_half layout, in place. Each row of x holds n_heads heads of D values at
+// x[n*row_stride + h*D]; heads [0, n_heads) are rotated (q then k heads of a packed qkv row).
+// Pair i is (i, i + D/2); angle = pos[n] * theta^(-2i/D):
+//   out[i] = x[i]*cos - x[i+D/2]*sin ; out[i+D/2] = x[i+D/2]*cos + x[i]*sin
+void rope_forward(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
+                  float theta);
+// Backward of the rotation: rotates dx by -angle, in place.
+void rope_backward(float* dx, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
+                   float theta);
+
+// Causal grouped-query attention on a packed qkv tensor (rope already applied):
+// row n = b*T + t of qkv holds q heads [0,H), then k heads [0,Hkv), then v heads [0,Hkv), each D
+// wide: qkv (B,T,(H+2*Hkv)*D). Query head h uses kv head h / (H/Hkv). Scale 1/sqrt(D).
+// out (B,T,H*D); lse (B,H,T) = log-sum-exp of the scaled scores of each query (saved for backward).
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D);
+// dqkv (B,T,(H+2*Hkv)*D) is overwritten with the gradient w.r.t. the (post-rope) q, k, v.
+void attention_backward(float* dqkv, const float* dout /*(B,T,H*D)*/, const float* qkv,
+                        const float* out /*(B,T,H*D)*/, const float* lse /*(B,H,T)*/, int B, int T, int H,
+                        int Hkv, int D);
+
+// SwiGLU on a packed gate|up tensor: h13 (N,2F) row n = [gate (F) | up (F)];
+// out (N,F) = silu(gate) * up, silu(g) = g * sigmoid(g).
+void swiglu_forward(float* out /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, int F);
+void swiglu_backward(float* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const float* h13 /*(N,2F)*/,
+                     int N, int F);
+
+// out = a + b (elementwise, n values). out may alias a or b.
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+
+// Cross-entropy from full logits. losses[n] = logsumexp(logits[n]) - logits[n, targets[n]];
+// targets[n] < 0 (ignore index -100) gives losses[n] = 0.
+void cross_entropy_forward(float* losses /*(N)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/,
+                           int N, int V);
+// dlogits[n] = dloss * (softmax(logits[n]) - onehot(targets[n])), 0 for ignored rows.
+// dloss is d(total loss)/d(losses[n]), the same for every row (e.g. 1/num_valid for a mean).
+void cross_entropy_backward(float* dlogits /*(N,V)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/,
+                            float dloss, int N, int V);
+
+// AdamW (torch.optim.AdamW semantics, decoupled weight decay, bias correction), one tensor:
+//   g = grad * grad_scale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2
+//   param -= lr*weight_decay*param; param -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+// step t is 1-based. grad_scale folds in global-norm clipping.
+void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int step, float grad_scale);
+
+// sum of squares of n values, in fp64 (for global grad-norm clipping).
+double sum_squares(const float* x, int64_t n);
+
+}  // namespace llamatrain::ref

@@ -1,0 +1,39 @@
+// Llama architecture hyperparameters, as Hugging Face's LlamaConfig names them (short names here,
+// HF names in io/hf_config.cpp, the only place they appear). validate() rejects inconsistent
+// values with an Error naming the field; derived sizes are methods, never stored twice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace llamatrain::model {
+
+struct LlamaConfig {
+  int dim = 0;          // C   hidden_size
+  int ffn_dim = 0;      // F   intermediate_size
+  int n_layers = 0;     // L   num_hidden_layers
+  int n_heads = 0;      // H   num_attention_heads
+  int n_kv_heads = 0;   // Hkv num_key_value_heads (== n_heads for MHA)
+  int vocab_size = 0;   // V
+  int max_seq_len = 2048;  // max_position_embeddings
+  float norm_eps = 1e-6f;  // rms_norm_eps
+  float rope_theta = 10000.0f;
+  bool tie_embeddings = false;  // tie_word_embeddings
+  int bos_id = 1;
+  int eos_id = 2;
+
+  int head_dim() const { return dim / n_heads; }                       // D
+  int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim(); }  // rows of packed wqkv
+
+  // Throws Error("config <where>: <field> ...") for non-positive sizes, heads not dividing dim,
+  // kv heads not dividing heads, odd head dim (RoPE pairs), eps/theta out of range.
+  void validate(const std::string& where) const;
+  // Total parameter count (embedding, layers, final norm, lm head unless tied).
+  int64_t num_params() const;
+};
+
+// Named presets for bench and demos (llama2.c "stories" models, TinyLlama); nullptr-safe lookup
+// throws Error listing the known names.
+LlamaConfig preset_config(const std::string& name);
+
+}  // namespace llamatrain::model
