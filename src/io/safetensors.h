@@ -1,0 +1,86 @@
+// safetensors (FORMATS.md section 3): mmap-based reader for one file or a sharded checkpoint
+// (model.safetensors.index.json), and a writer that produces byte-identical output to the
+// reference implementation (dtype-descending then name order, compact JSON, 8-byte padded header,
+// __metadata__ first). Every validation failure throws Error naming the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llamatrain::io {
+
+enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, U16, U32, U64 };
+const char* dtype_name(DType d);   // "F32", ...
+int dtype_size(DType d);           // bytes per element
+
+struct TensorView {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // into the mmap; valid while the owning file lives
+  size_t nbytes = 0;
+  int64_t numel() const;
+};
+
+// One mmapped .safetensors file, fully validated at open.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);  // throws Error
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<TensorView>& tensors() const { return tensors_; }  // in offset order
+  const TensorView* find(const std::string& name) const;              // nullptr if absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::vector<TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// A checkpoint folder or file: DIR/model.safetensors, DIR/model.safetensors.index.json + shards,
+// or a direct path to one .safetensors file.
+class SafetensorsCheckpoint {
+ public:
+  explicit SafetensorsCheckpoint(const std::string& path);  // throws Error
+  const TensorView* find(const std::string& name) const;    // nullptr if absent
+  // Throws Error "<path>: tensor <name> not found" when absent.
+  const TensorView& get(const std::string& name) const;
+  std::vector<std::string> names() const;
+  // Copies a tensor into fp32 (converting F32/BF16/F16), checking the shape; throws Error naming
+  // the file, tensor, shape seen and shape expected.
+  void read_f32(const std::string& name, const std::vector<int64_t>& expected_shape, float* out) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::pair<const SafetensorsFile*, const TensorView*>> index_;
+};
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  const void* data;  // numel * dtype_size bytes, row-major, LE
+};
+
+// Writes one file (to PATH.tmp, then renamed). metadata is written as __metadata__ (pass
+// {{"format","pt"}} for Hugging Face). Throws Error on I/O failure (e.g. disk full).
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata);
+
+// Writes shards model-0000i-of-0000K.safetensors of at most max_shard_bytes each (HF rules) plus
+// model.safetensors.index.json, or a single model.safetensors when everything fits in one shard.
+void write_safetensors_sharded(const std::string& dir, const std::vector<TensorToWrite>& tensors,
+                               int64_t max_shard_bytes);
+
+}  // namespace llamatrain::io
