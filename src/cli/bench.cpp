@@ -1,14 +1,125 @@
-// Placeholder registration for `llamatrain bench` (being written in this issue).
+// `llamatrain bench`: times training steps (forward + backward + AdamW) on random tokens and prints
+// tokens/s, achieved GFLOP/s, MFU against a oneDNN matmul measured in the same process at the model's
+// largest matmul shape, and peak RSS against the analytic memory. Figures, not tests: compare runs
+// side by side (bench/compare_pytorch.sh), never a lone absolute number.
 #include <CLI/CLI.hpp>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/rng.h"
+#include "io/hf_config.h"
+#include "kernels/cpu/matmul_peak.h"
+#include "model/llama.h"
 
 namespace llamatrain::cli {
 
+namespace {
+
+struct BenchOptions {
+  std::string model = "stories15m";
+  int seq = 256;
+  int batch = 8;
+  std::string precision = "bf16-mixed";
+  int steps = 5;
+  bool json = false;
+};
+
+// Training FLOPs of one step: 6 * tokens * (matmul weights incl. lm head) + causal attention
+// (QK^T and PV over the lower triangle: 2 * B*H*T*T*D forward, x3 for forward + backward).
+double step_flops(const model::LlamaConfig& c, int B, int T) {
+  const double C = c.dim, F = c.ffn_dim, HD = double(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
+  const double matmul_params = c.n_layers * (QKV * C + C * HD + 3 * F * C) + double(c.vocab_size) * C;
+  const double tokens = double(B) * T;
+  const double attention = 3.0 * 2.0 * B * c.n_heads * double(T) * T * c.head_dim() * c.n_layers;
+  return 6.0 * tokens * matmul_params + attention;
+}
+
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) * 1024.0;
+}
+
+void run_bench(const BenchOptions& o) {
+  model::LlamaConfig cfg = std::filesystem::is_directory(o.model) || o.model.ends_with(".json")
+                               ? io::read_hf_config(o.model)
+                               : model::preset_config(o.model);
+  cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);
+  const auto precision = model::parse_precision(o.precision);
+  const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
+  const int B = o.batch, T = o.seq, N = B * T;
+
+  // The largest matmul of the step is the lm head: (N, C) x (C, V).
+  const double peak_gflops = cpu::measure_matmul_gflops(N, cfg.vocab_size, cfg.dim, ct, 1.0);
+
+  model::LlamaModel model(cfg, precision);
+  model.init_random();
+  model.ensure_activations(B, T);
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; i++) {
+    tokens[i] = int32_t(random_u32(7, 0, 0, uint64_t(i)) % uint32_t(cfg.vocab_size));
+    targets[i] = int32_t(random_u32(7, 0, 1, uint64_t(i)) % uint32_t(cfg.vocab_size));
+  }
+  model::AdamWConfig opt;
+  std::vector<double> times;
+  for (int step = 0; step <= o.steps; step++) {  // step 0 is warmup
+    const auto t0 = std::chrono::steady_clock::now();
+    model.zero_grad();
+    model.forward_backward(tokens.data(), targets.data(), B, T);
+    model.optimizer_step(opt, 1e-4f, step + 1);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step > 0) times.push_back(dt);
+    if (!o.json) std::fprintf(stderr, "\rbench: step %d/%d  %.3f s", step, o.steps, dt);
+  }
+  if (!o.json) std::fprintf(stderr, "\n");
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  const double tokens_per_s = N / median;
+  const double gflops = step_flops(cfg, B, T) / median / 1e9;
+  const double analytic = double(model.state_bytes()) + 4.0 * double(model::LlamaModel::activation_floats(cfg, B, T));
+  const double rss = peak_rss_bytes();
+  if (o.json) {
+    std::printf(
+        "{\"model\":\"%s\",\"params\":%lld,\"precision\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,"
+        "\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"gflops\":%.1f,\"matmul_peak_gflops\":%.1f,\"mfu\":%.4f,"
+        "\"peak_rss_mb\":%.1f,\"analytic_mb\":%.1f,\"rss_over_analytic\":%.3f}\n",
+        o.model.c_str(), (long long)model.num_params(), o.precision.c_str(), B, T, o.steps, median, tokens_per_s,
+        gflops, peak_gflops, gflops / peak_gflops, rss / 1e6, analytic / 1e6, rss / analytic);
+  } else {
+    std::printf("model %s (%.1fM params), %s, batch %d x seq %d, median of %d steps\n", o.model.c_str(),
+                double(model.num_params()) / 1e6, o.precision.c_str(), B, T, o.steps);
+    std::printf("  step time      %.3f s\n  tokens/s       %.1f\n", median, tokens_per_s);
+    std::printf("  achieved       %.1f GFLOP/s  (matmul peak %.1f GFLOP/s at %dx%dx%d: MFU %.1f%%)\n", gflops,
+                peak_gflops, N, cfg.vocab_size, cfg.dim, 100.0 * gflops / peak_gflops);
+    std::printf("  peak RSS       %.1f MB  (analytic %.1f MB: %.2fx)\n", rss / 1e6, analytic / 1e6, rss / analytic);
+  }
+}
+
+}  // namespace
+
 void register_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "(not built yet)");
-  cmd->callback([] { fail("llamatrain bench is not built yet"); });
+  auto o = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "Time training steps on random tokens (tokens/s, MFU, memory)");
+  cmd->footer(
+      "Examples:\n"
+      "  llamatrain bench --model stories110m --seq 256 --batch 8 --precision bf16-mixed\n"
+      "  llamatrain bench --model /models/TinyLlama-1.1B --seq 512 --batch 1 --precision bf16-sr --json\n"
+      "Named models: stories15m stories42m stories110m tinyllama-1.1b llama2-7b tiny");
+  cmd->add_option("--model", o->model, "Preset name or HF folder/config.json (random weights)")
+      ->capture_default_str();
+  cmd->add_option("--seq", o->seq, "Sequence length")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o->batch, "Micro-batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--precision", o->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "Timed steps (after one warmup)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", o->json, "One JSON object on stdout");
+  cmd->callback([o] { run_bench(*o); });
 }
 
 }  // namespace llamatrain::cli

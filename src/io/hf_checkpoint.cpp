@@ -1,0 +1,103 @@
+// HF name mapping and checkpoint load/save; see hf_checkpoint.h.
+#include "io/hf_checkpoint.h"
+
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+
+namespace llamatrain::io {
+
+namespace {
+
+const model::ParamSpec& spec_of(const model::LlamaModel& m, const std::string& name) {
+  for (const auto& s : m.param_specs())
+    if (s.name == name) return s;
+  CHECK(false, "no parameter tensor {}", name);
+  __builtin_unreachable();
+}
+
+}  // namespace
+
+std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
+  const model::LlamaConfig& c = m.config();
+  const int64_t C = c.dim, F = c.ffn_dim, D = c.head_dim(), H = c.n_heads, Hkv = c.n_kv_heads;
+  const int64_t HD = H * D, QKV = c.qkv_dim();
+  std::vector<HfTensorSlice> out;
+  // rows_per_layer: rows of one layer's block in the stacked tensor.
+  auto add = [&](std::string hf, const std::string& param, int layer, int64_t rows_per_layer, int64_t row_begin,
+                 int64_t rows, int64_t cols) {
+    const auto& s = spec_of(m, param);
+    HfTensorSlice t{std::move(hf), param, layer, row_begin, rows, cols, 0, {rows, cols}};
+    t.offset = s.offset + (layer < 0 ? 0 : int64_t(layer) * rows_per_layer * cols) + row_begin * cols;
+    if (param.find("norm") != std::string::npos) t.shape = {cols};
+    out.push_back(std::move(t));
+  };
+  add("model.embed_tokens.weight", "wte", -1, 0, 0, c.vocab_size, C);
+  for (int l = 0; l < c.n_layers; l++) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    add(p + "self_attn.q_proj.weight", "wqkv", l, QKV, 0, HD, C);
+    add(p + "self_attn.k_proj.weight", "wqkv", l, QKV, HD, Hkv * D, C);
+    add(p + "self_attn.v_proj.weight", "wqkv", l, QKV, HD + Hkv * D, Hkv * D, C);
+    add(p + "self_attn.o_proj.weight", "wo", l, C, 0, C, HD);
+    add(p + "mlp.gate_proj.weight", "w13", l, 2 * F, 0, F, C);
+    add(p + "mlp.up_proj.weight", "w13", l, 2 * F, F, F, C);
+    add(p + "mlp.down_proj.weight", "w2", l, C, 0, C, F);
+    add(p + "input_layernorm.weight", "attn_norm", l, 1, 0, 1, C);
+    add(p + "post_attention_layernorm.weight", "ffn_norm", l, 1, 0, 1, C);
+  }
+  add("model.norm.weight", "norm", -1, 0, 0, 1, C);
+  if (!c.tie_embeddings) add("lm_head.weight", "wout", -1, 0, 0, c.vocab_size, C);
+  return out;
+}
+
+void load_hf_weights(model::LlamaModel& m, const std::string& dir) {
+  SafetensorsCheckpoint ckpt(dir);
+  std::set<std::string> used;
+  for (const auto& t : hf_tensor_slices(m)) {
+    ckpt.read_f32(t.hf_name, t.shape, m.param_data() + t.offset);
+    used.insert(t.hf_name);
+  }
+  for (const auto& name : ckpt.names()) {
+    if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (name == "lm_head.weight" && m.config().tie_embeddings) continue;  // some tied exports keep a copy
+    fail("checkpoint {}: unexpected tensor {}\nhint: the checkpoint does not match config.json "
+         "(num_hidden_layers, tie_word_embeddings) or is not a Llama model",
+         dir, name);
+  }
+  m.params_changed();
+}
+
+std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision) {
+  auto m = std::make_unique<model::LlamaModel>(read_hf_config(dir), precision);
+  load_hf_weights(*m, dir);
+  return m;
+}
+
+void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
+                        int64_t max_shard_bytes) {
+  const bool bf16_out = torch_dtype == "bfloat16";
+  if (!bf16_out && torch_dtype != "float32")
+    fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
+  std::filesystem::create_directories(dir);
+  auto* base = const_cast<model::LlamaModel&>(m).param_data();
+  std::vector<bf16> converted;
+  if (bf16_out) {
+    converted.resize(m.num_params());
+    bf16_from_float(converted.data(), base, m.num_params());
+  }
+  std::vector<TensorToWrite> tensors;
+  for (const auto& t : hf_tensor_slices(m)) {
+    const void* data = bf16_out ? static_cast<const void*>(converted.data() + t.offset)
+                                : static_cast<const void*>(base + t.offset);
+    tensors.push_back({t.hf_name, bf16_out ? DType::BF16 : DType::F32, t.shape, data});
+  }
+  write_safetensors_sharded(dir, tensors, max_shard_bytes);
+  write_hf_config((std::filesystem::path(dir) / "config.json").string(), m.config(), torch_dtype);
+}
+
+}  // namespace llamatrain::io

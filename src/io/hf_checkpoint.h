@@ -1,0 +1,43 @@
+// Hugging Face Llama checkpoints <-> LlamaModel. The HF tensor names live here and in hf_config.cpp
+// only. Every HF tensor is a contiguous row block of one model arena tensor (q/k/v_proj inside
+// wqkv, gate/up inside w13), so loading is a copy (with dtype conversion) into place and saving
+// points straight at the arena (fp32) or at a bf16 copy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+
+namespace llamatrain::io {
+
+// One HF tensor as a slice of a model parameter tensor: rows [row_begin, row_begin+rows) of
+// layer `layer` (-1 for unstacked tensors) of the arena tensor `param`, each row `cols` wide.
+struct HfTensorSlice {
+  std::string hf_name;  // "model.layers.3.self_attn.k_proj.weight"
+  std::string param;    // "wqkv"
+  int layer = -1;
+  int64_t row_begin = 0, rows = 0, cols = 0;
+  int64_t offset = 0;            // element offset in the parameter arena
+  std::vector<int64_t> shape;    // HF shape: {rows, cols}, or {cols} for norm weights
+};
+
+// All HF tensors of a model, in HF's usual order (embedding, layer by layer, norm, lm_head).
+std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& model);
+
+// Loads weights from DIR (model.safetensors or an index + shards) into the model's fp32 arena and
+// calls params_changed(). Missing tensors, wrong shapes or dtypes throw Error naming file and tensor;
+// tensors we don't use (rotary_emb.inv_freq) are ignored; any other unexpected tensor is an Error.
+void load_hf_weights(model::LlamaModel& model, const std::string& dir);
+
+// config.json + weights of an HF folder -> a new model in the given precision.
+std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision);
+
+// Writes config.json and model weights (torch_dtype "float32" or "bfloat16") into DIR, sharded at
+// max_shard_bytes (default 5 GB, HF's rule), atomically per file.
+void save_hf_checkpoint(const model::LlamaModel& model, const std::string& dir, const std::string& torch_dtype,
+                        int64_t max_shard_bytes = 5'000'000'000);
+
+}  // namespace llamatrain::io

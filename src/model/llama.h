@@ -1,0 +1,163 @@
+// The Llama model: parameters, gradients and optimizer state in flat arenas, activations for one
+// micro-batch shape, and the hand-written forward / backward (mirror images, one kernel call per
+// line) plus AdamW. Weights are in Hugging Face layout ([out, in] rows, rotate_half RoPE), with q/k/v
+// packed as row blocks of one (QKV, C) matrix per layer and gate/up as row blocks of one (2F, C)
+// matrix, so HF tensors map to contiguous slices (io/hf_checkpoint.cpp) and TP can later split heads
+// and FFN rows per rank without touching the passes. No parallelism lives here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+#include "model/config.h"
+
+namespace llamatrain::model {
+
+enum class Precision {
+  fp32,        // fp32 weights, compute, optimizer state
+  bf16_mixed,  // bf16 matmul operands, fp32 master weights and Adam states
+  bf16_sr,     // bf16 weights and Adam states, every update rounded stochastically
+};
+Precision parse_precision(const std::string& name);  // "fp32" | "bf16-mixed" | "bf16-sr"; throws Error
+const char* precision_name(Precision p);
+
+// One parameter tensor of the arena (all layers stacked in one tensor, llm.c style).
+struct ParamSpec {
+  std::string name;            // "wqkv", "attn_norm", ...
+  std::vector<int64_t> shape;  // e.g. {L, QKV, C}
+  int64_t offset = 0;          // into the arena, in elements
+  int64_t numel = 0;
+  bool decay = true;           // AdamW weight decay (false for norm weights)
+};
+
+// Views into the parameter (or gradient) arena. Shapes: C dim, L layers, H heads, Hkv kv heads,
+// D head dim, F ffn dim, V vocab, QKV = (H + 2*Hkv)*D.
+struct ParameterTensors {
+  float* wte;        // (V, C)      token embedding
+  float* attn_norm;  // (L, C)      input_layernorm
+  float* wqkv;       // (L, QKV, C) rows [0,H*D) q_proj, then k_proj, then v_proj
+  float* wo;         // (L, C, H*D) o_proj
+  float* ffn_norm;   // (L, C)      post_attention_layernorm
+  float* w13;        // (L, 2F, C)  rows [0,F) gate_proj (w1), rows [F,2F) up_proj (w3)
+  float* w2;         // (L, C, F)   down_proj
+  float* norm;       // (C)         final norm
+  float* wout;       // (V, C)      lm_head; == wte when tied
+};
+
+// Saved activations of one micro-batch of B sequences of T tokens (N = B*T).
+struct ActivationTensors {
+  float* x0;         // (N, C)        embedding output (input of layer 0)
+  float* ln1;        // (L, N, C)     attn_norm output
+  float* ln1_rstd;   // (L, N)
+  float* qkv;        // (L, N, QKV)   projections, RoPE applied to q and k
+  float* att;        // (L, N, H*D)   attention output, before o_proj
+  float* lse;        // (L, B, H, T)  attention log-sum-exp
+  float* resid;      // (L, N, C)     residual stream after attention
+  float* ln2;        // (L, N, C)     ffn_norm output
+  float* ln2_rstd;   // (L, N)
+  float* h13;        // (L, N, 2F)    gate | up projections
+  float* hmid;       // (L, N, F)     silu(gate) * up
+  float* out;        // (L, N, C)     layer outputs (residual stream after the MLP)
+  float* lnf;        // (N, C)        final norm output
+  float* lnf_rstd;   // (N)
+  float* losses;     // (N)           per-token cross-entropy (0 where target < 0)
+};
+
+struct AdamWConfig {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // global L2 norm; <= 0 disables clipping
+};
+
+struct StepStats {
+  float loss = 0;        // mean cross-entropy over valid targets
+  int64_t num_valid = 0; // targets >= 0
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed = 1234);
+  ~LlamaModel();
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const LlamaConfig& config() const { return config_; }
+  Precision precision() const { return precision_; }
+  const std::vector<ParamSpec>& param_specs() const { return specs_; }
+  int64_t num_params() const { return num_params_; }
+  ParameterTensors params() { return params_; }
+  ParameterTensors grads() { return grads_; }
+  float* param_data() { return param_arena_.data(); }  // (num_params) fp32 compute copy
+  float* grad_data() { return grad_arena_.data(); }    // (num_params)
+
+  // Normal(0, std) matrices and embeddings, ones for norms (counter-based RNG: layout independent).
+  void init_random(float std = 0.02f);
+  // After writing param_data() directly (checkpoint load), re-derive the bf16 copy (bf16 modes) and,
+  // in bf16-sr, round the fp32 compute copy to bf16 so both agree.
+  void params_changed();
+
+  // Sizes the activation arena for micro-batches of (B, T); cheap when unchanged.
+  void ensure_activations(int B, int T);
+  // tokens, targets: (B, T). Fills activations and per-token losses; returns the mean loss over
+  // targets >= 0 (target -100 is ignored). Needs no gradient state.
+  StepStats forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // Forward then backward; gradients are ACCUMULATED into grads (call zero_grad() first).
+  // The loss gradient of each valid token is grad_scale / num_valid (grad_scale = 1 for one
+  // micro-batch; 1/num_micro_batches when averaging).
+  StepStats forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 1.0f);
+  // Logits (B*T, V) of the last forward's final-norm output (tests and evaluation only).
+  void logits(float* out);
+  void zero_grad();
+
+  // Global grad norm (before clipping), then AdamW on every tensor. step is 1-based.
+  // Returns the pre-clip grad norm.
+  float optimizer_step(const AdamWConfig& opt, float lr, int step);
+
+  // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T).
+  int64_t state_bytes() const;
+  static int64_t activation_floats(const LlamaConfig& c, int B, int T);
+
+  // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;
+  // reset_cache(max_T) clears it. Returns logits (V) of the given token at position pos.
+  void reset_cache(int max_T);
+  void decode_step(float* logits /*(V)*/, int32_t token, int pos);
+
+ private:
+  void forward_body(const int32_t* tokens, int B, int T);  // embedding .. final norm
+  void backward(const int32_t* tokens, const int32_t* targets, float dloss);
+  int64_t count_valid(const int32_t* targets) const;       // checks target ids too
+  float mean_loss(int64_t num_valid) const;
+  void refresh_bf16();
+  const bf16* bf16_of(const float* param) const;  // bf16 twin of a pointer into the param arena
+
+  LlamaConfig config_;
+  Precision precision_;
+  uint64_t seed_;
+  std::vector<ParamSpec> specs_;
+  int64_t num_params_ = 0;
+  std::vector<float> param_arena_;   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
+  std::vector<float> grad_arena_;    // (num_params)
+  std::vector<bf16> param_bf16_;     // (num_params) bf16 modes: matmul operands (master in bf16-sr)
+  std::vector<float> m_f32_, v_f32_; // (num_params) AdamW moments, fp32 / bf16-mixed
+  std::vector<bf16> m_bf16_, v_bf16_;// (num_params) AdamW moments, bf16-sr
+  ParameterTensors params_{}, grads_{};
+
+  int B_ = 0, T_ = 0;
+  std::vector<float> act_arena_;
+  ActivationTensors acts_{};
+  std::vector<int32_t> pos_;        // (N) positions 0..T-1 per sequence
+  // Backward scratch, one layer's worth each.
+  std::vector<float> dres_, dln_, dqkv_, datt_, dh13_, dhmid_, tmp_;
+
+  // KV cache for decode: (L, max_T, 2*Hkv*D) and one-token scratch.
+  int cache_T_ = 0;
+  std::vector<float> kv_cache_;
+  std::vector<float> dec_x_, dec_ln_, dec_qkv_, dec_att_, dec_h13_, dec_hmid_, dec_tmp_, dec_scores_;
+};
+
+}  // namespace llamatrain::model
