@@ -1,0 +1,155 @@
+// Model-level properties that need no golden file: KV-cache decoding equals the full forward,
+// HF export/import round trips bitwise, initial loss is ~ln(V), fully ignored targets give zero loss
+// and zero gradients, bad token ids are Errors, and gradient accumulation over micro-batches equals
+// one big batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "io/hf_checkpoint.h"
+#include "model/llama.h"
+
+namespace llamatrain {
+namespace {
+
+model::LlamaConfig small_config() {
+  model::LlamaConfig c;
+  c.dim = 48;
+  c.ffn_dim = 100;
+  c.n_layers = 2;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.vocab_size = 97;
+  c.max_seq_len = 64;
+  c.norm_eps = 1e-5f;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(int n, int V, uint32_t stream) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; i++) t[i] = int32_t(random_u32(99, 0, stream, uint64_t(i)) % uint32_t(V));
+  return t;
+}
+
+TEST(Llama, DecodeWithKvCacheEqualsFullForward) {
+  const auto c = small_config();
+  model::LlamaModel m(c, model::Precision::fp32, 3);
+  m.init_random(0.2f);
+  const int T = 13;
+  const auto tokens = random_tokens(T, c.vocab_size, 1);
+  m.forward(tokens.data(), nullptr, 1, T);
+  std::vector<float> full(size_t(T) * c.vocab_size);
+  m.logits(full.data());
+  m.reset_cache(T);
+  std::vector<float> step(c.vocab_size);
+  for (int t = 0; t < T; t++) {
+    m.decode_step(step.data(), tokens[t], t);
+    for (int v = 0; v < c.vocab_size; v++)
+      ASSERT_NEAR(step[v], full[size_t(t) * c.vocab_size + v], 1e-4) << "position " << t << " vocab " << v;
+  }
+}
+
+TEST(Llama, HfExportImportRoundTripIsBitwise) {
+  const auto c = small_config();
+  model::LlamaModel a(c, model::Precision::fp32, 5);
+  a.init_random(0.05f);
+  const auto dir = std::filesystem::temp_directory_path() / "llamatrain_roundtrip_test";
+  std::filesystem::remove_all(dir);
+  io::save_hf_checkpoint(a, dir.string(), "float32");
+  auto b = io::load_hf_model(dir.string(), model::Precision::fp32);
+  ASSERT_EQ(a.num_params(), b->num_params());
+  EXPECT_EQ(0, std::memcmp(a.param_data(), b->param_data(), sizeof(float) * a.num_params()));
+  // bf16 export: every value comes back as its round-to-nearest bf16.
+  io::save_hf_checkpoint(a, dir.string(), "bfloat16");
+  auto h = io::load_hf_model(dir.string(), model::Precision::fp32);
+  for (int64_t i = 0; i < a.num_params(); i++)
+    ASSERT_EQ(h->param_data()[i], to_float(to_bf16(a.param_data()[i]))) << "element " << i;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Llama, InitialLossIsNearLogVocab) {
+  const auto c = small_config();
+  model::LlamaModel m(c, model::Precision::fp32);
+  m.init_random(0.02f);
+  const int B = 2, T = 16;
+  const auto tokens = random_tokens(B * T, c.vocab_size, 2), targets = random_tokens(B * T, c.vocab_size, 3);
+  const auto s = m.forward(tokens.data(), targets.data(), B, T);
+  EXPECT_NEAR(s.loss, std::log(float(c.vocab_size)), 0.05);
+  EXPECT_EQ(s.num_valid, B * T);
+}
+
+TEST(Llama, AllTargetsIgnoredGivesZeroLossAndGrads) {
+  const auto c = small_config();
+  model::LlamaModel m(c, model::Precision::fp32);
+  m.init_random();
+  const int B = 1, T = 8;
+  const auto tokens = random_tokens(B * T, c.vocab_size, 4);
+  std::vector<int32_t> targets(B * T, -100);
+  m.zero_grad();
+  const auto s = m.forward_backward(tokens.data(), targets.data(), B, T);
+  EXPECT_EQ(s.loss, 0.0f);
+  EXPECT_EQ(s.num_valid, 0);
+  for (int64_t i = 0; i < m.num_params(); i++) ASSERT_EQ(m.grad_data()[i], 0.0f) << i;
+}
+
+TEST(Llama, BadTokenIdIsAnError) {
+  const auto c = small_config();
+  model::LlamaModel m(c, model::Precision::fp32);
+  std::vector<int32_t> tokens = {1, 2, c.vocab_size};
+  EXPECT_THROW(m.forward(tokens.data(), nullptr, 1, 3), Error);
+  tokens[2] = 5;
+  std::vector<int32_t> targets = {1, 2, c.vocab_size + 3};
+  EXPECT_THROW(m.forward(tokens.data(), targets.data(), 1, 3), Error);
+}
+
+TEST(Llama, SequenceLongerThanContextIsAnError) {
+  auto c = small_config();
+  c.max_seq_len = 8;
+  model::LlamaModel m(c, model::Precision::fp32);
+  std::vector<int32_t> tokens(9, 1);
+  EXPECT_THROW(m.forward(tokens.data(), nullptr, 1, 9), Error);
+}
+
+// Two micro-batches with grad_scale 1/2 each accumulate the gradient of the mean of their losses,
+// which equals one forward_backward over both sequences when both have the same number of targets.
+TEST(Llama, GradientAccumulationEqualsLargerBatch) {
+  const auto c = small_config();
+  model::LlamaModel m(c, model::Precision::fp32, 11);
+  m.init_random(0.1f);
+  const int T = 10;
+  const auto tokens = random_tokens(2 * T, c.vocab_size, 5), targets = random_tokens(2 * T, c.vocab_size, 6);
+  m.zero_grad();
+  m.forward_backward(tokens.data(), targets.data(), 2, T);
+  std::vector<float> big(m.grad_data(), m.grad_data() + m.num_params());
+  m.zero_grad();
+  m.forward_backward(tokens.data(), targets.data(), 1, T, 0.5f);
+  m.forward_backward(tokens.data() + T, targets.data() + T, 1, T, 0.5f);
+  double max_diff = 0, max_ref = 0;
+  for (int64_t i = 0; i < m.num_params(); i++) {
+    max_diff = std::max(max_diff, double(std::abs(m.grad_data()[i] - big[i])));
+    max_ref = std::max(max_ref, double(std::abs(big[i])));
+  }
+  EXPECT_LT(max_diff / max_ref, 1e-5);
+}
+
+TEST(Llama, Bf16SrKeepsComputeCopyExactlyBf16) {
+  const auto c = small_config();
+  model::LlamaModel m(c, model::Precision::bf16_sr, 2);
+  m.init_random();
+  const int T = 8;
+  const auto tokens = random_tokens(T, c.vocab_size, 7), targets = random_tokens(T, c.vocab_size, 8);
+  model::AdamWConfig opt;
+  for (int step = 1; step <= 3; step++) {
+    m.zero_grad();
+    m.forward_backward(tokens.data(), targets.data(), 1, T);
+    m.optimizer_step(opt, 1e-2f, step);
+  }
+  for (int64_t i = 0; i < m.num_params(); i++)
+    ASSERT_EQ(m.param_data()[i], to_float(to_bf16(m.param_data()[i]))) << "element " << i << " is not a bf16 value";
+}
+
+}  // namespace
+}  // namespace llamatrain
