@@ -1,0 +1,311 @@
+#!/usr/bin/python3
+"""Self-check of the PyTorch reference and of the golden files it wrote (ctest: reference.selfcheck).
+
+(a) float64 autograd gradients of the whole model against finite differences (torch gradcheck),
+    and the forward against a second, independent formulation (Meta interleaved RoPE on permuted
+    q/k weights, per-head loop, hand-written RMSNorm and log-softmax);
+(b) the safetensors writer reproduces FORMATS.md 3.3's test vectors byte for byte; the reader
+    rejects malformed files;
+(c) every golden file reads back to the arrays the generator computes now, rewrites byte-identically,
+    and its AdamW trajectory matches the update formula written out in README.md.
+Exits non-zero on the first failure. Runs in ~10-20 s.
+"""
+import json
+import math
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gen_golden  # noqa: E402
+import llama_ref as ref  # noqa: E402
+import make_tiny_hf  # noqa: E402
+
+GOLDEN = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "golden"))
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def max_rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3))) if a.size else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) gradients by finite differences, forward by an independent formulation
+# ---------------------------------------------------------------------------------------------
+def tiny_batch(cfg, B, T, seed):
+    rng = np.random.default_rng(seed)
+    tokens = torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(B, T)))
+    targets = torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(B, T)))
+    targets[0, 1] = ref.IGNORE_INDEX
+    targets[B - 1, T - 1] = ref.IGNORE_INDEX
+    return tokens, targets
+
+
+def check_gradcheck():
+    cases = [
+        ("gqa_untied", ref.LlamaConfig(hidden_size=8, intermediate_size=12, num_attention_heads=4,
+                                       num_key_value_heads=2, num_hidden_layers=2, vocab_size=11,
+                                       rope_theta=100.0)),
+        ("mha_tied", ref.LlamaConfig(hidden_size=8, intermediate_size=10, num_attention_heads=2,
+                                     num_key_value_heads=2, num_hidden_layers=1, vocab_size=9,
+                                     rms_norm_eps=1e-5, tie_word_embeddings=True)),
+    ]
+    for name, cfg in cases:
+        init = ref.init_params(cfg, 7, std=0.5, norm_jitter=0.3)
+        names = list(init)
+        leaves = tuple(torch.tensor(init[n], dtype=torch.float64, requires_grad=True) for n in names)
+        tokens, targets = tiny_batch(cfg, 2, 5, 11)
+
+        def fn(*ps):
+            return ref.cross_entropy(ref.forward(dict(zip(names, ps)), cfg, tokens), targets)
+
+        ok = torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-7, rtol=1e-5, raise_exception=False)
+        check(ok, f"gradcheck {name}: autograd gradients disagree with finite differences")
+        print(f"  gradcheck {name}: {sum(p.numel() for p in leaves)} params, {'ok' if ok else 'FAILED'}")
+
+
+def meta_forward(params, cfg, tokens):
+    """Independent float64 forward: Meta layout (q/k rows permuted back), complex-pair RoPE, loops."""
+    C, H, Hkv, D = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    B, T = tokens.shape
+
+    def norm(x, w):
+        ms = (x * x).sum(-1, keepdim=True) / x.shape[-1]
+        return x / torch.sqrt(ms + cfg.rms_norm_eps) * w
+
+    def hf_to_meta(w, heads):  # FORMATS.md 4.3 permute_reverse: [heads, 2, D/2, C] swap axes 1, 2
+        return w.view(heads, 2, D // 2, C).transpose(1, 2).reshape(heads * D, C)
+
+    def rope_pairs(x):  # x (T, D) in Meta layout: pairs (2i, 2i+1) rotated by p * theta^(-2i/D)
+        out = torch.empty_like(x)
+        for p in range(T):
+            for i in range(D // 2):
+                a = p * cfg.rope_theta ** (-2.0 * i / D)
+                c, s = math.cos(a), math.sin(a)
+                out[p, 2 * i] = x[p, 2 * i] * c - x[p, 2 * i + 1] * s
+                out[p, 2 * i + 1] = x[p, 2 * i] * s + x[p, 2 * i + 1] * c
+        return out
+
+    x = params["model.embed_tokens.weight"][tokens]  # (B, T, C)
+    for l in range(cfg.num_hidden_layers):
+        p = f"model.layers.{l}."
+        wq = hf_to_meta(params[p + "self_attn.q_proj.weight"], H)
+        wk = hf_to_meta(params[p + "self_attn.k_proj.weight"], Hkv)
+        wv = params[p + "self_attn.v_proj.weight"]
+        h = norm(x, params[p + "input_layernorm.weight"])
+        att = torch.zeros(B, T, H * D, dtype=x.dtype)
+        for b in range(B):
+            q, k, v = h[b] @ wq.T, h[b] @ wk.T, h[b] @ wv.T  # (T, H*D), (T, Hkv*D), (T, Hkv*D)
+            for hh in range(H):
+                g = hh // (H // Hkv)
+                qh = rope_pairs(q[:, hh * D:(hh + 1) * D])
+                kh = rope_pairs(k[:, g * D:(g + 1) * D])
+                vh = v[:, g * D:(g + 1) * D]
+                for t in range(T):
+                    s = (kh[:t + 1] @ qh[t]) / math.sqrt(D)  # (t+1,)
+                    w = torch.exp(s - s.max())
+                    att[b, t, hh * D:(hh + 1) * D] = (w / w.sum()) @ vh[:t + 1]
+        x = x + att @ params[p + "self_attn.o_proj.weight"].T
+        h = norm(x, params[p + "post_attention_layernorm.weight"])
+        gate = h @ params[p + "mlp.gate_proj.weight"].T
+        up = h @ params[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + torch.exp(-gate)) * up) @ params[p + "mlp.down_proj.weight"].T
+    x = norm(x, params["model.norm.weight"])
+    return x @ params[ref.lm_head_name(cfg)].T
+
+
+def meta_loss(logits, targets):
+    lse = torch.logsumexp(logits, dim=-1)  # (B, T)
+    keep = targets != ref.IGNORE_INDEX
+    picked = torch.gather(logits, -1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return ((lse - picked) * keep).sum() / keep.sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) safetensors writer and reader
+# ---------------------------------------------------------------------------------------------
+def check_safetensors():
+    empty = ref.serialize({})
+    check(empty == struct.pack("<Q", 8) + b"{}      ", f"empty dict serializes to {empty!r}")
+
+    attn = ref.serialize({"attn.0": np.arange(6, dtype=np.float32).reshape(1, 2, 3)})
+    hdr = b'{"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}}'
+    check(len(hdr) == 64, "test vector header is 64 bytes")
+    check(attn == struct.pack("<Q", 64) + hdr + np.arange(6, dtype="<f4").tobytes(),
+          f"attn.0 vector mismatch: {attn[:80]!r}")
+
+    # ordering: dtype descending (F64 > F32 > I32 > BF16 > U8), then name; __metadata__ first
+    t = {"b": np.zeros(2, np.float32), "a": np.zeros(1, np.float32), "i": np.zeros(3, np.int32),
+         "d": np.zeros(1, np.float64), "h": ref.BF16(np.array([0x3F80], np.uint16)), "u": np.zeros(1, np.uint8),
+         "s": np.array(2.5, np.float32)}
+    buf = ref.serialize(t, {"format": "pt"})
+    n = struct.unpack("<Q", buf[:8])[0]
+    text = buf[8:8 + n].decode()
+    check(n % 8 == 0 and text.rstrip(" ").endswith("}"), "header padded with spaces to a multiple of 8")
+    keys = list(json.loads(text))
+    check(keys == ["__metadata__", "d", "a", "b", "s", "i", "h", "u"], f"key order {keys}")
+    check('"s":{"dtype":"F32","shape":[],' in text, "scalar has shape []")
+    back, meta = ref.deserialize(buf)
+    check(meta == {"format": "pt"}, f"metadata read back {meta}")
+    check(all(np.array_equal(back[k], t[k].bits if isinstance(t[k], ref.BF16) else t[k]) for k in t),
+          "round trip of mixed dtypes")
+    check(ref.f32_to_bf16_bits(np.array([1.0, 1.00390625, 1.01171875, -2.0], np.float32)).tolist()
+          == [0x3F80, 0x3F80, 0x3F82, 0xC000], "bf16 round-to-nearest-even")
+
+    # the reader refuses malformed files
+    good = ref.serialize({"x": np.arange(4, dtype=np.float32)})
+    hx = good[8:8 + struct.unpack("<Q", good[:8])[0]]
+    bad = {
+        "truncated data": good[:-1],
+        "trailing bytes": good + b"\0",
+        "header past end": struct.pack("<Q", 10 ** 6) + good[8:],
+        "hole in offsets": struct.pack("<Q", len(hx)) + hx.replace(b"[0,16]", b"[4,16]") + good[8 + len(hx):],
+        "wrong byte count": struct.pack("<Q", len(hx)) + hx.replace(b"[4]", b"[5]") + good[8 + len(hx):],
+        "duplicate key": (lambda h: struct.pack("<Q", len(h)) + h)(
+            b'{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+            b'"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}') + bytes(8),
+        "non-string metadata": (lambda h: struct.pack("<Q", len(h)) + h)(b'{"__metadata__":{"a":1}}'),
+    }
+    for what, b in bad.items():
+        try:
+            ref.deserialize(b)
+            check(False, f"reader accepted a file with {what}")
+        except ValueError:
+            pass
+    print(f"  safetensors: test vectors, ordering, round trip, {len(bad)} malformed files refused")
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) golden files
+# ---------------------------------------------------------------------------------------------
+def manual_adamw(init, cfg, tokens, targets, hp):
+    """The README's AdamW + clip formulas in numpy float64; grads from the reference's autograd."""
+    p = {n: a.astype(np.float64) for n, a in init.items()}
+    m = {n: np.zeros_like(a) for n, a in p.items()}
+    v = {n: np.zeros_like(a) for n, a in p.items()}
+    for step in range(1, hp.steps + 1):
+        _, _, g = ref.loss_and_grads(ref.to_torch(p), cfg, tokens, targets)
+        g = {n: t.numpy() for n, t in g.items()}
+        norm = math.sqrt(sum(float((a * a).sum()) for a in g.values()))
+        scale = min(1.0, hp.grad_clip / (norm + 1e-6))
+        for n in p:
+            gr = g[n] * scale
+            wd = hp.weight_decay if p[n].ndim >= 2 else 0.0
+            p[n] *= 1 - hp.lr * wd
+            m[n] = hp.beta1 * m[n] + (1 - hp.beta1) * gr
+            v[n] = hp.beta2 * v[n] + (1 - hp.beta2) * gr * gr
+            mhat = m[n] / (1 - hp.beta1 ** step)
+            vhat = v[n] / (1 - hp.beta2 ** step)
+            p[n] -= hp.lr * mhat / (np.sqrt(vhat) + hp.eps)
+    return p
+
+
+def check_golden_case(name):
+    cfg, B, T, seed, clip = gen_golden.CASES[name]
+    d = os.path.join(GOLDEN, name)
+    with open(os.path.join(d, "config.json")) as f:
+        cj = json.load(f)
+    check(cj == json.loads(json.dumps(cfg.to_hf_json())), f"{name}: config.json differs from the case table")
+    check(ref.LlamaConfig.from_hf_json(cj) == cfg, f"{name}: config.json does not parse back")
+    with open(os.path.join(d, "model.safetensors"), "rb") as f:
+        mbytes = f.read()
+    with open(os.path.join(d, "golden.safetensors"), "rb") as f:
+        gbytes = f.read()
+    model, mmeta = ref.deserialize(mbytes)
+    gold, gmeta = ref.deserialize(gbytes)
+    check(ref.serialize(model, mmeta) == mbytes, f"{name}: model.safetensors does not rewrite byte-identically")
+    check(ref.serialize(gold, gmeta) == gbytes, f"{name}: golden.safetensors does not rewrite byte-identically")
+    check(mmeta == {"format": "pt"}, f"{name}: model metadata {mmeta}")
+    hp = ref.AdamWHyper(grad_clip=clip)
+    check(all(gmeta[k] == v for k, v in hp.as_metadata().items()), f"{name}: golden metadata {gmeta}")
+
+    init, fresh = gen_golden.compute_golden(cfg, B, T, seed, hp)
+    check(list(model) == sorted(init, key=str.encode) and all(model[n].dtype == np.float32 for n in model),
+          f"{name}: model tensor names/dtypes")
+    check(all(np.array_equal(model[n], init[n]) for n in init), f"{name}: model weights differ from the seeded init")
+    check(set(gold) == set(fresh), f"{name}: golden tensor names {sorted(set(gold) ^ set(fresh))}")
+    for k in ("tokens", "targets"):
+        check(gold[k].dtype == np.int32 and np.array_equal(gold[k], fresh[k]), f"{name}: {k}")
+    tg = gold["targets"]
+    check(all((tg[b] == ref.IGNORE_INDEX).any() for b in range(B)) and tg[B - 1, T - 1] == ref.IGNORE_INDEX,
+          f"{name}: ignored targets")
+    worst = max(max_rel(gold[k], fresh[k]) for k in fresh if k not in ("tokens", "targets"))
+    check(worst < 1e-6, f"{name}: golden arrays differ from a fresh computation by {worst:.2e} relative")
+    check(gold["loss"].shape == () and gold["logits"].shape == (B, T, cfg.vocab_size), f"{name}: shapes")
+    check(abs(float(gold["adamw.losses"][0]) - float(gold["loss"])) < 1e-6, f"{name}: adamw.losses[0] != loss")
+
+    # the forward, against the independent formulation (float64, before rounding to F32)
+    params = ref.to_torch(init, torch.float64, requires_grad=False)
+    tok = torch.from_numpy(gold["tokens"]).long()
+    tgt = torch.from_numpy(gold["targets"]).long()
+    lm = meta_forward(params, cfg, tok)
+    l64 = ref.forward(params, cfg, tok)
+    dl = float((lm - l64).abs().max())
+    check(dl < 1e-12, f"{name}: HF-layout and Meta-layout forwards differ by {dl:.2e}")
+    dloss = abs(float(meta_loss(lm, tgt)) - float(ref.cross_entropy(l64, tgt)))
+    check(dloss < 1e-12, f"{name}: loss formulations differ by {dloss:.2e}")
+    check(max_rel(gold["logits"], lm.numpy()) < 1e-6, f"{name}: stored logits vs independent forward")
+
+    # the AdamW trajectory, against the formulas in README.md
+    manual = manual_adamw(init, cfg, tok, tgt, hp)
+    worst_p = max(max_rel(gold["final." + n], manual[n]) for n in init)
+    check(worst_p < 1e-6, f"{name}: final params vs hand-written AdamW differ by {worst_p:.2e} relative")
+    moved = max(float(np.abs(gold["final." + n] - init[n]).max()) for n in init)
+    print(f"  golden {name}: {len(gold)} tensors, fresh-vs-stored {worst:.1e}, HF-vs-Meta forward {dl:.1e}, "
+          f"AdamW formula {worst_p:.1e}, max param change {moved:.4f}")
+
+
+def check_tiny_hf():
+    import sentencepiece as spm
+    d = os.path.join(GOLDEN, "tiny_hf")
+    with open(os.path.join(d, "expected.json")) as f:
+        exp = json.load(f)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = ref.LlamaConfig.from_hf_json(json.load(f))
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(d, "tokenizer.model"))
+    check(sp.get_piece_size() == cfg.vocab_size, "tiny_hf: vocab_size != tokenizer size")
+    check((sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id()) == (0, 1, 2, -1), "tiny_hf: special ids")
+    check(sp.id_to_piece(3) == "<0x00>" and sp.id_to_piece(258) == "<0xFF>", "tiny_hf: byte pieces at 3..258")
+    params, meta = ref.load_file(os.path.join(d, "model.safetensors"))
+    check(meta == {"format": "pt"}, "tiny_hf: metadata")
+    check(sorted(params) == sorted(n for n, _ in ref.param_shapes(cfg)), "tiny_hf: tensor names")
+    p64 = ref.to_torch(params, torch.float64, requires_grad=False)
+    check(len(exp["cases"]) >= 2 and exp["cases"][0]["prompt"] == exp["prompt"], "tiny_hf: cases")
+    for c in exp["cases"]:
+        check(c["prompt_ids"] == [1] + sp.encode(c["prompt"]), f"tiny_hf: prompt ids of {c['prompt']!r}")
+        new, margins = ref.greedy_generate(p64, cfg, c["prompt_ids"], len(c["greedy_ids"]))
+        check(new == c["greedy_ids"] and len(new) == 20, f"tiny_hf: greedy ids of {c['prompt']!r}")
+        check(sp.decode(new) == c["greedy_text"], f"tiny_hf: greedy text of {c['prompt']!r}")
+        check(len(set(new)) > 5 and min(margins) > 1e-3, f"tiny_hf: degenerate generation {c['prompt']!r}")
+    print(f"  tiny_hf: vocab {cfg.vocab_size}, {len(exp['cases'])} prompts tokenized and regenerated")
+
+
+def main():
+    torch.set_num_threads(1)
+    t0 = time.time()
+    print("(a) gradients and forward")
+    check_gradcheck()
+    print("(b) safetensors")
+    check_safetensors()
+    print("(c) golden files")
+    for name in gen_golden.CASES:
+        check_golden_case(name)
+    check_tiny_hf()
+    print(f"{len(failures)} failure(s) in {time.time() - t0:.1f} s")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
