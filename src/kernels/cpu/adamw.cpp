@@ -1,0 +1,86 @@
+// Fast AdamW (fp32 and bf16 with stochastic rounding) and sum_squares, OpenMP + vectorized over
+// elements. Both AdamW variants compute each element with adamw_element(), in ref::adamw_update's
+// (= torch.optim.AdamW's) order of operations, so they match ref to an ulp or two.
+// bf16-sr: param, m, v are loaded from bf16, updated in fp32 and each is rounded stochastically
+// with its own 32-bit Philox draw random_u32(seed, step, tensor_id, index) where index is the
+// element i for param, i | 1<<62 for m and i | 2<<62 for v (three disjoint counter streams; n is
+// far below 2^62). The draw depends only on the element, never on the thread, so results are
+// bitwise identical for any thread count.
+#include <cmath>
+
+#include "core/rng.h"
+#include "kernels/cpu/ops.h"
+
+namespace llamatrain::cpu {
+
+namespace {
+
+constexpr uint64_t kStreamM = uint64_t(1) << 62;  // counter-index offset of m's rounding bits
+constexpr uint64_t kStreamV = uint64_t(2) << 62;  // counter-index offset of v's rounding bits
+
+struct AdamwScalars {
+  float step_size, bc2_sqrt, decay, beta1, beta2, one_minus_b1, one_minus_b2, eps, grad_scale;
+};
+
+// The per-call scalars, computed in fp64 as ref::adamw_update does.
+AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                           float grad_scale) {
+  double bc1 = 1.0 - std::pow(double(beta1), step);
+  double bc2 = 1.0 - std::pow(double(beta2), step);
+  return {float(double(lr) / bc1),  float(std::sqrt(bc2)),         float(1.0 - double(lr) * weight_decay),
+          beta1,                    beta2,                         float(1.0 - double(beta1)),
+          float(1.0 - double(beta2)), eps,                         grad_scale};
+}
+
+// One AdamW element in fp32, torch.optim.AdamW order: decay, moments, bias-corrected step.
+inline void adamw_element(float& p, float& m, float& v, float grad, const AdamwScalars& s) {
+  float g = grad * s.grad_scale;
+  p = p * s.decay;
+  m = m * s.beta1 + g * s.one_minus_b1;
+  v = v * s.beta2 + g * g * s.one_minus_b2;
+  float denom = std::sqrt(v) / s.bc2_sqrt + s.eps;
+  p = p - s.step_size * (m / denom);
+}
+
+template <bool kWriteF32>
+void adamw_bf16_sr_loop(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n,
+                        const AdamwScalars& s, uint64_t seed, uint32_t step, uint32_t tensor_id) {
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 14))
+  for (int64_t i = 0; i < n; i++) {
+    float p = to_float(param[i]), mi = to_float(m[i]), vi = to_float(v[i]);
+    adamw_element(p, mi, vi, grad[i], s);
+    bf16 pb = to_bf16_stochastic(p, random_u32(seed, step, tensor_id, uint64_t(i)));
+    m[i] = to_bf16_stochastic(mi, random_u32(seed, step, tensor_id, uint64_t(i) | kStreamM));
+    v[i] = to_bf16_stochastic(vi, random_u32(seed, step, tensor_id, uint64_t(i) | kStreamV));
+    param[i] = pb;
+    if constexpr (kWriteF32) param_f32[i] = to_float(pb);
+  }
+}
+
+}  // namespace
+
+void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int step, float grad_scale) {
+  AdamwScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 15))
+  for (int64_t i = 0; i < n; i++) adamw_element(param[i], m[i], v[i], grad[i], s);
+}
+
+void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                          uint64_t seed, uint32_t tensor_id) {
+  AdamwScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+  if (param_f32)
+    adamw_bf16_sr_loop<true>(param, m, v, param_f32, grad, n, s, seed, uint32_t(step), tensor_id);
+  else
+    adamw_bf16_sr_loop<false>(param, m, v, nullptr, grad, n, s, seed, uint32_t(step), tensor_id);
+}
+
+double sum_squares(const float* x, int64_t n) {
+  double acc = 0.0;
+#pragma omp parallel for simd reduction(+ : acc) schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; i++) acc += double(x[i]) * x[i];
+  return acc;
+}
+
+}  // namespace llamatrain::cpu

@@ -1,0 +1,393 @@
+// cpu:: elementwise kernels against their ref:: twins on random inputs and awkward sizes (1, 17,
+// 127 rows; C like 1, 40, 107; sizes large enough to take the OpenMP paths), with a tolerance per
+// op and the first mismatches printed. AdamW: cpu vs ref over several steps, both against a
+// 2-step torch.optim.AdamW example; bf16 stochastic rounding: thread-count independence,
+// unbiasedness, results always a neighbouring bf16 of the fp32 update, independent draws for
+// param / m / v.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "core/bf16.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/ref/ops.h"
+
+namespace llamatrain {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<int32_t> random_ints(size_t n, uint32_t seed, int lo, int hi) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// |got - want| <= atol + rtol * |want| everywhere (NaN fails); prints the first 5 mismatches.
+::testing::AssertionResult all_close(const std::string& what, const float* got, const float* want, size_t n,
+                                     double atol, double rtol) {
+  size_t bad = 0;
+  double worst = 0.0;
+  std::ostringstream msg;
+  for (size_t i = 0; i < n; i++) {
+    double err = std::fabs(double(got[i]) - double(want[i]));
+    if (!(err <= atol + rtol * std::fabs(double(want[i])))) {
+      if (bad < 5) msg << "  [" << i << "] cpu " << got[i] << " ref " << want[i] << " diff " << err << "\n";
+      bad++;
+    }
+    if (err > worst || std::isnan(err)) worst = err;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << n << " mismatches (atol " << atol
+                                       << ", rtol " << rtol << ", worst " << worst << ")\n"
+                                       << msg.str();
+}
+
+::testing::AssertionResult all_close(const std::string& what, const std::vector<float>& got,
+                                     const std::vector<float>& want, double atol, double rtol) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": size mismatch";
+  return all_close(what, got.data(), want.data(), got.size(), atol, rtol);
+}
+
+std::string shape(int N, int C) { return "N=" + std::to_string(N) + " C=" + std::to_string(C); }
+
+// (rows, cols): awkward sizes plus two large enough for the OpenMP paths.
+const std::vector<std::pair<int, int>> kShapes = {{1, 1},  {1, 40},   {17, 107}, {127, 17},
+                                                  {3, 300}, {127, 40}, {64, 1024}, {33, 1000}};
+
+TEST(CpuVsRef, Embedding) {
+  for (auto [N, C] : kShapes) {
+    const int V = 13;
+    auto wte = random_vec(size_t(V) * C, 1), dout = random_vec(size_t(N) * C, 2);
+    auto tokens = random_ints(N, 3, 0, V - 1);  // repeats when N > V
+    std::vector<float> out_ref(size_t(N) * C), out_cpu(size_t(N) * C, -1.0f);
+    ref::embedding_forward(out_ref.data(), tokens.data(), wte.data(), N, C);
+    cpu::embedding_forward(out_cpu.data(), tokens.data(), wte.data(), N, C);
+    EXPECT_TRUE(all_close("embedding_forward " + shape(N, C), out_cpu, out_ref, 0, 0));
+    auto dwte_ref = random_vec(size_t(V) * C, 4), dwte_cpu = dwte_ref;  // accumulated into
+    ref::embedding_backward(dwte_ref.data(), dout.data(), tokens.data(), N, C);
+    cpu::embedding_backward(dwte_cpu.data(), dout.data(), tokens.data(), N, C);
+    // same per-element summation order as ref: bitwise equal
+    EXPECT_TRUE(all_close("embedding_backward " + shape(N, C), dwte_cpu, dwte_ref, 0, 0));
+  }
+}
+
+TEST(CpuVsRef, Rmsnorm) {
+  for (auto [N, C] : kShapes) {
+    auto x = random_vec(size_t(N) * C, 5, 2.0f), w = random_vec(C, 6), dout = random_vec(size_t(N) * C, 7);
+    std::vector<float> out_ref(size_t(N) * C), out_cpu(size_t(N) * C), rstd_ref(N), rstd_cpu(N);
+    ref::rmsnorm_forward(out_ref.data(), rstd_ref.data(), x.data(), w.data(), N, C, 1e-5f);
+    cpu::rmsnorm_forward(out_cpu.data(), rstd_cpu.data(), x.data(), w.data(), N, C, 1e-5f);
+    // both sum in fp64 and round rstd once: equal up to an fp32 ulp
+    EXPECT_TRUE(all_close("rmsnorm_forward rstd " + shape(N, C), rstd_cpu, rstd_ref, 0, 2e-7));
+    EXPECT_TRUE(all_close("rmsnorm_forward out " + shape(N, C), out_cpu, out_ref, 1e-7, 4e-7));
+    auto dx_ref = random_vec(size_t(N) * C, 8), dx_cpu = dx_ref;  // accumulated into
+    auto dw_ref = random_vec(C, 9), dw_cpu = dw_ref;
+    ref::rmsnorm_backward(dx_ref.data(), dw_ref.data(), dout.data(), x.data(), w.data(), rstd_ref.data(), N, C);
+    cpu::rmsnorm_backward(dx_cpu.data(), dw_cpu.data(), dout.data(), x.data(), w.data(), rstd_ref.data(), N, C);
+    // dx: cpu evaluates r*w*dout - k*x in fp32 (ref in fp64): a few ulps of O(1) terms
+    EXPECT_TRUE(all_close("rmsnorm_backward dx " + shape(N, C), dx_cpu, dx_ref, 2e-6, 1e-5));
+    // dweight: both fp64 sums; cpu rounds each product to fp32 first: ~sqrt(N) ulps of O(1)
+    EXPECT_TRUE(all_close("rmsnorm_backward dweight " + shape(N, C), dw_cpu, dw_ref, 1e-5, 1e-5));
+  }
+}
+
+TEST(CpuVsRef, Rope) {
+  struct Case {
+    int N, n_heads, extra_heads, D;
+    int max_pos;
+  };
+  // D from 2 to 128; extra (untouched) heads as in packed qkv; positions up to 4095, and one case
+  // past the cached table's size (per-row sincos fallback).
+  const std::vector<Case> cases = {{1, 1, 0, 2, 0},     {17, 3, 2, 4, 100},      {127, 5, 1, 6, 4095},
+                                   {33, 12, 4, 64, 2047}, {9, 3, 2, 128, 4095}, {5, 2, 1, 4, 3000000}};
+  for (const auto& cs : cases) {
+    int row_stride = (cs.n_heads + cs.extra_heads) * cs.D;
+    auto x = random_vec(size_t(cs.N) * row_stride, 10, 2.0f);
+    auto pos = random_ints(cs.N, 11, 0, cs.max_pos);
+    pos[0] = cs.max_pos;
+    std::string what = "rope N=" + std::to_string(cs.N) + " D=" + std::to_string(cs.D) +
+                       " max_pos=" + std::to_string(cs.max_pos);
+    for (int backward = 0; backward < 2; backward++) {
+      auto x_ref = x, x_cpu = x;
+      if (backward) {
+        ref::rope_backward(x_ref.data(), pos.data(), cs.N, cs.n_heads, row_stride, cs.D, 10000.0f);
+        cpu::rope_backward(x_cpu.data(), pos.data(), cs.N, cs.n_heads, row_stride, cs.D, 10000.0f);
+      } else {
+        ref::rope_forward(x_ref.data(), pos.data(), cs.N, cs.n_heads, row_stride, cs.D, 10000.0f);
+        cpu::rope_forward(x_cpu.data(), pos.data(), cs.N, cs.n_heads, row_stride, cs.D, 10000.0f);
+      }
+      // fp32 cos/sin (rounded from the same fp64 values) and fp32 arithmetic vs fp64: ~2 ulps of
+      // |x| ~ 2..8
+      EXPECT_TRUE(all_close(what + (backward ? " backward" : " forward"), x_cpu, x_ref, 2e-6, 2e-6));
+    }
+  }
+  // A second theta / D in the same process must not reuse the first table.
+  std::vector<float> x = {1, 2, 3, 4}, y = x;
+  std::vector<int32_t> pos = {7};
+  ref::rope_forward(x.data(), pos.data(), 1, 1, 4, 4, 500000.0f);
+  cpu::rope_forward(y.data(), pos.data(), 1, 1, 4, 4, 500000.0f);
+  EXPECT_TRUE(all_close("rope theta=5e5", y, x, 1e-6, 1e-6));
+}
+
+TEST(CpuVsRef, RopeHandValueD4) {
+  // Same hand-computed example as the ref test: pos 1, x = [1, 2, 3, 4], D = 4, theta = 1e4.
+  std::vector<float> x = {1, 2, 3, 4};
+  std::vector<int32_t> pos = {1};
+  cpu::rope_forward(x.data(), pos.data(), 1, 1, 4, 4, 10000.0f);
+  EXPECT_NEAR(x[0], std::cos(1.0) - 3 * std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[1], 2 * std::cos(0.01) - 4 * std::sin(0.01), 1e-6);
+  EXPECT_NEAR(x[2], 3 * std::cos(1.0) + std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[3], 4 * std::cos(0.01) + 2 * std::sin(0.01), 1e-6);
+}
+
+TEST(CpuVsRef, Swiglu) {
+  for (auto [N, F] : kShapes) {
+    // gates up to ~+-20 (|4 sigma|) reach both saturated ends of the sigmoid
+    auto h13 = random_vec(size_t(N) * 2 * F, 12, 5.0f), dout = random_vec(size_t(N) * F, 13);
+    std::vector<float> out_ref(size_t(N) * F), out_cpu(size_t(N) * F);
+    ref::swiglu_forward(out_ref.data(), h13.data(), N, F);
+    cpu::swiglu_forward(out_cpu.data(), h13.data(), N, F);
+    // cpu: polynomial exp (< 3 ulps) and fp32 products vs fp64: ~1e-6 relative
+    EXPECT_TRUE(all_close("swiglu_forward " + shape(N, F), out_cpu, out_ref, 1e-6, 2e-6));
+    std::vector<float> dh_ref(size_t(N) * 2 * F), dh_cpu(size_t(N) * 2 * F, 77.0f);
+    ref::swiglu_backward(dh_ref.data(), dout.data(), h13.data(), N, F);
+    cpu::swiglu_backward(dh_cpu.data(), dout.data(), h13.data(), N, F);
+    // dgate's 1 + g(1 - sig) cancels for g < -1: absolute error ~ulp * |g * up|
+    EXPECT_TRUE(all_close("swiglu_backward " + shape(N, F), dh_cpu, dh_ref, 1e-5, 1e-5));
+  }
+  // extreme gates: exp clamping must give 0 / identity, never NaN or inf
+  std::vector<float> h13 = {-200.0f, -90.0f, 90.0f, 200.0f, 1.0f, 1.0f, 1.0f, 1.0f}, out_ref(4), out_cpu(4);
+  ref::swiglu_forward(out_ref.data(), h13.data(), 1, 4);
+  cpu::swiglu_forward(out_cpu.data(), h13.data(), 1, 4);
+  EXPECT_TRUE(all_close("swiglu extreme gates", out_cpu, out_ref, 1e-30, 1e-6));
+}
+
+TEST(CpuVsRef, ResidualAndSumSquares) {
+  for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(100003)}) {
+    auto a = random_vec(n, 14), b = random_vec(n, 15);
+    std::vector<float> out_ref(n), out_cpu(n);
+    ref::residual_forward(out_ref.data(), a.data(), b.data(), n);
+    cpu::residual_forward(out_cpu.data(), a.data(), b.data(), n);
+    EXPECT_TRUE(all_close("residual n=" + std::to_string(n), out_cpu, out_ref, 0, 0));
+    auto a2 = a;  // out aliasing a (x = x + f(x) in the model)
+    cpu::residual_forward(a2.data(), a2.data(), b.data(), n);
+    EXPECT_TRUE(all_close("residual aliased n=" + std::to_string(n), a2, out_ref, 0, 0));
+    double ss_ref = ref::sum_squares(a.data(), n), ss_cpu = cpu::sum_squares(a.data(), n);
+    // both fp64 sums of exact fp64 squares: only the summation order differs
+    EXPECT_NEAR(ss_cpu, ss_ref, 1e-12 * ss_ref) << "sum_squares n=" << n;
+  }
+}
+
+TEST(CpuVsRef, AdamwSeveralSteps) {
+  for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(40001)}) {
+    auto p_ref = random_vec(n, 16), m_ref = std::vector<float>(n, 0.0f), v_ref = std::vector<float>(n, 0.0f);
+    auto p_cpu = p_ref, m_cpu = m_ref, v_cpu = v_ref;
+    for (int step = 1; step <= 5; step++) {
+      auto grad = random_vec(n, 100 + step, 0.1f);
+      ref::adamw_update(p_ref.data(), m_ref.data(), v_ref.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                        step, 0.5f);
+      cpu::adamw_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                        step, 0.5f);
+    }
+    // same fp32 operations, possibly contracted to FMAs differently: a few ulps after 5 steps
+    std::string what = " n=" + std::to_string(n);
+    EXPECT_TRUE(all_close("adamw param" + what, p_cpu, p_ref, 1e-7, 1e-6));
+    EXPECT_TRUE(all_close("adamw m" + what, m_cpu, m_ref, 1e-9, 1e-6));
+    EXPECT_TRUE(all_close("adamw v" + what, v_cpu, v_ref, 1e-12, 1e-6));
+  }
+}
+
+// torch.optim.AdamW(lr=0.1, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1), two steps from
+// param [0.5, -1.25, 2, 0] with grads [0.25, -0.5, 1, 0.125] then [-0.75, 0.5, 0.25, 0.0625];
+// values printed by torch 1.13 (fp32). By hand, step 1 element 0: param = 0.5 * (1 - 0.01) = 0.495,
+// m = 0.025, v = 0.01 * 0.0625, m_hat / sqrt(v_hat) = 0.25 / 0.25 = 1, so param = 0.495 - 0.1 = 0.395.
+struct TorchAdamwExample {
+  std::vector<float> param0 = {0.5f, -1.25f, 2.0f, 0.0f};
+  std::vector<std::vector<float>> grads = {{0.25f, -0.5f, 1.0f, 0.125f}, {-0.75f, 0.5f, 0.25f, 0.0625f}};
+  std::vector<std::vector<float>> param = {{0.39500001072883606f, -1.1374999284744263f, 1.8799999952316284f,
+                                            -0.09999998658895493f},
+                                           {0.4403798282146454f, -1.1313881874084473f, 1.7779738903045654f,
+                                            -0.1923447847366333f}};
+  std::vector<std::vector<float>> m = {{0.025f, -0.05f, 0.1f, 0.0125f},
+                                       {-0.05250000208616257f, 0.005000002682209015f, 0.11499999463558197f,
+                                        0.017500000074505806f}};
+  std::vector<std::vector<float>> v = {{0.000625f, 0.0025f, 0.01f, 0.00015625f},
+                                       {0.006243749987334013f, 0.0049749999307096004f, 0.010525000281631947f,
+                                        0.00019374999101273715f}};
+};
+
+TEST(Adamw, MatchesTorchTwoSteps) {
+  TorchAdamwExample ex;
+  for (int backend = 0; backend < 2; backend++) {
+    auto p = ex.param0;
+    std::vector<float> m(4, 0.0f), v(4, 0.0f);
+    for (int step = 1; step <= 2; step++) {
+      // grad_scale 2 with grads halved: the clipping scale must be applied before the moments
+      std::vector<float> half(4);
+      for (int i = 0; i < 4; i++) half[i] = ex.grads[step - 1][i] * 0.5f;
+      auto update = backend ? cpu::adamw_update : ref::adamw_update;
+      update(p.data(), m.data(), v.data(), half.data(), 4, 0.1f, 0.9f, 0.99f, 1e-8f, 0.1f, step, 2.0f);
+      std::string what = std::string(backend ? "cpu" : "ref") + " step " + std::to_string(step);
+      // torch and we do the same fp32 operations; hyperparameters arrive as fp32 here (fp64 in
+      // torch) and FMAs may differ: a few ulps
+      EXPECT_TRUE(all_close(what + " param", p, ex.param[step - 1], 1e-7, 1e-6));
+      EXPECT_TRUE(all_close(what + " m", m, ex.m[step - 1], 1e-9, 1e-6));
+      EXPECT_TRUE(all_close(what + " v", v, ex.v[step - 1], 1e-12, 1e-6));
+    }
+  }
+}
+
+// The two bf16 values around x: {x} if x is a bf16, else the truncation toward zero and the next
+// bf16 away from zero (what to_bf16_stochastic can produce).
+bool is_bf16_neighbour(bf16 got, float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  uint16_t down = uint16_t(u >> 16);
+  if ((u & 0xffffu) == 0) return got.bits == down;
+  return got.bits == down || got.bits == uint16_t(down + 1);
+}
+
+std::vector<bf16> to_bf16_vec(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = to_bf16(x[i]);
+  return out;
+}
+
+std::vector<float> to_float_vec(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = to_float(x[i]);
+  return out;
+}
+
+struct Bf16State {
+  std::vector<bf16> p, m, v;
+  std::vector<float> p32;
+};
+
+Bf16State random_bf16_state(int64_t n, uint32_t seed) {
+  auto m = random_vec(n, seed + 1, 0.01f), v = random_vec(n, seed + 2, 1e-4f);
+  for (auto& x : v) x = std::fabs(x);
+  return {to_bf16_vec(random_vec(n, seed)), to_bf16_vec(m), to_bf16_vec(v), std::vector<float>(n)};
+}
+
+void run_bf16_sr(Bf16State& s, const std::vector<float>& grad, int step, uint64_t seed, uint32_t tensor_id) {
+  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), grad.data(), int64_t(grad.size()),
+                            1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f, seed, tensor_id);
+}
+
+TEST(AdamwBf16Sr, BitwiseEqualForOneAndTwoThreads) {
+  const int64_t n = 50001;  // large enough for the parallel path
+  int saved = omp_get_max_threads();
+  Bf16State s1 = random_bf16_state(n, 20), s2 = s1;
+  for (int step = 1; step <= 3; step++) {
+    auto grad = random_vec(n, 30 + step, 0.1f);
+    omp_set_num_threads(1);
+    run_bf16_sr(s1, grad, step, 1234, 7);
+    omp_set_num_threads(2);
+    run_bf16_sr(s2, grad, step, 1234, 7);
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(std::memcmp(s1.p.data(), s2.p.data(), n * sizeof(bf16)), 0) << "param differs";
+  EXPECT_EQ(std::memcmp(s1.m.data(), s2.m.data(), n * sizeof(bf16)), 0) << "m differs";
+  EXPECT_EQ(std::memcmp(s1.v.data(), s2.v.data(), n * sizeof(bf16)), 0) << "v differs";
+  EXPECT_EQ(std::memcmp(s1.p32.data(), s2.p32.data(), n * sizeof(float)), 0) << "param_f32 differs";
+  // and the run is not trivially a no-op: another seed gives other roundings
+  Bf16State s3 = random_bf16_state(n, 20);
+  for (int step = 1; step <= 3; step++) run_bf16_sr(s3, random_vec(n, 30 + step, 0.1f), step, 999, 7);
+  EXPECT_NE(std::memcmp(s1.p.data(), s3.p.data(), n * sizeof(bf16)), 0) << "seed has no effect";
+}
+
+TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32Update) {
+  for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(20011)}) {
+    Bf16State s = random_bf16_state(n, 40);
+    auto p = to_float_vec(s.p), m = to_float_vec(s.m), v = to_float_vec(s.v);
+    auto grad = random_vec(n, 41, 0.1f);
+    // the exact fp32 update: cpu::adamw_update runs the same per-element code on fp32 copies
+    cpu::adamw_update(p.data(), m.data(), v.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+    run_bf16_sr(s, grad, 3, 5, 11);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+      bool ok = is_bf16_neighbour(s.p[i], p[i]) && is_bf16_neighbour(s.m[i], m[i]) &&
+                is_bf16_neighbour(s.v[i], v[i]) && s.p32[i] == to_float(s.p[i]);
+      if (!ok && bad++ < 5)
+        ADD_FAILURE() << "n=" << n << " [" << i << "] param " << to_float(s.p[i]) << " (fp32 " << p[i] << ", f32 copy "
+                      << s.p32[i] << ") m " << to_float(s.m[i]) << " (" << m[i] << ") v " << to_float(s.v[i]) << " ("
+                      << v[i] << ")";
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(AdamwBf16Sr, UnbiasedAndIndependentDraws) {
+  // Every element gets the same state and gradient, so each sees the same fp32 update x and only
+  // its random bits differ; the mean of the roundings must be x within 5 standard errors, and
+  // param's and m's round-up decisions must be independent (different counter streams).
+  const int64_t n = 200000;
+  const float p0 = 1.0f, m0 = 0.01f, v0 = 1e-4f, g = 0.0123f;
+  float p = p0, m = to_float(to_bf16(m0)), v = to_float(to_bf16(v0));
+  cpu::adamw_update(&p, &m, &v, &g, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 2, 1.0f);
+  Bf16State s{std::vector<bf16>(n, to_bf16(p0)), std::vector<bf16>(n, to_bf16(m0)),
+              std::vector<bf16>(n, to_bf16(v0)), std::vector<float>(n)};
+  std::vector<float> grad(n, g);
+  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f,
+                            1e-8f, 0.0f, 2, 1.0f, 42, 3);
+  auto check_mean = [&](const char* what, const std::vector<bf16>& got, float x) -> double {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    float down = to_float(bf16{uint16_t(u >> 16)}), up = to_float(bf16{uint16_t((u >> 16) + 1)});
+    double q = (double(x) - down) / (double(up) - down);  // P(round away from zero)
+    EXPECT_GT(q, 0.05) << what << ": pick a value strictly between two bf16s";
+    EXPECT_LT(q, 0.95) << what << ": pick a value strictly between two bf16s";
+    double sum = 0.0;
+    for (bf16 b : got) sum += to_float(b);
+    double mean = sum / double(n);
+    double stderr_ = std::fabs(double(up) - down) * std::sqrt(q * (1 - q) / double(n));
+    EXPECT_NEAR(mean, double(x), 5 * stderr_) << what << ": stochastic rounding is biased";
+    std::printf("%-6s fp32 %.9g  mean of SR %.9g  (5 sigma = %.3g)\n", what, double(x), mean, 5 * stderr_);
+    return q;
+  };
+  double qp = check_mean("param", s.p, p), qm = check_mean("m", s.m, m);
+  check_mean("v", s.v, v);
+  // fraction where both param and m rounded up: qp*qm if independent, min(qp, qm) if one draw
+  uint32_t pu, mu;
+  std::memcpy(&pu, &p, 4);
+  std::memcpy(&mu, &m, 4);
+  int64_t both = 0;
+  for (int64_t i = 0; i < n; i++) both += (s.p[i].bits != uint16_t(pu >> 16)) && (s.m[i].bits != uint16_t(mu >> 16));
+  double frac = double(both) / double(n), expect = qp * qm;
+  EXPECT_NEAR(frac, expect, 5 * std::sqrt(expect * (1 - expect) / double(n)))
+      << "param and m rounding draws look correlated";
+}
+
+TEST(AdamwBf16Sr, MatchesTorchFirstStepUpToRounding) {
+  // Start from the torch example (param0 is exactly representable in bf16, m = v = 0): after one
+  // step every stored value must be one of the two bf16 neighbours of torch's fp32 result.
+  TorchAdamwExample ex;
+  Bf16State s{to_bf16_vec(ex.param0), std::vector<bf16>(4, bf16{0}), std::vector<bf16>(4, bf16{0}),
+              std::vector<float>(4)};
+  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), ex.grads[0].data(), 4, 0.1f, 0.9f,
+                            0.99f, 1e-8f, 0.1f, 1, 1.0f, 77, 0);
+  for (int i = 0; i < 4; i++) {
+    EXPECT_TRUE(is_bf16_neighbour(s.p[i], ex.param[0][i])) << i << ": " << to_float(s.p[i]) << " vs " << ex.param[0][i];
+    EXPECT_TRUE(is_bf16_neighbour(s.m[i], ex.m[0][i])) << i << ": " << to_float(s.m[i]) << " vs " << ex.m[0][i];
+    EXPECT_TRUE(is_bf16_neighbour(s.v[i], ex.v[0][i])) << i << ": " << to_float(s.v[i]) << " vs " << ex.v[0][i];
+    EXPECT_EQ(s.p32[i], to_float(s.p[i]));
+  }
+}
+
+}  // namespace
+}  // namespace llamatrain
