@@ -36,14 +36,14 @@ namespace {
 constexpr int kB = 64;  // rows per query tile = keys per key tile (equal, so every row of a
                         // processed key tile sees at least one unmasked key)
 
-// exp(x) for x <= 0 in fp32 without a libm call, so loops over it vectorize: x = n ln2 + r with
-// |r| <= ln2/2, exp(r) by its degree-7 Taylor polynomial (relative error < 1e-8 before rounding,
-// ~2 ulp after), times 2^n built in the exponent bits. Inputs below -87.3 (including -inf) clamp to
-// exp(-87.3) ~ 1e-38, which is 0 next to the row maximum's exp(0) = 1.
+// exp(x) in fp32 without a libm call, so loops over it vectorize: x = n ln2 + r with |r| <= ln2/2,
+// exp(r) by its degree-7 Taylor polynomial (relative error < 1e-8 before rounding, ~2 ulp after),
+// times 2^n built in the exponent bits. x < -87.3 (a masked score is -inf) gives exactly 0. Meant
+// for x <= ~0 (scores minus their row max or lse); x is clamped to 88 so no input overflows n.
 inline float exp_nonpositive(float x) {
-  x = std::max(x, -87.3f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = std::fma(n, -0.693145751953125f, x);  // ln2 split hi + lo: r = x - n ln2 exactly-ish
+  const float xc = std::min(std::max(x, -87.3f), 88.0f);
+  const float n = std::nearbyint(xc * 1.44269504088896341f);
+  float r = std::fma(n, -0.693145751953125f, xc);  // x - n ln2, ln2 split into hi + lo parts
   r = std::fma(n, -1.428606820309417e-06f, r);
   float p = 1.0f / 5040.0f;
   p = std::fma(p, r, 1.0f / 720.0f);
@@ -53,52 +53,89 @@ inline float exp_nonpositive(float x) {
   p = std::fma(p, r, 0.5f);
   p = std::fma(p, r, 1.0f);
   p = std::fma(p, r, 1.0f);
-  const int32_t e = (int32_t(n) + 127) << 23;  // n in [-126, 0]: a normal power of two
-  return p * std::bit_cast<float>(e);
+  const int32_t e = (int32_t(n) + 127) << 23;  // n in [-126, 127]: a normal power of two
+  return x < -87.3f ? 0.0f : p * std::bit_cast<float>(e);
 }
 
-// S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] for rows i < ni (all kB columns; padded columns of Bt
-// are 0). A rows at stride lda. kD > 0 fixes D at compile time so the accumulator row stays in
-// registers; kD == 0 reads D at run time.
-template <int kD>
-void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_t lda, const float* Bt /*(D,kB)*/,
-              int ni, int D_) {
-  const int D = kD > 0 ? kD : D_;
-  for (int i = 0; i < ni; i++) {
-    const float* a = A + i * lda;
-    float acc[kB] = {};
-    for (int d = 0; d < D; d++) {
-      const float ad = a[d];
-      const float* bt = Bt + d * kB;
-      for (int j = 0; j < kB; j++) acc[j] = std::fma(ad, bt[j], acc[j]);
+// Micro-kernels on GCC/Clang vector extensions (16 floats; the compiler maps them to zmm, ymm or xmm
+// registers, whatever -march offers): plain loops over a float array keep their accumulators in
+// memory, these keep a block of rows x columns in registers. a * b + c contracts to one fma.
+using vf = float __attribute__((vector_size(64)));
+constexpr int kV = 16;         // floats per vf
+constexpr int kNV = kB / kV;   // vfs per tile row
+inline vf load(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
+
+// Rows i0..i0+R-1 of S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] (all kB columns; padded columns of
+// Bt are 0). A rows at stride lda.
+template <int R>
+inline void tile_dot_rows(float* S, const float* A, int64_t lda, const float* Bt, int D) {
+  vf acc[R][kNV];
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < kNV; v++) acc[r][v] = vf{};
+  for (int d = 0; d < D; d++) {
+    vf b[kNV];
+    for (int v = 0; v < kNV; v++) b[v] = load(Bt + d * kB + v * kV);
+    for (int r = 0; r < R; r++) {
+      const float a = A[r * lda + d];
+      for (int v = 0; v < kNV; v++) acc[r][v] += a * b[v];
     }
-    std::memcpy(S + i * kB, acc, sizeof(acc));
   }
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < kNV; v++) store(S + r * kB + v * kV, acc[r][v]);
+}
+
+// S (kB,kB) = A (ni,D) @ Bt (D,kB) for rows i < ni.
+void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_t lda, const float* Bt /*(D,kB)*/,
+              int ni, int D) {
+  int i = 0;
+  for (; i + 4 <= ni; i += 4) tile_dot_rows<4>(S + i * kB, A + i * lda, lda, Bt, D);
+  for (; i < ni; i++) tile_dot_rows<1>(S + i * kB, A + i * lda, lda, Bt, D);
+}
+
+// Rows r0..r0+R-1 of C[r][:] += sum_{c < nc} A(r, c) * Bm[c][:], kD (a multiple of 16) columns.
+template <int kD, int R>
+inline void tile_axpy_rows(float* C, int64_t ldc, const float* A, int a_rs, int a_cs, const float* Bm, int64_t ldb,
+                           int nc) {
+  constexpr int kNVD = kD / kV;
+  vf acc[R][kNVD];
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < kNVD; v++) acc[r][v] = load(C + r * ldc + v * kV);
+  for (int c = 0; c < nc; c++) {
+    vf b[kNVD];
+    for (int v = 0; v < kNVD; v++) b[v] = load(Bm + c * ldb + v * kV);
+    for (int r = 0; r < R; r++) {
+      const float a = A[r * a_rs + c * a_cs];
+      for (int v = 0; v < kNVD; v++) acc[r][v] += a * b[v];
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < kNVD; v++) store(C + r * ldc + v * kV, acc[r][v]);
 }
 
 // C[r][:] += sum_{c < nc} A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs]
-// (a_rs/a_cs select A or A^T), C rows at stride ldc and Bm rows at stride ldb, D columns.
+// (a_rs/a_cs select A or A^T), C rows at stride ldc and Bm rows at stride ldb, D columns. kD > 0
+// is D fixed at compile time (register-blocked); kD == 0 reads D at run time (plain loops).
 template <int kD>
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
-               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D_) {
+               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D) {
   if constexpr (kD > 0) {
-    for (int r = 0; r < nr; r++) {
-      float acc[kD];
-      std::memcpy(acc, C + r * ldc, sizeof(acc));
-      for (int c = 0; c < nc; c++) {
-        const float a = A[r * a_rs + c * a_cs];
-        const float* bm = Bm + c * ldb;
-        for (int d = 0; d < kD; d++) acc[d] = std::fma(a, bm[d], acc[d]);
-      }
-      std::memcpy(C + r * ldc, acc, sizeof(acc));
-    }
+    static_assert(kD % kV == 0);
+    constexpr int kR = std::max(1, 256 / kD);  // 16 accumulator vfs
+    int r = 0;
+    for (; r + kR <= nr; r += kR) tile_axpy_rows<kD, kR>(C + r * ldc, ldc, A + r * a_rs, a_rs, a_cs, Bm, ldb, nc);
+    for (; r < nr; r++) tile_axpy_rows<kD, 1>(C + r * ldc, ldc, A + r * a_rs, a_rs, a_cs, Bm, ldb, nc);
   } else {
     for (int r = 0; r < nr; r++) {
       float* cr = C + r * ldc;
       for (int c = 0; c < nc; c++) {
         const float a = A[r * a_rs + c * a_cs];
         const float* bm = Bm + c * ldb;
-        for (int d = 0; d < D_; d++) cr[d] = std::fma(a, bm[d], cr[d]);
+        for (int d = 0; d < D; d++) cr[d] += a * bm[d];
       }
     }
   }
@@ -111,6 +148,33 @@ void pack_transposed(float* Bt /*(D,kB)*/, const float* X /*(nj,D) stride ldx*/,
     for (int j = 0; j < nj; j++) bt[j] = X[j * ldx + d];
     for (int j = nj; j < kB; j++) bt[j] = 0.0f;
   }
+}
+
+// On a diagonal tile (query tile == key tile, so row i is query i0+i and column j key i0+j) sets the
+// scores of keys after their query to -inf: exp gives them P = 0 exactly. Rows i < ni; columns
+// j >= ni (padding of a short last tile) are masked too.
+void mask_diagonal(float* S /*(kB,kB)*/, int ni) {
+  for (int i = 0; i < ni; i++)
+    for (int j = i + 1; j < kB; j++) S[i * kB + j] = -std::numeric_limits<float>::infinity();
+}
+
+// max and sum of one tile row (kB values), lane-parallel in a fixed order.
+inline float row_max(const float* s /*(kB)*/) {
+  vf m = load(s);
+  for (int v = 1; v < kNV; v++) {
+    const vf x = load(s + v * kV);
+    m = x > m ? x : m;
+  }
+  float r = m[0];
+  for (int l = 1; l < kV; l++) r = std::max(r, m[l]);
+  return r;
+}
+inline float row_sum(const float* s /*(kB)*/) {
+  vf a = load(s);
+  for (int v = 1; v < kNV; v++) a += load(s + v * kV);
+  float r = a[0];
+  for (int l = 1; l < kV; l++) r += a[l];
+  return r;
 }
 
 struct AlignedFree {
@@ -151,18 +215,15 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
   for (int kt = 0; kt <= qt; kt++) {  // key tiles above the diagonal are fully masked: skipped
     const int j0 = kt * kB, nj = g.rows(kt);
     pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
-    tile_dot<kD>(S, q, g.W, Kt, ni, D);
+    tile_dot(S, q, g.W, Kt, ni, D);
+    if (kt == qt) mask_diagonal(S, ni);  // earlier tiles are full (nj == kB) and wholly visible
     for (int i = 0; i < ni; i++) {
       float* s = S + i * kB;
-      const int limit = kt == qt ? i + 1 : nj;  // keys j < limit are causal-visible (j0 == i0 on the diagonal)
-      float mx = s[0];
-      for (int j = 1; j < limit; j++) mx = std::max(mx, s[j]);
-      const float m_new = std::max(m[i], mx * g.scale);  // scale > 0: max commutes with it
-      const float corr = exp_nonpositive(m[i] - m_new);
-      for (int j = 0; j < kB; j++) s[j] = j < limit ? exp_nonpositive(s[j] * g.scale - m_new) : 0.0f;
-      float sum = 0.0f;
-      for (int j = 0; j < limit; j++) sum += s[j];
-      l[i] = l[i] * corr + sum;
+      // Every row has an unmasked key here (key i0 at least), so m_new is finite.
+      const float m_new = std::max(m[i], row_max(s) * g.scale);  // scale > 0: max commutes with it
+      const float corr = exp_nonpositive(m[i] - m_new);             // m[i] = -inf at first: corr = 0
+      for (int j = 0; j < kB; j++) s[j] = exp_nonpositive(s[j] * g.scale - m_new);
+      l[i] = l[i] * corr + row_sum(s);
       m[i] = m_new;
       float* o = O + int64_t(i) * D;
       for (int d = 0; d < D; d++) o[d] *= corr;
@@ -181,34 +242,32 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
 //   P = exp(scale*QK^T - lse), dP = dO V^T, dS = P*(dP - Di)*scale,
 //   dV += P^T dO, dK += dS^T Q (both into kB x D accumulators, skipped when dk == nullptr),
 //   dQ += dS K (into dq rows at stride ldq, skipped when dq == nullptr).
-// Kt, Vt: the key tile's k and v packed transposed. scratch: P, dS (kB,kB), Di (kB).
+// Kt, Vt: the key tile's k and v packed transposed; di (B,H,T) = rowsum(dout * out).
+// scratch: P, dS (kB,kB).
 template <int kD>
 void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB,D)*/, const float* dout,
-                   const float* qkv, const float* out, const float* lse, const float* Kt, const float* Vt,
+                   const float* qkv, const float* lse, const float* di, const float* Kt, const float* Vt,
                    const Geometry& g, int b, int h, int qt, int kt, float* scratch) {
   const int D = g.D, i0 = qt * kB, ni = g.rows(qt), j0 = kt * kB, nj = g.rows(kt), kvh = h / g.group;
   float* P = scratch;       // (kB,kB)
   float* dS = P + kB * kB;  // (kB,kB) dP, then dS
-  float* Di = dS + kB * kB;  // (kB)
   const int64_t ldo = int64_t(g.H) * D;
   const float* q = qkv + g.row(b, i0) + g.q_col(h);
   const float* dO = dout + (int64_t(b) * g.T + i0) * ldo + g.q_col(h);
-  const float* o = out + (int64_t(b) * g.T + i0) * ldo + g.q_col(h);
   const float* lse_i = lse + (int64_t(b) * g.H + h) * g.T + i0;
-  for (int i = 0; i < ni; i++) {  // Di = rowsum(dO * O) = sum_j P_ij dP_ij
-    float acc = 0.0f;
-    for (int d = 0; d < D; d++) acc = std::fma(dO[i * ldo + d], o[i * ldo + d], acc);
-    Di[i] = acc;
-  }
-  tile_dot<kD>(P, q, g.W, Kt, ni, D);
+  const float* Di = di + (int64_t(b) * g.H + h) * g.T + i0;
+  tile_dot(P, q, g.W, Kt, ni, D);
+  if (kt == qt) mask_diagonal(P, ni);
   for (int i = 0; i < ni; i++) {
     float* p = P + i * kB;
-    const int limit = kt == qt ? i + 1 : nj;
-    for (int j = 0; j < kB; j++) p[j] = j < limit ? exp_nonpositive(p[j] * g.scale - lse_i[i]) : 0.0f;
+    const float li = lse_i[i];
+    for (int j = 0; j < kB; j++) p[j] = exp_nonpositive(p[j] * g.scale - li);
   }
-  tile_dot<kD>(dS, dO, ldo, Vt, ni, D);
-  for (int i = 0; i < ni; i++)
-    for (int j = 0; j < kB; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - Di[i]) * g.scale;
+  tile_dot(dS, dO, ldo, Vt, ni, D);
+  for (int i = 0; i < ni; i++) {
+    const float di = Di[i];
+    for (int j = 0; j < kB; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - di) * g.scale;
+  }
   if (dk != nullptr) {
     tile_axpy<kD>(dv, D, P, 1, kB, dO, ldo, nj, ni, D);
     tile_axpy<kD>(dk, D, dS, 1, kB, q, g.W, nj, ni, D);
@@ -219,21 +278,21 @@ void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB
 // dk, dv of key tile kt of (b, kvh), summed over the group's query heads and the query tiles at and
 // below the diagonal in a fixed order; with dq_too, also adds each pair's dS K into dqkv's dq rows.
 template <int kD>
-void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
                        const Geometry& g, int b, int kvh, int kt, bool dq_too, float* scratch) {
   const int D = g.D, j0 = kt * kB, nj = g.rows(kt);
   float* Kt = scratch;                         // (D,kB)
   float* Vt = Kt + int64_t(D) * kB;            // (D,kB)
   float* dk = Vt + int64_t(D) * kB;            // (kB,D)
   float* dv = dk + int64_t(kB) * D;            // (kB,D)
-  float* tile_scratch = dv + int64_t(kB) * D;  // 2*kB*kB + kB
+  float* tile_scratch = dv + int64_t(kB) * D;  // 2*kB*kB
   pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
   pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
   std::fill(dk, dk + 2 * int64_t(kB) * D, 0.0f);
   for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
     for (int qt = kt; qt < g.n_tiles; qt++) {
       float* dq = dq_too ? dqkv + g.row(b, qt * kB) + g.q_col(h) : nullptr;
-      backward_tile<kD>(dq, g.W, dk, dv, dout, qkv, out, lse, Kt, Vt, g, b, h, qt, kt, tile_scratch);
+      backward_tile<kD>(dq, g.W, dk, dv, dout, qkv, lse, di, Kt, Vt, g, b, h, qt, kt, tile_scratch);
     }
   for (int j = 0; j < nj; j++) {
     std::memcpy(dqkv + g.row(b, j0 + j) + g.k_col(kvh), dk + int64_t(j) * D, sizeof(float) * D);
@@ -244,7 +303,7 @@ void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const f
 // dq of query tile qt of (b, h): dS K summed over key tiles 0..qt in the same order as
 // backward_key_tile's dq_too path, so both give the same bits.
 template <int kD>
-void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
                          const Geometry& g, int b, int h, int qt, float* scratch) {
   const int D = g.D, i0 = qt * kB, ni = g.rows(qt), kvh = h / g.group;
   float* Kt = scratch;
@@ -256,7 +315,7 @@ void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const
     const int j0 = kt * kB, nj = g.rows(kt);
     pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
     pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
-    backward_tile<kD>(dq, D, nullptr, nullptr, dout, qkv, out, lse, Kt, Vt, g, b, h, qt, kt, tile_scratch);
+    backward_tile<kD>(dq, D, nullptr, nullptr, dout, qkv, lse, di, Kt, Vt, g, b, h, qt, kt, tile_scratch);
   }
   for (int i = 0; i < ni; i++)
     std::memcpy(dqkv + g.row(b, i0 + i) + g.q_col(h), dq + int64_t(i) * D, sizeof(float) * D);
@@ -280,7 +339,19 @@ void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
 template <int kD>
 void backward_all(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                   const Geometry& g) {
-  const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB + kB;
+  const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB;
+  // di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij, once per query row.
+  const int64_t n_rows = int64_t(g.B) * g.H * g.T, ldo = int64_t(g.H) * g.D;
+  Scratch di = alloc_scratch(n_rows);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n_rows; r++) {
+    const int64_t bh = r / g.T, t = r % g.T, b = bh / g.H, h = bh % g.H;
+    const float* dy = dout + (b * g.T + t) * ldo + h * g.D;
+    const float* o = out + (b * g.T + t) * ldo + h * g.D;
+    float acc = 0.0f;
+    for (int d = 0; d < g.D; d++) acc += dy[d] * o[d];
+    di[r] = acc;
+  }
   const int64_t n_kv = int64_t(g.B) * g.Hkv;
   if (n_kv >= 2 * int64_t(omp_get_max_threads())) {
     // One task per (b, kvh): owns dq of heads [kvh*group, (kvh+1)*group) and dk, dv of kvh.
@@ -293,7 +364,7 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
         for (int t = 0; t < g.T; t++)  // dq is accumulated below: zero it first
           std::fill_n(dqkv + g.row(b, t) + g.q_col(kvh * g.group), int64_t(g.group) * g.D, 0.0f);
         for (int kt = 0; kt < g.n_tiles; kt++)
-          backward_key_tile<kD>(dqkv, dout, qkv, out, lse, g, b, kvh, kt, true, scratch.get());
+          backward_key_tile<kD>(dqkv, dout, qkv, lse, di.get(), g, b, kvh, kt, true, scratch.get());
       }
     }
     return;
@@ -307,13 +378,13 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
     for (int64_t task = 0; task < n_kv_tiles; task++) {
       const int kt = int(task % g.n_tiles);  // kt = 0 has the most query tiles: first
       const int bk = int(task / g.n_tiles);
-      backward_key_tile<kD>(dqkv, dout, qkv, out, lse, g, bk / g.Hkv, bk % g.Hkv, kt, false, scratch.get());
+      backward_key_tile<kD>(dqkv, dout, qkv, lse, di.get(), g, bk / g.Hkv, bk % g.Hkv, kt, false, scratch.get());
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_q_tiles; task++) {
       const int qt = g.n_tiles - 1 - int(task % g.n_tiles);
       const int bh = int(task / g.n_tiles);
-      backward_query_tile<kD>(dqkv, dout, qkv, out, lse, g, bh / g.H, bh % g.H, qt, scratch.get());
+      backward_query_tile<kD>(dqkv, dout, qkv, lse, di.get(), g, bh / g.H, bh % g.H, qt, scratch.get());
     }
   }
 }
