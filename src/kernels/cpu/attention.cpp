@@ -1,0 +1,419 @@
+// Flash-style causal grouped-query attention on CPU (cpu::attention_forward / attention_backward);
+// must match ref::attention_* (kernels/ref/attention.cpp) to fp32 rounding. Never materializes the
+// (B,H,T,T) scores: queries and keys are cut into kB-row tiles; a (query tile, key tile) pair is
+// a few small GEMMs written as plain fp32 fma loops the compiler vectorizes (-march=native).
+//   forward:  per (b, h, query tile), key tiles 0..diagonal with an online softmax (running row max
+//             m and sum l, the output rescaled by exp(m_old - m_new)); tiles above the diagonal are
+//             skipped; lse = m + log l is saved.
+//   backward: FlashAttention-2: P is recomputed from q, k and the saved lse, Di = rowsum(dout*out)
+//             per query tile; per key tile dK, dV accumulate over the kv head's query heads and
+//             query tiles, dQ accumulates dS K over key tiles.
+// Parallelism and race-freedom: the forward writes disjoint (b, h, query tile) blocks. The backward
+// runs one task per (b, kv head) when there are >= 2 per thread: the task owns dq of its query
+// heads and dk, dv of its kv head, so nothing is shared. With fewer tasks it runs two passes:
+// dk, dv per (b, kv head, key tile) and dq per (b, h, query tile), each block written by one task.
+// Every value is summed in a fixed order in both schemes, so results are bitwise independent of the
+// thread count and of the scheme. Scratch is O(kB * (kB + D)) per thread. Details and derivation:
+// docs/derivations.md, section "Attention".
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+
+#include "core/error.h"
+#include "kernels/cpu/ops.h"
+
+namespace llamatrain::cpu {
+
+namespace {
+
+constexpr int kB = 64;  // rows per query tile = keys per key tile (equal, so every row of a
+                        // processed key tile sees at least one unmasked key)
+
+// exp(x) in fp32 without a libm call, so loops over it vectorize: x = n ln2 + r with |r| <= ln2/2,
+// exp(r) by its degree-7 Taylor polynomial (relative error < 1e-8 before rounding, ~2 ulp after),
+// times 2^n built in the exponent bits. x < -87.3 (a masked score is -inf) gives exactly 0. Meant
+// for x <= ~0 (scores minus their row max or lse); x is clamped to 88 so no input overflows n.
+inline float exp_nonpositive(float x) {
+  const float xc = std::min(std::max(x, -87.3f), 88.0f);
+  const float n = std::nearbyint(xc * 1.44269504088896341f);
+  float r = std::fma(n, -0.693145751953125f, xc);  // x - n ln2, ln2 split into hi + lo parts
+  r = std::fma(n, -1.428606820309417e-06f, r);
+  float p = 1.0f / 5040.0f;
+  p = std::fma(p, r, 1.0f / 720.0f);
+  p = std::fma(p, r, 1.0f / 120.0f);
+  p = std::fma(p, r, 1.0f / 24.0f);
+  p = std::fma(p, r, 1.0f / 6.0f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  const int32_t e = (int32_t(n) + 127) << 23;  // n in [-126, 127]: a normal power of two
+  return x < -87.3f ? 0.0f : p * std::bit_cast<float>(e);
+}
+
+// Micro-kernels on GCC/Clang vector extensions (16 floats; the compiler maps them to zmm, ymm or xmm
+// registers, whatever -march offers): plain loops over a float array keep their accumulators in
+// memory, these keep a block of rows x columns in registers. a * b + c contracts to one fma.
+using vf = float __attribute__((vector_size(64)));
+constexpr int kV = 16;         // floats per vf
+constexpr int kNV = kB / kV;   // vfs per tile row
+inline vf load(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
+
+// Rows i0..i0+R-1 of S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] (all kB columns; padded columns of
+// Bt are 0). A rows at stride lda.
+template <int R>
+inline void tile_dot_rows(float* S, const float* A, int64_t lda, const float* Bt, int D) {
+  vf acc[R][kNV];
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < kNV; v++) acc[r][v] = vf{};
+  for (int d = 0; d < D; d++) {
+    vf b[kNV];
+    for (int v = 0; v < kNV; v++) b[v] = load(Bt + d * kB + v * kV);
+    for (int r = 0; r < R; r++) {
+      const float a = A[r * lda + d];
+      for (int v = 0; v < kNV; v++) acc[r][v] += a * b[v];
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < kNV; v++) store(S + r * kB + v * kV, acc[r][v]);
+}
+
+// S (kB,kB) = A (ni,D) @ Bt (D,kB) for rows i < ni.
+void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_t lda, const float* Bt /*(D,kB)*/,
+              int ni, int D) {
+  int i = 0;
+  for (; i + 4 <= ni; i += 4) tile_dot_rows<4>(S + i * kB, A + i * lda, lda, Bt, D);
+  for (; i < ni; i++) tile_dot_rows<1>(S + i * kB, A + i * lda, lda, Bt, D);
+}
+
+// Rows r0..r0+R-1 of C[r][:] += sum_{c < nc} A(r, c) * Bm[c][:], kD (a multiple of 16) columns.
+template <int kD, int R>
+inline void tile_axpy_rows(float* C, int64_t ldc, const float* A, int a_rs, int a_cs, const float* Bm, int64_t ldb,
+                           int nc) {
+  constexpr int kNVD = kD / kV;
+  vf acc[R][kNVD];
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < kNVD; v++) acc[r][v] = load(C + r * ldc + v * kV);
+  for (int c = 0; c < nc; c++) {
+    vf b[kNVD];
+    for (int v = 0; v < kNVD; v++) b[v] = load(Bm + c * ldb + v * kV);
+    for (int r = 0; r < R; r++) {
+      const float a = A[r * a_rs + c * a_cs];
+      for (int v = 0; v < kNVD; v++) acc[r][v] += a * b[v];
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int v = 0; v < kNVD; v++) store(C + r * ldc + v * kV, acc[r][v]);
+}
+
+// C[r][:] += sum_{c < nc} A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs]
+// (a_rs/a_cs select A or A^T), C rows at stride ldc and Bm rows at stride ldb, D columns. kD > 0
+// is D fixed at compile time (register-blocked); kD == 0 reads D at run time (plain loops).
+template <int kD>
+void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
+               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D) {
+  if constexpr (kD > 0) {
+    static_assert(kD % kV == 0);
+    constexpr int kR = std::max(1, 256 / kD);  // 16 accumulator vfs
+    int r = 0;
+    for (; r + kR <= nr; r += kR) tile_axpy_rows<kD, kR>(C + r * ldc, ldc, A + r * a_rs, a_rs, a_cs, Bm, ldb, nc);
+    for (; r < nr; r++) tile_axpy_rows<kD, 1>(C + r * ldc, ldc, A + r * a_rs, a_rs, a_cs, Bm, ldb, nc);
+  } else {
+    for (int r = 0; r < nr; r++) {
+      float* cr = C + r * ldc;
+      for (int c = 0; c < nc; c++) {
+        const float a = A[r * a_rs + c * a_cs];
+        const float* bm = Bm + c * ldb;
+        for (int d = 0; d < D; d++) cr[d] += a * bm[d];
+      }
+    }
+  }
+}
+
+// Bt (D,kB) = transpose of nj rows of X (stride ldx), columns nj..kB-1 zeroed.
+void pack_transposed(float* Bt /*(D,kB)*/, const float* X /*(nj,D) stride ldx*/, int64_t ldx, int nj, int D) {
+  for (int d = 0; d < D; d++) {
+    float* bt = Bt + d * kB;
+    for (int j = 0; j < nj; j++) bt[j] = X[j * ldx + d];
+    for (int j = nj; j < kB; j++) bt[j] = 0.0f;
+  }
+}
+
+// On a diagonal tile (query tile == key tile, so row i is query i0+i and column j key i0+j) sets the
+// scores of keys after their query to -inf: exp gives them P = 0 exactly. Rows i < ni; columns
+// j >= ni (padding of a short last tile) are masked too.
+void mask_diagonal(float* S /*(kB,kB)*/, int ni) {
+  for (int i = 0; i < ni; i++)
+    for (int j = i + 1; j < kB; j++) S[i * kB + j] = -std::numeric_limits<float>::infinity();
+}
+
+// max and sum of one tile row (kB values), lane-parallel in a fixed order.
+inline float row_max(const float* s /*(kB)*/) {
+  vf m = load(s);
+  for (int v = 1; v < kNV; v++) {
+    const vf x = load(s + v * kV);
+    m = x > m ? x : m;
+  }
+  float r = m[0];
+  for (int l = 1; l < kV; l++) r = std::max(r, m[l]);
+  return r;
+}
+inline float row_sum(const float* s /*(kB)*/) {
+  vf a = load(s);
+  for (int v = 1; v < kNV; v++) a += load(s + v * kV);
+  float r = a[0];
+  for (int l = 1; l < kV; l++) r += a[l];
+  return r;
+}
+
+struct AlignedFree {
+  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+using Scratch = std::unique_ptr<float[], AlignedFree>;
+Scratch alloc_scratch(size_t n) { return Scratch(new (std::align_val_t(64)) float[n]); }
+
+// Sizes and pointers shared by every tile of one call.
+struct Geometry {
+  int B, T, H, Hkv, D, group, n_tiles;
+  int64_t W;  // qkv row width (H + 2*Hkv) * D
+  float scale;
+  Geometry(int B_, int T_, int H_, int Hkv_, int D_)
+      : B(B_), T(T_), H(H_), Hkv(Hkv_), D(D_), group(H_ / Hkv_), n_tiles((T_ + kB - 1) / kB),
+        W(int64_t(H_ + 2 * Hkv_) * D_), scale(float(1.0 / std::sqrt(double(D_)))) {}
+  int rows(int tile) const { return std::min(kB, T - tile * kB); }
+  // Offsets into row b*T + t of qkv (or dqkv): q head h, k and v of kv head kvh.
+  int64_t row(int b, int t) const { return (int64_t(b) * T + t) * W; }
+  int64_t q_col(int h) const { return int64_t(h) * D; }
+  int64_t k_col(int kvh) const { return int64_t(H + kvh) * D; }
+  int64_t v_col(int kvh) const { return int64_t(H + Hkv + kvh) * D; }
+};
+
+// Forward of one (b, h, query tile qt). scratch: S (kB,kB), Kt (D,kB), O (kB,D), m, l (kB).
+template <int kD>
+void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, int b, int h, int qt, float* scratch) {
+  const int D = g.D, i0 = qt * kB, ni = g.rows(qt), kvh = h / g.group;
+  float* S = scratch;             // (kB,kB) scores, then probabilities
+  float* Kt = S + kB * kB;        // (D,kB)
+  float* O = Kt + int64_t(D) * kB;  // (kB,D) unnormalized output
+  float* m = O + int64_t(kB) * D;   // (kB) running max of scaled scores
+  float* l = m + kB;                // (kB) running sum of exp(score - m)
+  std::fill(O, O + int64_t(kB) * D, 0.0f);
+  std::fill(m, m + kB, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + kB, 0.0f);
+  const float* q = qkv + g.row(b, i0) + g.q_col(h);
+  for (int kt = 0; kt <= qt; kt++) {  // key tiles above the diagonal are fully masked: skipped
+    const int j0 = kt * kB, nj = g.rows(kt);
+    pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
+    tile_dot(S, q, g.W, Kt, ni, D);
+    if (kt == qt) mask_diagonal(S, ni);  // earlier tiles are full (nj == kB) and wholly visible
+    for (int i = 0; i < ni; i++) {
+      float* s = S + i * kB;
+      // Every row has an unmasked key here (key i0 at least), so m_new is finite.
+      const float m_new = std::max(m[i], row_max(s) * g.scale);  // scale > 0: max commutes with it
+      const float corr = exp_nonpositive(m[i] - m_new);             // m[i] = -inf at first: corr = 0
+      for (int j = 0; j < kB; j++) s[j] = exp_nonpositive(s[j] * g.scale - m_new);
+      l[i] = l[i] * corr + row_sum(s);
+      m[i] = m_new;
+      float* o = O + int64_t(i) * D;
+      for (int d = 0; d < D; d++) o[d] *= corr;
+    }
+    tile_axpy<kD>(O, D, S, kB, 1, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D);  // O += P V
+  }
+  for (int i = 0; i < ni; i++) {
+    const float inv = 1.0f / l[i];
+    float* o = out + (int64_t(b) * g.T + i0 + i) * g.H * D + g.q_col(h);
+    for (int d = 0; d < D; d++) o[d] = O[int64_t(i) * D + d] * inv;
+    lse[(int64_t(b) * g.H + h) * g.T + i0 + i] = m[i] + std::log(l[i]);
+  }
+}
+
+// Backward of one (query tile qt of head h) x (key tile kt) pair of batch row b:
+//   P = exp(scale*QK^T - lse), dP = dO V^T, dS = P*(dP - Di)*scale,
+//   dV += P^T dO, dK += dS^T Q (both into kB x D accumulators, skipped when dk == nullptr),
+//   dQ += dS K (into dq rows at stride ldq, skipped when dq == nullptr).
+// Kt, Vt: the key tile's k and v packed transposed; di (B,H,T) = rowsum(dout * out).
+// scratch: P, dS (kB,kB).
+template <int kD>
+void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB,D)*/, const float* dout,
+                   const float* qkv, const float* lse, const float* di, const float* Kt, const float* Vt,
+                   const Geometry& g, int b, int h, int qt, int kt, float* scratch) {
+  const int D = g.D, i0 = qt * kB, ni = g.rows(qt), j0 = kt * kB, nj = g.rows(kt), kvh = h / g.group;
+  float* P = scratch;       // (kB,kB)
+  float* dS = P + kB * kB;  // (kB,kB) dP, then dS
+  const int64_t ldo = int64_t(g.H) * D;
+  const float* q = qkv + g.row(b, i0) + g.q_col(h);
+  const float* dO = dout + (int64_t(b) * g.T + i0) * ldo + g.q_col(h);
+  const float* lse_i = lse + (int64_t(b) * g.H + h) * g.T + i0;
+  const float* Di = di + (int64_t(b) * g.H + h) * g.T + i0;
+  tile_dot(P, q, g.W, Kt, ni, D);
+  if (kt == qt) mask_diagonal(P, ni);
+  for (int i = 0; i < ni; i++) {
+    float* p = P + i * kB;
+    const float li = lse_i[i];
+    for (int j = 0; j < kB; j++) p[j] = exp_nonpositive(p[j] * g.scale - li);
+  }
+  tile_dot(dS, dO, ldo, Vt, ni, D);
+  for (int i = 0; i < ni; i++) {
+    const float di = Di[i];
+    for (int j = 0; j < kB; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - di) * g.scale;
+  }
+  if (dk != nullptr) {
+    tile_axpy<kD>(dv, D, P, 1, kB, dO, ldo, nj, ni, D);
+    tile_axpy<kD>(dk, D, dS, 1, kB, q, g.W, nj, ni, D);
+  }
+  if (dq != nullptr) tile_axpy<kD>(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D);
+}
+
+// dk, dv of key tile kt of (b, kvh), summed over the group's query heads and the query tiles at and
+// below the diagonal in a fixed order; with dq_too, also adds each pair's dS K into dqkv's dq rows.
+template <int kD>
+void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
+                       const Geometry& g, int b, int kvh, int kt, bool dq_too, float* scratch) {
+  const int D = g.D, j0 = kt * kB, nj = g.rows(kt);
+  float* Kt = scratch;                         // (D,kB)
+  float* Vt = Kt + int64_t(D) * kB;            // (D,kB)
+  float* dk = Vt + int64_t(D) * kB;            // (kB,D)
+  float* dv = dk + int64_t(kB) * D;            // (kB,D)
+  float* tile_scratch = dv + int64_t(kB) * D;  // 2*kB*kB
+  pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
+  pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
+  std::fill(dk, dk + 2 * int64_t(kB) * D, 0.0f);
+  for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
+    for (int qt = kt; qt < g.n_tiles; qt++) {
+      float* dq = dq_too ? dqkv + g.row(b, qt * kB) + g.q_col(h) : nullptr;
+      backward_tile<kD>(dq, g.W, dk, dv, dout, qkv, lse, di, Kt, Vt, g, b, h, qt, kt, tile_scratch);
+    }
+  for (int j = 0; j < nj; j++) {
+    std::memcpy(dqkv + g.row(b, j0 + j) + g.k_col(kvh), dk + int64_t(j) * D, sizeof(float) * D);
+    std::memcpy(dqkv + g.row(b, j0 + j) + g.v_col(kvh), dv + int64_t(j) * D, sizeof(float) * D);
+  }
+}
+
+// dq of query tile qt of (b, h): dS K summed over key tiles 0..qt in the same order as
+// backward_key_tile's dq_too path, so both give the same bits.
+template <int kD>
+void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
+                         const Geometry& g, int b, int h, int qt, float* scratch) {
+  const int D = g.D, i0 = qt * kB, ni = g.rows(qt), kvh = h / g.group;
+  float* Kt = scratch;
+  float* Vt = Kt + int64_t(D) * kB;
+  float* dq = Vt + int64_t(D) * kB;  // (kB,D)
+  float* tile_scratch = dq + 2 * int64_t(kB) * D;
+  std::fill(dq, dq + int64_t(kB) * D, 0.0f);
+  for (int kt = 0; kt <= qt; kt++) {
+    const int j0 = kt * kB, nj = g.rows(kt);
+    pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
+    pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
+    backward_tile<kD>(dq, D, nullptr, nullptr, dout, qkv, lse, di, Kt, Vt, g, b, h, qt, kt, tile_scratch);
+  }
+  for (int i = 0; i < ni; i++)
+    std::memcpy(dqkv + g.row(b, i0 + i) + g.q_col(h), dq + int64_t(i) * D, sizeof(float) * D);
+}
+
+template <int kD>
+void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
+  const int64_t n_tasks = int64_t(g.B) * g.H * g.n_tiles;
+#pragma omp parallel
+  {
+    Scratch scratch = alloc_scratch(size_t(kB) * kB + 2 * size_t(kB) * g.D + 2 * kB);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n_tasks; task++) {
+      const int qt = g.n_tiles - 1 - int(task % g.n_tiles);  // longest rows first
+      const int bh = int(task / g.n_tiles);
+      forward_tile<kD>(out, lse, qkv, g, bh / g.H, bh % g.H, qt, scratch.get());
+    }
+  }
+}
+
+template <int kD>
+void backward_all(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                  const Geometry& g) {
+  const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB;
+  // di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij, once per query row.
+  const int64_t n_rows = int64_t(g.B) * g.H * g.T, ldo = int64_t(g.H) * g.D;
+  Scratch di = alloc_scratch(n_rows);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n_rows; r++) {
+    const int64_t bh = r / g.T, t = r % g.T, b = bh / g.H, h = bh % g.H;
+    const float* dy = dout + (b * g.T + t) * ldo + h * g.D;
+    const float* o = out + (b * g.T + t) * ldo + h * g.D;
+    float acc = 0.0f;
+    for (int d = 0; d < g.D; d++) acc += dy[d] * o[d];
+    di[r] = acc;
+  }
+  const int64_t n_kv = int64_t(g.B) * g.Hkv;
+  if (n_kv >= 2 * int64_t(omp_get_max_threads())) {
+    // One task per (b, kvh): owns dq of heads [kvh*group, (kvh+1)*group) and dk, dv of kvh.
+#pragma omp parallel
+    {
+      Scratch scratch = alloc_scratch(scratch_size);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < n_kv; task++) {
+        const int b = int(task / g.Hkv), kvh = int(task % g.Hkv);
+        for (int t = 0; t < g.T; t++)  // dq is accumulated below: zero it first
+          std::fill_n(dqkv + g.row(b, t) + g.q_col(kvh * g.group), int64_t(g.group) * g.D, 0.0f);
+        for (int kt = 0; kt < g.n_tiles; kt++)
+          backward_key_tile<kD>(dqkv, dout, qkv, lse, di.get(), g, b, kvh, kt, true, scratch.get());
+      }
+    }
+    return;
+  }
+  // Few (b, kvh): pass 1 writes dk, dv per (b, kvh, key tile), pass 2 dq per (b, h, query tile).
+  const int64_t n_kv_tiles = n_kv * g.n_tiles, n_q_tiles = int64_t(g.B) * g.H * g.n_tiles;
+#pragma omp parallel
+  {
+    Scratch scratch = alloc_scratch(scratch_size);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n_kv_tiles; task++) {
+      const int kt = int(task % g.n_tiles);  // kt = 0 has the most query tiles: first
+      const int bk = int(task / g.n_tiles);
+      backward_key_tile<kD>(dqkv, dout, qkv, lse, di.get(), g, bk / g.Hkv, bk % g.Hkv, kt, false, scratch.get());
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n_q_tiles; task++) {
+      const int qt = g.n_tiles - 1 - int(task % g.n_tiles);
+      const int bh = int(task / g.n_tiles);
+      backward_query_tile<kD>(dqkv, dout, qkv, lse, di.get(), g, bh / g.H, bh % g.H, qt, scratch.get());
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/,
+                       int B, int T, int H, int Hkv, int D) {
+  CHECK(Hkv > 0 && H % Hkv == 0, "attention: H {} must be a multiple of Hkv {}", H, Hkv);
+  if (B <= 0 || T <= 0) return;
+  const Geometry g(B, T, H, Hkv, D);
+  switch (D) {
+    case 64: forward_all<64>(out, lse, qkv, g); break;
+    case 128: forward_all<128>(out, lse, qkv, g); break;
+    default: forward_all<0>(out, lse, qkv, g); break;
+  }
+}
+
+void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(B,T,H*D)*/,
+                        const float* qkv /*(B,T,(H+2*Hkv)*D)*/, const float* out /*(B,T,H*D)*/,
+                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D) {
+  CHECK(Hkv > 0 && H % Hkv == 0, "attention: H {} must be a multiple of Hkv {}", H, Hkv);
+  if (B <= 0 || T <= 0) return;
+  const Geometry g(B, T, H, Hkv, D);
+  switch (D) {
+    case 64: backward_all<64>(dqkv, dout, qkv, out, lse, g); break;
+    case 128: backward_all<128>(dqkv, dout, qkv, out, lse, g); break;
+    default: backward_all<0>(dqkv, dout, qkv, out, lse, g); break;
+  }
+}
+
+}  // namespace llamatrain::cpu
