@@ -1,0 +1,135 @@
+// Fused lm head + cross-entropy (+ backward); must match ref::matmul_forward followed by
+// ref::cross_entropy_forward/backward and ref::matmul_backward, without ever holding (N,V) logits.
+// Algorithm, per chunk of R rows (x_c = x[r0 : r0+R]):
+//   logits (R,V) = x_c @ wout^T                      oneDNN, into a per-thread chunk buffer
+//   per row (OpenMP over rows): max, lse = max + log(sum exp(l - max)), loss = lse - l[target];
+//   backward only: dlogits = dloss * (softmax - onehot) (0 for target < 0), in place (f32) or into a
+//   bf16 chunk buffer (bf16 mode), then dx_c (R,C) = dlogits @ wout and dwout (V,C) += dlogits^T @ x_c.
+// bf16 mode: x_c and dlogits become bf16 operands (with wout_bf16); accumulation and softmax stay fp32.
+// exp is a vectorizable polynomial (exp_nonpos below) instead of libm's scalar expf.
+#include "kernels/cpu/lmhead_ce.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/ops.h"
+
+namespace llamatrain::cpu {
+
+namespace detail {
+
+// R = largest multiple of 16 with R*V*4 bytes <= 8 MiB, clamped to [64, 256]. For V = 32000 that is 64
+// rows (7.8 MiB of logits, within an L3 slice, so the softmax pass and the two backward matmuls re-read
+// the chunk from cache rather than DRAM); 64 rows is also the smallest M at which oneDNN's brgemm
+// kernels still run near full speed, and the dwout += dlogits^T @ x_c update (K = R) still does
+// R/4 flop per byte of dwout traffic. Small vocabularies get 256-row chunks.
+int lmhead_chunk_rows(int V) {
+  if (lmhead_chunk_rows_override() > 0) return lmhead_chunk_rows_override();
+  int64_t r = (int64_t(8) << 20) / (4 * int64_t(std::max(V, 1)));
+  r = r / 16 * 16;
+  return int(std::clamp<int64_t>(r, 64, 256));
+}
+
+int& lmhead_chunk_rows_override() {
+  static int rows = 0;
+  return rows;
+}
+
+}  // namespace detail
+
+namespace {
+
+// exp(x) for x <= 0 (NaN propagates), relative error ~2 ulp; inputs below -87 return exp(-87) ~ 1.6e-38,
+// which is 0 next to the row's largest term (exactly 1). Range reduction x = n*ln2 + r, |r| <= ln2/2,
+// then a degree-7 Taylor polynomial for exp(r) (truncation error < 5e-9) scaled by 2^n through the
+// exponent bits. Branch-free, so the row loops below vectorize.
+inline float exp_nonpos(float x) {
+  x = std::max(x, -87.0f);
+  float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693145751953125f;  // ln2 split hi + lo so n*ln2_hi is exact
+  r = r - n * 1.42860682030941723e-6f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  float scale = std::bit_cast<float>(uint32_t(int32_t(n) + 127) << 23);
+  return p * scale;
+}
+
+// log-sum-exp of one row of logits (V).
+inline float row_lse(const float* l, int V) {
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < V; j++) mx = std::max(mx, l[j]);
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int j = 0; j < V; j++) s += exp_nonpos(l[j] - mx);
+  return mx + std::log(s);
+}
+
+}  // namespace
+
+void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
+                     const float* wout /*(V,C)*/, const bf16* wout_bf16 /*(V,C)*/, const int32_t* targets /*(N)*/,
+                     float dloss, int N, int C, int V, ComputeType ct) {
+  const bool is_bf16 = ct == ComputeType::bf16;
+  CHECK(!is_bf16 || wout_bf16 != nullptr, "lmhead_ce_fused: bf16 compute needs wout_bf16");
+  const bool backward = dx != nullptr;
+  const int R = std::min(detail::lmhead_chunk_rows(V), std::max(N, 1));
+  float* logits = detail::f32_scratch(0, int64_t(R) * V);                          // (R,V)
+  bf16* x_b = is_bf16 ? detail::bf16_scratch(0, int64_t(R) * C) : nullptr;          // (R,C)
+  bf16* dlogits_b = is_bf16 && backward ? detail::bf16_scratch(1, int64_t(R) * V) : nullptr;  // (R,V)
+  const void* w = is_bf16 ? static_cast<const void*>(wout_bf16) : static_cast<const void*>(wout);
+
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const float* x_c = x + int64_t(r0) * C;  // (rows,C)
+    const void* xa = x_c;
+    if (is_bf16) {
+      bf16_from_float(x_b, x_c, int64_t(rows) * C);
+      xa = x_b;
+    }
+    detail::gemm(logits, xa, false, w, true, rows, V, C, is_bf16, false);
+
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+      float* l = logits + int64_t(i) * V;  // (V)
+      const int32_t t = targets[r0 + i];
+      CHECK(t < V, "lmhead_ce_fused: target {} at row {} is out of range for vocab {}", t, r0 + i, V);
+      const float lse = row_lse(l, V);
+      const float lt = t >= 0 ? l[t] : 0.0f;
+      losses[r0 + i] = t >= 0 ? lse - lt : 0.0f;
+      if (!backward) continue;
+      // dlogits = dloss * (softmax - onehot); ignored rows contribute nothing
+      const float scale = t >= 0 ? dloss : 0.0f;
+      if (is_bf16) {
+        bf16* d = dlogits_b + int64_t(i) * V;  // (V)
+#pragma omp simd
+        for (int j = 0; j < V; j++) d[j] = to_bf16(exp_nonpos(l[j] - lse) * scale);
+        if (t >= 0) d[t] = to_bf16((exp_nonpos(lt - lse) - 1.0f) * scale);
+      } else {
+#pragma omp simd
+        for (int j = 0; j < V; j++) l[j] = exp_nonpos(l[j] - lse) * scale;
+        if (t >= 0) l[t] = (exp_nonpos(lt - lse) - 1.0f) * scale;
+      }
+    }
+    if (!backward) continue;
+
+    const void* da = is_bf16 ? static_cast<const void*>(dlogits_b) : static_cast<const void*>(logits);
+    // dx_c (rows,C) = dlogits (rows,V) @ wout (V,C)
+    detail::gemm(dx + int64_t(r0) * C, da, false, w, false, rows, C, V, is_bf16, false);
+    // dwout (V,C) += dlogits^T (V,rows) @ x_c (rows,C)
+    detail::gemm(dwout, da, true, xa, false, V, C, rows, is_bf16, true);
+  }
+}
+
+}  // namespace llamatrain::cpu

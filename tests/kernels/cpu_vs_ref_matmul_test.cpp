@@ -1,0 +1,342 @@
+// cpu::matmul_* against ref::matmul_*, and cpu::lmhead_ce_fused against an fp64 lm-head + CE computed
+// here with plain loops, on awkward shapes, in f32 and bf16.
+// Tolerances are error bounds scaled by S = sum_k |a_k||b_k| of each output (the same sum over
+// absolute values, computed by the reference on |operands|), so they hold whatever the cancellation:
+//   fp32: oneDNN's blocked fp32 sums differ from the fp64 reference by ~u32*sqrt(K)*S; we allow
+//         u32*(8*sqrt(K) + 16)*S (u32 = 2^-24), far below any indexing or transpose bug (O(S)).
+//   bf16: each operand is rounded to bf16 (8-bit significand, unit roundoff u16 = 2^-8), so each
+//         product is off by at most (2*u16 + u16^2)|a||b| and the dot product by that times S, plus the
+//         fp32 accumulation above. This bound is rigorous but loose, so bf16 is also checked tightly:
+//         against the reference run on the same bf16-rounded operands (products of bf16 are exact in
+//         fp32, so only fp32 accumulation error remains).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/rng.h"
+#include "kernels/cpu/lmhead_ce.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/ref/ops.h"
+
+namespace llamatrain {
+namespace {
+
+using cpu::ComputeType;
+
+constexpr double kU32 = 0x1p-24;
+constexpr double kU16 = 0x1p-8;  // bf16: 8 significand bits, round to nearest
+
+double f32_sum_tol(int K) { return kU32 * (8.0 * std::sqrt(double(K)) + 16.0); }
+double bf16_sum_tol(int K) { return 2.0 * kU16 + kU16 * kU16 + f32_sum_tol(K); }
+
+std::vector<float> random_vec(size_t n, uint32_t tensor_id, float lo, float hi) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * random_uniform(42, 0, tensor_id, i);
+  return v;
+}
+std::vector<float> abs_vec(const std::vector<float>& v) {
+  std::vector<float> a(v.size());
+  for (size_t i = 0; i < v.size(); i++) a[i] = std::abs(v[i]);
+  return a;
+}
+std::vector<float> bf16_rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); i++) r[i] = to_float(to_bf16(v[i]));
+  return r;
+}
+std::vector<bf16> to_bf16_vec(const std::vector<float>& v) {
+  std::vector<bf16> r(v.size());
+  for (size_t i = 0; i < v.size(); i++) r[i] = to_bf16(v[i]);
+  return r;
+}
+
+// Expects |got[i] - want[i]| <= tol * scale[i] + slack * |want[i]| for all i; prints the first mismatches.
+template <typename W, typename S>
+void expect_within(const std::vector<float>& got, const std::vector<W>& want, const std::vector<S>& scale, double tol,
+                   const std::string& what, double slack = 2 * kU32) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_EQ(got.size(), scale.size()) << what;
+  int bad = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double err = std::abs(double(got[i]) - double(want[i]));
+    const double lim = tol * double(scale[i]) + slack * std::abs(double(want[i])) + 1e-30;
+    worst = std::max(worst, err / lim);
+    if (!(err <= lim) && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << ", |err| " << err
+                    << " > " << lim;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " outside tolerance";
+  EXPECT_TRUE(std::isfinite(worst)) << what;
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul
+
+struct MatmulRef {
+  std::vector<float> out, dinp, dweight;  // (N,OC), (N,IC), (OC,IC); dweight accumulated from 0
+};
+
+MatmulRef run_ref(const std::vector<float>& inp, const std::vector<float>& weight, const std::vector<float>& dout,
+                  int N, int IC, int OC) {
+  MatmulRef r{std::vector<float>(size_t(N) * OC), std::vector<float>(size_t(N) * IC),
+              std::vector<float>(size_t(OC) * IC, 0.0f)};
+  ref::matmul_forward(r.out.data(), inp.data(), weight.data(), N, IC, OC);
+  ref::matmul_backward(r.dinp.data(), r.dweight.data(), dout.data(), inp.data(), weight.data(), N, IC, OC);
+  return r;
+}
+
+void check_matmul_shape(int N, int IC, int OC) {
+  SCOPED_TRACE(testing::Message() << "N=" << N << " IC=" << IC << " OC=" << OC);
+  const uint32_t id = uint32_t(N * 7919 + IC * 31 + OC);
+  const auto inp = random_vec(size_t(N) * IC, id, -1, 1);         // (N,IC)
+  const auto weight = random_vec(size_t(OC) * IC, id + 1, -1, 1);  // (OC,IC)
+  const auto dout = random_vec(size_t(N) * OC, id + 2, -1, 1);     // (N,OC)
+  const auto dweight0 = random_vec(size_t(OC) * IC, id + 3, -1, 1);  // (OC,IC) prior gradient
+  const auto weight_b = to_bf16_vec(weight);
+
+  const MatmulRef want = run_ref(inp, weight, dout, N, IC, OC);
+  const MatmulRef scale = run_ref(abs_vec(inp), abs_vec(weight), abs_vec(dout), N, IC, OC);
+  const MatmulRef want_b = run_ref(bf16_rounded(inp), bf16_rounded(weight), bf16_rounded(dout), N, IC, OC);
+
+  for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) {
+    const bool is_bf16 = ct == ComputeType::bf16;
+    const std::string tag = is_bf16 ? "bf16 " : "f32 ";
+    const double tol_fwd = is_bf16 ? bf16_sum_tol(IC) : f32_sum_tol(IC);
+    const double tol_dinp = is_bf16 ? bf16_sum_tol(OC) : f32_sum_tol(OC);
+    const double tol_dw = is_bf16 ? bf16_sum_tol(N) : f32_sum_tol(N);
+
+    std::vector<float> out(size_t(N) * OC, -7.0f);
+    cpu::matmul_forward(out.data(), inp.data(), weight.data(), is_bf16 ? weight_b.data() : nullptr, N, IC, OC, ct);
+    expect_within(out, want.out, scale.out, tol_fwd, tag + "out");
+    if (is_bf16) expect_within(out, want_b.out, scale.out, f32_sum_tol(IC), tag + "out vs bf16-rounded ref");
+
+    // backward twice: dinp is overwritten (same both times), dweight accumulates dweight0 + 2 * grad
+    std::vector<float> dinp(size_t(N) * IC, -7.0f), dweight = dweight0;
+    for (int rep = 0; rep < 2; rep++)
+      cpu::matmul_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(),
+                           is_bf16 ? weight_b.data() : nullptr, N, IC, OC, ct);
+    expect_within(dinp, want.dinp, scale.dinp, tol_dinp, tag + "dinp");
+    if (is_bf16) expect_within(dinp, want_b.dinp, scale.dinp, f32_sum_tol(OC), tag + "dinp vs bf16-rounded ref");
+    std::vector<double> dw_want(dweight.size()), dw_want_b(dweight.size()), dw_scale(dweight.size());
+    for (size_t i = 0; i < dweight.size(); i++) {
+      dw_want[i] = double(dweight0[i]) + 2.0 * want.dweight[i];
+      dw_want_b[i] = double(dweight0[i]) + 2.0 * want_b.dweight[i];
+      dw_scale[i] = 2.0 * scale.dweight[i];
+    }
+    expect_within(dweight, dw_want, dw_scale, tol_dw, tag + "dweight (+= twice)", 4 * kU32);
+    if (is_bf16)
+      expect_within(dweight, dw_want_b, dw_scale, f32_sum_tol(N), tag + "dweight vs bf16-rounded ref", 4 * kU32);
+
+    // dinp == nullptr: only dweight, accumulated once
+    std::vector<float> dweight1 = dweight0;
+    cpu::matmul_backward(nullptr, dweight1.data(), dout.data(), inp.data(), weight.data(),
+                         is_bf16 ? weight_b.data() : nullptr, N, IC, OC, ct);
+    for (size_t i = 0; i < dweight.size(); i++) dw_want[i] = double(dweight0[i]) + want.dweight[i];
+    expect_within(dweight1, dw_want, scale.dweight, tol_dw, tag + "dweight (dinp == nullptr)", 4 * kU32);
+  }
+}
+
+TEST(CpuVsRefMatmul, AwkwardShapes) {
+  for (int N : {1, 17, 127, 256})
+    for (int IC : {1, 40, 107, 768})
+      for (int OC : {1, 40, 107, 768}) {
+        // keeps the fp64 reference quick (still includes 17 x 768 x 768 and 127 x 768 x 107)
+        if (int64_t(N) * IC * OC > int64_t(127) * 768 * 107) continue;
+        check_matmul_shape(N, IC, OC);
+      }
+}
+
+// ---------------------------------------------------------------------------------------------
+// lm head + cross-entropy
+
+struct LmCase {
+  int N, C, V;
+  int chunk_rows;  // 0: the kernel's own choice
+  float w_scale;   // wout ~ U(-w_scale, w_scale); large values give peaked softmaxes
+};
+
+// fp64 lm head + CE + backward, plus the absolute-value sums the tolerances are scaled by.
+struct LmRef {
+  std::vector<double> losses;               // (N)
+  std::vector<double> dx, dwout;            // (N,C), (V,C) (dwout from zero)
+  std::vector<double> logit_scale;          // (N) max_v sum_c |x||w|
+  std::vector<double> dx_p, dx_d;           // (N,C) dloss * sum_v p|w|, sum_v |dlogit||w|
+  std::vector<double> dw_p, dw_d;           // (V,C) sum_n dloss * p|x|, sum_n |dlogit||x|
+};
+
+LmRef lm_reference(const std::vector<float>& x, const std::vector<float>& wout, const std::vector<int32_t>& targets,
+                   double dloss, int N, int C, int V) {
+  LmRef r;
+  r.losses.assign(size_t(N), 0.0);
+  r.dx.assign(size_t(N) * C, 0.0);
+  r.dwout.assign(size_t(V) * C, 0.0);
+  r.logit_scale.assign(size_t(N), 0.0);
+  r.dx_p.assign(size_t(N) * C, 0.0);
+  r.dx_d.assign(size_t(N) * C, 0.0);
+  r.dw_p.assign(size_t(V) * C, 0.0);
+  r.dw_d.assign(size_t(V) * C, 0.0);
+  std::vector<double> l(static_cast<size_t>(V)), p(static_cast<size_t>(V)), d(static_cast<size_t>(V));
+  for (int n = 0; n < N; n++) {
+    const float* xn = &x[size_t(n) * C];
+    // logits = x @ wout^T
+    for (int v = 0; v < V; v++) {
+      double s = 0.0, sa = 0.0;
+      for (int c = 0; c < C; c++) {
+        s += double(xn[c]) * wout[size_t(v) * C + c];
+        sa += std::abs(double(xn[c]) * wout[size_t(v) * C + c]);
+      }
+      l[size_t(v)] = s;
+      r.logit_scale[size_t(n)] = std::max(r.logit_scale[size_t(n)], sa);
+    }
+    const int t = targets[size_t(n)];
+    if (t < 0) continue;  // ignored: loss 0, no gradient
+    // loss = logsumexp(l) - l[t]; dlogits = dloss * (softmax - onehot)
+    double mx = l[0];
+    for (int v = 1; v < V; v++) mx = std::max(mx, l[size_t(v)]);
+    double s = 0.0;
+    for (int v = 0; v < V; v++) s += std::exp(l[size_t(v)] - mx);
+    const double lse = mx + std::log(s);
+    r.losses[size_t(n)] = lse - l[size_t(t)];
+    for (int v = 0; v < V; v++) {
+      p[size_t(v)] = std::exp(l[size_t(v)] - lse);
+      d[size_t(v)] = dloss * (p[size_t(v)] - (v == t ? 1.0 : 0.0));
+    }
+    // dx = dlogits @ wout; dwout += dlogits^T @ x
+    for (int v = 0; v < V; v++) {
+      for (int c = 0; c < C; c++) {
+        const double w = wout[size_t(v) * C + c];
+        r.dx[size_t(n) * C + c] += d[size_t(v)] * w;
+        r.dx_p[size_t(n) * C + c] += dloss * p[size_t(v)] * std::abs(w);
+        r.dx_d[size_t(n) * C + c] += std::abs(d[size_t(v)] * w);
+        r.dwout[size_t(v) * C + c] += d[size_t(v)] * xn[c];
+        r.dw_p[size_t(v) * C + c] += dloss * p[size_t(v)] * std::abs(double(xn[c]));
+        r.dw_d[size_t(v) * C + c] += std::abs(d[size_t(v)] * xn[c]);
+      }
+    }
+  }
+  return r;
+}
+
+// The reference of the last case, reused by its f32 and bf16 runs (inputs depend only on the case).
+const LmRef& lm_reference_cached(const std::vector<float>& x, const std::vector<float>& wout,
+                                 const std::vector<int32_t>& targets, double dloss, int N, int C, int V) {
+  static std::vector<float> last_x, last_w;
+  static std::vector<int32_t> last_t;
+  static LmRef last;
+  if (x != last_x || wout != last_w || targets != last_t) {
+    last = lm_reference(x, wout, targets, dloss, N, C, V);
+    last_x = x;
+    last_w = wout;
+    last_t = targets;
+  }
+  return last;
+}
+
+// Error bounds (first order, times 1.5 for the neglected higher-order terms):
+//   logits: e_l = tol_sum(C) * logit_scale[n] (tol_sum as for matmul, bf16 or f32);
+//   lse: the kernel sums V exp terms in fp32 (exp ~2 ulp), e_lse = (V/16 + 16) * u32 + 2 u32 |lse|;
+//   loss: 2 e_l + e_lse;  softmax: p' = p * (1 + delta), delta = expm1(2 e_l + e_lse) (per row);
+//   dlogits additionally rounded to rho = u16 (bf16) or u32, and the backward matmuls add their own
+//   operand rounding (bf16) and accumulation terms on sum |dlogit||w| (dx_d, dw_d).
+void check_lm_case(const LmCase& lc, ComputeType ct) {
+  const int N = lc.N, C = lc.C, V = lc.V;
+  const bool is_bf16 = ct == ComputeType::bf16;
+  SCOPED_TRACE(testing::Message() << (is_bf16 ? "bf16" : "f32") << " N=" << N << " C=" << C << " V=" << V
+                                  << " chunk_rows=" << lc.chunk_rows << " w_scale=" << lc.w_scale);
+  const uint32_t id = uint32_t(1000 + N * 13 + V * 7 + C);
+  const auto x = random_vec(size_t(N) * C, id, -1, 1);                       // (N,C)
+  const auto wout = random_vec(size_t(V) * C, id + 1, -lc.w_scale, lc.w_scale);  // (V,C)
+  const auto wout_b = to_bf16_vec(wout);
+  const auto dwout0 = random_vec(size_t(V) * C, id + 2, -1, 1);            // (V,C) prior gradient
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  int valid = 0;
+  for (int n = 0; n < N; n++) {
+    const uint32_t r = random_u32(42, 1, id, uint64_t(n));
+    targets[size_t(n)] = (r % 5 == 0) ? -100 : int32_t(r % uint32_t(V));  // ~20% ignored
+    valid += targets[size_t(n)] >= 0;
+  }
+  const double dloss = 1.0 / std::max(valid, 1);
+
+  const double tol_l = is_bf16 ? bf16_sum_tol(C) : f32_sum_tol(C);
+  const double rho = is_bf16 ? kU16 : kU32;
+  const LmRef& ref = lm_reference_cached(x, wout, targets, dloss, N, C, V);
+  std::vector<double> loss_tol(static_cast<size_t>(N)), delta(static_cast<size_t>(N));
+  double delta_max = 0.0;
+  for (int n = 0; n < N; n++) {
+    const double e_l = tol_l * ref.logit_scale[size_t(n)];
+    const double lse = ref.losses[size_t(n)] + ref.logit_scale[size_t(n)];  // |lse| <= loss + |l_t|
+    const double e_lse = (V / 16.0 + 16.0) * kU32 + 2.0 * kU32 * lse;
+    loss_tol[size_t(n)] = 1.5 * (2.0 * e_l + e_lse);
+    delta[size_t(n)] = 1.5 * std::expm1(2.0 * e_l + e_lse + 4.0 * kU32);
+    delta_max = std::max(delta_max, delta[size_t(n)]);
+  }
+
+  cpu::detail::lmhead_chunk_rows_override() = lc.chunk_rows;
+  std::vector<float> losses(size_t(N), -1.0f), dx(size_t(N) * C, -7.0f), dwout = dwout0;
+  cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(),
+                       is_bf16 ? wout_b.data() : nullptr, targets.data(), float(dloss), N, C, V, ct);
+  std::vector<float> losses_eval(size_t(N), -1.0f);
+  cpu::lmhead_ce_fused(losses_eval.data(), nullptr, nullptr, x.data(), wout.data(), is_bf16 ? wout_b.data() : nullptr,
+                       targets.data(), float(dloss), N, C, V, ct);
+  cpu::detail::lmhead_chunk_rows_override() = 0;
+
+  expect_within(losses, ref.losses, loss_tol, 1.0, "losses");
+  EXPECT_EQ(losses_eval, losses) << "dx == nullptr (evaluation) must give the same losses";
+  for (int n = 0; n < N; n++)
+    if (targets[size_t(n)] < 0) {
+      EXPECT_EQ(losses[size_t(n)], 0.0f) << "ignored row " << n;
+      for (int c = 0; c < C; c++) ASSERT_EQ(dx[size_t(n) * C + c], 0.0f) << "ignored row " << n;
+    }
+
+  // dx: |err| <= delta * dx_p + (2 rho + bf16 wout rounding + accumulation over V) * dx_d
+  const double back_dx = 1.5 * (2.0 * rho + (is_bf16 ? kU16 : 0.0) + f32_sum_tol(V));
+  std::vector<double> dx_lim(dx.size());
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      dx_lim[size_t(n) * C + c] = delta[size_t(n)] * ref.dx_p[size_t(n) * C + c] + back_dx * ref.dx_d[size_t(n) * C + c];
+  expect_within(dx, ref.dx, dx_lim, 1.0, "dx");
+
+  // dwout = dwout0 + grad: |err| <= max_n delta_n * sum_n p|x| + (2 rho + bf16 x rounding + accumulation over N) * dw_d
+  const double back_dw = 1.5 * (2.0 * rho + (is_bf16 ? kU16 : 0.0) + f32_sum_tol(N));
+  std::vector<double> dw_want(dwout.size()), dw_lim(dwout.size());
+  for (size_t i = 0; i < dwout.size(); i++) {
+    dw_want[i] = double(dwout0[i]) + ref.dwout[i];
+    dw_lim[i] = delta_max * ref.dw_p[i] + back_dw * ref.dw_d[i];
+  }
+  expect_within(dwout, dw_want, dw_lim, 1.0, "dwout", 4 * kU32);
+}
+
+TEST(CpuVsRefLmHeadCe, MatchesFp64Reference) {
+  const LmCase cases[] = {
+      {37, 64, 211, 0, 0.2f},     // one chunk, smaller than the kernel's R
+      {300, 40, 211, 0, 0.2f},    // 256 + 44 rows
+      {37, 48, 211, 16, 3.0f},    // many small chunks, a 5-row tail, peaked softmax
+      {17, 64, 1, 0, 0.5f},       // V == 1: loss and gradient are exactly 0 for every row
+      {5, 48, 32000, 0, 0.2f},    // llama vocabulary, small N
+      {70, 24, 32000, 64, 0.5f},  // llama vocabulary, 64 + 6 rows
+  };
+  for (const LmCase& lc : cases)
+    for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) check_lm_case(lc, ct);
+}
+
+TEST(CpuVsRefLmHeadCe, HugeLogitsStayFinite) {
+  // logits of magnitude ~1e3: a naive exp overflows; the kernel must subtract the row max.
+  const int N = 3, C = 4, V = 5;
+  std::vector<float> x = {30, -20, 10, 5, 1, 2, 3, 4, -50, 40, 30, -10};  // (N,C)
+  std::vector<float> wout(size_t(V) * C);                                  // (V,C)
+  for (size_t i = 0; i < wout.size(); i++) wout[i] = float(int(i % 7) - 3) * 10.0f;
+  const std::vector<int32_t> targets = {1, 4, 0};
+  std::vector<float> losses(3), dx(size_t(N) * C), dwout(size_t(V) * C, 0.0f);
+  cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), nullptr, targets.data(), 1.0f,
+                       N, C, V, ComputeType::f32);
+  const LmRef ref = lm_reference(x, wout, targets, 1.0, N, C, V);
+  for (int n = 0; n < N; n++) EXPECT_NEAR(losses[size_t(n)], ref.losses[size_t(n)], 1e-3 * (1 + ref.losses[size_t(n)]));
+  for (size_t i = 0; i < dx.size(); i++) EXPECT_NEAR(dx[i], ref.dx[i], 1e-3 * (1 + std::abs(ref.dx[i]))) << i;
+  for (size_t i = 0; i < dwout.size(); i++) EXPECT_NEAR(dwout[i], ref.dwout[i], 1e-3 * (1 + std::abs(ref.dwout[i]))) << i;
+}
+
+}  // namespace
+}  // namespace llamatrain

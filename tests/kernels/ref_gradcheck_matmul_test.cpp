@@ -1,0 +1,140 @@
+// Finite-difference checks of ref::matmul_backward, alone and composed with cross-entropy.
+// Objectives are evaluated in fp64 from ref::matmul_forward's outputs; central differences with step
+// h. The matmul is linear, so the only error is fp32 rounding of the forward output (~1e-7 relative)
+// divided by h; through cross-entropy add O(h^2) curvature. The CE here is a local fp64 one (the test
+// must not depend on ref::cross_entropy, written elsewhere), so this also pins down the lm-head math
+// that cpu::lmhead_ce_fused implements.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/ref/ops.h"
+
+namespace llamatrain {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t tensor_id, float lo, float hi) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * random_uniform(7, 0, tensor_id, i);
+  return v;
+}
+
+// sum_{n,o} out[n,o] * g[n,o], out = ref::matmul_forward(inp, weight)
+double linear_objective(const std::vector<float>& inp, const std::vector<float>& weight, const std::vector<float>& g,
+                        int N, int IC, int OC) {
+  std::vector<float> out(size_t(N) * OC);
+  ref::matmul_forward(out.data(), inp.data(), weight.data(), N, IC, OC);
+  double s = 0.0;
+  for (size_t i = 0; i < out.size(); i++) s += double(out[i]) * g[i];
+  return s;
+}
+
+// Central difference of f with respect to every element of x (modified in place, then restored).
+template <typename F>
+std::vector<double> numeric_grad(std::vector<float>& x, double h, F f) {
+  std::vector<double> grad(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const float x0 = x[i];
+    const float xp = float(x0 + h), xm = float(x0 - h);  // the step actually taken, after fp32 rounding
+    x[i] = xp;
+    const double fp = f();
+    x[i] = xm;
+    const double fm = f();
+    x[i] = x0;
+    grad[i] = (fp - fm) / (double(xp) - double(xm));
+  }
+  return grad;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, double atol, double rtol,
+                  const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    if (std::abs(got[i] - want[i]) > atol + rtol * std::abs(want[i]) && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << got[i] << ", numeric " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " mismatches";
+}
+
+TEST(RefGradcheckMatmul, LinearObjective) {
+  const int N = 3, IC = 5, OC = 4;
+  auto inp = random_vec(size_t(N) * IC, 1, -1, 1);     // (N,IC)
+  auto weight = random_vec(size_t(OC) * IC, 2, -1, 1);  // (OC,IC)
+  auto g = random_vec(size_t(N) * OC, 3, -1, 1);       // (N,OC) = dL/dout
+
+  std::vector<float> dinp(size_t(N) * IC, 123.0f);  // overwritten
+  auto dweight0 = random_vec(size_t(OC) * IC, 4, -1, 1);
+  std::vector<float> dweight = dweight0;  // accumulated
+  ref::matmul_backward(dinp.data(), dweight.data(), g.data(), inp.data(), weight.data(), N, IC, OC);
+
+  auto f = [&] { return linear_objective(inp, weight, g, N, IC, OC); };
+  const double h = 1e-2;
+  auto num_dinp = numeric_grad(inp, h, f);
+  auto num_dweight = numeric_grad(weight, h, f);
+  for (size_t i = 0; i < num_dweight.size(); i++) num_dweight[i] += dweight0[i];
+  expect_close(dinp, num_dinp, 1e-4, 1e-4, "dinp");
+  expect_close(dweight, num_dweight, 1e-4, 1e-4, "dweight");
+
+  // dinp == nullptr skips the input gradient and still accumulates dweight
+  std::vector<float> dweight2 = dweight0;
+  ref::matmul_backward(nullptr, dweight2.data(), g.data(), inp.data(), weight.data(), N, IC, OC);
+  EXPECT_EQ(dweight2, dweight);
+}
+
+// fp64 cross-entropy of one row: loss = logsumexp(l) - l[t]; dl = dloss * (softmax - onehot); t < 0 ignored.
+double ce_row(std::vector<double>* dl, const float* l, int t, double dloss, int V) {
+  if (dl) dl->assign(size_t(V), 0.0);
+  if (t < 0) return 0.0;
+  double mx = l[0];
+  for (int j = 1; j < V; j++) mx = std::max(mx, double(l[j]));
+  double s = 0.0;
+  for (int j = 0; j < V; j++) s += std::exp(l[j] - mx);
+  const double lse = mx + std::log(s);
+  if (dl) {
+    for (int j = 0; j < V; j++) (*dl)[size_t(j)] = dloss * std::exp(l[j] - lse);
+    (*dl)[size_t(t)] -= dloss;
+  }
+  return lse - l[t];
+}
+
+TEST(RefGradcheckMatmul, LmHeadCrossEntropy) {
+  const int N = 4, C = 6, V = 7;
+  const double dloss = 1.0 / 3.0;  // mean over the 3 valid rows
+  const std::vector<int32_t> targets = {2, -100, 6, 0};
+  auto x = random_vec(size_t(N) * C, 11, -1, 1);      // (N,C)
+  auto wout = random_vec(size_t(V) * C, 12, -1, 1);   // (V,C)
+
+  // objective = sum_n dloss * loss_n, logits = ref matmul
+  auto f = [&] {
+    std::vector<float> logits(size_t(N) * V);
+    ref::matmul_forward(logits.data(), x.data(), wout.data(), N, C, V);
+    double s = 0.0;
+    for (int n = 0; n < N; n++) s += dloss * ce_row(nullptr, &logits[size_t(n) * V], targets[size_t(n)], dloss, V);
+    return s;
+  };
+
+  // analytic: logits -> dlogits (fp64 CE) -> ref::matmul_backward
+  std::vector<float> logits(size_t(N) * V), dlogits(size_t(N) * V);
+  ref::matmul_forward(logits.data(), x.data(), wout.data(), N, C, V);
+  for (int n = 0; n < N; n++) {
+    std::vector<double> dl;
+    ce_row(&dl, &logits[size_t(n) * V], targets[size_t(n)], dloss, V);
+    for (int j = 0; j < V; j++) dlogits[size_t(n) * V + j] = float(dl[size_t(j)]);
+  }
+  std::vector<float> dx(size_t(N) * C), dwout(size_t(V) * C, 0.0f);
+  ref::matmul_backward(dx.data(), dwout.data(), dlogits.data(), x.data(), wout.data(), N, C, V);
+
+  const double h = 1e-3;
+  auto num_dx = numeric_grad(x, h, f);
+  auto num_dwout = numeric_grad(wout, h, f);
+  expect_close(dx, num_dx, 2e-4, 1e-3, "dx");
+  expect_close(dwout, num_dwout, 2e-4, 1e-3, "dwout");
+  // the ignored row has no gradient at all
+  for (int c = 0; c < C; c++) EXPECT_EQ(dx[size_t(1) * C + c], 0.0f);
+}
+
+}  // namespace
+}  // namespace llamatrain
