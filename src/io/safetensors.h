@@ -16,6 +16,11 @@ enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, U16, U32, U
 const char* dtype_name(DType d);   // "F32", ...
 int dtype_size(DType d);           // bytes per element
 
+// IEEE binary16 <-> fp32. f16_to_float is exact (subnormals, inf, NaN payload kept);
+// float_to_f16 rounds to nearest even, overflows to inf and keeps NaN a (quiet) NaN.
+float f16_to_float(uint16_t h);
+uint16_t float_to_f16(float f);
+
 struct TensorView {
   std::string name;
   DType dtype;
@@ -43,6 +48,7 @@ class SafetensorsFile {
   void* map_ = nullptr;
   size_t map_size_ = 0;
   std::vector<TensorView> tensors_;
+  std::map<std::string, size_t> by_name_;  // name -> index in tensors_
   std::map<std::string, std::string> metadata_;
 };
 
@@ -77,6 +83,9 @@ struct TensorToWrite {
 // {{"format","pt"}} for Hugging Face). Throws Error on I/O failure (e.g. disk full).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata);
+// The exact bytes write_safetensors would write (for tests and in-memory seeds).
+std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& tensors,
+                                           const std::map<std::string, std::string>& metadata);
 
 // Writes shards model-0000i-of-0000K.safetensors of at most max_shard_bytes each (HF rules) plus
 // model.safetensors.index.json, or a single model.safetensors when everything fits in one shard.

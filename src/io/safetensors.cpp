@@ -1,0 +1,745 @@
+// safetensors reader and writer (FORMATS.md section 3). The reader mmaps a file and validates the
+// whole header before exposing any pointer: header length, JSON syntax, duplicate keys, dtypes,
+// shapes (overflow-checked), contiguous offsets and the exact file size; any violation throws
+// Error naming the file, the tensor, the value seen and the value expected. The writer follows the
+// reference crate byte for byte and writes to PATH.tmp, fsyncs, then renames.
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace llamatrain::io {
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kHint = "hint: the file is truncated or corrupt; re-download or re-export it";
+constexpr uint64_t kMaxHeader = 100'000'000;
+constexpr int kMaxJsonDepth = 16;
+
+struct DTypeInfo {
+  const char* name;
+  int size;
+  int rank;  // position in the reference crate's enum (FORMATS.md 3.1), used for the write order
+};
+// Indexed by DType's value (enum order in safetensors.h).
+constexpr DTypeInfo kDTypes[] = {
+    {"F64", 8, 19}, {"F32", 4, 17}, {"F16", 2, 13}, {"BF16", 2, 14}, {"I64", 8, 20},
+    {"I32", 4, 15}, {"I16", 2, 11}, {"I8", 1, 5},   {"U8", 1, 4},    {"BOOL", 1, 0},
+    {"U16", 2, 12}, {"U32", 4, 16}, {"U64", 8, 21}};
+constexpr int kNumDTypes = int(sizeof(kDTypes) / sizeof(kDTypes[0]));
+// Valid in the format but not readable here.
+constexpr const char* kOtherDTypes[] = {"F4",          "F6_E2M3",     "F6_E3M2", "F8_E5M2", "F8_E4M3",
+                                        "F8_E8M0",     "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"};
+
+std::string known_dtype_list() {
+  std::string s;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (i) s += ", ";
+    s += kDTypes[i].name;
+  }
+  return s;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// A short, printable rendering of a JSON value for error messages.
+std::string preview(const json& v) {
+  std::string s;
+  try {
+    s = v.dump(-1, ' ', true, json::error_handler_t::replace);
+  } catch (const json::exception&) {
+    s = "<unprintable>";
+  }
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// Printable rendering of a (possibly hostile) name: JSON-escaped, shortened.
+std::string quoted(const std::string& name) {
+  std::string s = json(name).dump(-1, ' ', true, json::error_handler_t::replace);
+  if (s.size() > 120) s = s.substr(0, 117) + "...\"";
+  return s;
+}
+
+// Parses JSON text, rejecting duplicate keys at any level and nesting deeper than kMaxJsonDepth
+// (nlohmann keeps the last duplicate silently). Throws Error prefixed with `what`.
+json parse_json_strict(const char* begin, const char* end, const std::string& what) {
+  // nlohmann stops at a NUL as if the input ended there; JSON text never contains one.
+  if (const void* nul = std::memchr(begin, 0, size_t(end - begin)))
+    fail("{}: has a NUL byte at offset {}, expected UTF-8 JSON text\n{}", what,
+         static_cast<const char*>(nul) - begin, kHint);
+  std::vector<std::set<std::string>> keys;  // keys seen so far, per open object
+  int depth = 0;
+  auto callback = [&](int, json::parse_event_t event, json& parsed) -> bool {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        keys.emplace_back();
+        [[fallthrough]];
+      case json::parse_event_t::array_start:
+        if (++depth > kMaxJsonDepth)
+          fail("{}: JSON nests {} levels deep, expected at most {}\n{}", what, depth, kMaxJsonDepth, kHint);
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        [[fallthrough]];
+      case json::parse_event_t::array_end:
+        --depth;
+        break;
+      case json::parse_event_t::key: {
+        const std::string& k = parsed.get_ref<const std::string&>();
+        if (!keys.empty() && !keys.back().insert(k).second)
+          fail("{}: duplicate key {} in the JSON, expected each key once\n{}", what, quoted(k), kHint);
+        break;
+      }
+      case json::parse_event_t::value:
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(begin, end, callback, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({}), expected a UTF-8 JSON object\n{}", what, e.what(), kHint);
+  }
+}
+
+uint64_t read_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void put_le64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+
+// One header entry, before pointers into the file are made.
+struct Entry {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin, end, nbytes;
+};
+
+uint64_t get_offset(const json& v, const std::string& file, const std::string& name, int which) {
+  if (!v.is_number_unsigned())
+    fail("{}: tensor {} data_offsets[{}] is {}, expected a non-negative integer\n{}", file,
+         quoted(name), which, preview(v), kHint);
+  return v.get<uint64_t>();
+}
+
+Entry parse_entry(const std::string& file, const std::string& name, const json& v) {
+  Entry e;
+  e.name = name;
+  if (!v.is_object())
+    fail("{}: tensor {} is described by {} (a {}), expected an object with dtype, shape and "
+         "data_offsets\n{}",
+         file, quoted(name), preview(v), v.type_name(), kHint);
+  // dtype
+  auto it = v.find("dtype");
+  if (it == v.end()) fail("{}: tensor {} has no \"dtype\", expected one of {}\n{}", file, quoted(name), known_dtype_list(), kHint);
+  if (!it->is_string())
+    fail("{}: tensor {} dtype is {}, expected a string such as \"F32\"\n{}", file, quoted(name), preview(*it), kHint);
+  const std::string& dname = it->get_ref<const std::string&>();
+  int d = 0;
+  while (d < kNumDTypes && dname != kDTypes[d].name) ++d;
+  if (d == kNumDTypes) {
+    bool other = std::find_if(std::begin(kOtherDTypes), std::end(kOtherDTypes),
+                              [&](const char* o) { return dname == o; }) != std::end(kOtherDTypes);
+    if (other)
+      fail("{}: tensor {} has dtype {}, which llamatrain cannot read, expected one of {}\n"
+           "hint: convert the checkpoint to F32, BF16 or F16",
+           file, quoted(name), dname, known_dtype_list());
+    fail("{}: tensor {} has unknown dtype {}, expected one of {}\n{}", file, quoted(name), quoted(dname),
+         known_dtype_list(), kHint);
+  }
+  e.dtype = DType(d);
+  // shape: non-negative integers whose product (in file order, overflow-checked) is numel
+  it = v.find("shape");
+  if (it == v.end()) fail("{}: tensor {} has no \"shape\", expected an array of sizes\n{}", file, quoted(name), kHint);
+  if (!it->is_array())
+    fail("{}: tensor {} shape is {}, expected an array of non-negative integers\n{}", file, quoted(name), preview(*it), kHint);
+  uint64_t numel = 1;
+  for (const json& s : *it) {
+    if (!s.is_number_unsigned() || s.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      fail("{}: tensor {} shape entry is {}, expected a non-negative integer below 2^63\n{}", file,
+           quoted(name), preview(s), kHint);
+    uint64_t n = s.get<uint64_t>();
+    if (__builtin_mul_overflow(numel, n, &numel))
+      fail("{}: tensor {} shape {} has more than 2^64 elements, expected a realistic size\n{}", file,
+           quoted(name), preview(*it), kHint);
+    e.shape.push_back(int64_t(n));
+  }
+  if (__builtin_mul_overflow(numel, uint64_t(kDTypes[d].size), &e.nbytes) ||
+      e.nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
+    fail("{}: tensor {} shape {} overflows 2^63 bytes, expected a realistic size\n{}", file,
+         quoted(name), preview(*it), kHint);
+  // data_offsets [begin, end)
+  it = v.find("data_offsets");
+  if (it == v.end())
+    fail("{}: tensor {} has no \"data_offsets\", expected [begin, end]\n{}", file, quoted(name), kHint);
+  if (!it->is_array() || it->size() != 2)
+    fail("{}: tensor {} data_offsets is {}, expected an array [begin, end]\n{}", file, quoted(name),
+         preview(*it), kHint);
+  e.begin = get_offset((*it)[0], file, name, 0);
+  e.end = get_offset((*it)[1], file, name, 1);
+  if (e.end < e.begin)
+    fail("{}: tensor {} data_offsets are [{}, {}], expected begin <= end\n{}", file, quoted(name), e.begin,
+         e.end, kHint);
+  return e;
+}
+
+// Validates the whole file image and fills tensors (in offset order) and metadata.
+void parse_file(const uint8_t* bytes, size_t size, const std::string& file, std::vector<TensorView>& tensors,
+                std::map<std::string, std::string>& metadata) {
+  if (size < 8)
+    fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", file, size, kHint);
+  const uint64_t n = read_le64(bytes);
+  if (n > kMaxHeader)
+    fail("{}: header length is {}, expected at most {}\n{}", file, n, kMaxHeader, kHint);
+  if (8 + n > size)
+    fail("{}: header length is {} but only {} bytes follow the length field, expected 8 + header "
+         "length <= file size {}\n{}",
+         file, n, size - 8, size, kHint);
+  if (n < 2 || bytes[8] != '{')
+    fail("{}: header starts with byte {:#04x} (header length {}), expected a JSON object starting "
+         "with '{{'\n{}",
+         file, n ? bytes[8] : 0, n, kHint);
+  const char* text = reinterpret_cast<const char*>(bytes + 8);
+  json header = parse_json_strict(text, text + n, file + " header");
+  if (!header.is_object())
+    fail("{}: header is a JSON {}, expected an object\n{}", file, header.type_name(), kHint);
+
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object())
+        fail("{}: __metadata__ is {}, expected an object mapping strings to strings\n{}", file,
+             preview(*it), kHint);
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string())
+          fail("{}: __metadata__ key {} has value {} (a {}), expected a string\n{}", file, quoted(m.key()),
+               preview(*m), m->type_name(), kHint);
+        metadata[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(file, it.key(), *it));
+  }
+
+  // Offsets: sorted, contiguous from 0, each spanning exactly its byte size.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  uint64_t expected = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin != expected) {
+      const char* what = e.begin < expected ? "overlaps the previous tensor" : "leaves a hole after the previous tensor";
+      fail("{}: tensor {} data_offsets start at {}, expected {} (the end of {}): it {}\n{}", file,
+           quoted(e.name), e.begin, expected, prev ? quoted(prev->name) : "the start of the buffer", what, kHint);
+    }
+    if (e.end - e.begin != e.nbytes)
+      fail("{}: tensor {} data_offsets [{}, {}] hold {} bytes, expected {} bytes for dtype {} shape {}\n{}",
+           file, quoted(e.name), e.begin, e.end, e.end - e.begin, e.nbytes, kDTypes[int(e.dtype)].name,
+           shape_str(e.shape), kHint);
+    expected = e.end;
+    prev = &e;
+  }
+  const uint64_t buffer = size - 8 - n;
+  if (expected != buffer)
+    fail("{}: the tensors cover {} data bytes but the file has {} bytes after the header, expected "
+         "equal sizes ({})\n{}",
+         file, expected, buffer, expected < buffer ? "trailing bytes" : "data out of range", kHint);
+
+  const uint8_t* data = bytes + 8 + n;
+  tensors.reserve(entries.size());
+  for (Entry& e : entries) {
+    TensorView t;
+    t.name = std::move(e.name);
+    t.dtype = e.dtype;
+    t.shape = std::move(e.shape);
+    t.data = data + e.begin;
+    t.nbytes = size_t(e.nbytes);
+    tensors.push_back(std::move(t));
+  }
+}
+
+// Reads a whole small file (index or config) into a string; throws Error naming the path.
+std::string read_small_file(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open {}: {}\nhint: check that the file exists and is readable", path, std::strerror(errno));
+  std::string s;
+  char buf[65536];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    s.append(buf, size_t(in.gcount()));
+    if (s.size() > max_bytes)
+      fail("{}: file is larger than {} bytes, expected a small JSON file\n{}", path, max_bytes, kHint);
+  }
+  if (in.bad()) fail("cannot read {}: {}\nhint: check the file", path, std::strerror(errno));
+  return s;
+}
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, std::min(n, size_t(1) << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int err = w < 0 ? errno : ENOSPC;
+      throw Error(fmt::format("writing {} failed: {}\nhint: check free disk space and permissions", path,
+                              std::strerror(err)));
+    }
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+void fsync_parent(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  int dfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // best effort: some file systems refuse fsync on directories
+    ::close(dfd);
+  }
+}
+
+// Writes the chunks to PATH.tmp, fsyncs and renames; on failure removes the temporary file.
+struct Chunk {
+  const void* data;
+  size_t size;
+};
+void write_file_atomic(const std::string& path, const std::vector<Chunk>& chunks) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fail("cannot create {}: {}\nhint: check that the folder exists and is writable", tmp, std::strerror(errno));
+  try {
+    for (const Chunk& c : chunks) write_all(fd, c.data, c.size, tmp);
+    if (::fsync(fd) != 0)
+      fail("writing {} failed at fsync: {}\nhint: check free disk space", tmp, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    fail("writing {} failed at close: {}\nhint: check free disk space", tmp, std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    fail("cannot rename {} to {}: {}\nhint: check permissions of the folder", tmp, path, std::strerror(err));
+  }
+  fsync_parent(path);
+}
+
+// The write plan: tensors in the reference order with their offsets, and the padded header.
+struct Plan {
+  std::vector<const TensorToWrite*> order;
+  std::vector<uint64_t> nbytes;  // per entry of order
+  std::string header;            // JSON padded with spaces to a multiple of 8
+};
+
+uint64_t tensor_bytes(const TensorToWrite& t) {
+  uint64_t numel = 1;
+  for (int64_t s : t.shape) {
+    if (s < 0) fail("tensor {} has shape {}, expected non-negative sizes", quoted(t.name), shape_str(t.shape));
+    if (__builtin_mul_overflow(numel, uint64_t(s), &numel))
+      fail("tensor {} shape {} overflows, expected a realistic size", quoted(t.name), shape_str(t.shape));
+  }
+  uint64_t n;
+  if (__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &n))
+    fail("tensor {} shape {} overflows, expected a realistic size", quoted(t.name), shape_str(t.shape));
+  return n;
+}
+
+std::string json_string(const std::string& s, const char* what) {
+  try {
+    return json(s).dump();
+  } catch (const json::exception&) {
+    fail("{} {} is not valid UTF-8, expected a UTF-8 string\nhint: rename it", what, quoted(s));
+  }
+}
+
+Plan make_plan(const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata) {
+  Plan plan;
+  std::set<std::string> names;
+  for (const TensorToWrite& t : tensors) {
+    if (t.name == "__metadata__") fail("tensor name \"__metadata__\" is reserved, expected another name");
+    if (!names.insert(t.name).second) fail("tensor {} is given twice, expected unique names", quoted(t.name));
+    if (int(t.dtype) < 0 || int(t.dtype) >= kNumDTypes) fail("tensor {} has an invalid dtype", quoted(t.name));
+    plan.order.push_back(&t);
+  }
+  // Reference order: dtype descending in the crate's enum order, then name ascending (bytes).
+  std::sort(plan.order.begin(), plan.order.end(), [](const TensorToWrite* a, const TensorToWrite* b) {
+    int ra = kDTypes[int(a->dtype)].rank, rb = kDTypes[int(b->dtype)].rank;
+    if (ra != rb) return ra > rb;
+    return a->name < b->name;
+  });
+  std::string& h = plan.header;
+  h = "{";
+  if (!metadata.empty()) {
+    h += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first) h += ",";
+      first = false;
+      h += json_string(k, "metadata key") + ":" + json_string(v, "metadata value");
+    }
+    h += "}";
+  }
+  uint64_t offset = 0;
+  for (const TensorToWrite* t : plan.order) {
+    uint64_t nb = tensor_bytes(*t);
+    if (nb > 0 && t->data == nullptr) fail("tensor {} has no data, expected {} bytes", quoted(t->name), nb);
+    plan.nbytes.push_back(nb);
+    if (h.size() > 1) h += ",";
+    h += json_string(t->name, "tensor name");
+    h += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[", dtype_name(t->dtype));
+    for (size_t i = 0; i < t->shape.size(); ++i) {
+      if (i) h += ',';
+      h += std::to_string(t->shape[i]);
+    }
+    h += fmt::format("],\"data_offsets\":[{},{}]}}", offset, offset + nb);
+    offset += nb;
+  }
+  h += "}";
+  h.append((8 - h.size() % 8) % 8, ' ');
+  return plan;
+}
+
+}  // namespace
+
+const char* dtype_name(DType d) { return kDTypes[int(d)].name; }
+int dtype_size(DType d) { return kDTypes[int(d)].size; }
+
+float f16_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);  // inf, or NaN with its payload
+  } else if (exp != 0) {
+    u = sign | ((exp + 112) << 23) | (mant << 13);  // rebias 15 -> 127
+  } else if (mant == 0) {
+    u = sign;  // signed zero
+  } else {
+    // Subnormal mant * 2^-24: shift the leading one up to the implicit bit.
+    uint32_t e = 113;
+    while (!(mant & 0x400u)) {
+      mant <<= 1;
+      --e;
+    }
+    u = sign | (e << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t float_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 rounds to inf
+  if (a >= 0x38800000u) {  // normal half: rebias, round the 13 dropped bits to nearest even
+    uint32_t r = a - 0x38000000u;
+    r += 0xfffu + ((r >> 13) & 1u);
+    return uint16_t(sign | (r >> 13));
+  }
+  if (a <= 0x33000000u) return sign;  // <= 2^-25 rounds to zero (the tie goes to even 0)
+  // Subnormal half: value * 2^24 = m * 2^(e - 126) with m the 24-bit significand.
+  uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126 - e;  // 14..24
+  uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (r & 1u))) ++r;
+  return uint16_t(sign | r);
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    fail("cannot open safetensors file {}: {}\nhint: check the path and permissions", path, std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("{} is not a regular file, expected a .safetensors file\nhint: check the path", path);
+  }
+  const size_t size = size_t(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", path, size, kHint);
+  }
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) fail("cannot mmap {} ({} bytes): {}\nhint: check free memory", path, size, std::strerror(err));
+  map_ = m;
+  map_size_ = size;
+  try {
+    parse_file(static_cast<const uint8_t*>(map_), map_size_, path_, tensors_, metadata_);
+  } catch (...) {
+    ::munmap(map_, map_size_);
+    map_ = nullptr;
+    throw;
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+const TensorView* SafetensorsFile::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(path) {
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st))
+    fail("checkpoint {} does not exist, expected a folder with model.safetensors or "
+         "model.safetensors.index.json, or a .safetensors file\nhint: check the path",
+         path);
+  auto add_file = [&](const std::string& file) {
+    files_.push_back(std::make_unique<SafetensorsFile>(file));
+    const SafetensorsFile* f = files_.back().get();
+    for (const TensorView& t : f->tensors()) index_[t.name] = {f, &t};
+  };
+  std::string index_path;
+  if (fs::is_directory(st)) {
+    fs::path dir(path);
+    if (fs::exists(dir / "model.safetensors.index.json", ec)) {
+      index_path = (dir / "model.safetensors.index.json").string();
+    } else if (fs::exists(dir / "model.safetensors", ec)) {
+      add_file((dir / "model.safetensors").string());
+      return;
+    } else {
+      fail("{}: found neither model.safetensors nor model.safetensors.index.json, expected a "
+           "Hugging Face safetensors checkpoint\nhint: point at the folder holding the .safetensors "
+           "files (a .bin/.pth checkpoint must be converted first)",
+           path);
+    }
+  } else if (path.size() >= 11 && path.compare(path.size() - 11, 11, ".index.json") == 0) {
+    index_path = path;
+  } else {
+    add_file(path);
+    return;
+  }
+
+  // Sharded: the index maps every tensor name to a shard file in the same folder.
+  const std::string text = read_small_file(index_path, kMaxHeader);
+  json index = parse_json_strict(text.data(), text.data() + text.size(), index_path);
+  if (!index.is_object())
+    fail("{}: index is a JSON {}, expected an object with \"weight_map\"\n{}", index_path, index.type_name(), kHint);
+  auto wm = index.find("weight_map");
+  if (wm == index.end() || !wm->is_object())
+    fail("{}: \"weight_map\" is {}, expected an object mapping tensor names to shard files\n{}", index_path,
+         wm == index.end() ? std::string("missing") : preview(*wm), kHint);
+  const fs::path dir = fs::path(index_path).parent_path();
+  std::map<std::string, const SafetensorsFile*> shards;
+  for (auto it = wm->begin(); it != wm->end(); ++it) {
+    if (!it->is_string())
+      fail("{}: weight_map maps tensor {} to {}, expected a shard file name (a string)\n{}", index_path,
+           quoted(it.key()), preview(*it), kHint);
+    const std::string& shard = it->get_ref<const std::string&>();
+    if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
+        shard.find('\0') != std::string::npos)
+      fail("{}: weight_map maps tensor {} to {}, expected a file name in the same folder\n{}", index_path,
+           quoted(it.key()), quoted(shard), kHint);
+    auto s = shards.find(shard);
+    if (s == shards.end()) {
+      const std::string shard_path = (dir / shard).string();
+      if (!fs::exists(shard_path, ec))
+        fail("{}: weight_map maps tensor {} to shard {}, but {} does not exist, expected every "
+             "shard file next to the index\nhint: the checkpoint is incomplete; re-download the "
+             "missing shard",
+             index_path, quoted(it.key()), quoted(shard), shard_path);
+      files_.push_back(std::make_unique<SafetensorsFile>(shard_path));
+      s = shards.emplace(shard, files_.back().get()).first;
+    }
+    const TensorView* t = s->second->find(it.key());
+    if (!t)
+      fail("{}: weight_map maps tensor {} to shard {}, but that shard does not contain it, expected "
+           "the tensor in that file\n{}",
+           index_path, quoted(it.key()), s->second->path(), kHint);
+    index_[it.key()] = {s->second, t};
+  }
+}
+
+const TensorView* SafetensorsCheckpoint::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second.second;
+}
+
+const TensorView& SafetensorsCheckpoint::get(const std::string& name) const {
+  const TensorView* t = find(name);
+  if (!t)
+    fail("{}: tensor {} not found, expected it among the checkpoint's {} tensors\nhint: the checkpoint "
+         "does not match the model (wrong architecture or naming)",
+         path_, quoted(name), index_.size());
+  return *t;
+}
+
+std::vector<std::string> SafetensorsCheckpoint::names() const {
+  std::vector<std::string> out;
+  out.reserve(index_.size());
+  for (const auto& kv : index_) out.push_back(kv.first);
+  return out;
+}
+
+void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                                     float* out) const {
+  const TensorView& t = get(name);
+  const std::string& file = index_.at(name).first->path();
+  if (t.shape != expected_shape)
+    fail("{}: tensor {} has shape {}, expected {}\nhint: the checkpoint does not match the model config",
+         file, quoted(name), shape_str(t.shape), shape_str(expected_shape));
+  const int64_t n = t.numel();
+  const uint8_t* src = t.data;  // (n,) elements of t.dtype, possibly unaligned
+  switch (t.dtype) {
+    case DType::F32:
+      if (n > 0) std::memcpy(out, src, size_t(n) * 4);
+      break;
+    case DType::BF16:
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        uint32_t u = uint32_t(h) << 16;
+        std::memcpy(out + i, &u, 4);
+      }
+      break;
+    case DType::F16:
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = f16_to_float(h);
+      }
+      break;
+    default:
+      fail("{}: tensor {} has dtype {}, expected F32, BF16 or F16\nhint: the checkpoint stores this "
+           "weight in a type llamatrain does not convert",
+           file, quoted(name), dtype_name(t.dtype));
+  }
+}
+
+std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  Plan plan = make_plan(tensors, metadata);
+  uint64_t total = 8 + plan.header.size();
+  for (uint64_t nb : plan.nbytes) total += nb;
+  std::vector<uint8_t> out(total);
+  put_le64(out.data(), plan.header.size());
+  std::memcpy(out.data() + 8, plan.header.data(), plan.header.size());
+  uint64_t pos = 8 + plan.header.size();
+  for (size_t i = 0; i < plan.order.size(); ++i) {
+    if (plan.nbytes[i]) std::memcpy(out.data() + pos, plan.order[i]->data, plan.nbytes[i]);
+    pos += plan.nbytes[i];
+  }
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  Plan plan = make_plan(tensors, metadata);
+  uint8_t len[8];
+  put_le64(len, plan.header.size());
+  std::vector<Chunk> chunks = {{len, 8}, {plan.header.data(), plan.header.size()}};
+  for (size_t i = 0; i < plan.order.size(); ++i) chunks.push_back({plan.order[i]->data, size_t(plan.nbytes[i])});
+  write_file_atomic(path, chunks);
+}
+
+void write_safetensors_sharded(const std::string& dir, const std::vector<TensorToWrite>& tensors,
+                               int64_t max_shard_bytes) {
+  if (max_shard_bytes <= 0)
+    fail("max shard size is {} bytes, expected a positive size\nhint: Hugging Face uses 5GB", max_shard_bytes);
+  std::set<std::string> names;
+  for (const TensorToWrite& t : tensors)
+    if (!names.insert(t.name).second) fail("tensor {} is given twice, expected unique names", quoted(t.name));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create folder {}: {}\nhint: check the path and permissions", dir, ec.message());
+
+  // Hugging Face's split: walk in the given order; a tensor above the limit gets a shard of its
+  // own (appended right away); otherwise start a new shard when this one would overflow.
+  std::vector<std::vector<TensorToWrite>> shards;
+  std::vector<TensorToWrite> current;
+  uint64_t current_size = 0, total_size = 0;
+  const uint64_t max = uint64_t(max_shard_bytes);
+  for (const TensorToWrite& t : tensors) {
+    const uint64_t nb = tensor_bytes(t);
+    total_size += nb;
+    if (nb > max) {
+      shards.push_back({t});
+      continue;
+    }
+    if (current_size + nb > max) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_size = 0;
+    }
+    current.push_back(t);
+    current_size += nb;
+  }
+  if (!current.empty()) shards.push_back(std::move(current));
+
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  const fs::path d(dir);
+  if (shards.size() <= 1) {
+    write_safetensors((d / "model.safetensors").string(), shards.empty() ? std::vector<TensorToWrite>{} : shards[0], meta);
+    fs::remove(d / "model.safetensors.index.json", ec);  // a stale index would shadow the new file
+    return;
+  }
+  json weight_map = json::object();
+  const size_t k = shards.size();
+  for (size_t i = 0; i < k; ++i) {
+    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, k);
+    write_safetensors((d / name).string(), shards[i], meta);
+    for (const TensorToWrite& t : shards[i]) weight_map[t.name] = name;
+  }
+  json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
+  // As transformers writes it: indent 2, sorted keys (std::map order), ASCII escapes, newline.
+  const std::string text = index.dump(2, ' ', true) + "\n";
+  write_file_atomic((d / "model.safetensors.index.json").string(), {{text.data(), text.size()}});
+}
+
+}  // namespace llamatrain::io

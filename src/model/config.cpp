@@ -1,0 +1,120 @@
+// LlamaConfig validation, parameter count and named presets. validate() bounds every size so that
+// products of dimensions fit comfortably in int64 (a hostile config.json cannot overflow them);
+// the presets copy llama2.c's "stories" models, TinyLlama 1.1B, Llama 2 7B/13B and the tiny demo.
+#include "model/config.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace llamatrain::model {
+
+namespace {
+
+// Generous upper bounds: far above any Llama model, low enough that products never overflow.
+constexpr int kMaxDim = 1 << 16;
+constexpr int kMaxFfnDim = 1 << 20;
+constexpr int kMaxLayers = 1 << 12;
+constexpr int kMaxVocab = 1 << 24;
+constexpr int kMaxSeqLen = 1 << 24;
+
+void check_range(const std::string& where, const char* field, int value, int lo, int hi) {
+  if (value < lo || value > hi)
+    fail("config {}: {} is {}, expected an integer in [{}, {}]\nhint: fix the model config", where,
+         field, value, lo, hi);
+}
+
+}  // namespace
+
+void LlamaConfig::validate(const std::string& where) const {
+  check_range(where, "dim", dim, 1, kMaxDim);
+  check_range(where, "ffn_dim", ffn_dim, 1, kMaxFfnDim);
+  check_range(where, "n_layers", n_layers, 1, kMaxLayers);
+  check_range(where, "n_heads", n_heads, 1, dim);
+  check_range(where, "n_kv_heads", n_kv_heads, 1, n_heads);
+  check_range(where, "vocab_size", vocab_size, 1, kMaxVocab);
+  check_range(where, "max_seq_len", max_seq_len, 1, kMaxSeqLen);
+  if (dim % n_heads != 0)
+    fail("config {}: dim {} is not divisible by n_heads {}, expected dim = n_heads * head_dim\n"
+         "hint: choose n_heads among the divisors of dim",
+         where, dim, n_heads);
+  if (n_heads % n_kv_heads != 0)
+    fail("config {}: n_heads {} is not divisible by n_kv_heads {}, expected each kv head to serve "
+         "the same number of query heads\nhint: choose n_kv_heads among the divisors of n_heads",
+         where, n_heads, n_kv_heads);
+  if (head_dim() % 2 != 0)
+    fail("config {}: head_dim (dim / n_heads) is {}, expected an even number (RoPE rotates pairs)\n"
+         "hint: change dim or n_heads",
+         where, head_dim());
+  if (!(norm_eps > 0.0f && norm_eps < 1.0f))
+    fail("config {}: norm_eps is {}, expected a value in (0, 1)\nhint: Llama uses 1e-5 or 1e-6",
+         where, norm_eps);
+  if (!(rope_theta > 0.0f && std::isfinite(rope_theta)))
+    fail("config {}: rope_theta is {}, expected a finite positive value\nhint: Llama 2 uses 10000",
+         where, rope_theta);
+  if (bos_id < 0 || bos_id >= vocab_size)
+    fail("config {}: bos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids",
+         where, bos_id, vocab_size);
+  if (eos_id < 0 || eos_id >= vocab_size)
+    fail("config {}: eos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids",
+         where, eos_id, vocab_size);
+}
+
+int64_t LlamaConfig::num_params() const {
+  const int64_t C = dim, F = ffn_dim, H = n_heads, Hkv = n_kv_heads, V = vocab_size;
+  const int64_t D = head_dim();
+  int64_t per_layer = (H + 2 * Hkv) * D * C  // wq, wk, wv
+                      + H * D * C            // wo
+                      + 3 * F * C            // w1 (gate), w3 (up), w2 (down)
+                      + 2 * C;               // attn_norm, ffn_norm
+  int64_t total = V * C                      // embedding
+                  + int64_t(n_layers) * per_layer
+                  + C;                       // final norm
+  if (!tie_embeddings) total += V * C;       // lm head
+  return total;
+}
+
+LlamaConfig preset_config(const std::string& name) {
+  // name, dim, n_layers, n_heads, n_kv_heads, ffn_dim, vocab, max_seq, eps, tied
+  struct Preset {
+    const char* name;
+    int dim, n_layers, n_heads, n_kv_heads, ffn_dim, vocab, max_seq;
+    float eps;
+    bool tied;
+  };
+  // llama2.c's stories models share the classifier with the embedding and use eps 1e-5 (model.py).
+  static const Preset presets[] = {
+      {"stories15m", 288, 6, 6, 6, 768, 32000, 256, 1e-5f, true},
+      {"stories42m", 512, 8, 8, 8, 1376, 32000, 1024, 1e-5f, true},
+      {"stories110m", 768, 12, 12, 12, 2048, 32000, 1024, 1e-5f, true},
+      {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 1e-5f, false},
+      {"llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 1e-5f, false},
+      {"llama2-13b", 5120, 40, 40, 40, 13824, 32000, 4096, 1e-5f, false},
+      {"tiny", 64, 2, 4, 2, 176, 256, 256, 1e-6f, false},
+  };
+  std::string known;
+  for (const Preset& p : presets) {
+    if (name == p.name) {
+      LlamaConfig c;
+      c.dim = p.dim;
+      c.n_layers = p.n_layers;
+      c.n_heads = p.n_heads;
+      c.n_kv_heads = p.n_kv_heads;
+      c.ffn_dim = p.ffn_dim;
+      c.vocab_size = p.vocab;
+      c.max_seq_len = p.max_seq;
+      c.norm_eps = p.eps;
+      c.tie_embeddings = p.tied;
+      c.validate(std::string("preset ") + p.name);
+      return c;
+    }
+    known += known.empty() ? "" : ", ";
+    known += p.name;
+  }
+  fail("unknown model preset '{}', expected one of: {}\nhint: pick a preset or give a config.json",
+       name, known);
+}
+
+}  // namespace llamatrain::model

@@ -1,0 +1,336 @@
+// HF config.json reading/writing and LlamaConfig presets: the published Llama-2-7B config, 4.x
+// defaults, the newer spellings (rope_parameters, dtype), each kind of bad or unsupported config
+// (the Error names the file and the key), write/read round trips, and parameter counts checked
+// against the published totals (Llama-2-7B/13B, TinyLlama).
+#include "io/hf_config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/config.h"
+
+namespace llamatrain::io {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using model::LlamaConfig;
+
+#define EXPECT_HAS(msg, sub) EXPECT_NE((msg).find(sub), std::string::npos) << "missing \"" << (sub) << "\" in: " << (msg)
+
+// The config.json published with meta-llama/Llama-2-7b-hf (transformers 4.31).
+const char* kLlama2_7b = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 11008,
+  "max_position_embeddings": 4096,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "transformers_version": "4.31.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+void expect_same(const LlamaConfig& a, const LlamaConfig& b) {
+  EXPECT_EQ(a.dim, b.dim);
+  EXPECT_EQ(a.ffn_dim, b.ffn_dim);
+  EXPECT_EQ(a.n_layers, b.n_layers);
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
+  EXPECT_EQ(a.bos_id, b.bos_id);
+  EXPECT_EQ(a.eos_id, b.eos_id);
+}
+
+class HfConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "hfcfg_test_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& text, const std::string& name = "config.json") {
+    std::string p = (fs::path(dir_) / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+  // kLlama2_7b with `patch` merged in (null values remove the key).
+  std::string patched(const json& patch) {
+    json j = json::parse(kLlama2_7b);
+    j.merge_patch(patch);
+    return write(j.dump(2));
+  }
+  std::string error_of(const std::string& file) {
+    try {
+      read_hf_config(file);
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      EXPECT_HAS(msg, file);
+      EXPECT_HAS(msg, "hint:");
+      return msg;
+    }
+    ADD_FAILURE() << "reading " << file << " succeeded, expected an Error";
+    return "";
+  }
+  std::string dir_;
+};
+
+TEST_F(HfConfigTest, ReadsLlama2_7bConfig) {
+  LlamaConfig c = read_hf_config(write(kLlama2_7b));
+  expect_same(c, model::preset_config("llama2-7b"));
+  EXPECT_EQ(c.num_params(), 6738415616);
+  // A folder holding config.json works too.
+  expect_same(read_hf_config(dir_), c);
+}
+
+TEST_F(HfConfigTest, MissingOptionalKeysTakeHfDefaults) {
+  LlamaConfig c = read_hf_config(write(
+      R"({"hidden_size": 256, "intermediate_size": 688, "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000})"));
+  EXPECT_EQ(c.dim, 256);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.norm_eps, 1e-6f);
+  EXPECT_EQ(c.rope_theta, 10000.0f);
+  EXPECT_EQ(c.max_seq_len, 2048);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_EQ(c.bos_id, 1);
+  EXPECT_EQ(c.eos_id, 2);
+  // Explicit nulls behave like missing keys.
+  LlamaConfig n = read_hf_config(patched({{"num_key_value_heads", json()}}));
+  EXPECT_EQ(n.n_kv_heads, 32);
+}
+
+TEST_F(HfConfigTest, AcceptsNewSpellings) {
+  LlamaConfig c = read_hf_config(patched({{"torch_dtype", json()},
+                                          {"rope_scaling", json()},
+                                          {"dtype", "bfloat16"},
+                                          {"num_key_value_heads", 8},
+                                          {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 500000.0}}},
+                                          {"bos_token_id", 0},
+                                          {"head_dim", 128},
+                                          {"attention_bias", false},
+                                          {"mlp_bias", false}}));
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.bos_id, 0);
+}
+
+TEST_F(HfConfigTest, TokenIdListUsesTheFirst) {
+  json j = json::parse(kLlama2_7b);
+  j["vocab_size"] = 128256;
+  j["eos_token_id"] = {128001, 128009};
+  LlamaConfig c = read_hf_config(write(j.dump()));
+  EXPECT_EQ(c.eos_id, 128001);
+  j["eos_token_id"] = json::array();
+  EXPECT_HAS(error_of(write(j.dump())), "eos_token_id");
+}
+
+TEST_F(HfConfigTest, RopeThetaLegacyAndNewMustAgree) {
+  EXPECT_EQ(read_hf_config(patched({{"rope_theta", 500000.0}})).rope_theta, 500000.0f);
+  std::string msg = error_of(patched({{"rope_theta", 10000.0}, {"rope_parameters", {{"rope_theta", 500000.0}}}}));
+  EXPECT_HAS(msg, "rope_theta");
+}
+
+TEST_F(HfConfigTest, MissingRequiredKey) {
+  for (const char* key : {"hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "vocab_size"}) {
+    std::string msg = error_of(patched({{key, json()}}));
+    EXPECT_HAS(msg, std::string("\"") + key + "\" is missing");
+  }
+}
+
+TEST_F(HfConfigTest, WrongJsonTypes) {
+  std::string msg = error_of(patched({{"hidden_size", "4096"}}));
+  EXPECT_HAS(msg, "\"hidden_size\"");
+  EXPECT_HAS(msg, "type string");
+  EXPECT_HAS(msg, "expected integer");
+  msg = error_of(patched({{"num_hidden_layers", 32.0}}));
+  EXPECT_HAS(msg, "type float");
+  msg = error_of(patched({{"tie_word_embeddings", 0}}));
+  EXPECT_HAS(msg, "\"tie_word_embeddings\"");
+  EXPECT_HAS(msg, "expected boolean");
+  msg = error_of(patched({{"rms_norm_eps", "1e-5"}}));
+  EXPECT_HAS(msg, "expected number");
+  msg = error_of(patched({{"vocab_size", 1e12}}));
+  EXPECT_HAS(msg, "\"vocab_size\"");
+  msg = error_of(patched({{"vocab_size", 100000000000}}));
+  EXPECT_HAS(msg, "32 bits");
+  msg = error_of(patched({{"model_type", 7}}));
+  EXPECT_HAS(msg, "expected string");
+  msg = error_of(patched({{"rope_parameters", "default"}}));
+  EXPECT_HAS(msg, "expected object");
+}
+
+TEST_F(HfConfigTest, NotJsonOrNotAnObject) {
+  EXPECT_HAS(error_of(write("{\"hidden_size\": ")), "not valid JSON");
+  EXPECT_HAS(error_of(write("[1, 2]")), "expected an object");
+  EXPECT_THROW(read_hf_config((fs::path(dir_) / "nothing.json").string()), Error);
+}
+
+TEST_F(HfConfigTest, HeadsNotDividingHiddenSize) {
+  std::string msg = error_of(patched({{"num_attention_heads", 30}, {"num_key_value_heads", 30}}));
+  EXPECT_HAS(msg, "not divisible by n_heads 30");
+}
+
+TEST_F(HfConfigTest, KvHeadsNotDividingHeads) {
+  std::string msg = error_of(patched({{"num_key_value_heads", 5}}));
+  EXPECT_HAS(msg, "not divisible by n_kv_heads 5");
+}
+
+TEST_F(HfConfigTest, UnsupportedFeaturesAreRefusedByName) {
+  std::string msg = error_of(patched({{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}}}));
+  EXPECT_HAS(msg, "rope_scaling");
+  EXPECT_HAS(msg, "does not support");
+  EXPECT_HAS(error_of(patched({{"rope_parameters", {{"rope_type", "llama3"}, {"factor", 8.0}}}})), "llama3");
+  EXPECT_HAS(error_of(patched({{"head_dim", 64}})), "head_dim");
+  EXPECT_HAS(error_of(patched({{"hidden_act", "gelu"}})), "\"gelu\"");
+  EXPECT_HAS(error_of(patched({{"attention_bias", true}})), "attention_bias");
+  EXPECT_HAS(error_of(patched({{"mlp_bias", true}})), "mlp_bias");
+  EXPECT_HAS(error_of(patched({{"model_type", "gpt2"}})), "\"gpt2\"");
+  EXPECT_HAS(error_of(patched({{"model_type", "mistral"}, {"sliding_window", 4096}, {"max_position_embeddings", 32768}})),
+             "sliding_window");
+  EXPECT_NO_THROW(read_hf_config(patched({{"model_type", "mistral"}, {"sliding_window", json()}})));
+}
+
+TEST_F(HfConfigTest, OutOfRangeValues) {
+  EXPECT_HAS(error_of(patched({{"rms_norm_eps", 0}})), "norm_eps");
+  EXPECT_HAS(error_of(patched({{"rope_theta", -1.0}})), "rope_theta");
+  EXPECT_HAS(error_of(patched({{"hidden_size", -4096}})), "dim");
+  EXPECT_HAS(error_of(patched({{"num_hidden_layers", 0}})), "n_layers");
+  EXPECT_HAS(error_of(patched({{"bos_token_id", 32000}})), "bos_id");
+}
+
+TEST_F(HfConfigTest, WriteReadRoundTripForEveryPreset) {
+  for (const char* name : {"stories15m", "stories42m", "stories110m", "tinyllama-1.1b", "llama2-7b", "llama2-13b", "tiny"}) {
+    LlamaConfig c = model::preset_config(name);
+    c.rope_theta = 500000.0f;
+    write_hf_config(dir_, c, "bfloat16");
+    SCOPED_TRACE(name);
+    expect_same(read_hf_config(dir_), c);
+  }
+  LlamaConfig c = model::preset_config("llama2-7b");
+  std::string file = (fs::path(dir_) / "out.json").string();
+  write_hf_config(file, c, "float16");
+  std::stringstream ss;
+  ss << std::ifstream(file).rdbuf();
+  const std::string text = ss.str();
+  // 4.x keys, sorted, indented by 2, trailing newline, floats in their short form.
+  EXPECT_EQ(text.substr(0, 20), "{\n  \"architectures\":");
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_HAS(text, "\n  \"rms_norm_eps\": 1e-05,\n");
+  EXPECT_HAS(text, "\n  \"rope_scaling\": null,\n  \"rope_theta\": 10000.0,\n");
+  EXPECT_HAS(text, "\"torch_dtype\": \"float16\"");
+  EXPECT_HAS(text, "\"model_type\": \"llama\"");
+  json j = json::parse(text);
+  std::string prev;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    EXPECT_LT(prev, it.key());
+    prev = it.key();
+  }
+  EXPECT_LT(text.find("\"hidden_size\""), text.find("\"vocab_size\""));
+  EXPECT_THROW(write_hf_config(file, c, "float8"), Error);
+}
+
+// ---- LlamaConfig ----
+
+TEST(LlamaConfigTest, PresetsValidateAndCountParameters) {
+  // Published totals: Llama-2-7B 6,738,415,616; Llama-2-13B 13,015,864,320; TinyLlama 1,100,048,384.
+  EXPECT_EQ(model::preset_config("llama2-7b").num_params(), 6738415616);
+  EXPECT_EQ(model::preset_config("llama2-13b").num_params(), 13015864320);
+  EXPECT_EQ(model::preset_config("tinyllama-1.1b").num_params(), 1100048384);
+  // stories15m: tied embedding, 32000*288 + 6*(4*288*288 + 3*768*288 + 2*288) + 288.
+  EXPECT_EQ(model::preset_config("stories15m").num_params(), 15191712);
+  LlamaConfig tiny = model::preset_config("tiny");
+  EXPECT_EQ(tiny.dim, 64);
+  EXPECT_EQ(tiny.n_kv_heads, 2);
+  EXPECT_EQ(tiny.head_dim(), 16);
+  EXPECT_EQ(tiny.qkv_dim(), 128);
+  // Untied: 2*V*C + L*((H+2Hkv)*D*C + H*D*C + 3*F*C + 2C) + C
+  EXPECT_EQ(tiny.num_params(), 2 * 256 * 64 + 2 * (8 * 16 * 64 + 4 * 16 * 64 + 3 * 176 * 64 + 128) + 64);
+  LlamaConfig tied = tiny;
+  tied.tie_embeddings = true;
+  EXPECT_EQ(tiny.num_params() - tied.num_params(), 256 * 64);
+  LlamaConfig tl = model::preset_config("tinyllama-1.1b");
+  EXPECT_EQ(tl.n_kv_heads, 4);
+  EXPECT_EQ(tl.norm_eps, 1e-5f);
+}
+
+TEST(LlamaConfigTest, UnknownPresetListsKnownNames) {
+  try {
+    model::preset_config("llama2-8b");
+    ADD_FAILURE() << "expected Error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_HAS(msg, "llama2-8b");
+    for (const char* n : {"stories15m", "stories42m", "stories110m", "tinyllama-1.1b", "llama2-7b", "llama2-13b", "tiny"})
+      EXPECT_HAS(msg, n);
+  }
+}
+
+TEST(LlamaConfigTest, ValidateRejectsEachInconsistency) {
+  auto error_of = [](const LlamaConfig& c) {
+    try {
+      c.validate("test");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  LlamaConfig base = model::preset_config("tiny");
+  EXPECT_EQ(error_of(base), "no error");
+  LlamaConfig c = base;
+  c.dim = 0;
+  EXPECT_HAS(error_of(c), "config test: dim is 0");
+  c = base;
+  c.n_heads = 3;
+  EXPECT_HAS(error_of(c), "not divisible by n_heads 3");
+  c = base;
+  c.n_kv_heads = 3;
+  EXPECT_HAS(error_of(c), "not divisible by n_kv_heads 3");
+  c = base;
+  c.n_kv_heads = 8;
+  EXPECT_HAS(error_of(c), "n_kv_heads is 8");
+  c = base;
+  c.dim = 48;
+  c.n_heads = 16;
+  c.n_kv_heads = 16;
+  EXPECT_HAS(error_of(c), "head_dim (dim / n_heads) is 3");
+  c = base;
+  c.norm_eps = 0;
+  EXPECT_HAS(error_of(c), "norm_eps");
+  c = base;
+  c.rope_theta = -1;
+  EXPECT_HAS(error_of(c), "rope_theta");
+  c = base;
+  c.vocab_size = -5;
+  EXPECT_HAS(error_of(c), "vocab_size");
+  c = base;
+  c.eos_id = 256;
+  EXPECT_HAS(error_of(c), "eos_id");
+  c = base;
+  c.ffn_dim = 1 << 30;
+  EXPECT_HAS(error_of(c), "ffn_dim");
+}
+
+}  // namespace
+}  // namespace llamatrain::io
