@@ -15,7 +15,7 @@ SEQ=${SEQ:-256}
 BATCH=${BATCH:-8}
 export OMP_NUM_THREADS=$THREADS
 
-# name dim layers heads ffn vocab
+# name dim layers heads ffn vocab (llama2.c's stories models tie the embedding and the classifier)
 MODELS=("stories110m 768 12 12 2048 32000" "stories42m 512 8 8 1376 32000")
 if [[ -n "${MODELS_OVERRIDE:-}" ]]; then IFS=';' read -r -a MODELS <<<"$MODELS_OVERRIDE"; fi
 
@@ -37,7 +37,7 @@ for m in "${MODELS[@]}"; do
        | grep "^{" | tail -n 1)
   [[ -n "$lt" ]] || echo "warning: '$BIN bench --model $name' gave no JSON" >&2
   common=(--dim "$dim" --layers "$layers" --heads "$heads" --kv-heads "$heads" --ffn "$ffn" --vocab "$vocab"
-          --seq $SEQ --batch $BATCH --steps "$STEPS" --threads "$THREADS" --json)
+          --seq $SEQ --batch $BATCH --steps "$STEPS" --threads "$THREADS" --tie-embeddings --json)
   pf=$($PY tools/reference/train_step.py "${common[@]}" --precision fp32)
   pb=$($PY tools/reference/train_step.py "${common[@]}" --precision bf16-autocast)
   lt_tps=$(field "$lt" tokens_per_s); pf_tps=$(field "$pf" tokens_per_s); pb_tps=$(field "$pb" tokens_per_s)

@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "bf16-autocast"], default="fp32")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (after 2 warmup steps)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tie-embeddings", action="store_true",
+                    help="share embed_tokens with the lm head (llama2.c's stories models do)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
@@ -47,7 +49,8 @@ def main():
 
     cfg = ref.LlamaConfig(hidden_size=a.dim, intermediate_size=a.ffn, num_attention_heads=a.heads,
                           num_key_value_heads=a.kv_heads or a.heads, num_hidden_layers=a.layers,
-                          vocab_size=a.vocab, max_position_embeddings=max(a.seq, 2048))
+                          vocab_size=a.vocab, max_position_embeddings=max(a.seq, 2048),
+                          tie_word_embeddings=a.tie_embeddings)
     params = ref.to_torch(ref.init_params(cfg, a.seed), torch.float32)
     plist = list(params.values())
     opt = torch.optim.AdamW([{"params": [p for p in plist if p.dim() >= 2], "weight_decay": 0.1},
@@ -80,7 +83,7 @@ def main():
         "precision": a.precision,
         "threads": a.threads,
         "dim": a.dim, "layers": a.layers, "heads": a.heads, "kv_heads": cfg.num_key_value_heads,
-        "ffn": a.ffn, "vocab": a.vocab, "seq": a.seq, "batch": a.batch,
+        "ffn": a.ffn, "vocab": a.vocab, "seq": a.seq, "batch": a.batch, "tied": a.tie_embeddings,
         "params": n_params,
         "steps_timed": a.steps,
         "step_s_median": step_s,
