@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/rng.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/ops.h"
 
@@ -311,7 +312,7 @@ TEST(AdamwBf16Sr, BitwiseEqualForOneAndTwoThreads) {
   EXPECT_NE(std::memcmp(s1.p.data(), s3.p.data(), n * sizeof(bf16)), 0) << "seed has no effect";
 }
 
-TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32Update) {
+TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32UpdateWithPhiloxBits) {
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(20011)}) {
     Bf16State s = random_bf16_state(n, 40);
     auto p = to_float_vec(s.p), m = to_float_vec(s.m), v = to_float_vec(s.v);
@@ -323,6 +324,10 @@ TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32Update) {
     for (int64_t i = 0; i < n; i++) {
       bool ok = is_bf16_neighbour(s.p[i], p[i]) && is_bf16_neighbour(s.m[i], m[i]) &&
                 is_bf16_neighbour(s.v[i], v[i]) && s.p32[i] == to_float(s.p[i]);
+      // and the rounding bits are exactly the documented Philox streams of core/rng.h
+      ok = ok && s.p[i].bits == to_bf16_stochastic(p[i], random_u32(5, 3, 11, uint64_t(i))).bits &&
+           s.m[i].bits == to_bf16_stochastic(m[i], random_u32(5, 3, 11, uint64_t(i) | (uint64_t(1) << 62))).bits &&
+           s.v[i].bits == to_bf16_stochastic(v[i], random_u32(5, 3, 11, uint64_t(i) | (uint64_t(2) << 62))).bits;
       if (!ok && bad++ < 5)
         ADD_FAILURE() << "n=" << n << " [" << i << "] param " << to_float(s.p[i]) << " (fp32 " << p[i] << ", f32 copy "
                       << s.p32[i] << ") m " << to_float(s.m[i]) << " (" << m[i] << ") v " << to_float(s.v[i]) << " ("

@@ -5,10 +5,11 @@
 // with its own 32-bit Philox draw random_u32(seed, step, tensor_id, index) where index is the
 // element i for param, i | 1<<62 for m and i | 2<<62 for v (three disjoint counter streams; n is
 // far below 2^62). The draw depends only on the element, never on the thread, so results are
-// bitwise identical for any thread count.
+// bitwise identical for any thread count. philox_u32 below is random_u32 restated with scalar
+// lanes so the loop vectorizes (core/rng.h's std::array version does not; ~25x slower); the tests
+// check every rounding bit against random_u32 itself.
 #include <cmath>
 
-#include "core/rng.h"
 #include "kernels/cpu/ops.h"
 
 namespace llamatrain::cpu {
@@ -32,6 +33,25 @@ AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float 
           float(1.0 - double(beta2)), eps,                         grad_scale};
 }
 
+// random_u32(seed, step, tensor_id, index) of core/rng.h (Philox4x32-10, word 0), in scalars.
+inline uint32_t philox_u32(uint64_t seed, uint32_t step, uint32_t tensor_id, uint64_t index) {
+  uint32_t c0 = uint32_t(index), c1 = uint32_t(index >> 32), c2 = tensor_id, c3 = step;
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+#pragma GCC unroll 10
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = uint64_t(0xD2511F53u) * c0;
+    uint64_t p1 = uint64_t(0xCD9E8D57u) * c2;
+    uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0, n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
+    c1 = uint32_t(p1);
+    c3 = uint32_t(p0);
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c0;
+}
+
 // One AdamW element in fp32, torch.optim.AdamW order: decay, moments, bias-corrected step.
 inline void adamw_element(float& p, float& m, float& v, float grad, const AdamwScalars& s) {
   float g = grad * s.grad_scale;
@@ -45,13 +65,15 @@ inline void adamw_element(float& p, float& m, float& v, float grad, const AdamwS
 template <bool kWriteF32>
 void adamw_bf16_sr_loop(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n,
                         const AdamwScalars& s, uint64_t seed, uint32_t step, uint32_t tensor_id) {
-#pragma omp parallel for simd schedule(static) if (n >= (1 << 14))
+  // No `omp simd` here: it would privatize the memcpy temporaries of the bf16 helpers into arrays
+  // and block vectorization; -O3 vectorizes the plain loop.
+#pragma omp parallel for schedule(static) if (n >= (1 << 14))
   for (int64_t i = 0; i < n; i++) {
     float p = to_float(param[i]), mi = to_float(m[i]), vi = to_float(v[i]);
     adamw_element(p, mi, vi, grad[i], s);
-    bf16 pb = to_bf16_stochastic(p, random_u32(seed, step, tensor_id, uint64_t(i)));
-    m[i] = to_bf16_stochastic(mi, random_u32(seed, step, tensor_id, uint64_t(i) | kStreamM));
-    v[i] = to_bf16_stochastic(vi, random_u32(seed, step, tensor_id, uint64_t(i) | kStreamV));
+    bf16 pb = to_bf16_stochastic(p, philox_u32(seed, step, tensor_id, uint64_t(i)));
+    m[i] = to_bf16_stochastic(mi, philox_u32(seed, step, tensor_id, uint64_t(i) | kStreamM));
+    v[i] = to_bf16_stochastic(vi, philox_u32(seed, step, tensor_id, uint64_t(i) | kStreamV));
     param[i] = pb;
     if constexpr (kWriteF32) param_f32[i] = to_float(pb);
   }

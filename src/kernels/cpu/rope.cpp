@@ -17,7 +17,7 @@ namespace llamatrain::cpu {
 
 namespace {
 
-constexpr int64_t kMaxTableEntries = int64_t(1) << 22;  // positions * D/2; 32 MiB of cos+sin
+constexpr int64_t kMaxTableEntries = int64_t(1) << 22;  // positions * D/2 before rounding up: <= 64 MiB
 
 struct RopeTable {
   float theta = 0.0f;
