@@ -70,31 +70,45 @@ inline vf load(const float* p) {
 }
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
 
-// Rows i0..i0+R-1 of S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] (all kB columns; padded columns of
-// Bt are 0). A rows at stride lda.
-template <int R>
+// Rows i0..i0+R-1, columns [0, 16 NV) of S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] (padded
+// columns of Bt are 0). A rows at stride lda.
+template <int R, int NV>
 inline void tile_dot_rows(float* S, const float* A, int64_t lda, const float* Bt, int D) {
-  vf acc[R][kNV];
+  vf acc[R][NV];
   for (int r = 0; r < R; r++)
-    for (int v = 0; v < kNV; v++) acc[r][v] = vf{};
+    for (int v = 0; v < NV; v++) acc[r][v] = vf{};
   for (int d = 0; d < D; d++) {
-    vf b[kNV];
-    for (int v = 0; v < kNV; v++) b[v] = load(Bt + d * kB + v * kV);
+    vf b[NV];
+    for (int v = 0; v < NV; v++) b[v] = load(Bt + d * kB + v * kV);
     for (int r = 0; r < R; r++) {
       const float a = A[r * lda + d];
-      for (int v = 0; v < kNV; v++) acc[r][v] += a * b[v];
+      for (int v = 0; v < NV; v++) acc[r][v] += a * b[v];
     }
   }
   for (int r = 0; r < R; r++)
-    for (int v = 0; v < kNV; v++) store(S + r * kB + v * kV, acc[r][v]);
+    for (int v = 0; v < NV; v++) store(S + r * kB + v * kV, acc[r][v]);
 }
 
-// S (kB,kB) = A (ni,D) @ Bt (D,kB) for rows i < ni.
+template <int R>
+inline void tile_dot_rows_nv(float* S, const float* A, int64_t lda, const float* Bt, int D, int nv) {
+  static_assert(kNV == 4);
+  switch (nv) {
+    case 1: tile_dot_rows<R, 1>(S, A, lda, Bt, D); break;
+    case 2: tile_dot_rows<R, 2>(S, A, lda, Bt, D); break;
+    case 3: tile_dot_rows<R, 3>(S, A, lda, Bt, D); break;
+    default: tile_dot_rows<R, 4>(S, A, lda, Bt, D); break;
+  }
+}
+
+// S (kB,kB) = A (ni,D) @ Bt (D,kB) for rows i < ni. With lower_only (a diagonal tile about to be
+// masked), a block of rows gets only the 16-column groups reaching its last row: the columns
+// left out are all after their row's query and are overwritten by mask_diagonal.
 void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_t lda, const float* Bt /*(D,kB)*/,
-              int ni, int D) {
+              int ni, int D, bool lower_only) {
+  auto nv = [&](int i_end) { return lower_only ? (i_end + kV - 1) / kV : kNV; };
   int i = 0;
-  for (; i + 4 <= ni; i += 4) tile_dot_rows<4>(S + i * kB, A + i * lda, lda, Bt, D);
-  for (; i < ni; i++) tile_dot_rows<1>(S + i * kB, A + i * lda, lda, Bt, D);
+  for (; i + 4 <= ni; i += 4) tile_dot_rows_nv<4>(S + i * kB, A + i * lda, lda, Bt, D, nv(i + 4));
+  for (; i < ni; i++) tile_dot_rows_nv<1>(S + i * kB, A + i * lda, lda, Bt, D, nv(i + 1));
 }
 
 // Rows r0..r0+R-1 of C[r][:] += sum_{c < nc} A(r, c) * Bm[c][:], kD (a multiple of 16) columns.
@@ -117,22 +131,36 @@ inline void tile_axpy_rows(float* C, int64_t ldc, const float* A, int a_rs, int 
     for (int v = 0; v < kNVD; v++) store(C + r * ldc + v * kV, acc[r][v]);
 }
 
-// C[r][:] += sum_{c < nc} A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs]
-// (a_rs/a_cs select A or A^T), C rows at stride ldc and Bm rows at stride ldb, D columns. kD > 0
-// is D fixed at compile time (register-blocked); kD == 0 reads D at run time (plain loops).
+// C[r][:] += sum_c A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs]
+// (a_rs/a_cs select A or A^T), C rows at stride ldc and Bm rows at stride ldb, D columns. c runs
+// over [0, nc) for Tri::none; on a diagonal tile, where A(r, c) = 0 beyond the causal triangle,
+// Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at c = r,
+// per block of rows. Skipped terms are exact zeros, so the result is the same as without skipping.
+// kD > 0 is D fixed at compile time (register-blocked); kD == 0 reads D at run time (plain loops).
+enum class Tri { none, lower, upper };
 template <int kD>
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
-               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D) {
+               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri) {
+  auto c_begin = [&](int r) { return tri == Tri::upper ? r : 0; };
+  auto c_end = [&](int r_end) { return tri == Tri::lower ? std::min(nc, r_end) : nc; };
   if constexpr (kD > 0) {
     static_assert(kD % kV == 0);
     constexpr int kR = std::max(1, 256 / kD);  // 16 accumulator vfs
     int r = 0;
-    for (; r + kR <= nr; r += kR) tile_axpy_rows<kD, kR>(C + r * ldc, ldc, A + r * a_rs, a_rs, a_cs, Bm, ldb, nc);
-    for (; r < nr; r++) tile_axpy_rows<kD, 1>(C + r * ldc, ldc, A + r * a_rs, a_rs, a_cs, Bm, ldb, nc);
+    for (; r + kR <= nr; r += kR) {
+      const int c0 = c_begin(r);
+      tile_axpy_rows<kD, kR>(C + r * ldc, ldc, A + r * a_rs + c0 * a_cs, a_rs, a_cs, Bm + c0 * ldb, ldb,
+                             c_end(r + kR) - c0);
+    }
+    for (; r < nr; r++) {
+      const int c0 = c_begin(r);
+      tile_axpy_rows<kD, 1>(C + r * ldc, ldc, A + r * a_rs + c0 * a_cs, a_rs, a_cs, Bm + c0 * ldb, ldb,
+                            c_end(r + 1) - c0);
+    }
   } else {
     for (int r = 0; r < nr; r++) {
       float* cr = C + r * ldc;
-      for (int c = 0; c < nc; c++) {
+      for (int c = c_begin(r); c < c_end(r + 1); c++) {
         const float a = A[r * a_rs + c * a_cs];
         const float* bm = Bm + c * ldb;
         for (int d = 0; d < D; d++) cr[d] += a * bm[d];
@@ -215,8 +243,9 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
   for (int kt = 0; kt <= qt; kt++) {  // key tiles above the diagonal are fully masked: skipped
     const int j0 = kt * kB, nj = g.rows(kt);
     pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
-    tile_dot(S, q, g.W, Kt, ni, D);
-    if (kt == qt) mask_diagonal(S, ni);  // earlier tiles are full (nj == kB) and wholly visible
+    const bool diag = kt == qt;
+    tile_dot(S, q, g.W, Kt, ni, D, diag);
+    if (diag) mask_diagonal(S, ni);  // earlier tiles are full (nj == kB) and wholly visible
     for (int i = 0; i < ni; i++) {
       float* s = S + i * kB;
       // Every row has an unmasked key here (key i0 at least), so m_new is finite.
@@ -228,7 +257,8 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
       float* o = O + int64_t(i) * D;
       for (int d = 0; d < D; d++) o[d] *= corr;
     }
-    tile_axpy<kD>(O, D, S, kB, 1, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D);  // O += P V
+    tile_axpy<kD>(O, D, S, kB, 1, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D,  // O += P V
+                  diag ? Tri::lower : Tri::none);
   }
   for (int i = 0; i < ni; i++) {
     const float inv = 1.0f / l[i];
@@ -256,23 +286,25 @@ void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB
   const float* dO = dout + (int64_t(b) * g.T + i0) * ldo + g.q_col(h);
   const float* lse_i = lse + (int64_t(b) * g.H + h) * g.T + i0;
   const float* Di = di + (int64_t(b) * g.H + h) * g.T + i0;
-  tile_dot(P, q, g.W, Kt, ni, D);
-  if (kt == qt) mask_diagonal(P, ni);
+  const bool diag = kt == qt;
+  const Tri tri_q = diag ? Tri::lower : Tri::none, tri_k = diag ? Tri::upper : Tri::none;
+  tile_dot(P, q, g.W, Kt, ni, D, diag);
+  if (diag) mask_diagonal(P, ni);
   for (int i = 0; i < ni; i++) {
     float* p = P + i * kB;
     const float li = lse_i[i];
     for (int j = 0; j < kB; j++) p[j] = exp_nonpositive(p[j] * g.scale - li);
   }
-  tile_dot(dS, dO, ldo, Vt, ni, D);
+  tile_dot(dS, dO, ldo, Vt, ni, D, false);  // all columns: dS = P (dP - Di) must see finite dP
   for (int i = 0; i < ni; i++) {
     const float di = Di[i];
     for (int j = 0; j < kB; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - di) * g.scale;
   }
   if (dk != nullptr) {
-    tile_axpy<kD>(dv, D, P, 1, kB, dO, ldo, nj, ni, D);
-    tile_axpy<kD>(dk, D, dS, 1, kB, q, g.W, nj, ni, D);
+    tile_axpy<kD>(dv, D, P, 1, kB, dO, ldo, nj, ni, D, tri_k);
+    tile_axpy<kD>(dk, D, dS, 1, kB, q, g.W, nj, ni, D, tri_k);
   }
-  if (dq != nullptr) tile_axpy<kD>(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D);
+  if (dq != nullptr) tile_axpy<kD>(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D, tri_q);
 }
 
 // dk, dv of key tile kt of (b, kvh), summed over the group's query heads and the query tiles at and
