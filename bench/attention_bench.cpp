@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
     for (auto& x : qkv) x = dist(gen);
     for (auto& x : dout) x = dist(gen);
     const double fwd_flops = 4.0 * s.B * s.H * double(s.T) * s.T * s.D / 2, bwd_flops = 2.5 * fwd_flops;
-    const Timing tf = seconds([&] { cpu::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D); }, 7);
+    const Timing tf = seconds(
+        [&] { cpu::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D); }, 7);
     const Timing tb = seconds([&] {
       cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv, s.D);
     }, 7);
@@ -65,9 +66,11 @@ int main(int argc, char** argv) {
                 fwd_flops / tf.wall * 1e-9, fwd_flops / tf.cpu * 1e-9, tb.wall * 1e3, bwd_flops / tb.wall * 1e-9,
                 bwd_flops / tb.cpu * 1e-9);
     if (with_ref) {
-      const Timing rf = seconds([&] { ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D); }, 1);
+      const Timing rf = seconds(
+          [&] { ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D); }, 1);
       const Timing rb = seconds([&] {
-        ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv, s.D);
+        ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv,
+                                s.D);
       }, 1);
       std::printf("  ref fwd %8.2f ms %6.1f | %6.1f GFLOP/s   bwd %8.2f ms %6.1f | %6.1f GFLOP/s\n", rf.wall * 1e3,
                   fwd_flops / rf.wall * 1e-9, fwd_flops / rf.cpu * 1e-9, rb.wall * 1e3, bwd_flops / rb.wall * 1e-9,
