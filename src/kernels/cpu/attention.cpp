@@ -98,19 +98,25 @@ inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t a_rs, int6
 constexpr int kRows = 8;  // rows per gemm_block
 constexpr int kCols = 32;  // columns per gemm_block (NV = 2)
 
+// Which part of a diagonal tile a product needs (rows and columns index the same 64 positions):
+// Tri::lower, columns c <= row r (rows are queries, columns keys); Tri::upper, columns c >= r (rows
+// are keys, columns queries); Tri::none, everything (off-diagonal tiles).
+enum class Tri { none, lower, upper };
+
 // S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] for rows i < ni (padded columns of Bt are 0), A rows
-// at stride lda. With lower_only (a diagonal tile about to be masked) a block of rows gets only the
-// 32-column groups that reach its last row: every column left out lies after its row's query and
-// is overwritten by mask_diagonal.
+// at stride lda. On a diagonal tile about to be masked (tri != none), a block of rows gets only
+// the 32-column groups that hold some of its unmasked entries; the columns left out are all masked
+// and overwritten by the caller's mask.
 void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_t lda, const float* Bt /*(D,kB)*/,
-              int ni, int D, bool lower_only) {
-  auto col_end = [&](int i_end) { return lower_only ? std::min(kB, i_end) : kB; };
+              int ni, int D, Tri tri) {
+  auto col_begin = [&](int i) { return tri == Tri::upper ? i / kCols * kCols : 0; };
+  auto col_end = [&](int i_end) { return tri == Tri::lower ? std::min(kB, i_end) : kB; };
   int i = 0;
   for (; i + kRows <= ni; i += kRows)
-    for (int j = 0; j < col_end(i + kRows); j += kCols)
+    for (int j = col_begin(i); j < col_end(i + kRows); j += kCols)
       gemm_block<kRows, kCols / kV>(S + i * kB + j, kB, A + i * lda, lda, 1, Bt + j, kB, D, false);
   for (; i < ni; i++)
-    for (int j = 0; j < col_end(i + 1); j += kCols)
+    for (int j = col_begin(i); j < col_end(i + 1); j += kCols)
       gemm_block<1, kCols / kV>(S + i * kB + j, kB, A + i * lda, lda, 1, Bt + j, kB, D, false);
 }
 
@@ -120,7 +126,6 @@ void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_
 // Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at c = r,
 // per block of rows. Skipped terms are exact zeros, so the result is the same as without skipping.
 // D a multiple of 16 runs on gemm_block; other D (tests only) on plain loops.
-enum class Tri { none, lower, upper };
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
                const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri) {
   auto c_begin = [&](int r) { return tri == Tri::upper ? r : 0; };
@@ -151,31 +156,17 @@ void pack_transposed(float* Bt /*(D,kB)*/, const float* X /*(nj,D) stride ldx*/,
   }
 }
 
-// On a diagonal tile (query tile == key tile, so row i is query i0+i and column j key i0+j) sets the
-// scores of keys after their query to -inf: exp gives them P = 0 exactly. Rows i < ni; columns
-// j >= ni (padding of a short last tile) are masked too.
-void mask_diagonal(float* S /*(kB,kB)*/, int ni) {
+// Diagonal tiles (query tile == key tile: row/column i is position i0+i for both) get the scores
+// of keys after their query set to -inf, so exp gives them P = 0 exactly. mask_lower works on
+// S (queries, keys), rows i < ni, masking every column j > i (padding columns included);
+// mask_upper on S^T (keys, queries), rows j < nj, masking columns i < j.
+void mask_lower(float* S /*(kB,kB)*/, int ni) {
   for (int i = 0; i < ni; i++)
     for (int j = i + 1; j < kB; j++) S[i * kB + j] = -std::numeric_limits<float>::infinity();
 }
-
-// max and sum of one tile row (kB values), lane-parallel in a fixed order.
-inline float row_max(const float* s /*(kB)*/) {
-  vf m = load(s);
-  for (int v = 1; v < kNV; v++) {
-    const vf x = load(s + v * kV);
-    m = x > m ? x : m;
-  }
-  float r = m[0];
-  for (int l = 1; l < kV; l++) r = std::max(r, m[l]);
-  return r;
-}
-inline float row_sum(const float* s /*(kB)*/) {
-  vf a = load(s);
-  for (int v = 1; v < kNV; v++) a += load(s + v * kV);
-  float r = a[0];
-  for (int l = 1; l < kV; l++) r += a[l];
-  return r;
+void mask_upper(float* St /*(kB,kB)*/, int nj) {
+  for (int j = 0; j < nj; j++)
+    for (int i = 0; i < j; i++) St[j * kB + i] = -std::numeric_limits<float>::infinity();
 }
 
 struct AlignedFree {
@@ -200,37 +191,49 @@ struct Geometry {
   int64_t v_col(int kvh) const { return int64_t(H + Hkv + kvh) * D; }
 };
 
-// Forward of one (b, h, query tile qt). scratch: S (kB,kB), Kt (D,kB), O (kB,D), m, l (kB).
+// Forward of one (b, h, query tile qt), computed transposed: St = K Q^T holds keys in rows and
+// queries in columns, so Q is packed once per task (not K once per tile pair) and each query's
+// max and sum are column reductions, vectorized across queries with no horizontal step.
+// scratch: St (kB,kB), Qt (D,kB), O (kB,D), m, l, corr, mx (kB).
 void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, int b, int h, int qt, float* scratch) {
   const int D = g.D, i0 = qt * kB, ni = g.rows(qt), kvh = h / g.group;
-  float* S = scratch;             // (kB,kB) scores, then probabilities
-  float* Kt = S + kB * kB;        // (D,kB)
-  float* O = Kt + int64_t(D) * kB;  // (kB,D) unnormalized output
+  float* St = scratch;              // (kB,kB) scores^T, then probabilities^T
+  float* Qt = St + kB * kB;         // (D,kB)
+  float* O = Qt + int64_t(D) * kB;  // (kB,D) unnormalized output
   float* m = O + int64_t(kB) * D;   // (kB) running max of scaled scores
   float* l = m + kB;                // (kB) running sum of exp(score - m)
+  float* corr = l + kB;             // (kB) exp(m_old - m_new)
+  float* mx = corr + kB;            // (kB) max over the tile's keys
+  pack_transposed(Qt, qkv + g.row(b, i0) + g.q_col(h), g.W, ni, D);
   std::fill(O, O + int64_t(kB) * D, 0.0f);
   std::fill(m, m + kB, -std::numeric_limits<float>::infinity());
   std::fill(l, l + kB, 0.0f);
-  const float* q = qkv + g.row(b, i0) + g.q_col(h);
   for (int kt = 0; kt <= qt; kt++) {  // key tiles above the diagonal are fully masked: skipped
     const int j0 = kt * kB, nj = g.rows(kt);
-    pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
     const bool diag = kt == qt;
-    tile_dot(S, q, g.W, Kt, ni, D, diag);
-    if (diag) mask_diagonal(S, ni);  // earlier tiles are full (nj == kB) and wholly visible
-    for (int i = 0; i < ni; i++) {
-      float* s = S + i * kB;
-      // Every row has an unmasked key here (key i0 at least), so m_new is finite.
-      const float m_new = std::max(m[i], row_max(s) * g.scale);  // scale > 0: max commutes with it
-      const float corr = exp_nonpositive(m[i] - m_new);             // m[i] = -inf at first: corr = 0
-      for (int j = 0; j < kB; j++) s[j] = exp_nonpositive(s[j] * g.scale - m_new);
-      l[i] = l[i] * corr + row_sum(s);
+    tile_dot(St, qkv + g.row(b, j0) + g.k_col(kvh), g.W, Qt, nj, D, diag ? Tri::upper : Tri::none);
+    if (diag) mask_upper(St, nj);  // earlier tiles are full (nj == kB) and wholly visible
+    // Columns i >= ni are padding (Qt is 0 there): computed, finite, never stored.
+    std::copy(St, St + kB, mx);
+    for (int j = 1; j < nj; j++)
+      for (int i = 0; i < kB; i++) mx[i] = std::max(mx[i], St[j * kB + i]);
+    for (int i = 0; i < kB; i++) {
+      // Every query sees key i0 at least, so m_new is finite; scale > 0 commutes with max.
+      const float m_new = std::max(m[i], mx[i] * g.scale);
+      corr[i] = exp_nonpositive(m[i] - m_new);  // m = -inf on the first tile: corr = 0
+      l[i] *= corr[i];
       m[i] = m_new;
-      float* o = O + int64_t(i) * D;
-      for (int d = 0; d < D; d++) o[d] *= corr;
     }
-    tile_axpy(O, D, S, kB, 1, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D,  // O += P V
-              diag ? Tri::lower : Tri::none);
+    for (int j = 0; j < nj; j++)
+      for (int i = 0; i < kB; i++) {
+        const float p = exp_nonpositive(St[j * kB + i] * g.scale - m[i]);
+        St[j * kB + i] = p;
+        l[i] += p;
+      }
+    for (int i = 0; i < ni; i++)
+      for (int d = 0; d < D; d++) O[int64_t(i) * D + d] *= corr[i];
+    // O += P V with P(i, j) = St[j][i]
+    tile_axpy(O, D, St, 1, kB, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D, diag ? Tri::lower : Tri::none);
   }
   for (int i = 0; i < ni; i++) {
     const float inv = 1.0f / l[i];
@@ -259,14 +262,14 @@ void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB
   const float* Di = di + (int64_t(b) * g.H + h) * g.T + i0;
   const bool diag = kt == qt;
   const Tri tri_q = diag ? Tri::lower : Tri::none, tri_k = diag ? Tri::upper : Tri::none;
-  tile_dot(P, q, g.W, Kt, ni, D, diag);
-  if (diag) mask_diagonal(P, ni);
+  tile_dot(P, q, g.W, Kt, ni, D, tri_q);
+  if (diag) mask_lower(P, ni);
   for (int i = 0; i < ni; i++) {
     float* p = P + i * kB;
     const float li = lse_i[i];
     for (int j = 0; j < kB; j++) p[j] = exp_nonpositive(p[j] * g.scale - li);
   }
-  tile_dot(dS, dO, ldo, Vt, ni, D, false);  // all columns: dS = P (dP - Di) must see finite dP
+  tile_dot(dS, dO, ldo, Vt, ni, D, Tri::none);  // all columns: dS = P (dP - Di) must see finite dP
   for (int i = 0; i < ni; i++) {
     const float di = Di[i];
     for (int j = 0; j < kB; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - di) * g.scale;
@@ -326,7 +329,7 @@ void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
   const int64_t n_tasks = int64_t(g.B) * g.H * g.n_tiles;
 #pragma omp parallel
   {
-    Scratch scratch = alloc_scratch(size_t(kB) * kB + 2 * size_t(kB) * g.D + 2 * kB);
+    Scratch scratch = alloc_scratch(size_t(kB) * kB + 2 * size_t(kB) * g.D + 4 * kB);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_tasks; task++) {
       const int qt = g.n_tiles - 1 - int(task % g.n_tiles);  // longest rows first
