@@ -305,21 +305,42 @@ void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const f
   }
 }
 
-// dq of query tile qt of (b, h): dS K summed over key tiles 0..qt in the same order as
-// backward_key_tile's dq_too path, so both give the same bits.
+// dq of query tile qt of (b, h) (the two-pass schedule), computed transposed like the forward:
+// St = K Q^T and dPt = V dO^T with Q and dO packed once per task instead of K and V once per pair.
+// Each element is the same sum in the same order as in backward_tile (an fma's product commutes),
+// and dq sums dS K over key tiles 0..qt in order, so both schedules give the same bits.
+// scratch: Qt, dOt (D,kB), dq (kB,D), Pt, dSt (kB,kB), lse and Di of the tile (kB, zero-padded).
 void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
                          const Geometry& g, int b, int h, int qt, float* scratch) {
   const int D = g.D, i0 = qt * kB, ni = g.rows(qt), kvh = h / g.group;
-  float* Kt = scratch;
-  float* Vt = Kt + int64_t(D) * kB;
-  float* dq = Vt + int64_t(D) * kB;  // (kB,D)
-  float* tile_scratch = dq + 2 * int64_t(kB) * D;
+  const int64_t ldo = int64_t(g.H) * D;
+  float* Qt = scratch;                   // (D,kB)
+  float* dOt = Qt + int64_t(D) * kB;     // (D,kB)
+  float* dq = dOt + int64_t(D) * kB;     // (kB,D)
+  float* Pt = dq + int64_t(kB) * D;      // (kB,kB) probabilities^T
+  float* dSt = Pt + kB * kB;             // (kB,kB) dP^T, then dS^T
+  float* lse_i = dSt + kB * kB;          // (kB)
+  float* Di = lse_i + kB;                // (kB)
+  pack_transposed(Qt, qkv + g.row(b, i0) + g.q_col(h), g.W, ni, D);
+  pack_transposed(dOt, dout + (int64_t(b) * g.T + i0) * ldo + g.q_col(h), ldo, ni, D);
+  const int64_t bh_t = (int64_t(b) * g.H + h) * g.T + i0;
+  for (int i = 0; i < kB; i++) {
+    lse_i[i] = i < ni ? lse[bh_t + i] : 0.0f;
+    Di[i] = i < ni ? di[bh_t + i] : 0.0f;
+  }
   std::fill(dq, dq + int64_t(kB) * D, 0.0f);
   for (int kt = 0; kt <= qt; kt++) {
     const int j0 = kt * kB, nj = g.rows(kt);
-    pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
-    pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
-    backward_tile(dq, D, nullptr, nullptr, dout, qkv, lse, di, Kt, Vt, g, b, h, qt, kt, tile_scratch);
+    const bool diag = kt == qt;
+    const float* k = qkv + g.row(b, j0) + g.k_col(kvh);
+    tile_dot(Pt, k, g.W, Qt, nj, D, diag ? Tri::upper : Tri::none);
+    if (diag) mask_upper(Pt, nj);
+    for (int j = 0; j < nj; j++)
+      for (int i = 0; i < kB; i++) Pt[j * kB + i] = exp_nonpositive(Pt[j * kB + i] * g.scale - lse_i[i]);
+    tile_dot(dSt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, dOt, nj, D, Tri::none);
+    for (int j = 0; j < nj; j++)
+      for (int i = 0; i < kB; i++) dSt[j * kB + i] = Pt[j * kB + i] * (dSt[j * kB + i] - Di[i]) * g.scale;
+    tile_axpy(dq, D, dSt, 1, kB, k, g.W, ni, nj, D, diag ? Tri::lower : Tri::none);  // dq += dS K
   }
   for (int i = 0; i < ni; i++)
     std::memcpy(dqkv + g.row(b, i0 + i) + g.q_col(h), dq + int64_t(i) * D, sizeof(float) * D);
@@ -341,7 +362,7 @@ void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
 
 void backward_all(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                   const Geometry& g) {
-  const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB;
+  const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB + 2 * kB;
   // di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij, once per query row.
   const int64_t n_rows = int64_t(g.B) * g.H * g.T, ldo = int64_t(g.H) * g.D;
   Scratch di = alloc_scratch(n_rows);
