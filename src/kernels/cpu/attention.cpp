@@ -3,12 +3,13 @@
 // (B,H,T,T) scores: queries and keys are cut into kB = 64-row tiles; a (query tile, key tile) pair
 // is 2 (forward) or 5 (backward) small fp32 GEMMs, all run by one 8 x 32 register-blocked kernel on
 // compiler vector extensions (-march=native picks the width), plus a vectorized polynomial exp.
-//   forward:  per (b, h, query tile), key tiles 0..diagonal with an online softmax (running row max
-//             m and sum l, the output rescaled by exp(m_old - m_new)); tiles above the diagonal are
-//             skipped; lse = m + log l is saved.
+//   forward:  per (b, h, query tile), key tiles 0..diagonal with an online softmax (running max m
+//             and sum l per query, the output rescaled by exp(m_old - m_new)); scores computed
+//             transposed (K Q^T) so Q is packed once; tiles above the diagonal are skipped;
+//             lse = m + log l is saved.
 //   backward: FlashAttention-2: P is recomputed from q, k and the saved lse, Di = rowsum(dout*out)
-//             per query tile; per key tile dK, dV accumulate over the kv head's query heads and
-//             query tiles, dQ accumulates dS K over key tiles.
+//             once per row; per key tile (K, V packed once) dK, dV accumulate over the kv head's
+//             query heads and query tiles, dQ accumulates dS K over key tiles.
 // Parallelism and race-freedom: the forward writes disjoint (b, h, query tile) blocks. The backward
 // runs one task per (b, kv head) when there are >= 2 per thread: the task owns dq of its query
 // heads and dk, dv of its kv head, so nothing is shared. With fewer tasks it runs two passes:
