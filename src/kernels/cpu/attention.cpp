@@ -63,8 +63,7 @@ inline float exp_nonpositive(float x) {
 // registers, whatever -march offers): plain loops over a float array keep their accumulators in
 // memory, these keep a block of rows x columns in registers. a * b + c contracts to one fma.
 using vf = float __attribute__((vector_size(64)));
-constexpr int kV = 16;         // floats per vf
-constexpr int kNV = kB / kV;   // vfs per tile row
+constexpr int kV = 16;  // floats per vf
 inline vf load(const float* p) {
   vf v;
   std::memcpy(&v, p, sizeof(v));
