@@ -64,12 +64,10 @@ inline float exp_nonpositive(float x) {
 // memory, these keep a block of rows x columns in registers. a * b + c contracts to one fma.
 using vf = float __attribute__((vector_size(64)));
 constexpr int kV = 16;  // floats per vf
-inline vf load(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
+// vf never crosses a function boundary by value: that would change the ABI (and warn) when the
+// target lacks 512-bit registers.
+inline void load(vf& v, const float* p) { std::memcpy(&v, p, sizeof(v)); }
+inline void store(float* p, const vf& v) { std::memcpy(p, &v, sizeof(v)); }
 
 // The one micro-kernel: rows [0, R) and columns [0, 16 NV) of
 //   C[r][:] (+)= sum_{c < n} A(r, c) * Bm[c][:],   A(r, c) = A[r*a_rs + c*a_cs]
@@ -82,10 +80,13 @@ inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t a_rs, int6
                        int64_t ldb, int n, bool accumulate) {
   vf acc[R][NV];
   for (int r = 0; r < R; r++)
-    for (int v = 0; v < NV; v++) acc[r][v] = accumulate ? load(C + r * ldc + v * kV) : vf{};
+    for (int v = 0; v < NV; v++) {
+      acc[r][v] = vf{};
+      if (accumulate) load(acc[r][v], C + r * ldc + v * kV);
+    }
   for (int c = 0; c < n; c++) {
     vf b[NV];
-    for (int v = 0; v < NV; v++) b[v] = load(Bm + c * ldb + v * kV);
+    for (int v = 0; v < NV; v++) load(b[v], Bm + c * ldb + v * kV);
     for (int r = 0; r < R; r++) {
       const float a = A[r * a_rs + c * a_cs];
       for (int v = 0; v < NV; v++) acc[r][v] += a * b[v];
