@@ -101,7 +101,8 @@ TEST(CpuVsRefAttention, AwkwardSizes) {
           SCOPED_TRACE(s.name());
           check_shape(s);
         }
-  for (const auto& [what, w] : worst_seen()) std::printf("worst scaled error of %s: %.3g (tolerance %.0e)\n", what.c_str(), w, kTol);
+  for (const auto& [what, w] : worst_seen())
+    std::printf("worst scaled error of %s: %.3g (tolerance %.0e)\n", what.c_str(), w, kTol);
 }
 
 TEST(CpuVsRefAttention, HeadDim128) {
