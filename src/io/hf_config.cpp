@@ -212,7 +212,10 @@ void write_hf_config(const std::string& path, const model::LlamaConfig& config, 
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
   // Floats go through their shortest decimal form so that 1e-5f is written as 1e-05, not
   // 9.999999747378752e-06.
-  auto shortest = [](float f) { return std::stod(fmt::format("{}", f)); };
+  auto shortest = [](float f) {
+    double d = std::stod(fmt::format("{}", f));
+    return float(d) == f ? d : double(f);  // guard against double rounding
+  };
   json j = {
       {"architectures", json::array({"LlamaForCausalLM"})},
       {"attention_bias", false},
