@@ -137,6 +137,21 @@ void byte_mutation(std::string& s) {
   }
 }
 
+json random_value() {
+  switch (rnd(10)) {
+    case 0: return nullptr;
+    case 1: return bool(rnd(2));
+    case 2: return int64_t(rng()) >> rnd(64);
+    case 3: return rng() >> rnd(64);
+    case 4: return double(int64_t(rng())) / double(1 + rnd(1000000));
+    case 5: return "silu";
+    case 6: return json::array({rnd(5), "x"});
+    case 7: return {{"rope_type", rnd(2) ? "default" : "linear"}, {"rope_theta", double(rnd(1000000))}};
+    case 8: return int64_t(rnd(300)) - 20;
+    default: return std::string(1 + rnd(4), char('a' + rnd(26)));
+  }
+}
+
 // Edits the JSON header text and, usually, fixes the length field to match.
 void header_mutation(std::string& file) {
   if (file.size() < 8) return byte_mutation(file);
@@ -152,7 +167,17 @@ void header_mutation(std::string& file) {
         auto it = j.begin();
         std::advance(it, long(rnd(j.size())));
         json& e = *it;
-        switch (rnd(7)) {
+        static const char* fields[] = {"dtype", "shape", "data_offsets", "extra"};
+        switch (rnd(10)) {
+          case 7: if (e.is_object()) e[fields[rnd(4)]] = random_value(); break;
+          case 8:
+            if (e.is_object() && e["shape"].is_array() && !e["shape"].empty())
+              e["shape"][rnd(e["shape"].size())] = random_value();
+            break;
+          case 9:
+            if (e.is_object() && e["data_offsets"].is_array() && !e["data_offsets"].empty())
+              e["data_offsets"][rnd(e["data_offsets"].size())] = rnd(2) ? random_value() : json(rnd(128));
+            break;
           case 0: j[it.key() + "x"] = e; break;  // a copy under another name
           case 1: if (e.is_object()) e["dtype"] = kTokens[14 + rnd(3)]; break;
           case 2: if (e.is_object()) e["shape"].push_back(rnd(4)); break;
@@ -238,21 +263,6 @@ void run_one(const char* target, const std::string& input, Fn&& fn) {
     report_failure(target, input, e.what());
   } catch (...) {
     report_failure(target, input, "non-std exception");
-  }
-}
-
-json random_value() {
-  switch (rnd(10)) {
-    case 0: return nullptr;
-    case 1: return bool(rnd(2));
-    case 2: return int64_t(rng()) >> rnd(64);
-    case 3: return rng() >> rnd(64);
-    case 4: return double(int64_t(rng())) / double(1 + rnd(1000000));
-    case 5: return "silu";
-    case 6: return json::array({rnd(5), "x"});
-    case 7: return {{"rope_type", rnd(2) ? "default" : "linear"}, {"rope_theta", double(rnd(1000000))}};
-    case 8: return int64_t(rnd(300)) - 20;
-    default: return std::string(1 + rnd(4), char('a' + rnd(26)));
   }
 }
 
