@@ -120,6 +120,12 @@ model::LlamaConfig read_hf_config(const std::string& path) {
   std::error_code ec;
   std::string file = path;
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
+  constexpr uintmax_t kMaxConfigBytes = 16u << 20;
+  const uintmax_t size = fs::file_size(file, ec);
+  if (!ec && size > kMaxConfigBytes)
+    fail("{}: file is {} bytes, expected a config.json of at most {} bytes\nhint: point at the model's "
+         "config.json",
+         file, size, kMaxConfigBytes);
   std::ifstream in(file, std::ios::binary);
   if (!in)
     fail("cannot open {}: {}, expected a Hugging Face config.json\nhint: check the path", file,
