@@ -120,6 +120,12 @@ model::LlamaConfig read_hf_config(const std::string& path) {
   std::error_code ec;
   std::string file = path;
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
+  constexpr uintmax_t kMaxConfigBytes = 16u << 20;
+  const uintmax_t size = fs::file_size(file, ec);
+  if (!ec && size > kMaxConfigBytes)
+    fail("{}: file is {} bytes, expected a config.json of at most {} bytes\nhint: point at the model's "
+         "config.json",
+         file, size, kMaxConfigBytes);
   std::ifstream in(file, std::ios::binary);
   if (!in)
     fail("cannot open {}: {}, expected a Hugging Face config.json\nhint: check the path", file,
@@ -212,7 +218,10 @@ void write_hf_config(const std::string& path, const model::LlamaConfig& config, 
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
   // Floats go through their shortest decimal form so that 1e-5f is written as 1e-05, not
   // 9.999999747378752e-06.
-  auto shortest = [](float f) { return std::stod(fmt::format("{}", f)); };
+  auto shortest = [](float f) {
+    double d = std::stod(fmt::format("{}", f));
+    return float(d) == f ? d : double(f);  // guard against double rounding
+  };
   json j = {
       {"architectures", json::array({"LlamaForCausalLM"})},
       {"attention_bias", false},

@@ -371,13 +371,13 @@ struct Plan {
 uint64_t tensor_bytes(const TensorToWrite& t) {
   uint64_t numel = 1;
   for (int64_t s : t.shape) {
-    if (s < 0) fail("tensor {} has shape {}, expected non-negative sizes", quoted(t.name), shape_str(t.shape));
+    if (s < 0) fail("tensor {} has shape {}, expected non-negative sizes\nhint: fix the tensor list given to the safetensors writer", quoted(t.name), shape_str(t.shape));
     if (__builtin_mul_overflow(numel, uint64_t(s), &numel))
-      fail("tensor {} shape {} overflows, expected a realistic size", quoted(t.name), shape_str(t.shape));
+      fail("tensor {} shape {} overflows, expected a realistic size\nhint: fix the tensor list given to the safetensors writer", quoted(t.name), shape_str(t.shape));
   }
   uint64_t n;
   if (__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &n))
-    fail("tensor {} shape {} overflows, expected a realistic size", quoted(t.name), shape_str(t.shape));
+    fail("tensor {} shape {} overflows, expected a realistic size\nhint: fix the tensor list given to the safetensors writer", quoted(t.name), shape_str(t.shape));
   return n;
 }
 
@@ -393,9 +393,9 @@ Plan make_plan(const std::vector<TensorToWrite>& tensors, const std::map<std::st
   Plan plan;
   std::set<std::string> names;
   for (const TensorToWrite& t : tensors) {
-    if (t.name == "__metadata__") fail("tensor name \"__metadata__\" is reserved, expected another name");
-    if (!names.insert(t.name).second) fail("tensor {} is given twice, expected unique names", quoted(t.name));
-    if (int(t.dtype) < 0 || int(t.dtype) >= kNumDTypes) fail("tensor {} has an invalid dtype", quoted(t.name));
+    if (t.name == "__metadata__") fail("tensor name \"__metadata__\" is reserved, expected another name\nhint: fix the tensor list given to the safetensors writer");
+    if (!names.insert(t.name).second) fail("tensor {} is given twice, expected unique names\nhint: fix the tensor list given to the safetensors writer", quoted(t.name));
+    if (int(t.dtype) < 0 || int(t.dtype) >= kNumDTypes) fail("tensor {} has invalid dtype {}, expected a DType value\nhint: fix the tensor list given to the safetensors writer", quoted(t.name), int(t.dtype));
     plan.order.push_back(&t);
   }
   // Reference order: dtype descending in the crate's enum order, then name ascending (bytes).
@@ -419,7 +419,7 @@ Plan make_plan(const std::vector<TensorToWrite>& tensors, const std::map<std::st
   uint64_t offset = 0;
   for (const TensorToWrite* t : plan.order) {
     uint64_t nb = tensor_bytes(*t);
-    if (nb > 0 && t->data == nullptr) fail("tensor {} has no data, expected {} bytes", quoted(t->name), nb);
+    if (nb > 0 && t->data == nullptr) fail("tensor {} has no data, expected {} bytes\nhint: fix the tensor list given to the safetensors writer", quoted(t->name), nb);
     plan.nbytes.push_back(nb);
     if (h.size() > 1) h += ",";
     h += json_string(t->name, "tensor name");
@@ -694,7 +694,7 @@ void write_safetensors_sharded(const std::string& dir, const std::vector<TensorT
     fail("max shard size is {} bytes, expected a positive size\nhint: Hugging Face uses 5GB", max_shard_bytes);
   std::set<std::string> names;
   for (const TensorToWrite& t : tensors)
-    if (!names.insert(t.name).second) fail("tensor {} is given twice, expected unique names", quoted(t.name));
+    if (!names.insert(t.name).second) fail("tensor {} is given twice, expected unique names\nhint: fix the tensor list given to the safetensors writer", quoted(t.name));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create folder {}: {}\nhint: check the path and permissions", dir, ec.message());

@@ -63,6 +63,7 @@ class SafetensorsCheckpoint {
   std::vector<std::string> names() const;
   // Copies a tensor into fp32 (converting F32/BF16/F16), checking the shape; throws Error naming
   // the file, tensor, shape seen and shape expected.
+  // out: (prod(expected_shape),) fp32, row-major.
   void read_f32(const std::string& name, const std::vector<int64_t>& expected_shape, float* out) const;
   const std::string& path() const { return path_; }
 

@@ -185,6 +185,10 @@ TEST_F(HfConfigTest, NotJsonOrNotAnObject) {
   EXPECT_HAS(error_of(write("{\"hidden_size\": ")), "not valid JSON");
   EXPECT_HAS(error_of(write("[1, 2]")), "expected an object");
   EXPECT_THROW(read_hf_config((fs::path(dir_) / "nothing.json").string()), Error);
+  // nlohmann would stop at a NUL and accept the prefix; the reader must not.
+  EXPECT_HAS(error_of(write(std::string(kLlama2_7b) + std::string("\0garbage", 8))), "NUL byte");
+  fs::create_directories(fs::path(dir_) / "empty");
+  EXPECT_THROW(read_hf_config((fs::path(dir_) / "empty").string()), Error);
 }
 
 TEST_F(HfConfigTest, HeadsNotDividingHiddenSize) {
