@@ -52,6 +52,18 @@ std::vector<int64_t> samples_per_dataset(const std::vector<double>& nw, int64_t 
   return out;
 }
 
+namespace {
+
+// a*b rounded to double before its use. Without this, -march=native lets the compiler fuse
+// w*x - count into an FMA, which breaks exact ties differently from Megatron's helpers.cpp (built
+// without FMA on x86-64) and from numpy: weights {0.5, 0.3, 0.2} tie at sample 10.
+double mul_rounded(double a, double b) {
+  volatile double p = a * b;
+  return p;
+}
+
+}  // namespace
+
 void build_blending_indices(int16_t* dataset_index, int64_t* dataset_sample_index,
                             const std::vector<double>& weights, int64_t size) {
   const size_t nd = weights.size();
@@ -61,9 +73,9 @@ void build_blending_indices(int16_t* dataset_index, int64_t* dataset_sample_inde
     // Error of each dataset: how far its share lags its weight after max(i, 1) samples.
     double x = std::max(double(i), 1.0);
     size_t best = 0;
-    double best_err = weights[0] * x - double(count[0]);
+    double best_err = mul_rounded(weights[0], x) - double(count[0]);
     for (size_t k = 1; k < nd; k++) {
-      double err = weights[k] * x - double(count[k]);
+      double err = mul_rounded(weights[k], x) - double(count[k]);
       if (err > best_err) {  // strict: ties keep the lower index
         best_err = err;
         best = k;
@@ -98,7 +110,7 @@ void build_exhaustive_blending_indices(std::vector<int16_t>* di, std::vector<int
     double best_err = std::numeric_limits<double>::lowest();
     for (size_t k = 0; k < nd; k++) {
       if (!unspent[k]) continue;
-      double err = w[k] * x - double(count[k]);
+      double err = mul_rounded(w[k], x) - double(count[k]);
       if (err > best_err) best_err = err, best = int64_t(k);
     }
     di->push_back(int16_t(best));
@@ -176,58 +188,60 @@ BlendSpec parse_data_prefix(const std::vector<std::string>& items) {
   return spec;
 }
 
+std::shared_ptr<const SampleDataset> build_gpt_split(const GptDataConfig& cfg, const BlendSpec& spec,
+                                                     const std::vector<std::shared_ptr<const TokenSource>>& sources,
+                                                     Split split, int64_t n) {
+  CHECK(sources.size() == spec.prefixes.size() && !sources.empty(), "{} sources for {} prefixes", sources.size(),
+        spec.prefixes.size());
+  const int k = int(split);
+  if (!split_ranges(cfg.splits_string, 1)[size_t(k)].exists) return nullptr;  // weight 0
+
+  // One split of one source with m samples requested (-1 = one epoch).
+  auto make = [&](size_t src, int64_t m) -> std::shared_ptr<const SampleDataset> {
+    auto ranges = split_ranges(cfg.splits_string, sources[src]->num_sequences());
+    GptIndexParams p;
+    p.seq_length = cfg.seq_length;
+    p.num_samples = m;
+    p.seed = cfg.seed;
+    p.drop_last_partial = (split == Split::train) || cfg.drop_last_partial_validation;
+    auto ds = std::make_shared<const GptDataset>(sources[src], split, ranges[size_t(k)], p, cfg.cache);
+    return std::make_shared<const GptSplitDataset>(ds);
+  };
+
+  if (spec.weights.empty() && sources.size() == 1) return make(0, n);
+  std::vector<std::shared_ptr<const SampleDataset>> parts;
+  if (!spec.weights.empty()) {
+    // Each source sized ceil(ceil(N*w)*(1+surplus)); the blend takes sum_k ceil(N*w_k) samples.
+    if (n < 0) fail("{} split: blend weights need a requested sample count", split_name(split));
+    std::vector<double> nw = normalize_weights(spec.weights);
+    auto target = samples_per_dataset(nw, n, 0.0);
+    auto buffer = samples_per_dataset(nw, n, cfg.surplus);
+    int64_t size = 0;
+    for (size_t s = 0; s < sources.size(); s++) {
+      parts.push_back(make(s, buffer[s]));
+      size += target[s];
+    }
+    return std::make_shared<const BlendedDataset>(parts, nw, size);
+  }
+  // Several prefixes without weights: one epoch each, weighted by length.
+  std::vector<double> lens;
+  int64_t total = 0;
+  for (size_t s = 0; s < sources.size(); s++) {
+    parts.push_back(make(s, -1));
+    lens.push_back(double(parts.back()->size()));
+    total += parts.back()->size();
+  }
+  return std::make_shared<const BlendedDataset>(parts, lens, n < 0 ? -1 : std::min(n, total));
+}
+
 std::array<std::shared_ptr<const SampleDataset>, 3> build_gpt_datasets(const GptDataConfig& cfg,
                                                                        std::array<int64_t, 3> num_samples,
                                                                        const SourceOpener& open) {
   BlendSpec spec = parse_data_prefix(cfg.data_prefix);
   std::vector<std::shared_ptr<const TokenSource>> sources;
   for (const auto& p : spec.prefixes) sources.push_back(open(p));
-
-  // One split of one source with n samples requested (-1 = one epoch).
-  auto make = [&](size_t src, int k, int64_t n) -> std::shared_ptr<const SampleDataset> {
-    auto ranges = split_ranges(cfg.splits_string, sources[src]->num_sequences());
-    GptIndexParams p;
-    p.seq_length = cfg.seq_length;
-    p.num_samples = n;
-    p.seed = cfg.seed;
-    p.drop_last_partial = (k == int(Split::train)) || cfg.drop_last_partial_validation;
-    auto ds = std::make_shared<const GptDataset>(sources[src], Split(k), ranges[size_t(k)], p, cfg.cache);
-    return std::make_shared<const GptSplitDataset>(ds);
-  };
-
   std::array<std::shared_ptr<const SampleDataset>, 3> out;
-  auto exists = split_ranges(cfg.splits_string, 1);  // which splits exist does not depend on N
-  std::vector<double> nw;
-  if (!spec.weights.empty()) nw = normalize_weights(spec.weights);
-  for (int k = 0; k < 3; k++) {
-    if (!exists[size_t(k)].exists) continue;
-    const int64_t n = num_samples[size_t(k)];
-    if (spec.weights.empty() && sources.size() == 1) {
-      out[size_t(k)] = make(0, k, n);
-    } else if (!spec.weights.empty()) {
-      if (n < 0) fail("{} split: blend weights need a requested sample count", split_name(Split(k)));
-      auto target = samples_per_dataset(nw, n, 0.0);
-      auto buffer = samples_per_dataset(nw, n, cfg.surplus);
-      std::vector<std::shared_ptr<const SampleDataset>> parts;
-      int64_t size = 0;
-      for (size_t s = 0; s < sources.size(); s++) {
-        parts.push_back(make(s, k, buffer[s]));
-        size += target[s];
-      }
-      out[size_t(k)] = std::make_shared<const BlendedDataset>(parts, nw, size);
-    } else {  // several prefixes without weights: one epoch each, weighted by length
-      std::vector<std::shared_ptr<const SampleDataset>> parts;
-      std::vector<double> lens;
-      int64_t total = 0;
-      for (size_t s = 0; s < sources.size(); s++) {
-        parts.push_back(make(s, k, -1));
-        lens.push_back(double(parts.back()->size()));
-        total += parts.back()->size();
-      }
-      int64_t size = n < 0 ? -1 : std::min(n, total);
-      out[size_t(k)] = std::make_shared<const BlendedDataset>(parts, lens, size);
-    }
-  }
+  for (int k = 0; k < 3; k++) out[size_t(k)] = build_gpt_split(cfg, spec, sources, Split(k), num_samples[size_t(k)]);
   return out;
 }
 

@@ -66,6 +66,7 @@ class BlendedDataset : public SampleDataset {
   const std::vector<int16_t>& dataset_index() const { return dataset_index_; }
   const std::vector<int64_t>& dataset_sample_index() const { return dataset_sample_index_; }
   const std::vector<double>& weights() const { return weights_; }
+  const std::vector<std::shared_ptr<const SampleDataset>>& datasets() const { return datasets_; }
 
  private:
   std::vector<std::shared_ptr<const SampleDataset>> datasets_;
@@ -93,6 +94,10 @@ struct GptDataConfig {
 };
 using SourceOpener = std::function<std::shared_ptr<const TokenSource>(const std::string& prefix)>;
 
+// One split (null if its splits_string weight is 0) from sources opened for spec.prefixes, in order.
+std::shared_ptr<const SampleDataset> build_gpt_split(const GptDataConfig& cfg, const BlendSpec& spec,
+                                                     const std::vector<std::shared_ptr<const TokenSource>>& sources,
+                                                     Split split, int64_t num_samples);
 // Builds train/valid/test as Megatron does: one unweighted prefix -> a GptDataset per split;
 // weights given -> each prefix's split sized ceil(ceil(N*w)*(1+surplus)), blended to
 // sum_k ceil(N*w_k) samples; several unweighted prefixes -> one epoch each, blended by their

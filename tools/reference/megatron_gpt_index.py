@@ -6,7 +6,8 @@ round() the split bookends, and the sample index is computed twice (the helpers.
 closed form "sample k starts at flat position k*L") and cross-checked. Used by tests/data/ to
 check src/data/gpt_dataset.cpp and blend.cpp, and to write tests/golden/gpt_index/*.json.
 
-usage: megatron_gpt_index.py SPEC.json [OUT.json]     (prints to stdout without OUT)
+usage: megatron_gpt_index.py SPEC.json [OUT.json]     (prints to stdout without OUT; a list of
+       specs gives a list of results)
 SPEC: {"mode": "gpt", "sizes": [...], "split": "969,30,1", "seq_length": L,
        "num_samples": [N_train, N_valid, N_test] (null = one epoch), "seed": S,
        "drop_last_partial": true, "with_text": false}
@@ -63,8 +64,8 @@ def sample_index_walk(sizes, doc, L, extra, ns):
 def sample_index_closed(sizes, doc, L, ns):
     """Row k = (doc position, offset) of flat position k*L (extra == 1, drop_last)."""
     starts = np.cumsum([0] + [sizes[x] for x in doc])
-    rows = []
-    for k in range(ns + 1):
+    rows = [(0, 0)]  # row 0 is (0, 0) even when doc_index[0] is an empty sequence
+    for k in range(1, ns + 1):
         pos = k * L
         d = int(np.searchsorted(starts, pos, side="right")) - 1
         while sizes[doc[d]] == 0 or pos - starts[d] >= sizes[doc[d]]:
@@ -138,8 +139,11 @@ def gpt_all(sizes, split, L, Ns, seed, drop_last=True, with_text=False, gid=0):
             res.append({"exists": False})
             continue
         dl = True if k == 0 else drop_last
-        res.append(gpt_split(sizes, split_range(books[k], len(sizes)), L, Ns[k], seed, 1, dl,
-                             with_text, gid))
+        rr = split_range(books[k], len(sizes))
+        if sum(sizes[rr[0]:rr[1]]) <= 1:  # Megatron asserts here; the C++ must throw
+            res.append({"exists": True, "begin": rr[0], "end": rr[1], "error": "no tokens"})
+            continue
+        res.append(gpt_split(sizes, rr, L, Ns[k], seed, 1, dl, with_text, gid))
     return res
 
 
@@ -176,6 +180,9 @@ def blend_all(spec):
         target = [int(math.ceil(math.ceil(N * w))) for w in weights]
         buffer = [int(math.ceil(math.ceil(N * w) * (1 + surplus))) for w in weights]
         parts = []
+        if any(sum(sz[slice(*split_range(books[k], len(sz)))]) <= 1 for sz in spec["datasets"]):
+            res.append({"exists": True, "error": "no tokens"})
+            continue
         for g, sizes in enumerate(spec["datasets"]):
             parts.append(gpt_split(sizes, split_range(books[k], len(sizes)), spec["seq_length"],
                                    buffer[g], spec["seed"], 1, True, spec.get("with_text", False), g))
@@ -206,8 +213,7 @@ def rng_checks():
     return out
 
 
-def main():
-    spec = json.load(open(sys.argv[1]))
+def run(spec):
     mode = spec.get("mode", "gpt")
     if mode == "rng":
         out = rng_checks()
@@ -220,6 +226,12 @@ def main():
     else:
         raise SystemExit(f"unknown mode {mode}")
     out["spec"] = spec
+    return out
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    out = [run(s) for s in spec] if isinstance(spec, list) else run(spec)
     text = json.dumps(out, separators=(",", ":"))
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as f:
