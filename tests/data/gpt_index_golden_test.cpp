@@ -208,6 +208,11 @@ TEST(GptIndexGolden, RngMatchesNumpyGolden) {
   uint32_t v = 0;
   for (int i = 0; i < 10000; i++) v = r5489.next_u32();
   EXPECT_EQ(v, g["mt_5489_10000th"].get<uint32_t>());
+  for (auto [name, max] : {std::pair<std::string, uint64_t>{"interval_2pow40_seed1", uint64_t(1) << 40},
+                           std::pair<std::string, uint64_t>{"interval_1000_seed1", 1000}}) {
+    NumpyRandomState r(1);
+    for (uint64_t want : g[name].get<std::vector<uint64_t>>()) EXPECT_EQ(r.random_interval(max), want) << name;
+  }
   std::vector<int64_t> big(100000);
   for (int64_t i = 0; i < 100000; i++) big[size_t(i)] = i;
   NumpyRandomState(7).shuffle(big.data(), 100000);

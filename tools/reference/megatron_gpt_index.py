@@ -207,6 +207,9 @@ def rng_checks():
         out[f"shuffle10_seed{seed}"] = a.tolist()
     rs = np.random.RandomState(5489)
     out["mt_5489_10000th"] = int(rs.randint(0, 2**32, size=10000, dtype=np.uint64)[-1])
+    # Masked rejection on 64-bit draws (bounds above 2^32), as random_interval does.
+    out["interval_2pow40_seed1"] = np.random.RandomState(1).randint(0, 2**40 + 1, size=5, dtype=np.int64).tolist()
+    out["interval_1000_seed1"] = np.random.RandomState(1).randint(0, 1001, size=5, dtype=np.int64).tolist()
     big = np.arange(100000, dtype=np.int64)
     np.random.RandomState(7).shuffle(big)
     out["shuffle100000_seed7_head"] = big[:20].tolist()
