@@ -113,6 +113,15 @@ std::array<SplitRange, 3> split_ranges(std::string_view split, int64_t num_seque
   return out;
 }
 
+std::array<int64_t, 3> requested_num_samples(int64_t train_iters, int64_t gbs, int64_t eval_interval,
+                                             int64_t eval_iters, int64_t test_iters) {
+  if (train_iters < 0 || gbs < 1 || eval_interval < 1 || eval_iters < 0 || test_iters < 0)
+    fail("sample counts: train_iters {}, global_batch_size {}, eval_interval {}, eval_iters {}, test_iters {}; "
+         "expected non-negative counts, batch and interval >= 1", train_iters, gbs, eval_interval, eval_iters,
+         test_iters);
+  return {train_iters * gbs, (train_iters / eval_interval + 1) * eval_iters * gbs, test_iters * gbs};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Index construction (§2.4-2.9)
 // ---------------------------------------------------------------------------------------------
@@ -255,22 +264,60 @@ constexpr size_t kHeaderBytes = 64;
 
 size_t pad8(size_t n) { return (n + 7) & ~size_t(7); }
 
-// Four-lane multiply-xor hash over 8-byte words; detects truncation, bit flips and edits.
-uint64_t checksum64(const uint8_t* p, size_t n) {
-  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
-  uint64_t h[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int l = 0; l < 4; l++) {
-      uint64_t w;
-      std::memcpy(&w, p + i + 8 * l, 8);
-      h[l] = (h[l] ^ w) * kMul;
-      h[l] ^= h[l] >> 29;
+// Four-lane multiply-xor hash over 32-byte blocks, fed in pieces so the writer can stream; detects
+// truncation, bit flips and edits (not an adversary).
+class Checksum {
+ public:
+  void update(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    total_ += n;
+    while (n > 0) {
+      if (fill_ == 0 && n >= 32) {
+        block(p);
+        p += 32;
+        n -= 32;
+        continue;
+      }
+      size_t k = std::min(n, size_t(32) - fill_);
+      std::memcpy(buf_ + fill_, p, k);
+      fill_ += k;
+      p += k;
+      n -= k;
+      if (fill_ == 32) {
+        block(buf_);
+        fill_ = 0;
+      }
     }
   }
-  uint64_t r = fnv1a64(p + i, n - i, uint64_t(n));
-  for (int l = 0; l < 4; l++) r = (r ^ h[l]) * kMul, r ^= r >> 31;
-  return r;
+  uint64_t finish() const {
+    uint64_t r = fnv1a64(buf_, fill_, total_);
+    for (int l = 0; l < 4; l++) {
+      r = (r ^ h_[l]) * kMul;
+      r ^= r >> 31;
+    }
+    return r;
+  }
+
+ private:
+  static constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  void block(const uint8_t* b) {
+    for (int l = 0; l < 4; l++) {
+      uint64_t w;
+      std::memcpy(&w, b + 8 * l, 8);
+      h_[l] = (h_[l] ^ w) * kMul;
+      h_[l] ^= h_[l] >> 29;
+    }
+  }
+  uint64_t h_[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
+  uint8_t buf_[32] = {};
+  size_t fill_ = 0;
+  uint64_t total_ = 0;
+};
+
+uint64_t checksum64(const uint8_t* p, size_t n) {
+  Checksum c;
+  c.update(p, n);
+  return c.finish();
 }
 
 struct Layout {
@@ -325,24 +372,28 @@ void save_gpt_index(const std::string& path, const std::string& key, const GptIn
   std::memcpy(head.data() + 16, fields, sizeof(fields));
   std::memcpy(head.data() + l.key_off, key.data(), key.size());
 
-  // The checksum runs over the file bytes in order, so assemble them into one buffer.
-  std::vector<uint8_t> buf(l.total, 0);
-  std::memcpy(buf.data(), head.data(), head.size());
-  if (D > 0) std::memcpy(buf.data() + l.doc_off, idx.doc_index, size_t(D) * 4);
-  std::memcpy(buf.data() + l.sample_off, idx.sample_index, size_t(2 * (ns + 1)) * 8);
-  if (ns > 0) std::memcpy(buf.data() + l.shuffle_off, idx.shuffle_index, size_t(ns) * 8);
-  uint64_t sum = checksum64(buf.data(), l.checksum_off);
-  std::memcpy(buf.data() + l.checksum_off, &sum, 8);
-
   // Temporary name unique per process and call, then an atomic rename: readers (other ranks)
-  // see either no file or a complete one.
+  // see either no file or a complete one. The arrays are streamed, never copied whole.
   std::random_device rd;
   std::string tmp = fmt::format("{}.tmp.{}.{:08x}", path, int(getpid()), rd());
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f)
     fail("index cache {}: cannot create it ({})\nhint: set model.data.index_mapping_dir to a writable "
          "directory", tmp, std::strerror(errno));
-  bool ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
+  Checksum sum;
+  bool ok = true;
+  auto put = [&](const void* data, size_t n) {
+    sum.update(data, n);
+    ok = ok && (n == 0 || std::fwrite(data, 1, n, f) == n);
+  };
+  const uint8_t zeros[8] = {};
+  put(head.data(), head.size());
+  put(idx.doc_index, size_t(D) * 4);
+  put(zeros, pad8(size_t(D) * 4) - size_t(D) * 4);
+  put(idx.sample_index, size_t(2 * (ns + 1)) * 8);
+  put(idx.shuffle_index, size_t(ns) * 8);
+  uint64_t digest = sum.finish();
+  ok = ok && std::fwrite(&digest, 1, 8, f) == 8;
   ok = (std::fflush(f) == 0) && ok;
   ok = (fsync(fileno(f)) == 0) && ok;
   ok = (std::fclose(f) == 0) && ok;
@@ -354,7 +405,8 @@ void save_gpt_index(const std::string& path, const std::string& key, const GptIn
   }
 }
 
-bool load_gpt_index(const std::string& path, const std::string& key, GptIndex* out, std::string* why) {
+bool load_gpt_index(const std::string& path, const std::string& key, SplitRange range, GptIndex* out,
+                    std::string* why) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     *why = "missing";
@@ -409,6 +461,8 @@ bool load_gpt_index(const std::string& path, const std::string& key, GptIndex* o
   idx.sample_index = reinterpret_cast<const int64_t*>(p + l.sample_off);
   idx.shuffle_index = reinterpret_cast<const int64_t*>(p + l.shuffle_off);
   // Bounds, so fetching stays inside the arrays even if a consistent-looking file lies.
+  for (int64_t i = 0; i < D; i++)
+    if (idx.doc_index[i] < range.begin || idx.doc_index[i] >= range.end) return bad("document index out of range");
   for (int64_t i = 0; i < ns; i++)
     if (idx.shuffle_index[i] < 0 || idx.shuffle_index[i] >= ns) return bad("shuffle index out of range");
   for (int64_t k = 0; k <= ns; k++) {
@@ -447,7 +501,7 @@ GptDataset::GptDataset(std::shared_ptr<const TokenSource> source, Split split, S
     std::string key = gpt_index_cache_key(*source_, split, range, params_);
     cache_path_ = (std::filesystem::path(dir) / gpt_index_cache_file(*source_, split, key)).string();
     std::string why;
-    if (load_gpt_index(cache_path_, key, &index_, &why)) {
+    if (load_gpt_index(cache_path_, key, range, &index_, &why)) {
       loaded_from_cache_ = true;
     } else {
       if (why != "missing")
@@ -459,7 +513,7 @@ GptDataset::GptDataset(std::shared_ptr<const TokenSource> source, Split split, S
         save_gpt_index(cache_path_, key, index_);
         // Serve from the mapped file so the heap copy is released.
         GptIndex mapped;
-        if (load_gpt_index(cache_path_, key, &mapped, &why)) index_ = std::move(mapped);
+        if (load_gpt_index(cache_path_, key, range, &mapped, &why)) index_ = std::move(mapped);
       } catch (const Error& e) {
         fmt::print(stderr, "warning: {}\n(continuing with the index in memory)\n", e.what());
         cache_path_.clear();

@@ -60,6 +60,13 @@ struct SplitRange {
 // Sequence-id ranges of train/valid/test for a source of num_sequences sequences (§2.1).
 std::array<SplitRange, 3> split_ranges(std::string_view split, int64_t num_sequences);
 
+// Requested samples per split (§2.2, Megatron's get_train_valid_test_num_samples; NeMo passes
+// trainer.max_steps, val_check_interval, limit_val_batches and limit_test_batches):
+// train = train_iters*gbs, valid = (train_iters // eval_interval + 1)*eval_iters*gbs,
+// test = test_iters*gbs.
+std::array<int64_t, 3> requested_num_samples(int64_t train_iters, int64_t global_batch_size,
+                                             int64_t eval_interval, int64_t eval_iters, int64_t test_iters);
+
 // ---- index construction (§2.4-2.9) ----
 struct GptIndexParams {
   int64_t seq_length = 0;          // L
@@ -101,9 +108,11 @@ std::string gpt_index_cache_key(const TokenSource& source, Split split, SplitRan
 std::string gpt_index_cache_file(const TokenSource& source, Split split, const std::string& key);
 // Writes idx under `path` via a temporary file + rename. Throws Error if the dir is not writable.
 void save_gpt_index(const std::string& path, const std::string& key, const GptIndex& idx);
-// Maps `path` and returns true when it is a complete, uncorrupted cache for exactly `key`;
-// otherwise returns false and sets *why (missing, bad magic/version, other key, size, checksum).
-bool load_gpt_index(const std::string& path, const std::string& key, GptIndex* idx, std::string* why);
+// Maps `path` and returns true when it is a complete, uncorrupted cache for exactly `key` whose
+// indices all lie inside `range`; otherwise returns false and sets *why (missing, bad
+// magic/version, other key, size, checksum, out-of-range entries).
+bool load_gpt_index(const std::string& path, const std::string& key, SplitRange range, GptIndex* idx,
+                    std::string* why);
 
 // ---- one split of one source ----
 class GptDataset {

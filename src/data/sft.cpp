@@ -76,6 +76,7 @@ bool sft_row_text(std::string_view line, const SftConfig& cfg, std::string* prom
         prompt->push_back(t[i++]);
       } else if (t[i] == '{') {
         size_t close = t.find('}', i + 1);
+        if (close == std::string::npos) return bad("prompt template has an unclosed '{'");
         std::string name = t.substr(i + 1, close - i - 1);
         auto it = row.find(name);
         if (it == row.end()) return bad(fmt::format("missing key \"{}\"", name));

@@ -94,6 +94,13 @@ TEST(Splits, BookendsAndRanges) {
     EXPECT_THROW(parse_split_weights(bad), Error) << bad;
 }
 
+TEST(Splits, RequestedSampleCounts) {
+  // 7B recipe shape: 1000 steps of 256, validation every 100 steps for 5 batches, 5 test batches.
+  EXPECT_EQ(requested_num_samples(1000, 256, 100, 5, 5), (std::array<int64_t, 3>{256000, 11 * 5 * 256, 5 * 256}));
+  EXPECT_EQ(requested_num_samples(250, 8, 100, 2, 0), (std::array<int64_t, 3>{2000, 3 * 2 * 8, 0}));
+  EXPECT_THROW(requested_num_samples(10, 0, 1, 1, 1), Error);
+}
+
 TEST(NumpyRng, FormatsCheckValues) {
   NumpyRandomState r(42);
   EXPECT_EQ(r.random_sample(), 0.3745401188473625);
