@@ -1,0 +1,267 @@
+// SFT examples and samples; see sft.h.
+#include "data/sft.h"
+
+#include <algorithm>
+#include <fstream>
+#include <mutex>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace llamatrain::data {
+
+namespace {
+
+// Text of a scalar JSON value for templates and completion maps; false for objects/arrays/null.
+bool scalar_text(const nlohmann::json& v, std::string* out) {
+  if (v.is_string()) {
+    *out = v.get<std::string>();
+    return true;
+  }
+  if (v.is_number() || v.is_boolean()) {
+    *out = v.dump();
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void validate_prompt_template(std::string_view t) {
+  for (size_t i = 0; i < t.size(); i++) {
+    if (t[i] == '{') {
+      if (i + 1 < t.size() && t[i + 1] == '{') {
+        i++;
+        continue;
+      }
+      size_t close = t.find('}', i + 1);
+      if (close == std::string_view::npos || close == i + 1 || t.substr(i + 1, close - i - 1).find('{') != std::string_view::npos)
+        fail("prompt template: unmatched or empty '{{' at character {}, got \"{}\"\nhint: write fields as "
+             "{{question}} and a literal brace as {{{{", i, t);
+      i = close;
+    } else if (t[i] == '}') {
+      if (i + 1 < t.size() && t[i + 1] == '}') {
+        i++;
+        continue;
+      }
+      fail("prompt template: stray '}}' at character {}, got \"{}\"\nhint: a literal brace is written }}}}", i, t);
+    }
+  }
+}
+
+bool sft_row_text(std::string_view line, const SftConfig& cfg, std::string* prompt, std::string* completion,
+                  std::string* why) {
+  auto bad = [why](std::string reason) {
+    *why = std::move(reason);
+    return false;
+  };
+  auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (row.is_discarded()) return bad("invalid JSON");
+  if (!row.is_object()) return bad("not a JSON object");
+
+  // Prompt: the template with fields filled in, or the prompt field itself.
+  prompt->clear();
+  if (cfg.prompt_template.empty()) {
+    auto it = row.find(cfg.prompt_key);
+    if (it == row.end()) return bad(fmt::format("missing key \"{}\"", cfg.prompt_key));
+    if (!it->is_string()) return bad(fmt::format("\"{}\" is not a string", cfg.prompt_key));
+    *prompt = it->get<std::string>();
+  } else {
+    const std::string& t = cfg.prompt_template;
+    for (size_t i = 0; i < t.size(); i++) {
+      if ((t[i] == '{' || t[i] == '}') && i + 1 < t.size() && t[i + 1] == t[i]) {
+        prompt->push_back(t[i++]);
+      } else if (t[i] == '{') {
+        size_t close = t.find('}', i + 1);
+        if (close == std::string::npos) return bad("prompt template has an unclosed '{'");
+        std::string name = t.substr(i + 1, close - i - 1);
+        auto it = row.find(name);
+        if (it == row.end()) return bad(fmt::format("missing key \"{}\"", name));
+        std::string v;
+        if (!scalar_text(*it, &v)) return bad(fmt::format("\"{}\" is not a string or number", name));
+        *prompt += v;
+        i = close;
+      } else {
+        prompt->push_back(t[i]);
+      }
+    }
+  }
+
+  // Completion: the field, mapped through completion_map when one is given.
+  auto it = row.find(cfg.completion_key);
+  if (it == row.end()) return bad(fmt::format("missing key \"{}\"", cfg.completion_key));
+  if (cfg.completion_map.empty()) {
+    if (!it->is_string()) return bad(fmt::format("\"{}\" is not a string", cfg.completion_key));
+    *completion = it->get<std::string>();
+  } else {
+    std::string v;
+    if (!scalar_text(*it, &v)) return bad(fmt::format("\"{}\" is not a string or number", cfg.completion_key));
+    auto m = cfg.completion_map.find(v);
+    if (m == cfg.completion_map.end()) return bad(fmt::format("\"{}\" value not in the completion map", cfg.completion_key));
+    *completion = m->second;
+  }
+  return true;
+}
+
+SftExample tokenize_sft_example(const std::string& prompt, const std::string& completion, const Tokenizer& tok,
+                                const SftConfig& cfg, bool* truncated) {
+  std::vector<int> p = tok.encode(prompt), c = tok.encode(completion);
+  const int64_t cap = cfg.seq_length + 1;  // L inputs need L + 1 text ids
+  const int64_t bos = cfg.add_bos ? 1 : 0, eos = cfg.add_eos ? 1 : 0;
+  *truncated = false;
+  if (bos + int64_t(p.size()) + int64_t(c.size()) + eos > cap) {
+    *truncated = true;
+    // Cut the prompt first (keep its beginning, or its end with truncate_prompt_left), then the
+    // completion's end if the completion alone does not fit.
+    int64_t keep_p = std::max<int64_t>(0, cap - bos - int64_t(c.size()) - eos);
+    if (int64_t(p.size()) > keep_p) {
+      if (cfg.truncate_prompt_left)
+        p.erase(p.begin(), p.end() - keep_p);
+      else
+        p.resize(size_t(keep_p));
+    }
+    int64_t keep_c = std::max<int64_t>(0, cap - bos - int64_t(p.size()) - eos);
+    if (int64_t(c.size()) > keep_c) c.resize(size_t(keep_c));
+  }
+  SftExample ex;
+  if (bos) ex.text.push_back(tok.bos_id());
+  ex.text.insert(ex.text.end(), p.begin(), p.end());
+  ex.prompt_len = int64_t(ex.text.size());
+  ex.text.insert(ex.text.end(), c.begin(), c.end());
+  if (eos) ex.text.push_back(tok.eos_id());
+  return ex;
+}
+
+std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer& tok, const SftConfig& cfg,
+                                       SftStats* stats) {
+  if (cfg.seq_length < 2) fail("SFT seq_length {}: expected >= 2", cfg.seq_length);
+  if (!cfg.prompt_template.empty()) validate_prompt_template(cfg.prompt_template);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("SFT data {}: cannot open it\nhint: check model.data.train_ds.file_names", path);
+  std::vector<SftExample> out;
+  std::string line, prompt, completion, why;
+  int64_t lineno = 0;
+  auto reject = [&](const std::string& reason) {
+    stats->malformed++;
+    stats->reasons[reason]++;
+    if (int(stats->locations.size()) < cfg.max_reported)
+      stats->locations.push_back(fmt::format("{}:{}: {}", path, lineno, reason));
+  };
+  while (std::getline(in, line)) {
+    lineno++;
+    stats->lines++;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      stats->blank++;
+      continue;
+    }
+    if (!sft_row_text(line, cfg, &prompt, &completion, &why)) {
+      reject(why);
+      continue;
+    }
+    bool truncated = false;
+    SftExample ex = tokenize_sft_example(prompt, completion, tok, cfg, &truncated);
+    int64_t completion_ids = int64_t(ex.text.size()) - ex.prompt_len - (cfg.add_eos ? 1 : 0);
+    if (completion_ids <= 0) {
+      reject(completion.empty() ? "empty completion" : "completion does not fit seq_length");
+      continue;
+    }
+    stats->truncated += truncated;
+    stats->examples++;
+    out.push_back(std::move(ex));
+  }
+  return out;
+}
+
+std::string format_sft_stats(const SftStats& s) {
+  std::string r = fmt::format("{} examples from {} lines; {} malformed, {} truncated, {} blank", s.examples,
+                              s.lines, s.malformed, s.truncated, s.blank);
+  for (const auto& [k, v] : s.reasons) r += fmt::format("; {}: {}", k, v);
+  for (const auto& l : s.locations) r += "\n  " + l;
+  return r;
+}
+
+std::vector<std::vector<int64_t>> pack_sft_examples(const std::vector<SftExample>& examples, int64_t capacity) {
+  std::vector<std::vector<int64_t>> groups;
+  int64_t used = capacity + 1;  // forces a new group first
+  for (int64_t i = 0; i < int64_t(examples.size()); i++) {
+    int64_t n = int64_t(examples[size_t(i)].text.size());
+    CHECK(n <= capacity, "example {} has {} ids, capacity {}", i, n, capacity);
+    if (used + n > capacity) {
+      groups.emplace_back();
+      used = 0;
+    }
+    groups.back().push_back(i);
+    used += n;
+  }
+  return groups;
+}
+
+void make_sft_sample(GptSample* out, const std::vector<const SftExample*>& group, const SftConfig& cfg) {
+  const int64_t L = cfg.seq_length;
+  // Concatenated text (up to L + 1 ids) with, per id, whether it is a completion/EOS id and the
+  // position within its example.
+  std::vector<int32_t> text;
+  std::vector<uint8_t> target;
+  std::vector<int32_t> pos;
+  for (const SftExample* ex : group) {
+    for (int64_t k = 0; k < int64_t(ex->text.size()); k++) {
+      text.push_back(ex->text[size_t(k)]);
+      target.push_back(k >= ex->prompt_len);
+      pos.push_back(int32_t(k));
+    }
+  }
+  CHECK(int64_t(text.size()) <= L + 1, "SFT group has {} ids, expected <= {}", text.size(), L + 1);
+  out->tokens.assign(size_t(L), cfg.pad_id);
+  out->labels.assign(size_t(L), kIgnoreLabel);
+  out->loss_mask.assign(size_t(L), 0.0f);
+  out->position_ids.resize(size_t(L));
+  const int64_t n = int64_t(text.size());
+  for (int64_t t = 0; t < L; t++) {
+    if (t < n) out->tokens[size_t(t)] = text[size_t(t)];
+    if (t + 1 < n) {
+      out->labels[size_t(t)] = text[size_t(t + 1)];
+      // The label belongs to the next id's example: a completion id there (never the next
+      // example's BOS/prompt) is a training target.
+      out->loss_mask[size_t(t)] = target[size_t(t + 1)] ? 1.0f : 0.0f;
+    }
+    // Padding continues counting from the last real position (its value is never used).
+    out->position_ids[size_t(t)] = t < n ? pos[size_t(t)] : (n > 0 ? pos[size_t(n - 1)] : 0) + int32_t(t - n + 1);
+  }
+}
+
+SftDataset::SftDataset(std::vector<SftExample> examples, SftConfig cfg, uint32_t seed, bool shuffle)
+    : examples_(std::move(examples)), cfg_(std::move(cfg)), seed_(seed), shuffle_(shuffle) {
+  if (cfg_.pack) {
+    groups_ = pack_sft_examples(examples_, cfg_.seq_length + 1);
+  } else {
+    for (int64_t i = 0; i < int64_t(examples_.size()); i++) groups_.push_back({i});
+  }
+  if (groups_.empty()) fail("SFT dataset has no usable examples\nhint: check the field names and the file");
+}
+
+void SftDataset::get(int64_t i, GptSample* out) const {
+  CHECK(i >= 0, "SFT sample {}", i);
+  const int64_t n = size(), epoch = i / n, k = i % n;
+  int64_t g = k;
+  if (shuffle_) {
+    // Permutation of this epoch; recomputed only when the epoch changes.
+    std::lock_guard<std::mutex> lock(perm_mutex_);
+    if (perm_epoch_ != epoch) {
+      perm_.resize(size_t(n));
+      std::iota(perm_.begin(), perm_.end(), 0);
+      NumpyRandomState rng(uint32_t(seed_ + uint64_t(epoch)));
+      rng.shuffle(perm_.data(), n);
+      perm_epoch_ = epoch;
+    }
+    g = perm_[size_t(k)];
+  }
+  std::vector<const SftExample*> group;
+  for (int64_t e : groups_[size_t(g)]) group.push_back(&examples_[size_t(e)]);
+  make_sft_sample(out, group, cfg_);
+}
+
+}  // namespace llamatrain::data
