@@ -17,6 +17,7 @@
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "kernels/cpu/lmhead_ce.h"
+#include "kernels/cpu/matmul_peak.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/ops.h"
 
@@ -147,6 +148,14 @@ TEST(CpuVsRefMatmul, AwkwardShapes) {
         if (int64_t(N) * IC * OC > int64_t(127) * 768 * 107) continue;
         check_matmul_shape(N, IC, OC);
       }
+}
+
+TEST(CpuVsRefMatmul, PeakProbeReturnsAThroughput) {
+  for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) {
+    const double gflops = cpu::measure_matmul_gflops(48, 40, 56, ct, 0.01);
+    EXPECT_TRUE(std::isfinite(gflops));
+    EXPECT_GT(gflops, 0.0);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

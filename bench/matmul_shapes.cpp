@@ -1,0 +1,139 @@
+// bench_matmul: GFLOP/s of cpu::matmul_forward / matmul_backward (fp32 and bf16) on the stories110m
+// shapes at M = B*T rows, and the time of cpu::lmhead_ce_fused against its three separate matmuls.
+// "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call fp32 -> bf16 conversions.
+// Usage: bench_matmul [M=2048] [seconds per measurement=0.5] [all|matmul|lmhead]. Prints figures only.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include <omp.h>
+
+#include "core/rng.h"
+#include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/lmhead_ce.h"
+#include "kernels/cpu/ops.h"
+
+using namespace llamatrain;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t id, float scale) {
+  std::vector<float> v(n);
+#pragma omp parallel for
+  for (size_t i = 0; i < n; i++) v[i] = scale * (2.0f * random_uniform(3, 0, id, i) - 1.0f);
+  return v;
+}
+
+// Seconds per call of f: two warmup calls, then repeat for at least `seconds`.
+double time_call(const std::function<void()>& f, double seconds) {
+  f();
+  f();
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  int calls = 0;
+  double elapsed = 0.0;
+  while (calls < 3 || elapsed < seconds) {
+    f();
+    calls++;
+    elapsed = std::chrono::duration<double>(clock::now() - start).count();
+  }
+  return elapsed / calls;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int M = argc > 1 ? std::atoi(argv[1]) : 2048;
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 0.5;
+  const char* what = argc > 3 ? argv[3] : "all";
+  const bool run_matmul = std::strcmp(what, "lmhead") != 0, run_lmhead = std::strcmp(what, "matmul") != 0;
+  std::printf("bench_matmul: M=%d, %d OpenMP threads, %.2f s per figure\n", M, omp_get_max_threads(), seconds);
+
+  struct Shape {
+    const char* name;
+    int IC, OC;
+  };
+  const Shape shapes[] = {{"qkv", 768, 2304}, {"wo", 768, 768}, {"w1|w3", 768, 4096}, {"w2", 2048, 768},
+                          {"lm head", 768, 32000}};
+  std::printf("GFLOP/s. gemm columns: the three oneDNN matmuls alone (bf16 operands pre-converted);\n"
+              "api columns: cpu::matmul_forward / matmul_backward (dinp + dweight), bf16 conversions included.\n");
+  std::printf("%-8s %5s %6s %5s | %8s %8s %8s | %8s %8s\n", "shape", "IC", "OC", "type", "fwd", "dinp", "dweight",
+              "api fwd", "api bwd");
+  for (const Shape& s : shapes) {
+    if (!run_matmul) break;
+    const auto inp = random_vec(size_t(M) * s.IC, 1, 1.0f);       // (M,IC)
+    const auto weight = random_vec(size_t(s.OC) * s.IC, 2, 0.05f);  // (OC,IC)
+    const auto dout = random_vec(size_t(M) * s.OC, 3, 0.01f);     // (M,OC)
+    std::vector<bf16> inp_b(inp.size()), weight_b(weight.size()), dout_b(dout.size());
+    bf16_from_float(inp_b.data(), inp.data(), int64_t(inp.size()));
+    bf16_from_float(weight_b.data(), weight.data(), int64_t(weight.size()));
+    bf16_from_float(dout_b.data(), dout.data(), int64_t(dout.size()));
+    std::vector<float> out(size_t(M) * s.OC), dinp(size_t(M) * s.IC), dweight(weight.size(), 0.0f);
+    const double flop = 2.0 * M * s.IC * double(s.OC);
+    for (cpu::ComputeType ct : {cpu::ComputeType::f32, cpu::ComputeType::bf16}) {
+      const bool b16 = ct == cpu::ComputeType::bf16;
+      const void* a_inp = b16 ? static_cast<const void*>(inp_b.data()) : inp.data();
+      const void* a_w = b16 ? static_cast<const void*>(weight_b.data()) : weight.data();
+      const void* a_dout = b16 ? static_cast<const void*>(dout_b.data()) : dout.data();
+      const double g_fwd =
+          time_call([&] { cpu::detail::gemm(out.data(), a_inp, false, a_w, true, M, s.OC, s.IC, b16, false); }, seconds);
+      const double g_dinp = time_call(
+          [&] { cpu::detail::gemm(dinp.data(), a_dout, false, a_w, false, M, s.IC, s.OC, b16, false); }, seconds);
+      const double g_dw = time_call(
+          [&] { cpu::detail::gemm(dweight.data(), a_dout, true, a_inp, false, s.OC, s.IC, M, b16, true); }, seconds);
+      const double t_fwd = time_call(
+          [&] { cpu::matmul_forward(out.data(), inp.data(), weight.data(), weight_b.data(), M, s.IC, s.OC, ct); },
+          seconds);
+      const double t_bwd = time_call(
+          [&] {
+            cpu::matmul_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), weight_b.data(),
+                                 M, s.IC, s.OC, ct);
+          },
+          seconds);
+      std::printf("%-8s %5d %6d %5s | %8.1f %8.1f %8.1f | %8.1f %8.1f\n", s.name, s.IC, s.OC, b16 ? "bf16" : "f32",
+                  flop / g_fwd * 1e-9, flop / g_dinp * 1e-9, flop / g_dw * 1e-9, flop / t_fwd * 1e-9,
+                  2 * flop / t_bwd * 1e-9);
+      std::fflush(stdout);
+    }
+  }
+
+  // fused lm head + CE vs the chunk size R (3 matmuls of 2*M*C*V flop each, plus the softmax)
+  if (!run_lmhead) return 0;
+  const int C = 768, V = 32000;
+  const auto x = random_vec(size_t(M) * C, 4, 1.0f);       // (M,C)
+  const auto wout = random_vec(size_t(V) * C, 5, 0.05f);   // (V,C)
+  std::vector<bf16> wout_b(wout.size());                   // (V,C)
+  bf16_from_float(wout_b.data(), wout.data(), int64_t(wout.size()));
+  std::vector<int32_t> targets(static_cast<size_t>(M));
+  for (int n = 0; n < M; n++) targets[size_t(n)] = int32_t(random_u32(3, 0, 6, uint64_t(n)) % V);
+  std::vector<float> losses(static_cast<size_t>(M)), dx(size_t(M) * C), dwout(wout.size(), 0.0f);
+  std::printf("lmhead_ce_fused M=%d C=%d V=%d (default R=%d): seconds per call, effective GFLOP/s\n", M, C, V,
+              cpu::detail::lmhead_chunk_rows(V));
+  for (int R : {64, 128, 256, 512}) {
+    cpu::detail::lmhead_chunk_rows_override() = R;
+    for (cpu::ComputeType ct : {cpu::ComputeType::f32, cpu::ComputeType::bf16}) {
+      const double t_fwd = time_call(
+          [&] {
+            cpu::lmhead_ce_fused(losses.data(), nullptr, nullptr, x.data(), wout.data(), wout_b.data(), targets.data(),
+                                 1.0f / M, M, C, V, ct);
+          },
+          seconds);
+      const double t_all = time_call(
+          [&] {
+            cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(),
+                                 targets.data(), 1.0f / M, M, C, V, ct);
+          },
+          seconds);
+      const double flop = 2.0 * M * C * double(V);
+      std::printf("  R=%3d %4s  forward-only %.3f s (%.1f GFLOP/s)   forward+backward %.3f s (%.1f GFLOP/s)\n", R,
+                  ct == cpu::ComputeType::f32 ? "f32" : "bf16", t_fwd, flop / t_fwd * 1e-9, t_all,
+                  3 * flop / t_all * 1e-9);
+      std::fflush(stdout);
+    }
+  }
+  cpu::detail::lmhead_chunk_rows_override() = 0;
+  return 0;
+}
