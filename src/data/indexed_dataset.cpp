@@ -73,8 +73,59 @@ std::string data_path(const std::string& prefix) { return prefix + ".bin"; }
 // ---------------------------------------------------------------------------------------------
 // Writer
 
+// Append-only array of fixed-size elements: the last chunk in memory, earlier ones in a file that
+// is created on the first overflow and always removed with the object.
+class IndexedDatasetWriter::Spill {
+ public:
+  static constexpr size_t kChunkBytes = 1 << 20;  // a multiple of every element size
+  Spill(std::string path, size_t elem) : path_(std::move(path)), elem_(elem) { buf_.reserve(kChunkBytes); }
+  ~Spill() {
+    if (f_) std::fclose(f_);
+    if (file_bytes_ > 0 || f_) std::remove(path_.c_str());
+  }
+  void push(const void* v) {
+    const auto* p = static_cast<const uint8_t*>(v);
+    buf_.insert(buf_.end(), p, p + elem_);
+    if (buf_.size() >= kChunkBytes) flush();
+  }
+  // Calls fn(bytes, n) over the whole array in order, in chunks of whole elements.
+  template <typename F>
+  void for_each(F fn) {
+    if (f_) {
+      if (std::fflush(f_) != 0 || std::fseek(f_, 0, SEEK_SET) != 0) fail("reading back {} failed", path_);
+      std::vector<uint8_t> chunk(kChunkBytes);
+      for (uint64_t done = 0; done < file_bytes_;) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), file_bytes_ - done));
+        if (std::fread(chunk.data(), 1, n, f_) != n) fail("reading back {} failed: {}", path_, std::strerror(errno));
+        fn(chunk.data(), n);
+        done += n;
+      }
+    }
+    if (!buf_.empty()) fn(buf_.data(), buf_.size());
+  }
+
+ private:
+  void flush() {
+    if (!f_) {
+      f_ = std::fopen(path_.c_str(), "w+b");
+      if (!f_) fail("cannot create {}: {}\nhint: check the --output-prefix folder and its free space", path_,
+                    std::strerror(errno));
+    }
+    if (std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size())
+      fail("writing {} failed: {}\nhint: is the disk full?", path_, std::strerror(errno));
+    file_bytes_ += buf_.size();
+    buf_.clear();
+  }
+
+  std::string path_;
+  size_t elem_;
+  std::FILE* f_ = nullptr;
+  uint64_t file_bytes_ = 0;
+  std::vector<uint8_t> buf_;
+};
+
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDtype dtype)
-    : prefix_(std::move(prefix)), dtype_(dtype), buffer_(kBufferBytes), doc_idx_{0} {
+    : prefix_(std::move(prefix)), dtype_(dtype), buffer_(kBufferBytes) {
   if (dtype != TokenDtype::kUint16 && dtype != TokenDtype::kInt32 && dtype != TokenDtype::kInt64 &&
       dtype != TokenDtype::kUint8 && dtype != TokenDtype::kInt16 && dtype != TokenDtype::kInt8)
     fail("indexed dataset {}: token dtype {} is not an integer type, expected uint16 or int32", prefix_,
@@ -85,6 +136,10 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDtype dtype)
     fail("output folder {} does not exist\nhint: create it first (mkdir -p {})", parent.string(), parent.string());
   bin_ = std::fopen(tmp.c_str(), "wb");
   if (!bin_) fail("cannot create {}: {}\nhint: check the --output-prefix folder and its permissions", tmp, std::strerror(errno));
+  sizes_ = std::make_unique<Spill>(index_path(prefix_) + ".sizes.tmp", 4);
+  doc_idx_ = std::make_unique<Spill>(index_path(prefix_) + ".docs.tmp", 8);
+  const int64_t zero = 0;
+  doc_idx_->push(&zero);
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
@@ -155,15 +210,18 @@ void IndexedDatasetWriter::add_sequence(std::span<const int32_t> tokens) {
     buffer_used_ += n * item;
     done += n;
   }
-  sizes_.push_back(static_cast<int32_t>(tokens.size()));
-  pointers_.push_back(static_cast<int64_t>(bin_bytes_));
+  const int32_t size = static_cast<int32_t>(tokens.size());
+  sizes_->push(&size);
+  ++num_sequences_;
   bin_bytes_ += tokens.size() * item;
   num_tokens_ += static_cast<int64_t>(tokens.size());
 }
 
 void IndexedDatasetWriter::end_document() {
   CHECK(!finished_, "end_document after finish");
-  doc_idx_.push_back(static_cast<int64_t>(sizes_.size()));
+  const int64_t d = num_sequences_;
+  doc_idx_->push(&d);
+  ++num_doc_indices_;
 }
 
 void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
@@ -179,10 +237,15 @@ void IndexedDatasetWriter::append(const IndexedDataset& other) {
          other.prefix(), dtype_name(other.dtype()), prefix_, dtype_name(dtype_));
   const int64_t base_seq = num_sequences();
   for (int64_t i = 0; i < other.num_sequences(); ++i) {
-    sizes_.push_back(other.sequence_length(i));
-    pointers_.push_back(static_cast<int64_t>(bin_bytes_) + other.sequence_pointer(i));
+    const int32_t size = other.sequence_length(i);
+    sizes_->push(&size);
   }
-  for (int64_t k = 1; k <= other.num_documents(); ++k) doc_idx_.push_back(base_seq + other.document_index(k));
+  num_sequences_ += other.num_sequences();
+  for (int64_t k = 1; k <= other.num_documents(); ++k) {
+    const int64_t d = base_seq + other.document_index(k);
+    doc_idx_->push(&d);
+  }
+  num_doc_indices_ += other.num_documents();
   write_bytes(other.bin_data(), other.bin_size());
   bin_bytes_ += other.bin_size();
   num_tokens_ += other.num_tokens();
@@ -201,16 +264,31 @@ void IndexedDatasetWriter::finish() {
   std::string idx_tmp = index_path(prefix_) + ".tmp";
   std::FILE* f = std::fopen(idx_tmp.c_str(), "wb");
   if (!f) fail("cannot create {}: {}", idx_tmp, std::strerror(errno));
-  const uint64_t S = sizes_.size(), D = doc_idx_.size();
+  std::vector<char> fbuf(1 << 20);
+  std::setvbuf(f, fbuf.data(), _IOFBF, fbuf.size());
+  const uint64_t S = static_cast<uint64_t>(num_sequences_), D = static_cast<uint64_t>(num_doc_indices_);
   const uint8_t code = static_cast<uint8_t>(dtype_);
   bool ok = std::fwrite(kIndexMagic, 1, 9, f) == 9;
   ok = ok && std::fwrite(&kIndexVersion, 8, 1, f) == 1;
   ok = ok && std::fwrite(&code, 1, 1, f) == 1;
   ok = ok && std::fwrite(&S, 8, 1, f) == 1;
   ok = ok && std::fwrite(&D, 8, 1, f) == 1;
-  ok = ok && std::fwrite(sizes_.data(), 4, S, f) == S;
-  ok = ok && std::fwrite(pointers_.data(), 8, S, f) == S;
-  ok = ok && std::fwrite(doc_idx_.data(), 8, D, f) == D;
+  auto copy = [&](const uint8_t* p, size_t n) { ok = ok && std::fwrite(p, 1, n, f) == n; };
+  sizes_->for_each(copy);
+  // pointers[i] = sum of sizes[0..i) * itemsize: byte offsets, recomputed from the sizes.
+  const int64_t item = dtype_itemsize(dtype_);
+  int64_t running = 0;
+  std::vector<int64_t> ptrs;
+  sizes_->for_each([&](const uint8_t* p, size_t n) {
+    ptrs.resize(n / 4);
+    for (size_t i = 0; i < n / 4; ++i) {
+      ptrs[i] = running;
+      running += static_cast<int64_t>(load<int32_t>(p + 4 * i)) * item;
+    }
+    ok = ok && std::fwrite(ptrs.data(), 8, ptrs.size(), f) == ptrs.size();
+  });
+  CHECK(static_cast<uint64_t>(running) == bin_bytes_, "pointers end at {}, .bin has {} bytes", running, bin_bytes_);
+  doc_idx_->for_each(copy);
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) fail("writing {} failed: {}\nhint: is the disk full?", idx_tmp, std::strerror(errno));
 
@@ -220,6 +298,8 @@ void IndexedDatasetWriter::finish() {
   if (!ec) std::filesystem::rename(idx_tmp, index_path(prefix_), ec);
   if (ec) fail("renaming {} into place failed: {}", idx_tmp, ec.message());
   finished_ = true;
+  sizes_.reset();  // removes the spill files
+  doc_idx_.reset();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // Megatron/NeMo memory-mapped indexed dataset ("MMIDIDX", FORMATS.md section 1): PREFIX.bin holds the
 // tokens of every sequence back to back, PREFIX.idx the 34-byte header, sizes (i32[S]), byte
 // pointers (i64[S]) and document indices (i64[D]), all little-endian and unaligned.
-// The writer streams tokens to PREFIX.bin.tmp and renames PREFIX.{bin,idx}.tmp only in finish(), so
+// The writer streams tokens to PREFIX.bin.tmp (and the index arrays to .tmp spill files, so its
+// memory is bounded) and renames PREFIX.{bin,idx}.tmp only in finish(), so
 // an interrupted run never leaves files that look finished. The reader mmaps both files, never
 // loads them whole, and validates everything at open; accessors after that never fail.
 // Leaves out: multimodal `sequence_modes`, the older non-mmap "TNTIDX" format.
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,9 +57,11 @@ class IndexedDatasetWriter {
 
   const std::string& prefix() const { return prefix_; }
   TokenDtype dtype() const { return dtype_; }
-  int64_t num_sequences() const { return static_cast<int64_t>(sizes_.size()); }
-  int64_t num_documents() const { return static_cast<int64_t>(doc_idx_.size()) - 1; }
+  int64_t num_sequences() const { return num_sequences_; }
+  int64_t num_documents() const { return num_doc_indices_ - 1; }
   int64_t num_tokens() const { return num_tokens_; }
+
+  class Spill;  // an append-only array kept in a .tmp file beyond a fixed in-memory chunk
 
  private:
   void write_bytes(const void* data, size_t n);
@@ -70,9 +74,12 @@ class IndexedDatasetWriter {
   size_t buffer_used_ = 0;
   uint64_t bin_bytes_ = 0;         // bytes of .bin written so far (incl. buffered)
   int64_t num_tokens_ = 0;
-  std::vector<int32_t> sizes_;     // (S,)
-  std::vector<int64_t> pointers_;  // (S,) byte offsets
-  std::vector<int64_t> doc_idx_;   // (D,) starts with 0
+  int64_t num_sequences_ = 0;      // S
+  int64_t num_doc_indices_ = 1;    // D (document_indices starts with 0)
+  // The index arrays spill to PREFIX.idx.{sizes,docs}.tmp so memory stays bounded whatever the
+  // corpus size; pointers are recomputed from sizes in finish().
+  std::unique_ptr<Spill> sizes_;    // (S,) int32
+  std::unique_ptr<Spill> doc_idx_;  // (D,) int64
   bool finished_ = false;
 };
 

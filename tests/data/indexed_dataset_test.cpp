@@ -143,6 +143,40 @@ TEST(IndexedDataset, MultiSequenceAndEmptyDocuments) {
   EXPECT_EQ(ds.sequence(3), (std::vector<int32_t>{13, 14, 15}));
 }
 
+// More index entries than one in-memory chunk: the arrays go through the spill files and back.
+TEST(IndexedDataset, LargeIndexSpillsAndRoundTrips) {
+  TempDir dir;
+  std::string prefix = dir / "large";
+  const int64_t n = 700000;  // > 2 chunks of int32 sizes, > 5 chunks of int64 document indices
+  {
+    IndexedDatasetWriter w(prefix, TokenDtype::kUint16);
+    std::vector<int32_t> doc;
+    for (int64_t i = 0; i < n; ++i) {
+      doc.assign(static_cast<size_t>(i % 3), static_cast<int32_t>(i % 60000));
+      if (i % 5 == 4) {
+        w.add_sequence(doc);  // every 5th document has two sequences
+        w.add_sequence(doc);
+        w.end_document();
+      } else {
+        w.add_document(doc);
+      }
+    }
+    EXPECT_TRUE(exists(prefix + ".idx.sizes.tmp"));
+    w.finish();
+  }
+  EXPECT_FALSE(exists(prefix + ".idx.sizes.tmp"));
+  EXPECT_FALSE(exists(prefix + ".idx.docs.tmp"));
+  IndexedDataset ds(prefix);  // validates pointers and document indices
+  EXPECT_EQ(ds.num_documents(), n);
+  EXPECT_EQ(ds.num_sequences(), n + n / 5);
+  for (int64_t k : {int64_t{0}, int64_t{4}, int64_t{262143}, int64_t{524289}, n - 1}) {
+    int64_t first = ds.document_index(k);
+    auto seq = ds.sequence(first);
+    EXPECT_EQ(seq, std::vector<int32_t>(static_cast<size_t>(k % 3), static_cast<int32_t>(k % 60000))) << k;
+    EXPECT_EQ(ds.document_index(k + 1) - first, k % 5 == 4 ? 2 : 1) << k;
+  }
+}
+
 TEST(IndexedDataset, EmptyDatasetIsValid) {
   TempDir dir;
   std::string prefix = dir / "empty";
@@ -177,6 +211,7 @@ TEST(IndexedDataset, UnfinishedWriterLeavesNothing) {
   EXPECT_FALSE(exists(prefix + ".idx"));
   EXPECT_FALSE(exists(prefix + ".bin.tmp"));
   EXPECT_FALSE(exists(prefix + ".idx.tmp"));
+  EXPECT_FALSE(exists(prefix + ".idx.sizes.tmp"));
 }
 
 TEST(IndexedDataset, MissingOutputFolderIsAClearError) {
