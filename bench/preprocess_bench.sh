@@ -38,18 +38,25 @@ echo "corpus: $CORPUS ($(du -m "$CORPUS" | cut -f1) MB, $(wc -l <"$CORPUS") docu
 rss_mb() { awk -F: '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$1"; }
 
 /usr/bin/time -v "$BUILD/spm_encode_rate" --tokenizer-model "$MODEL" --input "$CORPUS" >"$WORK/encode.out" 2>"$WORK/encode.time"
-ENC=$(sed -n 's/.*encode_mb_s=\([0-9.]*\).*/\1/p' "$WORK/encode.out")
-echo "raw SentencePiece encode (1 thread, encode calls only): $ENC MB/s  [$(cat "$WORK/encode.out")]"
+ENC=$(sed -n 's/.* encode_mb_s=\([0-9.]*\).*/\1/p' "$WORK/encode.out")
+ENC_CPU=$(sed -n 's/.*encode_cpu_mb_s=\([0-9.]*\).*/\1/p' "$WORK/encode.out")
+echo "raw SentencePiece encode (1 thread, encode calls only): $ENC MB/s wall, $ENC_CPU MB/s per CPU second"
+echo "  [$(cat "$WORK/encode.out")]"
+cpu_s() { awk -F: '/User time|System time/ {s += $2} END {printf "%.2f", s}' "$1"; }
 
 for W in 1 2; do
   OUT=$WORK/out_w$W
+  LOAD=$(cut -d' ' -f1 /proc/loadavg)
   /usr/bin/time -v "$BUILD/llamatrain" preprocess --input "$CORPUS" --tokenizer-model "$MODEL" \
     --output-prefix "$OUT" --append-eod --workers "$W" --quiet 2>"$WORK/pre_w$W.time"
   read -r TB EL < <($PY -c "import json; j=json.load(open('$OUT.stats.json')); print(j['text_bytes'], j['elapsed_s'])")
   RATE=$($PY -c "print(f'{$TB/$EL/1e6:.2f}')")
   RATIO=$($PY -c "print(f'{$TB/$EL/1e6/$ENC:.2f}')")
   WALL=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$WORK/pre_w$W.time")
-  echo "preprocess --workers $W: $RATE MB/s (elapsed ${EL}s, wall $WALL), ${RATIO}x raw encode, peak RSS $(rss_mb "$WORK/pre_w$W.time") MB"
+  CPU=$(cpu_s "$WORK/pre_w$W.time")
+  CPU_RATIO=$($PY -c "print(f'{$TB/$CPU/1e6/$ENC_CPU:.2f}')")
+  echo "preprocess --workers $W (load before: $LOAD): $RATE MB/s (elapsed ${EL}s, wall $WALL) = ${RATIO}x raw encode;" \
+       "CPU ${CPU}s (all threads) = ${CPU_RATIO}x the encode rate per CPU second; peak RSS $(rss_mb "$WORK/pre_w$W.time") MB"
 done
 cmp -s "$WORK/out_w1_text_document.bin" "$WORK/out_w2_text_document.bin" && \
   cmp -s "$WORK/out_w1_text_document.idx" "$WORK/out_w2_text_document.idx" && echo "outputs of 1 and 2 workers: identical"
