@@ -1,10 +1,10 @@
 // Megatron/NeMo memory-mapped indexed dataset ("MMIDIDX", FORMATS.md section 1): PREFIX.bin holds the
 // tokens of every sequence back to back, PREFIX.idx the 34-byte header, sizes (i32[S]), byte
 // pointers (i64[S]) and document indices (i64[D]), all little-endian and unaligned.
-// The writer streams tokens to PREFIX.bin.tmp (and the index arrays to .tmp spill files, so its
-// memory is bounded) and renames PREFIX.{bin,idx}.tmp only in finish(), so
-// an interrupted run never leaves files that look finished. The reader mmaps both files, never
-// loads them whole, and validates everything at open; accessors after that never fail.
+// The writer streams tokens to PREFIX.bin.tmp (the index arrays to .tmp spill files: bounded
+// memory) and renames PREFIX.{bin,idx}.tmp only in finish(): an interrupted run never leaves files
+// that look finished. The reader mmaps both files, never loads them whole, and validates everything
+// at open, so its accessors only CHECK their arguments.
 // Leaves out: multimodal `sequence_modes`, the older non-mmap "TNTIDX" format.
 #pragma once
 
@@ -42,7 +42,8 @@ class IndexedDatasetWriter {
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
 
-  // Appends one sequence (one `sizes` entry, may be empty). Throws Error if a token does not fit dtype.
+  // Appends one sequence (one `sizes` entry, may be empty). Throws Error if a token does not fit
+  // dtype; after any Error the writer must be discarded (its destructor removes the .tmp files).
   void add_sequence(std::span<const int32_t> tokens);
   // Closes the current document: appends the sequence count to document_indices. A document with
   // no sequence since the last end_document() repeats the previous value (MLM's empty document).

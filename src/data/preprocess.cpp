@@ -35,6 +35,7 @@ struct Batch {
   int64_t seq = 0;
   int file = 0;
   int64_t first_line = 0;          // 1-based line number of line 0
+  uint64_t consumed_after = 0;     // on-disk input bytes read once this batch was complete
   std::string text;                // every line followed by '\n', then kJsonPadding bytes
   std::vector<size_t> starts{0};   // (n+1,) line i = text[starts[i], starts[i+1] - 1)
   // Filled by a worker:
@@ -56,7 +57,6 @@ struct Shared {
   int64_t total_batches = 0;
   bool abort = false;
   std::exception_ptr error;
-  std::atomic<uint64_t> bytes_consumed{0};  // on-disk bytes read by the reader so far
 
   void set_error(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mu);
@@ -94,15 +94,15 @@ void reader_main(Shared* sh, const std::vector<std::string>* files, const Prepro
         batch->text.push_back('\n');
         batch->starts.push_back(batch->text.size());
         if (batch->text.size() >= opt->batch_bytes || static_cast<int>(batch->lines()) >= opt->batch_lines) {
-          sh->bytes_consumed = finished_bytes + reader.bytes_consumed();
+          batch->consumed_after = finished_bytes + reader.bytes_consumed();
           if (!push(batch)) return;
           batch = std::make_unique<Batch>();
           batch->file = static_cast<int>(f);
         }
       }
-      if (batch->lines() > 0 && !push(batch)) return;
       finished_bytes += reader.bytes_consumed();
-      sh->bytes_consumed = finished_bytes;
+      batch->consumed_after = finished_bytes;
+      if (batch->lines() > 0 && !push(batch)) return;
     }
     std::lock_guard<std::mutex> lock(sh->mu);
     sh->reader_done = true;
@@ -292,6 +292,7 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
   };
 
   auto last_progress = t0;
+  uint64_t written_bytes = 0;  // on-disk input bytes behind the batches written so far
   auto progress = [&](bool final_line) {
     if (opt.progress == ProgressMode::kOff) return;
     auto now = Clock::now();
@@ -303,9 +304,8 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
     int64_t docs = 0, tokens = 0;
     for (const auto& o : st.outputs) docs += o.documents, tokens += o.tokens;
     std::string pct;
-    uint64_t consumed = sh.bytes_consumed.load();
     if (st.input_bytes > 0) {
-      double f = std::min(1.0, static_cast<double>(consumed) / static_cast<double>(st.input_bytes));
+      double f = std::min(1.0, static_cast<double>(written_bytes) / static_cast<double>(st.input_bytes));
       pct = fmt::format("{:5.1f}% ", 100.0 * f);
       if (f > 0.001 && f < 1.0) pct += fmt::format("ETA {} ", hms(el * (1 - f) / f));
     }
@@ -340,6 +340,7 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
     }
     if (b) {
       ++next;
+      written_bytes = b->consumed_after;
       st.text_bytes += b->text.size() - kJsonPadding;
       st.lines += static_cast<int64_t>(b->lines());
       for (size_t i = 0; i < b->lines(); ++i) {
