@@ -100,6 +100,24 @@ INSTANTIATE_TEST_SUITE_P(
                       GoldenCase{"bos_eod_w2", true, true, 2, 5}),
     [](const auto& info) { return info.param.name; });
 
+// The committed goldens are exactly what the reference writer produces today (no drift).
+TEST(Preprocess, GoldensAreReproducibleByTheReferenceWriter) {
+  if (!exists(SYSTEM_PYTHON)) GTEST_SKIP() << "no " << SYSTEM_PYTHON;
+  TempDir dir;
+  const std::string w = std::string(SYSTEM_PYTHON) + " " + llamatrain::testing::source_path("tools/reference/megatron_writer.py") +
+                        " preprocess --tokenizer-model " + fixture("tokenizer.model");
+  struct Case {
+    std::string name, args;
+  };
+  for (const Case& c : {Case{"fixture_eod", "--input " + fixture("corpus.jsonl") + " --append-eod"},
+                        Case{"fixture_noeod", "--input " + fixture("corpus.jsonl")},
+                        Case{"fixture_txt", "--input " + fixture("corpus.txt") + " --input-format text --append-eod"}}) {
+    std::string out;
+    ASSERT_EQ(llamatrain::testing::run_capture(w + " --output-prefix " + (dir / c.name) + " " + c.args, &out), 0) << out;
+    expect_same_dataset(dir / (c.name + "_text_document"), golden(c.name + "_text_document"));
+  }
+}
+
 TEST(Preprocess, TextInputFormatMatchesGolden) {
   TempDir dir;
   auto o = base_options(fixture("corpus.txt"), dir / "txt");
