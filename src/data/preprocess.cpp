@@ -1,0 +1,457 @@
+// Preprocessing pipeline (reader thread -> tokenizer workers -> in-order writer); see preprocess.h.
+// Memory bound: at most max_in_flight batches (each ~batch_bytes of text plus its tokens) exist at
+// once; the reader blocks until the writer has consumed one. Errors in any thread stop all threads
+// and are rethrown by run_preprocess; unfinished outputs are removed (only *.tmp ever existed).
+#include "data/preprocess.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
+
+namespace llamatrain::data {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One unit of work: consecutive lines of one file.
+struct Batch {
+  int64_t seq = 0;
+  int file = 0;
+  int64_t first_line = 0;          // 1-based line number of line 0
+  uint64_t consumed_after = 0;     // on-disk input bytes read once this batch was complete
+  std::string text;                // every line followed by '\n', then kJsonPadding bytes
+  std::vector<size_t> starts{0};   // (n+1,) line i = text[starts[i], starts[i+1] - 1)
+  // Filled by a worker:
+  std::vector<LineStatus> status;  // (n,)
+  std::vector<int32_t> detail;     // (n,) key index or simdjson error code
+  std::vector<int32_t> tokens;     // all documents of the batch back to back
+  std::vector<size_t> spans;       // (n*K+1,) tokens of (line i, key k) = [spans[i*K+k], spans[i*K+k+1])
+  size_t lines() const { return starts.size() - 1; }
+};
+
+struct Shared {
+  std::mutex mu;
+  std::condition_variable cv_work, cv_space, cv_done;
+  std::deque<std::unique_ptr<Batch>> work;
+  std::map<int64_t, std::unique_ptr<Batch>> done;
+  int in_flight = 0;
+  int max_in_flight = 4;
+  bool reader_done = false;
+  int64_t total_batches = 0;
+  bool abort = false;
+  std::exception_ptr error;
+
+  void set_error(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!error) error = e;
+    abort = true;
+    cv_work.notify_all();
+    cv_space.notify_all();
+    cv_done.notify_all();
+  }
+};
+
+void reader_main(Shared* sh, const std::vector<std::string>* files, const PreprocessOptions* opt) {
+  try {
+    int64_t seq = 0;
+    uint64_t finished_bytes = 0;
+    auto push = [&](std::unique_ptr<Batch>& b) -> bool {
+      b->text.append(kJsonPadding, '\0');
+      b->seq = seq++;
+      std::unique_lock<std::mutex> lock(sh->mu);
+      sh->cv_space.wait(lock, [&] { return sh->abort || sh->in_flight < sh->max_in_flight; });
+      if (sh->abort) return false;
+      ++sh->in_flight;
+      sh->work.push_back(std::move(b));
+      sh->cv_work.notify_one();
+      return true;
+    };
+    for (size_t f = 0; f < files->size(); ++f) {
+      LineReader reader((*files)[f]);
+      auto batch = std::make_unique<Batch>();
+      batch->file = static_cast<int>(f);
+      std::string_view line;
+      while (reader.next(&line)) {
+        if (batch->lines() == 0) batch->first_line = reader.line_number();
+        batch->text.append(line);
+        batch->text.push_back('\n');
+        batch->starts.push_back(batch->text.size());
+        if (batch->text.size() >= opt->batch_bytes || static_cast<int>(batch->lines()) >= opt->batch_lines) {
+          batch->consumed_after = finished_bytes + reader.bytes_consumed();
+          if (!push(batch)) return;
+          batch = std::make_unique<Batch>();
+          batch->file = static_cast<int>(f);
+        }
+      }
+      finished_bytes += reader.bytes_consumed();
+      batch->consumed_after = finished_bytes;
+      if (batch->lines() > 0 && !push(batch)) return;
+    }
+    std::lock_guard<std::mutex> lock(sh->mu);
+    sh->reader_done = true;
+    sh->total_batches = seq;
+    sh->cv_work.notify_all();
+    sh->cv_done.notify_all();
+  } catch (...) {
+    sh->set_error(std::current_exception());
+  }
+}
+
+void tokenize_batch(Batch* b, const Tokenizer& tok, JsonFieldExtractor* ex, const PreprocessOptions& opt,
+                    std::vector<std::string_view>* values, std::vector<int>* ids) {
+  const size_t n = b->lines(), K = opt.json_keys.size();
+  b->status.assign(n, LineStatus::kOk);
+  b->detail.assign(n, 0);
+  b->tokens.clear();
+  b->spans.assign(1, 0);
+  b->spans.reserve(n * K + 1);
+  const int bos = tok.bos_id(), eos = tok.eos_id();
+  for (size_t i = 0; i < n; ++i) {
+    const char* data = b->text.data() + b->starts[i];
+    size_t len = b->starts[i + 1] - 1 - b->starts[i];
+    LineStatus st;
+    int detail = 0;
+    if (opt.input_format == InputFormat::kJsonl) {
+      st = ex->extract(data, len, values, &detail);
+    } else {
+      if (len > 0 && data[len - 1] == '\r') --len;
+      st = is_valid_utf8(data, len) ? LineStatus::kOk : LineStatus::kInvalidUtf8;
+      values->assign(1, std::string_view(data, len));
+    }
+    b->status[i] = st;
+    b->detail[i] = detail;
+    for (size_t k = 0; k < K; ++k) {
+      if (st == LineStatus::kOk) {
+        tok.encode((*values)[k], ids);
+        if (!ids->empty()) {  // empty documents are skipped (NeMo): no BOS/EOD either
+          if (opt.bos) b->tokens.push_back(bos);
+          b->tokens.insert(b->tokens.end(), ids->begin(), ids->end());
+          if (opt.append_eod) b->tokens.push_back(eos);
+        }
+      }
+      b->spans.push_back(b->tokens.size());
+    }
+  }
+}
+
+void worker_main(Shared* sh, const Tokenizer* tok, const PreprocessOptions* opt) {
+  try {
+    JsonFieldExtractor ex(opt->json_keys);
+    std::vector<std::string_view> values;
+    std::vector<int> ids;
+    while (true) {
+      std::unique_ptr<Batch> b;
+      {
+        std::unique_lock<std::mutex> lock(sh->mu);
+        sh->cv_work.wait(lock, [&] { return sh->abort || !sh->work.empty() || sh->reader_done; });
+        if (sh->abort) return;
+        if (sh->work.empty()) return;  // reader_done and nothing left
+        b = std::move(sh->work.front());
+        sh->work.pop_front();
+      }
+      tokenize_batch(b.get(), *tok, &ex, *opt, &values, &ids);
+      std::lock_guard<std::mutex> lock(sh->mu);
+      const int64_t seq = b->seq;
+      sh->done.emplace(seq, std::move(b));
+      sh->cv_done.notify_all();
+    }
+  } catch (...) {
+    sh->set_error(std::current_exception());
+  }
+}
+
+// Stops and joins every thread when the writer leaves, normally or by exception.
+struct ThreadGuard {
+  Shared* sh;
+  std::vector<std::thread> threads;
+  ~ThreadGuard() {
+    {
+      std::lock_guard<std::mutex> lock(sh->mu);
+      sh->abort = true;
+      sh->cv_work.notify_all();
+      sh->cv_space.notify_all();
+      sh->cv_done.notify_all();
+    }
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
+  }
+};
+
+std::string human(double v) {
+  if (v >= 1e9) return fmt::format("{:.2f}G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+std::string hms(double s) {
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
+}
+
+// Writes text to PATH.tmp and renames it to PATH.
+void write_file_atomic(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail("cannot create {}: {}", tmp, std::strerror(errno));
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) fail("writing {} failed\nhint: is the disk full?", tmp);
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+std::string key_prefix(const std::string& output_prefix, const std::string& key) {
+  return output_prefix + "_" + key + "_document";
+}
+
+PreprocessStats run_preprocess(const PreprocessOptions& opt) {
+  const auto t0 = Clock::now();
+  if (opt.workers < 1) fail("--workers is {}, expected at least 1", opt.workers);
+  if (opt.json_keys.empty()) fail("--json-keys is empty, expected at least one key (e.g. text)");
+  if (opt.output_prefix.empty()) fail("--output-prefix is empty\nhint: e.g. --output-prefix data/corpus");
+  if (opt.input_format == InputFormat::kText && (opt.json_keys.size() != 1 || opt.json_keys[0] != "text"))
+    fail("--input-format text reads one document per line under the key \"text\", got --json-keys {}\n"
+         "hint: drop --json-keys with --input-format text",
+         fmt::join(opt.json_keys, " "));
+
+  PreprocessStats st;
+  st.workers = opt.workers;
+  st.files = expand_inputs(opt.inputs, opt.input_format);
+  for (const auto& f : st.files) {
+    std::error_code ec;
+    auto sz = std::filesystem::file_size(f, ec);
+    if (!ec) st.input_bytes += sz;
+  }
+
+  // One tokenizer per worker (loaded here so a bad model fails before any thread starts).
+  std::vector<Tokenizer> tokenizers;
+  tokenizers.reserve(opt.workers);
+  for (int w = 0; w < opt.workers; ++w) tokenizers.emplace_back(opt.tokenizer_model);
+  const Tokenizer& tok = tokenizers[0];
+  if (opt.append_eod && tok.eos_id() < 0)
+    fail("--append-eod: tokenizer {} has no eos id, expected one (Llama 2: 2)", opt.tokenizer_model);
+  if (opt.bos && tok.bos_id() < 0) fail("--bos: tokenizer {} has no bos id, expected one (Llama 2: 1)", opt.tokenizer_model);
+  st.vocab_size = tok.vocab_size() + ((opt.need_pad_id && tok.pad_id() < 0) ? 1 : 0);
+  st.dtype = dtype_for_vocab(st.vocab_size);
+
+  const size_t K = opt.json_keys.size();
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
+  for (const auto& key : opt.json_keys) {
+    PreprocessStats::Output o;
+    o.key = key;
+    o.prefix = key_prefix(opt.output_prefix, key);
+    o.min_tokens = std::numeric_limits<int64_t>::max();
+    st.outputs.push_back(o);
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(o.prefix, st.dtype));
+  }
+
+  Shared sh;
+  sh.max_in_flight = 2 * opt.workers + 2;
+  ThreadGuard guard{&sh, {}};
+  guard.threads.emplace_back(reader_main, &sh, &st.files, &opt);
+  for (int w = 0; w < opt.workers; ++w) guard.threads.emplace_back(worker_main, &sh, &tokenizers[w], &opt);
+
+  // Skips are recorded here, in input order, so counts, locations and --strict are deterministic.
+  JsonFieldExtractor describer(opt.json_keys);
+  const bool tty = ::isatty(2);
+  auto record_skip = [&](LineStatus s, int detail, const Batch& b, size_t i) {
+    const int r = static_cast<int>(s);
+    const std::string where = fmt::format("{}:{}", st.files[b.file], b.first_line + static_cast<int64_t>(i));
+    const std::string what = opt.input_format == InputFormat::kText && s == LineStatus::kEmptyDocument
+                                 ? "empty line (empty document)"
+                                 : describer.describe(s, detail);
+    if (opt.strict && s != LineStatus::kBlankLine)
+      fail("{}: {}\nhint: fix or remove the line, or run without --strict to skip such lines (they are counted "
+           "in {}.stats.json)",
+           where, what, opt.output_prefix);
+    ++st.skipped[r];
+    if (static_cast<int>(st.locations[r].size()) < kMaxSkipLocations) {
+      st.locations[r].push_back(where);
+      if (opt.progress != ProgressMode::kOff)
+        std::fprintf(stderr, "%swarning: %s: skipped: %s\n", tty ? "\r\033[K" : "", where.c_str(), what.c_str());
+    }
+  };
+
+  auto last_progress = t0;
+  uint64_t written_bytes = 0;  // on-disk input bytes behind the batches written so far
+  auto progress = [&](bool final_line) {
+    if (opt.progress == ProgressMode::kOff) return;
+    auto now = Clock::now();
+    double since = std::chrono::duration<double>(now - last_progress).count();
+    if (!final_line && since < (tty ? 0.5 : 5.0)) return;
+    if (final_line && !tty) return;
+    last_progress = now;
+    double el = std::max(1e-9, std::chrono::duration<double>(now - t0).count());
+    int64_t docs = 0, tokens = 0;
+    for (const auto& o : st.outputs) docs += o.documents, tokens += o.tokens;
+    std::string pct;
+    if (st.input_bytes > 0) {
+      double f = std::min(1.0, static_cast<double>(written_bytes) / static_cast<double>(st.input_bytes));
+      pct = fmt::format("{:5.1f}% ", 100.0 * f);
+      if (f > 0.001 && f < 1.0) pct += fmt::format("ETA {} ", hms(el * (1 - f) / f));
+    }
+    std::string line = fmt::format("preprocess: {}{} docs ({}/s), {:.1f} MB/s, {} tokens, {}", pct, human(docs),
+                                   human(docs / el), st.text_bytes / el / 1e6, human(tokens), hms(el));
+    if (tty)
+      std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), final_line ? "\n" : "");
+    else
+      std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+
+  // Writer: consume batches strictly in sequence order.
+  int64_t next = 0;
+  while (true) {
+    std::unique_ptr<Batch> b;
+    {
+      std::unique_lock<std::mutex> lock(sh.mu);
+      sh.cv_done.wait_for(lock, std::chrono::milliseconds(250), [&] {
+        return sh.error || sh.done.count(next) || (sh.reader_done && next == sh.total_batches);
+      });
+      if (sh.error) std::rethrow_exception(sh.error);
+      auto it = sh.done.find(next);
+      if (it != sh.done.end()) {
+        b = std::move(it->second);
+        sh.done.erase(it);
+        --sh.in_flight;
+        sh.cv_space.notify_one();
+      } else if (sh.reader_done && next == sh.total_batches) {
+        break;
+      }
+    }
+    if (b) {
+      ++next;
+      written_bytes = b->consumed_after;
+      st.text_bytes += b->text.size() - kJsonPadding;
+      st.lines += static_cast<int64_t>(b->lines());
+      for (size_t i = 0; i < b->lines(); ++i) {
+        if (b->status[i] != LineStatus::kOk) {
+          record_skip(b->status[i], b->detail[i], *b, i);
+          continue;
+        }
+        for (size_t k = 0; k < K; ++k) {
+          size_t lo = b->spans[i * K + k], hi = b->spans[i * K + k + 1];
+          if (lo == hi) {
+            record_skip(LineStatus::kEmptyDocument, static_cast<int>(k), *b, i);
+            continue;
+          }
+          writers[k]->add_document(std::span<const int32_t>(b->tokens.data() + lo, hi - lo));
+          auto& o = st.outputs[k];
+          int64_t n = static_cast<int64_t>(hi - lo);
+          ++o.documents;
+          o.tokens += n;
+          o.min_tokens = std::min(o.min_tokens, n);
+          o.max_tokens = std::max(o.max_tokens, n);
+        }
+      }
+    }
+    progress(false);
+  }
+  progress(true);
+  for (auto& t : guard.threads) t.join();
+
+  for (auto& o : st.outputs)
+    if (o.documents == 0) o.min_tokens = 0;
+  for (auto& w : writers) w->finish();
+  st.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  write_file_atomic(opt.output_prefix + ".stats.json", stats_json(st, opt));
+  return st;
+}
+
+std::string stats_json(const PreprocessStats& st, const PreprocessOptions& opt) {
+  using nlohmann::json;
+  json j;
+  j["format"] = "llamatrain-preprocess-stats";
+  j["version"] = 1;
+  j["inputs"] = st.files;
+  j["input_bytes"] = st.input_bytes;
+  j["text_bytes"] = st.text_bytes;
+  j["lines"] = st.lines;
+  j["tokenizer_model"] = opt.tokenizer_model;
+  j["vocab_size"] = st.vocab_size;
+  j["dtype"] = dtype_name(st.dtype);
+  j["conventions"] = {{"bos", opt.bos}, {"append_eod", opt.append_eod}, {"need_pad_id", opt.need_pad_id},
+                      {"empty_documents", "skipped"}, {"input_format", opt.input_format == InputFormat::kText ? "text" : "jsonl"}};
+  int64_t docs = 0, tokens = 0, mn = std::numeric_limits<int64_t>::max(), mx = 0;
+  json outs = json::object();
+  for (const auto& o : st.outputs) {
+    outs[o.key] = {{"prefix", o.prefix},
+                   {"documents", o.documents},
+                   {"tokens", o.tokens},
+                   {"tokens_per_document",
+                    {{"min", o.min_tokens},
+                     {"mean", o.documents ? static_cast<double>(o.tokens) / o.documents : 0.0},
+                     {"max", o.max_tokens}}}};
+    docs += o.documents;
+    tokens += o.tokens;
+    if (o.documents) mn = std::min(mn, o.min_tokens), mx = std::max(mx, o.max_tokens);
+  }
+  j["outputs"] = outs;
+  j["documents"] = docs;
+  j["tokens"] = tokens;
+  j["tokens_per_document"] = {{"min", docs ? mn : 0}, {"mean", docs ? static_cast<double>(tokens) / docs : 0.0}, {"max", mx}};
+  json skipped = json::object();
+  int64_t total = 0;
+  for (int r = 1; r < kNumLineStatus; ++r) {
+    if (st.skipped[r] == 0) continue;
+    skipped[line_status_name(static_cast<LineStatus>(r))] = {{"count", st.skipped[r]}, {"first", st.locations[r]}};
+    total += st.skipped[r];
+  }
+  j["skipped"] = skipped;
+  j["skipped_total"] = total;
+  j["elapsed_s"] = st.elapsed_s;
+  j["workers"] = st.workers;
+  return j.dump(2) + "\n";
+}
+
+std::string format_summary(const PreprocessStats& st, const PreprocessOptions& opt) {
+  int64_t docs = 0, tokens = 0;
+  for (const auto& o : st.outputs) docs += o.documents, tokens += o.tokens;
+  const double el = std::max(st.elapsed_s, 1e-9);
+  std::string s = fmt::format(
+      "preprocess: {} file(s), {} lines, {:.1f} MB of text in {:.2f} s with {} worker(s) ({:.1f} MB/s, {} docs/s)\n",
+      st.files.size(), st.lines, st.text_bytes / 1e6, st.elapsed_s, st.workers, st.text_bytes / el / 1e6,
+      human(docs / el));
+  for (const auto& o : st.outputs)
+    s += fmt::format("  {}.bin/.idx: {}, {} documents, {} tokens, tokens/doc min {} mean {:.1f} max {}\n", o.prefix,
+                     dtype_name(st.dtype), o.documents, o.tokens, o.min_tokens,
+                     o.documents ? static_cast<double>(o.tokens) / o.documents : 0.0, o.max_tokens);
+  int64_t total = 0;
+  for (int r = 1; r < kNumLineStatus; ++r) total += st.skipped[r];
+  if (total == 0) {
+    s += "  skipped: none\n";
+  } else {
+    s += fmt::format("  skipped {}:\n", total);
+    for (int r = 1; r < kNumLineStatus; ++r) {
+      if (st.skipped[r] == 0) continue;
+      s += fmt::format("    {:<15} {:>8}  first at {}{}\n", line_status_name(static_cast<LineStatus>(r)), st.skipped[r],
+                       fmt::join(st.locations[r], ", "), st.skipped[r] > static_cast<int64_t>(st.locations[r].size()) ? ", ..." : "");
+    }
+  }
+  s += fmt::format("  conventions: bos={} append_eod={} (eos) need_pad_id={} vocab={} dtype={}\n", opt.bos ? "yes" : "no",
+                   opt.append_eod ? "yes" : "no", opt.need_pad_id ? "yes" : "no", st.vocab_size, dtype_name(st.dtype));
+  s += fmt::format("  stats: {}.stats.json\n", opt.output_prefix);
+  (void)tokens;
+  return s;
+}
+
+}  // namespace llamatrain::data
