@@ -82,12 +82,16 @@ TEST_P(GoldenTest, Fp32LogitsLossGradients) {
   const double e = rel_err(logits.data(), gold.f32("logits"), &worst);
   EXPECT_LT(e, 1e-5) << "logits, worst element " << worst;
 
+  double worst_grad = 0;
   for (const auto& t : io::hf_tensor_slices(*model)) {
     const auto want = gold.f32("grad." + t.hf_name);
     const double err = rel_err(model->grad_data() + t.offset, want, &worst);
+    worst_grad = std::max(worst_grad, err);
     EXPECT_LT(err, 1e-5) << "grad of " << t.hf_name << " (worst element " << worst << ": got "
                          << model->grad_data()[t.offset + worst] << ", want " << want[worst] << ")";
   }
+  std::printf("%s fp32: loss rel err %.2e, logits %.2e, worst gradient %.2e\n", GetParam().c_str(),
+              std::abs(stats.loss - want_loss) / std::abs(want_loss), e, worst_grad);
 }
 
 model::AdamWConfig golden_adamw(const Golden& gold) {
@@ -114,49 +118,64 @@ TEST_P(GoldenTest, Fp32TenAdamWSteps) {
     EXPECT_NEAR(stats.loss, losses[step - 1], 1e-5 * std::abs(losses[step - 1])) << "loss at step " << step;
     EXPECT_NEAR(norm, norms[step - 1], 1e-5 * std::abs(norms[step - 1])) << "grad norm at step " << step;
   }
-  // Final parameters: AdamW's normalized update makes tiny gradient differences visible where
-  // |m| ~ sqrt(v) ~ eps, so allow 1e-4 of each tensor's scale.
+  // Final parameters. AdamW divides m by sqrt(v), so an element whose true gradient is as small as
+  // the fp32 rounding noise of the gradient sums (~1e-7 of the gradient scale) gets an update of
+  // O(lr) in a direction set by that noise. Over 10 steps at lr 1e-3 this moves a few elements by
+  // ~1e-5 absolute, ~1e-4 of the tensor scale (mha_untied's lm_head measured 1.003e-4), while the
+  // loss curve above stays within 1e-5. Allow 3e-4 of each tensor's scale.
   size_t worst = 0;
   for (const auto& t : io::hf_tensor_slices(*model)) {
     const double err = rel_err(model->param_data() + t.offset, gold.f32("final." + t.hf_name), &worst);
-    EXPECT_LT(err, 1e-4) << "final " << t.hf_name << " worst element " << worst;
+    EXPECT_LT(err, 3e-4) << "final " << t.hf_name << " worst element " << worst;
   }
 }
 
-// bf16-mixed: matmul operands rounded to bf16 (relative error 2^-9 each), fp32 accumulation and
-// fp32 everything else. Through a few layers the logits move by ~1% of their scale; the loss, an
-// average over many tokens, moves less. The 10-step curve must track the fp32 reference closely.
+// bf16-mixed: matmul operands rounded to bf16 (relative error <= 2^-9 each, so <= 2^-8 per product),
+// fp32 accumulation and fp32 everything else. Rounding errors of the products partly cancel in the
+// sums, but compound through the layers: measured logits errors are 2-5e-3 of the logits scale
+// (about one bf16 ulp, 2^-8 = 3.9e-3), so the bound is 4 ulp = 1.5e-2. The loss, an average over many
+// tokens, moves much less (measured <= 1.7e-4 relative over the 10 steps); bound 2e-3.
 TEST_P(GoldenTest, Bf16MixedTracksReference) {
   Golden gold(GetParam());
   auto model = io::load_hf_model(gold.dir, model::Precision::bf16_mixed);
   model->forward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
   std::vector<float> logits(size_t(gold.B) * gold.T * model->config().vocab_size);
   model->logits(logits.data());
-  EXPECT_LT(rel_err(logits.data(), gold.f32("logits")), 3e-2) << "bf16-mixed logits";
+  const double logits_err = rel_err(logits.data(), gold.f32("logits"));
+  EXPECT_LT(logits_err, 1.5e-2) << "bf16-mixed logits";
+  std::printf("%s bf16-mixed: logits rel err %.2e\n", GetParam().c_str(), logits_err);
   const auto opt = golden_adamw(gold);
   const auto losses = gold.f32("adamw.losses");
+  double worst = 0;
   for (size_t step = 1; step <= losses.size(); step++) {
     model->zero_grad();
     const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
     model->optimizer_step(opt, opt.lr, int(step));
-    EXPECT_NEAR(stats.loss, losses[step - 1], 5e-3 * std::abs(losses[step - 1])) << "loss at step " << step;
+    EXPECT_NEAR(stats.loss, losses[step - 1], 2e-3 * std::abs(losses[step - 1])) << "loss at step " << step;
+    worst = std::max(worst, double(std::abs(stats.loss - losses[step - 1]) / losses[step - 1]));
   }
+  std::printf("%s bf16-mixed: worst relative loss deviation over 10 steps %.2e\n", GetParam().c_str(), worst);
 }
 
-// bf16-sr: weights themselves are bf16 (the loaded fp32 weights are rounded: 2^-9 relative), Adam
-// states bf16 with stochastic rounding. Early losses match within the weight-rounding error; the
-// curve must still descend like the reference.
+// bf16-sr: weights themselves are bf16 (the loaded fp32 weights are rounded: 2^-9 relative) and
+// Adam states are bf16, every update rounded stochastically. The curve (which falls ~30% in 10 steps)
+// must track the fp64 one: measured deviation <= 2.4e-4 relative; bound 3e-3. The rounding itself
+// (unbiased, always a neighbouring bf16, independent of thread count) is tested at kernel level in
+// tests/kernels/cpu_vs_ref_elementwise_test.cpp.
 TEST_P(GoldenTest, Bf16StochasticRoundingTracksReference) {
   Golden gold(GetParam());
   auto model = io::load_hf_model(gold.dir, model::Precision::bf16_sr);
   const auto opt = golden_adamw(gold);
   const auto losses = gold.f32("adamw.losses");
+  double worst = 0;
   for (size_t step = 1; step <= losses.size(); step++) {
     model->zero_grad();
     const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
     model->optimizer_step(opt, opt.lr, int(step));
-    EXPECT_NEAR(stats.loss, losses[step - 1], 1e-2 * std::abs(losses[step - 1])) << "loss at step " << step;
+    EXPECT_NEAR(stats.loss, losses[step - 1], 3e-3 * std::abs(losses[step - 1])) << "loss at step " << step;
+    worst = std::max(worst, double(std::abs(stats.loss - losses[step - 1]) / losses[step - 1]));
   }
+  std::printf("%s bf16-sr: worst relative loss deviation over 10 steps %.2e\n", GetParam().c_str(), worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::Values("mha_untied", "gqa", "tied", "odd"));
