@@ -29,6 +29,7 @@
 #include <new>
 
 #include "core/error.h"
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/ops.h"
 
 namespace llamatrain::cpu {
@@ -37,27 +38,6 @@ namespace {
 
 constexpr int kB = 64;  // rows per query tile = keys per key tile (equal, so every row of a
                         // processed key tile sees at least one unmasked key)
-
-// exp(x) in fp32 without a libm call, so loops over it vectorize: x = n ln2 + r with |r| <= ln2/2,
-// exp(r) by its degree-7 Taylor polynomial (relative error < 1e-8 before rounding, ~2 ulp after),
-// times 2^n built in the exponent bits. x < -87.3 (a masked score is -inf) gives exactly 0. Meant
-// for x <= ~0 (scores minus their row max or lse); x is clamped to 88 so no input overflows n.
-inline float exp_nonpositive(float x) {
-  const float xc = std::min(std::max(x, -87.3f), 88.0f);
-  const float n = std::nearbyint(xc * 1.44269504088896341f);
-  float r = std::fma(n, -0.693145751953125f, xc);  // x - n ln2, ln2 split into hi + lo parts
-  r = std::fma(n, -1.428606820309417e-06f, r);
-  float p = 1.0f / 5040.0f;
-  p = std::fma(p, r, 1.0f / 720.0f);
-  p = std::fma(p, r, 1.0f / 120.0f);
-  p = std::fma(p, r, 1.0f / 24.0f);
-  p = std::fma(p, r, 1.0f / 6.0f);
-  p = std::fma(p, r, 0.5f);
-  p = std::fma(p, r, 1.0f);
-  p = std::fma(p, r, 1.0f);
-  const int32_t e = (int32_t(n) + 127) << 23;  // n in [-126, 127]: a normal power of two
-  return x < -87.3f ? 0.0f : p * std::bit_cast<float>(e);
-}
 
 // Micro-kernels on GCC/Clang vector extensions (16 floats; the compiler maps them to zmm, ymm or xmm
 // registers, whatever -march offers): plain loops over a float array keep their accumulators in
@@ -221,13 +201,13 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
     for (int i = 0; i < kB; i++) {
       // Every query sees key i0 at least, so m_new is finite; scale > 0 commutes with max.
       const float m_new = std::max(m[i], mx[i] * g.scale);
-      corr[i] = exp_nonpositive(m[i] - m_new);  // m = -inf on the first tile: corr = 0
+      corr[i] = fast_exp(m[i] - m_new);  // m = -inf on the first tile: corr = 0
       l[i] *= corr[i];
       m[i] = m_new;
     }
     for (int j = 0; j < nj; j++)
       for (int i = 0; i < kB; i++) {
-        const float p = exp_nonpositive(St[j * kB + i] * g.scale - m[i]);
+        const float p = fast_exp(St[j * kB + i] * g.scale - m[i]);
         St[j * kB + i] = p;
         l[i] += p;
       }
@@ -268,7 +248,7 @@ void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB
   for (int i = 0; i < ni; i++) {
     float* p = P + i * kB;
     const float li = lse_i[i];
-    for (int j = 0; j < kB; j++) p[j] = exp_nonpositive(p[j] * g.scale - li);
+    for (int j = 0; j < kB; j++) p[j] = fast_exp(p[j] * g.scale - li);
   }
   tile_dot(dS, dO, ldo, Vt, ni, D, Tri::none);  // all columns: dS = P (dP - Di) must see finite dP
   for (int i = 0; i < ni; i++) {
@@ -337,7 +317,7 @@ void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const
     tile_dot(Pt, k, g.W, Qt, nj, D, diag ? Tri::upper : Tri::none);
     if (diag) mask_upper(Pt, nj);
     for (int j = 0; j < nj; j++)
-      for (int i = 0; i < kB; i++) Pt[j * kB + i] = exp_nonpositive(Pt[j * kB + i] * g.scale - lse_i[i]);
+      for (int i = 0; i < kB; i++) Pt[j * kB + i] = fast_exp(Pt[j * kB + i] * g.scale - lse_i[i]);
     tile_dot(dSt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, dOt, nj, D, Tri::none);
     for (int j = 0; j < nj; j++)
       for (int i = 0; i < kB; i++) dSt[j * kB + i] = Pt[j * kB + i] * (dSt[j * kB + i] - Di[i]) * g.scale;

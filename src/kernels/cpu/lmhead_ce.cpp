@@ -6,7 +6,7 @@
 //   backward only: dlogits = dloss * (softmax - onehot) (0 for target < 0), in place (f32) or into a
 //   bf16 chunk buffer (bf16 mode), then dx_c (R,C) = dlogits @ wout and dwout (V,C) += dlogits^T @ x_c.
 // bf16 mode: x_c and dlogits become bf16 operands (with wout_bf16); accumulation and softmax stay fp32.
-// exp is a vectorizable polynomial (exp_nonpos below) instead of libm's scalar expf.
+// exp is a vectorizable polynomial (kernels/cpu/fast_exp.h) instead of libm's scalar expf.
 #include "kernels/cpu/lmhead_ce.h"
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/ops.h"
 
 namespace llamatrain::cpu {
@@ -44,28 +45,6 @@ int& lmhead_chunk_rows_override() {
 
 namespace {
 
-// exp(x) for x <= 0 (NaN propagates), relative error ~2 ulp; inputs below -87 return exp(-87) ~ 1.6e-38,
-// which is 0 next to the row's largest term (exactly 1). Range reduction x = n*ln2 + r, |r| <= ln2/2,
-// then a degree-7 Taylor polynomial for exp(r) (truncation error < 5e-9) scaled by 2^n through the
-// exponent bits. Branch-free, so the row loops below vectorize.
-inline float exp_nonpos(float x) {
-  x = std::max(x, -87.0f);
-  // n = round(x / ln2) by the 1.5*2^23 trick (floorf does not vectorize under -ftrapping-math)
-  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693145751953125f;  // ln2 split hi + lo so n*ln2_hi is exact
-  r = r - n * 1.42860682030941723e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  float scale = std::bit_cast<float>(uint32_t(int32_t(n) + 127) << 23);
-  return p * scale;
-}
-
 // log-sum-exp of one row of logits (V).
 inline float row_lse(const float* l, int V) {
   float mx = -std::numeric_limits<float>::infinity();
@@ -73,21 +52,21 @@ inline float row_lse(const float* l, int V) {
   for (int j = 0; j < V; j++) mx = std::max(mx, l[j]);
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-  for (int j = 0; j < V; j++) s += exp_nonpos(l[j] - mx);
+  for (int j = 0; j < V; j++) s += fast_exp(l[j] - mx);
   return mx + std::log(s);
 }
 
 // l (V) = scale * exp(l - lse), in place.
 inline void row_softmax_f32(float* __restrict l, float lse, float scale, int V) {
 #pragma omp simd
-  for (int j = 0; j < V; j++) l[j] = exp_nonpos(l[j] - lse) * scale;
+  for (int j = 0; j < V; j++) l[j] = fast_exp(l[j] - lse) * scale;
 }
 
 // d (V) = bf16(scale * exp(l - lse)); written through the raw bits so the loop vectorizes.
 inline void row_softmax_bf16(bf16* __restrict d, const float* __restrict l, float lse, float scale, int V) {
   uint16_t* bits = reinterpret_cast<uint16_t*>(d);
 #pragma omp simd
-  for (int j = 0; j < V; j++) bits[j] = to_bf16(exp_nonpos(l[j] - lse) * scale).bits;
+  for (int j = 0; j < V; j++) bits[j] = to_bf16(fast_exp(l[j] - lse) * scale).bits;
 }
 
 }  // namespace
@@ -128,10 +107,10 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
       if (is_bf16) {
         bf16* d = dlogits_b + int64_t(i) * V;  // (V)
         row_softmax_bf16(d, l, lse, scale, V);
-        if (t >= 0) d[t] = to_bf16((exp_nonpos(lt - lse) - 1.0f) * scale);
+        if (t >= 0) d[t] = to_bf16((fast_exp(lt - lse) - 1.0f) * scale);
       } else {
         row_softmax_f32(l, lse, scale, V);
-        if (t >= 0) l[t] = (exp_nonpos(lt - lse) - 1.0f) * scale;
+        if (t >= 0) l[t] = (fast_exp(lt - lse) - 1.0f) * scale;
       }
     }
     if (!backward) continue;
