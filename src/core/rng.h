@@ -22,11 +22,15 @@ inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::arra
   return ctr;
 }
 
-// 32 random bits for element `index` of tensor `tensor_id` at `step` under `seed`.
+// 128 random bits (four independent words) for element `index` of tensor `tensor_id` at `step`
+// under `seed`: counter (index lo, index hi, tensor_id, step), key seed.
+inline std::array<uint32_t, 4> random_u32x4(uint64_t seed, uint32_t step, uint32_t tensor_id, uint64_t index) {
+  return philox4x32({uint32_t(index), uint32_t(index >> 32), tensor_id, step}, {uint32_t(seed), uint32_t(seed >> 32)});
+}
+
+// 32 random bits: word 0 of random_u32x4.
 inline uint32_t random_u32(uint64_t seed, uint32_t step, uint32_t tensor_id, uint64_t index) {
-  auto r = philox4x32({uint32_t(index), uint32_t(index >> 32), tensor_id, step},
-                      {uint32_t(seed), uint32_t(seed >> 32)});
-  return r[0];
+  return random_u32x4(seed, step, tensor_id, index)[0];
 }
 
 // Uniform float in [0, 1) with 24 random bits.

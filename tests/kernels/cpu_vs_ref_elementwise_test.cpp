@@ -324,10 +324,10 @@ TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32UpdateWithPhiloxBits) {
     for (int64_t i = 0; i < n; i++) {
       bool ok = is_bf16_neighbour(s.p[i], p[i]) && is_bf16_neighbour(s.m[i], m[i]) &&
                 is_bf16_neighbour(s.v[i], v[i]) && s.p32[i] == to_float(s.p[i]);
-      // and the rounding bits are exactly the documented Philox streams of core/rng.h
-      ok = ok && s.p[i].bits == to_bf16_stochastic(p[i], random_u32(5, 3, 11, uint64_t(i))).bits &&
-           s.m[i].bits == to_bf16_stochastic(m[i], random_u32(5, 3, 11, uint64_t(i) | (uint64_t(1) << 62))).bits &&
-           s.v[i].bits == to_bf16_stochastic(v[i], random_u32(5, 3, 11, uint64_t(i) | (uint64_t(2) << 62))).bits;
+      // and the rounding bits are exactly the documented Philox words of core/rng.h
+      const auto w = random_u32x4(5, 3, 11, uint64_t(i));
+      ok = ok && s.p[i].bits == to_bf16_stochastic(p[i], w[0]).bits &&
+           s.m[i].bits == to_bf16_stochastic(m[i], w[1]).bits && s.v[i].bits == to_bf16_stochastic(v[i], w[2]).bits;
       if (!ok && bad++ < 5)
         ADD_FAILURE() << "n=" << n << " [" << i << "] param " << to_float(s.p[i]) << " (fp32 " << p[i] << ", f32 copy "
                       << s.p32[i] << ") m " << to_float(s.m[i]) << " (" << m[i] << ") v " << to_float(s.v[i]) << " ("
@@ -340,7 +340,7 @@ TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32UpdateWithPhiloxBits) {
 TEST(AdamwBf16Sr, UnbiasedAndIndependentDraws) {
   // Every element gets the same state and gradient, so each sees the same fp32 update x and only
   // its random bits differ; the mean of the roundings must be x within 5 standard errors, and
-  // param's and m's round-up decisions must be independent (different counter streams).
+  // param's and m's round-up decisions must be independent (different words of the Philox draw).
   const int64_t n = 200000;
   const float p0 = 1.0f, m0 = 0.01f, v0 = 1e-4f, g = 0.0123f;
   float p = p0, m = to_float(to_bf16(m0)), v = to_float(to_bf16(v0));

@@ -2,12 +2,12 @@
 // elements. Both AdamW variants compute each element with adamw_element(), in ref::adamw_update's
 // (= torch.optim.AdamW's) order of operations, so they match ref to an ulp or two.
 // bf16-sr: param, m, v are loaded from bf16, updated in fp32 and each is rounded stochastically
-// with its own 32-bit Philox draw random_u32(seed, step, tensor_id, index) where index is the
-// element i for param, i | 1<<62 for m and i | 2<<62 for v (three disjoint counter streams; n is
-// far below 2^62). The draw depends only on the element, never on the thread, so results are
-// bitwise identical for any thread count. philox_u32 below is random_u32 restated with scalar
-// lanes so the loop vectorizes (core/rng.h's std::array version does not; ~25x slower); the tests
-// check every rounding bit against random_u32 itself.
+// with its own 32-bit word of one Philox draw random_u32x4(seed, step, tensor_id, i) (core/rng.h):
+// word 0 for param, 1 for m, 2 for v (the words of one Philox output are independent). The draw
+// depends only on the element, never on the thread, so results are bitwise identical for any
+// thread count. philox_u32x3 below is random_u32x4 restated with scalar lanes so the loop
+// vectorizes (core/rng.h's std::array version does not; ~25x slower); the tests check every
+// rounding bit against random_u32x4 itself.
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
@@ -15,9 +15,6 @@
 namespace llamatrain::cpu {
 
 namespace {
-
-constexpr uint64_t kStreamM = uint64_t(1) << 62;  // counter-index offset of m's rounding bits
-constexpr uint64_t kStreamV = uint64_t(2) << 62;  // counter-index offset of v's rounding bits
 
 struct AdamwScalars {
   float step_size, bc2_sqrt, decay, beta1, beta2, one_minus_b1, one_minus_b2, eps, grad_scale;
@@ -33,8 +30,11 @@ AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float 
           float(1.0 - double(beta2)), eps,                         grad_scale};
 }
 
-// random_u32(seed, step, tensor_id, index) of core/rng.h (Philox4x32-10, word 0), in scalars.
-inline uint32_t philox_u32(uint64_t seed, uint32_t step, uint32_t tensor_id, uint64_t index) {
+// Words 0, 1, 2 of random_u32x4(seed, step, tensor_id, index) of core/rng.h (Philox4x32-10), in scalars.
+struct Words3 {
+  uint32_t w0, w1, w2;
+};
+inline Words3 philox_u32x3(uint64_t seed, uint32_t step, uint32_t tensor_id, uint64_t index) {
   uint32_t c0 = uint32_t(index), c1 = uint32_t(index >> 32), c2 = tensor_id, c3 = step;
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
 #pragma GCC unroll 10
@@ -49,7 +49,7 @@ inline uint32_t philox_u32(uint64_t seed, uint32_t step, uint32_t tensor_id, uin
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return c0;
+  return {c0, c1, c2};
 }
 
 // One AdamW element in fp32, torch.optim.AdamW order: decay, moments, bias-corrected step.
@@ -71,9 +71,10 @@ void adamw_bf16_sr_loop(bf16* param, bf16* m, bf16* v, float* param_f32, const f
   for (int64_t i = 0; i < n; i++) {
     float p = to_float(param[i]), mi = to_float(m[i]), vi = to_float(v[i]);
     adamw_element(p, mi, vi, grad[i], s);
-    bf16 pb = to_bf16_stochastic(p, philox_u32(seed, step, tensor_id, uint64_t(i)));
-    m[i] = to_bf16_stochastic(mi, philox_u32(seed, step, tensor_id, uint64_t(i) | kStreamM));
-    v[i] = to_bf16_stochastic(vi, philox_u32(seed, step, tensor_id, uint64_t(i) | kStreamV));
+    const Words3 bits = philox_u32x3(seed, step, tensor_id, uint64_t(i));
+    bf16 pb = to_bf16_stochastic(p, bits.w0);
+    m[i] = to_bf16_stochastic(mi, bits.w1);
+    v[i] = to_bf16_stochastic(vi, bits.w2);
     param[i] = pb;
     if constexpr (kWriteF32) param_f32[i] = to_float(pb);
   }
