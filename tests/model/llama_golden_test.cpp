@@ -130,6 +130,22 @@ TEST_P(GoldenTest, Fp32TenAdamWSteps) {
   }
 }
 
+// Runs the golden's 10 AdamW steps and checks each loss within rel_tol of the fp64 curve.
+void expect_adamw_curve(model::LlamaModel& model, const Golden& gold, double rel_tol, const char* label) {
+  const auto opt = golden_adamw(gold);
+  const auto losses = gold.f32("adamw.losses");
+  double worst = 0;
+  for (size_t step = 1; step <= losses.size(); step++) {
+    model.zero_grad();
+    const auto stats = model.forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
+    model.optimizer_step(opt, opt.lr, int(step));
+    EXPECT_NEAR(stats.loss, losses[step - 1], rel_tol * std::abs(losses[step - 1])) << label << " loss at step " << step;
+    worst = std::max(worst, double(std::abs(stats.loss - losses[step - 1]) / losses[step - 1]));
+  }
+  std::printf("%s %s: worst relative loss deviation over 10 steps %.2e\n",
+              std::filesystem::path(gold.dir).filename().c_str(), label, worst);
+}
+
 // bf16-mixed: matmul operands rounded to bf16 (relative error <= 2^-9 each, so <= 2^-8 per product),
 // fp32 accumulation and fp32 everything else. Rounding errors of the products partly cancel in the
 // sums, but compound through the layers: measured logits errors are 2-5e-3 of the logits scale
@@ -144,17 +160,7 @@ TEST_P(GoldenTest, Bf16MixedTracksReference) {
   const double logits_err = rel_err(logits.data(), gold.f32("logits"));
   EXPECT_LT(logits_err, 1.5e-2) << "bf16-mixed logits";
   std::printf("%s bf16-mixed: logits rel err %.2e\n", GetParam().c_str(), logits_err);
-  const auto opt = golden_adamw(gold);
-  const auto losses = gold.f32("adamw.losses");
-  double worst = 0;
-  for (size_t step = 1; step <= losses.size(); step++) {
-    model->zero_grad();
-    const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
-    model->optimizer_step(opt, opt.lr, int(step));
-    EXPECT_NEAR(stats.loss, losses[step - 1], 2e-3 * std::abs(losses[step - 1])) << "loss at step " << step;
-    worst = std::max(worst, double(std::abs(stats.loss - losses[step - 1]) / losses[step - 1]));
-  }
-  std::printf("%s bf16-mixed: worst relative loss deviation over 10 steps %.2e\n", GetParam().c_str(), worst);
+  expect_adamw_curve(*model, gold, 2e-3, "bf16-mixed");
 }
 
 // bf16-sr: weights themselves are bf16 (the loaded fp32 weights are rounded: 2^-9 relative) and
@@ -165,17 +171,7 @@ TEST_P(GoldenTest, Bf16MixedTracksReference) {
 TEST_P(GoldenTest, Bf16StochasticRoundingTracksReference) {
   Golden gold(GetParam());
   auto model = io::load_hf_model(gold.dir, model::Precision::bf16_sr);
-  const auto opt = golden_adamw(gold);
-  const auto losses = gold.f32("adamw.losses");
-  double worst = 0;
-  for (size_t step = 1; step <= losses.size(); step++) {
-    model->zero_grad();
-    const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
-    model->optimizer_step(opt, opt.lr, int(step));
-    EXPECT_NEAR(stats.loss, losses[step - 1], 3e-3 * std::abs(losses[step - 1])) << "loss at step " << step;
-    worst = std::max(worst, double(std::abs(stats.loss - losses[step - 1]) / losses[step - 1]));
-  }
-  std::printf("%s bf16-sr: worst relative loss deviation over 10 steps %.2e\n", GetParam().c_str(), worst);
+  expect_adamw_curve(*model, gold, 3e-3, "bf16-sr");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::Values("mha_untied", "gqa", "tied", "odd"));
