@@ -82,7 +82,7 @@ void run_bench(const BenchOptions& o) {
   const double median = times[times.size() / 2];
   const double tokens_per_s = N / median;
   const double gflops = step_flops(cfg, B, T) / median / 1e9;
-  const double analytic = double(model.state_bytes()) + 4.0 * double(model::LlamaModel::activation_floats(cfg, B, T));
+  const double analytic = double(model.state_bytes()) + double(model::LlamaModel::activation_bytes(cfg, precision, B, T));
   const double rss = peak_rss_bytes();
   if (o.json) {
     std::printf(

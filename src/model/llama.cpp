@@ -121,12 +121,17 @@ const bf16* LlamaModel::bf16_of(const float* param) const {
   return param_bf16_.data() + (param - param_arena_.data());
 }
 
-int64_t LlamaModel::activation_floats(const LlamaConfig& c, int B, int T) {
+int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T) {
   const int64_t N = int64_t(B) * T, C = c.dim, L = c.n_layers, F = c.ffn_dim;
   const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const int64_t per_layer = N * C /*ln1*/ + N /*rstd*/ + N * QKV + N * HD + int64_t(B) * c.n_heads * T /*lse*/ +
-                            N * C /*resid*/ + N * C /*ln2*/ + N + N * 2 * F + N * F + N * C /*out*/;
-  return N * C /*x0*/ + L * per_layer + N * C /*lnf*/ + N + N /*losses*/;
+  const int64_t widest = std::max({C, QKV, HD, 2 * F});
+  const int64_t per_layer = N /*ln1_rstd*/ + N * QKV + N * HD + int64_t(B) * c.n_heads * T /*lse*/ +
+                            N * C /*resid*/ + N /*ln2_rstd*/ + N * 2 * F + N * C /*out*/;
+  const int64_t saved = N * C /*x0*/ + L * per_layer + N * C /*lnf*/ + N + N /*losses*/;
+  const int64_t scratch = N * C /*dres*/ + N * widest /*dln*/ + N * QKV + N * HD + N * F /*dhmid*/ + N * C /*tmp*/;
+  const int64_t matmul_inputs = L * (2 * N * C + N * F) /*ln1, ln2, hmid*/ + N * 2 * F /*dh13*/;
+  const int64_t matmul_input_bytes = p == Precision::fp32 ? 4 : 2;
+  return 4 * (saved + scratch) + matmul_input_bytes * matmul_inputs;
 }
 
 void LlamaModel::ensure_activations(int B, int T) {
@@ -141,7 +146,9 @@ void LlamaModel::ensure_activations(int B, int T) {
   const LlamaConfig& c = config_;
   const int64_t N = int64_t(B) * T, C = c.dim, L = c.n_layers, F = c.ffn_dim;
   const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  act_arena_.assign(activation_floats(c, B, T), 0.0f);
+  const int64_t per_layer = N /*ln1_rstd*/ + N * QKV + N * HD + int64_t(B) * c.n_heads * T /*lse*/ +
+                            N * C /*resid*/ + N /*ln2_rstd*/ + N * 2 * F + N * C /*out*/;
+  act_arena_.assign(N * C + L * per_layer + N * C + N + N, 0.0f);
   float* p = act_arena_.data();
   auto take = [&](int64_t n) {
     float* r = p;
@@ -149,21 +156,34 @@ void LlamaModel::ensure_activations(int B, int T) {
     return r;
   };
   acts_.x0 = take(N * C);
-  acts_.ln1 = take(L * N * C);
   acts_.ln1_rstd = take(L * N);
   acts_.qkv = take(L * N * QKV);
   acts_.att = take(L * N * HD);
   acts_.lse = take(L * B * c.n_heads * T);
   acts_.resid = take(L * N * C);
-  acts_.ln2 = take(L * N * C);
   acts_.ln2_rstd = take(L * N);
   acts_.h13 = take(L * N * 2 * F);
-  acts_.hmid = take(L * N * F);
   acts_.out = take(L * N * C);
   acts_.lnf = take(N * C);
   acts_.lnf_rstd = take(N);
   acts_.losses = take(N);
   CHECK(p == act_arena_.data() + act_arena_.size());
+
+  // The matmul-only tensors, in the dtype the matmuls read (one of the two arenas stays empty).
+  auto take_inputs = [&](auto& arena, auto& m) {
+    arena.assign(L * (2 * N * C + N * F) + N * 2 * F, {});
+    auto* q = arena.data();
+    m.ln1 = q, q += L * N * C;
+    m.ln2 = q, q += L * N * C;
+    m.hmid = q, q += L * N * F;
+    m.dh13 = q, q += N * 2 * F;
+    CHECK(q == arena.data() + arena.size());
+  };
+  if (precision_ == Precision::fp32)
+    take_inputs(mm_arena_f32_, mm_f32_);
+  else
+    take_inputs(mm_arena_bf16_, mm_bf16_);
+
   pos_.resize(N);
   for (int64_t n = 0; n < N; n++) pos_[n] = int32_t(n % T);
   const int64_t widest = std::max({C, QKV, HD, 2 * F});
@@ -171,7 +191,6 @@ void LlamaModel::ensure_activations(int B, int T) {
   dln_.assign(N * widest, 0.0f);
   dqkv_.assign(N * QKV, 0.0f);
   datt_.assign(N * HD, 0.0f);
-  dh13_.assign(N * 2 * F, 0.0f);
   dhmid_.assign(N * F, 0.0f);
   tmp_.assign(N * C, 0.0f);
 }
@@ -179,30 +198,43 @@ void LlamaModel::ensure_activations(int B, int T) {
 void LlamaModel::forward_body(const int32_t* tokens, int B, int T) {
   ensure_activations(B, T);
   const LlamaConfig& c = config_;
-  const int N = B * T, C = c.dim, F = c.ffn_dim, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim();
-  const int HD = H * D, QKV = c.qkv_dim();
-  const auto ct = compute_type(precision_);
-  const ParameterTensors& w = params_;
-  ActivationTensors& a = acts_;
+  const int N = B * T, C = c.dim;
   for (int n = 0; n < N; n++)
     if (tokens[n] < 0 || tokens[n] >= c.vocab_size)
       fail("token id at position {}: got {}, expected 0 <= id < vocab_size {}\nhint: the data was tokenized "
            "with a different tokenizer than the model's",
            n, tokens[n], c.vocab_size);
 
-  cpu::embedding_forward(a.x0, tokens, w.wte, N, C);  // x = embed_tokens(input_ids)
+  cpu::embedding_forward(acts_.x0, tokens, params_.wte, N, C);  // x = embed_tokens(input_ids)
+  if (precision_ == Precision::fp32)
+    forward_layers(mm_f32_);
+  else
+    forward_layers(mm_bf16_);
+  const float* last = acts_.out + int64_t(c.n_layers - 1) * N * C;
+  cpu::rmsnorm_forward(acts_.lnf, acts_.lnf_rstd, last, params_.norm, N, C, c.norm_eps);  // final norm
+}
+
+template <typename A>
+void LlamaModel::forward_layers(const MatmulInputs<A>& m) {
+  const LlamaConfig& c = config_;
+  const int B = B_, T = T_;
+  const int N = B * T, C = c.dim, F = c.ffn_dim, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim();
+  const int HD = H * D, QKV = c.qkv_dim();
+  const auto ct = compute_type(precision_);
+  const ParameterTensors& w = params_;
+  ActivationTensors& a = acts_;
   for (int l = 0; l < c.n_layers; l++) {
     const float* x = l == 0 ? a.x0 : a.out + int64_t(l - 1) * N * C;  // (N, C) layer input
-    float* ln1 = a.ln1 + int64_t(l) * N * C;
+    A* ln1 = m.ln1 + int64_t(l) * N * C;
     float* ln1_rstd = a.ln1_rstd + int64_t(l) * N;
     float* qkv = a.qkv + int64_t(l) * N * QKV;
     float* att = a.att + int64_t(l) * N * HD;
     float* lse = a.lse + int64_t(l) * B * H * T;
     float* resid = a.resid + int64_t(l) * N * C;
-    float* ln2 = a.ln2 + int64_t(l) * N * C;
+    A* ln2 = m.ln2 + int64_t(l) * N * C;
     float* ln2_rstd = a.ln2_rstd + int64_t(l) * N;
     float* h13 = a.h13 + int64_t(l) * N * 2 * F;
-    float* hmid = a.hmid + int64_t(l) * N * F;
+    A* hmid = m.hmid + int64_t(l) * N * F;
     float* out = a.out + int64_t(l) * N * C;
     const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
     const float* wo = w.wo + int64_t(l) * C * HD;
@@ -221,8 +253,6 @@ void LlamaModel::forward_body(const int32_t* tokens, int B, int T) {
     cpu::matmul_forward(tmp_.data(), hmid, w2, bf16_of(w2), N, F, C, ct);                    // down_proj
     cpu::residual_forward(out, resid, tmp_.data(), int64_t(N) * C);                          // h + mlp
   }
-  const float* last = a.out + int64_t(c.n_layers - 1) * N * C;
-  cpu::rmsnorm_forward(a.lnf, a.lnf_rstd, last, w.norm, N, C, c.norm_eps);  // final norm
 }
 
 int64_t LlamaModel::count_valid(const int32_t* targets) const {
@@ -268,6 +298,27 @@ StepStats LlamaModel::forward_backward(const int32_t* tokens, const int32_t* tar
 
 void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float dloss) {
   const LlamaConfig& c = config_;
+  const int N = B_ * T_, C = c.dim;
+  const ParameterTensors& w = params_;
+  ParameterTensors& g = grads_;
+  ActivationTensors& a = acts_;
+
+  // lm head + cross-entropy + their gradient in one pass over row chunks, then the final norm.
+  cpu::lmhead_ce_fused(a.losses, dln_.data(), g.wout, a.lnf, w.wout, bf16_of(w.wout), targets, dloss, N, C,
+                       c.vocab_size, compute_type(precision_));
+  std::fill(dres_.begin(), dres_.end(), 0.0f);
+  const float* last = a.out + int64_t(c.n_layers - 1) * N * C;
+  cpu::rmsnorm_backward(dres_.data(), g.norm, dln_.data(), last, w.norm, a.lnf_rstd, N, C);
+  if (precision_ == Precision::fp32)
+    backward_layers(mm_f32_);
+  else
+    backward_layers(mm_bf16_);
+  cpu::embedding_backward(g.wte, dres_.data(), tokens, N, C);
+}
+
+template <typename A>
+void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
+  const LlamaConfig& c = config_;
   const int B = B_, T = T_;
   const int N = B * T, C = c.dim, F = c.ffn_dim, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim();
   const int HD = H * D, QKV = c.qkv_dim();
@@ -277,26 +328,20 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   ActivationTensors& a = acts_;
   float* dres = dres_.data();  // (N, C) gradient of the residual stream, flowing backward
   float* dln = dln_.data();
-
-  // lm head + cross-entropy + their gradient in one pass over row chunks, then the final norm.
-  cpu::lmhead_ce_fused(a.losses, dln, g.wout, a.lnf, w.wout, bf16_of(w.wout), targets, dloss, N, C,
-                       c.vocab_size, ct);
-  std::fill(dres_.begin(), dres_.end(), 0.0f);
-  const float* last = a.out + int64_t(c.n_layers - 1) * N * C;
-  cpu::rmsnorm_backward(dres, g.norm, dln, last, w.norm, a.lnf_rstd, N, C);
+  A* dh13 = m.dh13;            // (N, 2F)
 
   for (int l = c.n_layers - 1; l >= 0; l--) {
     const float* x = l == 0 ? a.x0 : a.out + int64_t(l - 1) * N * C;
-    const float* ln1 = a.ln1 + int64_t(l) * N * C;
+    const A* ln1 = m.ln1 + int64_t(l) * N * C;
     const float* ln1_rstd = a.ln1_rstd + int64_t(l) * N;
     const float* qkv = a.qkv + int64_t(l) * N * QKV;
     const float* att = a.att + int64_t(l) * N * HD;
     const float* lse = a.lse + int64_t(l) * B * H * T;
     const float* resid = a.resid + int64_t(l) * N * C;
-    const float* ln2 = a.ln2 + int64_t(l) * N * C;
+    const A* ln2 = m.ln2 + int64_t(l) * N * C;
     const float* ln2_rstd = a.ln2_rstd + int64_t(l) * N;
     const float* h13 = a.h13 + int64_t(l) * N * 2 * F;
-    const float* hmid = a.hmid + int64_t(l) * N * F;
+    const A* hmid = m.hmid + int64_t(l) * N * F;
     const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
     const float* wo = w.wo + int64_t(l) * C * HD;
     const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
@@ -308,8 +353,8 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
 
     // dres holds d(out); out = resid + down(hmid), so d(resid) = dres + (MLP branch gradient).
     cpu::matmul_backward(dhmid_.data(), dw2, dres, hmid, w2, bf16_of(w2), N, F, C, ct);            // down_proj
-    cpu::swiglu_backward(dh13_.data(), dhmid_.data(), h13, N, F);                                 // silu(g) * u
-    cpu::matmul_backward(dln, dw13, dh13_.data(), ln2, w13, bf16_of(w13), N, C, 2 * F, ct);       // gate | up
+    cpu::swiglu_backward(dh13, dhmid_.data(), h13, N, F);                                         // silu(g) * u
+    cpu::matmul_backward(dln, dw13, dh13, ln2, w13, bf16_of(w13), N, C, 2 * F, ct);               // gate | up
     cpu::rmsnorm_backward(dres, g.ffn_norm + int64_t(l) * C, dln, resid, w.ffn_norm + int64_t(l) * C,
                           ln2_rstd, N, C);                                                        // post_attn_ln
     // dres now holds d(resid); resid = x + o_proj(att).
@@ -321,7 +366,6 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
                           N, C);                                                                  // input_ln
     // dres now holds d(x), the gradient of this layer's input.
   }
-  cpu::embedding_backward(g.wte, dres, tokens, N, C);
 }
 
 void LlamaModel::logits(float* out) {

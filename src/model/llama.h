@@ -46,23 +46,32 @@ struct ParameterTensors {
   float* wout;       // (V, C)      lm_head; == wte when tied
 };
 
-// Saved activations of one micro-batch of B sequences of T tokens (N = B*T).
+// Saved activations of one micro-batch of B sequences of T tokens (N = B*T). The ones that only
+// feed matmuls live in MatmulInputs.
 struct ActivationTensors {
   float* x0;         // (N, C)        embedding output (input of layer 0)
-  float* ln1;        // (L, N, C)     attn_norm output
   float* ln1_rstd;   // (L, N)
   float* qkv;        // (L, N, QKV)   projections, RoPE applied to q and k
   float* att;        // (L, N, H*D)   attention output, before o_proj
   float* lse;        // (L, B, H, T)  attention log-sum-exp
   float* resid;      // (L, N, C)     residual stream after attention
-  float* ln2;        // (L, N, C)     ffn_norm output
   float* ln2_rstd;   // (L, N)
   float* h13;        // (L, N, 2F)    gate | up projections
-  float* hmid;       // (L, N, F)     silu(gate) * up
   float* out;        // (L, N, C)     layer outputs (residual stream after the MLP)
   float* lnf;        // (N, C)        final norm output
   float* lnf_rstd;   // (N)
   float* losses;     // (N)           per-token cross-entropy (0 where target < 0)
+};
+
+// Tensors whose only use is as a matmul operand, kept in the dtype the matmuls read: A = float in
+// fp32 mode, bf16 in the bf16 modes. Their producers (rmsnorm, SwiGLU) write that dtype directly, so
+// the bf16 modes never convert them and store them at half the size.
+template <typename A>
+struct MatmulInputs {
+  A* ln1;   // (L, N, C)   attn_norm output (saved)
+  A* ln2;   // (L, N, C)   ffn_norm output (saved)
+  A* hmid;  // (L, N, F)   silu(gate) * up (saved)
+  A* dh13;  // (N, 2F)     backward scratch of one layer: gradient of gate | up
 };
 
 struct AdamWConfig {
@@ -118,9 +127,10 @@ class LlamaModel {
   // Returns the pre-clip grad norm.
   float optimizer_step(const AdamWConfig& opt, float lr, int step);
 
-  // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T).
+  // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T) (saved
+  // activations and backward scratch).
   int64_t state_bytes() const;
-  static int64_t activation_floats(const LlamaConfig& c, int B, int T);
+  static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;
   // reset_cache(max_T) clears it. Returns logits (V) of the given token at position pos.
@@ -129,7 +139,11 @@ class LlamaModel {
 
  private:
   void forward_body(const int32_t* tokens, int B, int T);  // embedding .. final norm
+  template <typename A>
+  void forward_layers(const MatmulInputs<A>& m);             // the L transformer layers
   void backward(const int32_t* tokens, const int32_t* targets, float dloss);
+  template <typename A>
+  void backward_layers(const MatmulInputs<A>& m);            // layers L-1 .. 0
   int64_t count_valid(const int32_t* targets) const;       // checks target ids too
   float mean_loss(int64_t num_valid) const;
   void refresh_bf16();
@@ -150,9 +164,13 @@ class LlamaModel {
   int B_ = 0, T_ = 0;
   std::vector<float> act_arena_;
   ActivationTensors acts_{};
+  std::vector<float> mm_arena_f32_;  // fp32 mode: MatmulInputs storage
+  std::vector<bf16> mm_arena_bf16_;  // bf16 modes: MatmulInputs storage
+  MatmulInputs<float> mm_f32_{};
+  MatmulInputs<bf16> mm_bf16_{};
   std::vector<int32_t> pos_;        // (N) positions 0..T-1 per sequence
   // Backward scratch, one layer's worth each.
-  std::vector<float> dres_, dln_, dqkv_, datt_, dh13_, dhmid_, tmp_;
+  std::vector<float> dres_, dln_, dqkv_, datt_, dhmid_, tmp_;
 
   // KV cache for decode: (L, max_T, 2*Hkv*D) and one-token scratch.
   int cache_T_ = 0;

@@ -177,6 +177,46 @@ TEST(CpuVsRef, Swiglu) {
   EXPECT_TRUE(all_close("swiglu extreme gates", out_cpu, out_ref, 1e-30, 1e-6));
 }
 
+// The bf16 outputs (what the bf16 modes store for matmuls) are exactly the fp32 outputs rounded to
+// nearest even: same arithmetic, one rounding at the store.
+::testing::AssertionResult equals_rounded(const std::string& what, const std::vector<bf16>& got,
+                                          const std::vector<float>& fp32) {
+  size_t bad = 0;
+  std::ostringstream msg;
+  for (size_t i = 0; i < fp32.size(); i++)
+    if (got[i].bits != to_bf16(fp32[i]).bits) {
+      if (bad < 5) msg << "  [" << i << "] bf16 " << to_float(got[i]) << " fp32 " << fp32[i] << "\n";
+      bad++;
+    }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << fp32.size()
+                                       << " differ from the rounded fp32 output\n"
+                                       << msg.str();
+}
+
+TEST(CpuBf16Outputs, RmsnormAndSwigluRoundTheFp32Result) {
+  for (auto [N, C] : kShapes) {
+    auto x = random_vec(size_t(N) * C, 5, 2.0f), w = random_vec(C, 6);
+    std::vector<float> out(size_t(N) * C), rstd(N), rstd_b(N);
+    std::vector<bf16> out_b(size_t(N) * C);
+    cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    cpu::rmsnorm_forward(out_b.data(), rstd_b.data(), x.data(), w.data(), N, C, 1e-5f);
+    EXPECT_TRUE(equals_rounded("rmsnorm_forward bf16 " + shape(N, C), out_b, out));
+    EXPECT_EQ(rstd, rstd_b);
+
+    const int F = C;
+    auto h13 = random_vec(size_t(N) * 2 * F, 12, 5.0f), dout = random_vec(size_t(N) * F, 13);
+    std::vector<float> hmid(size_t(N) * F), dh13(size_t(N) * 2 * F);
+    std::vector<bf16> hmid_b(size_t(N) * F), dh13_b(size_t(N) * 2 * F);
+    cpu::swiglu_forward(hmid.data(), h13.data(), N, F);
+    cpu::swiglu_forward(hmid_b.data(), h13.data(), N, F);
+    EXPECT_TRUE(equals_rounded("swiglu_forward bf16 " + shape(N, F), hmid_b, hmid));
+    cpu::swiglu_backward(dh13.data(), dout.data(), h13.data(), N, F);
+    cpu::swiglu_backward(dh13_b.data(), dout.data(), h13.data(), N, F);
+    EXPECT_TRUE(equals_rounded("swiglu_backward bf16 " + shape(N, F), dh13_b, dh13));
+  }
+}
+
 TEST(CpuVsRef, ResidualAndSumSquares) {
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(100003)}) {
     auto a = random_vec(n, 14), b = random_vec(n, 15);

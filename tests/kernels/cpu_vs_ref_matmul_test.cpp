@@ -137,6 +137,24 @@ void check_matmul_shape(int N, int IC, int OC) {
                          is_bf16 ? weight_b.data() : nullptr, N, IC, OC, ct);
     for (size_t i = 0; i < dweight.size(); i++) dw_want[i] = double(dweight0[i]) + want.dweight[i];
     expect_within(dweight1, dw_want, scale.dweight, tol_dw, tag + "dweight (dinp == nullptr)", 4 * kU32);
+
+    if (!is_bf16) continue;
+    // bf16 operands passed as bf16 (what the bf16 modes store) give bitwise the results of the float
+    // operands, which the kernel rounds the same way: the same gemm on the same bytes.
+    const auto inp_b = to_bf16_vec(inp), dout_b = to_bf16_vec(dout);
+    std::vector<float> out_b(out.size(), -7.0f);
+    cpu::matmul_forward(out_b.data(), inp_b.data(), weight.data(), weight_b.data(), N, IC, OC, ct);
+    EXPECT_EQ(out_b, out) << "matmul_forward with a bf16 input";
+    std::vector<float> dinp_b(dinp.size(), -7.0f), dweight_b = dweight0, dinp_m(dinp.size(), -7.0f),
+        dweight_m = dweight0;
+    cpu::matmul_backward(dinp_b.data(), dweight_b.data(), dout_b.data(), inp_b.data(), weight.data(),
+                         weight_b.data(), N, IC, OC, ct);
+    cpu::matmul_backward(dinp_m.data(), dweight_m.data(), dout.data(), inp_b.data(), weight.data(),
+                         weight_b.data(), N, IC, OC, ct);
+    EXPECT_EQ(dinp_b, dinp) << "matmul_backward with bf16 dout and inp";
+    EXPECT_EQ(dweight_b, dweight1) << "matmul_backward with bf16 dout and inp";
+    EXPECT_EQ(dinp_m, dinp) << "matmul_backward with float dout, bf16 inp";
+    EXPECT_EQ(dweight_m, dweight1) << "matmul_backward with float dout, bf16 inp";
   }
 }
 

@@ -2,13 +2,14 @@
 //   forward   out (N,OC)     = inp (N,IC) @ W^T      W^T is W (OC,IC) read with format tag ba
 //   backward  dinp (N,IC)    = dout (N,OC) @ W       plain ab operands
 //             dweight (OC,IC) += dout^T @ inp       dout^T is dout read with tag ba; += is a sum post-op
-// ComputeType::bf16 converts the activation operands (inp, dout) into per-thread bf16 scratch and uses
-// the caller's bf16 weight copy; accumulation and every output stay fp32 (oneDNN picks the
+// ComputeType::bf16 uses bf16 activation operands (inp, dout) as they are, converts float ones into
+// per-thread bf16 scratch, and uses the caller's bf16 weight copy; accumulation and every output stay fp32 (oneDNN picks the
 // avx512_core_bf16 / AMX brgemm kernels when the CPU has them). One engine and stream per process; one
 // primitive per (shape, dtype, transposes, accumulate), created on first use and cached.
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <type_traits>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -137,35 +138,62 @@ float* f32_scratch(int slot, int64_t n) { return scratch<float, 2>(slot, n); }
 
 }  // namespace detail
 
-void matmul_forward(float* out /*(N,OC)*/, const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
+namespace {
+
+// The bf16 operand for a gemm: a float x is converted into the calling thread's scratch slot, a bf16
+// one is passed through untouched.
+const bf16* as_bf16(const float* x, int64_t n, int slot) {
+  bf16* b = detail::bf16_scratch(slot, n);
+  bf16_from_float(b, x, n);
+  return b;
+}
+const bf16* as_bf16(const bf16* x, int64_t, int) { return x; }
+
+}  // namespace
+
+template <typename TI>
+void matmul_forward(float* out /*(N,OC)*/, const TI* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
                     const bf16* weight_bf16 /*(OC,IC)*/, int N, int IC, int OC, ComputeType ct) {
   if (ct == ComputeType::f32) {
-    detail::gemm(out, inp, false, weight, true, N, OC, IC, false, false);
-    return;
+    if constexpr (std::is_same_v<TI, float>) {
+      detail::gemm(out, inp, false, weight, true, N, OC, IC, false, false);
+      return;
+    }
+    CHECK(false, "matmul_forward: fp32 compute needs a float input");
   }
   CHECK(weight_bf16 != nullptr, "matmul_forward: bf16 compute needs weight_bf16");
-  bf16* inp_b = detail::bf16_scratch(0, int64_t(N) * IC);  // (N,IC)
-  bf16_from_float(inp_b, inp, int64_t(N) * IC);
+  const bf16* inp_b = as_bf16(inp, int64_t(N) * IC, 0);  // (N,IC)
   detail::gemm(out, inp_b, false, weight_bf16, true, N, OC, IC, true, false);
 }
 
-void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const float* dout /*(N,OC)*/,
-                     const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
+template <typename TD, typename TI>
+void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const TD* dout /*(N,OC)*/,
+                     const TI* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
                      const bf16* weight_bf16 /*(OC,IC)*/, int N, int IC, int OC, ComputeType ct) {
   if (ct == ComputeType::f32) {
-    if (dinp != nullptr) detail::gemm(dinp, dout, false, weight, false, N, IC, OC, false, false);
-    detail::gemm(dweight, dout, true, inp, false, OC, IC, N, false, true);
-    return;
+    if constexpr (std::is_same_v<TD, float> && std::is_same_v<TI, float>) {
+      if (dinp != nullptr) detail::gemm(dinp, dout, false, weight, false, N, IC, OC, false, false);
+      detail::gemm(dweight, dout, true, inp, false, OC, IC, N, false, true);
+      return;
+    }
+    CHECK(false, "matmul_backward: fp32 compute needs float dout and inp");
   }
-  bf16* dout_b = detail::bf16_scratch(0, int64_t(N) * OC);  // (N,OC)
-  bf16_from_float(dout_b, dout, int64_t(N) * OC);
+  const bf16* dout_b = as_bf16(dout, int64_t(N) * OC, 0);  // (N,OC)
   if (dinp != nullptr) {
     CHECK(weight_bf16 != nullptr, "matmul_backward: bf16 compute needs weight_bf16");
     detail::gemm(dinp, dout_b, false, weight_bf16, false, N, IC, OC, true, false);
   }
-  bf16* inp_b = detail::bf16_scratch(1, int64_t(N) * IC);  // (N,IC)
-  bf16_from_float(inp_b, inp, int64_t(N) * IC);
+  const bf16* inp_b = as_bf16(inp, int64_t(N) * IC, 1);  // (N,IC)
   detail::gemm(dweight, dout_b, true, inp_b, false, OC, IC, N, true, true);
 }
+
+template void matmul_forward(float*, const float*, const float*, const bf16*, int, int, int, ComputeType);
+template void matmul_forward(float*, const bf16*, const float*, const bf16*, int, int, int, ComputeType);
+template void matmul_backward(float*, float*, const float*, const float*, const float*, const bf16*, int, int, int,
+                              ComputeType);
+template void matmul_backward(float*, float*, const float*, const bf16*, const float*, const bf16*, int, int, int,
+                              ComputeType);
+template void matmul_backward(float*, float*, const bf16*, const bf16*, const float*, const bf16*, int, int, int,
+                              ComputeType);
 
 }  // namespace llamatrain::cpu

@@ -6,7 +6,10 @@
 //   - attention is tiled with an online softmax and never materializes (B,H,T,T) scores;
 //     backward recomputes scores from q, k and the saved lse;
 //   - lmhead_ce_fused computes the lm head, cross-entropy and its gradient in row chunks, so the
-//     (N,V) logits never exist whole.
+//     (N,V) logits never exist whole;
+//   - matmul operands (inp, dout) may be float or bf16 (template T, instantiated for both). In the
+//     bf16 modes the kernels that produce them (rmsnorm_forward, swiglu_forward/backward) write bf16
+//     directly, so no separate conversion pass runs; float operands are converted per call.
 #pragma once
 
 #include <cstdint>
@@ -20,17 +23,22 @@ enum class ComputeType { f32, bf16 };
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C);
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int N, int C, float eps);
+// out: float, or bf16 (rounded to nearest even) when it only feeds bf16 matmuls.
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const float* x, const float* weight, int N, int C, float eps);
 void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
                       const float* rstd, int N, int C);
 
 // out (N,OC) = inp (N,IC) @ weight (OC,IC)^T. With ComputeType::bf16, weight_bf16 must be the bf16
-// copy of weight (the model keeps it in sync); inp is converted to bf16 internally. With f32,
-// weight_bf16 may be nullptr.
-void matmul_forward(float* out, const float* inp, const float* weight, const bf16* weight_bf16, int N, int IC,
-                    int OC, ComputeType ct);
+// copy of weight (the model keeps it in sync); a float inp is converted to bf16 internally, a bf16
+// inp is used as is. With f32, weight_bf16 may be nullptr and inp must be float.
+template <typename TI>
+void matmul_forward(float* out, const TI* inp, const float* weight, const bf16* weight_bf16, int N, int IC, int OC,
+                    ComputeType ct);
 // dinp (N,IC) = dout @ weight (skipped if nullptr); dweight (OC,IC) += dout^T @ inp.
-void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+// dout and inp: float, or bf16 with ComputeType::bf16 (used without conversion).
+template <typename TD, typename TI>
+void matmul_backward(float* dinp, float* dweight, const TD* dout, const TI* inp, const float* weight,
                      const bf16* weight_bf16, int N, int IC, int OC, ComputeType ct);
 
 void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta);
@@ -40,8 +48,11 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         int B, int T, int H, int Hkv, int D);
 
-void swiglu_forward(float* out, const float* h13, int N, int F);
-void swiglu_backward(float* dh13, const float* dout, const float* h13, int N, int F);
+// out and dh13: float, or bf16 (rounded to nearest even) when they only feed bf16 matmuls.
+template <typename T>
+void swiglu_forward(T* out, const float* h13, int N, int F);
+template <typename T>
+void swiglu_backward(T* dh13, const float* dout, const float* h13, int N, int F);
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 

@@ -1,5 +1,6 @@
 // Fast RMSNorm, OpenMP over rows, vectorized over C; must match ref::rmsnorm_* (fp64 row sums).
-// Forward: one pass for the fp64 sum of squares, one pass that scales (x * rstd * weight).
+// Forward: one pass for the fp64 sum of squares, one pass that scales (x * rstd * weight) and
+// writes float or bf16 (rounded to nearest even).
 // Backward: one pass for the fp64 dot(dout*weight, x), one fused pass writing dx (+=) and the
 // thread's private fp64 dweight partial; the partials are summed per column at the end, so there
 // are no races and the result depends only on the thread count.
@@ -9,24 +10,29 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/put.h"
 
 namespace llamatrain::cpu {
 
-void rmsnorm_forward(float* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/,
-                     const float* weight /*(C)*/, int N, int C, float eps) {
+template <typename T>
+void rmsnorm_forward(T* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/, const float* weight /*(C)*/,
+                     int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if (int64_t(N) * C >= (1 << 15))
   for (int n = 0; n < N; n++) {
     const float* xn = x + int64_t(n) * C;
-    float* on = out + int64_t(n) * C;
+    T* on = out + int64_t(n) * C;
     double ss = 0.0;
 #pragma omp simd reduction(+ : ss)
     for (int c = 0; c < C; c++) ss += double(xn[c]) * xn[c];
     float r = float(1.0 / std::sqrt(ss / C + double(eps)));
     rstd[n] = r;
 #pragma omp simd
-    for (int c = 0; c < C; c++) on[c] = (xn[c] * r) * weight[c];
+    for (int c = 0; c < C; c++) put(on + c, (xn[c] * r) * weight[c]);
   }
 }
+
+template void rmsnorm_forward(float*, float*, const float*, const float*, int, int, float);
+template void rmsnorm_forward(bf16*, float*, const float*, const float*, int, int, float);
 
 void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* dout /*(N,C)*/,
                       const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/,
