@@ -112,10 +112,6 @@ void LlamaModel::params_changed() {
   if (precision_ == Precision::bf16_sr) float_from_bf16(param_arena_.data(), param_bf16_.data(), num_params_);
 }
 
-void LlamaModel::refresh_bf16() {
-  if (precision_ == Precision::bf16_mixed) bf16_from_float(param_bf16_.data(), param_arena_.data(), num_params_);
-}
-
 const bf16* LlamaModel::bf16_of(const float* param) const {
   if (precision_ == Precision::fp32) return nullptr;
   return param_bf16_.data() + (param - param_arena_.data());
@@ -390,12 +386,14 @@ float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
     if (precision_ == Precision::bf16_sr) {
       cpu::adamw_update_bf16_sr(param_bf16_.data() + s.offset, m_bf16_.data() + s.offset, v_bf16_.data() + s.offset,
                                 p, gr, s.numel, lr, opt.beta1, opt.beta2, opt.eps, wd, step, scale, seed_, id);
+    } else if (precision_ == Precision::bf16_mixed) {
+      cpu::adamw_update_bf16_copy(p, param_bf16_.data() + s.offset, m_f32_.data() + s.offset, v_f32_.data() + s.offset,
+                                  gr, s.numel, lr, opt.beta1, opt.beta2, opt.eps, wd, step, scale);
     } else {
       cpu::adamw_update(p, m_f32_.data() + s.offset, v_f32_.data() + s.offset, gr, s.numel, lr, opt.beta1,
                         opt.beta2, opt.eps, wd, step, scale);
     }
   }
-  refresh_bf16();
   return float(norm);
 }
 

@@ -146,7 +146,6 @@ class LlamaModel {
   void backward_layers(const MatmulInputs<A>& m);            // layers L-1 .. 0
   int64_t count_valid(const int32_t* targets) const;       // checks target ids too
   float mean_loss(int64_t num_valid) const;
-  void refresh_bf16();
   const bf16* bf16_of(const float* param) const;  // bf16 twin of a pointer into the param arena
 
   LlamaConfig config_;

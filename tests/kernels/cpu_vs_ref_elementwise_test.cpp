@@ -252,6 +252,27 @@ TEST(CpuVsRef, AdamwSeveralSteps) {
   }
 }
 
+TEST(CpuVsRef, AdamwWithBf16CopyIsAdamwPlusRounding) {
+  // bf16-mixed's fused update: the fp32 results are bitwise those of cpu::adamw_update (same
+  // per-element code) and the bf16 copy is each new param rounded to nearest even.
+  for (int64_t n : {int64_t(1), int64_t(17), int64_t(40001)}) {
+    auto p = random_vec(n, 16), m = random_vec(n, 17, 0.01f), v = random_vec(n, 18, 0.01f);
+    for (auto& x : v) x = x * x;
+    auto p2 = p, m2 = m, v2 = v;
+    std::vector<bf16> copy(n, bf16{0x7fc0});
+    for (int step = 1; step <= 3; step++) {
+      auto grad = random_vec(n, 100 + step, 0.1f);
+      cpu::adamw_update(p.data(), m.data(), v.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+      cpu::adamw_update_bf16_copy(p2.data(), copy.data(), m2.data(), v2.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f,
+                                  1e-8f, 0.1f, step, 0.5f);
+    }
+    EXPECT_EQ(p2, p) << "n=" << n;
+    EXPECT_EQ(m2, m) << "n=" << n;
+    EXPECT_EQ(v2, v) << "n=" << n;
+    EXPECT_TRUE(equals_rounded("adamw bf16 copy n=" + std::to_string(n), copy, p));
+  }
+}
+
 // torch.optim.AdamW(lr=0.1, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1), two steps from
 // param [0.5, -1.25, 2, 0] with grads [0.25, -0.5, 1, 0.125] then [-0.75, 0.5, 0.25, 0.0625];
 // values printed by torch 1.13 (fp32). By hand, step 1 element 0: param = 0.5 * (1 - 0.01) = 0.495,

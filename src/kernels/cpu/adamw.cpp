@@ -1,6 +1,8 @@
 // Fast AdamW (fp32 and bf16 with stochastic rounding) and sum_squares, OpenMP + vectorized over
 // elements. Both AdamW variants compute each element with adamw_element(), in ref::adamw_update's
 // (= torch.optim.AdamW's) order of operations, so they match ref to an ulp or two.
+// bf16-mixed: adamw_update_bf16_copy also writes the bf16 matmul copy of each new param (round to
+// nearest even) in the same pass, instead of a second pass over the whole arena.
 // bf16-sr: param, m, v are loaded from bf16, updated in fp32 and each is rounded stochastically
 // with its own 32-bit word of one Philox draw random_u32x4(seed, step, tensor_id, i) (core/rng.h):
 // word 0 for param, 1 for m, 2 for v (the words of one Philox output are independent). The draw
@@ -11,6 +13,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/put.h"
 
 namespace llamatrain::cpu {
 
@@ -87,6 +90,17 @@ void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n
   AdamwScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
 #pragma omp parallel for simd schedule(static) if (n >= (1 << 15))
   for (int64_t i = 0; i < n; i++) adamw_element(param[i], m[i], v[i], grad[i], s);
+}
+
+void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, const float* grad, int64_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                            float grad_scale) {
+  AdamwScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 15))
+  for (int64_t i = 0; i < n; i++) {
+    adamw_element(param[i], m[i], v[i], grad[i], s);
+    put(param_bf16 + i, param[i]);
+  }
 }
 
 void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,

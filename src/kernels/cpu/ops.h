@@ -67,6 +67,11 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int step, float grad_scale);
+// adamw_update, and param_bf16 (n) receives the new params rounded to nearest even in the same pass
+// (bf16-mixed: the matmul copy of the fp32 master weights).
+void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, const float* grad, int64_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                            float grad_scale);
 // bf16-sr: param, m and v are bf16; the update is computed in fp32 and each result is rounded
 // stochastically with bits from random_u32(seed, step, tensor_id, element) (core/rng.h), so the
 // result does not depend on thread count. param_f32 (may be nullptr) receives the exact fp32 value
