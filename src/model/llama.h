@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/bf16.h"
 #include "model/config.h"
 
@@ -153,23 +154,23 @@ class LlamaModel {
   uint64_t seed_;
   std::vector<ParamSpec> specs_;
   int64_t num_params_ = 0;
-  std::vector<float> param_arena_;   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
-  std::vector<float> grad_arena_;    // (num_params)
-  std::vector<bf16> param_bf16_;     // (num_params) bf16 modes: matmul operands (master in bf16-sr)
-  std::vector<float> m_f32_, v_f32_; // (num_params) AdamW moments, fp32 / bf16-mixed
-  std::vector<bf16> m_bf16_, v_bf16_;// (num_params) AdamW moments, bf16-sr
+  ArenaVector<float> param_arena_;   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
+  ArenaVector<float> grad_arena_;    // (num_params)
+  ArenaVector<bf16> param_bf16_;     // (num_params) bf16 modes: matmul operands (master in bf16-sr)
+  ArenaVector<float> m_f32_, v_f32_; // (num_params) AdamW moments, fp32 / bf16-mixed
+  ArenaVector<bf16> m_bf16_, v_bf16_;// (num_params) AdamW moments, bf16-sr
   ParameterTensors params_{}, grads_{};
 
   int B_ = 0, T_ = 0;
-  std::vector<float> act_arena_;
+  ArenaVector<float> act_arena_;
   ActivationTensors acts_{};
-  std::vector<float> mm_arena_f32_;  // fp32 mode: MatmulInputs storage
-  std::vector<bf16> mm_arena_bf16_;  // bf16 modes: MatmulInputs storage
+  ArenaVector<float> mm_arena_f32_;  // fp32 mode: MatmulInputs storage
+  ArenaVector<bf16> mm_arena_bf16_;  // bf16 modes: MatmulInputs storage
   MatmulInputs<float> mm_f32_{};
   MatmulInputs<bf16> mm_bf16_{};
   std::vector<int32_t> pos_;        // (N) positions 0..T-1 per sequence
   // Backward scratch, one layer's worth each.
-  std::vector<float> dres_, dln_, dqkv_, datt_, dhmid_, tmp_;
+  ArenaVector<float> dres_, dln_, dqkv_, datt_, dhmid_, tmp_;
 
   // KV cache for decode: (L, max_T, 2*Hkv*D) and one-token scratch.
   int cache_T_ = 0;

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "core/arena.h"
 #include "core/error.h"
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/ops.h"
@@ -49,8 +50,7 @@ struct Dnnl {
   // One user-managed scratchpad shared by all primitives (calls are serialized by the caller:
   // kernels are not called concurrently). oneDNN's default mode allocates and first-touches a
   // fresh scratchpad on every execute, which cost ~20% of a training step in page faults.
-  std::unique_ptr<uint8_t[]> scratchpad;
-  size_t scratchpad_size = 0;
+  ArenaVector<uint8_t> scratchpad;
 };
 
 Dnnl& dnnl_state() {
@@ -86,28 +86,24 @@ const GemmPlan& gemm_plan(const GemmKey& key) {
   dnnl::matmul::primitive_desc pd(desc, attr, d.engine);
   plan->prim = dnnl::matmul(pd);
   plan->pad_md = pd.scratchpad_desc();
-  if (plan->pad_md.get_size() > d.scratchpad_size) {
-    d.scratchpad_size = plan->pad_md.get_size();
-    d.scratchpad.reset(new uint8_t[d.scratchpad_size]);
+  if (plan->pad_md.get_size() > d.scratchpad.size()) {
+    d.scratchpad = ArenaVector<uint8_t>();
+    d.scratchpad.resize(plan->pad_md.get_size());
   }
   return *d.plans.emplace(key, std::move(plan)).first->second;
 }
 
-// Per-thread growable scratch of trivially constructible T (left uninitialized).
+// Per-thread growable scratch of trivially constructible T (huge-page arenas, zeroed when grown).
 template <typename T, int kSlots>
 T* scratch(int slot, int64_t n) {
-  struct Buf {
-    std::unique_ptr<T[]> data;
-    int64_t size = 0;
-  };
-  thread_local Buf bufs[kSlots];
+  thread_local ArenaVector<T> bufs[kSlots];
   CHECK(slot >= 0 && slot < kSlots, "scratch slot {} out of range", slot);
-  Buf& b = bufs[slot];
-  if (b.size < n) {
-    b.data.reset(new T[size_t(n)]);
-    b.size = n;
+  ArenaVector<T>& b = bufs[slot];
+  if (int64_t(b.size()) < n) {
+    b = ArenaVector<T>();  // release first: no old + new copy alive at once
+    b.resize(size_t(n));
   }
-  return b.data.get();
+  return b.data();
 }
 
 }  // namespace
@@ -127,7 +123,7 @@ void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, in
   dnnl::memory a_mem(plan.a_md, d.engine, const_cast<void*>(a));
   dnnl::memory b_mem(plan.b_md, d.engine, const_cast<void*>(b));
   dnnl::memory c_mem(plan.c_md, d.engine, c);
-  dnnl::memory pad_mem(plan.pad_md, d.engine, d.scratchpad.get());
+  dnnl::memory pad_mem(plan.pad_md, d.engine, d.scratchpad.data());
   plan.prim.execute(d.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
                                {DNNL_ARG_SCRATCHPAD, pad_mem}});
   d.stream.wait();
