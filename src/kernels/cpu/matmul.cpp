@@ -6,6 +6,7 @@
 // per-thread bf16 scratch, and uses the caller's bf16 weight copy; accumulation and every output stay fp32 (oneDNN picks the
 // avx512_core_bf16 / AMX brgemm kernels when the CPU has them). One engine and stream per process; one
 // primitive per (shape, dtype, transposes, accumulate), created on first use and cached.
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -145,6 +146,20 @@ const bf16* as_bf16(const float* x, int64_t n, int slot) {
 }
 const bf16* as_bf16(const bf16* x, int64_t, int) { return x; }
 
+// x (R,C) fp32 -> xt (C,R) bf16, round to nearest even, in 32 x 32 blocks (rows of both sides stay
+// in cache while a block is transposed).
+void bf16_transpose_from_float(bf16* xt /*(C,R)*/, const float* x /*(R,C)*/, int R, int C) {
+  constexpr int kT = 32;
+  const int rb = (R + kT - 1) / kT, cb = (C + kT - 1) / kT;
+#pragma omp parallel for schedule(static) if (int64_t(R) * C >= (1 << 16))
+  for (int b = 0; b < rb * cb; b++) {
+    const int r0 = b / cb * kT, c0 = b % cb * kT;
+    const int r1 = std::min(R, r0 + kT), c1 = std::min(C, c0 + kT);
+    for (int c = c0; c < c1; c++)
+      for (int r = r0; r < r1; r++) xt[int64_t(c) * R + r] = to_bf16(x[int64_t(r) * C + c]);
+  }
+}
+
 }  // namespace
 
 template <typename TI>
@@ -180,7 +195,15 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
     detail::gemm(dinp, dout_b, false, weight_bf16, false, N, IC, OC, true, false);
   }
   const bf16* inp_b = as_bf16(inp, int64_t(N) * IC, 1);  // (N,IC)
-  detail::gemm(dweight, dout_b, true, inp_b, false, OC, IC, N, true, true);
+  if constexpr (std::is_same_v<TD, float>) {
+    // dout is being converted anyway: write it transposed too, so the dweight gemm reads a plain
+    // row-major A (5-10% faster in oneDNN 2.6 than the strided dout^T on these shapes)
+    bf16* dout_t = detail::bf16_scratch(2, int64_t(N) * OC);  // (OC,N)
+    bf16_transpose_from_float(dout_t, dout, N, OC);
+    detail::gemm(dweight, dout_t, false, inp_b, false, OC, IC, N, true, true);
+  } else {
+    detail::gemm(dweight, dout_b, true, inp_b, false, OC, IC, N, true, true);
+  }
 }
 
 template void matmul_forward(float*, const float*, const float*, const bf16*, int, int, int, ComputeType);
