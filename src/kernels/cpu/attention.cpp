@@ -389,16 +389,16 @@ void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
 void backward_all(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                   const Geometry& g) {
   const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB + 2 * kB;
-  // di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij, once per query row.
-  const int64_t n_rows = int64_t(g.B) * g.H * g.T, ldo = int64_t(g.H) * g.D;
-  Scratch di = alloc_scratch(n_rows);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < n_rows; r++) {
-    const int64_t bh = r / g.T, t = r % g.T, b = bh / g.H, h = bh % g.H;
-    const float* dy = dout + (b * g.T + t) * ldo + h * g.D;
-    const float* o = out + (b * g.T + t) * ldo + h * g.D;
-    di[r] = dot(dy, o, g.D);
-  }
+  // di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij, once per query row; filled per (b, h) by
+  // the task that reads that head's dout next, so dout comes from memory once.
+  const int64_t ldo = int64_t(g.H) * g.D;
+  Scratch di = alloc_scratch(int64_t(g.B) * g.H * g.T);
+  auto fill_di = [&](int b, int h) {
+    for (int t = 0; t < g.T; t++) {
+      const int64_t row = (int64_t(b) * g.T + t) * ldo + g.q_col(h);
+      di[(int64_t(b) * g.H + h) * g.T + t] = dot(dout + row, out + row, g.D);
+    }
+  };
   const int64_t n_kv = int64_t(g.B) * g.Hkv;
   if (n_kv >= 2 * int64_t(omp_get_max_threads())) {
     // One task per (b, kvh): owns dq of heads [kvh*group, (kvh+1)*group) and dk, dv of kvh.
@@ -408,6 +408,7 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < n_kv; task++) {
         const int b = int(task / g.Hkv), kvh = int(task % g.Hkv);
+        for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++) fill_di(b, h);
         for (int t = 0; t < g.T; t++)  // dq is accumulated below: zero it first
           std::fill_n(dqkv + g.row(b, t) + g.q_col(kvh * g.group), int64_t(g.group) * g.D, 0.0f);
         for (int kt = 0; kt < g.n_tiles; kt++)
@@ -421,6 +422,8 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 #pragma omp parallel
   {
     Scratch scratch = alloc_scratch(scratch_size);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < int64_t(g.B) * g.H; bh++) fill_di(int(bh / g.H), int(bh % g.H));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_kv_tiles; task++) {
       const int kt = int(task % g.n_tiles);  // kt = 0 has the most query tiles: first
