@@ -47,8 +47,11 @@ using vf = float __attribute__((vector_size(64)));
 constexpr int kV = 16;  // floats per vf
 // vf never crosses a function boundary by value: that would change the ABI (and warn) when the
 // target lacks 512-bit registers.
-inline void load(vf& v, const float* p) { std::memcpy(&v, p, sizeof(v)); }
-inline void store(float* p, const vf& v) { std::memcpy(p, &v, sizeof(v)); }
+// Unaligned access through a 4-byte-aligned alias of vf: a plain vector load or store (memcpy here
+// made GCC keep the accumulators in a stack array and copy them in and out of registers).
+using vf_unaligned = float __attribute__((vector_size(64), aligned(4), may_alias));
+inline void load(vf& v, const float* p) { v = *reinterpret_cast<const vf_unaligned*>(p); }
+inline void store(float* p, const vf& v) { *reinterpret_cast<vf_unaligned*>(p) = v; }
 
 // The one micro-kernel: rows [0, R) and columns [0, 16 NV) of
 //   C[r][:] (+)= sum_{c < n} A(r, c) * Bm[c][:],   A(r, c) = A[r*a_rs + c*a_cs]
