@@ -54,14 +54,15 @@ inline void load(vf& v, const float* p) { v = *reinterpret_cast<const vf_unalign
 inline void store(float* p, const vf& v) { *reinterpret_cast<vf_unaligned*>(p) = v; }
 
 // The one micro-kernel: rows [0, R) and columns [0, 16 NV) of
-//   C[r][:] (+)= sum_{c < n} A(r, c) * Bm[c][:],   A(r, c) = A[r*a_rs + c*a_cs]
-// with C rows at stride ldc, Bm rows at stride ldb; starts from 0 unless accumulate. a_rs/a_cs
-// select A or A^T. An R x NV block of accumulators stays in registers (8 x 2 measured ~2.4x faster
-// than 4 x 4 on AVX-512: 10 loads per 16 fma instead of 20). Each element sums c in increasing
-// order whatever the blocking, so results do not depend on how callers cut rows and columns.
-template <int R, int NV, bool accumulate>
-inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* Bm,
-                       int64_t ldb, int n) {
+//   C[r][:] (+)= sum_{c < n} A(r, c) * Bm[c][:],   A(r, c) = a_transposed ? A[r + c*lda] : A[r*lda + c]
+// with C rows at stride ldc, Bm rows at stride ldb; starts from 0 unless accumulate. An R x NV
+// block of accumulators stays in registers (8 x 2 measured ~2.4x faster than 4 x 4 on AVX-512: 10
+// loads per 16 fma instead of 20). The layout of A is a template argument so the compiler keeps
+// one loop (a runtime pair of strides made it version the loop and copy the accumulators through
+// the stack around it). Each element sums c in increasing order whatever the blocking, so results
+// do not depend on how callers cut rows and columns.
+template <int R, int NV, bool accumulate, bool a_transposed>
+inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t lda, const float* Bm, int64_t ldb, int n) {
   vf acc[R][NV];
   for (int r = 0; r < R; r++)
     for (int v = 0; v < NV; v++) {
@@ -74,7 +75,7 @@ inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t a_rs, int6
     vf b[NV];
     for (int v = 0; v < NV; v++) load(b[v], Bm + c * ldb + v * kV);
     for (int r = 0; r < R; r++) {
-      const float a = A[r * a_rs + c * a_cs];
+      const float a = a_transposed ? A[r + c * lda] : A[r * lda + c];
       for (int v = 0; v < NV; v++) acc[r][v] += a * b[v];
     }
   }
@@ -101,14 +102,14 @@ void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_
   int i = 0;
   for (; i + kRows <= ni; i += kRows)
     for (int j = col_begin(i); j < col_end(i + kRows); j += kCols)
-      gemm_block<kRows, kCols / kV, false>(S + i * kB + j, kB, A + i * lda, lda, 1, Bt + j, kB, D);
+      gemm_block<kRows, kCols / kV, false, false>(S + i * kB + j, kB, A + i * lda, lda, Bt + j, kB, D);
   for (; i < ni; i++)
     for (int j = col_begin(i); j < col_end(i + 1); j += kCols)
-      gemm_block<1, kCols / kV, false>(S + i * kB + j, kB, A + i * lda, lda, 1, Bt + j, kB, D);
+      gemm_block<1, kCols / kV, false, false>(S + i * kB + j, kB, A + i * lda, lda, Bt + j, kB, D);
 }
 
 // C[r][:] += sum_c A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs]
-// (a_rs/a_cs select A or A^T), C rows at stride ldc and Bm rows at stride ldb, D columns. c runs
+// (a_rs/a_cs select A or A^T; one of them is 1), C rows at stride ldc and Bm rows at stride ldb, D columns. c runs
 // over [0, nc) for Tri::none; on a diagonal tile, where A(r, c) = 0 beyond the causal triangle,
 // Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at c = r,
 // per block of rows. Skipped terms are exact zeros, so the result is the same as without skipping.
@@ -123,8 +124,15 @@ void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int 
     const float* bm = Bm + c0 * ldb;
     int d = 0;
     for (; d + kCols <= D; d += kCols)
-      gemm_block<R, kCols / kV, true>(C + r * ldc + d, ldc, a, a_rs, a_cs, bm + d, ldb, n);
-    for (; d + kV <= D; d += kV) gemm_block<R, 1, true>(C + r * ldc + d, ldc, a, a_rs, a_cs, bm + d, ldb, n);
+      if (a_rs == 1)
+        gemm_block<R, kCols / kV, true, true>(C + r * ldc + d, ldc, a, a_cs, bm + d, ldb, n);
+      else
+        gemm_block<R, kCols / kV, true, false>(C + r * ldc + d, ldc, a, a_rs, bm + d, ldb, n);
+    for (; d + kV <= D; d += kV)
+      if (a_rs == 1)
+        gemm_block<R, 1, true, true>(C + r * ldc + d, ldc, a, a_cs, bm + d, ldb, n);
+      else
+        gemm_block<R, 1, true, false>(C + r * ldc + d, ldc, a, a_rs, bm + d, ldb, n);
     for (int rr = 0; rr < R && d < D; rr++)  // D % 16 columns left: plain loops, same order of c
       for (int c = 0; c < n; c++)
         for (int dd = d; dd < D; dd++) C[(r + rr) * ldc + dd] += a[rr * a_rs + c * a_cs] * bm[c * ldb + dd];
