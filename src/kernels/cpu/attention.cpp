@@ -92,20 +92,23 @@ constexpr int kCols = 32;  // columns per gemm_block (NV = 2)
 enum class Tri { none, lower, upper };
 
 // S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] for rows i < ni (padded columns of Bt are 0), A rows
-// at stride lda. On a diagonal tile about to be masked (tri != none), a block of rows gets only
-// the 32-column groups that hold some of its unmasked entries; the columns left out are all masked
-// and overwritten by the caller's mask.
+// at stride lda. On a diagonal tile (tri != none) a block of rows gets only the 16-column groups
+// that hold some of its unmasked entries; the columns left out are all masked, and the caller
+// overwrites or ignores them.
 void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_t lda, const float* Bt /*(D,kB)*/,
               int ni, int D, Tri tri) {
-  auto col_begin = [&](int i) { return tri == Tri::upper ? i / kCols * kCols : 0; };
-  auto col_end = [&](int i_end) { return tri == Tri::lower ? std::min(kB, i_end) : kB; };
+  auto col_begin = [&](int i) { return tri == Tri::upper ? i / kV * kV : 0; };
+  auto col_end = [&](int i_end) { return tri == Tri::lower ? std::min(kB, (i_end + kV - 1) / kV * kV) : kB; };
+  auto rows = [&]<int R>(int i) {
+    const int j_end = col_end(i + R);
+    int j = col_begin(i);
+    for (; j + kCols <= j_end; j += kCols)
+      gemm_block<R, kCols / kV, false, false>(S + i * kB + j, kB, A + i * lda, lda, Bt + j, kB, D);
+    for (; j < j_end; j += kV) gemm_block<R, 1, false, false>(S + i * kB + j, kB, A + i * lda, lda, Bt + j, kB, D);
+  };
   int i = 0;
-  for (; i + kRows <= ni; i += kRows)
-    for (int j = col_begin(i); j < col_end(i + kRows); j += kCols)
-      gemm_block<kRows, kCols / kV, false, false>(S + i * kB + j, kB, A + i * lda, lda, Bt + j, kB, D);
-  for (; i < ni; i++)
-    for (int j = col_begin(i); j < col_end(i + 1); j += kCols)
-      gemm_block<1, kCols / kV, false, false>(S + i * kB + j, kB, A + i * lda, lda, Bt + j, kB, D);
+  for (; i + kRows <= ni; i += kRows) rows.template operator()<kRows>(i);
+  for (; i < ni; i++) rows.template operator()<1>(i);
 }
 
 // C[r][:] += sum_c A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs]
@@ -306,10 +309,14 @@ void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB
     const float li = lse_i[i];
     for (int j = 0; j < kB; j++) p[j] = fast_exp(p[j] * g.scale - li);
   }
-  tile_dot(dS, dO, ldo, Vt, ni, D, Tri::none);  // all columns: dS = P (dP - Di) must see finite dP
+  // On the diagonal, dP is computed where P can be nonzero (j <= i) and dS = 0 beyond: masked
+  // entries have P = 0 exactly, and every product that reads them is skipped below anyway.
+  tile_dot(dS, dO, ldo, Vt, ni, D, tri_q);
   for (int i = 0; i < ni; i++) {
     const float di = Di[i];
-    for (int j = 0; j < kB; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - di) * g.scale;
+    const int j_end = diag ? i + 1 : kB;
+    for (int j = 0; j < j_end; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - di) * g.scale;
+    for (int j = j_end; j < kB; j++) dS[i * kB + j] = 0.0f;
   }
   if (dk != nullptr) {
     tile_axpy(dv, D, P, 1, kB, dO, ldo, nj, ni, D, tri_k);
