@@ -183,6 +183,20 @@ void pack_transposed(float* Bt /*(D,kB)*/, const float* X /*(nj,D) stride ldx*/,
     for (int jj = nj; jj < kB; jj++) Bt[d * kB + jj] = 0.0f;
 }
 
+// Asks for n rows of X (stride ldx, D floats each) to be brought into cache ahead of use (for_write:
+// in a writable state): the rows of a tile lie kilobytes apart, a pattern the hardware prefetchers
+// do not follow, so a pass that first touches a tile (packing q, storing out) would otherwise wait
+// on memory row by row instead of overlapping with the products.
+void prefetch_rows(const float* X /*(n,D) stride ldx*/, int64_t ldx, int n, int D, bool for_write) {
+  for (int j = 0; j < n; j++)
+    for (int d = 0; d < D; d += 64 / int(sizeof(float))) {
+      if (for_write)
+        __builtin_prefetch(X + j * ldx + d, 1, 3);
+      else
+        __builtin_prefetch(X + j * ldx + d, 0, 3);
+    }
+}
+
 // Diagonal tiles (query tile == key tile: row/column i is position i0+i for both) get the scores
 // of keys after their query set to -inf, so exp gives them P = 0 exactly. mask_lower works on
 // S (queries, keys), rows i < ni, masking every column j > i (padding columns included);
@@ -245,6 +259,7 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
   float* corr = l + kB;             // (kB) exp(m_old - m_new)
   float* mx = corr + kB;            // (kB) max over the tile's keys
   pack_transposed(Qt, qkv + g.row(b, i0) + g.q_col(h), g.W, ni, D);
+  prefetch_rows(out + (int64_t(b) * g.T + i0) * g.H * D + g.q_col(h), int64_t(g.H) * D, ni, D, true);
   std::fill(O, O + int64_t(kB) * D, 0.0f);
   std::fill(m, m + kB, -std::numeric_limits<float>::infinity());
   std::fill(l, l + kB, 0.0f);
@@ -399,6 +414,10 @@ void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
     for (int64_t task = 0; task < n_tasks; task++) {
       const int qt = g.n_tiles - 1 - int(task % g.n_tiles);  // longest rows first
       const int bh = int(task / g.n_tiles);
+      if (task + 1 < n_tasks) {  // q of the next task, which one of the threads takes soon
+        const int qt1 = g.n_tiles - 1 - int((task + 1) % g.n_tiles), bh1 = int((task + 1) / g.n_tiles);
+        prefetch_rows(qkv + g.row(bh1 / g.H, qt1 * kB) + g.q_col(bh1 % g.H), g.W, g.rows(qt1), g.D, false);
+      }
       forward_tile(out, lse, qkv, g, bh / g.H, bh % g.H, qt, scratch.get());
     }
   }
