@@ -116,33 +116,41 @@ void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_
 // over [0, nc) for Tri::none; on a diagonal tile, where A(r, c) = 0 beyond the causal triangle,
 // Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at c = r,
 // per block of rows. Skipped terms are exact zeros, so the result is the same as without skipping.
+// accumulate = false starts C from 0 (the same bits as zeroing C first, without touching it twice).
 // D a multiple of 16 runs on gemm_block; other D (tests only) on plain loops.
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
-               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri) {
+               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri,
+               bool accumulate = true) {
   auto c_begin = [&](int r) { return tri == Tri::upper ? r : 0; };
   auto c_end = [&](int r_end) { return tri == Tri::lower ? std::min(nc, r_end) : nc; };
-  auto rows = [&]<int R>(int r) {
+  auto block = [&]<int R, int NV, bool acc>(float* c, const float* a, const float* bm, int n) {
+    if (a_rs == 1)
+      gemm_block<R, NV, acc, true>(c, ldc, a, a_cs, bm, ldb, n);
+    else
+      gemm_block<R, NV, acc, false>(c, ldc, a, a_rs, bm, ldb, n);
+  };
+  auto rows = [&]<int R, bool acc>(int r) {
     const int c0 = c_begin(r), n = c_end(r + R) - c0;
     const float* a = A + r * a_rs + c0 * a_cs;
     const float* bm = Bm + c0 * ldb;
     int d = 0;
-    for (; d + kCols <= D; d += kCols)
-      if (a_rs == 1)
-        gemm_block<R, kCols / kV, true, true>(C + r * ldc + d, ldc, a, a_cs, bm + d, ldb, n);
-      else
-        gemm_block<R, kCols / kV, true, false>(C + r * ldc + d, ldc, a, a_rs, bm + d, ldb, n);
-    for (; d + kV <= D; d += kV)
-      if (a_rs == 1)
-        gemm_block<R, 1, true, true>(C + r * ldc + d, ldc, a, a_cs, bm + d, ldb, n);
-      else
-        gemm_block<R, 1, true, false>(C + r * ldc + d, ldc, a, a_rs, bm + d, ldb, n);
+    for (; d + kCols <= D; d += kCols) block.template operator()<R, kCols / kV, acc>(C + r * ldc + d, a, bm + d, n);
+    for (; d + kV <= D; d += kV) block.template operator()<R, 1, acc>(C + r * ldc + d, a, bm + d, n);
     for (int rr = 0; rr < R && d < D; rr++)  // D % 16 columns left: plain loops, same order of c
-      for (int c = 0; c < n; c++)
-        for (int dd = d; dd < D; dd++) C[(r + rr) * ldc + dd] += a[rr * a_rs + c * a_cs] * bm[c * ldb + dd];
+      for (int dd = d; dd < D; dd++) {
+        float x = acc ? C[(r + rr) * ldc + dd] : 0.0f;
+        for (int c = 0; c < n; c++) x += a[rr * a_rs + c * a_cs] * bm[c * ldb + dd];
+        C[(r + rr) * ldc + dd] = x;
+      }
   };
   int r = 0;
-  for (; r + kRows <= nr; r += kRows) rows.template operator()<kRows>(r);
-  for (; r < nr; r++) rows.template operator()<1>(r);
+  if (accumulate) {
+    for (; r + kRows <= nr; r += kRows) rows.template operator()<kRows, true>(r);
+    for (; r < nr; r++) rows.template operator()<1, true>(r);
+  } else {
+    for (; r + kRows <= nr; r += kRows) rows.template operator()<kRows, false>(r);
+    for (; r < nr; r++) rows.template operator()<1, false>(r);
+  }
 }
 
 // One butterfly stage of a 16 x 16 transpose: rows a, b (row indices i and i + w, i & w == 0) swap
@@ -337,7 +345,9 @@ void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB
     tile_axpy(dv, D, P, 1, kB, dO, ldo, nj, ni, D, tri_k);
     tile_axpy(dk, D, dS, 1, kB, q, g.W, nj, ni, D, tri_k);
   }
-  if (dq != nullptr) tile_axpy(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D, tri_q);
+  // dq's first term comes from key tile 0 (every query sees it): written, not added to.
+  if (dq != nullptr)
+    tile_axpy(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D, tri_q, kt > 0);
 }
 
 // dk, dv of key tile kt of (b, kvh), summed over the group's query heads and the query tiles at and
@@ -446,8 +456,6 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
       for (int64_t task = 0; task < n_kv; task++) {
         const int b = int(task / g.Hkv), kvh = int(task % g.Hkv);
         for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++) fill_di(b, h);
-        for (int t = 0; t < g.T; t++)  // dq is accumulated below: zero it first
-          std::fill_n(dqkv + g.row(b, t) + g.q_col(kvh * g.group), int64_t(g.group) * g.D, 0.0f);
         for (int kt = 0; kt < g.n_tiles; kt++)
           backward_key_tile(dqkv, dout, qkv, lse, di.get(), g, b, kvh, kt, true, scratch.get());
       }
