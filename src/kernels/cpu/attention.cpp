@@ -363,6 +363,8 @@ void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const f
   pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
   pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
   std::fill(dk, dk + 2 * int64_t(kB) * D, 0.0f);
+  prefetch_rows(dqkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D, true);  // stored after the loop
+  prefetch_rows(dqkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D, true);
   for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
     for (int qt = kt; qt < g.n_tiles; qt++) {
       float* dq = dq_too ? dqkv + g.row(b, qt * kB) + g.q_col(h) : nullptr;
