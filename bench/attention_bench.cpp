@@ -136,12 +136,17 @@ void run_shape(const Shape& s, int reps) {
 
 }  // namespace
 
-// attention_bench [reps] [all]: the stories110m shape only, or with "all" also GQA and T = 512, 1024.
+// attention_bench [reps] [all | B T H Hkv D]: the stories110m shape only; with "all" also GQA,
+// T = 512, 1024, D = 128 and a shape with few kv heads (B*Hkv < 2 threads: two-pass backward);
+// or the one shape given.
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 9;
   const bool all = argc > 2 && std::strcmp(argv[2], "all") == 0;
   std::vector<Shape> shapes = {{8, 256, 12, 12, 64}};
-  if (all) shapes.insert(shapes.end(), {{8, 256, 12, 4, 64}, {4, 512, 12, 12, 64}, {2, 1024, 12, 12, 64},
-                                        {1, 512, 32, 4, 64}, {1, 1024, 8, 2, 128}});
+  if (all)
+    shapes.insert(shapes.end(), {{8, 256, 12, 4, 64}, {4, 512, 12, 12, 64}, {2, 1024, 12, 12, 64},
+                                 {1, 512, 32, 4, 64}, {1, 1024, 8, 2, 128}, {1, 512, 8, 1, 64}});
+  else if (argc > 6)
+    shapes = {{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6])}};
   for (const Shape& s : shapes) run_shape(s, reps);
 }
