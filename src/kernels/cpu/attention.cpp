@@ -7,9 +7,16 @@
 //             and sum l per query, the output rescaled by exp(m_old - m_new)); scores computed
 //             transposed (K Q^T) so Q is packed once; tiles above the diagonal are skipped;
 //             lse = m + log l is saved.
-//   backward: FlashAttention-2: P is recomputed from q, k and the saved lse, Di = rowsum(dout*out)
-//             once per row; per key tile (K, V packed once) dK, dV accumulate over the kv head's
-//             query heads and query tiles, dQ accumulates dS K over key tiles.
+//   backward: FlashAttention-2: P is recomputed from q, k and the saved lse; Di = rowsum(dout*out)
+//             once per row, by the task that uses it; per key tile (K, V packed once) dK, dV
+//             accumulate over the kv head's query heads and query tiles, dQ accumulates dS K over
+//             key tiles (the key-tile-0 term is stored, so dq is never zero-filled).
+// Work saved on diagonal tiles: products skip the masked triangle in 16-column groups (scores, dP)
+// or exactly per 8-row block (P V, P^T dO, dS^T Q, dS K); masked entries are -inf before exp and
+// dS = 0 there. Memory: tiles are transposed 16 x 16 in registers; rows a pass touches first (the
+// next task's q, out, the dk/dv rows stored after a key tile) are prefetched so the misses overlap
+// with the products. Measured side by side with the previous kernel: bench/attention_bench.cpp,
+// docs/performance.md ("Attention kernel").
 // Parallelism and race-freedom: the forward writes disjoint (b, h, query tile) blocks. The backward
 // runs one task per (b, kv head) when there are >= 2 per thread: the task owns dq of its query
 // heads and dk, dv of its kv head, so nothing is shared. With fewer tasks it runs two passes:
