@@ -118,13 +118,13 @@ void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_
   for (; i < ni; i++) rows.template operator()<1>(i);
 }
 
-// C[r][:] += sum_c A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs]
-// (a_rs/a_cs select A or A^T; one of them is 1), C rows at stride ldc and Bm rows at stride ldb, D columns. c runs
-// over [0, nc) for Tri::none; on a diagonal tile, where A(r, c) = 0 beyond the causal triangle,
-// Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at c = r,
-// per block of rows. Skipped terms are exact zeros, so the result is the same as without skipping.
-// accumulate = false starts C from 0 (the same bits as zeroing C first, without touching it twice).
-// D a multiple of 16 runs on gemm_block; other D (tests only) on plain loops.
+// C[r][:] += sum_c A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs] (a_rs/a_cs
+// select A or A^T; one of them is 1), C rows at stride ldc and Bm rows at stride ldb, D columns.
+// c runs over [0, nc) for Tri::none; on a diagonal tile, where A(r, c) = 0 beyond the causal
+// triangle, Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at
+// c = r, per block of rows. Skipped terms are exact zeros, so the result is the same as without
+// skipping. accumulate = false starts C from 0 (the same bits as zeroing C first, without touching
+// it twice). D a multiple of 16 runs on gemm_block; other D (tests only) on plain loops.
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
                const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri,
                bool accumulate = true) {
