@@ -62,21 +62,25 @@ inline void store(float* p, const vf& v) { *reinterpret_cast<vf_unaligned*>(p) =
 
 // The one micro-kernel: rows [0, R) and columns [0, 16 NV) of
 //   C[r][:] (+)= sum_{c < n} A(r, c) * Bm[c][:],   A(r, c) = a_transposed ? A[r + c*lda] : A[r*lda + c]
-// with C rows at stride ldc, Bm rows at stride ldb; starts from 0 unless accumulate. An R x NV
+// with C rows at stride ldc, Bm rows at stride ldb; starts from 0 unless accumulate, from C[r][:] *
+// row_scale[r] if row_scale is given (the online softmax's rescale, fused). An R x NV
 // block of accumulators stays in registers (8 x 2 measured ~2.4x faster than 4 x 4 on AVX-512: 10
 // loads per 16 fma instead of 20). The layout of A is a template argument so the compiler keeps
 // one loop (a runtime pair of strides made it version the loop and copy the accumulators through
 // the stack around it). Each element sums c in increasing order whatever the blocking, so results
 // do not depend on how callers cut rows and columns.
 template <int R, int NV, bool accumulate, bool a_transposed>
-inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t lda, const float* Bm, int64_t ldb, int n) {
+inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t lda, const float* Bm, int64_t ldb, int n,
+                       const float* row_scale = nullptr) {
   vf acc[R][NV];
   for (int r = 0; r < R; r++)
     for (int v = 0; v < NV; v++) {
-      if (accumulate)
+      if (accumulate) {
         load(acc[r][v], C + r * ldc + v * kV);
-      else
+        if (row_scale != nullptr) acc[r][v] *= row_scale[r];
+      } else {
         acc[r][v] = vf{};
+      }
     }
   for (int c = 0; c < n; c++) {
     vf b[NV];
@@ -124,28 +128,32 @@ void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_
 // triangle, Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at
 // c = r, per block of rows. Skipped terms are exact zeros, so the result is the same as without
 // skipping. accumulate = false starts C from 0 (the same bits as zeroing C first, without touching
-// it twice). D a multiple of 16 runs on gemm_block; other D (tests only) on plain loops.
+// it twice); row_scale (nr), if given, scales row r of C before the sum. D a multiple of 16 runs on
+// gemm_block; other D (tests only) on plain loops.
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
                const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri,
-               bool accumulate = true) {
+               bool accumulate = true, const float* row_scale = nullptr) {
   auto c_begin = [&](int r) { return tri == Tri::upper ? r : 0; };
   auto c_end = [&](int r_end) { return tri == Tri::lower ? std::min(nc, r_end) : nc; };
-  auto block = [&]<int R, int NV, bool acc>(float* c, const float* a, const float* bm, int n) {
+  auto block = [&]<int R, int NV, bool acc>(float* c, const float* a, const float* bm, int n, const float* rs) {
     if (a_rs == 1)
-      gemm_block<R, NV, acc, true>(c, ldc, a, a_cs, bm, ldb, n);
+      gemm_block<R, NV, acc, true>(c, ldc, a, a_cs, bm, ldb, n, rs);
     else
-      gemm_block<R, NV, acc, false>(c, ldc, a, a_rs, bm, ldb, n);
+      gemm_block<R, NV, acc, false>(c, ldc, a, a_rs, bm, ldb, n, rs);
   };
   auto rows = [&]<int R, bool acc>(int r) {
     const int c0 = c_begin(r), n = c_end(r + R) - c0;
     const float* a = A + r * a_rs + c0 * a_cs;
     const float* bm = Bm + c0 * ldb;
+    const float* rs = row_scale != nullptr ? row_scale + r : nullptr;
     int d = 0;
-    for (; d + kCols <= D; d += kCols) block.template operator()<R, kCols / kV, acc>(C + r * ldc + d, a, bm + d, n);
-    for (; d + kV <= D; d += kV) block.template operator()<R, 1, acc>(C + r * ldc + d, a, bm + d, n);
+    for (; d + kCols <= D; d += kCols)
+      block.template operator()<R, kCols / kV, acc>(C + r * ldc + d, a, bm + d, n, rs);
+    for (; d + kV <= D; d += kV) block.template operator()<R, 1, acc>(C + r * ldc + d, a, bm + d, n, rs);
     for (int rr = 0; rr < R && d < D; rr++)  // D % 16 columns left: plain loops, same order of c
       for (int dd = d; dd < D; dd++) {
         float x = acc ? C[(r + rr) * ldc + dd] : 0.0f;
+        if (acc && rs != nullptr) x *= rs[rr];
         for (int c = 0; c < n; c++) x += a[rr * a_rs + c * a_cs] * bm[c * ldb + dd];
         C[(r + rr) * ldc + dd] = x;
       }
@@ -300,10 +308,9 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
         St[j * kB + i] = p;
         l[i] += p;
       }
-    for (int i = 0; i < ni; i++)
-      for (int d = 0; d < D; d++) O[int64_t(i) * D + d] *= corr[i];
-    // O += P V with P(i, j) = St[j][i]
-    tile_axpy(O, D, St, 1, kB, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D, diag ? Tri::lower : Tri::none);
+    // O = corr * O + P V with P(i, j) = St[j][i]
+    tile_axpy(O, D, St, 1, kB, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D, diag ? Tri::lower : Tri::none,
+              true, corr);
   }
   for (int i = 0; i < ni; i++) {
     const float inv = 1.0f / l[i];
