@@ -1,10 +1,11 @@
 // Times cpu::attention_forward / attention_backward against the previous kernel (attention_v1, a
 // frozen copy in bench/attention_v1.cpp) side by side in one process: per shape the two run
-// interleaved, old then new, for --reps repetitions; medians of wall time and their ratio are
-// printed, with GFLOP/s counted on causal flops (fwd 2 GEMMs, bwd 5 GEMMs of B*H*T*T/2*D*2 each).
-// The machine may be shared, so only the ratio of interleaved medians is meaningful. Also prints
-// the largest |new - old| of out, lse, dqkv. Asserts nothing.
-//   cmake --build build/release --target attention_bench && OMP_NUM_THREADS=2 build/release/attention_bench
+// interleaved, alternating which goes first, for `reps` repetitions after one warmup; medians of
+// wall and CPU time (both threads) and old/new ratios are printed, with GFLOP/s counted on causal
+// flops (fwd 2 GEMMs, bwd 5 GEMMs of B*H*T*T/2*D*2 each). The machine may be shared, so only the
+// ratios are meaningful. Also prints the largest |new - old| of out, lse, dqkv. Asserts nothing.
+//   cmake --build build/release --target attention_bench
+//   OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 build/release/attention_bench [reps] [all | B T H Hkv D]
 #include <omp.h>
 
 #include <algorithm>
