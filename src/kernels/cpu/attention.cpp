@@ -7,9 +7,16 @@
 //             and sum l per query, the output rescaled by exp(m_old - m_new)); scores computed
 //             transposed (K Q^T) so Q is packed once; tiles above the diagonal are skipped;
 //             lse = m + log l is saved.
-//   backward: FlashAttention-2: P is recomputed from q, k and the saved lse, Di = rowsum(dout*out)
-//             once per row; per key tile (K, V packed once) dK, dV accumulate over the kv head's
-//             query heads and query tiles, dQ accumulates dS K over key tiles.
+//   backward: FlashAttention-2: P is recomputed from q, k and the saved lse; Di = rowsum(dout*out)
+//             once per row, by the task that uses it; per key tile (K, V packed once) dK, dV
+//             accumulate over the kv head's query heads and query tiles, dQ accumulates dS K over
+//             key tiles (the key-tile-0 term is stored, so dq is never zero-filled).
+// Work saved on diagonal tiles: products skip the masked triangle in 16-column groups (scores, dP)
+// or exactly per 8-row block (P V, P^T dO, dS^T Q, dS K); masked entries are -inf before exp and
+// dS = 0 there. Memory: tiles are transposed 16 x 16 in registers; rows a pass touches first (the
+// next task's q, out, the dk/dv rows stored after a key tile) are prefetched so the misses overlap
+// with the products. Measured side by side with the previous kernel: bench/attention_bench.cpp,
+// docs/performance.md ("Attention kernel").
 // Parallelism and race-freedom: the forward writes disjoint (b, h, query tile) blocks. The backward
 // runs one task per (b, kv head) when there are >= 2 per thread: the task owns dq of its query
 // heads and dk, dv of its kv head, so nothing is shared. With fewer tasks it runs two passes:
@@ -27,6 +34,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <utility>
 
 #include "core/error.h"
 #include "kernels/cpu/fast_exp.h"
@@ -46,29 +54,39 @@ using vf = float __attribute__((vector_size(64)));
 constexpr int kV = 16;  // floats per vf
 // vf never crosses a function boundary by value: that would change the ABI (and warn) when the
 // target lacks 512-bit registers.
-inline void load(vf& v, const float* p) { std::memcpy(&v, p, sizeof(v)); }
-inline void store(float* p, const vf& v) { std::memcpy(p, &v, sizeof(v)); }
+// Unaligned access through a 4-byte-aligned alias of vf: a plain vector load or store (memcpy here
+// made GCC keep the accumulators in a stack array and copy them in and out of registers).
+using vf_unaligned = float __attribute__((vector_size(64), aligned(4), may_alias));
+inline void load(vf& v, const float* p) { v = *reinterpret_cast<const vf_unaligned*>(p); }
+inline void store(float* p, const vf& v) { *reinterpret_cast<vf_unaligned*>(p) = v; }
 
 // The one micro-kernel: rows [0, R) and columns [0, 16 NV) of
-//   C[r][:] (+)= sum_{c < n} A(r, c) * Bm[c][:],   A(r, c) = A[r*a_rs + c*a_cs]
-// with C rows at stride ldc, Bm rows at stride ldb; starts from 0 unless accumulate. a_rs/a_cs
-// select A or A^T. An R x NV block of accumulators stays in registers (8 x 2 measured ~2.4x faster
-// than 4 x 4 on AVX-512: 10 loads per 16 fma instead of 20). Each element sums c in increasing
-// order whatever the blocking, so results do not depend on how callers cut rows and columns.
-template <int R, int NV>
-inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* Bm,
-                       int64_t ldb, int n, bool accumulate) {
+//   C[r][:] (+)= sum_{c < n} A(r, c) * Bm[c][:],   A(r, c) = a_transposed ? A[r + c*lda] : A[r*lda + c]
+// with C rows at stride ldc, Bm rows at stride ldb; starts from 0 unless accumulate, from C[r][:] *
+// row_scale[r] if row_scale is given (the online softmax's rescale, fused). An R x NV
+// block of accumulators stays in registers (8 x 2 measured ~2.4x faster than 4 x 4 on AVX-512: 10
+// loads per 16 fma instead of 20). The layout of A is a template argument so the compiler keeps
+// one loop (a runtime pair of strides made it version the loop and copy the accumulators through
+// the stack around it). Each element sums c in increasing order whatever the blocking, so results
+// do not depend on how callers cut rows and columns.
+template <int R, int NV, bool accumulate, bool a_transposed>
+inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t lda, const float* Bm, int64_t ldb, int n,
+                       const float* row_scale = nullptr) {
   vf acc[R][NV];
   for (int r = 0; r < R; r++)
     for (int v = 0; v < NV; v++) {
-      acc[r][v] = vf{};
-      if (accumulate) load(acc[r][v], C + r * ldc + v * kV);
+      if (accumulate) {
+        load(acc[r][v], C + r * ldc + v * kV);
+        if (row_scale != nullptr) acc[r][v] *= row_scale[r];
+      } else {
+        acc[r][v] = vf{};
+      }
     }
   for (int c = 0; c < n; c++) {
     vf b[NV];
     for (int v = 0; v < NV; v++) load(b[v], Bm + c * ldb + v * kV);
     for (int r = 0; r < R; r++) {
-      const float a = A[r * a_rs + c * a_cs];
+      const float a = a_transposed ? A[r + c * lda] : A[r * lda + c];
       for (int v = 0; v < NV; v++) acc[r][v] += a * b[v];
     }
   }
@@ -85,56 +103,121 @@ constexpr int kCols = 32;  // columns per gemm_block (NV = 2)
 enum class Tri { none, lower, upper };
 
 // S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] for rows i < ni (padded columns of Bt are 0), A rows
-// at stride lda. On a diagonal tile about to be masked (tri != none), a block of rows gets only
-// the 32-column groups that hold some of its unmasked entries; the columns left out are all masked
-// and overwritten by the caller's mask.
+// at stride lda. On a diagonal tile (tri != none) a block of rows gets only the 16-column groups
+// that hold some of its unmasked entries; the columns left out are all masked, and the caller
+// overwrites or ignores them.
 void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_t lda, const float* Bt /*(D,kB)*/,
               int ni, int D, Tri tri) {
-  auto col_begin = [&](int i) { return tri == Tri::upper ? i / kCols * kCols : 0; };
-  auto col_end = [&](int i_end) { return tri == Tri::lower ? std::min(kB, i_end) : kB; };
+  auto col_begin = [&](int i) { return tri == Tri::upper ? i / kV * kV : 0; };
+  auto col_end = [&](int i_end) { return tri == Tri::lower ? std::min(kB, (i_end + kV - 1) / kV * kV) : kB; };
+  auto rows = [&]<int R>(int i) {
+    const int j_end = col_end(i + R);
+    int j = col_begin(i);
+    for (; j + kCols <= j_end; j += kCols)
+      gemm_block<R, kCols / kV, false, false>(S + i * kB + j, kB, A + i * lda, lda, Bt + j, kB, D);
+    for (; j < j_end; j += kV) gemm_block<R, 1, false, false>(S + i * kB + j, kB, A + i * lda, lda, Bt + j, kB, D);
+  };
   int i = 0;
-  for (; i + kRows <= ni; i += kRows)
-    for (int j = col_begin(i); j < col_end(i + kRows); j += kCols)
-      gemm_block<kRows, kCols / kV>(S + i * kB + j, kB, A + i * lda, lda, 1, Bt + j, kB, D, false);
-  for (; i < ni; i++)
-    for (int j = col_begin(i); j < col_end(i + 1); j += kCols)
-      gemm_block<1, kCols / kV>(S + i * kB + j, kB, A + i * lda, lda, 1, Bt + j, kB, D, false);
+  for (; i + kRows <= ni; i += kRows) rows.template operator()<kRows>(i);
+  for (; i < ni; i++) rows.template operator()<1>(i);
 }
 
-// C[r][:] += sum_c A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs]
-// (a_rs/a_cs select A or A^T), C rows at stride ldc and Bm rows at stride ldb, D columns. c runs
-// over [0, nc) for Tri::none; on a diagonal tile, where A(r, c) = 0 beyond the causal triangle,
-// Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at c = r,
-// per block of rows. Skipped terms are exact zeros, so the result is the same as without skipping.
-// D a multiple of 16 runs on gemm_block; other D (tests only) on plain loops.
+// C[r][:] += sum_c A(r, c) * Bm[c][:] for r < nr, with A(r, c) = A[r*a_rs + c*a_cs] (a_rs/a_cs
+// select A or A^T; one of them is 1), C rows at stride ldc and Bm rows at stride ldb, D columns.
+// c runs over [0, nc) for Tri::none; on a diagonal tile, where A(r, c) = 0 beyond the causal
+// triangle, Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at
+// c = r, per block of rows. Skipped terms are exact zeros, so the result is the same as without
+// skipping. accumulate = false starts C from 0 (the same bits as zeroing C first, without touching
+// it twice); row_scale (nr), if given, scales row r of C before the sum. D a multiple of 16 runs on
+// gemm_block; other D (tests only) on plain loops.
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
-               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri) {
+               const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri,
+               bool accumulate = true, const float* row_scale = nullptr) {
   auto c_begin = [&](int r) { return tri == Tri::upper ? r : 0; };
   auto c_end = [&](int r_end) { return tri == Tri::lower ? std::min(nc, r_end) : nc; };
-  auto rows = [&]<int R>(int r) {
+  auto block = [&]<int R, int NV, bool acc>(float* c, const float* a, const float* bm, int n, const float* rs) {
+    if (a_rs == 1)
+      gemm_block<R, NV, acc, true>(c, ldc, a, a_cs, bm, ldb, n, rs);
+    else
+      gemm_block<R, NV, acc, false>(c, ldc, a, a_rs, bm, ldb, n, rs);
+  };
+  auto rows = [&]<int R, bool acc>(int r) {
     const int c0 = c_begin(r), n = c_end(r + R) - c0;
     const float* a = A + r * a_rs + c0 * a_cs;
     const float* bm = Bm + c0 * ldb;
+    const float* rs = row_scale != nullptr ? row_scale + r : nullptr;
     int d = 0;
     for (; d + kCols <= D; d += kCols)
-      gemm_block<R, kCols / kV>(C + r * ldc + d, ldc, a, a_rs, a_cs, bm + d, ldb, n, true);
-    for (; d + kV <= D; d += kV) gemm_block<R, 1>(C + r * ldc + d, ldc, a, a_rs, a_cs, bm + d, ldb, n, true);
+      block.template operator()<R, kCols / kV, acc>(C + r * ldc + d, a, bm + d, n, rs);
+    for (; d + kV <= D; d += kV) block.template operator()<R, 1, acc>(C + r * ldc + d, a, bm + d, n, rs);
     for (int rr = 0; rr < R && d < D; rr++)  // D % 16 columns left: plain loops, same order of c
-      for (int c = 0; c < n; c++)
-        for (int dd = d; dd < D; dd++) C[(r + rr) * ldc + dd] += a[rr * a_rs + c * a_cs] * bm[c * ldb + dd];
+      for (int dd = d; dd < D; dd++) {
+        float x = acc ? C[(r + rr) * ldc + dd] : 0.0f;
+        if (acc && rs != nullptr) x *= rs[rr];
+        for (int c = 0; c < n; c++) x += a[rr * a_rs + c * a_cs] * bm[c * ldb + dd];
+        C[(r + rr) * ldc + dd] = x;
+      }
   };
   int r = 0;
-  for (; r + kRows <= nr; r += kRows) rows.template operator()<kRows>(r);
-  for (; r < nr; r++) rows.template operator()<1>(r);
+  if (accumulate) {
+    for (; r + kRows <= nr; r += kRows) rows.template operator()<kRows, true>(r);
+    for (; r < nr; r++) rows.template operator()<1, true>(r);
+  } else {
+    for (; r + kRows <= nr; r += kRows) rows.template operator()<kRows, false>(r);
+    for (; r < nr; r++) rows.template operator()<1, false>(r);
+  }
 }
 
-// Bt (D,kB) = transpose of nj rows of X (stride ldx), columns nj..kB-1 zeroed.
+// One butterfly stage of a 16 x 16 transpose: rows a, b (row indices i and i + w, i & w == 0) swap
+// their off-diagonal w x w blocks. The four stages w = 8, 4, 2, 1 transpose the 16 rows.
+template <int w, size_t... k>
+inline void swap_blocks(vf& a, vf& b, std::index_sequence<k...>) {
+  const vf a_new = __builtin_shufflevector(a, b, ((k & w) ? 16 + (k ^ w) : k)...);
+  b = __builtin_shufflevector(a, b, ((k & w) ? 16 + k : (k ^ w))...);
+  a = a_new;
+}
+template <int w>
+inline void transpose_stage(vf (&x)[kV]) {
+  for (int i = 0; i < kV; i++)
+    if ((i & w) == 0) swap_blocks<w>(x[i], x[i + w], std::make_index_sequence<kV>());
+}
+
+// Bt (D,kB) = transpose of nj rows of X (stride ldx), columns nj..kB-1 zeroed. 16 x 16 blocks are
+// transposed in registers (16 row loads, 64 shuffles, 16 stores); the edges element by element.
 void pack_transposed(float* Bt /*(D,kB)*/, const float* X /*(nj,D) stride ldx*/, int64_t ldx, int nj, int D) {
-  for (int d = 0; d < D; d++) {
-    float* bt = Bt + d * kB;
-    for (int j = 0; j < nj; j++) bt[j] = X[j * ldx + d];
-    for (int j = nj; j < kB; j++) bt[j] = 0.0f;
+  int j = 0;
+  for (; j + kV <= nj; j += kV) {
+    int d = 0;
+    for (; d + kV <= D; d += kV) {
+      vf x[kV];
+      for (int r = 0; r < kV; r++) load(x[r], X + (j + r) * ldx + d);
+      transpose_stage<8>(x);
+      transpose_stage<4>(x);
+      transpose_stage<2>(x);
+      transpose_stage<1>(x);
+      for (int r = 0; r < kV; r++) store(Bt + (d + r) * kB + j, x[r]);
+    }
+    for (int r = j; r < j + kV; r++)
+      for (int dd = d; dd < D; dd++) Bt[dd * kB + r] = X[r * ldx + dd];
   }
+  for (; j < nj; j++)
+    for (int d = 0; d < D; d++) Bt[d * kB + j] = X[j * ldx + d];
+  for (int d = 0; d < D; d++)
+    for (int jj = nj; jj < kB; jj++) Bt[d * kB + jj] = 0.0f;
+}
+
+// Asks for n rows of X (stride ldx, D floats each) to be brought into cache ahead of use (for_write:
+// in a writable state): the rows of a tile lie kilobytes apart, a pattern the hardware prefetchers
+// do not follow, so a pass that first touches a tile (packing q, storing out) would otherwise wait
+// on memory row by row instead of overlapping with the products.
+void prefetch_rows(const float* X /*(n,D) stride ldx*/, int64_t ldx, int n, int D, bool for_write) {
+  for (int j = 0; j < n; j++)
+    for (int d = 0; d < D; d += 64 / int(sizeof(float))) {
+      if (for_write)
+        __builtin_prefetch(X + j * ldx + d, 1, 3);
+      else
+        __builtin_prefetch(X + j * ldx + d, 0, 3);
+    }
 }
 
 // Diagonal tiles (query tile == key tile: row/column i is position i0+i for both) get the scores
@@ -148,6 +231,19 @@ void mask_lower(float* S /*(kB,kB)*/, int ni) {
 void mask_upper(float* St /*(kB,kB)*/, int nj) {
   for (int j = 0; j < nj; j++)
     for (int i = 0; i < j; i++) St[j * kB + i] = -std::numeric_limits<float>::infinity();
+}
+
+// sum_d x[d] * y[d] in a fixed order: 16 lane sums (d mod 16), then the lanes pairwise; so it
+// vectorizes without -ffast-math and its bits do not depend on the caller.
+float dot(const float* x, const float* y, int n) {
+  float lane[kV] = {};
+  int d = 0;
+  for (; d + kV <= n; d += kV)
+    for (int k = 0; k < kV; k++) lane[k] += x[d + k] * y[d + k];
+  for (; d < n; d++) lane[d % kV] += x[d] * y[d];
+  for (int w = kV / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; k++) lane[k] += lane[k + w];
+  return lane[0];
 }
 
 struct AlignedFree {
@@ -186,6 +282,7 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
   float* corr = l + kB;             // (kB) exp(m_old - m_new)
   float* mx = corr + kB;            // (kB) max over the tile's keys
   pack_transposed(Qt, qkv + g.row(b, i0) + g.q_col(h), g.W, ni, D);
+  prefetch_rows(out + (int64_t(b) * g.T + i0) * g.H * D + g.q_col(h), int64_t(g.H) * D, ni, D, true);
   std::fill(O, O + int64_t(kB) * D, 0.0f);
   std::fill(m, m + kB, -std::numeric_limits<float>::infinity());
   std::fill(l, l + kB, 0.0f);
@@ -211,10 +308,9 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
         St[j * kB + i] = p;
         l[i] += p;
       }
-    for (int i = 0; i < ni; i++)
-      for (int d = 0; d < D; d++) O[int64_t(i) * D + d] *= corr[i];
-    // O += P V with P(i, j) = St[j][i]
-    tile_axpy(O, D, St, 1, kB, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D, diag ? Tri::lower : Tri::none);
+    // O = corr * O + P V with P(i, j) = St[j][i]
+    tile_axpy(O, D, St, 1, kB, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D, diag ? Tri::lower : Tri::none,
+              true, corr);
   }
   for (int i = 0; i < ni; i++) {
     const float inv = 1.0f / l[i];
@@ -250,16 +346,22 @@ void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB
     const float li = lse_i[i];
     for (int j = 0; j < kB; j++) p[j] = fast_exp(p[j] * g.scale - li);
   }
-  tile_dot(dS, dO, ldo, Vt, ni, D, Tri::none);  // all columns: dS = P (dP - Di) must see finite dP
+  // On the diagonal, dP is computed where P can be nonzero (j <= i) and dS = 0 beyond: masked
+  // entries have P = 0 exactly, and every product that reads them is skipped below anyway.
+  tile_dot(dS, dO, ldo, Vt, ni, D, tri_q);
   for (int i = 0; i < ni; i++) {
     const float di = Di[i];
-    for (int j = 0; j < kB; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - di) * g.scale;
+    const int j_end = diag ? i + 1 : kB;
+    for (int j = 0; j < j_end; j++) dS[i * kB + j] = P[i * kB + j] * (dS[i * kB + j] - di) * g.scale;
+    for (int j = j_end; j < kB; j++) dS[i * kB + j] = 0.0f;
   }
   if (dk != nullptr) {
     tile_axpy(dv, D, P, 1, kB, dO, ldo, nj, ni, D, tri_k);
     tile_axpy(dk, D, dS, 1, kB, q, g.W, nj, ni, D, tri_k);
   }
-  if (dq != nullptr) tile_axpy(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D, tri_q);
+  // dq's first term comes from key tile 0 (every query sees it): written, not added to.
+  if (dq != nullptr)
+    tile_axpy(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D, tri_q, kt > 0);
 }
 
 // dk, dv of key tile kt of (b, kvh), summed over the group's query heads and the query tiles at and
@@ -275,6 +377,8 @@ void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const f
   pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
   pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
   std::fill(dk, dk + 2 * int64_t(kB) * D, 0.0f);
+  prefetch_rows(dqkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D, true);  // stored after the loop
+  prefetch_rows(dqkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D, true);
   for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
     for (int qt = kt; qt < g.n_tiles; qt++) {
       float* dq = dq_too ? dqkv + g.row(b, qt * kB) + g.q_col(h) : nullptr;
@@ -336,6 +440,10 @@ void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
     for (int64_t task = 0; task < n_tasks; task++) {
       const int qt = g.n_tiles - 1 - int(task % g.n_tiles);  // longest rows first
       const int bh = int(task / g.n_tiles);
+      if (task + 1 < n_tasks) {  // q of the next task, which one of the threads takes soon
+        const int qt1 = g.n_tiles - 1 - int((task + 1) % g.n_tiles), bh1 = int((task + 1) / g.n_tiles);
+        prefetch_rows(qkv + g.row(bh1 / g.H, qt1 * kB) + g.q_col(bh1 % g.H), g.W, g.rows(qt1), g.D, false);
+      }
       forward_tile(out, lse, qkv, g, bh / g.H, bh % g.H, qt, scratch.get());
     }
   }
@@ -344,18 +452,16 @@ void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
 void backward_all(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                   const Geometry& g) {
   const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB + 2 * kB;
-  // di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij, once per query row.
-  const int64_t n_rows = int64_t(g.B) * g.H * g.T, ldo = int64_t(g.H) * g.D;
-  Scratch di = alloc_scratch(n_rows);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < n_rows; r++) {
-    const int64_t bh = r / g.T, t = r % g.T, b = bh / g.H, h = bh % g.H;
-    const float* dy = dout + (b * g.T + t) * ldo + h * g.D;
-    const float* o = out + (b * g.T + t) * ldo + h * g.D;
-    float acc = 0.0f;
-    for (int d = 0; d < g.D; d++) acc += dy[d] * o[d];
-    di[r] = acc;
-  }
+  // di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij, once per query row; filled per (b, h) by
+  // the task that reads that head's dout next, so dout comes from memory once.
+  const int64_t ldo = int64_t(g.H) * g.D;
+  Scratch di = alloc_scratch(int64_t(g.B) * g.H * g.T);
+  auto fill_di = [&](int b, int h) {
+    for (int t = 0; t < g.T; t++) {
+      const int64_t row = (int64_t(b) * g.T + t) * ldo + g.q_col(h);
+      di[(int64_t(b) * g.H + h) * g.T + t] = dot(dout + row, out + row, g.D);
+    }
+  };
   const int64_t n_kv = int64_t(g.B) * g.Hkv;
   if (n_kv >= 2 * int64_t(omp_get_max_threads())) {
     // One task per (b, kvh): owns dq of heads [kvh*group, (kvh+1)*group) and dk, dv of kvh.
@@ -365,8 +471,7 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < n_kv; task++) {
         const int b = int(task / g.Hkv), kvh = int(task % g.Hkv);
-        for (int t = 0; t < g.T; t++)  // dq is accumulated below: zero it first
-          std::fill_n(dqkv + g.row(b, t) + g.q_col(kvh * g.group), int64_t(g.group) * g.D, 0.0f);
+        for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++) fill_di(b, h);
         for (int kt = 0; kt < g.n_tiles; kt++)
           backward_key_tile(dqkv, dout, qkv, lse, di.get(), g, b, kvh, kt, true, scratch.get());
       }
@@ -378,6 +483,8 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 #pragma omp parallel
   {
     Scratch scratch = alloc_scratch(scratch_size);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < int64_t(g.B) * g.H; bh++) fill_di(int(bh / g.H), int(bh % g.H));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_kv_tiles; task++) {
       const int kt = int(task % g.n_tiles);  // kt = 0 has the most query tiles: first
