@@ -53,6 +53,9 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
                      const float* wout /*(V,C)*/, const bf16* wout_bf16, const int32_t* targets /*(N)*/, float dloss,
                      int N, int C, int V, ComputeType ct);
+// Bytes of scratch lmhead_ce_fused keeps (per calling thread, reused across calls) for a training call
+// at these sizes; the evaluation call (dx == nullptr) needs less.
+int64_t lmhead_ce_scratch_bytes(int64_t N, int C, int V, ComputeType ct);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int step, float grad_scale);
