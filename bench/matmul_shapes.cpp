@@ -4,6 +4,7 @@
 // Usage: bench_matmul [M=2048] [seconds per measurement=0.5] [all|matmul|lmhead]. Prints figures only.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +64,26 @@ std::vector<double> median_times(const std::vector<std::function<void()>>& fs, i
   return med;
 }
 
+// log-sum-exp of one row of logits (V).
+float row_lse_v1(const float* l, int V) {
+  const float mx = cpu::detail::row_max(l, V);
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int j = 0; j < V; j++) s += cpu::fast_exp(l[j] - mx);
+  return mx + std::log(s);
+}
+
+// d (V) = scale * exp(l - lse), fp32 (d may be l) or bf16.
+void row_softmax_v1(float* d, const float* l, float lse, float scale, int V) {
+#pragma omp simd
+  for (int j = 0; j < V; j++) d[j] = cpu::fast_exp(l[j] - lse) * scale;
+}
+void row_softmax_v1(bf16* __restrict d, const float* __restrict l, float lse, float scale, int V) {
+  uint16_t* bits = reinterpret_cast<uint16_t*>(d);
+#pragma omp simd
+  for (int j = 0; j < V; j++) bits[j] = to_bf16(cpu::fast_exp(l[j] - lse) * scale).bits;
+}
+
 // The lm head + CE as cpu::lmhead_ce_fused computed it before the whole-batch backward (kept here
 // only as the bench's baseline): per chunk of 256 rows, logits gemm, softmax into a chunk of dlogits,
 // then dx_c = dlogits @ wout and dwout += dlogits^T @ x_c (K = 256: dwout streamed once per chunk).
@@ -89,17 +110,17 @@ void lmhead_ce_chunked_v1(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwo
     for (int i = 0; i < rows; i++) {
       float* l = logits + int64_t(i) * V;  // (V)
       const int32_t t = targets[r0 + i];
-      const float lse = cpu::detail::row_lse(l, V);
+      const float lse = row_lse_v1(l, V);
       const float lt = t >= 0 ? l[t] : 0.0f;
       losses[r0 + i] = t >= 0 ? lse - lt : 0.0f;
       if (!backward) continue;
       const float scale = t >= 0 ? dloss : 0.0f;
       if (is_bf16) {
         bf16* d = dlogits_b + int64_t(i) * V;  // (V)
-        cpu::detail::row_softmax_bf16(d, l, lse, scale, V);
+        row_softmax_v1(d, l, lse, scale, V);
         if (t >= 0) d[t] = to_bf16((cpu::fast_exp(lt - lse) - 1.0f) * scale);
       } else {
-        cpu::detail::row_softmax_f32(l, l, lse, scale, V);
+        row_softmax_v1(l, l, lse, scale, V);
         if (t >= 0) l[t] = (cpu::fast_exp(lt - lse) - 1.0f) * scale;
       }
     }

@@ -4,6 +4,7 @@
 #include "kernels/cpu/lmhead_ce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "core/error.h"
@@ -47,13 +48,11 @@ int& lmhead_variant() {
 
 }  // namespace detail
 
-int64_t lmhead_ce_scratch_bytes(int64_t N, int C, int V, ComputeType ct) {
-  const bool is_bf16 = ct == ComputeType::bf16;
-  const int64_t R = std::min<int64_t>(detail::lmhead_chunk_rows(V), std::max<int64_t>(N, 1));
-  const int64_t G = std::min<int64_t>(detail::lmhead_block_rows(int(std::min<int64_t>(N, INT32_MAX)), V, ct),
-                                      std::max<int64_t>(N, 1));
-  if (!is_bf16) return 4 * G * V;
-  return 4 * R * V + 2 * G * V + 2 * G * C;
+int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct) {
+  const int64_t R = std::min(detail::lmhead_chunk_rows(V), std::max(N, 1));
+  const int64_t G = std::min(detail::lmhead_block_rows(N, V, ct), std::max(N, 1));
+  if (ct == ComputeType::f32) return 4 * G * V;  // the dlogits block doubles as the logits chunk
+  return 4 * R * V + 2 * G * V + 2 * G * C;      // logits chunk, bf16 dlogits block, bf16 x block
 }
 
 void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
@@ -92,19 +91,23 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
         const int n = r0 + i;
         const int32_t t = targets[n];
         CHECK(t < V, "lmhead_ce_fused: target {} at row {} is out of range for vocab {}", t, n, V);
-        const float lse = detail::row_lse(l, V);
+        // one exp per logit (evaluation takes the same steps, so its losses are bitwise the same): e = exp(l - max) kept in l, softmax = e / sum
+        const float mx = detail::row_max(l, V);
         const float lt = t >= 0 ? l[t] : 0.0f;
+        const float sum = detail::row_exp_sum(l, mx, V);
+        const float lse = mx + std::log(sum);
         losses[n] = t >= 0 ? lse - lt : 0.0f;
         if (!backward) continue;
         // dlogits = dloss * (softmax - onehot); ignored rows contribute nothing
-        const float scale = t >= 0 ? dloss : 0.0f;
+        const float scale = t >= 0 ? dloss / sum : 0.0f;
+        const float dt = t >= 0 ? (l[t] / sum - 1.0f) * dloss : 0.0f;
         if (is_bf16) {
           bf16* d = dlog_b + int64_t(n - g0) * V;  // (V)
-          detail::row_softmax_bf16(d, l, lse, scale, V);
-          if (t >= 0) d[t] = to_bf16((fast_exp(lt - lse) - 1.0f) * scale);
+          detail::row_scale_bf16(d, l, scale, V);
+          if (t >= 0) d[t] = to_bf16(dt);
         } else {
-          detail::row_softmax_f32(l, l, lse, scale, V);
-          if (t >= 0) l[t] = (fast_exp(lt - lse) - 1.0f) * scale;
+          detail::row_scale_f32(l, l, scale, V);
+          if (t >= 0) l[t] = dt;
         }
       }
     }
@@ -114,13 +117,7 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
     // dx_g (rows_g,C) = dlogits (rows_g,V) @ wout (V,C)
     detail::gemm(dx + int64_t(g0) * C, da, false, w, false, rows_g, C, V, is_bf16, false);
     if (dlog_t != nullptr) {
-      const uint16_t* s = reinterpret_cast<const uint16_t*>(dlog_b);
-      uint16_t* t = reinterpret_cast<uint16_t*>(dlog_t);
-#pragma omp parallel for schedule(static)
-      for (int vb = 0; vb < V; vb += 32)
-        for (int nb = 0; nb < rows_g; nb += 32)
-          for (int v = vb; v < std::min(V, vb + 32); v++)
-            for (int n = nb; n < std::min(rows_g, nb + 32); n++) t[int64_t(v) * rows_g + n] = s[int64_t(n) * V + v];
+      detail::transpose(dlog_t, dlog_b, rows_g, V, true);
       detail::gemm(dwout, dlog_t, false, xg, false, V, C, rows_g, is_bf16, true);
     } else {
       // dwout (V,C) += dlogits^T (V,rows_g) @ x_g (rows_g,C)

@@ -25,28 +25,34 @@ int lmhead_block_rows(int N, int V, ComputeType ct);
 int& lmhead_chunk_rows_override();
 int& lmhead_block_rows_override();
 
-// log-sum-exp of one row of logits (V).
-inline float row_lse(const float* l, int V) {
+// Max of one row of logits (V).
+inline float row_max(const float* l, int V) {
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
   for (int j = 0; j < V; j++) mx = std::max(mx, l[j]);
+  return mx;
+}
+
+// l (V) = exp(l - mx) in place; returns their sum.
+inline float row_exp_sum(float* l, float mx, int V) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-  for (int j = 0; j < V; j++) s += fast_exp(l[j] - mx);
-  return mx + std::log(s);
+  for (int j = 0; j < V; j++) {
+    l[j] = fast_exp(l[j] - mx);
+    s += l[j];
+  }
+  return s;
 }
 
-// d (V) = scale * exp(l - lse); d may be l (in place).
-inline void row_softmax_f32(float* d, const float* l, float lse, float scale, int V) {
+// d (V) = scale * e, fp32 (d may be e) or bf16 (written through the raw bits so the loop vectorizes).
+inline void row_scale_f32(float* d, const float* e, float scale, int V) {
 #pragma omp simd
-  for (int j = 0; j < V; j++) d[j] = fast_exp(l[j] - lse) * scale;
+  for (int j = 0; j < V; j++) d[j] = e[j] * scale;
 }
-
-// d (V) = bf16(scale * exp(l - lse)); written through the raw bits so the loop vectorizes.
-inline void row_softmax_bf16(bf16* __restrict d, const float* __restrict l, float lse, float scale, int V) {
+inline void row_scale_bf16(bf16* __restrict d, const float* __restrict e, float scale, int V) {
   uint16_t* bits = reinterpret_cast<uint16_t*>(d);
 #pragma omp simd
-  for (int j = 0; j < V; j++) bits[j] = to_bf16(fast_exp(l[j] - lse) * scale).bits;
+  for (int j = 0; j < V; j++) bits[j] = to_bf16(e[j] * scale).bits;
 }
 
 }  // namespace llamatrain::cpu::detail
