@@ -1,7 +1,9 @@
 // bench_matmul: GFLOP/s of cpu::matmul_forward / matmul_backward (fp32 and bf16) on the stories110m
-// shapes at M = B*T rows, and the time of cpu::lmhead_ce_fused against its three separate matmuls.
+// shapes at M = B*T rows, and cpu::lmhead_ce_fused side by side with its earlier chunked algorithm
+// (lmhead_ce_chunked_v1, kept here only as the baseline), interleaved in one process.
 // "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call fp32 -> bf16 conversions.
-// Usage: bench_matmul [M=2048] [seconds per measurement=0.5] [all|matmul|lmhead]. Prints figures only.
+// Usage: bench_matmul [M=2048] [seconds per measurement=0.5; lmhead: 20 x it rounds, at least 5] [all|matmul|lmhead].
+// Prints figures only.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -45,9 +47,9 @@ double time_call(const std::function<void()>& f, double seconds) {
   return elapsed / calls;
 }
 
-// Seconds per call of each f, median over `reps` rounds; each round calls every f once, in turn, so
-// load changes on a shared machine hit all of them alike. One warmup round first.
-std::vector<double> median_times(const std::vector<std::function<void()>>& fs, int reps) {
+// Seconds per call of each f over `reps` rounds, {median, min} per f; each round calls every f once,
+// in turn, so load changes on a shared machine hit all of them alike. One warmup round first.
+std::vector<std::pair<double, double>> median_times(const std::vector<std::function<void()>>& fs, int reps) {
   for (const auto& f : fs) f();
   std::vector<std::vector<double>> t(fs.size());
   for (int r = 0; r < reps; r++)
@@ -56,10 +58,10 @@ std::vector<double> median_times(const std::vector<std::function<void()>>& fs, i
       fs[i]();
       t[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
-  std::vector<double> med;
+  std::vector<std::pair<double, double>> med;
   for (auto& v : t) {
     std::sort(v.begin(), v.end());
-    med.push_back(v[v.size() / 2]);
+    med.emplace_back(v[v.size() / 2], v[0]);
   }
   return med;
 }
@@ -200,9 +202,9 @@ int main(int argc, char** argv) {
   for (int n = 0; n < M; n++) targets[size_t(n)] = int32_t(random_u32(3, 0, 6, uint64_t(n)) % V);
   std::vector<float> losses(static_cast<size_t>(M)), dx(size_t(M) * C), dwout(wout.size(), 0.0f);
   const double flop = 2.0 * M * C * double(V);
-  const int reps = std::max(3, int(seconds * 10));
+  const int reps = std::max(5, int(seconds * 20));  // rounds of old + new
   std::printf("lmhead_ce_fused M=%d C=%d V=%d: old = chunked v1 (R=256), new = cpu::lmhead_ce_fused (R=%d, G=%d bf16 / "
-              "%d f32),\n  %d interleaved repetitions, median seconds (effective GFLOP/s), new/old time ratio\n",
+              "%d f32),\n  %d interleaved repetitions: median seconds (effective GFLOP/s), new/old ratio of medians\n",
               M, C, V, cpu::detail::lmhead_chunk_rows(V), cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::bf16),
               cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::f32), reps);
   for (cpu::ComputeType ct : {cpu::ComputeType::bf16, cpu::ComputeType::f32}) {
@@ -218,11 +220,12 @@ int main(int argc, char** argv) {
             cpu::lmhead_ce_fused(losses.data(), dxp, dwp, x.data(), wout.data(), wout_b.data(), targets.data(),
                                  1.0f / M, M, C, V, ct);
           }};
-      const std::vector<double> t = median_times(calls, reps);
+      const auto t = median_times(calls, reps);
       const double f = backward ? 3 * flop : flop;
-      std::printf("  %4s %-16s old %.3f s (%5.1f)  new %.3f s (%5.1f)  new/old %.3f\n",
-                  ct == cpu::ComputeType::f32 ? "f32" : "bf16", backward ? "forward+backward" : "forward-only", t[0],
-                  f / t[0] * 1e-9, t[1], f / t[1] * 1e-9, t[1] / t[0]);
+      std::printf("  %4s %-16s old %.3f s (%5.1f)  new %.3f s (%5.1f)  new/old %.3f  (fastest calls: %.3f / %.3f s, %.3f)\n",
+                  ct == cpu::ComputeType::f32 ? "f32" : "bf16", backward ? "forward+backward" : "forward-only",
+                  t[0].first, f / t[0].first * 1e-9, t[1].first, f / t[1].first * 1e-9, t[1].first / t[0].first,
+                  t[0].second, t[1].second, t[1].second / t[0].second);
       std::fflush(stdout);
     }
   }

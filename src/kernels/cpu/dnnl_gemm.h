@@ -18,9 +18,6 @@ namespace llamatrain::cpu::detail {
 void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, int M, int N, int K, bool is_bf16,
           bool accumulate);
 
-// dst (cols,rows) = src (rows,cols)^T, both row-major, bf16 (is_bf16) or fp32; a cached oneDNN reorder.
-void transpose(void* dst, const void* src, int rows, int cols, bool is_bf16);
-
 // A bf16 buffer of at least n elements owned by the calling thread, one per slot (0..3); contents are
 // kept until the next call with the same slot. Grows, never shrinks.
 bf16* bf16_scratch(int slot, int64_t n);

@@ -1,6 +1,16 @@
 // Fused lm head + cross-entropy (+ backward); must match ref::matmul_forward followed by
 // ref::cross_entropy_forward/backward and ref::matmul_backward, without ever holding (N,V) fp32 logits.
-// (header comment: rewritten below once the design is measured)
+// Algorithm, per block of G rows (all N rows when G*V dlogits fit in 256 MiB), per chunk of R rows in it:
+//   logits (R,V) = x_c @ wout^T                     oneDNN, into a chunk buffer (fp32 backward: straight
+//                                                   into the fp32 dlogits block)
+//   per row (OpenMP over rows): max, e = exp(l - max) kept in place, lse = max + log(sum e),
+//   loss = lse - l[target]; backward only: dlogits = dloss * (e / sum - onehot) (0 for target < 0)
+//   into the block's dlogits (G,V), bf16 in bf16 mode;
+// then, once per block: dx_g (G,C) = dlogits @ wout and dwout (V,C) += dlogits^T @ x_g (K = G).
+// One dwout update per block instead of one per chunk: the (V,C) fp32 dwout is streamed once per call
+// at G = N, and both backward matmuls run at their full size. Evaluation (dx == nullptr) keeps only
+// the chunk. bf16 mode: x and dlogits are bf16 operands (with wout_bf16); softmax and accumulation are
+// fp32. Each row's softmax is independent of the thread count. exp is kernels/cpu/fast_exp.h.
 #include "kernels/cpu/lmhead_ce.h"
 
 #include <algorithm>
@@ -15,6 +25,9 @@ namespace llamatrain::cpu {
 
 namespace detail {
 
+// R = largest multiple of 16 with R*V*4 bytes <= 32 MiB (one Zen CCD's L3), clamped to [64, 256]: 256
+// rows for V = 32000, so the softmax reads the logits the gemm just wrote from cache. Larger R gained
+// nothing measurable once the backward matmuls left the chunk loop (bench_matmul, M = 2048).
 int lmhead_chunk_rows(int V) {
   if (lmhead_chunk_rows_override() > 0) return lmhead_chunk_rows_override();
   int64_t r = (int64_t(32) << 20) / (4 * int64_t(std::max(V, 1)));
@@ -22,6 +35,8 @@ int lmhead_chunk_rows(int V) {
   return int(std::clamp<int64_t>(r, 64, 256));
 }
 
+// G = N when G*V dlogits (bf16: 2 bytes, fp32: 4) fit in 256 MiB (N = 2048, V = 32000: 131 MB bf16,
+// 262 MB fp32), else the largest multiple of R that fits: memory stays bounded whatever B*T.
 int lmhead_block_rows(int N, int V, ComputeType ct) {
   const int R = lmhead_chunk_rows(V);
   if (lmhead_block_rows_override() > 0) return (lmhead_block_rows_override() + R - 1) / R * R;
@@ -39,11 +54,6 @@ int& lmhead_chunk_rows_override() {
 int& lmhead_block_rows_override() {
   static int rows = 0;
   return rows;
-}
-
-int& lmhead_variant() {
-  static int v = 0;
-  return v;
 }
 
 }  // namespace detail
@@ -70,8 +80,6 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
   float* logits = dlog_f != nullptr ? nullptr : detail::f32_scratch(0, int64_t(R) * V);             // (R,V)
   bf16* dlog_b = is_bf16 && backward ? detail::bf16_scratch(1, int64_t(G) * V) : nullptr;           // (G,V)
   bf16* x_b = is_bf16 ? detail::bf16_scratch(0, int64_t(G) * C) : nullptr;                          // (G,C)
-  const int variant = detail::lmhead_variant();
-  bf16* dlog_t = is_bf16 && backward && variant == 1 ? detail::bf16_scratch(2, int64_t(G) * V) : nullptr;  // (V,G)
 
   for (int g0 = 0; g0 < N; g0 += G) {
     const int rows_g = std::min(G, N - g0);
@@ -91,7 +99,7 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
         const int n = r0 + i;
         const int32_t t = targets[n];
         CHECK(t < V, "lmhead_ce_fused: target {} at row {} is out of range for vocab {}", t, n, V);
-        // one exp per logit (evaluation takes the same steps, so its losses are bitwise the same): e = exp(l - max) kept in l, softmax = e / sum
+        // one exp per logit; evaluation takes the same steps, so its losses are bitwise the same
         const float mx = detail::row_max(l, V);
         const float lt = t >= 0 ? l[t] : 0.0f;
         const float sum = detail::row_exp_sum(l, mx, V);
@@ -116,13 +124,8 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
     const void* da = is_bf16 ? static_cast<const void*>(dlog_b) : static_cast<const void*>(dlog_f);
     // dx_g (rows_g,C) = dlogits (rows_g,V) @ wout (V,C)
     detail::gemm(dx + int64_t(g0) * C, da, false, w, false, rows_g, C, V, is_bf16, false);
-    if (dlog_t != nullptr) {
-      detail::transpose(dlog_t, dlog_b, rows_g, V, true);
-      detail::gemm(dwout, dlog_t, false, xg, false, V, C, rows_g, is_bf16, true);
-    } else {
-      // dwout (V,C) += dlogits^T (V,rows_g) @ x_g (rows_g,C)
-      detail::gemm(dwout, da, true, xg, false, V, C, rows_g, is_bf16, true);
-    }
+    // dwout (V,C) += dlogits^T (V,rows_g) @ x_g (rows_g,C)
+    detail::gemm(dwout, da, true, xg, false, V, C, rows_g, is_bf16, true);
   }
 }
 

@@ -35,18 +35,6 @@ struct GemmKeyHash {
   }
 };
 
-struct TransposeKey {
-  int rows, cols;
-  bool is_bf16;
-  bool operator==(const TransposeKey&) const = default;
-};
-
-struct TransposeKeyHash {
-  size_t operator()(const TransposeKey& k) const {
-    return size_t(uint64_t(k.rows) * 0x9E3779B97F4A7C15ull ^ (uint64_t(k.cols) << 1 | uint64_t(k.is_bf16)));
-  }
-};
-
 struct GemmPlan {
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, c_md, pad_md;
@@ -57,7 +45,6 @@ struct Dnnl {
   dnnl::stream stream{engine};
   std::mutex mutex;
   std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
-  std::unordered_map<TransposeKey, std::unique_ptr<dnnl::reorder>, TransposeKeyHash> transposes;
   // One user-managed scratchpad shared by all primitives (calls are serialized by the caller:
   // kernels are not called concurrently). oneDNN's default mode allocates and first-touches a
   // fresh scratchpad on every execute, which cost ~20% of a training step in page faults.
@@ -142,29 +129,6 @@ void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, in
   dnnl::memory pad_mem(plan.pad_md, d.engine, d.scratchpad.get());
   plan.prim.execute(d.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
                                {DNNL_ARG_SCRATCHPAD, pad_mem}});
-  d.stream.wait();
-}
-
-void transpose(void* dst, const void* src, int rows, int cols, bool is_bf16) {
-  if (rows <= 0 || cols <= 0) return;
-  Dnnl& d = dnnl_state();
-  const auto dt = is_bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-  const dnnl::memory::desc src_md = matrix_md(rows, cols, false, dt);
-  const dnnl::memory::desc dst_md = matrix_md(rows, cols, true, dt);  // element (r,c) at c*rows + r
-  dnnl::reorder* prim = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(d.mutex);
-    auto it = d.transposes.find(TransposeKey{rows, cols, is_bf16});
-    if (it == d.transposes.end())
-      it = d.transposes
-               .emplace(TransposeKey{rows, cols, is_bf16},
-                        std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(d.engine, src_md, d.engine, dst_md)))
-               .first;
-    prim = it->second.get();
-  }
-  dnnl::memory src_mem(src_md, d.engine, const_cast<void*>(src));
-  dnnl::memory dst_mem(dst_md, d.engine, dst);
-  prim->execute(d.stream, src_mem, dst_mem);
   d.stream.wait();
 }
 
