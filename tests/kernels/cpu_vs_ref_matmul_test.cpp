@@ -333,7 +333,7 @@ TEST(CpuVsRefLmHeadCe, MatchesFp64Reference) {
 
 TEST(CpuVsRefLmHeadCe, SeveralBackwardBlocks) {
   // dlogits blocks of 32 rows (forward chunks of 16): 3 blocks + a 4-row tail block, dwout accumulated
-  // over blocks, dx written per block (the default keeps all rows in one block up to 256 MiB).
+  // over blocks, dx written per block (by default a block holds up to 128 MiB of dlogits).
   cpu::detail::lmhead_block_rows_override() = 32;
   for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) check_lm_case({100, 40, 211, 16, 0.5f}, ct);
   cpu::detail::lmhead_block_rows_override() = 0;

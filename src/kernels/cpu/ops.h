@@ -54,7 +54,7 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
                      const float* wout /*(V,C)*/, const bf16* wout_bf16, const int32_t* targets /*(N)*/, float dloss,
                      int N, int C, int V, ComputeType ct);
 // Bytes of scratch that a training call of lmhead_ce_fused at these sizes allocates and keeps for reuse
-// (per calling thread): bounded by ~256 MiB of dlogits plus one chunk of fp32 logits, whatever N.
+// (per calling thread): bounded by 128 MiB of dlogits plus one chunk of fp32 logits, whatever N.
 // Evaluation (dx == nullptr) needs only the chunk.
 int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct);
 
