@@ -228,6 +228,24 @@ int main(int argc, char** argv) {
                   t[0].second, t[1].second, t[1].second / t[0].second);
       std::fflush(stdout);
     }
+    // old and new side by side on one call (dwout from zero): largest differences, relative to the largest value
+    std::vector<float> losses_old(losses.size()), dx_old(dx.size()), dw_old(dwout.size(), 0.0f);
+    std::fill(dwout.begin(), dwout.end(), 0.0f);
+    lmhead_ce_chunked_v1(losses_old.data(), dx_old.data(), dw_old.data(), x.data(), wout.data(), wout_b.data(),
+                         targets.data(), 1.0f / M, M, C, V, ct);
+    cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(), targets.data(),
+                         1.0f / M, M, C, V, ct);
+    const auto rel_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double diff = 0.0, scale = 0.0;
+      for (size_t i = 0; i < a.size(); i++) {
+        diff = std::max(diff, double(std::abs(a[i] - b[i])));
+        scale = std::max(scale, double(std::abs(b[i])));
+      }
+      return diff / std::max(scale, 1e-30);
+    };
+    std::printf("  %4s new vs old: max |diff| / max |old|: losses %.2e  dx %.2e  dwout %.2e\n",
+                ct == cpu::ComputeType::f32 ? "f32" : "bf16", rel_diff(losses, losses_old), rel_diff(dx, dx_old),
+                rel_diff(dwout, dw_old));
   }
   return 0;
 }
