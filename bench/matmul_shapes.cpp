@@ -1,8 +1,12 @@
 // bench_matmul: GFLOP/s of cpu::matmul_forward / matmul_backward (fp32 and bf16) on the stories110m
-// shapes at M = B*T rows, and the time of cpu::lmhead_ce_fused against its three separate matmuls.
+// shapes at M = B*T rows, and cpu::lmhead_ce_fused side by side with its earlier chunked algorithm
+// (lmhead_ce_chunked_v1, kept here only as the baseline), interleaved in one process.
 // "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call fp32 -> bf16 conversions.
-// Usage: bench_matmul [M=2048] [seconds per measurement=0.5] [all|matmul|lmhead]. Prints figures only.
+// Usage: bench_matmul [M=2048] [seconds per measurement=0.5; lmhead: 20 x it rounds, at least 5] [all|matmul|lmhead].
+// Prints figures only.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +45,92 @@ double time_call(const std::function<void()>& f, double seconds) {
     elapsed = std::chrono::duration<double>(clock::now() - start).count();
   }
   return elapsed / calls;
+}
+
+// Seconds per call of each f over `reps` rounds, {median, min} per f; each round calls every f once,
+// in turn, so load changes on a shared machine hit all of them alike. One warmup round first.
+std::vector<std::pair<double, double>> median_times(const std::vector<std::function<void()>>& fs, int reps) {
+  for (const auto& f : fs) f();
+  std::vector<std::vector<double>> t(fs.size());
+  for (int r = 0; r < reps; r++)
+    for (size_t i = 0; i < fs.size(); i++) {
+      const auto start = std::chrono::steady_clock::now();
+      fs[i]();
+      t[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  std::vector<std::pair<double, double>> med;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    med.emplace_back(v[v.size() / 2], v[0]);
+  }
+  return med;
+}
+
+// log-sum-exp of one row of logits (V).
+float row_lse_v1(const float* l, int V) {
+  const float mx = cpu::detail::row_max(l, V);
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int j = 0; j < V; j++) s += cpu::fast_exp(l[j] - mx);
+  return mx + std::log(s);
+}
+
+// d (V) = scale * exp(l - lse), fp32 (d may be l) or bf16.
+void row_softmax_v1(float* d, const float* l, float lse, float scale, int V) {
+#pragma omp simd
+  for (int j = 0; j < V; j++) d[j] = cpu::fast_exp(l[j] - lse) * scale;
+}
+void row_softmax_v1(bf16* __restrict d, const float* __restrict l, float lse, float scale, int V) {
+  uint16_t* bits = reinterpret_cast<uint16_t*>(d);
+#pragma omp simd
+  for (int j = 0; j < V; j++) bits[j] = to_bf16(cpu::fast_exp(l[j] - lse) * scale).bits;
+}
+
+// The lm head + CE as cpu::lmhead_ce_fused computed it before the whole-batch backward (kept here
+// only as the bench's baseline): per chunk of 256 rows, logits gemm, softmax into a chunk of dlogits,
+// then dx_c = dlogits @ wout and dwout += dlogits^T @ x_c (K = 256: dwout streamed once per chunk).
+void lmhead_ce_chunked_v1(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
+                          const float* wout /*(V,C)*/, const bf16* wout_bf16 /*(V,C)*/, const int32_t* targets /*(N)*/,
+                          float dloss, int N, int C, int V, cpu::ComputeType ct) {
+  const bool is_bf16 = ct == cpu::ComputeType::bf16;
+  const bool backward = dx != nullptr;
+  const int R = std::min(256, std::max(N, 1));
+  float* logits = cpu::detail::f32_scratch(0, int64_t(R) * V);                                 // (R,V)
+  bf16* x_b = is_bf16 ? cpu::detail::bf16_scratch(0, int64_t(R) * C) : nullptr;                  // (R,C)
+  bf16* dlogits_b = is_bf16 && backward ? cpu::detail::bf16_scratch(1, int64_t(R) * V) : nullptr;  // (R,V)
+  const void* w = is_bf16 ? static_cast<const void*>(wout_bf16) : static_cast<const void*>(wout);
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const float* x_c = x + int64_t(r0) * C;  // (rows,C)
+    const void* xa = x_c;
+    if (is_bf16) {
+      bf16_from_float(x_b, x_c, int64_t(rows) * C);
+      xa = x_b;
+    }
+    cpu::detail::gemm(logits, xa, false, w, true, rows, V, C, is_bf16, false);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+      float* l = logits + int64_t(i) * V;  // (V)
+      const int32_t t = targets[r0 + i];
+      const float lse = row_lse_v1(l, V);
+      const float lt = t >= 0 ? l[t] : 0.0f;
+      losses[r0 + i] = t >= 0 ? lse - lt : 0.0f;
+      if (!backward) continue;
+      const float scale = t >= 0 ? dloss : 0.0f;
+      if (is_bf16) {
+        bf16* d = dlogits_b + int64_t(i) * V;  // (V)
+        row_softmax_v1(d, l, lse, scale, V);
+        if (t >= 0) d[t] = to_bf16((cpu::fast_exp(lt - lse) - 1.0f) * scale);
+      } else {
+        row_softmax_v1(l, l, lse, scale, V);
+        if (t >= 0) l[t] = (cpu::fast_exp(lt - lse) - 1.0f) * scale;
+      }
+    }
+    if (!backward) continue;
+    const void* da = is_bf16 ? static_cast<const void*>(dlogits_b) : static_cast<const void*>(logits);
+    cpu::detail::gemm(dx + int64_t(r0) * C, da, false, w, false, rows, C, V, is_bf16, false);
+    cpu::detail::gemm(dwout, da, true, xa, false, V, C, rows, is_bf16, true);
+  }
 }
 
 }  // namespace
@@ -100,7 +190,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  // fused lm head + CE vs the chunk size R (3 matmuls of 2*M*C*V flop each, plus the softmax)
+  // fused lm head + CE: the earlier chunked algorithm (lmhead_ce_chunked_v1 above) against
+  // cpu::lmhead_ce_fused, interleaved in one process; 3 matmuls of 2*M*C*V flop each, plus the softmax.
   if (!run_lmhead) return 0;
   const int C = 768, V = 32000;
   const auto x = random_vec(size_t(M) * C, 4, 1.0f);       // (M,C)
@@ -110,30 +201,51 @@ int main(int argc, char** argv) {
   std::vector<int32_t> targets(static_cast<size_t>(M));
   for (int n = 0; n < M; n++) targets[size_t(n)] = int32_t(random_u32(3, 0, 6, uint64_t(n)) % V);
   std::vector<float> losses(static_cast<size_t>(M)), dx(size_t(M) * C), dwout(wout.size(), 0.0f);
-  std::printf("lmhead_ce_fused M=%d C=%d V=%d (default R=%d): seconds per call, effective GFLOP/s\n", M, C, V,
-              cpu::detail::lmhead_chunk_rows(V));
-  for (int R : {64, 128, 256, 512}) {
-    cpu::detail::lmhead_chunk_rows_override() = R;
-    for (cpu::ComputeType ct : {cpu::ComputeType::f32, cpu::ComputeType::bf16}) {
-      const double t_fwd = time_call(
+  const double flop = 2.0 * M * C * double(V);
+  const int reps = std::max(5, int(seconds * 20));  // rounds of old + new
+  std::printf("lmhead_ce_fused M=%d C=%d V=%d: old = chunked v1 (R=256), new = cpu::lmhead_ce_fused (R=%d, G=%d bf16 / "
+              "%d f32),\n  %d interleaved repetitions: median seconds (effective GFLOP/s), new/old ratio of medians\n",
+              M, C, V, cpu::detail::lmhead_chunk_rows(V), cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::bf16),
+              cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::f32), reps);
+  for (cpu::ComputeType ct : {cpu::ComputeType::bf16, cpu::ComputeType::f32}) {
+    for (bool backward : {false, true}) {
+      float* dxp = backward ? dx.data() : nullptr;
+      float* dwp = backward ? dwout.data() : nullptr;
+      const std::vector<std::function<void()>> calls = {
           [&] {
-            cpu::lmhead_ce_fused(losses.data(), nullptr, nullptr, x.data(), wout.data(), wout_b.data(), targets.data(),
+            lmhead_ce_chunked_v1(losses.data(), dxp, dwp, x.data(), wout.data(), wout_b.data(), targets.data(),
                                  1.0f / M, M, C, V, ct);
           },
-          seconds);
-      const double t_all = time_call(
           [&] {
-            cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(),
-                                 targets.data(), 1.0f / M, M, C, V, ct);
-          },
-          seconds);
-      const double flop = 2.0 * M * C * double(V);
-      std::printf("  R=%3d %4s  forward-only %.3f s (%.1f GFLOP/s)   forward+backward %.3f s (%.1f GFLOP/s)\n", R,
-                  ct == cpu::ComputeType::f32 ? "f32" : "bf16", t_fwd, flop / t_fwd * 1e-9, t_all,
-                  3 * flop / t_all * 1e-9);
+            cpu::lmhead_ce_fused(losses.data(), dxp, dwp, x.data(), wout.data(), wout_b.data(), targets.data(),
+                                 1.0f / M, M, C, V, ct);
+          }};
+      const auto t = median_times(calls, reps);
+      const double f = backward ? 3 * flop : flop;
+      std::printf("  %4s %-16s old %.3f s (%5.1f)  new %.3f s (%5.1f)  new/old %.3f  (fastest calls: %.3f / %.3f s, %.3f)\n",
+                  ct == cpu::ComputeType::f32 ? "f32" : "bf16", backward ? "forward+backward" : "forward-only",
+                  t[0].first, f / t[0].first * 1e-9, t[1].first, f / t[1].first * 1e-9, t[1].first / t[0].first,
+                  t[0].second, t[1].second, t[1].second / t[0].second);
       std::fflush(stdout);
     }
+    // old and new side by side on one call (dwout from zero): largest differences, relative to the largest value
+    std::vector<float> losses_old(losses.size()), dx_old(dx.size()), dw_old(dwout.size(), 0.0f);
+    std::fill(dwout.begin(), dwout.end(), 0.0f);
+    lmhead_ce_chunked_v1(losses_old.data(), dx_old.data(), dw_old.data(), x.data(), wout.data(), wout_b.data(),
+                         targets.data(), 1.0f / M, M, C, V, ct);
+    cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(), targets.data(),
+                         1.0f / M, M, C, V, ct);
+    const auto rel_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double diff = 0.0, scale = 0.0;
+      for (size_t i = 0; i < a.size(); i++) {
+        diff = std::max(diff, double(std::abs(a[i] - b[i])));
+        scale = std::max(scale, double(std::abs(b[i])));
+      }
+      return diff / std::max(scale, 1e-30);
+    };
+    std::printf("  %4s new vs old: max |diff| / max |old|: losses %.2e  dx %.2e  dwout %.2e\n",
+                ct == cpu::ComputeType::f32 ? "f32" : "bf16", rel_diff(losses, losses_old), rel_diff(dx, dx_old),
+                rel_diff(dwout, dw_old));
   }
-  cpu::detail::lmhead_chunk_rows_override() = 0;
   return 0;
 }

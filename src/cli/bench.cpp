@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "io/hf_config.h"
 #include "kernels/cpu/matmul_peak.h"
+#include "kernels/cpu/ops.h"
 #include "model/llama.h"
 
 namespace llamatrain::cli {
@@ -82,7 +83,11 @@ void run_bench(const BenchOptions& o) {
   const double median = times[times.size() / 2];
   const double tokens_per_s = N / median;
   const double gflops = step_flops(cfg, B, T) / median / 1e9;
-  const double analytic = double(model.state_bytes()) + double(model::LlamaModel::activation_bytes(cfg, precision, B, T));
+  // parameters, gradients, optimizer state, bf16 copies, activations and backward scratch, and the
+  // fused lm head's scratch
+  const double analytic = double(model.state_bytes()) +
+                          double(model::LlamaModel::activation_bytes(cfg, precision, B, T)) +
+                          double(cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct));
   const double rss = peak_rss_bytes();
   if (o.json) {
     std::printf(

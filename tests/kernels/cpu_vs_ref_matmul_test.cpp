@@ -349,6 +349,14 @@ TEST(CpuVsRefLmHeadCe, MatchesFp64Reference) {
     for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) check_lm_case(lc, ct);
 }
 
+TEST(CpuVsRefLmHeadCe, SeveralBackwardBlocks) {
+  // dlogits blocks of 32 rows (forward chunks of 16): 3 blocks + a 4-row tail block, dwout accumulated
+  // over blocks, dx written per block (by default a block holds up to 128 MiB of dlogits).
+  cpu::detail::lmhead_block_rows_override() = 32;
+  for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) check_lm_case({100, 40, 211, 16, 0.5f}, ct);
+  cpu::detail::lmhead_block_rows_override() = 0;
+}
+
 TEST(CpuVsRefLmHeadCe, HugeLogitsStayFinite) {
   // logits of magnitude ~1e3: a naive exp overflows; the kernel must subtract the row max.
   const int N = 3, C = 4, V = 5;

@@ -5,8 +5,8 @@
 //     CPU has them) and accumulates in fp32; primitives are created once per shape and reused;
 //   - attention is tiled with an online softmax and never materializes (B,H,T,T) scores;
 //     backward recomputes scores from q, k and the saved lse;
-//   - lmhead_ce_fused computes the lm head, cross-entropy and its gradient in row chunks, so the
-//     (N,V) logits never exist whole;
+//   - lmhead_ce_fused computes the lm head and cross-entropy in row chunks, so the (N,V) fp32 logits
+//     never exist whole; its backward keeps a bounded block of dlogits (bf16 in bf16 mode).
 //   - matmul operands (inp, dout) may be float or bf16 (template T, instantiated for both). In the
 //     bf16 modes the kernels that produce them (rmsnorm_forward, swiglu_forward/backward) write bf16
 //     directly, so no separate conversion pass runs; float operands are converted per call.
@@ -64,6 +64,10 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
                      const float* wout /*(V,C)*/, const bf16* wout_bf16, const int32_t* targets /*(N)*/, float dloss,
                      int N, int C, int V, ComputeType ct);
+// Bytes of scratch that a training call of lmhead_ce_fused at these sizes allocates and keeps for reuse
+// (per calling thread): bounded by 128 MiB of dlogits plus one chunk of fp32 logits, whatever N.
+// Evaluation (dx == nullptr) needs only the chunk.
+int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int step, float grad_scale);
