@@ -7,7 +7,7 @@
 namespace llamatrain::cpu {
 
 // GFLOP/s (2*M*N*K flop per call) of out (M,N) = inp (M,K) @ weight (N,K)^T in compute type ct,
-// measured for about `seconds` of wall time (at least 3 timed calls).
+// calls repeated for about `seconds` of wall time (at least 3 timed calls); the fastest call counts.
 double measure_matmul_gflops(int M, int N, int K, ComputeType ct, double seconds);
 
 }  // namespace llamatrain::cpu
