@@ -117,17 +117,32 @@ const bf16* LlamaModel::bf16_of(const float* param) const {
   return param_bf16_.data() + (param - param_arena_.data());
 }
 
-int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T) {
+namespace {
+
+// Floats of the fp32 saved activations (ActivationTensors) for (B, T).
+int64_t saved_floats(const LlamaConfig& c, int B, int T) {
   const int64_t N = int64_t(B) * T, C = c.dim, L = c.n_layers, F = c.ffn_dim;
   const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const int64_t widest = std::max({C, QKV, HD, 2 * F});
   const int64_t per_layer = N /*ln1_rstd*/ + N * QKV + N * HD + int64_t(B) * c.n_heads * T /*lse*/ +
                             N * C /*resid*/ + N /*ln2_rstd*/ + N * 2 * F + N * C /*out*/;
-  const int64_t saved = N * C /*x0*/ + L * per_layer + N * C /*lnf*/ + N + N /*losses*/;
+  return N * C /*x0*/ + L * per_layer + N * C /*lnf*/ + N /*lnf_rstd*/ + N /*losses*/;
+}
+
+// Elements of MatmulInputs: ln1, ln2, hmid of every layer and one layer's dh13.
+int64_t matmul_input_elements(const LlamaConfig& c, int B, int T) {
+  const int64_t N = int64_t(B) * T;
+  return int64_t(c.n_layers) * (2 * N * c.dim + N * c.ffn_dim) + N * 2 * c.ffn_dim;
+}
+
+}  // namespace
+
+int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T) {
+  const int64_t N = int64_t(B) * T, C = c.dim, F = c.ffn_dim;
+  const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
+  const int64_t widest = std::max({C, QKV, HD, 2 * F});
   const int64_t scratch = N * C /*dres*/ + N * widest /*dln*/ + N * QKV + N * HD + N * F /*dhmid*/ + N * C /*tmp*/;
-  const int64_t matmul_inputs = L * (2 * N * C + N * F) /*ln1, ln2, hmid*/ + N * 2 * F /*dh13*/;
   const int64_t matmul_input_bytes = p == Precision::fp32 ? 4 : 2;
-  return 4 * (saved + scratch) + matmul_input_bytes * matmul_inputs;
+  return 4 * (saved_floats(c, B, T) + scratch) + matmul_input_bytes * matmul_input_elements(c, B, T);
 }
 
 void LlamaModel::ensure_activations(int B, int T) {
@@ -142,9 +157,7 @@ void LlamaModel::ensure_activations(int B, int T) {
   const LlamaConfig& c = config_;
   const int64_t N = int64_t(B) * T, C = c.dim, L = c.n_layers, F = c.ffn_dim;
   const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const int64_t per_layer = N /*ln1_rstd*/ + N * QKV + N * HD + int64_t(B) * c.n_heads * T /*lse*/ +
-                            N * C /*resid*/ + N /*ln2_rstd*/ + N * 2 * F + N * C /*out*/;
-  act_arena_.assign(N * C + L * per_layer + N * C + N + N, 0.0f);
+  act_arena_.assign(saved_floats(c, B, T), 0.0f);
   float* p = act_arena_.data();
   auto take = [&](int64_t n) {
     float* r = p;
@@ -167,7 +180,7 @@ void LlamaModel::ensure_activations(int B, int T) {
 
   // The matmul-only tensors, in the dtype the matmuls read (one of the two arenas stays empty).
   auto take_inputs = [&](auto& arena, auto& m) {
-    arena.assign(L * (2 * N * C + N * F) + N * 2 * F, {});
+    arena.assign(matmul_input_elements(c, B, T), {});
     auto* q = arena.data();
     m.ln1 = q, q += L * N * C;
     m.ln2 = q, q += L * N * C;
