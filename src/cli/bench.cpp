@@ -3,6 +3,7 @@
 // largest matmul shape, and peak RSS against the analytic memory. Figures, not tests: compare runs
 // side by side (bench/compare_pytorch.sh), never a lone absolute number.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/rng.h"
 #include "io/hf_config.h"
 #include "kernels/cpu/matmul_peak.h"
@@ -55,6 +57,15 @@ void run_bench(const BenchOptions& o) {
   const auto precision = model::parse_precision(o.precision);
   const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
   const int B = o.batch, T = o.seq, N = B * T;
+  const int64_t state = model::LlamaModel::state_bytes(cfg, precision);
+  const int64_t activations = model::LlamaModel::activation_bytes(cfg, precision, B, T) +
+                              cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct);
+  check_memory_fits(state + activations,
+                    fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),
+                    fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB",
+                                state / 1e9, activations / 1e9),
+                    "lower --batch or --seq, use --precision bf16-sr (14 bytes per parameter instead of 16-18), "
+                    "or pick a smaller model");
 
   // The largest matmul of the step is the lm head: (N, C) x (C, V).
   const double peak_gflops = cpu::measure_matmul_gflops(N, cfg.vocab_size, cfg.dim, ct, 1.0);
@@ -85,9 +96,9 @@ void run_bench(const BenchOptions& o) {
   const double gflops = step_flops(cfg, B, T) / median / 1e9;
   // parameters, gradients, optimizer state, bf16 copies, activations and backward scratch, and the
   // fused lm head's scratch
-  const double analytic = double(model.state_bytes()) +
-                          double(model::LlamaModel::activation_bytes(cfg, precision, B, T)) +
-                          double(cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct));
+  CHECK(model.state_bytes() == state, "state_bytes: {} from the model, {} from its config", model.state_bytes(),
+        state);
+  const double analytic = double(state + activations);
   const double rss = peak_rss_bytes();
   if (o.json) {
     std::printf(

@@ -1,8 +1,10 @@
 // llamatrain entry point: builds the CLI11 app from the per-command register_* functions, runs it,
-// and turns a llamatrain::Error into a plain message and exit code 1 (the only place it is caught).
+// and turns a llamatrain::Error (or a failed allocation) into a plain message and exit code 1 (the only
+// place they are caught).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <new>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -30,6 +32,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const llamatrain::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "error: out of memory: a buffer could not be allocated\n"
+                 "hint: lower the batch size or sequence length, use a smaller model or --precision bf16-sr, "
+                 "or run on a machine with more memory\n");
     return 1;
   }
   return 0;

@@ -410,6 +410,13 @@ float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
   return float(norm);
 }
 
+int64_t LlamaModel::state_bytes(const LlamaConfig& c, Precision p) {
+  // fp32 weights (compute copy) and gradients always; fp32 Adam moments, or bf16 weights and moments
+  // in bf16-sr; bf16-mixed adds the bf16 weight copy to fp32's.
+  const int64_t per_param = p == Precision::fp32 ? 16 : p == Precision::bf16_mixed ? 18 : 14;
+  return c.num_params() * per_param;
+}
+
 int64_t LlamaModel::state_bytes() const {
   int64_t bytes = int64_t(param_arena_.size() + grad_arena_.size() + m_f32_.size() + v_f32_.size()) * 4;
   bytes += int64_t(param_bf16_.size() + m_bf16_.size() + v_bf16_.size()) * 2;

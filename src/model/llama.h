@@ -131,6 +131,7 @@ class LlamaModel {
   // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T) (saved
   // activations and backward scratch).
   int64_t state_bytes() const;
+  static int64_t state_bytes(const LlamaConfig& c, Precision p);  // before constructing: same figure
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;

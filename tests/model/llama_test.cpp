@@ -34,6 +34,17 @@ std::vector<int32_t> random_tokens(int n, int V, uint32_t stream) {
   return t;
 }
 
+TEST(Llama, StateBytesFromTheConfigEqualTheModels) {
+  // bench and the memory check size a job before building it; the figure must be the model's own.
+  for (const char* name : {"tiny", "stories15m"})
+    for (auto p : {model::Precision::fp32, model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+      const model::LlamaConfig cfg = model::preset_config(name);
+      model::LlamaModel m(cfg, p);
+      EXPECT_EQ(model::LlamaModel::state_bytes(cfg, p), m.state_bytes())
+          << name << " " << model::precision_name(p);
+    }
+}
+
 TEST(Llama, DecodeWithKvCacheEqualsFullForward) {
   const auto c = small_config();
   model::LlamaModel m(c, model::Precision::fp32, 3);

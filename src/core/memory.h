@@ -1,0 +1,19 @@
+// How much memory this process can still take, to refuse a job that cannot fit with a clear message
+// before allocating (an allocation that overcommits would otherwise end in the OOM killer mid-run).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace llamatrain {
+
+// min(MemAvailable of /proc/meminfo, cgroup v2 memory.max - memory.current) in bytes; -1 if neither
+// can be read (the caller then skips its check).
+int64_t available_memory_bytes();
+
+// Throws Error "memory: <what> needs X GB (<detail>), but Y GB is available" + hint when need_bytes
+// exceeds available_memory_bytes(); does nothing when that is unknown.
+void check_memory_fits(int64_t need_bytes, const std::string& what, const std::string& detail,
+                       const std::string& hint);
+
+}  // namespace llamatrain

@@ -1,0 +1,51 @@
+// core/memory: the available-memory probe reads something sensible on Linux, and check_memory_fits
+// refuses a job larger than that with a message naming the job, the sizes and a hint; `llamatrain
+// bench` on a model far too large for the machine stops with that message before allocating.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace llamatrain {
+namespace {
+
+TEST(Memory, AvailableIsPositiveOnLinux) {
+  const int64_t avail = available_memory_bytes();
+  EXPECT_GT(avail, int64_t(16) << 20);  // any machine that runs the tests has more than 16 MB free
+}
+
+TEST(Memory, CheckRefusesTooLargeWithSizesAndHint) {
+  EXPECT_NO_THROW(check_memory_fits(1024, "tiny job", "1 KB", "none needed"));
+  const int64_t avail = available_memory_bytes();
+  try {
+    check_memory_fits(avail + (int64_t(100) << 30), "huge job", "weights 100 GB", "use less");
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("memory: huge job needs"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("weights 100 GB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("GB is available"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("hint: use less"), std::string::npos) << msg;
+  }
+}
+
+TEST(Memory, BenchOfAModelTooLargeForTheMachineIsAClearError) {
+  const char* bin = std::getenv("LLAMATRAIN_BIN");
+  ASSERT_NE(bin, nullptr);
+  // llama2-7b at batch 64 x seq 4096 needs ~2 TB: refused up front, no allocation, no crash
+  FILE* p = popen((std::string(bin) + " bench --model llama2-7b --seq 4096 --batch 64 --steps 1 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("error: memory: llama2-7b in bf16-mixed at batch 64 x seq 4096 needs"), std::string::npos) << out;
+  EXPECT_NE(out.find("hint:"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace llamatrain
