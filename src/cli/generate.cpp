@@ -3,6 +3,7 @@
 // otherwise softmax(logits / temperature) restricted to the top-p nucleus, drawn from the
 // counter-based RNG keyed by --seed, so a seed reproduces a sample exactly.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,9 +13,11 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
+#include "io/hf_config.h"
 
 namespace llamatrain::cli {
 
@@ -57,7 +60,17 @@ int sample_token(const std::vector<float>& logits, float temperature, float top_
 void run_generate(const GenerateOptions& o) {
   const auto tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.model").string();
   data::Tokenizer tokenizer(tok_path);
-  auto model = io::load_hf_model(o.model_dir, model::parse_precision(o.precision));
+  const auto precision = model::parse_precision(o.precision);
+  {
+    const model::LlamaConfig cfg = io::read_hf_config(o.model_dir);
+    const int64_t weights = cfg.num_params() * (precision == model::Precision::fp32 ? 4 : 6);
+    check_memory_fits(weights, fmt::format("{} in {}", o.model_dir, o.precision),
+                      fmt::format("{:.2f}B parameters at {} bytes each", cfg.num_params() / 1e9,
+                                  precision == model::Precision::fp32 ? 4 : 6),
+                      "use a machine with more memory (generate keeps an fp32 copy of the weights, plus a bf16 "
+                      "one in the bf16 modes)");
+  }
+  auto model = io::load_hf_model(o.model_dir, precision);
   const auto& c = model->config();
   if (tokenizer.vocab_size() > c.vocab_size)
     fail("{}: tokenizer has {} pieces, expected at most vocab_size {} from config.json", tok_path,

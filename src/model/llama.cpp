@@ -80,8 +80,13 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
   specs_ = build_param_specs(config_);
   num_params_ = specs_.back().offset + specs_.back().numel;
   param_arena_.assign(num_params_, 0.0f);
-  grad_arena_.assign(num_params_, 0.0f);
   if (precision_ != Precision::fp32) param_bf16_.assign(num_params_, bf16{0});
+  params_ = views(param_arena_.data(), specs_, config_.tie_embeddings);
+}
+
+void LlamaModel::ensure_training_state() {
+  if (!grad_arena_.empty()) return;
+  grad_arena_.assign(num_params_, 0.0f);
   if (precision_ == Precision::bf16_sr) {
     m_bf16_.assign(num_params_, bf16{0});
     v_bf16_.assign(num_params_, bf16{0});
@@ -89,8 +94,17 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
     m_f32_.assign(num_params_, 0.0f);
     v_f32_.assign(num_params_, 0.0f);
   }
-  params_ = views(param_arena_.data(), specs_, config_.tie_embeddings);
   grads_ = views(grad_arena_.data(), specs_, config_.tie_embeddings);
+}
+
+ParameterTensors LlamaModel::grads() {
+  ensure_training_state();
+  return grads_;
+}
+
+float* LlamaModel::grad_data() {
+  ensure_training_state();
+  return grad_arena_.data();
 }
 
 LlamaModel::~LlamaModel() = default;
@@ -300,6 +314,7 @@ StepStats LlamaModel::forward_backward(const int32_t* tokens, const int32_t* tar
   StepStats stats;
   stats.num_valid = count_valid(targets);
   const float dloss = stats.num_valid > 0 ? grad_scale / float(stats.num_valid) : 0.0f;
+  ensure_training_state();
   backward(tokens, targets, dloss);  // the fused lm head computes the losses on its way
   stats.loss = mean_loss(stats.num_valid);
   return stats;
@@ -384,10 +399,14 @@ void LlamaModel::logits(float* out) {
                       compute_type(precision_));
 }
 
-void LlamaModel::zero_grad() { std::fill(grad_arena_.begin(), grad_arena_.end(), 0.0f); }
+void LlamaModel::zero_grad() {
+  ensure_training_state();
+  std::fill(grad_arena_.begin(), grad_arena_.end(), 0.0f);
+}
 
 float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
   CHECK(step >= 1);
+  ensure_training_state();
   const double norm = std::sqrt(cpu::sum_squares(grad_arena_.data(), num_params_));
   float scale = 1.0f;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = float(opt.grad_clip / (norm + 1e-6));

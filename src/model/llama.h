@@ -101,9 +101,11 @@ class LlamaModel {
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   int64_t num_params() const { return num_params_; }
   ParameterTensors params() { return params_; }
-  ParameterTensors grads() { return grads_; }
+  // Gradients and AdamW state are allocated (zeroed) on first use: here, zero_grad, forward_backward
+  // or optimizer_step. A model used only for inference (generate) holds just its weights.
+  ParameterTensors grads();
   float* param_data() { return param_arena_.data(); }  // (num_params) fp32 compute copy
-  float* grad_data() { return grad_arena_.data(); }    // (num_params)
+  float* grad_data();                                  // (num_params)
 
   // Normal(0, std) matrices and embeddings, ones for norms (counter-based RNG: layout independent).
   void init_random(float std = 0.02f);
@@ -129,9 +131,10 @@ class LlamaModel {
   float optimizer_step(const AdamWConfig& opt, float lr, int step);
 
   // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T) (saved
-  // activations and backward scratch).
+  // activations and backward scratch). state_bytes() counts what is allocated now (weights only until
+  // the training state's first use); the static one is the full training figure.
   int64_t state_bytes() const;
-  static int64_t state_bytes(const LlamaConfig& c, Precision p);  // before constructing: same figure
+  static int64_t state_bytes(const LlamaConfig& c, Precision p);
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;
@@ -149,6 +152,7 @@ class LlamaModel {
   int64_t count_valid(const int32_t* targets) const;       // checks target ids too
   float mean_loss(int64_t num_valid) const;
   const bf16* bf16_of(const float* param) const;  // bf16 twin of a pointer into the param arena
+  void ensure_training_state();                   // grads and AdamW moments, on first use
 
   LlamaConfig config_;
   Precision precision_;

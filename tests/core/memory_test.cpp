@@ -1,11 +1,16 @@
 // core/memory: the available-memory probe reads something sensible on Linux, and check_memory_fits
 // refuses a job larger than that with a message naming the job, the sizes and a hint; `llamatrain
-// bench` on a model far too large for the machine stops with that message before allocating.
+// bench` and `generate` on a model far too large for the machine stop with that message before
+// allocating.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -45,6 +50,29 @@ TEST(Memory, BenchOfAModelTooLargeForTheMachineIsAClearError) {
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;
   EXPECT_NE(out.find("error: memory: llama2-7b in bf16-mixed at batch 64 x seq 4096 needs"), std::string::npos) << out;
   EXPECT_NE(out.find("hint:"), std::string::npos) << out;
+}
+
+TEST(Memory, GenerateWithAModelTooLargeForTheMachineIsAClearError) {
+  const char* bin = std::getenv("LLAMATRAIN_BIN");
+  ASSERT_NE(bin, nullptr);
+  // A config of ~1.7T parameters (no weights needed: the check runs before loading them).
+  const auto dir = std::filesystem::temp_directory_path() / ("llamatrain_memory_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(std::string(LLAMATRAIN_SOURCE_DIR) + "/tests/golden/tiny_hf/tokenizer.model",
+                             dir / "tokenizer.model", std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "config.json")
+      << R"({"hidden_size": 32768, "intermediate_size": 131072, "num_attention_heads": 256,
+             "num_key_value_heads": 256, "num_hidden_layers": 128, "rms_norm_eps": 1e-5, "vocab_size": 32000,
+             "max_position_embeddings": 4096, "bos_token_id": 1, "eos_token_id": 2})";
+  FILE* p = popen((std::string(bin) + " generate " + dir.string() + " --prompt hi 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("error: memory: "), std::string::npos) << out;
+  EXPECT_NE(out.find("parameters at 4 bytes each"), std::string::npos) << out;
 }
 
 }  // namespace
