@@ -63,10 +63,10 @@ void run_generate(const GenerateOptions& o) {
   const auto precision = model::parse_precision(o.precision);
   {
     const model::LlamaConfig cfg = io::read_hf_config(o.model_dir);
-    const int64_t weights = cfg.num_params() * (precision == model::Precision::fp32 ? 4 : 6);
+    const int64_t weights = model::LlamaModel::weight_bytes(cfg, precision);
     check_memory_fits(weights, fmt::format("{} in {}", o.model_dir, o.precision),
                       fmt::format("{:.2f}B parameters at {} bytes each", cfg.num_params() / 1e9,
-                                  precision == model::Precision::fp32 ? 4 : 6),
+                                  weights / cfg.num_params()),
                       "use a machine with more memory (generate keeps an fp32 copy of the weights, plus a bf16 "
                       "one in the bf16 modes)");
   }

@@ -436,6 +436,10 @@ int64_t LlamaModel::state_bytes(const LlamaConfig& c, Precision p) {
   return c.num_params() * per_param;
 }
 
+int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {
+  return c.num_params() * (p == Precision::fp32 ? 4 : 6);
+}
+
 int64_t LlamaModel::state_bytes() const {
   int64_t bytes = int64_t(param_arena_.size() + grad_arena_.size() + m_f32_.size() + v_f32_.size()) * 4;
   bytes += int64_t(param_bf16_.size() + m_bf16_.size() + v_bf16_.size()) * 2;

@@ -135,6 +135,7 @@ class LlamaModel {
   // the training state's first use); the static one is the full training figure.
   int64_t state_bytes() const;
   static int64_t state_bytes(const LlamaConfig& c, Precision p);
+  static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include <unistd.h>
 
@@ -17,6 +18,18 @@
 
 namespace llamatrain {
 namespace {
+
+// Runs `llamatrain ARGS` with stderr merged into stdout; returns (exit status, output).
+std::pair<int, std::string> run_llamatrain(const std::string& args) {
+  const char* bin = std::getenv("LLAMATRAIN_BIN");
+  if (bin == nullptr) return {-1, "LLAMATRAIN_BIN is not set"};
+  FILE* p = popen((std::string(bin) + " " + args + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
 
 TEST(Memory, AvailableIsPositiveOnLinux) {
   const int64_t avail = available_memory_bytes();
@@ -39,22 +52,14 @@ TEST(Memory, CheckRefusesTooLargeWithSizesAndHint) {
 }
 
 TEST(Memory, BenchOfAModelTooLargeForTheMachineIsAClearError) {
-  const char* bin = std::getenv("LLAMATRAIN_BIN");
-  ASSERT_NE(bin, nullptr);
   // llama2-7b at batch 64 x seq 4096 needs ~2 TB: refused up front, no allocation, no crash
-  FILE* p = popen((std::string(bin) + " bench --model llama2-7b --seq 4096 --batch 64 --steps 1 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  const auto [status, out] = run_llamatrain("bench --model llama2-7b --seq 4096 --batch 64 --steps 1");
+  EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("error: memory: llama2-7b in bf16-mixed at batch 64 x seq 4096 needs"), std::string::npos) << out;
   EXPECT_NE(out.find("hint:"), std::string::npos) << out;
 }
 
 TEST(Memory, GenerateWithAModelTooLargeForTheMachineIsAClearError) {
-  const char* bin = std::getenv("LLAMATRAIN_BIN");
-  ASSERT_NE(bin, nullptr);
   // A config of ~1.7T parameters (no weights needed: the check runs before loading them).
   const auto dir = std::filesystem::temp_directory_path() / ("llamatrain_memory_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -64,13 +69,9 @@ TEST(Memory, GenerateWithAModelTooLargeForTheMachineIsAClearError) {
       << R"({"hidden_size": 32768, "intermediate_size": 131072, "num_attention_heads": 256,
              "num_key_value_heads": 256, "num_hidden_layers": 128, "rms_norm_eps": 1e-5, "vocab_size": 32000,
              "max_position_embeddings": 4096, "bos_token_id": 1, "eos_token_id": 2})";
-  FILE* p = popen((std::string(bin) + " generate " + dir.string() + " --prompt hi 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
+  const auto [status, out] = run_llamatrain("generate " + dir.string() + " --prompt hi");
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("error: memory: "), std::string::npos) << out;
   EXPECT_NE(out.find("parameters at 4 bytes each"), std::string::npos) << out;
 }

@@ -42,8 +42,9 @@ TEST(Llama, StateBytesFromTheConfigEqualTheModels) {
       const model::LlamaConfig cfg = model::preset_config(name);
       model::LlamaModel m(cfg, p);
       // inference holds the weights only: fp32 copy (+ bf16 copy in the bf16 modes)
-      const int64_t weights = cfg.num_params() * (p == model::Precision::fp32 ? 4 : 6);
-      EXPECT_EQ(m.state_bytes(), weights) << name << " " << model::precision_name(p);
+      EXPECT_EQ(m.state_bytes(), cfg.num_params() * (p == model::Precision::fp32 ? 4 : 6))
+          << name << " " << model::precision_name(p);
+      EXPECT_EQ(model::LlamaModel::weight_bytes(cfg, p), m.state_bytes()) << name;
       m.zero_grad();  // first use of the training state allocates it
       EXPECT_EQ(model::LlamaModel::state_bytes(cfg, p), m.state_bytes())
           << name << " " << model::precision_name(p);
