@@ -14,5 +14,7 @@ void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_preprocess(CLI::App& app);
 void register_data(CLI::App& app);
+void register_export(CLI::App& app);
+void register_eval(CLI::App& app);
 
 }  // namespace llamatrain::cli

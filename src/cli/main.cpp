@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   llamatrain::cli::register_bench(app);
   llamatrain::cli::register_preprocess(app);
   llamatrain::cli::register_data(app);
+  llamatrain::cli::register_export(app);
+  llamatrain::cli::register_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
