@@ -148,6 +148,8 @@ void register_data(CLI::App& app) {
   merge->add_option("out_prefix", *out, "output prefix")->required();
   merge->add_option("in_prefixes", *ins, "input prefixes, in order")->required();
   merge->callback([out, ins] { run_merge(*out, *ins); });
+
+  register_data_samples(*cmd);
 }
 
 }  // namespace llamatrain::cli
