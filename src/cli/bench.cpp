@@ -19,6 +19,7 @@
 #include "kernels/cpu/matmul_peak.h"
 #include "kernels/cpu/ops.h"
 #include "model/llama.h"
+#include "obs/throughput.h"
 
 namespace llamatrain::cli {
 
@@ -32,16 +33,6 @@ struct BenchOptions {
   int steps = 5;
   bool json = false;
 };
-
-// Training FLOPs of one step: 6 * tokens * (matmul weights incl. lm head) + causal attention
-// (QK^T and PV over the lower triangle: 2 * B*H*T*T*D forward, x3 for forward + backward).
-double step_flops(const model::LlamaConfig& c, int B, int T) {
-  const double C = c.dim, F = c.ffn_dim, HD = double(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const double matmul_params = c.n_layers * (QKV * C + C * HD + 3 * F * C) + double(c.vocab_size) * C;
-  const double tokens = double(B) * T;
-  const double attention = 3.0 * 2.0 * B * c.n_heads * double(T) * T * c.head_dim() * c.n_layers;
-  return 6.0 * tokens * matmul_params + attention;
-}
 
 double peak_rss_bytes() {
   rusage u{};
@@ -93,7 +84,7 @@ void run_bench(const BenchOptions& o) {
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
   const double tokens_per_s = N / median;
-  const double gflops = step_flops(cfg, B, T) / median / 1e9;
+  const double gflops = obs::step_flops(cfg, B, T) / median / 1e9;
   // parameters, gradients, optimizer state, bf16 copies, activations and backward scratch, and the
   // fused lm head's scratch
   CHECK(model.state_bytes() == state, "state_bytes: {} from the model, {} from its config", model.state_bytes(),
