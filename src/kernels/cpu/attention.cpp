@@ -21,9 +21,12 @@
 // runs one task per (b, kv head) when there are >= 2 per thread: the task owns dq of its query
 // heads and dk, dv of its kv head, so nothing is shared. With fewer tasks it runs two passes:
 // dk, dv per (b, kv head, key tile) and dq per (b, h, query tile), each block written by one task.
-// Every value is summed in a fixed order in both schemes, so results are bitwise independent of the
-// thread count and of the scheme. Scratch is O(kB * (kB + D)) per thread. Details and derivation:
-// docs/derivations.md, section "Attention".
+// Bitwise independent of the thread count and so of the scheme, for any compiler and -march: both
+// schemes compute every value of dqkv in the same two functions (backward_tile for a tile pair,
+// fill_di), each compiled once, with the same arguments and in the same order; the dq pass repacks
+// K, V per pair to make the one-pass scheme's call. Same order alone was not enough: code compiled
+// per call site may differ in fma contraction and vectorization. Scratch is O(kB * (kB + D)) per
+// thread. Details and derivation: docs/derivations.md, section "Attention".
 #include <omp.h>
 
 #include <algorithm>
