@@ -47,7 +47,7 @@ void run_samples(const SamplesArgs& a) {
     fail("data samples: the {} split is empty\nhint: check model.data.splits_string (or the {}_ds files)", a.split,
          a.split);
   const int T = int(data.seq_length());
-  std::vector<int32_t> tokens(size_t(T)), targets(size_t(T));
+  std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T));
   if (!a.json)
     std::printf("%s split: %lld samples of %d tokens; showing %lld from sample %lld\n", a.split.c_str(),
                 (long long)data.size(split), T, (long long)a.first, (long long)a.start);

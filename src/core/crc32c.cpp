@@ -8,7 +8,6 @@
 #include "core/error.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <nmmintrin.h>
 #elif defined(__aarch64__)
 #include <arm_acle.h>
@@ -34,20 +33,21 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t
   return c32;
 }
 
-bool have_sse42() {
-  unsigned a, b, c, d;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_2) != 0;
-}
-
 }  // namespace
 
+bool crc32c_supported() {
+  static const bool ok = __builtin_cpu_supports("sse4.2");
+  return ok;
+}
+
 uint32_t crc32c(const void* data, size_t n, uint32_t previous) {
-  static const bool ok = have_sse42();
-  if (!ok) fail("this CPU has no SSE4.2 crc32 instruction, expected an x86-64 CPU from 2008 or later");
+  if (!crc32c_supported()) fail("this CPU has no SSE4.2 crc32 instruction, expected an x86-64 CPU from 2008 or later");
   return ~crc32c_sse42(static_cast<const uint8_t*>(data), n, ~previous);
 }
 
 #elif defined(__aarch64__)
+
+bool crc32c_supported() { return true; }  // the CRC extension is mandatory from ARMv8.1
 
 __attribute__((target("+crc"))) uint32_t crc32c(const void* data, size_t n, uint32_t previous) {
   const uint8_t* p = static_cast<const uint8_t*>(data);

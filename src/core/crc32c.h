@@ -9,6 +9,9 @@
 
 namespace llamatrain {
 
+// True when this CPU has the instruction (every x86-64 CPU since 2008; ARMv8 with the CRC extension).
+bool crc32c_supported();
+
 // CRC32C of n bytes, continuing from a previous result (0 for a fresh start).
 uint32_t crc32c(const void* data, size_t n, uint32_t previous = 0);
 

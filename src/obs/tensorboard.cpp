@@ -13,11 +13,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
 
 namespace llamatrain::obs {
 
@@ -29,21 +27,6 @@ namespace tfevents {
 
 namespace {
 
-#if defined(__x86_64__)
-// 8 bytes per crc32 instruction, then the tail byte by byte. The target attribute lets this
-// compile when the build does not use -march=native; callers check the CPU first.
-__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const uint8_t* p, size_t n) {
-  uint64_t c = crc;
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t word;
-    std::memcpy(&word, p, 8);
-    c = _mm_crc32_u64(c, word);
-  }
-  uint32_t c32 = uint32_t(c);
-  for (; n > 0; ++p, --n) c32 = _mm_crc32_u8(c32, *p);
-  return c32;
-}
-#endif
 
 // Protobuf wire types.
 constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
@@ -112,28 +95,7 @@ std::string summary_event(double wall_time, int64_t step, const std::string& val
 
 }  // namespace
 
-bool crc32c_supported() {
-#if defined(__x86_64__)
-  static const bool supported = __builtin_cpu_supports("sse4.2");
-  return supported;
-#else
-  return false;
-#endif
-}
-
-uint32_t crc32c(const void* data, size_t n) {
-  CHECK(crc32c_supported(), "crc32c needs the SSE4.2 crc32 instruction");
-#if defined(__x86_64__)
-  return ~crc32c_sse42(0xFFFFFFFFu, static_cast<const uint8_t*>(data), n);
-#else
-  return 0;
-#endif
-}
-
-uint32_t masked_crc32c(const void* data, size_t n) {
-  const uint32_t c = crc32c(data, n);
-  return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
-}
+uint32_t masked_crc32c(const void* data, size_t n) { return crc32c_mask(crc32c(data, n)); }
 
 std::string frame_record(std::string_view data) {
   std::string out;
@@ -214,7 +176,7 @@ std::string host_name() {
 }  // namespace
 
 TensorBoardWriter::TensorBoardWriter(const std::string& logdir) {
-  if (!tfevents::crc32c_supported())
+  if (!crc32c_supported())
     fail("tensorboard: event files need the CPU's SSE4.2 crc32 instruction, which this CPU lacks\n"
          "hint: turn TensorBoard logging off; metrics.jsonl records the same values");
   std::error_code ec;

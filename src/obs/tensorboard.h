@@ -20,12 +20,7 @@ double wall_time_now();
 
 namespace tfevents {
 
-// True when this CPU has the SSE4.2 crc32 instruction (every x86-64 CPU since 2008/2011).
-bool crc32c_supported();
-// CRC32C (Castagnoli): reflected polynomial 0x82F63B78, init and final xor 0xFFFFFFFF.
-// CHECKs crc32c_supported().
-uint32_t crc32c(const void* data, size_t n);
-// TFRecord's mask: rotate right by 15, then add 0xA282EAD8 (wrapping).
+// TFRecord's mask (core/crc32c.h computes the CRC): rotate right by 15, then add 0xA282EAD8 (wrapping).
 uint32_t masked_crc32c(const void* data, size_t n);
 
 // One TFRecord: u64 length, masked CRC of the length bytes, data, masked CRC of data (all LE).

@@ -21,6 +21,7 @@
 
 #include "../data/data_test_util.h"
 #include "core/error.h"
+#include "core/crc32c.h"
 #include "obs/tensorboard.h"
 
 namespace llamatrain::obs {
@@ -86,19 +87,19 @@ std::vector<std::string> event_files(const std::string& dir) {
 }
 
 TEST(TensorBoard, Crc32cKnownVectors) {
-  ASSERT_TRUE(tfevents::crc32c_supported()) << "this CPU lacks SSE4.2";
-  EXPECT_EQ(tfevents::crc32c("123456789", 9), 0xE3069283u);
-  EXPECT_EQ(tfevents::crc32c("", 0), 0u);
+  ASSERT_TRUE(crc32c_supported()) << "this CPU lacks SSE4.2";
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
   // RFC 3720 (iSCSI) B.4: 32 bytes of zeros, of ones, ascending 0..31, descending 31..0
   uint8_t buf[32];
   std::memset(buf, 0, 32);
-  EXPECT_EQ(tfevents::crc32c(buf, 32), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(buf, 32), 0x8A9136AAu);
   std::memset(buf, 0xFF, 32);
-  EXPECT_EQ(tfevents::crc32c(buf, 32), 0x62A8AB43u);
+  EXPECT_EQ(crc32c(buf, 32), 0x62A8AB43u);
   for (int i = 0; i < 32; ++i) buf[i] = uint8_t(i);
-  EXPECT_EQ(tfevents::crc32c(buf, 32), 0x46DD794Eu);
+  EXPECT_EQ(crc32c(buf, 32), 0x46DD794Eu);
   for (int i = 0; i < 32; ++i) buf[i] = uint8_t(31 - i);
-  EXPECT_EQ(tfevents::crc32c(buf, 32), 0x113FDB5Cu);
+  EXPECT_EQ(crc32c(buf, 32), 0x113FDB5Cu);
 }
 
 TEST(TensorBoard, Crc32cMatchesBitwiseReferenceAtEveryLengthAndAlignment) {
@@ -107,7 +108,7 @@ TEST(TensorBoard, Crc32cMatchesBitwiseReferenceAtEveryLengthAndAlignment) {
   for (auto& b : data) b = uint8_t(rng());
   for (size_t offset = 0; offset < 8; ++offset)
     for (size_t n = 0; n + offset <= 200; ++n)
-      ASSERT_EQ(tfevents::crc32c(data.data() + offset, n), crc32c_bitwise(data.data() + offset, n))
+      ASSERT_EQ(crc32c(data.data() + offset, n), crc32c_bitwise(data.data() + offset, n))
           << "offset " << offset << " length " << n;
 }
 
