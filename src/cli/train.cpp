@@ -15,12 +15,17 @@
 #include "data/demo_corpus.h"
 #include "io/hf_checkpoint.h"
 #include "model/llama.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace llamatrain::cli {
 
 namespace {
 
 struct TrainOptions {
+  std::string config;                  // YAML
+  std::vector<std::string> overrides;  // key=value
+  bool help_config = false;
   bool demo = false;
   std::string model = "tiny";
   std::string precision = "bf16-mixed";
@@ -117,6 +122,9 @@ void register_train(CLI::App& app) {
       "Examples:\n"
       "  llamatrain train --demo\n"
       "  llamatrain train --demo --steps 500 --precision bf16-sr --export /tmp/demo-hf");
+  cmd->add_option("config", o->config, "YAML config (NeMo megatron_llama_config.yaml key names)");
+  cmd->add_option("overrides", o->overrides, "key=value overrides, e.g. trainer.max_steps=100");
+  cmd->add_flag("--help-config", o->help_config, "List every config key with its type, default and meaning");
   cmd->add_flag("--demo", o->demo, "Train the tiny model on built-in text (byte-level tokens)");
   cmd->add_option("--model", o->model, "Preset: tiny, stories15m, stories42m, ...")->capture_default_str();
   cmd->add_option("--precision", o->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
@@ -130,10 +138,19 @@ void register_train(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Init and data seed")->capture_default_str();
   cmd->add_option("--export", o->export_dir, "Write a Hugging Face checkpoint here at the end");
   cmd->callback([o] {
-    if (!o->demo)
-      fail("train: only --demo is available so far\nhint: run `llamatrain train --demo` (the YAML-configured "
-           "trainer comes with the trainer issue)");
-    run_demo(*o);
+    if (o->help_config) {
+      std::fputs(train::config_help().c_str(), stdout);
+      return;
+    }
+    if (o->demo) {
+      run_demo(*o);
+      return;
+    }
+    if (o->config.empty())
+      fail("train: no config given, expected a YAML file\nhint: llamatrain train configs/tiny.yaml "
+           "model.data.data_prefix=[1.0,data/corpus_text_document] (or --demo for the built-in demo)");
+    const auto loaded = train::load_config(o->config, o->overrides);
+    train::run_training(loaded.config, loaded.notes);
   });
 }
 

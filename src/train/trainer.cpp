@@ -214,10 +214,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   model::LlamaModel model(mc, precision, uint64_t(cfg.model.seed));
   model.set_recompute(recompute);
   say(fmt::format("model: {:.2f}M parameters (C {}, L {}, H {}, Hkv {}, F {}, V {}), {}, recompute {}, "
-                  "memory {:.2f} GB (state {:.2f} + activations {:.2f})",
+                  "memory {} (state {} + activations {})",
                   double(model.num_params()) / 1e6, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim,
                   mc.vocab_size, model::precision_name(precision), model::recompute_name(recompute),
-                  (state + activations) / 1e9, state / 1e9, activations / 1e9));
+                  obs::format_bytes(double(state + activations)), obs::format_bytes(double(state)),
+                  obs::format_bytes(double(activations))));
 
   // ---- starting point: a checkpoint of this run, an explicit one, model.init_from, or random ----
   TrainerState st;
@@ -282,14 +283,15 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   opt.eps = float(cfg.model.optim.eps);
   opt.weight_decay = float(cfg.model.optim.weight_decay);
   opt.grad_clip = float(cfg.trainer.gradient_clip_val.value_or(0.0));
-  const double peak_gflops = cpu::measure_matmul_gflops(B * T, mc.vocab_size, mc.dim, ct, 0.3);
+  // MFU's denominator: this machine's matmul rate on a large square product in the run's compute type.
+  const double peak_gflops = cpu::measure_matmul_gflops(1024, 1024, 1024, ct, 0.2);
   const double flops_per_step = obs::step_flops(mc, gbs, T);
   const int64_t max_steps = cfg.trainer.max_steps;
   const int64_t log_every = std::max<int64_t>(1, cfg.trainer.log_every_n_steps);
   const auto& ckp = cfg.exp_manager.checkpoint_callback_params;
   const bool checkpoints = cfg.exp_manager.create_checkpoint_callback;
   const int64_t nonfinite_limit = std::max<int64_t>(1, cfg.trainer.max_consecutive_nonfinite);
-  const std::set<int64_t> inject = injected_nonfinite_steps();
+  std::set<int64_t> inject = injected_nonfinite_steps();  // each fires once (not again after a rollback)
 
   say(fmt::format("training: steps {} -> {}, global batch {} = micro batch {} x {} accumulation, seq {}, "
                   "lr schedule {}",
@@ -327,7 +329,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     const int64_t window_begin = st.consumed_samples;
     st.consumed_samples += gbs;
     const double loss = loss_sum / double(num_micro);
-    if (inject.count(step)) model.grad_data()[0] = NAN;
+    if (inject.erase(step)) model.grad_data()[0] = NAN;
     const float norm = model.grad_norm();
     st.step = step;
     if (std::isfinite(loss) && std::isfinite(norm)) {
@@ -337,7 +339,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     } else {
       st.skipped_steps++;
       nonfinite_run++;
-      say(fmt::format("step {}: loss {} / grad norm {} is not finite: update skipped (samples {}-{}; {} in a row, "
+      say(fmt::format("step {}: loss {:.4f} / grad norm {:.4f} is not finite: update skipped (samples {}-{}; {} in a row, "
                       "rollback after {})",
                       step, loss, norm, window_begin, st.consumed_samples - 1, nonfinite_run, nonfinite_limit));
       if (nonfinite_run >= nonfinite_limit) {
