@@ -120,6 +120,8 @@ trap 'exit 143' TERM
 
 mkdir -p "$WORK" "$LOGS"
 rm -f "$BASE.partial"
+stop_root_processes  # what a killed earlier run left running in the root
+unmount_all
 command -v git >/dev/null || die "needs git on the host to clone the checkout"
 if ! command -v debootstrap >/dev/null; then
   command -v apt-get >/dev/null || die "needs debootstrap, and this host has no apt-get to install it" \
@@ -136,7 +138,6 @@ free_kb=$(df -Pk "$WORK" | awk 'NR == 2 { print $4 }')
 t0=$SECONDS
 if [ "$REUSE" -eq 1 ]; then
   [ -f "$ROOT/.llamatrain-fresh-root" ] || die "no kept root in $ROOT to reuse" "run once with --keep first"
-  unmount_all
   base_step="reused the root a --keep run left"
 else
   remove_root
