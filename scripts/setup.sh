@@ -32,16 +32,17 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
   SUDO=()
   if [ "$(id -u)" -ne 0 ]; then
     if ! command -v sudo >/dev/null; then
-      echo "setup: installing packages needs root, got user $(id -un) and no sudo on this machine" >&2
-      echo "hint: run as root (su -c 'bash scripts/setup.sh'), or install the packages above as root first" >&2
+      echo "setup: missing packages ${missing[*]}" >&2
+      echo "setup: installing them needs root, got user $(id -un) and no sudo on this machine" >&2
+      echo "hint: run as root (su -c 'bash scripts/setup.sh'), or have root install them first" >&2
       exit 1
     fi
     SUDO=(sudo)
   fi
+  echo "setup: installing ${missing[*]}"
   "${SUDO[@]}" apt-get update -qq
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -q --no-install-recommends "${missing[@]}"
