@@ -114,11 +114,22 @@ cleanup() {
   fi
   exit "$rc"
 }
+# The work folder is ours alone: marked on first use (a non-empty unmarked folder is refused, since
+# its root/ gets deleted) and locked for the run (two runs would stop each other's processes).
+# Both before the trap, which deletes the root.
+if [ ! -f "$WORK/.llamatrain-fresh-machine" ]; then
+  [ ! -e "$WORK" ] || [ -z "$(ls -A "$WORK")" ] ||
+    die "refusing to use $WORK: not empty and not a fresh_machine_test work folder" "pass --workdir NEW_FOLDER"
+  mkdir -p "$WORK"
+  touch "$WORK/.llamatrain-fresh-machine"
+fi
+exec 9>"$WORK/.lock"
+flock -n 9 || die "another fresh_machine_test run is using $WORK" "wait for it, or pass another --workdir"
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$WORK" "$LOGS"
+mkdir -p "$LOGS"
 rm -f "$BASE.partial"
 stop_root_processes  # what a killed earlier run left running in the root
 unmount_all
@@ -143,7 +154,7 @@ else
   remove_root
   if [ "$NEW_BASE" -eq 1 ] || [ ! -f "$BASE" ]; then
     log "debootstrap --variant=minbase bookworm from $MIRROR (log: $LOGS/debootstrap.log)"
-    if ! debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" >"$LOGS/debootstrap.log" 2>&1; then
+    if ! debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" >"$LOGS/debootstrap.log" 2>&1 9>&-; then
       tail -n 20 "$LOGS/debootstrap.log" >&2
       die "debootstrap failed (log: $LOGS/debootstrap.log)" "check that $MIRROR is reachable, or pass --mirror"
     fi
@@ -213,7 +224,7 @@ in_root() {
   local env=(HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
   local v
   for v in http_proxy https_proxy no_proxy; do [ -z "${!v:-}" ] || env+=("$v=${!v}"); done
-  chroot "$ROOT" /usr/bin/env -i "${env[@]}" /bin/bash -c "cd /llamatrain && $1"
+  chroot "$ROOT" /usr/bin/env -i "${env[@]}" /bin/bash -c "cd /llamatrain && $1" 9>&-  # not the lock
 }
 
 JUNIT=build/release/test-results.xml
