@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "data_test_util.h"
+#include "test_util.h"
 
 namespace llamatrain::data {
 namespace {
@@ -236,7 +237,7 @@ TEST(IndexedDataset, ReadsPythonWrittenInt32Golden) {
 
 // Random documents written at test time by the independent Python writer, read back here.
 TEST(IndexedDataset, ReadsPythonWrittenRandomFiles) {
-  if (!exists(SYSTEM_PYTHON)) GTEST_SKIP() << "no " << SYSTEM_PYTHON;
+  if (auto why = llamatrain::testing::python_missing({"numpy"}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   std::mt19937 rng(11);
   for (std::string dt : {"uint16", "int32"}) {

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "data_test_util.h"
+#include "test_util.h"
 
 namespace llamatrain::data {
 namespace {
@@ -102,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The committed goldens are exactly what the reference writer produces today (no drift).
 TEST(Preprocess, GoldensAreReproducibleByTheReferenceWriter) {
-  if (!exists(SYSTEM_PYTHON)) GTEST_SKIP() << "no " << SYSTEM_PYTHON;
+  if (auto why = llamatrain::testing::python_missing({"numpy", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   const std::string w = std::string(SYSTEM_PYTHON) + " " + llamatrain::testing::source_path("tools/reference/megatron_writer.py") +
                         " preprocess --tokenizer-model " + fixture("tokenizer.model");
