@@ -3,8 +3,8 @@
 // add schema defaults, resolve interpolations (OmegaConf semantics: after overrides, `${.x}`
 // relative to the key's section, `${a.b}` absolute, `${multiply:a,b}`), fold aliases, convert each
 // entry into its typed field, then check cross-key rules and, with model.init_from, agreement with
-// the Hugging Face config.json. The schema table at the bottom half of this file is the only list
-// of keys: help text, the docs reference and to_yaml() are generated from it.
+// the Hugging Face config.json. The schema table (build_schema) is the only list of keys: help
+// text, the docs reference and to_yaml() are generated from it.
 #include "train/config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -18,8 +18,8 @@
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <set>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -1001,6 +1001,11 @@ class Loader {
       return;
     }
     if (s.is_section(path)) {
+      // `sched: null` is NeMo's "no scheduler" (a constant lr); other null sections take their defaults.
+      if (node.IsNull() && path == "model.optim.sched") {
+        entries_["model.optim.sched.name"] = Entry{YAML::Node("none"), where, "", true, false};
+        return;
+      }
       if (node.IsNull()) return;
       if (!node.IsMap())
         fail("config {}: '{}' is {}, expected a mapping of its keys ({})\nhint: {}", where, path, describe(node),
@@ -1036,8 +1041,11 @@ class Resolver {
  public:
   explicit Resolver(Entries& e) : entries_(e) {}
 
-  void resolve_all() {
-    for (auto& [path, entry] : entries_) resolve_entry(path);
+  // Resolves every entry except those `lazy` selects (ignored keys: resolved only if referenced, as
+  // OmegaConf resolves on access, so a NeMo-only interpolation there cannot fail a load).
+  void resolve_all(const std::function<bool(const std::string&)>& lazy) {
+    for (auto& [path, entry] : entries_)
+      if (!lazy(path)) resolve_entry(path);
   }
 
  private:
@@ -1474,7 +1482,10 @@ LoadedConfig load(const YAML::Node& root, const std::string& source, const std::
     if ((sp.bound() || sp.info.status == Status::restricted) && !entries.count(sp.info.path))
       entries[sp.info.path] = Entry{YAML::Load(sp.info.default_value), "default", "", false, false};
   }
-  Resolver(entries).resolve_all();
+  Resolver(entries).resolve_all([&](const std::string& path) {
+    const Spec* sp = sch.find(path);
+    return sp && sp->info.status == Status::ignored;
+  });
 
   // Aliases: fold into their target; both given with different values is an error.
   for (const auto& sp : sch.specs()) {

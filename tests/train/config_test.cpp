@@ -368,6 +368,11 @@ TEST(Config, InterpolationsResolveAfterOverrides) {
   EXPECT_CONTAINS(error_of(kBase, {"trainer.max_steps=${model.nothing}"}),
                   "interpolation '${model.nothing}' refers to model.nothing, which is not set");
   EXPECT_CONTAINS(error_of(kBase, {"trainer.max_steps=${oc.env:HOME}"}), "unknown resolver 'oc.env'");
+  // Ignored keys resolve only when something refers to them (OmegaConf resolves on access).
+  EXPECT_NO_THROW(load(kBase, {"model.persist_layer_norm=${model.nothing}"}));
+  EXPECT_EQ(load(kBase, {"+model.use_flash_attention=7", "trainer.max_steps=${model.use_flash_attention}"})
+                .config.trainer.max_steps,
+            7);
 }
 
 TEST(Config, OverrideForms) {
@@ -382,6 +387,9 @@ TEST(Config, OverrideForms) {
   // A later override wins; an override replaces a whole section's value.
   EXPECT_EQ(load(kBase, {"trainer.max_steps=5", "trainer.max_steps=6"}).config.trainer.max_steps, 6);
   EXPECT_EQ(load(kBase, {"model.optim={lr: 0.5}"}).config.model.optim.lr, 0.5);
+  // NeMo's `sched: null` is no scheduler: a constant lr.
+  EXPECT_EQ(load(kBase, {"model.optim.sched=null"}).config.lr_schedule().kind, ScheduleKind::none);
+  EXPECT_EQ(load(std::string(kBase) + "  optim:\n    sched:\n").config.lr_schedule().kind, ScheduleKind::none);
   // Below an ignored key: accepted and listed.
   EXPECT_CONTAINS(load(kBase, {"model.nsys_profile.enabled=true"}).notes[0], "model.nsys_profile");
   EXPECT_CONTAINS(error_of(kBase, {"trainer.max_steps"}), "override 'trainer.max_steps': expected key=value");
