@@ -850,7 +850,8 @@ std::string keys_under(const std::string& section) {
   std::set<std::string> names;
   for (const auto& sp : schema().specs()) {
     const std::string& p = sp.info.path;
-    if (parent_of(p) == section && sp.info.status != Status::ignored) names.insert(last_component(p));
+    if (parent_of(p) == section && sp.info.status != Status::ignored && sp.info.status != Status::restricted)
+      names.insert(last_component(p));
   }
   for (const auto& sec : schema().sections())
     if (parent_of(sec) == section) names.insert(last_component(sec));

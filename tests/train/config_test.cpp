@@ -446,7 +446,8 @@ TEST(Config, DerivedChecks) {
   EXPECT_CONTAINS(error_of(std::string(kBase) + "  optim:\n    sched:\n      warmup_steps: 500\n      "
                                                 "constant_steps: 50000\n",
                            {"trainer.max_steps=1000"}),
-                  "constant_steps (50000) leave -49500 decay steps of max_steps (1000)");
+                  "model.optim.sched.warmup_steps (test.yaml:8:21): 500 + constant_steps 50000 leave -49500 decay "
+                  "steps of max_steps 1000");
   EXPECT_CONTAINS(error_of(kBase, {"model.optim.sched.min_lr=1"}), "model.optim.sched.min_lr (override "
                                                                    "'model.optim.sched.min_lr=1'): got 1");
   // Notes for values that are legal but worth a word.
