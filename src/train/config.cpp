@@ -21,6 +21,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "io/hf_config.h"
@@ -37,6 +38,8 @@ constexpr const char* kHelpHint = "`llamatrain train --help-config` and docs/con
 // ---------------------------------------------------------------------------------------------
 // Entries: one per key, after flattening.
 
+// yaml-cpp's Node::operator= writes through to the node it refers to (it can rewrite a shared
+// tree), so entries are only ever created fresh (set_entry) and nodes rebound with reset().
 struct Entry {
   YAML::Node node;
   std::string where;   // "file.yaml:12:5", "override 'a.b=1'" or "default"
@@ -45,6 +48,11 @@ struct Entry {
   bool resolved = false;
 };
 using Entries = std::map<std::string, Entry>;
+
+void set_entry(Entries& entries, const std::string& path, Entry e) {
+  entries.erase(path);
+  entries.emplace(path, std::move(e));
+}
 
 bool is_missing(const YAML::Node& n) { return n.IsScalar() && n.Scalar() == "???"; }
 
@@ -888,7 +896,7 @@ class Loader {
       fail("config {}: the document is {}, expected a mapping of keys (trainer:, exp_manager:, model:, ...)\n"
            "hint: start from one of the files in configs/",
            source_, describe(root));
-    flatten("", root, /*from_override=*/"");
+    flatten("", root, /*override_where=*/"");
   }
 
   void add_override(const std::string& arg) {
@@ -998,13 +1006,13 @@ class Loader {
              const std::string& override_where) {
     const Schema& s = schema();
     if (s.find(path)) {
-      entries_[path] = Entry{node, where, "", true, false};
+      set_entry(entries_, path, Entry{node, where, "", true, false});
       return;
     }
     if (s.is_section(path)) {
       // `sched: null` is NeMo's "no scheduler" (a constant lr); other null sections take their defaults.
       if (node.IsNull() && path == "model.optim.sched") {
-        entries_["model.optim.sched.name"] = Entry{YAML::Node("none"), where, "", true, false};
+        set_entry(entries_, "model.optim.sched.name", Entry{YAML::Node("none"), where, "", true, false});
         return;
       }
       if (node.IsNull()) return;
@@ -1063,7 +1071,7 @@ class Resolver {
     const bool has_interp = e.node.IsScalar() && e.node.Scalar().find("${") != std::string::npos;
     const std::string original = has_interp ? e.node.Scalar() : "";
     YAML::Node out = resolve_node(path, e.node, e.where);
-    e.node = out;
+    e.node.reset(out);
     if (has_interp) e.interp = original;
     e.resolved = true;
     stack_.pop_back();
@@ -1212,7 +1220,8 @@ class Resolver {
       while (n.IsDefined() && n.IsMap() && start <= rest.size()) {
         size_t dot = rest.find('.', start);
         if (dot == std::string::npos) dot = rest.size();
-        n = n[rest.substr(start, dot - start)];
+        const YAML::Node child = std::as_const(n)[rest.substr(start, dot - start)];
+        n.reset(child);
         start = dot + 1;
       }
       if (n.IsDefined() && start > rest.size()) return n;
@@ -1481,7 +1490,7 @@ LoadedConfig load(const YAML::Node& root, const std::string& source, const std::
   // Defaults of every key the trainer reads or restricts.
   for (const auto& sp : sch.specs()) {
     if ((sp.bound() || sp.info.status == Status::restricted) && !entries.count(sp.info.path))
-      entries[sp.info.path] = Entry{YAML::Load(sp.info.default_value), "default", "", false, false};
+      set_entry(entries, sp.info.path, Entry{YAML::Load(sp.info.default_value), "default", "", false, false});
   }
   Resolver(entries).resolve_all([&](const std::string& path) {
     const Spec* sp = sch.find(path);
@@ -1493,12 +1502,13 @@ LoadedConfig load(const YAML::Node& root, const std::string& source, const std::
     if (sp.info.status != Status::alias) continue;
     auto it = entries.find(sp.info.path);
     if (it == entries.end()) continue;
-    Entry& target = entries.at(sp.alias_of);
+    const Entry& target = entries.at(sp.alias_of);
     if (target.given && YAML::Dump(target.node) != YAML::Dump(it->second.node))
       fail("{} ({}) and {} ({}) disagree: {} vs {}, expected one value\nhint: remove one of them", sp.info.path,
            it->second.where, sp.alias_of, target.where, describe(it->second.node), describe(target.node));
-    target = it->second;
+    const Entry moved = it->second;
     entries.erase(it);
+    set_entry(entries, sp.alias_of, moved);
   }
 
   LoadedConfig out;

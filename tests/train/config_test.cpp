@@ -368,6 +368,12 @@ TEST(Config, InterpolationsResolveAfterOverrides) {
   EXPECT_CONTAINS(error_of(kBase, {"trainer.max_steps=${model.nothing}"}),
                   "interpolation '${model.nothing}' refers to model.nothing, which is not set");
   EXPECT_CONTAINS(error_of(kBase, {"trainer.max_steps=${oc.env:HOME}"}), "unknown resolver 'oc.env'");
+  // A reference into a mapping leaves the mapping whole.
+  c = load(kBase, {"model.data.train_ds.completion_map={a: x, b: y}",
+                   "exp_manager.name=${model.data.train_ds.completion_map.a}"});
+  EXPECT_EQ(c.config.exp_manager.name, "x");
+  EXPECT_EQ(c.config.model.data.train_ds.completion_map,
+            (std::map<std::string, std::string>{{"a", "x"}, {"b", "y"}}));
   // Ignored keys resolve only when something refers to them (OmegaConf resolves on access).
   EXPECT_NO_THROW(load(kBase, {"model.persist_layer_norm=${model.nothing}"}));
   EXPECT_EQ(load(kBase, {"+model.use_flash_attention=7", "trainer.max_steps=${model.use_flash_attention}"})
