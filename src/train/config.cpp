@@ -518,7 +518,7 @@ void add_sft_dataset(Schema& s, const std::string& ds, SftDatasetConfig DataConf
         "tokens per sample; longer examples are truncated (prompt first)", at_least(1));
   s.only(p + "min_seq_length", "1", "examples are never dropped for being short");
   s.key(p + "drop_last", DS(drop_last), train ? "true" : "false", "drop the last incomplete global batch");
-  s.key(p + "concat_sampling_probabilities", DS(concat_sampling_probabilities), train ? "null" : "null",
+  s.key(p + "concat_sampling_probabilities", DS(concat_sampling_probabilities), "null",
         "sampling weight of each file (same length as file_names, sums to 1); null: files weighted equally");
   s.key(p + "label_key", DS(label_key), from_train("label_key", "output"),
         "the row field holding the completion (the loss covers only it and EOS)");
@@ -561,7 +561,8 @@ Schema build_schema() {
   s.key("trainer.num_nodes", FIELD(trainer.num_nodes), "1", "nodes", range(1, 1 << 20));
   s.key("trainer.precision", FIELD(trainer.precision), "32",
         "32 or fp32: fp32 everywhere; bf16-mixed: bf16 matmul operands, fp32 master weights and Adam states; "
-        "bf16: bf16 weights and Adam states, every update rounded stochastically (what bf16 means on Trainium)");
+        "bf16: bf16 weights and Adam states, every update rounded stochastically (what bf16 means on Trainium)",
+        {}, "32|fp32|32-true|bf16-mixed|bf16|bf16-sr");
   s.key("trainer.max_steps", FIELD(trainer.max_steps), "100000",
         "optimizer steps; also sizes the training data (max_steps x global_batch_size samples)", at_least(1));
   s.key("trainer.max_epochs", FIELD(trainer.max_epochs), "-1",
