@@ -258,15 +258,17 @@ struct Conv<model::Precision> {
     const std::string expected = "32 (fp32), bf16-mixed or bf16 (bf16 weights with stochastic rounding)";
     if (!f.entry.node.IsScalar()) f.bad(expected);
     const std::string& s = f.text();
-    if (s == "32" || s == "fp32" || s == "32-true") return model::Precision::fp32;
-    if (s == "bf16-mixed") return model::Precision::bf16_mixed;
-    if (s == "bf16" || s == "bf16-sr") return model::Precision::bf16_sr;
+    if (s == "32-true") return model::Precision::fp32;  // Lightning 2's spelling of 32
     if (s == "16" || s == "16-mixed" || s == "fp16")
       f.bad(expected, "fp16 is not supported (no loss scaling); bf16-mixed is the mixed-precision mode");
     if (s == "bf16-true")
       f.bad(expected, "bf16 here means bf16 weights updated with stochastic rounding, as on Trainium; "
                       "bf16-mixed keeps fp32 master weights");
-    f.bad(expected);
+    try {
+      return model::parse_precision(s);  // 32 / fp32, bf16-mixed, bf16 / bf16-sr
+    } catch (const Error&) {
+      f.bad(expected);
+    }
   }
   static std::string emit(model::Precision p) {
     switch (p) {
