@@ -3,8 +3,8 @@
 // add schema defaults, resolve interpolations (OmegaConf semantics: after overrides, `${.x}`
 // relative to the key's section, `${a.b}` absolute, `${multiply:a,b}`), fold aliases, convert each
 // entry into its typed field, then check cross-key rules and, with model.init_from, agreement with
-// the Hugging Face config.json. The schema table at the bottom half of this file is the only list
-// of keys: help text, the docs reference and to_yaml() are generated from it.
+// the Hugging Face config.json. The schema table (build_schema) is the only list of keys: help
+// text, the docs reference and to_yaml() are generated from it.
 #include "train/config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -18,9 +18,10 @@
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <set>
 #include <regex>
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "io/hf_config.h"
@@ -37,6 +38,8 @@ constexpr const char* kHelpHint = "`llamatrain train --help-config` and docs/con
 // ---------------------------------------------------------------------------------------------
 // Entries: one per key, after flattening.
 
+// yaml-cpp's Node::operator= writes through to the node it refers to (it can rewrite a shared
+// tree), so entries are only ever created fresh (set_entry) and nodes rebound with reset().
 struct Entry {
   YAML::Node node;
   std::string where;   // "file.yaml:12:5", "override 'a.b=1'" or "default"
@@ -45,6 +48,11 @@ struct Entry {
   bool resolved = false;
 };
 using Entries = std::map<std::string, Entry>;
+
+void set_entry(Entries& entries, const std::string& path, Entry e) {
+  entries.erase(path);
+  entries.emplace(path, std::move(e));
+}
 
 bool is_missing(const YAML::Node& n) { return n.IsScalar() && n.Scalar() == "???"; }
 
@@ -250,15 +258,17 @@ struct Conv<model::Precision> {
     const std::string expected = "32 (fp32), bf16-mixed or bf16 (bf16 weights with stochastic rounding)";
     if (!f.entry.node.IsScalar()) f.bad(expected);
     const std::string& s = f.text();
-    if (s == "32" || s == "fp32" || s == "32-true") return model::Precision::fp32;
-    if (s == "bf16-mixed") return model::Precision::bf16_mixed;
-    if (s == "bf16" || s == "bf16-sr") return model::Precision::bf16_sr;
+    if (s == "32-true") return model::Precision::fp32;  // Lightning 2's spelling of 32
     if (s == "16" || s == "16-mixed" || s == "fp16")
       f.bad(expected, "fp16 is not supported (no loss scaling); bf16-mixed is the mixed-precision mode");
     if (s == "bf16-true")
       f.bad(expected, "bf16 here means bf16 weights updated with stochastic rounding, as on Trainium; "
                       "bf16-mixed keeps fp32 master weights");
-    f.bad(expected);
+    try {
+      return model::parse_precision(s);  // 32 / fp32, bf16-mixed, bf16 / bf16-sr
+    } catch (const Error&) {
+      f.bad(expected);
+    }
   }
   static std::string emit(model::Precision p) {
     switch (p) {
@@ -510,7 +520,7 @@ void add_sft_dataset(Schema& s, const std::string& ds, SftDatasetConfig DataConf
         "tokens per sample; longer examples are truncated (prompt first)", at_least(1));
   s.only(p + "min_seq_length", "1", "examples are never dropped for being short");
   s.key(p + "drop_last", DS(drop_last), train ? "true" : "false", "drop the last incomplete global batch");
-  s.key(p + "concat_sampling_probabilities", DS(concat_sampling_probabilities), train ? "null" : "null",
+  s.key(p + "concat_sampling_probabilities", DS(concat_sampling_probabilities), "null",
         "sampling weight of each file (same length as file_names, sums to 1); null: files weighted equally");
   s.key(p + "label_key", DS(label_key), from_train("label_key", "output"),
         "the row field holding the completion (the loss covers only it and EOS)");
@@ -553,7 +563,8 @@ Schema build_schema() {
   s.key("trainer.num_nodes", FIELD(trainer.num_nodes), "1", "nodes", range(1, 1 << 20));
   s.key("trainer.precision", FIELD(trainer.precision), "32",
         "32 or fp32: fp32 everywhere; bf16-mixed: bf16 matmul operands, fp32 master weights and Adam states; "
-        "bf16: bf16 weights and Adam states, every update rounded stochastically (what bf16 means on Trainium)");
+        "bf16: bf16 weights and Adam states, every update rounded stochastically (what bf16 means on Trainium)",
+        {}, "32|fp32|32-true|bf16-mixed|bf16|bf16-sr");
   s.key("trainer.max_steps", FIELD(trainer.max_steps), "100000",
         "optimizer steps; also sizes the training data (max_steps x global_batch_size samples)", at_least(1));
   s.key("trainer.max_epochs", FIELD(trainer.max_epochs), "-1",
@@ -850,7 +861,8 @@ std::string keys_under(const std::string& section) {
   std::set<std::string> names;
   for (const auto& sp : schema().specs()) {
     const std::string& p = sp.info.path;
-    if (parent_of(p) == section && sp.info.status != Status::ignored) names.insert(last_component(p));
+    if (parent_of(p) == section && sp.info.status != Status::ignored && sp.info.status != Status::restricted)
+      names.insert(last_component(p));
   }
   for (const auto& sec : schema().sections())
     if (parent_of(sec) == section) names.insert(last_component(sec));
@@ -887,7 +899,7 @@ class Loader {
       fail("config {}: the document is {}, expected a mapping of keys (trainer:, exp_manager:, model:, ...)\n"
            "hint: start from one of the files in configs/",
            source_, describe(root));
-    flatten("", root, /*from_override=*/"");
+    flatten("", root, /*override_where=*/"");
   }
 
   void add_override(const std::string& arg) {
@@ -997,10 +1009,15 @@ class Loader {
              const std::string& override_where) {
     const Schema& s = schema();
     if (s.find(path)) {
-      entries_[path] = Entry{node, where, "", true, false};
+      set_entry(entries_, path, Entry{node, where, "", true, false});
       return;
     }
     if (s.is_section(path)) {
+      // `sched: null` is NeMo's "no scheduler" (a constant lr); other null sections take their defaults.
+      if (node.IsNull() && path == "model.optim.sched") {
+        set_entry(entries_, "model.optim.sched.name", Entry{YAML::Node("none"), where, "", true, false});
+        return;
+      }
       if (node.IsNull()) return;
       if (!node.IsMap())
         fail("config {}: '{}' is {}, expected a mapping of its keys ({})\nhint: {}", where, path, describe(node),
@@ -1036,8 +1053,11 @@ class Resolver {
  public:
   explicit Resolver(Entries& e) : entries_(e) {}
 
-  void resolve_all() {
-    for (auto& [path, entry] : entries_) resolve_entry(path);
+  // Resolves every entry except those `lazy` selects (ignored keys: resolved only if referenced, as
+  // OmegaConf resolves on access, so a NeMo-only interpolation there cannot fail a load).
+  void resolve_all(const std::function<bool(const std::string&)>& lazy) {
+    for (auto& [path, entry] : entries_)
+      if (!lazy(path)) resolve_entry(path);
   }
 
  private:
@@ -1054,7 +1074,7 @@ class Resolver {
     const bool has_interp = e.node.IsScalar() && e.node.Scalar().find("${") != std::string::npos;
     const std::string original = has_interp ? e.node.Scalar() : "";
     YAML::Node out = resolve_node(path, e.node, e.where);
-    e.node = out;
+    e.node.reset(out);
     if (has_interp) e.interp = original;
     e.resolved = true;
     stack_.pop_back();
@@ -1203,7 +1223,8 @@ class Resolver {
       while (n.IsDefined() && n.IsMap() && start <= rest.size()) {
         size_t dot = rest.find('.', start);
         if (dot == std::string::npos) dot = rest.size();
-        n = n[rest.substr(start, dot - start)];
+        const YAML::Node child = std::as_const(n)[rest.substr(start, dot - start)];
+        n.reset(child);
         start = dot + 1;
       }
       if (n.IsDefined() && start > rest.size()) return n;
@@ -1472,21 +1493,25 @@ LoadedConfig load(const YAML::Node& root, const std::string& source, const std::
   // Defaults of every key the trainer reads or restricts.
   for (const auto& sp : sch.specs()) {
     if ((sp.bound() || sp.info.status == Status::restricted) && !entries.count(sp.info.path))
-      entries[sp.info.path] = Entry{YAML::Load(sp.info.default_value), "default", "", false, false};
+      set_entry(entries, sp.info.path, Entry{YAML::Load(sp.info.default_value), "default", "", false, false});
   }
-  Resolver(entries).resolve_all();
+  Resolver(entries).resolve_all([&](const std::string& path) {
+    const Spec* sp = sch.find(path);
+    return sp && sp->info.status == Status::ignored;
+  });
 
   // Aliases: fold into their target; both given with different values is an error.
   for (const auto& sp : sch.specs()) {
     if (sp.info.status != Status::alias) continue;
     auto it = entries.find(sp.info.path);
     if (it == entries.end()) continue;
-    Entry& target = entries.at(sp.alias_of);
+    const Entry& target = entries.at(sp.alias_of);
     if (target.given && YAML::Dump(target.node) != YAML::Dump(it->second.node))
       fail("{} ({}) and {} ({}) disagree: {} vs {}, expected one value\nhint: remove one of them", sp.info.path,
            it->second.where, sp.alias_of, target.where, describe(it->second.node), describe(target.node));
-    target = it->second;
+    const Entry moved = it->second;
     entries.erase(it);
+    set_entry(entries, sp.alias_of, moved);
   }
 
   LoadedConfig out;

@@ -45,7 +45,7 @@ WsdDecayStyle parse_wsd_style(const std::string& s) {
 int64_t steps_or_ratio(const std::optional<int64_t>& steps, const std::optional<double>& ratio, int64_t max_steps,
                        const char* steps_key, const char* ratio_key) {
   if (steps && ratio)
-    fail("{0}: both {1} ({2}) and {3} ({4}) are set, expected one of them\nhint: remove {0}.{1} or {0}.{3}", kKey,
+    fail("{0}.{3}: got {4} while {1} is {2} too, expected one of them\nhint: remove {0}.{1} or {0}.{3}", kKey,
          steps_key, *steps, ratio_key, *ratio);
   if (steps) {
     if (*steps < 0) fail("{}.{}: got {}, expected a number >= 0", kKey, steps_key, *steps);
@@ -190,7 +190,7 @@ LrSchedule make_schedule(const SchedConfig& c, double lr, int64_t trainer_max_st
     case ScheduleKind::warmup_policy:
     case ScheduleKind::warmup_hold_policy:
       if (s.warmup_steps + hold > s.max_steps)
-        fail("{}: warmup ({}) + hold ({}) steps exceed max_steps ({}), expected them to fit\n"
+        fail("{}.warmup_steps: {} + hold_steps {} exceed max_steps {}, expected them to fit\n"
              "hint: shorten the warmup or raise trainer.max_steps",
              kKey, s.warmup_steps, hold, s.max_steps);
       break;
@@ -198,7 +198,7 @@ LrSchedule make_schedule(const SchedConfig& c, double lr, int64_t trainer_max_st
     case ScheduleKind::cosine_annealing:
       s.decay_steps = s.max_steps - (s.constant_steps + s.warmup_steps);
       if (s.decay_steps < 1)
-        fail("{}: warmup_steps ({}) + constant_steps ({}) leave {} decay steps of max_steps ({}), expected at least 1\n"
+        fail("{}.warmup_steps: {} + constant_steps {} leave {} decay steps of max_steps {}, expected at least 1\n"
              "hint: shorten the warmup or the constant phase, or raise trainer.max_steps",
              kKey, s.warmup_steps, s.constant_steps, s.decay_steps, s.max_steps);
       if (s.constant_steps > 0 && !(lr > c.min_lr))

@@ -8,24 +8,23 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../data/data_test_util.h"
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "model/config.h"
 #include "train/config.h"
 
 using llamatrain::Error;
+using llamatrain::testing::source_path;
+using llamatrain::testing::TempDir;
 using namespace llamatrain::train;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string source(const std::string& rel) { return std::string(LLAMATRAIN_SOURCE_DIR) + "/" + rel; }
 
 // A minimal valid config (the required keys only) followed by `extra` YAML text.
 const char* kBase =
@@ -54,19 +53,6 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
     EXPECT_NE(h_.find(needle), std::string::npos) << "expected to find: " << (needle) << "\nin: " << h_; \
   } while (0)
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = std::string(LLAMATRAIN_BINARY_DIR) + "/tmp_config_test_XXXXXX";
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
 // Overrides that fill the keys configs/ leave to the user (???); harmless where unused.
 std::vector<std::string> user_overrides() {
   return {"model.data.data_prefix=[1.0,/data/corpus_text_document]", "model.tokenizer.model=/models/tokenizer.model",
@@ -81,7 +67,7 @@ TEST(Config, EveryFileInConfigsLoadsValidatesAndRoundTrips) {
   fs::create_directories(tmp / "llama2-7b");
   llamatrain::io::write_hf_config(tmp / "llama2-7b", llamatrain::model::preset_config("llama2-7b"), "float16");
   int files = 0;
-  for (const auto& f : fs::directory_iterator(source("configs"))) {
+  for (const auto& f : fs::directory_iterator(source_path("configs"))) {
     if (f.path().extension() != ".yaml") continue;
     files++;
     SCOPED_TRACE(f.path().string());
@@ -103,7 +89,7 @@ TEST(Config, EveryFileInConfigsLoadsValidatesAndRoundTrips) {
 }
 
 TEST(Config, SeedsSevenBillionLayout) {
-  const LoadedConfig c = load_config(source("configs/llama2_7b.yaml"), user_overrides());
+  const LoadedConfig c = load_config(source_path("configs/llama2_7b.yaml"), user_overrides());
   const TrainConfig& t = c.config;
   EXPECT_EQ(t.world_size(), 128);
   EXPECT_EQ(t.data_parallel_size(), 16);  // 128 / (TP 8 x PP 1)
@@ -125,7 +111,7 @@ TEST(Config, SeedsSevenBillionLayout) {
 }
 
 TEST(Config, SeventyBillionUsesNeMosGqaSpelling) {
-  const LoadedConfig c = load_config(source("configs/llama2_70b.yaml"), user_overrides());
+  const LoadedConfig c = load_config(source_path("configs/llama2_70b.yaml"), user_overrides());
   EXPECT_EQ(c.config.model.kv_heads(), 8);  // num_kv_heads: 8
   EXPECT_EQ(c.config.model.kv_channels, 128);
   EXPECT_TRUE(c.config.model.distributed_optimizer);
@@ -161,7 +147,7 @@ TEST(Config, ShapesAgreeWithHuggingFaceConfigs) {
     auto ov = user_overrides();
     ov.push_back("model.init_from=" + dir);
     LoadedConfig c;
-    ASSERT_NO_THROW(c = load_config(source("configs/" + file), ov));
+    ASSERT_NO_THROW(c = load_config(source_path("configs/" + file), ov));
     const auto l = c.config.model.llama_config(hf.vocab_size);
     EXPECT_EQ(l.dim, hf.dim);
     EXPECT_EQ(l.ffn_dim, hf.ffn_dim);
@@ -203,7 +189,7 @@ TEST(Config, InitFromTakesTheShapeAndNamesADisagreeingKey) {
 
 TEST(Config, NeMoLlamaYamlLoadsAndListsIgnoredKeys) {
   const LoadedConfig c =
-      load_config(source("tests/train/fixtures/nemo_llama.yaml"), {"model.data.data_prefix=[1.0,/data/x]"});
+      load_config(source_path("tests/train/fixtures/nemo_llama.yaml"), {"model.data.data_prefix=[1.0,/data/x]"});
   const TrainConfig& t = c.config;
   EXPECT_EQ(t.trainer.precision, llamatrain::model::Precision::fp32);  // precision: 32
   EXPECT_FALSE(t.trainer.max_epochs.has_value());                      // -1
@@ -251,7 +237,7 @@ TEST(Config, TestLlamaShOverridesApply) {
       "exp_manager.create_checkpoint_callback=True", "exp_manager.explicit_log_dir=null",
       "+exp_manager.checkpoint_callback_params.train_time_interval=36000",
       "model.resume_from_checkpoint=/efs/checkpoint/megatron_gpt--step\\=1085-consumed_samples\\=69632.0-last.ckpt"};
-  const LoadedConfig c = load_config(source("tests/train/fixtures/nemo_llama.yaml"), ov);
+  const LoadedConfig c = load_config(source_path("tests/train/fixtures/nemo_llama.yaml"), ov);
   const TrainConfig& t = c.config;
   EXPECT_EQ(t.data_parallel_size(), 16);
   EXPECT_EQ(t.num_micro_batches(), 16);
@@ -368,6 +354,17 @@ TEST(Config, InterpolationsResolveAfterOverrides) {
   EXPECT_CONTAINS(error_of(kBase, {"trainer.max_steps=${model.nothing}"}),
                   "interpolation '${model.nothing}' refers to model.nothing, which is not set");
   EXPECT_CONTAINS(error_of(kBase, {"trainer.max_steps=${oc.env:HOME}"}), "unknown resolver 'oc.env'");
+  // A reference into a mapping leaves the mapping whole.
+  c = load(kBase, {"model.data.train_ds.completion_map={a: x, b: y}",
+                   "exp_manager.name=${model.data.train_ds.completion_map.a}"});
+  EXPECT_EQ(c.config.exp_manager.name, "x");
+  EXPECT_EQ(c.config.model.data.train_ds.completion_map,
+            (std::map<std::string, std::string>{{"a", "x"}, {"b", "y"}}));
+  // Ignored keys resolve only when something refers to them (OmegaConf resolves on access).
+  EXPECT_NO_THROW(load(kBase, {"model.persist_layer_norm=${model.nothing}"}));
+  EXPECT_EQ(load(kBase, {"+model.use_flash_attention=7", "trainer.max_steps=${model.use_flash_attention}"})
+                .config.trainer.max_steps,
+            7);
 }
 
 TEST(Config, OverrideForms) {
@@ -382,6 +379,9 @@ TEST(Config, OverrideForms) {
   // A later override wins; an override replaces a whole section's value.
   EXPECT_EQ(load(kBase, {"trainer.max_steps=5", "trainer.max_steps=6"}).config.trainer.max_steps, 6);
   EXPECT_EQ(load(kBase, {"model.optim={lr: 0.5}"}).config.model.optim.lr, 0.5);
+  // NeMo's `sched: null` is no scheduler: a constant lr.
+  EXPECT_EQ(load(kBase, {"model.optim.sched=null"}).config.lr_schedule().kind, ScheduleKind::none);
+  EXPECT_EQ(load(std::string(kBase) + "  optim:\n    sched:\n").config.lr_schedule().kind, ScheduleKind::none);
   // Below an ignored key: accepted and listed.
   EXPECT_CONTAINS(load(kBase, {"model.nsys_profile.enabled=true"}).notes[0], "model.nsys_profile");
   EXPECT_CONTAINS(error_of(kBase, {"trainer.max_steps"}), "override 'trainer.max_steps': expected key=value");
@@ -438,7 +438,8 @@ TEST(Config, DerivedChecks) {
   EXPECT_CONTAINS(error_of(std::string(kBase) + "  optim:\n    sched:\n      warmup_steps: 500\n      "
                                                 "constant_steps: 50000\n",
                            {"trainer.max_steps=1000"}),
-                  "constant_steps (50000) leave -49500 decay steps of max_steps (1000)");
+                  "model.optim.sched.warmup_steps (test.yaml:8:21): 500 + constant_steps 50000 leave -49500 decay "
+                  "steps of max_steps 1000");
   EXPECT_CONTAINS(error_of(kBase, {"model.optim.sched.min_lr=1"}), "model.optim.sched.min_lr (override "
                                                                    "'model.optim.sched.min_lr=1'): got 1");
   // Notes for values that are legal but worth a word.
@@ -512,12 +513,8 @@ TEST(Config, HelpAndDocsListEveryKey) {
   }
   // The reference section of docs/configuration.md is generated from the schema. To refresh it:
   // LLAMATRAIN_UPDATE_DOCS=1 build/release/config_test --gtest_filter=Config.HelpAndDocsListEveryKey
-  const std::string doc_path = source("docs/configuration.md");
-  std::ifstream in(doc_path);
-  ASSERT_TRUE(in.good()) << doc_path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string doc = ss.str();
+  const std::string doc_path = source_path("docs/configuration.md");
+  std::string doc = llamatrain::testing::read_file(doc_path);
   const std::string begin = "<!-- keys:begin (generated from src/train/config.cpp) -->\n";
   const std::string end = "<!-- keys:end -->";
   const size_t b = doc.find(begin), e = doc.find(end);
@@ -525,7 +522,7 @@ TEST(Config, HelpAndDocsListEveryKey) {
   const std::string generated = config_reference_markdown();
   if (std::getenv("LLAMATRAIN_UPDATE_DOCS")) {
     doc = doc.substr(0, b + begin.size()) + generated + doc.substr(e);
-    std::ofstream(doc_path) << doc;
+    llamatrain::testing::write_file(doc_path, doc);
   } else {
     EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), generated)
         << "docs/configuration.md is out of date; regenerate it with LLAMATRAIN_UPDATE_DOCS=1";
