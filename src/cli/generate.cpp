@@ -1,8 +1,9 @@
 // `llamatrain generate HF_DIR --prompt TEXT`: loads a Hugging Face Llama folder, tokenizes with its
 // tokenizer.model (or --tokenizer-model; BOS first, as Llama 2 does), and samples with a KV cache.
 // Temperature 0 is greedy; otherwise softmax(logits / temperature) restricted to the top-p nucleus,
-// drawn from the counter-based RNG keyed by --seed, so a seed reproduces a sample exactly. The text
-// printed is exactly the decoded ids (data::DecodeStream holds back only unfinished characters).
+// drawn from the counter-based RNG keyed by --seed, so a seed reproduces a sample exactly. Ids past
+// the tokenizer's pieces (a padded vocab) are never sampled. The text printed is exactly the decoded
+// ids (data::DecodeStream holds back only unfinished characters).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -108,7 +109,11 @@ void run_generate(const GenerateOptions& o) {
     std::fflush(stdout);
   };
   if (!o.print_ids) print(o.prompt);
+  // Ids past the tokenizer's pieces (a vocab padded for speed, e.g. 32000 pieces in a 32064 embedding)
+  // have no text: they are never sampled.
+  const int pieces = tokenizer.vocab_size();
   for (int step = 0; step < o.max_new_tokens; step++) {
+    std::fill(logits.begin() + pieces, logits.end(), -std::numeric_limits<float>::infinity());
     const int next = sample_token(logits, o.temperature, o.top_p, random_uniform(o.seed, uint32_t(step), 0, 0));
     generated.push_back(next);
     if (next == c.eos_id) break;

@@ -27,7 +27,7 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
         if (v < lo || v > hi) return fmt::format("got {}, expected an integer {}", v, range);
         return {};
       },
-      "INT " + range);
+      hi >= std::numeric_limits<int32_t>::max() ? fmt::format(">={}", lo) : fmt::format("{}..{}", lo, hi));
 }
 
 CLI::Validator number_in(double lo, double hi, bool lo_open) {
@@ -45,7 +45,8 @@ CLI::Validator number_in(double lo, double hi, bool lo_open) {
         if ((lo_open ? v <= lo : v < lo) || v > hi) return fmt::format("got {}, expected a number {}", s, range);
         return {};
       },
-      "NUMBER " + range);
+      std::isinf(hi) ? fmt::format("{}{}", lo_open ? ">" : ">=", bound_text(lo))
+                     : fmt::format("{}{}, {}]", lo_open ? "(" : "[", bound_text(lo), bound_text(hi)));
 }
 
 std::string parse_failure_message(const CLI::App* app, const CLI::Error& e) {

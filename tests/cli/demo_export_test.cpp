@@ -11,7 +11,11 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "data/demo_corpus.h"
 #include "data/tokenizer.h"
+#include "io/hf_checkpoint.h"
+#include "model/config.h"
+#include "model/llama.h"
 
 namespace llamatrain {
 namespace {
@@ -85,6 +89,31 @@ TEST(DemoExport, ExportingAgainReplacesThePreviousExport) {
   std::vector<std::string> entries;
   for (const auto& e : fs::directory_iterator(tmp.path())) entries.push_back(e.path().filename().string());
   EXPECT_EQ(entries, std::vector<std::string>{"demo-hf"});
+}
+
+// A model whose embedding is wider than its tokenizer (a padded vocab, like 32000 pieces in a 32064
+// embedding): the ids past the pieces have no text and are never sampled (decoding one would fail).
+TEST(DemoExport, PaddedVocabIdsAreNeverSampled) {
+  CliTempDir tmp;
+  auto cfg = model::preset_config("tiny");
+  cfg.vocab_size = 320;  // 259 pieces
+  model::LlamaModel m(cfg, model::Precision::fp32, 3);
+  m.init_random(0.5f);
+  io::save_hf_checkpoint(m, tmp / "padded", "float32", 5'000'000'000,
+                         {{"tokenizer.model", data::demo_tokenizer_model()}});
+  for (const char* flag : {"--print-ids", "--seed"}) {
+    std::vector<std::string> args = {"generate", tmp / "padded", "--prompt", "a", "--temperature", "5", "--top-p", "1",
+                                     "--max-new-tokens", "200", flag};
+    if (std::string(flag) == "--seed") args.push_back("9");
+    auto r = run_cli(args);
+    ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
+    if (std::string(flag) == "--print-ids") {
+      std::istringstream in(r.out);
+      int n = 0;
+      for (int id; in >> id; ++n) EXPECT_LT(id, data::kDemoVocabSize);
+      EXPECT_GT(n, 0);
+    }
+  }
 }
 
 }  // namespace
