@@ -497,7 +497,8 @@ std::string stats_json(const PreprocessStats& st, const PreprocessOptions& opt) 
   j["skipped_total"] = total;
   j["elapsed_s"] = st.elapsed_s;
   j["workers"] = st.workers;
-  return j.dump(2) + "\n";
+  // File names need not be UTF-8 on Linux; JSON text must be (bytes that are not show as U+FFFD).
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 std::string format_summary(const PreprocessStats& st, const PreprocessOptions& opt) {

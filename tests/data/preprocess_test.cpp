@@ -339,6 +339,17 @@ TEST(Preprocess, InputWithoutDocumentsIsAnErrorAndWritesNothing) {
   }
 }
 
+// Linux file names are bytes: one that is not UTF-8 still gives a valid stats.json.
+TEST(Preprocess, NonUtf8FileNameGivesValidStats) {
+  TempDir dir;
+  const std::string input = dir / "corpus\xff.jsonl";
+  write_file(input, read_file(fixture("corpus.jsonl")));
+  auto o = base_options(input, dir / "u");
+  run_preprocess(o);
+  auto stats = nlohmann::json::parse(read_file(dir / "u.stats.json"));
+  EXPECT_EQ(stats["inputs"][0].get<std::string>(), dir / "corpus\xef\xbf\xbd.jsonl");
+}
+
 TEST(Preprocess, ManyBatchesStayInInputOrder) {
   TempDir dir;
   std::string text;
