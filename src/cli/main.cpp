@@ -1,13 +1,21 @@
 // llamatrain entry point: builds the CLI11 app from the per-command register_* functions, runs it,
-// and turns a llamatrain::Error (or a failed allocation) into a plain message and exit code 1 (the only
-// place they are caught).
+// and turns a llamatrain::Error into a plain "error: ..." message and exit code 1 (the only place it
+// is caught). Command-line mistakes get CLI11's codes (100-115) with the same "error:" style. A failed
+// allocation, a std::filesystem failure or any other library exception is also caught here, as a
+// last resort, so no failure ends in an abort; each has its cause fixed where it is thrown.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
 #include <new>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
+#include "core/file.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -21,6 +29,7 @@ int main(int argc, char** argv) {
       "  llamatrain bench --model stories110m --seq 256 --batch 8 --precision bf16-mixed\n"};
   app.set_version_flag("--version", std::string("llamatrain ") + LLAMATRAIN_VERSION);
   app.require_subcommand(1);
+  app.failure_message(llamatrain::cli::parse_failure_message);
   llamatrain::cli::register_train(app);
   llamatrain::cli::register_generate(app);
   llamatrain::cli::register_bench(app);
@@ -38,8 +47,19 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
                  "error: out of memory: a buffer could not be allocated\n"
-                 "hint: lower the batch size or sequence length, use a smaller model or --precision bf16-sr, "
-                 "or run on a machine with more memory\n");
+                 "hint: the job needs more memory than the machine has free: make it smaller (a smaller model, "
+                 "batch or sequence length) or free memory\n");
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::fprintf(stderr, "error: %s\n", llamatrain::filesystem_error_message(e).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "error: writing the output failed: %s\nhint: check where stdout goes (a full disk?)\n",
+                 std::strerror(errno));
     return 1;
   }
   return 0;

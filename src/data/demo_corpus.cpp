@@ -1,7 +1,80 @@
-// The demo corpus text (written for this project).
+// The demo corpus text (written for this project) and the demo tokenizer, encoded by hand in the
+// protobuf wire format (Debian ships no sentencepiece_model.pb.h); field numbers from
+// sentencepiece_model.proto: ModelProto.pieces = 1 {piece = 1, score = 2, type = 3}, trainer_spec = 2
+// {model_type = 3, vocab_size = 4, byte_fallback = 35, unk_id = 40, bos_id = 41, eos_id = 42,
+// pad_id = 43}, normalizer_spec = 3 {name = 1, add_dummy_prefix = 3, remove_extra_whitespaces = 4,
+// escape_whitespaces = 5}.
 #include "data/demo_corpus.h"
 
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstring>
+
 namespace llamatrain::data {
+
+namespace {
+
+// Protobuf wire format: varints, length-delimited fields (wire type 2), 32-bit floats (type 5).
+void put_varint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(char(uint8_t(v) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(char(v));
+}
+void put_key(std::string* out, int field, int wire_type) { put_varint(out, uint64_t(field) << 3 | wire_type); }
+void put_int(std::string* out, int field, int64_t v) {  // int32/enum/bool; negatives take 10 bytes
+  put_key(out, field, 0);
+  put_varint(out, uint64_t(v));
+}
+void put_bytes(std::string* out, int field, const std::string& bytes) {
+  put_key(out, field, 2);
+  put_varint(out, bytes.size());
+  out->append(bytes);
+}
+void put_float(std::string* out, int field, float v) {
+  put_key(out, field, 5);
+  char b[4];
+  std::memcpy(b, &v, 4);
+  out->append(b, 4);
+}
+
+enum PieceType { kUnknown = 2, kControl = 3, kByte = 6 };
+
+std::string piece(const std::string& text, PieceType type) {
+  std::string p;
+  put_bytes(&p, 1, text);
+  put_float(&p, 2, 0.0f);
+  put_int(&p, 3, type);
+  return p;
+}
+
+}  // namespace
+
+std::string demo_tokenizer_model() {
+  std::string model;
+  put_bytes(&model, 1, piece("<unk>", kUnknown));
+  put_bytes(&model, 1, piece("<s>", kControl));
+  put_bytes(&model, 1, piece("</s>", kControl));
+  for (int b = 0; b < 256; ++b) put_bytes(&model, 1, piece(fmt::format("<0x{:02X}>", b), kByte));
+  std::string trainer;
+  put_int(&trainer, 3, 2);  // model_type BPE
+  put_int(&trainer, 4, kDemoVocabSize);
+  put_int(&trainer, 35, 1);  // byte_fallback
+  put_int(&trainer, 40, 0);  // unk_id
+  put_int(&trainer, 41, 1);  // bos_id
+  put_int(&trainer, 42, 2);  // eos_id
+  put_int(&trainer, 43, -1);  // pad_id: none
+  put_bytes(&model, 2, trainer);
+  std::string normalizer;
+  put_bytes(&normalizer, 1, "identity");
+  put_int(&normalizer, 3, 0);  // add_dummy_prefix
+  put_int(&normalizer, 4, 0);  // remove_extra_whitespaces
+  put_int(&normalizer, 5, 0);  // escape_whitespaces
+  put_bytes(&model, 3, normalizer);
+  return model;
+}
 
 std::string_view demo_corpus() {
   static constexpr std::string_view kText =

@@ -1,12 +1,12 @@
 // HF name mapping and checkpoint load/save; see hf_checkpoint.h.
 #include "io/hf_checkpoint.h"
 
-#include <filesystem>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 
@@ -78,12 +78,18 @@ std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::
   return m;
 }
 
+const std::vector<std::string>& hf_export_files() {
+  static const std::vector<std::string> names = {"config.json", "model.safetensors", "model.safetensors.index.json",
+                                                 "model-*-of-*.safetensors", "tokenizer.model"};
+  return names;
+}
+
 void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
-                        int64_t max_shard_bytes) {
+                        int64_t max_shard_bytes, const std::vector<HfExtraFile>& extra_files) {
   const bool bf16_out = torch_dtype == "bfloat16";
   if (!bf16_out && torch_dtype != "float32")
     fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
-  std::filesystem::create_directories(dir);
+  AtomicDir out(dir, hf_export_files());
   auto* base = const_cast<model::LlamaModel&>(m).param_data();
   std::vector<bf16> converted;
   if (bf16_out) {
@@ -96,8 +102,10 @@ void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, cons
                                 : static_cast<const void*>(base + t.offset);
     tensors.push_back({t.hf_name, bf16_out ? DType::BF16 : DType::F32, t.shape, data});
   }
-  write_safetensors_sharded(dir, tensors, max_shard_bytes);
-  write_hf_config((std::filesystem::path(dir) / "config.json").string(), m.config(), torch_dtype);
+  write_safetensors_sharded(out.temp_path(), tensors, max_shard_bytes);
+  write_hf_config(out.file("config.json"), m.config(), torch_dtype);
+  for (const auto& f : extra_files) write_file_atomic(out.file(f.name), f.bytes);
+  out.commit();
 }
 
 }  // namespace llamatrain::io

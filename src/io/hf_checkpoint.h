@@ -35,9 +35,21 @@ void load_hf_weights(model::LlamaModel& model, const std::string& dir);
 // config.json + weights of an HF folder -> a new model in the given precision.
 std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision);
 
-// Writes config.json and model weights (torch_dtype "float32" or "bfloat16") into DIR, sharded at
-// max_shard_bytes (default 5 GB, HF's rule), atomically per file.
+// A file written next to the weights (tokenizer.model).
+struct HfExtraFile {
+  std::string name;
+  std::string bytes;
+};
+
+// Names (fnmatch patterns) of the files an export writes; an existing folder holding only these is
+// a previous export and may be replaced.
+const std::vector<std::string>& hf_export_files();
+
+// Writes config.json, the weights (torch_dtype "float32" or "bfloat16", sharded at max_shard_bytes,
+// default 5 GB, HF's rule) and extra_files as the folder DIR, atomically: everything goes to
+// DIR.tmp-XXXXXX, renamed to DIR at the end. An existing DIR is replaced only if it is empty or a
+// previous export (hf_export_files); otherwise Error before anything is written.
 void save_hf_checkpoint(const model::LlamaModel& model, const std::string& dir, const std::string& torch_dtype,
-                        int64_t max_shard_bytes = 5'000'000'000);
+                        int64_t max_shard_bytes = 5'000'000'000, const std::vector<HfExtraFile>& extra_files = {});
 
 }  // namespace llamatrain::io

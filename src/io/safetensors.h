@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/file.h"
+
 namespace llamatrain::io {
 
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, U16, U32, U64 };
@@ -45,8 +47,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile map_;
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t> by_name_;  // name -> index in tensors_
   std::map<std::string, std::string> metadata_;
@@ -80,7 +81,7 @@ struct TensorToWrite {
   const void* data;  // numel * dtype_size bytes, row-major, LE
 };
 
-// Writes one file (to PATH.tmp, then renamed). metadata is written as __metadata__ (pass
+// Writes one file atomically (PATH.tmp-XXXXXX, fsync, rename). metadata is written as __metadata__ (pass
 // {{"format","pt"}} for Hugging Face). Throws Error on I/O failure (e.g. disk full).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace llamatrain::testing {
 
@@ -51,6 +52,16 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 }
 
 inline bool exists(const std::string& path) { return std::filesystem::exists(path); }
+
+// Temporary files in `dir` (names with ".tmp-", as core/file.h writes them, or the spill files' ".tmp").
+inline std::vector<std::string> temporaries(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp") != std::string::npos) found.push_back(name);
+  }
+  return found;
+}
 
 // Runs a shell command, returns its exit status and captures stdout+stderr into *out.
 inline int run_capture(const std::string& cmd, std::string* out) {

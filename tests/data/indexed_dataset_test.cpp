@@ -50,11 +50,10 @@ TEST(IndexedDataset, Formats17TestVectorByteForByte) {
     w.add_document(a);
     w.add_document(b);
     EXPECT_FALSE(exists(prefix + ".idx"));  // nothing final before finish()
-    EXPECT_TRUE(exists(prefix + ".bin.tmp"));
+    EXPECT_FALSE(llamatrain::testing::temporaries(dir.path()).empty());
     w.finish();
   }
-  EXPECT_FALSE(exists(prefix + ".bin.tmp"));
-  EXPECT_FALSE(exists(prefix + ".idx.tmp"));
+  EXPECT_TRUE(llamatrain::testing::temporaries(dir.path()).empty());
   std::string bin = read_file(prefix + ".bin");
   EXPECT_EQ(bin, hex_bytes({1, 0, 5, 0, 2, 0, 1, 0, 7, 0, 8, 0, 2, 0}));
   std::string idx = read_file(prefix + ".idx");
@@ -210,9 +209,7 @@ TEST(IndexedDataset, UnfinishedWriterLeavesNothing) {
   }
   EXPECT_FALSE(exists(prefix + ".bin"));
   EXPECT_FALSE(exists(prefix + ".idx"));
-  EXPECT_FALSE(exists(prefix + ".bin.tmp"));
-  EXPECT_FALSE(exists(prefix + ".idx.tmp"));
-  EXPECT_FALSE(exists(prefix + ".idx.sizes.tmp"));
+  EXPECT_TRUE(llamatrain::testing::temporaries(dir.path()).empty());
 }
 
 TEST(IndexedDataset, MissingOutputFolderIsAClearError) {
