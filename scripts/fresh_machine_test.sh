@@ -5,7 +5,8 @@
 # then `bash scripts/test.sh`. It fails if either fails or if any test was skipped (on the machine
 # setup.sh prepares, every test must run). It prints each step's duration and ends with ctest's
 # summary line. /proc, /sys, /dev, /dev/pts and /dev/shm are mounted in a private mount namespace
-# and unmounted on every exit path, Ctrl-C included. Needs root, ~4 GB free (~2.5 GB used) and a Debian mirror.
+# and unmounted on every exit path, Ctrl-C included. Needs root, ~4 GB free (it uses ~2.5 GB) and
+# a Debian mirror. Details and the last result: docs/development.md.
 #
 # Usage: sudo bash scripts/fresh_machine_test.sh [options]
 #   --workdir DIR        root, cached base tarball and logs (default /var/tmp/llamatrain-fresh-machine)
