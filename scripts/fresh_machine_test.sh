@@ -5,7 +5,8 @@
 # then `bash scripts/test.sh`. It fails if either fails or if any test was skipped (on the machine
 # setup.sh prepares, every test must run). It prints each step's duration and ends with ctest's
 # summary line. /proc, /sys, /dev, /dev/pts and /dev/shm are mounted in a private mount namespace
-# and unmounted on every exit path, Ctrl-C included. Needs root, ~8 GB free and a Debian mirror.
+# and unmounted on every exit path, Ctrl-C included. Needs root, ~4 GB free (it uses ~2.5 GB) and
+# a Debian mirror. Details and the last result: docs/development.md.
 #
 # Usage: sudo bash scripts/fresh_machine_test.sh [options]
 #   --workdir DIR        root, cached base tarball and logs (default /var/tmp/llamatrain-fresh-machine)
@@ -142,7 +143,7 @@ if ! command -v debootstrap >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null
 fi
 free_kb=$(df -Pk "$WORK" | awk 'NR == 2 { print $4 }')
-[ "$free_kb" -ge $((8 * 1024 * 1024)) ] || die "needs ~8 GB free in $WORK, got $((free_kb / 1024)) MB" \
+[ "$free_kb" -ge $((4 * 1024 * 1024)) ] || die "needs ~4 GB free in $WORK, got $((free_kb / 1024)) MB" \
   "free some space or pass --workdir on another disk"
 
 # ---- the root: bare debootstrap (cached as a tarball), or the one a --keep run left -------------
