@@ -506,6 +506,8 @@ std::string filesystem_error_message(const fs::filesystem_error& e) {
 // ---------------------------------------------------------------------------------------------
 // Registry
 
+void install_temporary_cleanup_handlers() { std::call_once(g_install_once, install_handlers); }
+
 int register_temporary(const std::string& path, bool is_folder) {
   if (path.size() >= PATH_MAX) return -1;
   std::call_once(g_install_once, install_handlers);

@@ -124,6 +124,10 @@ std::string filesystem_error_message(const std::filesystem::filesystem_error& e)
 // signal is ignored, e.g. under nohup) and returns a slot, or -1 when the path is too long or every
 // slot is taken (the owner still removes it on failure).
 int register_temporary(const std::string& path, bool is_folder);
+// Installs that handler now rather than at the first registration. A program that handles SIGINT /
+// SIGTERM itself (the trainer stops at a safe point, and unwinding removes temporaries) calls this
+// before installing its own handler, so that a later registration cannot replace it.
+void install_temporary_cleanup_handlers();
 void unregister_temporary(int slot);
 
 }  // namespace llamatrain

@@ -79,17 +79,18 @@ std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::
 }
 
 const std::vector<std::string>& hf_export_files() {
-  static const std::vector<std::string> names = {"config.json", "model.safetensors", "model.safetensors.index.json",
-                                                 "model-*-of-*.safetensors", "tokenizer.model"};
+  static const std::vector<std::string> names = {"config.json",           "generation_config.json",
+                                                 "model.safetensors",     "model.safetensors.index.json",
+                                                 "model-*-of-*.safetensors", "tokenizer.model",
+                                                 "tokenizer_config.json", "special_tokens_map.json"};
   return names;
 }
 
-void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
-                        int64_t max_shard_bytes, const std::vector<HfExtraFile>& extra_files) {
+void write_hf_weights(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
+                      int64_t max_shard_bytes) {
   const bool bf16_out = torch_dtype == "bfloat16";
   if (!bf16_out && torch_dtype != "float32")
     fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
-  AtomicDir out(dir, hf_export_files());
   auto* base = const_cast<model::LlamaModel&>(m).param_data();
   std::vector<bf16> converted;
   if (bf16_out) {
@@ -102,8 +103,16 @@ void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, cons
                                 : static_cast<const void*>(base + t.offset);
     tensors.push_back({t.hf_name, bf16_out ? DType::BF16 : DType::F32, t.shape, data});
   }
-  write_safetensors_sharded(out.temp_path(), tensors, max_shard_bytes);
-  write_hf_config(out.file("config.json"), m.config(), torch_dtype);
+  write_safetensors_sharded(dir, tensors, max_shard_bytes);
+  write_hf_config(dir + "/config.json", m.config(), torch_dtype);
+}
+
+void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
+                        int64_t max_shard_bytes, const std::vector<HfExtraFile>& extra_files) {
+  if (torch_dtype != "bfloat16" && torch_dtype != "float32")
+    fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
+  AtomicDir out(dir, hf_export_files());
+  write_hf_weights(m, out.temp_path(), torch_dtype, max_shard_bytes);
   for (const auto& f : extra_files) write_file_atomic(out.file(f.name), f.bytes);
   out.commit();
 }

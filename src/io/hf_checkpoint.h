@@ -45,6 +45,12 @@ struct HfExtraFile {
 // a previous export and may be replaced.
 const std::vector<std::string>& hf_export_files();
 
+// Writes config.json and the weights (torch_dtype "float32" or "bfloat16", sharded at max_shard_bytes)
+// into the existing folder DIR, without committing it: for writers that add files of their own and
+// commit the folder themselves (checkpoints, exports).
+void write_hf_weights(const model::LlamaModel& model, const std::string& dir, const std::string& torch_dtype,
+                      int64_t max_shard_bytes = 5'000'000'000);
+
 // Writes config.json, the weights (torch_dtype "float32" or "bfloat16", sharded at max_shard_bytes,
 // default 5 GB, HF's rule) and extra_files as the folder DIR, atomically: everything goes to
 // DIR.tmp-XXXXXX, renamed to DIR at the end. An existing DIR is replaced only if it is empty or a

@@ -1,8 +1,8 @@
 // A complete Hugging Face folder from a model: config.json, generation_config.json, the weights as
 // safetensors sharded by size (with model.safetensors.index.json when there is more than one shard),
 // and, given a SentencePiece model, tokenizer.model + tokenizer_config.json + special_tokens_map.json
-// (LlamaTokenizer). The folder is written under a temporary name and renamed when complete, then
-// reloaded and checked before success is reported: every tensor must equal the model's weights
+// (LlamaTokenizer). The folder is written under a temporary name (core/file.h AtomicDir), reloaded
+// from there and checked, and only then renamed into place (replacing a previous export): every tensor must equal the model's weights
 // rounded to the export dtype, and the logits of a few tokens must agree with the model's own.
 #pragma once
 
@@ -27,8 +27,8 @@ struct ExportReport {
   double tolerance = 0;           // what that difference was held to
 };
 
-// Fails early (before any work) when out_dir exists and is not an empty folder, or its parent is
-// not writable; callers that export after a long run call this at the start.
+// Fails early (before any work) when out_dir is a file, a folder holding files an export would not
+// write, or not writable; callers that export after a long run call this at the start.
 void check_export_target(const std::string& out_dir);
 
 // Writes and verifies the folder; throws Error (and leaves no partial folder) on any failure.

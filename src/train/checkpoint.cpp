@@ -1,6 +1,6 @@
-// Checkpoint save / verify / load / prune; see checkpoint.h. A save writes into a hidden temporary
-// directory next to the final one (same file system), fsyncs every file and the directory, then
-// renames it into place and fsyncs the parent: the rename is the commit point.
+// Checkpoint save / verify / load / prune; see checkpoint.h. A save is one AtomicDir (core/file.h):
+// every file is written into step_N.tmp-XXXXXX next to the final folder, fsynced, and the folder is
+// renamed into place (then the parent fsynced): the rename is the commit point.
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
@@ -12,12 +12,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -34,27 +34,6 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kFormat = "llamatrain-checkpoint";
 constexpr int kVersion = 1;
 constexpr int64_t kCrcBlock = 64 << 20;
-
-// Runs a std::filesystem call and turns its error into an Error naming the path.
-template <typename F>
-auto fs_call(const char* what, const fs::path& p, F&& f) {
-  try {
-    return f();
-  } catch (const fs::filesystem_error& e) {
-    fail("{} {}: {}\nhint: check the path, its permissions and free disk space", what, p.string(),
-         e.code().message());
-  }
-}
-
-void fsync_path(const fs::path& p, bool directory) {
-  const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) fail("cannot open {} to sync it: {}", p.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0 && !directory)
-    fail("writing {} failed at fsync: {}\nhint: check free disk space", p.string(), std::strerror(err));
-}
 
 // CRC32C of each kCrcBlock-byte block of a file, blocks computed in parallel.
 std::vector<uint32_t> block_crcs(const fs::path& p, int64_t* size_out) {
@@ -93,16 +72,6 @@ json file_record(const fs::path& p) {
   return json{{"bytes", size}, {"crc32c_block_bytes", kCrcBlock}, {"crc32c", crcs}};
 }
 
-void write_text_file(const fs::path& p, const std::string& text) {
-  {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.flush();
-    if (!f) fail("cannot write {}\nhint: check free disk space and permissions", p.string());
-  }
-  fsync_path(p, false);
-}
-
 int64_t step_of(const std::string& name) {
   if (name.rfind("step_", 0) != 0 || name.size() <= 5 || name.size() > 5 + 18) return -1;
   int64_t v = 0;
@@ -113,13 +82,15 @@ int64_t step_of(const std::string& name) {
   return v;
 }
 
-bool is_leftover(const std::string& name) { return name.rfind(".step_", 0) == 0 && name.find(".tmp") != std::string::npos; }
+// What an interrupted save leaves: AtomicDir temporaries "step_N.tmp-XXXXXX" (and "step_N.old-XXXXXX").
+bool is_leftover(const std::string& name) {
+  return name.rfind("step_", 0) == 0 && (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos);
+}
 
 json read_json(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail("cannot read {}", p.string());
+  const std::string text = read_small_file(p.string(), 64 << 20, "checkpoint state");
   try {
-    return json::parse(f);
+    return json::parse(text);
   } catch (const json::exception& e) {
     fail("{} is not valid JSON: {}\nhint: the checkpoint is damaged; an older one will be used", p.string(),
          e.what());
@@ -130,71 +101,50 @@ json read_json(const fs::path& p) {
 
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
                             const std::string& tokenizer_model, const std::string& config_yaml) {
-  const fs::path dir(checkpoints_dir);
-  fs_call("cannot create checkpoint folder", dir, [&] { return fs::create_directories(dir); });
-  const std::string name = "step_" + std::to_string(state.step);
-  const fs::path final_path = dir / name;
-  const fs::path tmp = dir / fmt::format(".{}.tmp-{}", name, ::getpid());
-  fs_call("cannot remove", tmp, [&] { return fs::remove_all(tmp); });
-  try {
-    fs_call("cannot create", tmp, [&] { return fs::create_directory(tmp); });
-    const bool sr = model.precision() == model::Precision::bf16_sr;
-    io::save_hf_checkpoint(model, tmp.string(), sr ? "bfloat16" : "float32");
+  create_directories(checkpoints_dir);
+  const std::string final_path = (fs::path(checkpoints_dir) / ("step_" + std::to_string(state.step))).string();
+  // A same-step folder (from a run resumed at an earlier checkpoint) is replaced whole, atomically.
+  AtomicDir out(final_path, {"*"});
+  const fs::path tmp(out.temp_path());
+  const bool sr = model.precision() == model::Precision::bf16_sr;
+  io::write_hf_weights(model, tmp.string(), sr ? "bfloat16" : "float32");
 
-    std::vector<io::TensorToWrite> moments;
-    std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
-    for (const auto& t : model.state_tensors()) {
-      if (t.name.rfind("weight.", 0) == 0) continue;  // the weights are the HF part
-      moments.push_back({t.name, t.dtype == model::StateDType::bf16 ? io::DType::BF16 : io::DType::F32,
-                         {t.numel}, t.data});
-      meta["shape." + t.name] = json(t.shape).dump();
-    }
-    io::write_safetensors((tmp / kOptimizerFile).string(), moments, meta);
-    if (!tokenizer_model.empty()) {
-      fs_call("cannot copy tokenizer", tokenizer_model,
-              [&] { return fs::copy_file(tokenizer_model, tmp / "tokenizer.model"); });
-      fsync_path(tmp / "tokenizer.model", false);
-    }
-    write_text_file(tmp / "train_config.yaml", config_yaml);
-
-    json files = json::object();
-    for (const auto& e : fs_call("cannot list", tmp, [&] { return std::vector<fs::directory_entry>(
-                                                              fs::directory_iterator(tmp), {}); }))
-      files[e.path().filename().string()] = file_record(e.path());
-    json st{{"format", kFormat},
-            {"version", kVersion},
-            {"llamatrain_version", LLAMATRAIN_VERSION},
-            {"step", state.step},
-            {"optimizer_steps", state.optimizer_steps},
-            {"consumed_samples", state.consumed_samples},
-            {"seed", state.seed},
-            {"precision", state.precision},
-            {"lr", state.lr},
-            {"loss", std::isfinite(state.loss) ? json(state.loss) : json(nullptr)},
-            {"skipped_steps", state.skipped_steps},
-            {"rollbacks", state.rollbacks},
-            {"train_seconds", state.train_seconds},
-            {"num_params", model.num_params()},
-            {"files", files}};
-    write_text_file(tmp / kStateFile, st.dump(2) + "\n");
-    fsync_path(tmp, true);
-
-    // Commit: a same-step checkpoint from an earlier attempt is moved aside first, then removed.
-    if (fs::exists(final_path)) {
-      const fs::path old = dir / fmt::format(".{}.old.tmp-{}", name, ::getpid());
-      fs_call("cannot move aside", final_path, [&] { fs::rename(final_path, old); });
-      fs_call("cannot rename", tmp, [&] { fs::rename(tmp, final_path); });
-      fs::remove_all(old);
-    } else {
-      fs_call("cannot rename", tmp, [&] { fs::rename(tmp, final_path); });
-    }
-    fsync_path(dir, true);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
+  std::vector<io::TensorToWrite> moments;
+  std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
+  for (const auto& t : model.state_tensors()) {
+    if (t.name.rfind("weight.", 0) == 0) continue;  // the weights are the HF part
+    moments.push_back({t.name, t.dtype == model::StateDType::bf16 ? io::DType::BF16 : io::DType::F32, {t.numel},
+                       t.data});
+    meta["shape." + t.name] = json(t.shape).dump();
   }
-  return final_path.string();
+  io::write_safetensors(out.file(kOptimizerFile), moments, meta);
+  if (!tokenizer_model.empty()) {
+    const MappedFile tok(tokenizer_model, "tokenizer");
+    write_file_atomic(out.file("tokenizer.model"),
+                      std::string_view(reinterpret_cast<const char*>(tok.data()), tok.size()));
+  }
+  write_file_atomic(out.file("train_config.yaml"), config_yaml);
+
+  json files = json::object();
+  for (const auto& e : fs::directory_iterator(tmp)) files[e.path().filename().string()] = file_record(e.path());
+  json st{{"format", kFormat},
+          {"version", kVersion},
+          {"llamatrain_version", LLAMATRAIN_VERSION},
+          {"step", state.step},
+          {"optimizer_steps", state.optimizer_steps},
+          {"consumed_samples", state.consumed_samples},
+          {"seed", state.seed},
+          {"precision", state.precision},
+          {"lr", state.lr},
+          {"loss", std::isfinite(state.loss) ? json(state.loss) : json(nullptr)},
+          {"skipped_steps", state.skipped_steps},
+          {"rollbacks", state.rollbacks},
+          {"train_seconds", state.train_seconds},
+          {"num_params", model.num_params()},
+          {"files", files}};
+  write_file_atomic(out.file(kStateFile), st.dump(2) + "\n");
+  out.commit();
+  return final_path;
 }
 
 std::vector<CheckpointInfo> list_checkpoints(const std::string& checkpoints_dir) {

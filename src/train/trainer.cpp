@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/memory.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
@@ -54,6 +55,7 @@ struct StopSignalScope {
   using Handler = void (*)(int);
   Handler old_term, old_int;
   StopSignalScope() {
+    install_temporary_cleanup_handlers();  // ours replace them for the loop, and stay
     g_stop_signal = 0;
     old_term = std::signal(SIGTERM, on_stop_signal);
     old_int = std::signal(SIGINT, on_stop_signal);
