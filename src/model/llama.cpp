@@ -150,12 +150,13 @@ const bf16* LlamaModel::bf16_of(const float* param) const {
 
 namespace {
 
-// Where each activation lives, in elements: an offset into the fp32 arena (or, for the matmul
-// inputs, into the arena of their dtype) and a per-layer stride, 0 for a one-layer scratch that the
-// backward refills by recomputation. The one layout both sizes the arenas and answers
+// Where each activation lives, in elements: offsets into the fp32 arena (or, for the matmul inputs,
+// into the arena of their dtype) of a one-layer scratch for the recomputed layers [0, R) and of the
+// stacked copies of the layers that keep it. The one layout both sizes the arenas and answers
 // activation_bytes(), so the analytic figure is the allocation.
 struct Slot {
-  int64_t offset = 0, stride = 0;
+  int64_t scratch = 0, base = 0, stride = 0;
+  int first_saved = 0;
 };
 struct ActivationLayout {
   Slot x0, ln1_rstd, qkv, att, lse, resid, ln2_rstd, h13, out, lnf, lnf_rstd, losses;  // fp32 arena
@@ -163,37 +164,42 @@ struct ActivationLayout {
   int64_t floats = 0, inputs = 0;
 };
 
-ActivationLayout activation_layout(const LlamaConfig& c, Recompute r, int B, int T) {
+ActivationLayout activation_layout(const LlamaConfig& c, Recompute r, int R, int B, int T) {
   const int64_t N = int64_t(B) * T, C = c.dim, L = c.n_layers, F = c.ffn_dim;
   const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const bool keep_all = r == Recompute::none;         // none saves everything
-  const bool keep_matmul_out = r != Recompute::full;  // selective still saves what matmuls produced
+  if (r == Recompute::none || R < 0 || R > L) R = r == Recompute::none ? 0 : int(L);
+  // In the recomputed layers, selective drops the attention core and the norm / SwiGLU outputs, full
+  // drops everything but the layer output (the next layer's input).
+  const bool drop_all = r == Recompute::full;
   ActivationLayout a;
-  auto layers = [&](int64_t& used, int64_t n, bool saved) {
-    Slot s{used, saved ? n : 0};
-    used += saved ? L * n : n;
+  auto layers = [&](int64_t& used, int64_t n, bool dropped) {
+    const int first_saved = dropped ? R : 0;
+    Slot s{used, 0, n, first_saved};
+    if (first_saved > 0) used += n;  // the scratch
+    s.base = used;
+    used += (L - first_saved) * n;
     return s;
   };
   auto once = [&](int64_t& used, int64_t n) {
-    Slot s{used, 0};
+    Slot s{used, used, 0, 0};
     used += n;
     return s;
   };
   a.x0 = once(a.floats, N * C);
-  a.ln1_rstd = layers(a.floats, N, keep_matmul_out);
-  a.qkv = layers(a.floats, N * QKV, keep_matmul_out);
-  a.att = layers(a.floats, N * HD, keep_all);
-  a.lse = layers(a.floats, int64_t(B) * c.n_heads * T, keep_all);
-  a.resid = layers(a.floats, N * C, keep_matmul_out);
-  a.ln2_rstd = layers(a.floats, N, keep_matmul_out);
-  a.h13 = layers(a.floats, N * 2 * F, keep_matmul_out);
-  a.out = layers(a.floats, N * C, true);
+  a.ln1_rstd = layers(a.floats, N, drop_all);
+  a.qkv = layers(a.floats, N * QKV, drop_all);
+  a.att = layers(a.floats, N * HD, true);
+  a.lse = layers(a.floats, int64_t(B) * c.n_heads * T, true);
+  a.resid = layers(a.floats, N * C, drop_all);
+  a.ln2_rstd = layers(a.floats, N, drop_all);
+  a.h13 = layers(a.floats, N * 2 * F, drop_all);
+  a.out = layers(a.floats, N * C, false);
   a.lnf = once(a.floats, N * C);
   a.lnf_rstd = once(a.floats, N);
   a.losses = once(a.floats, N);
-  a.ln1 = layers(a.inputs, N * C, keep_all);
-  a.ln2 = layers(a.inputs, N * C, keep_all);
-  a.hmid = layers(a.inputs, N * F, keep_all);
+  a.ln1 = layers(a.inputs, N * C, true);
+  a.ln2 = layers(a.inputs, N * C, true);
+  a.hmid = layers(a.inputs, N * F, true);
   a.dh13 = once(a.inputs, N * 2 * F);
   return a;
 }
@@ -207,21 +213,25 @@ int64_t scratch_floats(const LlamaConfig& c, int B, int T) {
 }
 
 template <typename T>
-PerLayer<T> at(T* base, Slot s) {
-  return PerLayer<T>{base + s.offset, s.stride};
+PerLayer<T> at(T* arena, Slot s) {
+  return PerLayer<T>{arena + s.scratch, arena + s.base, s.stride, s.first_saved};
 }
 
 }  // namespace
 
-int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T, Recompute r) {
-  const ActivationLayout a = activation_layout(c, r, B, T);
+int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T, Recompute r,
+                                     int recompute_layers) {
+  const ActivationLayout a = activation_layout(c, r, recompute_layers, B, T);
   const int64_t matmul_input_bytes = p == Precision::fp32 ? 4 : 2;
   return 4 * (a.floats + scratch_floats(c, B, T)) + matmul_input_bytes * a.inputs;
 }
 
-void LlamaModel::set_recompute(Recompute r) {
-  if (r == recompute_) return;
+void LlamaModel::set_recompute(Recompute r, int layers) {
+  const int L = config_.n_layers;
+  const int R = r == Recompute::none ? 0 : layers < 0 || layers > L ? L : layers;
+  if (r == recompute_ && R == recompute_layers_) return;
   recompute_ = r;
+  recompute_layers_ = R;
   B_ = T_ = 0;  // re-laid out at the next forward
 }
 
@@ -237,10 +247,10 @@ void LlamaModel::ensure_activations(int B, int T) {
   const LlamaConfig& c = config_;
   const int64_t N = int64_t(B) * T, C = c.dim, F = c.ffn_dim;
   const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const ActivationLayout lay = activation_layout(c, recompute_, B, T);
+  const ActivationLayout lay = activation_layout(c, recompute_, recompute_layers_, B, T);
   act_arena_.assign(lay.floats, 0.0f);
   float* f = act_arena_.data();
-  acts_.x0 = f + lay.x0.offset;
+  acts_.x0 = f + lay.x0.base;
   acts_.ln1_rstd = at(f, lay.ln1_rstd);
   acts_.qkv = at(f, lay.qkv);
   acts_.att = at(f, lay.att);
@@ -249,9 +259,9 @@ void LlamaModel::ensure_activations(int B, int T) {
   acts_.ln2_rstd = at(f, lay.ln2_rstd);
   acts_.h13 = at(f, lay.h13);
   acts_.out = at(f, lay.out);
-  acts_.lnf = f + lay.lnf.offset;
-  acts_.lnf_rstd = f + lay.lnf_rstd.offset;
-  acts_.losses = f + lay.losses.offset;
+  acts_.lnf = f + lay.lnf.base;
+  acts_.lnf_rstd = f + lay.lnf_rstd.base;
+  acts_.losses = f + lay.losses.base;
 
   // The matmul-only tensors, in the dtype the matmuls read (one of the two arenas stays empty).
   auto take_inputs = [&](auto& arena, auto& m) {
@@ -260,7 +270,7 @@ void LlamaModel::ensure_activations(int B, int T) {
     m.ln1 = at(q, lay.ln1);
     m.ln2 = at(q, lay.ln2);
     m.hmid = at(q, lay.hmid);
-    m.dh13 = q + lay.dh13.offset;
+    m.dh13 = q + lay.dh13.base;
   };
   if (precision_ == Precision::fp32) {
     mm_arena_bf16_.clear();
@@ -336,6 +346,7 @@ void LlamaModel::forward_layer(int l, const MatmulInputs<A>& m, bool for_backwar
 
 template <typename A>
 void LlamaModel::recompute_layer(int l, const MatmulInputs<A>& m) {
+  if (l >= recompute_layers_) return;
   if (recompute_ == Recompute::full) {
     forward_layer(l, m, true);
     return;

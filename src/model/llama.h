@@ -55,17 +55,21 @@ struct ParameterTensors {
 //   full:      only each layer's input (the residual stream) is saved; the backward reruns the
 //              layer's forward (all but its last matmul) before its backward.
 // Recomputation runs the same kernels on the same inputs, so gradients are bitwise those of none.
+// It applies to the first `recompute_layers` layers (all by default; Megatron's "block" method
+// recomputes only the first few and keeps the rest).
 enum class Recompute { none, selective, full };
 Recompute parse_recompute(const std::string& name);  // "none" | "selective" | "full"; throws Error
 const char* recompute_name(Recompute r);
 
-// One activation tensor of every layer: stacked (L, n) when saved, or a single (n) scratch that all
-// layers share (stride 0) when the backward recomputes it.
+// One activation tensor of every layer: layers [0, first_saved) share one (n) scratch that the
+// backward refills by recomputation; layers [first_saved, L) are stacked, stride n apart.
 template <typename T>
 struct PerLayer {
+  T* scratch = nullptr;
   T* base = nullptr;
   int64_t stride = 0;
-  T* operator[](int l) const { return base + l * stride; }
+  int first_saved = 0;
+  T* operator[](int l) const { return l < first_saved ? scratch : base + (l - first_saved) * stride; }
 };
 
 // Activations of one micro-batch of B sequences of T tokens (N = B*T). The ones that only feed
@@ -151,9 +155,11 @@ class LlamaModel {
 
   // Sizes the activation arena for micro-batches of (B, T); cheap when unchanged.
   void ensure_activations(int B, int T);
-  // Chooses what the backward recomputes (default none); takes effect at the next forward.
-  void set_recompute(Recompute r);
+  // Chooses what the backward recomputes (default none) in the first `layers` layers (-1: all);
+  // takes effect at the next forward.
+  void set_recompute(Recompute r, int layers = -1);
   Recompute recompute() const { return recompute_; }
+  int recompute_layers() const { return recompute_layers_; }  // layers [0, this) recompute
   // tokens, targets: (B, T). Fills activations and per-token losses; returns the mean loss over
   // targets >= 0 (target -100 is ignored). Needs no gradient state.
   StepStats forward(const int32_t* tokens, const int32_t* targets, int B, int T);
@@ -183,7 +189,7 @@ class LlamaModel {
   static int64_t state_bytes(const LlamaConfig& c, Precision p);
   static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T,
-                                  Recompute r = Recompute::none);
+                                  Recompute r = Recompute::none, int recompute_layers = -1);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;
   // reset_cache(max_T) clears it. Returns logits (V) of the given token at position pos.
@@ -211,6 +217,7 @@ class LlamaModel {
   Precision precision_;
   uint64_t seed_;
   Recompute recompute_ = Recompute::none;
+  int recompute_layers_ = 0;  // layers [0, recompute_layers_) recompute in the backward
   std::vector<ParamSpec> specs_;
   int64_t num_params_ = 0;
   ArenaVector<float> param_arena_;   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)

@@ -191,12 +191,19 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   const int64_t gbs = cfg.model.global_batch_size;
   const int64_t num_micro = cfg.num_micro_batches();
   const model::Precision precision = cfg.trainer.precision;
+  // NeMo's activations_checkpoint_*: granularity null | selective | full; with full, method block
+  // recomputes the first num_layers layers only, uniform recomputes every layer (each from its own
+  // input; a larger num_layers would only keep more layers' activations at once here).
   const model::Recompute recompute =
       model::parse_recompute(cfg.model.activations_checkpoint_granularity.value_or("none"));
+  const int recompute_layers = recompute == model::Recompute::full &&
+                                       cfg.model.activations_checkpoint_method.value_or("uniform") == "block"
+                                   ? int(cfg.model.activations_checkpoint_num_layers.value_or(1))
+                                   : -1;
   const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
 
   const int64_t state = model::LlamaModel::state_bytes(mc, precision);
-  const int64_t activations = model::LlamaModel::activation_bytes(mc, precision, B, T, recompute) +
+  const int64_t activations = model::LlamaModel::activation_bytes(mc, precision, B, T, recompute, recompute_layers) +
                               cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct);
   check_memory_fits(state + activations,
                     fmt::format("training {:.2f}B parameters in {} at micro batch {} x seq {}",
@@ -214,11 +221,14 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   if (!export_dir.empty()) io::check_export_target(export_dir);
 
   model::LlamaModel model(mc, precision, uint64_t(cfg.model.seed));
-  model.set_recompute(recompute);
+  model.set_recompute(recompute, recompute_layers);
   say(fmt::format("model: {:.2f}M parameters (C {}, L {}, H {}, Hkv {}, F {}, V {}), {}, recompute {}, "
                   "memory {} (state {} + activations {})",
                   double(model.num_params()) / 1e6, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim,
-                  mc.vocab_size, model::precision_name(precision), model::recompute_name(recompute),
+                  mc.vocab_size, model::precision_name(precision),
+                  recompute_layers < 0 || recompute_layers >= mc.n_layers
+                      ? std::string(model::recompute_name(recompute))
+                      : fmt::format("{} in layers 0-{}", model::recompute_name(recompute), recompute_layers - 1),
                   obs::format_bytes(double(state + activations)), obs::format_bytes(double(state)),
                   obs::format_bytes(double(activations))));
 

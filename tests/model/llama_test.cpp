@@ -180,10 +180,16 @@ TEST(Llama, RecomputeModesGiveBitwiseTheSameLossAndGradients) {
   for (auto p : {model::Precision::fp32, model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
     std::vector<float> ref_grads, ref_params;
     float ref_loss = 0;
-    for (auto r : {model::Recompute::none, model::Recompute::selective, model::Recompute::full}) {
+    // (mode, layers): every layer, or Megatron's block method (only layer 0 of the two recomputes).
+    const std::pair<model::Recompute, int> modes[] = {{model::Recompute::none, -1},
+                                                      {model::Recompute::selective, -1},
+                                                      {model::Recompute::full, -1},
+                                                      {model::Recompute::full, 1},
+                                                      {model::Recompute::selective, 1}};
+    for (const auto& [r, layers] : modes) {
       model::LlamaModel m(c, p, 11);
       m.init_random(0.1f);
-      m.set_recompute(r);
+      m.set_recompute(r, layers);
       model::AdamWConfig opt;
       float loss = 0;
       for (int step = 1; step <= 2; step++) {
@@ -197,10 +203,10 @@ TEST(Llama, RecomputeModesGiveBitwiseTheSameLossAndGradients) {
         ref_grads = grads, ref_params = params, ref_loss = loss;
         continue;
       }
-      EXPECT_EQ(loss, ref_loss) << model::recompute_name(r) << " " << model::precision_name(p);
+      EXPECT_EQ(loss, ref_loss) << model::recompute_name(r) << " " << layers << " " << model::precision_name(p);
       int64_t differ = 0;
       for (size_t i = 0; i < grads.size(); i++) differ += grads[i] != ref_grads[i] || params[i] != ref_params[i];
-      EXPECT_EQ(differ, 0) << model::recompute_name(r) << " " << model::precision_name(p);
+      EXPECT_EQ(differ, 0) << model::recompute_name(r) << " " << layers << " " << model::precision_name(p);
     }
   }
 }
@@ -216,6 +222,9 @@ TEST(Llama, RecomputeSavesActivationMemory) {
     EXPECT_GT(none, sel);
     EXPECT_GT(sel, full);
     EXPECT_LT(full * 2, none) << "full recompute should keep well under half of 6 layers' activations";
+    const int64_t block2 = model::LlamaModel::activation_bytes(c, p, 4, 256, model::Recompute::full, 2);
+    EXPECT_GT(block2, full);  // 2 of 6 layers recompute: between full and none
+    EXPECT_LT(block2, none);
   }
   EXPECT_THROW(model::parse_recompute("partial"), Error);
   EXPECT_EQ(model::parse_recompute("null"), model::Recompute::none);

@@ -329,14 +329,21 @@ TEST(Trainer, Bf16ModesEndWithin2PercentOfFp32) {
 TEST(Trainer, RecomputeModesGiveTheSameRun) {
   TempDir dir;
   std::map<std::string, std::map<int64_t, double>> l;
-  for (const char* g : {"null", "selective", "full"}) {
-    const auto r = run_train(dir / g, {"trainer.max_steps=6", std::string("model.activations_checkpoint_granularity=") + g,
-                                       "trainer.precision=bf16-mixed"});
+  for (const char* g : {"null", "selective", "full", "block"}) {
+    const bool block = std::string(g) == "block";
+    const auto r = run_train(dir / g, {"trainer.max_steps=6",
+                                       std::string("model.activations_checkpoint_granularity=") + (block ? "full" : g),
+                                       std::string("model.activations_checkpoint_method=") + (block ? "block" : "uniform"),
+                                       "model.activations_checkpoint_num_layers=1", "trainer.precision=bf16-mixed"});
     ASSERT_EQ(r.status, 0) << r.log;
+    if (block) {
+      EXPECT_NE(r.log.find("recompute full in layers 0-0"), std::string::npos) << r.log;
+    }
     l[g] = losses(dir / g);
   }
   EXPECT_EQ(l["selective"], l["null"]);
   EXPECT_EQ(l["full"], l["null"]);
+  EXPECT_EQ(l["block"], l["null"]);
   EXPECT_EQ(testing::read_file(dir / "full/checkpoints/step_6/model.safetensors"),
             testing::read_file(dir / "null/checkpoints/step_6/model.safetensors"));
 }
