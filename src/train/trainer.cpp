@@ -324,6 +324,8 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
 
   StopSignalScope signals;
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+  const double t_loop = now_s();
+  int64_t steps_run = 0;  // steps computed by this process (a rollback repeats some)
   int64_t nonfinite_run = 0;
   double t_last_ckpt = now_s(), t_log = now_s();
   int64_t steps_since_log = 0;
@@ -331,6 +333,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   while (st.step < max_steps) {
     const double t_step = now_s();
     const int64_t step = st.step + 1;
+    steps_run++;
     const double lr = sched.lr(st.step);
     model.zero_grad();
     double loss_sum = 0;
@@ -445,14 +448,19 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     if (stop) {
       say(fmt::format("stopped by signal {} after step {}{}", g_stop_signal.load(), st.step,
                       checkpoints ? "; run the same command to resume" : ""));
-      result.interrupted = true;
+      result.stop_signal = g_stop_signal.load();
       break;
     }
   }
   result.steps = st.step;
   result.last_loss = st.loss;
+  const double loop_s = now_s() - t_loop;
+  if (steps_run > 0)
+    say(fmt::format("train loop: {} steps in {} = {} tokens/s end to end (data, logging, validation and "
+                    "checkpoints included)",
+                    steps_run, obs::format_duration(loop_s), obs::format_count(double(steps_run) * double(gbs) * T / loop_s)));
 
-  if (!export_dir.empty() && !result.interrupted) {
+  if (!export_dir.empty() && result.stop_signal == 0) {
     const double t0 = now_s();
     io::ExportOptions eo;
     eo.torch_dtype = precision == model::Precision::fp32 ? "float32" : "bfloat16";

@@ -30,7 +30,7 @@ struct TrainResult {
   double last_val_loss = 0;          // NaN when no validation ran
   std::string last_checkpoint;       // "" when none was saved
   std::string hf_export;             // "" when convert_to_hf is off
-  bool interrupted = false;          // stopped by SIGTERM / SIGINT after saving a checkpoint
+  int stop_signal = 0;               // SIGTERM / SIGINT that stopped the run after its checkpoint; 0 if none
 };
 
 // Runs the training described by config (notes: the loader's "ignored: ..." lines, printed at start).
