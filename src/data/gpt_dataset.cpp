@@ -1,4 +1,4 @@
-// GPT sample construction; see gpt_dataset.h. Step numbers refer to FORMATS.md §2.
+// GPT sample construction; see gpt_dataset.h. Step numbers refer to docs/formats.md §2.
 #include "data/gpt_dataset.h"
 
 #include <cerrno>

@@ -1,4 +1,4 @@
-// Megatron indexed dataset writer and mmap reader; see indexed_dataset.h and FORMATS.md section 1.
+// Megatron indexed dataset writer and mmap reader; see indexed_dataset.h and docs/formats.md section 1.
 // All multi-byte values are little-endian and read/written through memcpy (the arrays are unaligned).
 #include "data/indexed_dataset.h"
 

@@ -1,4 +1,4 @@
-// Megatron/NeMo memory-mapped indexed dataset ("MMIDIDX", FORMATS.md section 1): PREFIX.bin holds the
+// Megatron/NeMo memory-mapped indexed dataset ("MMIDIDX", docs/formats.md section 1): PREFIX.bin holds the
 // tokens of every sequence back to back, PREFIX.idx the 34-byte header, sizes (i32[S]), byte
 // pointers (i64[S]) and document indices (i64[D]), all little-endian and unaligned.
 // The writer streams tokens to PREFIX.bin.tmp-XXXXXX (the index arrays to .tmp spill files:
@@ -19,7 +19,7 @@
 
 namespace llamatrain::data {
 
-// dtype codes of the .idx header (FORMATS.md 1.3). Tokens use kUint16 (vocab < 65500) or kInt32.
+// dtype codes of the .idx header (docs/formats.md 1.3). Tokens use kUint16 (vocab < 65500) or kInt32.
 enum class TokenDtype : uint8_t {
   kUint8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5, kFloat64 = 6, kFloat32 = 7, kUint16 = 8
 };

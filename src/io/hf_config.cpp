@@ -1,4 +1,4 @@
-// Hugging Face config.json <-> LlamaConfig (FORMATS.md 4.1). The only file that spells HF config
+// Hugging Face config.json <-> LlamaConfig (docs/formats.md 4.1). The only file that spells HF config
 // keys. Reading accepts 4.x keys and the newer spellings (rope_parameters, dtype), applies 4.x
 // defaults, and refuses what the model cannot run (rope scaling, biases, non-SiLU activations,
 // a head_dim other than hidden/heads, other model types) instead of silently computing garbage.

@@ -1,4 +1,4 @@
-// safetensors reader and writer (FORMATS.md section 3). The reader mmaps a file and validates the
+// safetensors reader and writer (docs/formats.md section 3). The reader mmaps a file and validates the
 // whole header before exposing any pointer: header length, JSON syntax, duplicate keys, dtypes,
 // shapes (overflow-checked), contiguous offsets and the exact file size; any violation throws
 // Error naming the file, the tensor, the value seen and the value expected. The writer follows the
@@ -35,7 +35,7 @@ constexpr int kMaxJsonDepth = 16;
 struct DTypeInfo {
   const char* name;
   int size;
-  int rank;  // position in the reference crate's enum (FORMATS.md 3.1), used for the write order
+  int rank;  // position in the reference crate's enum (docs/formats.md 3.1), used for the write order
 };
 // Indexed by DType's value (enum order in safetensors.h).
 constexpr DTypeInfo kDTypes[] = {

@@ -1,4 +1,4 @@
-// safetensors (FORMATS.md section 3): mmap-based reader for one file or a sharded checkpoint
+// safetensors (docs/formats.md section 3): mmap-based reader for one file or a sharded checkpoint
 // (model.safetensors.index.json), and a writer that produces byte-identical output to the
 // reference implementation (dtype-descending then name order, compact JSON, 8-byte padded header,
 // __metadata__ first). Every validation failure throws Error naming the file and the tensor.

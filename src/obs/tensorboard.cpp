@@ -1,6 +1,6 @@
 // TensorBoard event writer: protobuf wire encoding of the few Event fields we write, TFRecord
 // framing, CRC32C on the SSE4.2 instruction, and the event file's life (name, buffering, errors).
-// Field numbers and the framing are in FORMATS.md section 6.
+// Field numbers and the framing are in docs/formats.md section 6.
 #include "obs/tensorboard.h"
 
 #include <fcntl.h>

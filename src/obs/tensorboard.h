@@ -1,4 +1,4 @@
-// TensorBoard event files written natively (FORMATS.md section 6): TFRecord framing with masked
+// TensorBoard event files written natively (docs/formats.md section 6): TFRecord framing with masked
 // CRC32C, hand-encoded Event / Summary / Value protobufs, a first record with file_version
 // "brain.Event:2" and source_metadata.writer "llamatrain". Scalars use the legacy simple_value form
 // (what PyTorch's SummaryWriter writes; TensorBoard migrates it on read); text uses the text

@@ -171,7 +171,7 @@ TEST(GptIndexGolden, EveryGoldenCaseMatches) {
 }
 
 TEST(GptIndexGolden, FormatsTestVector215) {
-  // FORMATS.md §2.15, hard-coded: sizes [5,3,7,4,6], split 1,0,0, L=4, N=10, seed 1234.
+  // docs/formats.md §2.15, hard-coded: sizes [5,3,7,4,6], split 1,0,0, L=4, N=10, seed 1234.
   auto src = make_source({5, 3, 7, 4, 6}, 0);
   GptIndexParams p;
   p.seq_length = 4;

@@ -1,4 +1,4 @@
-// Indexed dataset (.bin/.idx) writer and reader: the FORMATS.md 1.7 test vector byte for byte, round
+// Indexed dataset (.bin/.idx) writer and reader: the docs/formats.md 1.7 test vector byte for byte, round
 // trips (uint16/int32, multi-sequence and empty documents, sub-range reads), files written by the
 // independent Python writer (tools/reference/megatron_writer.py), merging, and clear errors for
 // every truncation of a small .idx and for corrupt fields (magic, version, dtype, counts, pointers,

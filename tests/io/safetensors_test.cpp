@@ -77,7 +77,7 @@ class SafetensorsTest : public ::testing::Test {
 
 #define EXPECT_HAS(msg, sub) EXPECT_NE((msg).find(sub), std::string::npos) << "missing \"" << (sub) << "\" in: " << (msg)
 
-// ---- reference test vectors (FORMATS.md 3.3) ----
+// ---- reference test vectors (docs/formats.md 3.3) ----
 
 TEST_F(SafetensorsTest, EmptyDictMatchesReferenceBytes) {
   const std::string expected = le64(8) + "{}      ";

@@ -1,5 +1,5 @@
 // obs/tensorboard: CRC32C against published vectors and a bitwise reference; the framed records of
-// FORMATS.md 6.4 byte for byte; a file the writer produced (many scalars, text, awkward steps, NaN
+// docs/formats.md 6.4 byte for byte; a file the writer produced (many scalars, text, awkward steps, NaN
 // and infinities, unicode and long tags, several threads) read back by an independent Python reader
 // (tests/obs/read_tfevents.py: its own CRC and wire parser) and by Google's protobuf runtime; file
 // naming and ordering; and the failure policy (bad directory = Error, failed write = one warning).
@@ -113,7 +113,7 @@ TEST(TensorBoard, Crc32cMatchesBitwiseReferenceAtEveryLengthAndAlignment) {
 }
 
 TEST(TensorBoard, FormatsTestVectorsByteForByte) {
-  // FORMATS.md 6.4, first vector: Event{wall_time=1700000000.0, file_version="brain.Event:2"}
+  // docs/formats.md 6.4, first vector: Event{wall_time=1700000000.0, file_version="brain.Event:2"}
   const std::string v1 = bytes({0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xa3, 0x7f, 0x4b, 0x22, 0x09,
                                 0x00, 0x00, 0x00, 0x40, 0xfc, 0x54, 0xd9, 0x41, 0x1a, 0x0d, 0x62, 0x72, 0x61,
                                 0x69, 0x6e, 0x2e, 0x45, 0x76, 0x65, 0x6e, 0x74, 0x3a, 0x32, 0xec, 0xed, 0x8f, 0x9d});

@@ -105,7 +105,7 @@ TEST(Config, SeedsSevenBillionLayout) {
   EXPECT_DOUBLE_EQ(s.lr(2000), 3e-4);
   EXPECT_DOUBLE_EQ(s.lr(10000), 3e-5);
   const auto l = t.model.llama_config(32000);
-  EXPECT_EQ(l.num_params(), 6738415616);  // FORMATS.md 4.2: Llama-2-7B has 6,738,415,616 parameters
+  EXPECT_EQ(l.num_params(), 6738415616);  // docs/formats.md 4.2: Llama-2-7B has 6,738,415,616 parameters
   EXPECT_EQ(t.model.padded_vocab_size(32000), 32000);  // multiple of 8 x TP 8 = 64
   EXPECT_EQ(t.model.padded_vocab_size(32001), 32064);
 }
@@ -119,7 +119,7 @@ TEST(Config, SeventyBillionUsesNeMosGqaSpelling) {
 }
 
 // The shapes in configs/ are the real models': loading each with model.init_from pointing at the
-// model's config.json (built from model::preset_config, or FORMATS.md 4.1 for 70B) must agree.
+// model's config.json (built from model::preset_config, or docs/formats.md 4.1 for 70B) must agree.
 TEST(Config, ShapesAgreeWithHuggingFaceConfigs) {
   llamatrain::model::LlamaConfig l70;
   l70.dim = 8192;
@@ -213,7 +213,7 @@ TEST(Config, NeMoLlamaYamlLoadsAndListsIgnoredKeys) {
             1);
 }
 
-// The overrides test_llama.sh passes (NEMO_WORKFLOW.md §2), applied to the NeMo YAML.
+// The overrides the Neuron NeMo launch script test_llama.sh passes, applied to the NeMo YAML.
 TEST(Config, TestLlamaShOverridesApply) {
   const std::vector<std::string> ov = {
       "trainer.devices=32", "trainer.num_nodes=4", "trainer.max_epochs=null", "trainer.max_steps=10000",

@@ -4,7 +4,7 @@
 (a) float64 autograd gradients of the whole model against finite differences (torch gradcheck),
     and the forward against a second, independent formulation (Meta interleaved RoPE on permuted
     q/k weights, per-head loop, hand-written RMSNorm and log-softmax);
-(b) the safetensors writer reproduces FORMATS.md 3.3's test vectors byte for byte; the reader
+(b) the safetensors writer reproduces docs/formats.md 3.3's test vectors byte for byte; the reader
     rejects malformed files;
 (c) every golden file reads back to the arrays the generator computes now, rewrites byte-identically,
     and its AdamW trajectory matches the update formula written out in README.md.
@@ -95,7 +95,7 @@ def meta_forward(params, cfg, tokens):
         ms = (x * x).sum(-1, keepdim=True) / x.shape[-1]
         return x / torch.sqrt(ms + cfg.rms_norm_eps) * w
 
-    def hf_to_meta(w, heads):  # FORMATS.md 4.3 permute_reverse: [heads, 2, D/2, C] swap axes 1, 2
+    def hf_to_meta(w, heads):  # docs/formats.md 4.3 permute_reverse: [heads, 2, D/2, C] swap axes 1, 2
         return w.view(heads, 2, D // 2, C).transpose(1, 2).reshape(heads * D, C)
 
     def rope_pairs(x):  # x (T, D) in Meta layout: pairs (2i, 2i+1) rotated by p * theta^(-2i/D)
