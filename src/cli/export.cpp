@@ -58,7 +58,14 @@ void run_export(const ExportArgs& a) {
   std::fprintf(stderr, "export: loading %s ...\n", a.checkpoint.c_str());
   auto model = io::load_hf_model(a.checkpoint, model::Precision::fp32);
   std::fprintf(stderr, "export: writing %s (%s) ...\n", a.out.c_str(), dtype.c_str());
+  obs::ProgressOptions po;
+  po.label = "exporting";
+  po.total = model->num_params() * (dtype == "float32" ? 4 : 2);
+  po.unit = obs::ProgressUnit::kBytes;
+  obs::Progress bar(po);
+  o.progress = [&bar](int64_t n) { bar.advance(n); };
   const auto rep = io::export_hf(*model, a.out, o);
+  bar.finish();
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("exported %s: %s in %d shard%s%s, in %s; reloaded and checked (max logit difference %.2g, bound %.2g)\n",
               rep.dir.c_str(), obs::format_bytes(double(rep.bytes)).c_str(), rep.num_shards,

@@ -55,12 +55,13 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
   return out;
 }
 
-void load_hf_weights(model::LlamaModel& m, const std::string& dir) {
+void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDone& progress) {
   SafetensorsCheckpoint ckpt(dir);
   std::set<std::string> used;
   for (const auto& t : hf_tensor_slices(m)) {
     ckpt.read_f32(t.hf_name, t.shape, m.param_data() + t.offset);
     used.insert(t.hf_name);
+    if (progress) progress(int64_t(ckpt.get(t.hf_name).nbytes));
   }
   for (const auto& name : ckpt.names()) {
     if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
@@ -87,7 +88,7 @@ const std::vector<std::string>& hf_export_files() {
 }
 
 void write_hf_weights(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
-                      int64_t max_shard_bytes) {
+                      int64_t max_shard_bytes, const BytesDone& progress) {
   const bool bf16_out = torch_dtype == "bfloat16";
   if (!bf16_out && torch_dtype != "float32")
     fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
@@ -103,7 +104,7 @@ void write_hf_weights(const model::LlamaModel& m, const std::string& dir, const 
                                 : static_cast<const void*>(base + t.offset);
     tensors.push_back({t.hf_name, bf16_out ? DType::BF16 : DType::F32, t.shape, data});
   }
-  write_safetensors_sharded(dir, tensors, max_shard_bytes);
+  write_safetensors_sharded(dir, tensors, max_shard_bytes, progress);
   write_hf_config(dir + "/config.json", m.config(), torch_dtype);
 }
 

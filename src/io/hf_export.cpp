@@ -46,7 +46,7 @@ ExportReport export_hf(model::LlamaModel& m, const std::string& out_dir, const E
   const std::string tmp = out.temp_path();
   ExportReport report;
   report.dir = out_dir;
-  write_hf_weights(m, tmp, dtype, o.max_shard_bytes);
+  write_hf_weights(m, tmp, dtype, o.max_shard_bytes, o.progress);
   const model::LlamaConfig& c = m.config();
   write_file_atomic(out.file("generation_config.json"),
                     json{{"_from_model_config", true}, {"bos_token_id", c.bos_id}, {"eos_token_id", c.eos_id}}.dump(2) +

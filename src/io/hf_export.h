@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "io/safetensors.h"
 #include "model/llama.h"
 
 namespace llamatrain::io {
@@ -17,6 +18,7 @@ struct ExportOptions {
   std::string torch_dtype = "bfloat16";      // "bfloat16" | "float32"
   std::string tokenizer_model;               // "" = no tokenizer files
   int64_t max_shard_bytes = 5'000'000'000;   // transformers' default max_shard_size (5GB)
+  BytesDone progress;                        // optional: bytes of each tensor written
 };
 
 struct ExportReport {

@@ -583,19 +583,22 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& ten
 }
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, const BytesDone& progress) {
   Plan plan = make_plan(tensors, metadata);
   uint8_t len[8];
   put_le64(len, plan.header.size());
   AtomicFile f(path);
   f.write(len, 8);
   f.write(plan.header);
-  for (size_t i = 0; i < plan.order.size(); ++i) f.write(plan.order[i]->data, size_t(plan.nbytes[i]));
+  for (size_t i = 0; i < plan.order.size(); ++i) {
+    f.write(plan.order[i]->data, size_t(plan.nbytes[i]));
+    if (progress) progress(int64_t(plan.nbytes[i]));
+  }
   f.commit();
 }
 
 void write_safetensors_sharded(const std::string& dir, const std::vector<TensorToWrite>& tensors,
-                               int64_t max_shard_bytes) {
+                               int64_t max_shard_bytes, const BytesDone& progress) {
   if (max_shard_bytes <= 0)
     fail("max shard size is {} bytes, expected a positive size\nhint: Hugging Face uses 5GB", max_shard_bytes);
   std::set<std::string> names;
@@ -631,7 +634,8 @@ void write_safetensors_sharded(const std::string& dir, const std::vector<TensorT
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   const fs::path d(dir);
   if (shards.size() <= 1) {
-    write_safetensors((d / "model.safetensors").string(), shards.empty() ? std::vector<TensorToWrite>{} : shards[0], meta);
+    write_safetensors((d / "model.safetensors").string(), shards.empty() ? std::vector<TensorToWrite>{} : shards[0], meta,
+                      progress);
     fs::remove(d / "model.safetensors.index.json", ec);  // a stale index would shadow the new file
     return;
   }
@@ -639,7 +643,7 @@ void write_safetensors_sharded(const std::string& dir, const std::vector<TensorT
   const size_t k = shards.size();
   for (size_t i = 0; i < k; ++i) {
     const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, k);
-    write_safetensors((d / name).string(), shards[i], meta);
+    write_safetensors((d / name).string(), shards[i], meta, progress);
     for (const TensorToWrite& t : shards[i]) weight_map[t.name] = name;
   }
   json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,10 +82,13 @@ struct TensorToWrite {
   const void* data;  // numel * dtype_size bytes, row-major, LE
 };
 
+// Called with the bytes of each tensor once it is written or read (progress bars of long saves and loads).
+using BytesDone = std::function<void(int64_t bytes)>;
+
 // Writes one file atomically (PATH.tmp-XXXXXX, fsync, rename). metadata is written as __metadata__ (pass
 // {{"format","pt"}} for Hugging Face). Throws Error on I/O failure (e.g. disk full).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata);
+                       const std::map<std::string, std::string>& metadata, const BytesDone& progress = {});
 // The exact bytes write_safetensors would write (for tests and in-memory seeds).
 std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& tensors,
                                            const std::map<std::string, std::string>& metadata);
@@ -92,6 +96,6 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& ten
 // Writes shards model-0000i-of-0000K.safetensors of at most max_shard_bytes each (HF rules) plus
 // model.safetensors.index.json, or a single model.safetensors when everything fits in one shard.
 void write_safetensors_sharded(const std::string& dir, const std::vector<TensorToWrite>& tensors,
-                               int64_t max_shard_bytes);
+                               int64_t max_shard_bytes, const BytesDone& progress = {});
 
 }  // namespace llamatrain::io

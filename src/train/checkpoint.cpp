@@ -36,7 +36,7 @@ constexpr int kVersion = 1;
 constexpr int64_t kCrcBlock = 64 << 20;
 
 // CRC32C of each kCrcBlock-byte block of a file, blocks computed in parallel.
-std::vector<uint32_t> block_crcs(const fs::path& p, int64_t* size_out) {
+std::vector<uint32_t> block_crcs(const fs::path& p, int64_t* size_out, const io::BytesDone& progress = {}) {
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open {}: {}", p.string(), std::strerror(errno));
   struct stat st {};
@@ -61,6 +61,10 @@ std::vector<uint32_t> block_crcs(const fs::path& p, int64_t* size_out) {
   for (int64_t b = 0; b < n; b++) {
     const int64_t begin = b * kCrcBlock, len = std::min(kCrcBlock, size - begin);
     crcs[size_t(b)] = crc32c(bytes + begin, size_t(len));
+    if (progress) {
+#pragma omp critical(checkpoint_progress)
+      progress(len);
+    }
   }
   ::munmap(map, size_t(size));
   return crcs;
@@ -99,15 +103,21 @@ json read_json(const fs::path& p) {
 
 }  // namespace
 
+int64_t checkpoint_tensor_bytes(const model::LlamaModel& model) {
+  const int64_t n = model.num_params();
+  return model.precision() == model::Precision::bf16_sr ? 3 * 2 * n : 3 * 4 * n;  // weights + two moments
+}
+
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
-                            const std::string& tokenizer_model, const std::string& config_yaml) {
+                            const std::string& tokenizer_model, const std::string& config_yaml,
+                            const io::BytesDone& progress) {
   create_directories(checkpoints_dir);
   const std::string final_path = (fs::path(checkpoints_dir) / ("step_" + std::to_string(state.step))).string();
   // A same-step folder (from a run resumed at an earlier checkpoint) is replaced whole, atomically.
   AtomicDir out(final_path, {"*"});
   const fs::path tmp(out.temp_path());
   const bool sr = model.precision() == model::Precision::bf16_sr;
-  io::write_hf_weights(model, tmp.string(), sr ? "bfloat16" : "float32");
+  io::write_hf_weights(model, tmp.string(), sr ? "bfloat16" : "float32", 5'000'000'000, progress);
 
   std::vector<io::TensorToWrite> moments;
   std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
@@ -117,7 +127,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
                        t.data});
     meta["shape." + t.name] = json(t.shape).dump();
   }
-  io::write_safetensors(out.file(kOptimizerFile), moments, meta);
+  io::write_safetensors(out.file(kOptimizerFile), moments, meta, progress);
   if (!tokenizer_model.empty()) {
     const MappedFile tok(tokenizer_model, "tokenizer");
     write_file_atomic(out.file("tokenizer.model"),
@@ -161,7 +171,18 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& checkpoints_dir)
   return out;
 }
 
-std::string verify_checkpoint(const std::string& path) {
+int64_t checkpoint_file_bytes(const std::string& path) {
+  try {
+    const json st = read_json(fs::path(path) / kStateFile);
+    int64_t total = 0;
+    for (const auto& [name, rec] : st.at("files").items()) total += rec.value("bytes", int64_t(0));
+    return total;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+std::string verify_checkpoint(const std::string& path, const io::BytesDone& progress) {
   const fs::path dir(path);
   json st;
   try {
@@ -180,7 +201,7 @@ std::string verify_checkpoint(const std::string& path) {
     if (!fs::exists(p, ec)) return fmt::format("{}: missing", p.string());
     try {
       int64_t size = 0;
-      const auto crcs = block_crcs(p, &size);
+      const auto crcs = block_crcs(p, &size, progress);
       if (size != rec.value("bytes", int64_t(-1)))
         return fmt::format("{}: {} bytes, expected {} (truncated or overwritten)", p.string(), size,
                            rec.value("bytes", int64_t(-1)));
@@ -229,7 +250,7 @@ TrainerState read_trainer_state(const std::string& path) {
   return s;
 }
 
-TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model) {
+TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, const io::BytesDone& progress) {
   const model::LlamaConfig saved = io::read_hf_config(path);
   const model::LlamaConfig& c = model.config();
   auto differ = [&](const char* what, auto a, auto b) {
@@ -247,13 +268,14 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model) 
   differ("tie_word_embeddings", saved.tie_embeddings, c.tie_embeddings);
 
   TrainerState state = read_trainer_state(path);
-  io::load_hf_weights(model, path);
+  io::load_hf_weights(model, path, progress);
   const io::SafetensorsCheckpoint opt((fs::path(path) / kOptimizerFile).string());
   std::vector<float> buf;
   for (const auto& t : model.state_tensors()) {
     if (t.name.rfind("weight.", 0) == 0) continue;
     buf.resize(size_t(t.numel));
     opt.read_f32(t.name, {t.numel}, buf.data());
+    if (progress) progress(int64_t(opt.get(t.name).nbytes));
     if (t.dtype == model::StateDType::f32)
       std::memcpy(t.data, buf.data(), sizeof(float) * size_t(t.numel));
     else

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "model/llama.h"
 
 namespace llamatrain::train {
@@ -45,9 +46,12 @@ struct CheckpointInfo {
 // only after the new one is complete). tokenizer_model ("" for none) is copied in; config_yaml is
 // written as train_config.yaml. Returns the checkpoint's path. Throws Error (disk full, permissions)
 // after removing the partial directory; existing checkpoints are never touched.
+// progress (optional) gets the bytes of each tensor written: checkpoint_tensor_bytes() in all.
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model,
                             const TrainerState& state, const std::string& tokenizer_model,
-                            const std::string& config_yaml);
+                            const std::string& config_yaml, const io::BytesDone& progress = {});
+// Bytes of the tensors a checkpoint of this model holds (weights and moments), for progress bars.
+int64_t checkpoint_tensor_bytes(const model::LlamaModel& model);
 
 // Complete checkpoints (a trainer_state.json present) in CHECKPOINTS_DIR, oldest first. Temporary
 // directories of interrupted saves are not listed.
@@ -55,7 +59,10 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& checkpoints_dir)
 
 // Checks every file of a checkpoint against its recorded size and CRC32C; returns "" when intact,
 // otherwise what is wrong, naming the file.
-std::string verify_checkpoint(const std::string& path);
+// progress (optional) gets the bytes of each block checked.
+std::string verify_checkpoint(const std::string& path, const io::BytesDone& progress = {});
+// Total bytes verify_checkpoint reads (the sizes trainer_state.json records; 0 if unreadable).
+int64_t checkpoint_file_bytes(const std::string& path);
 
 // The newest checkpoint that verifies; each newer one that does not adds a warning naming the
 // problem. nullopt when there is none.
@@ -67,7 +74,8 @@ TrainerState read_trainer_state(const std::string& path);
 
 // Restores weights and AdamW moments into model (same config and precision, else an Error naming
 // the difference) and returns the trainer state.
-TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model);
+// progress (optional) gets the bytes of each tensor read: checkpoint_tensor_bytes() in all.
+TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, const io::BytesDone& progress = {});
 
 // Deletes the oldest complete checkpoints so that at most keep remain (keep <= 0: keep all), and
 // leftovers of interrupted saves. Returns the paths removed.

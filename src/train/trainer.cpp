@@ -95,6 +95,27 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
+// A progress bar for long I/O (checkpoints of a few hundred MB and up); small ones print their one
+// summary line only.
+class IoProgress {
+ public:
+  IoProgress(const std::string& label, int64_t total_bytes) {
+    if (total_bytes < (256 << 20)) return;
+    obs::ProgressOptions o;
+    o.label = label;
+    o.total = total_bytes;
+    o.unit = obs::ProgressUnit::kBytes;
+    bar_.emplace(o);
+  }
+  io::BytesDone callback() {
+    if (!bar_) return {};
+    return [this](int64_t n) { bar_->advance(n); };
+  }
+
+ private:
+  std::optional<obs::Progress> bar_;
+};
+
 void check_single_process(const TrainConfig& c) {
   if (c.model.tensor_model_parallel_size != 1 || c.model.pipeline_model_parallel_size != 1 || c.world_size() != 1)
     fail("parallel layout: tensor_model_parallel_size {}, pipeline_model_parallel_size {}, devices x num_nodes = {}; "
@@ -243,9 +264,16 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
       fail("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)", why);
     resume_path = *cfg.model.resume_from_checkpoint;
   } else if (cfg.exp_manager.resume_if_exists) {
-    std::vector<std::string> warnings;
-    if (auto ck = latest_valid_checkpoint(ckpt_dir.string(), &warnings)) resume_path = ck->path;
-    for (const auto& w : warnings) say("warning: " + w);
+    // The newest checkpoint that verifies (each file's size and CRC32C), newest first.
+    auto all = list_checkpoints(ckpt_dir.string());
+    for (auto it = all.rbegin(); it != all.rend() && !resume_path; ++it) {
+      IoProgress bar("verifying " + it->path, checkpoint_file_bytes(it->path));
+      const std::string why = verify_checkpoint(it->path, bar.callback());
+      if (why.empty())
+        resume_path = it->path;
+      else
+        say(fmt::format("warning: skipping checkpoint {}: {}", it->path, why));
+    }
     if (!resume_path && !cfg.exp_manager.resume_ignore_no_checkpoint)
       fail("exp_manager.resume_if_exists: no usable checkpoint in {}, and resume_ignore_no_checkpoint is false\n"
            "hint: set exp_manager.resume_ignore_no_checkpoint=true to start fresh",
@@ -254,13 +282,18 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   if (resume_path) {
     const double t0 = now_s();
     say(fmt::format("resuming from {} ...", *resume_path));
-    st = load_checkpoint(*resume_path, model);
+    IoProgress bar("loading checkpoint", checkpoint_tensor_bytes(model));
+    st = load_checkpoint(*resume_path, model, bar.callback());
     say(fmt::format("resumed at step {} ({} samples consumed) in {}", st.step, st.consumed_samples,
                     obs::format_duration(now_s() - t0)));
   } else if (cfg.model.init_from) {
     const double t0 = now_s();
     say(fmt::format("loading weights from {} ...", *cfg.model.init_from));
-    io::load_hf_weights(model, *cfg.model.init_from);
+    int64_t bytes = 0;
+    for (const auto& e : fs::directory_iterator(*cfg.model.init_from, ec))
+      if (e.path().extension() == ".safetensors") bytes += int64_t(e.file_size(ec));
+    IoProgress bar("loading " + *cfg.model.init_from, bytes);
+    io::load_hf_weights(model, *cfg.model.init_from, bar.callback());
     say(fmt::format("loaded in {}", obs::format_duration(now_s() - t0)));
   } else {
     const float std_ = float(cfg.model.init_method_std);
@@ -311,7 +344,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
 
   auto save = [&](const char* why) {
     const double t0 = now_s();
-    const std::string path = save_checkpoint(ckpt_dir.string(), model, st, tok_path, config_yaml);
+    std::string path;
+    {
+      IoProgress bar("saving checkpoint", checkpoint_tensor_bytes(model));
+      path = save_checkpoint(ckpt_dir.string(), model, st, tok_path, config_yaml, bar.callback());
+    }
     int64_t bytes = 0;
     for (const auto& e : fs::directory_iterator(path)) bytes += int64_t(e.file_size());
     const auto removed = prune_checkpoints(ckpt_dir.string(), int(ckp.save_top_k));
@@ -465,6 +502,8 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     io::ExportOptions eo;
     eo.torch_dtype = precision == model::Precision::fp32 ? "float32" : "bfloat16";
     eo.tokenizer_model = tok_path;
+    IoProgress bar("exporting", model.num_params() * (precision == model::Precision::fp32 ? 4 : 2));
+    eo.progress = bar.callback();
     say(fmt::format("exporting Hugging Face checkpoint to {} ...", export_dir));
     const auto rep = io::export_hf(model, export_dir, eo);
     say(fmt::format("exported {} ({}, {} shard{}) in {}; reloaded and checked: max logit difference {:.2g} "
