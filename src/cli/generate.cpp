@@ -66,7 +66,8 @@ int sample_token(const std::vector<float>& logits, float temperature, float top_
 void run_generate(const GenerateOptions& o) {
   if (!is_directory(o.model_dir))
     fail("generate: model folder {} {}, expected a Hugging Face folder with config.json, *.safetensors and "
-         "tokenizer.model\nhint: check the path (`llamatrain train --demo --export DIR` writes such a folder)",
+         "tokenizer.model\nhint: check the path (`llamatrain export CHECKPOINT --hf DIR`, or training with "
+         "convert_to_hf=true, writes such a folder)",
          o.model_dir, path_exists(o.model_dir) ? "is not a folder" : "does not exist");
   const std::string tok_path = o.tokenizer_model.empty()
                                    ? (std::filesystem::path(o.model_dir) / "tokenizer.model").string()

@@ -21,11 +21,13 @@ int main(int argc, char** argv) {
   CLI::App app{
       "llamatrain: continued pretraining and full fine-tuning of Llama models, one native program.\n\n"
       "Examples:\n"
-      "  llamatrain train --demo                                   # tiny model on built-in text\n"
       "  llamatrain preprocess --input corpus.jsonl --tokenizer-model tokenizer.model \\\n"
       "                        --output-prefix data/corpus --append-eod --workers 8\n"
       "  llamatrain data inspect data/corpus_text_document\n"
-      "  llamatrain generate /models/Llama-2-7b-hf --prompt \"The capital of France is\"\n"
+      "  llamatrain train configs/llama2_7b.yaml model.init_from=/models/Llama-2-7b-hf \\\n"
+      "                   model.data.data_prefix=[1.0,data/corpus_text_document] exp_manager.explicit_log_dir=runs/cpt\n"
+      "  llamatrain export runs/cpt/checkpoints/step_500 --hf out/cpt-step500\n"
+      "  llamatrain generate out/cpt-step500 --prompt \"The capital of France is\"\n"
       "  llamatrain bench --model stories110m --seq 256 --batch 8 --precision bf16-mixed\n"};
   app.set_version_flag("--version", std::string("llamatrain ") + LLAMATRAIN_VERSION);
   app.require_subcommand(1);

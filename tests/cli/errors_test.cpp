@@ -1,7 +1,8 @@
 // Every failure a user can cause ends in a plain "error: ..." line and a status from 1 to 125, never
-// an abort or an uncaught exception: folders where files are expected, out-of-range numbers, unknown
-// and Megatron-only flags, outputs that cannot be written (checked before the work), inputs that
-// give no document (saying what the input holds). Runs the real binary ($LLAMATRAIN_BIN).
+// an abort or an uncaught exception: folders where files are expected, out-of-range numbers and
+// config values, unknown keys and Megatron-only flags, outputs that cannot be written and jobs that
+// cannot fit in memory (checked before the work), inputs that give no document (saying what the
+// input holds). Runs the real binary ($LLAMATRAIN_BIN).
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 
@@ -83,11 +84,45 @@ TEST(CliErrors, GenerateFolderWithoutTokenizerNamesTheOption) {
 
 // ---- train ----
 
-TEST(CliErrors, TrainWithoutDemoSpeaksOfNoPlans) {
+// The fixture corpus preprocessed once per test binary, for train's checks that come after the data.
+const std::string& fixture_prefix() {
+  static CliTempDir dir;
+  static const std::string prefix = [] {
+    auto r = run_cli({"preprocess", "--quiet", "--input", kFixtures + "/corpus.jsonl", "--tokenizer-model", kSpm,
+                      "--output-prefix", dir / "fx", "--append-eod"});
+    EXPECT_TRUE(r.exited && r.code == 0) << testing::describe(r);
+    return dir / "fx_text_document";
+  }();
+  return prefix;
+}
+
+// `train configs/tiny.yaml` on the fixture corpus, one step, logging into log_dir, plus overrides.
+testing::CliResult train(const std::string& log_dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"train",
+                                   std::string(LLAMATRAIN_SOURCE_DIR) + "/configs/tiny.yaml",
+                                   "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                                   "model.tokenizer.model=" + kSpm,
+                                   "exp_manager.explicit_log_dir=" + log_dir,
+                                   "trainer.max_steps=1",
+                                   "trainer.limit_val_batches=0",
+                                   "model.optim.sched.warmup_steps=0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_cli(args);
+}
+
+// Nothing was trained: no model was built and no step ran.
+void expect_no_training(const testing::CliResult& r) {
+  EXPECT_EQ(r.out.find("training:"), std::string::npos) << "trained before the check:\n" << r.out;
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "trained before the check:\n" << r.out;
+}
+
+TEST(CliErrors, TrainWithoutConfigSaysWhatToGiveAndSpeaksOfNoPlans) {
   auto r = run_cli({"train"});
-  expect_plain_error(r, {"--demo"});
+  expect_plain_error(r, {"no config given", "configs/tiny.yaml"});
   for (const char* word : {"issue", "plan", "later", "not yet", "for now", "comes with"})
     EXPECT_EQ(r.err.find(word), std::string::npos) << word << " in " << r.err;
+  r = run_cli({"train", "--demo"});
+  expect_plain_error(r, {"--demo"});
 }
 
 TEST(CliErrors, HelpTextsSpeakOfNoIssuesOrPlans) {
@@ -101,43 +136,70 @@ TEST(CliErrors, HelpTextsSpeakOfNoIssuesOrPlans) {
   }
 }
 
-TEST(CliErrors, TrainExportOntoAFileFailsBeforeTraining) {
+TEST(CliErrors, TrainHfExportOntoAFileFailsBeforeTraining) {
   CliTempDir dir;
   write(dir / "file", "x");
-  auto r = run_cli({"train", "--demo", "--steps", "1", "--batch", "1", "--seq", "16", "--export", dir / "file"});
+  auto r = train(dir / "run", {"convert_to_hf=true", "model.output_dir=" + (dir / "file")});
   expect_plain_error(r, {dir / "file", "is a file"});
-  EXPECT_EQ(r.out.find("step"), std::string::npos) << "trained before checking the export path:\n" << r.out;
+  expect_no_training(r);
+  EXPECT_EQ(testing::slurp(dir / "file"), "x");
 }
 
-TEST(CliErrors, TrainExportIntoAFolderWithOtherFilesFailsBeforeTraining) {
+TEST(CliErrors, TrainHfExportIntoAFolderWithOtherFilesFailsBeforeTraining) {
   CliTempDir dir;
   fs::create_directories(dir / "mine");
   write(dir / "mine/notes.txt", "keep me");
-  auto r = run_cli({"train", "--demo", "--steps", "1", "--batch", "1", "--seq", "16", "--export", dir / "mine"});
+  auto r = train(dir / "run", {"convert_to_hf=true", "model.output_dir=" + (dir / "mine")});
   expect_plain_error(r, {dir / "mine", "notes.txt"});
-  EXPECT_EQ(r.out.find("step"), std::string::npos) << r.out;
+  expect_no_training(r);
   EXPECT_EQ(testing::slurp(dir / "mine/notes.txt"), "keep me");
 }
 
-TEST(CliErrors, TrainExportIntoAReadOnlyFolderFailsBeforeTraining) {
+TEST(CliErrors, TrainHfExportIntoAReadOnlyFolderFailsBeforeTraining) {
   CliTempDir dir;
   const std::string ro = dir / "ro";
   fs::create_directories(ro);
   if (::mount("tmpfs", ro.c_str(), "tmpfs", MS_RDONLY, "size=64k") != 0)
     GTEST_SKIP() << "cannot mount a read-only tmpfs here (needs root with CAP_SYS_ADMIN)";
-  auto r = run_cli({"train", "--demo", "--steps", "1", "--batch", "1", "--seq", "16", "--export", ro + "/out"});
+  auto r = train(dir / "run", {"convert_to_hf=true", "model.output_dir=" + ro + "/out"});
   ::umount(ro.c_str());
   expect_plain_error(r, {dir / "ro/out", "Read-only file system"});
-  EXPECT_EQ(r.out.find("step"), std::string::npos) << r.out;
+  expect_no_training(r);
 }
 
-TEST(CliErrors, TrainNumbersOutOfRange) {
-  expect_plain_error(run_cli({"train", "--demo", "--steps", "0"}), {"--steps", "got 0", ">= 1"});
-  expect_plain_error(run_cli({"train", "--demo", "--lr", "-1"}), {"--lr", "-1"});
-  expect_plain_error(run_cli({"train", "--demo", "--lr", "inf"}), {"--lr", "inf"});
-  expect_plain_error(run_cli({"train", "--demo", "--warmup", "-1"}), {"--warmup", "-1"});
-  expect_plain_error(run_cli({"train", "--demo", "--batch", "2000000", "--seq", "2000"}), {"--batch 2000000", "--seq 2000"});
-  expect_plain_error(run_cli({"train", "--demo", "--precision", "fp8"}), {"fp8", "bf16-mixed"});
+TEST(CliErrors, TrainLogDirOntoAFileFailsBeforeTraining) {
+  CliTempDir dir;
+  write(dir / "file", "x");
+  auto r = train(dir / "file", {});
+  expect_plain_error(r, {dir / "file", "explicit_log_dir"});
+  expect_no_training(r);
+  EXPECT_EQ(testing::slurp(dir / "file"), "x");
+}
+
+TEST(CliErrors, TrainConfigValuesOutOfRange) {
+  CliTempDir dir;
+  expect_plain_error(train(dir / "run", {"trainer.max_steps=0"}), {"trainer.max_steps", "got '0'", ">= 1"});
+  expect_plain_error(train(dir / "run", {"model.optim.lr=-1"}), {"model.optim.lr", "-1"});
+  expect_plain_error(train(dir / "run", {"model.optim.lr=.inf"}), {"model.optim.lr", "inf"});
+  expect_plain_error(train(dir / "run", {"model.optim.sched.warmup_steps=-1"}), {"warmup_steps", "-1"});
+  expect_plain_error(train(dir / "run", {"trainer.precision=fp8"}), {"trainer.precision", "fp8", "bf16-mixed"});
+  expect_plain_error(train(dir / "run", {"trainer.max_step=5"}),
+                     {"unknown key 'trainer.max_step'", "did you mean trainer.max_steps"});
+  EXPECT_FALSE(fs::exists(dir / "run")) << "a config error created the log folder";
+}
+
+TEST(CliErrors, TrainJobThatCannotFitInMemoryFailsBeforeAnyWork) {
+  const int64_t avail = available_memory_bytes();
+  if (avail < 0) GTEST_SKIP() << "available memory unknown here";
+  CliTempDir dir;
+  // 2^30 tokens per micro-batch, as many sequences or as long ones: terabytes of activations.
+  for (const auto& [mbs, seq] : std::vector<std::pair<std::string, std::string>>{{"4194304", "256"}, {"131072", "8192"}}) {
+    auto r = train(dir / "run", {"model.micro_batch_size=" + mbs, "model.global_batch_size=" + mbs,
+                                 "model.encoder_seq_length=" + seq, "model.max_position_embeddings=" + seq});
+    expect_plain_error(r, {"memory", "model.micro_batch_size"});
+    expect_no_training(r);
+    EXPECT_EQ(r.out.find("model:"), std::string::npos) << "built the model before the memory check:\n" << r.out;
+  }
 }
 
 // ---- bench ----
