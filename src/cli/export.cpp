@@ -90,7 +90,7 @@ void register_export(CLI::App& app) {
       "  llamatrain export runs/zh/checkpoints/step_500 --hf out/llama-zh\n"
       "  llamatrain export runs/zh/checkpoints/step_500 --hf out/llama-zh-fp32 --dtype fp32 --max-shard-size 2GB\n");
   cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder (step_N) or Hugging Face folder")->required();
-  cmd->add_option("--hf", a->out, "output folder (must not exist, or be empty)")->required();
+  cmd->add_option("--hf", a->out, "output folder: new, empty, or a previous export (replaced whole once the new one checks out)")->required();
   cmd->add_option("--dtype", a->dtype, "bf16 | fp32")->capture_default_str();
   cmd->add_option("--tokenizer-model", a->tokenizer_model, "tokenizer.model to include (default: the checkpoint's)");
   cmd->add_option("--max-shard-size", a->max_shard_size, "largest safetensors shard")->capture_default_str();

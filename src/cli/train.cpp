@@ -57,7 +57,13 @@ void register_train(CLI::App& app) {
       fail("train: no config given, expected a YAML file\nhint: llamatrain train configs/tiny.yaml "
            "model.data.data_prefix=[1.0,data/corpus_text_document]; `llamatrain train --help` has examples");
     const auto loaded = train::load_config(o->config, o->overrides);
-    train::run_training(loaded.config, loaded.notes);
+    const auto result = train::run_training(loaded.config, loaded.notes);
+    // Stopped by SIGTERM / SIGINT after saving: the shell's convention, so a batch script (SLURM's
+    // requeue) sees an interrupted run rather than a finished one.
+    if (result.stop_signal != 0) {
+      std::fflush(stdout);
+      std::exit(128 + result.stop_signal);
+    }
   });
 }
 

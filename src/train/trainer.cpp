@@ -173,18 +173,27 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   const fs::path ckpt_dir = cfg.exp_manager.checkpoint_callback_params.dirpath
                                 ? fs::path(*cfg.exp_manager.checkpoint_callback_params.dirpath)
                                 : log_dir / "checkpoints";
-  std::error_code ec;
-  fs::create_directories(log_dir, ec);
-  if (ec) fail("log dir {}: cannot create it: {}\nhint: set exp_manager.exp_dir or explicit_log_dir to a writable path",
-               log_dir.string(), ec.message());
-  const std::string config_yaml = to_yaml(cfg);
-  {
-    std::ofstream f(log_dir / "train_config.yaml");
-    f << config_yaml;
-    if (!f) fail("cannot write {}\nhint: check free disk space", (log_dir / "train_config.yaml").string());
+
+  // ---- the run's folder can be written, and the data files exist (before the model loads) ----
+  const char* log_key = cfg.exp_manager.explicit_log_dir ? "exp_manager.explicit_log_dir" : "exp_manager.exp_dir";
+  if (path_exists(log_dir.string()) && !is_directory(log_dir.string()))
+    fail("{}: {} is a file, expected a folder for the run's logs and checkpoints\nhint: choose another path",
+         log_key, log_dir.string());
+  const DataConfig& dc = cfg.model.data;
+  if (!dc.fine_tuning) {
+    for (const auto* items : {&dc.data_prefix.train, &dc.data_prefix.validation, &dc.data_prefix.test})
+      if (!items->empty())
+        for (const auto& prefix : data::parse_data_prefix(*items).prefixes)
+          for (const char* ext : {".idx", ".bin"})
+            if (!is_regular_file(prefix + ext))
+              fail("model.data.data_prefix: {}{} does not exist\nhint: data_prefix entries are the output prefix of "
+                   "`llamatrain preprocess` plus _<key>_document, without .bin/.idx (e.g. data/corpus_text_document)",
+                   prefix, ext);
+  } else {
+    for (const auto* ds : {&dc.train_ds, &dc.validation_ds, &dc.test_ds})
+      for (const auto& f : ds->file_names)
+        if (!is_regular_file(f)) fail("model.data.*_ds.file_names: {} does not exist\nhint: check the path", f);
   }
-  say(fmt::format("llamatrain train: log dir {}", log_dir.string()));
-  for (const auto& n : notes) say("  note: " + n);
 
   // ---- tokenizer and model shape ----
   const std::string tok_path = cfg.model.tokenizer_model_path();
@@ -203,6 +212,12 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     fail("tokenizer {} has {} pieces, but the model's vocab_size is {}, expected at most that\nhint: use the "
          "tokenizer of model.init_from",
          tok_path, tok->vocab_size(), mc.vocab_size);
+  // The kernels index tokens of a micro-batch with int: B x T must stay below 2^31.
+  if (cfg.model.micro_batch_size * cfg.model.data.seq_length >= (int64_t(1) << 31))
+    fail("model.micro_batch_size {} x model.data.seq_length {} = {} tokens per micro-batch, expected fewer than "
+         "2^31\nhint: lower model.micro_batch_size (gradient accumulation keeps the global batch)",
+         cfg.model.micro_batch_size, cfg.model.data.seq_length,
+         cfg.model.micro_batch_size * cfg.model.data.seq_length);
   const int B = int(cfg.model.micro_batch_size);
   const int T = int(cfg.model.data.seq_length);
   if (T > mc.max_seq_len)
@@ -227,8 +242,8 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   const int64_t activations = model::LlamaModel::activation_bytes(mc, precision, B, T, recompute, recompute_layers) +
                               cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct);
   check_memory_fits(state + activations,
-                    fmt::format("training {:.2f}B parameters in {} at micro batch {} x seq {}",
-                                double(mc.num_params()) / 1e9, model::precision_name(precision), B, T),
+                    fmt::format("training {} parameters in {} at micro batch {} x seq {}",
+                                obs::format_count(double(mc.num_params())), model::precision_name(precision), B, T),
                     fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB", state / 1e9,
                                 activations / 1e9),
                     recompute == model::Recompute::full
@@ -240,6 +255,17 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   const std::string export_dir =
       cfg.convert_to_hf ? (cfg.model.output_dir ? *cfg.model.output_dir : (log_dir / "hf").string()) : "";
   if (!export_dir.empty()) io::check_export_target(export_dir);
+
+  std::error_code ec;
+  try {
+    create_directories(log_dir.string());
+  } catch (const Error& e) {
+    fail("{}: {}", log_key, e.what());
+  }
+  const std::string config_yaml = to_yaml(cfg);
+  write_file_atomic((log_dir / "train_config.yaml").string(), config_yaml);
+  say(fmt::format("llamatrain train: log dir {}", log_dir.string()));
+  for (const auto& n : notes) say("  note: " + n);
 
   model::LlamaModel model(mc, precision, uint64_t(cfg.model.seed));
   model.set_recompute(recompute, recompute_layers);
