@@ -236,6 +236,35 @@ TEST(Trainer, SigkillDuringSavesNeverLosesTheLastGoodCheckpoint) {
   EXPECT_NE(done.log.find("resumed at step " + std::to_string(last_step)), std::string::npos) << done.log;
 }
 
+TEST(Trainer, SigtermSavesACheckpointAndStops) {
+  // SLURM preemption and Ctrl-C: the step in flight finishes, a checkpoint is saved, the process exits
+  // with 128 + the signal; the same command then resumes from that step.
+  TempDir dir;
+  const std::string run = dir / "run";
+  const std::vector<std::string> extra = {"trainer.max_steps=100000", "exp_manager.resume_if_exists=true",
+                                          "exp_manager.checkpoint_callback_params.every_n_train_steps=100000"};
+  fs::create_directories(run);
+  const pid_t pid = spawn(train_args(run, extra), run + "/stdout.txt");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(run + "/metrics.jsonl") && losses(run).size() >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGTERM);
+  const auto r = wait_for(pid, run + "/stdout.txt");
+  EXPECT_EQ(r.status, 128 + SIGTERM) << r.log;
+  EXPECT_NE(r.log.find("checkpoint (stop signal)"), std::string::npos) << r.log;
+  const auto all = train::list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(all.size(), 1u) << r.log;
+  EXPECT_GE(all[0].step, 3);
+  EXPECT_EQ(train::verify_checkpoint(all[0].path), "");
+  auto again = extra;
+  again[0] = "trainer.max_steps=" + std::to_string(all[0].step + 1);
+  const auto resumed = run_train(run, again);
+  EXPECT_EQ(resumed.status, 0) << resumed.log;
+  EXPECT_NE(resumed.log.find("resumed at step " + std::to_string(all[0].step)), std::string::npos) << resumed.log;
+}
+
 TEST(Trainer, CorruptNewestCheckpointIsSkippedWithAWarning) {
   TempDir dir;
   const std::string run = dir / "run";
