@@ -196,7 +196,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   }
 
   // ---- tokenizer and model shape ----
-  const std::string tok_path = cfg.model.tokenizer_model_path();
+  // The tokenizer: the configured one, or model.init_from's tokenizer.model when that folder has one
+  // (pretraining on indexed data needs none; checkpoints and exports then carry none).
+  std::string tok_path = cfg.model.tokenizer_model_path();
+  const bool tok_from_init = cfg.model.init_from && tok_path == (fs::path(*cfg.model.init_from) / "tokenizer.model").string();
+  if (tok_from_init && !is_regular_file(tok_path)) tok_path.clear();
   std::optional<data::Tokenizer> tok;
   if (!tok_path.empty()) tok.emplace(tok_path);
   model::LlamaConfig mc;
