@@ -103,7 +103,7 @@ rm -f "$WORK/dd.bin"
 
 echo "== peak memory per recompute mode (train, 5 steps) against the analytic figure"
 for g in null selective full; do
-  out=$(run_train "$WORK/mem_$g" trainer.max_steps=5 model.activations_checkpoint_granularity=$g \
+  out=$(run_train "$WORK/mem_$g" trainer.max_steps=5 model.optim.sched.warmup_steps=1 model.activations_checkpoint_granularity=$g \
         exp_manager.create_checkpoint_callback=false)
   analytic=$(echo "$out" | sed -n 's/^model: .*memory \([^ ]* [KMGT]*B\).*/\1/p')
   peak=$(tail -1 "$WORK/mem_$g/metrics.jsonl" | $PY -c 'import json,sys; print(json.load(sys.stdin)["peak_rss_bytes"] / 1e6)')
