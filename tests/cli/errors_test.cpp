@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_test_util.h"
+#include "test_util.h"
 #include "core/memory.h"
 #include "kernels/cpu/ops.h"
 #include "model/config.h"
@@ -22,7 +22,7 @@
 namespace llamatrain {
 namespace {
 
-using testing::CliTempDir;
+using testing::TempDir;
 using testing::expect_plain_error;
 using testing::run_cli;
 
@@ -72,7 +72,7 @@ TEST(CliErrors, GenerateMissingFolderIsReportedAsTheFolder) {
 }
 
 TEST(CliErrors, GenerateFolderWithoutTokenizerNamesTheOption) {
-  CliTempDir dir;
+  TempDir dir;
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(kTiny + "/" + f, dir / f);
   auto r = run_cli({"generate", dir.path(), "--prompt", "hi", "--max-new-tokens", "3"});
   expect_plain_error(r, {dir.path(), "tokenizer.model", "--tokenizer-model"});
@@ -86,7 +86,7 @@ TEST(CliErrors, GenerateFolderWithoutTokenizerNamesTheOption) {
 
 // The fixture corpus preprocessed once per test binary, for train's checks that come after the data.
 const std::string& fixture_prefix() {
-  static CliTempDir dir;
+  static TempDir dir;
   static const std::string prefix = [] {
     auto r = run_cli({"preprocess", "--quiet", "--input", kFixtures + "/corpus.jsonl", "--tokenizer-model", kSpm,
                       "--output-prefix", dir / "fx", "--append-eod"});
@@ -137,7 +137,7 @@ TEST(CliErrors, HelpTextsSpeakOfNoIssuesOrPlans) {
 }
 
 TEST(CliErrors, TrainHfExportOntoAFileFailsBeforeTraining) {
-  CliTempDir dir;
+  TempDir dir;
   write(dir / "file", "x");
   auto r = train(dir / "run", {"convert_to_hf=true", "model.output_dir=" + (dir / "file")});
   expect_plain_error(r, {dir / "file", "is a file"});
@@ -146,7 +146,7 @@ TEST(CliErrors, TrainHfExportOntoAFileFailsBeforeTraining) {
 }
 
 TEST(CliErrors, TrainHfExportIntoAFolderWithOtherFilesFailsBeforeTraining) {
-  CliTempDir dir;
+  TempDir dir;
   fs::create_directories(dir / "mine");
   write(dir / "mine/notes.txt", "keep me");
   auto r = train(dir / "run", {"convert_to_hf=true", "model.output_dir=" + (dir / "mine")});
@@ -156,7 +156,7 @@ TEST(CliErrors, TrainHfExportIntoAFolderWithOtherFilesFailsBeforeTraining) {
 }
 
 TEST(CliErrors, TrainHfExportIntoAReadOnlyFolderFailsBeforeTraining) {
-  CliTempDir dir;
+  TempDir dir;
   const std::string ro = dir / "ro";
   fs::create_directories(ro);
   if (::mount("tmpfs", ro.c_str(), "tmpfs", MS_RDONLY, "size=64k") != 0)
@@ -168,7 +168,7 @@ TEST(CliErrors, TrainHfExportIntoAReadOnlyFolderFailsBeforeTraining) {
 }
 
 TEST(CliErrors, TrainLogDirOntoAFileFailsBeforeTraining) {
-  CliTempDir dir;
+  TempDir dir;
   write(dir / "file", "x");
   auto r = train(dir / "file", {});
   expect_plain_error(r, {dir / "file", "explicit_log_dir"});
@@ -177,7 +177,7 @@ TEST(CliErrors, TrainLogDirOntoAFileFailsBeforeTraining) {
 }
 
 TEST(CliErrors, TrainConfigValuesOutOfRange) {
-  CliTempDir dir;
+  TempDir dir;
   expect_plain_error(train(dir / "run", {"trainer.max_steps=0"}), {"trainer.max_steps", "got '0'", ">= 1"});
   expect_plain_error(train(dir / "run", {"model.optim.lr=-1"}), {"model.optim.lr", "-1"});
   expect_plain_error(train(dir / "run", {"model.optim.lr=.inf"}), {"model.optim.lr", "inf"});
@@ -191,7 +191,7 @@ TEST(CliErrors, TrainConfigValuesOutOfRange) {
 TEST(CliErrors, TrainJobThatCannotFitInMemoryFailsBeforeAnyWork) {
   const int64_t avail = available_memory_bytes();
   if (avail < 0) GTEST_SKIP() << "available memory unknown here";
-  CliTempDir dir;
+  TempDir dir;
   // 2^30 tokens per micro-batch, as many sequences or as long ones: terabytes of activations.
   for (const auto& [mbs, seq] : std::vector<std::pair<std::string, std::string>>{{"4194304", "256"}, {"131072", "8192"}}) {
     auto r = train(dir / "run", {"model.micro_batch_size=" + mbs, "model.global_batch_size=" + mbs,
@@ -255,7 +255,7 @@ std::vector<std::string> preprocess_args(const std::string& input, const std::st
   return {"preprocess", "--input", input, "--tokenizer-model", kSpm, "--output-prefix", prefix, "--quiet"};
 }
 
-void expect_nothing_written(const CliTempDir& dir) {
+void expect_nothing_written(const TempDir& dir) {
   for (const auto& e : fs::directory_iterator(dir.path())) {
     const std::string name = e.path().filename().string();
     EXPECT_TRUE(name.ends_with(".jsonl") || name.ends_with(".json") || name.ends_with(".txt")) << "left " << name;
@@ -263,7 +263,7 @@ void expect_nothing_written(const CliTempDir& dir) {
 }
 
 TEST(CliErrors, PreprocessWithWrongJsonKeysSaysWhichKeysTheObjectsHave) {
-  CliTempDir dir;
+  TempDir dir;
   write(dir / "in.jsonl", "{\"text\": \"hello there\", \"source\": \"web\"}\n{\"text\": \"more\", \"source\": \"x\"}\n");
   auto args = preprocess_args(dir / "in.jsonl", dir / "out");
   args.insert(args.end(), {"--json-keys", "content"});
@@ -272,7 +272,7 @@ TEST(CliErrors, PreprocessWithWrongJsonKeysSaysWhichKeysTheObjectsHave) {
 }
 
 TEST(CliErrors, PreprocessOfATextFileAsJsonlSuggestsTextFormat) {
-  CliTempDir dir;
+  TempDir dir;
   write(dir / "book.jsonl", "It was a bright cold day in April.\nThe clocks were striking thirteen.\n");
   expect_plain_error(run_cli(preprocess_args(dir / "book.jsonl", dir / "out")),
                      {"not JSON", "--input-format text", "invalid_json"});
@@ -280,7 +280,7 @@ TEST(CliErrors, PreprocessOfATextFileAsJsonlSuggestsTextFormat) {
 }
 
 TEST(CliErrors, PreprocessOfAJsonArraySaysSo) {
-  CliTempDir dir;
+  TempDir dir;
   write(dir / "a.json", "[\n  {\"text\": \"one\"},\n  {\"text\": \"two\"}\n]\n");
   expect_plain_error(run_cli(preprocess_args(dir / "a.json", dir / "out")), {"JSON array", "one object per line"});
   write(dir / "b.json", "[{\"text\": \"one\"}, {\"text\": \"two\"}]\n");
@@ -289,7 +289,7 @@ TEST(CliErrors, PreprocessOfAJsonArraySaysSo) {
 }
 
 TEST(CliErrors, PreprocessOfAnEmptyFileIsAnError) {
-  CliTempDir dir;
+  TempDir dir;
   write(dir / "empty.jsonl", "");
   expect_plain_error(run_cli(preprocess_args(dir / "empty.jsonl", dir / "out")), {"empty.jsonl", "empty (0 lines)"});
   write(dir / "blank.txt", "\n\n");
@@ -300,7 +300,7 @@ TEST(CliErrors, PreprocessOfAnEmptyFileIsAnError) {
 }
 
 TEST(CliErrors, PreprocessNumbersAndUnknownFlags) {
-  CliTempDir dir;
+  TempDir dir;
   auto args = preprocess_args(kFixtures + "/corpus.jsonl", dir / "out");
   auto with = [&](std::vector<std::string> extra) {
     auto a = args;
@@ -316,7 +316,7 @@ TEST(CliErrors, PreprocessNumbersAndUnknownFlags) {
 }
 
 TEST(CliErrors, PreprocessAcceptsMegatronFlagsThatChangeNothing) {
-  CliTempDir dir;
+  TempDir dir;
   auto plain = run_cli(preprocess_args(kFixtures + "/corpus.jsonl", dir / "plain"));
   ASSERT_TRUE(plain.exited && plain.code == 0) << testing::describe(plain);
   // Megatron-LM style
@@ -348,7 +348,7 @@ TEST(CliErrors, PreprocessAcceptsMegatronFlagsThatChangeNothing) {
 }
 
 TEST(CliErrors, PreprocessNamesUnsupportedMegatronFlags) {
-  CliTempDir dir;
+  TempDir dir;
   auto with = [&](std::vector<std::string> extra) {
     auto a = preprocess_args(kFixtures + "/corpus.jsonl", dir / "out");
     a.insert(a.end(), extra.begin(), extra.end());

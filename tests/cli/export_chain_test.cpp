@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_test_util.h"
+#include "test_util.h"
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
@@ -22,7 +22,7 @@
 namespace llamatrain {
 namespace {
 
-using testing::CliTempDir;
+using testing::TempDir;
 using testing::run_cli;
 
 namespace fs = std::filesystem;
@@ -34,7 +34,7 @@ constexpr int kSteps = 30;
 // One fp32 training run of the tiny config for the whole binary: its Hugging Face export and its
 // final checkpoint. Tests that change files copy them first.
 struct TrainedRun {
-  CliTempDir tmp;
+  TempDir tmp;
   std::string hf, checkpoint;
   testing::CliResult train;
 };
@@ -135,7 +135,7 @@ TEST(ExportChain, SampledTextIsExactlyTheDecodedIds) {
 TEST(ExportChain, ExportOfTheCheckpointReplacesThePreviousExport) {
   const auto& run = trained();
   ASSERT_EQ(run.train.code, 0) << testing::describe(run.train);
-  CliTempDir tmp;
+  TempDir tmp;
   const std::string dir = tmp / "tiny-hf";
   fs::copy(run.hf, dir);
   const std::string fp32 = testing::slurp(dir + "/model.safetensors");
@@ -157,7 +157,7 @@ TEST(ExportChain, ExportOfTheCheckpointReplacesThePreviousExport) {
 // A model whose embedding is much wider than its tokenizer (like 32000 pieces in a 32064 embedding),
 // with large random weights so that the padded ids would often win: they are never sampled.
 TEST(ExportChain, PaddedVocabIdsAreNeverSampled) {
-  CliTempDir tmp;
+  TempDir tmp;
   const data::Tokenizer tok(kSpm);
   auto cfg = model::preset_config("tiny");
   cfg.vocab_size = tok.vocab_size() + 140;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_test_util.h"
+#include "test_util.h"
 #include "data/tokenizer.h"
 
 namespace llamatrain {

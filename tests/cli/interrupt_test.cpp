@@ -13,18 +13,18 @@
 #include <string>
 #include <thread>
 
-#include "cli_test_util.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
 
-using testing::CliTempDir;
+using testing::TempDir;
 
 void interrupt_preprocess(int sig) {
-  CliTempDir dir;
+  TempDir dir;
   const std::string fifo = dir / "in.jsonl";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const std::string bin = testing::cli_binary();
+  const std::string bin = testing::llamatrain_bin();
   const std::string prefix = dir / "out";
   const std::string model = std::string(LLAMATRAIN_SOURCE_DIR) + "/tests/data/fixtures/tokenizer.model";
   pid_t pid = ::fork();

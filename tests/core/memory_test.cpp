@@ -11,7 +11,7 @@
 
 #include <unistd.h>
 
-#include "../cli/cli_test_util.h"
+#include "test_util.h"
 #include "core/error.h"
 #include "core/memory.h"
 

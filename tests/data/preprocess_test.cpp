@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data_test_util.h"
 #include "test_util.h"
 
 namespace llamatrain::data {

@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "data_test_util.h"
+#include "test_util.h"
 
 namespace llamatrain::data {
 namespace {

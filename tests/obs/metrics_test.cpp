@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "../data/data_test_util.h"
+#include "test_util.h"
 #include "core/error.h"
 #include "obs/metrics.h"
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "../data/data_test_util.h"
+#include "test_util.h"
 #include "core/error.h"
 #include "core/crc32c.h"
 #include "obs/tensorboard.h"

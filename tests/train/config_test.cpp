@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../data/data_test_util.h"
+#include "test_util.h"
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "model/config.h"

@@ -9,8 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../data/data_test_util.h"
-#include "../test_util.h"
+#include "test_util.h"
 #include "io/hf_checkpoint.h"
 #include "model/llama.h"
 #include "obs/metrics.h"

@@ -20,7 +20,7 @@
 #include <random>
 #include <thread>
 
-#include "../data/data_test_util.h"
+#include "test_util.h"
 #include "io/safetensors.h"
 #include "obs/metrics.h"
 #include "train/checkpoint.h"
