@@ -52,7 +52,10 @@ namespace {
 std::string describe_members(const std::string& name, const std::vector<int>& world_ranks) {
   constexpr size_t kShown = 16;
   std::string list;
-  for (size_t i = 0; i < world_ranks.size() && i < kShown; ++i) list += (i ? "," : "") + std::to_string(world_ranks[i]);
+  for (size_t i = 0; i < world_ranks.size() && i < kShown; ++i) {
+    if (i) list += ',';
+    list += std::to_string(world_ranks[i]);
+  }
   if (world_ranks.size() > kShown) list += fmt::format(",... ({} ranks)", world_ranks.size());
   return fmt::format("'{}' (world ranks {})", name, list);
 }
