@@ -61,6 +61,7 @@ std::vector<T> sum_published(const Group& g, size_t offset, size_t count) {
 }
 
 void sum_published_into(void* out, const Group& g, size_t offset, size_t count, DType dtype) {
+  if (count == 0) return;
   if (dtype == DType::f32) {
     const auto sum = sum_published<float>(g, offset, count);
     std::memcpy(out, sum.data(), count * sizeof(float));
