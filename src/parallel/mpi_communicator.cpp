@@ -13,6 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "parallel/watchdog.h"
