@@ -16,6 +16,7 @@ PACKAGES=(
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin                   # MPI: the parallel runtime's communicator, mpirun
   python3-torch python3-numpy python3-sentencepiece   # PyTorch reference (tests and bench only)
   python3-protobuf      # decodes our TensorBoard event files in tests (tests only)
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
