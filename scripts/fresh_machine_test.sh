@@ -203,6 +203,9 @@ EOF
 fi
 rm -f "$ROOT/etc/resolv.conf"
 cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# The host's /etc/hosts too: without one, resolving the machine's own name (OpenMPI's mpirun does, for
+# every rank) waits for DNS timeouts.
+cp -L /etc/hosts "$ROOT/etc/hosts"
 
 # ---- a clean clone of HEAD ------------------------------------------------------------------
 sha=$(git -C "$SRC" rev-parse HEAD)

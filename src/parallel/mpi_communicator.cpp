@@ -306,6 +306,9 @@ std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
   });
   rt->slot = rt->watchdog->add_slot(rank);
   check_rank() = rank;
+  // A CHECK failure on any rank ends the whole job, not just this process (srun without
+  // --kill-on-bad-exit would otherwise leave the others waiting for the watchdog).
+  if (size > 1) check_abort_hook() = [] { MPI_Abort(MPI_COMM_WORLD, 134); };
 
   std::vector<int> world_ranks(size_t(size), 0);
   for (int i = 0; i < size; ++i) world_ranks[size_t(i)] = i;
