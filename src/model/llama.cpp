@@ -100,15 +100,24 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
   params_ = views(param_arena_.data(), specs_, config_.tie_embeddings);
 }
 
+void LlamaModel::set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_elements) {
+  CHECK(grad_arena_.empty(), "set_optimizer_shard after the training state was allocated");
+  CHECK(0 <= begin && begin <= end && end <= num_params_ && grad_elements >= num_params_);
+  shard_begin_ = begin;
+  shard_end_ = end;
+  grad_elements_ = grad_elements;
+}
+
 void LlamaModel::ensure_training_state() {
   if (!grad_arena_.empty()) return;
-  grad_arena_.assign(num_params_, 0.0f);
+  grad_arena_.assign(std::max(num_params_, grad_elements_), 0.0f);
+  const int64_t moments = shard_end() - shard_begin_;
   if (precision_ == Precision::bf16_sr) {
-    m_bf16_.assign(num_params_, bf16{0});
-    v_bf16_.assign(num_params_, bf16{0});
+    m_bf16_.assign(moments, bf16{0});
+    v_bf16_.assign(moments, bf16{0});
   } else {
-    m_f32_.assign(num_params_, 0.0f);
-    v_f32_.assign(num_params_, 0.0f);
+    m_f32_.assign(moments, 0.0f);
+    v_f32_.assign(moments, 0.0f);
   }
   grads_ = views(grad_arena_.data(), specs_, config_.tie_embeddings);
 }
@@ -487,9 +496,12 @@ float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
   return norm;
 }
 
-float LlamaModel::grad_norm() {
+float LlamaModel::grad_norm() { return float(std::sqrt(grad_sum_squares(0, num_params_))); }
+
+double LlamaModel::grad_sum_squares(int64_t begin, int64_t end) {
   ensure_training_state();
-  return float(std::sqrt(cpu::sum_squares(grad_arena_.data(), num_params_)));
+  CHECK(0 <= begin && begin <= end && end <= num_params_);
+  return cpu::sum_squares(grad_arena_.data() + begin, end - begin);
 }
 
 void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, float norm) {
@@ -497,20 +509,26 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
   ensure_training_state();
   float scale = 1.0f;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = float(opt.grad_clip / (double(norm) + 1e-6));
+  // Each tensor's part inside the optimizer shard (all of it without ZeRO-1); moments are indexed
+  // from the shard's start.
+  const int64_t lo = shard_begin_, hi = shard_end();
   for (uint32_t id = 0; id < specs_.size(); id++) {
     const ParamSpec& s = specs_[id];
+    const int64_t a = std::max(s.offset, lo), b = std::min(s.offset + s.numel, hi);
+    if (a >= b) continue;
+    const int64_t n = b - a, k = a - lo;
     const float wd = s.decay ? opt.weight_decay : 0.0f;
-    float* p = param_arena_.data() + s.offset;
-    const float* gr = grad_arena_.data() + s.offset;
+    float* p = param_arena_.data() + a;
+    const float* gr = grad_arena_.data() + a;
     if (precision_ == Precision::bf16_sr) {
-      cpu::adamw_update_bf16_sr(param_bf16_.data() + s.offset, m_bf16_.data() + s.offset, v_bf16_.data() + s.offset,
-                                p, gr, s.numel, lr, opt.beta1, opt.beta2, opt.eps, wd, step, scale, seed_, id);
+      cpu::adamw_update_bf16_sr(param_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, lr,
+                                opt.beta1, opt.beta2, opt.eps, wd, step, scale, seed_, id, uint64_t(a - s.offset));
     } else if (precision_ == Precision::bf16_mixed) {
-      cpu::adamw_update_bf16_copy(p, param_bf16_.data() + s.offset, m_f32_.data() + s.offset, v_f32_.data() + s.offset,
-                                  gr, s.numel, lr, opt.beta1, opt.beta2, opt.eps, wd, step, scale);
+      cpu::adamw_update_bf16_copy(p, param_bf16_.data() + a, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr,
+                                  opt.beta1, opt.beta2, opt.eps, wd, step, scale);
     } else {
-      cpu::adamw_update(p, m_f32_.data() + s.offset, v_f32_.data() + s.offset, gr, s.numel, lr, opt.beta1,
-                        opt.beta2, opt.eps, wd, step, scale);
+      cpu::adamw_update(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr, opt.beta1, opt.beta2, opt.eps, wd, step,
+                        scale);
     }
   }
 }
@@ -519,24 +537,31 @@ std::vector<StateTensor> LlamaModel::state_tensors() {
   ensure_training_state();
   const bool sr = precision_ == Precision::bf16_sr;
   std::vector<StateTensor> out;
+  const int64_t lo = shard_begin_, hi = shard_end();
   for (const ParamSpec& s : specs_) {
-    auto add = [&](const char* kind, ArenaVector<float>& f32, ArenaVector<bf16>& b16) {
-      void* data = sr ? static_cast<void*>(b16.data() + s.offset) : static_cast<void*>(f32.data() + s.offset);
+    // [a, b) of the arena, stored at `at` of the given arrays.
+    auto add = [&](const char* kind, ArenaVector<float>& f32, ArenaVector<bf16>& b16, int64_t a, int64_t b,
+                   int64_t at) {
+      void* data = sr ? static_cast<void*>(b16.data() + at) : static_cast<void*>(f32.data() + at);
       out.push_back({std::string(kind) + "." + s.name, s.name, sr ? StateDType::bf16 : StateDType::f32, s.shape,
-                     data, s.numel});
+                     data, b - a, a - s.offset});
     };
-    add("weight", param_arena_, param_bf16_);
-    add("exp_avg", m_f32_, m_bf16_);
-    add("exp_avg_sq", v_f32_, v_bf16_);
+    add("weight", param_arena_, param_bf16_, s.offset, s.offset + s.numel, s.offset);
+    const int64_t a = std::max(s.offset, lo), b = std::min(s.offset + s.numel, hi);
+    if (a >= b) continue;
+    add("exp_avg", m_f32_, m_bf16_, a, b, a - lo);
+    add("exp_avg_sq", v_f32_, v_bf16_, a, b, a - lo);
   }
   return out;
 }
 
-int64_t LlamaModel::state_bytes(const LlamaConfig& c, Precision p) {
+int64_t LlamaModel::state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards) {
   // fp32 weights (compute copy) and gradients always; fp32 Adam moments, or bf16 weights and moments
-  // in bf16-sr; bf16-mixed adds the bf16 weight copy to fp32's.
-  const int64_t per_param = p == Precision::fp32 ? 16 : p == Precision::bf16_mixed ? 18 : 14;
-  return c.num_params() * per_param;
+  // in bf16-sr; bf16-mixed adds the bf16 weight copy to fp32's. ZeRO-1 keeps 1/shards of the moments.
+  const int64_t n = c.num_params();
+  const int64_t moments = p == Precision::bf16_sr ? 4 : 8;  // m and v, per parameter
+  const int64_t rest = p == Precision::fp32 ? 8 : 10;  // weights + gradients (+ the bf16 weights)
+  return n * rest + (n + optimizer_shards - 1) / optimizer_shards * moments;
 }
 
 int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {

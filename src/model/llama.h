@@ -109,8 +109,9 @@ struct StateTensor {
   std::string param;          // "wqkv"
   StateDType dtype;
   std::vector<int64_t> shape; // the parameter's shape
-  void* data;                 // numel elements of dtype
+  void* data;                 // numel elements of dtype: elements [first, first + numel) of the tensor
   int64_t numel;
+  int64_t first = 0;          // a ZeRO-1 shard holds part of a tensor's moments; weights are whole
 };
 
 struct AdamWConfig {
@@ -179,14 +180,26 @@ class LlamaModel {
   float grad_norm();
   void optimizer_update(const AdamWConfig& opt, float lr, int step, float grad_norm);
 
-  // Weights and AdamW moments as a table of named tensors (allocates the training state).
+  // Weights and AdamW moments as a table of named tensors (allocates the training state). With an
+  // optimizer shard, the moments are the parts of each tensor inside the shard (tensors outside it
+  // are left out).
   std::vector<StateTensor> state_tensors();
+
+  // ZeRO-1: AdamW moments for the flat range [begin, end) of the parameter arena only, so that
+  // optimizer_update updates that range, and a gradient arena of grad_elements (>= num_params(); the
+  // padding stays zero) that a reduce-scatter can work on in place. Before the training state's first
+  // use. The default is the whole arena.
+  void set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_elements);
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_ < 0 ? num_params_ : shard_end_; }
+  // Sum of squared gradients over [begin, end) of the arena (a shard's part of the global norm).
+  double grad_sum_squares(int64_t begin, int64_t end);
 
   // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T) (saved
   // activations and backward scratch). state_bytes() counts what is allocated now (weights only until
   // the training state's first use); the static one is the full training figure.
   int64_t state_bytes() const;
-  static int64_t state_bytes(const LlamaConfig& c, Precision p);
+  static int64_t state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards = 1);
   static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T,
                                   Recompute r = Recompute::none, int recompute_layers = -1);
@@ -217,6 +230,8 @@ class LlamaModel {
   Precision precision_;
   uint64_t seed_;
   Recompute recompute_ = Recompute::none;
+  int64_t shard_begin_ = 0, shard_end_ = -1;  // AdamW moments cover [shard_begin_, shard_end()) of the arena
+  int64_t grad_elements_ = 0;                 // 0: num_params_
   int recompute_layers_ = 0;  // layers [0, recompute_layers_) recompute in the backward
   std::vector<ParamSpec> specs_;
   int64_t num_params_ = 0;

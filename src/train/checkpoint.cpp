@@ -21,6 +21,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "parallel/communicator.h"
 
 namespace llamatrain::train {
 
@@ -86,6 +87,10 @@ int64_t step_of(const std::string& name) {
   return v;
 }
 
+bool is_optimizer_file(const std::string& name) {
+  return name.rfind("optimizer", 0) == 0 && name.ends_with(".safetensors");
+}
+
 // What an interrupted save leaves: AtomicDir temporaries "step_N.tmp-XXXXXX" (and "step_N.old-XXXXXX").
 bool is_leftover(const std::string& name) {
   return name.rfind("step_", 0) == 0 && (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos);
@@ -110,50 +115,74 @@ int64_t checkpoint_tensor_bytes(const model::LlamaModel& model) {
 
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
                             const std::string& tokenizer_model, const std::string& config_yaml,
-                            const io::BytesDone& progress) {
-  create_directories(checkpoints_dir);
+                            const io::BytesDone& progress, parallel::Communicator* dp) {
+  const int rank = dp ? dp->rank() : 0, ranks = dp ? dp->size() : 1;
+  const bool sharded = model.shard_begin() != 0 || model.shard_end() != model.num_params();
   const std::string final_path = (fs::path(checkpoints_dir) / ("step_" + std::to_string(state.step))).string();
-  // A same-step folder (from a run resumed at an earlier checkpoint) is replaced whole, atomically.
-  AtomicDir out(final_path, {"*"});
-  const fs::path tmp(out.temp_path());
+  // Rank 0 owns the folder: a same-step folder (from a run resumed at an earlier checkpoint) is
+  // replaced whole, atomically. The other ranks write their moments into its temporary name.
+  std::optional<AtomicDir> out;
+  std::string tmp;
+  if (rank == 0) {
+    create_directories(checkpoints_dir);
+    out.emplace(final_path, std::vector<std::string>{"*"});
+    tmp = out->temp_path();
+  }
+  if (ranks > 1) {
+    uint64_t len = tmp.size();
+    dp->broadcast(&len, sizeof len, 0);
+    tmp.resize(len);
+    dp->broadcast(tmp.data(), len, 0);
+  }
   const bool sr = model.precision() == model::Precision::bf16_sr;
-  io::write_hf_weights(model, tmp.string(), sr ? "bfloat16" : "float32", 5'000'000'000, progress);
+  if (rank == 0) io::write_hf_weights(model, tmp, sr ? "bfloat16" : "float32", 5'000'000'000, progress);
 
-  std::vector<io::TensorToWrite> moments;
-  std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
-  for (const auto& t : model.state_tensors()) {
-    if (t.name.rfind("weight.", 0) == 0) continue;  // the weights are the HF part
-    moments.push_back({t.name, t.dtype == model::StateDType::bf16 ? io::DType::BF16 : io::DType::F32, {t.numel},
-                       t.data});
-    meta["shape." + t.name] = json(t.shape).dump();
+  // AdamW moments: one file, or one per rank of a ZeRO-1 shard; each tensor is stored as the flat
+  // element range it covers (metadata range.<name> = [first, count]), so any layout can read them back.
+  if (rank == 0 || sharded) {
+    std::vector<io::TensorToWrite> moments;
+    std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
+    for (const auto& t : model.state_tensors()) {
+      if (t.name.rfind("weight.", 0) == 0) continue;  // the weights are the HF part
+      moments.push_back({t.name, t.dtype == model::StateDType::bf16 ? io::DType::BF16 : io::DType::F32, {t.numel},
+                         t.data});
+      meta["shape." + t.name] = json(t.shape).dump();
+      meta["range." + t.name] = json({t.first, t.numel}).dump();
+    }
+    const std::string name =
+        sharded ? fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank + 1, ranks) : kOptimizerFile;
+    io::write_safetensors(tmp + "/" + name, moments, meta, progress);
   }
-  io::write_safetensors(out.file(kOptimizerFile), moments, meta, progress);
-  if (!tokenizer_model.empty()) {
-    const MappedFile tok(tokenizer_model, "tokenizer");
-    write_file_atomic(out.file("tokenizer.model"),
-                      std::string_view(reinterpret_cast<const char*>(tok.data()), tok.size()));
-  }
-  write_file_atomic(out.file("train_config.yaml"), config_yaml);
+  if (ranks > 1) dp->barrier();
+  if (rank == 0) {
+    if (!tokenizer_model.empty()) {
+      const MappedFile tok(tokenizer_model, "tokenizer");
+      write_file_atomic(out->file("tokenizer.model"),
+                        std::string_view(reinterpret_cast<const char*>(tok.data()), tok.size()));
+    }
+    write_file_atomic(out->file("train_config.yaml"), config_yaml);
 
-  json files = json::object();
-  for (const auto& e : fs::directory_iterator(tmp)) files[e.path().filename().string()] = file_record(e.path());
-  json st{{"format", kFormat},
-          {"version", kVersion},
-          {"llamatrain_version", LLAMATRAIN_VERSION},
-          {"step", state.step},
-          {"optimizer_steps", state.optimizer_steps},
-          {"consumed_samples", state.consumed_samples},
-          {"seed", state.seed},
-          {"precision", state.precision},
-          {"lr", state.lr},
-          {"loss", std::isfinite(state.loss) ? json(state.loss) : json(nullptr)},
-          {"skipped_steps", state.skipped_steps},
-          {"rollbacks", state.rollbacks},
-          {"train_seconds", state.train_seconds},
-          {"num_params", model.num_params()},
-          {"files", files}};
-  write_file_atomic(out.file(kStateFile), st.dump(2) + "\n");
-  out.commit();
+    json files = json::object();
+    for (const auto& e : fs::directory_iterator(tmp)) files[e.path().filename().string()] = file_record(e.path());
+    json st{{"format", kFormat},
+            {"version", kVersion},
+            {"llamatrain_version", LLAMATRAIN_VERSION},
+            {"step", state.step},
+            {"optimizer_steps", state.optimizer_steps},
+            {"consumed_samples", state.consumed_samples},
+            {"seed", state.seed},
+            {"precision", state.precision},
+            {"lr", state.lr},
+            {"loss", std::isfinite(state.loss) ? json(state.loss) : json(nullptr)},
+            {"skipped_steps", state.skipped_steps},
+            {"rollbacks", state.rollbacks},
+            {"train_seconds", state.train_seconds},
+            {"num_params", model.num_params()},
+            {"files", files}};
+    write_file_atomic(out->file(kStateFile), st.dump(2) + "\n");
+    out->commit();
+  }
+  if (ranks > 1) dp->barrier();  // no rank goes on before the checkpoint exists
   return final_path;
 }
 
@@ -212,9 +241,11 @@ std::string verify_checkpoint(const std::string& path, const io::BytesDone& prog
       return e.what();
     }
   }
-  for (const char* required : {kStateFile, kOptimizerFile, "config.json"})
-    if (std::string(required) != kStateFile && !st["files"].contains(required))
-      return fmt::format("{}: incomplete, {} is not listed", path, required);
+  if (!st["files"].contains("config.json"))
+    return fmt::format("{}: incomplete, config.json is not listed", path);
+  bool moments = false;
+  for (const auto& [name, rec] : st["files"].items()) moments |= is_optimizer_file(name);
+  if (!moments) return fmt::format("{}: incomplete, no optimizer*.safetensors is listed", path);
   return "";
 }
 
@@ -269,17 +300,54 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
 
   TrainerState state = read_trainer_state(path);
   io::load_hf_weights(model, path, progress);
-  const io::SafetensorsCheckpoint opt((fs::path(path) / kOptimizerFile).string());
+  // Moments: every optimizer*.safetensors file holds element ranges of tensors; copy the parts that
+  // overlap the ranges this model keeps (all of each tensor, or its ZeRO-1 shard), and require that
+  // every element was found.
+  std::vector<std::unique_ptr<io::SafetensorsFile>> files;     // metadata
+  std::vector<std::unique_ptr<io::SafetensorsCheckpoint>> readers;  // dtype-converting reads
+  for (const auto& e : fs::directory_iterator(path))
+    if (is_optimizer_file(e.path().filename().string())) {
+      files.push_back(std::make_unique<io::SafetensorsFile>(e.path().string()));
+      readers.push_back(std::make_unique<io::SafetensorsCheckpoint>(e.path().string()));
+    }
+  if (files.empty()) fail("checkpoint {}: no optimizer*.safetensors\nhint: the checkpoint is incomplete", path);
   std::vector<float> buf;
   for (const auto& t : model.state_tensors()) {
     if (t.name.rfind("weight.", 0) == 0) continue;
-    buf.resize(size_t(t.numel));
-    opt.read_f32(t.name, {t.numel}, buf.data());
-    if (progress) progress(int64_t(opt.get(t.name).nbytes));
-    if (t.dtype == model::StateDType::f32)
-      std::memcpy(t.data, buf.data(), sizeof(float) * size_t(t.numel));
-    else
-      bf16_from_float(static_cast<bf16*>(t.data), buf.data(), t.numel);
+    int64_t covered = 0;
+    for (size_t fi = 0; fi < files.size(); fi++) {
+      const auto& f = files[fi];
+      const io::TensorView* view = f->find(t.name);
+      if (!view) continue;
+      int64_t first = 0, count = view->numel();
+      if (auto it = f->metadata().find("range." + t.name); it != f->metadata().end()) {
+        try {
+          const auto r = json::parse(it->second).get<std::vector<int64_t>>();
+          first = r.at(0), count = r.at(1);
+        } catch (const std::exception&) {
+          fail("checkpoint {}: range.{} = '{}' is not [first, count]\nhint: the checkpoint is damaged", f->path(),
+               t.name, it->second);
+        }
+      }
+      if (count != view->numel())
+        fail("checkpoint {}: tensor {} has {} elements, its range says {}\nhint: the checkpoint is damaged", f->path(),
+             t.name, view->numel(), count);
+      const int64_t a = std::max(first, t.first), b = std::min(first + count, t.first + t.numel);
+      if (a >= b) continue;
+      buf.resize(size_t(count));
+      readers[fi]->read_f32(t.name, {count}, buf.data());
+      const float* src = buf.data() + (a - first);
+      if (t.dtype == model::StateDType::f32)
+        std::memcpy(static_cast<float*>(t.data) + (a - t.first), src, sizeof(float) * size_t(b - a));
+      else
+        bf16_from_float(static_cast<bf16*>(t.data) + (a - t.first), src, b - a);
+      covered += b - a;
+      if (progress) progress((b - a) * (t.dtype == model::StateDType::f32 ? 4 : 2));
+    }
+    if (covered != t.numel)
+      fail("checkpoint {}: the optimizer files hold {} of the {} elements of {} this run needs\nhint: the "
+           "checkpoint is incomplete",
+           path, covered, t.numel, t.name);
   }
   return state;
 }

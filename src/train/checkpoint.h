@@ -3,7 +3,8 @@
 // CHECKPOINTS_DIR/step_<N>/:
 //   config.json, model.safetensors (or shards + index)  a Hugging Face checkpoint of the weights (fp32;
 //                                                       bf16 in bf16-sr, where bf16 is the master)
-//   optimizer.safetensors   AdamW moments exp_avg.<param>, exp_avg_sq.<param> (global shapes)
+//   optimizer.safetensors   AdamW moments exp_avg.<param>, exp_avg_sq.<param> (flat element ranges;
+//                           one file per rank of a ZeRO-1 shard: optimizer-RRRRR-of-NNNNN.safetensors)
 //   tokenizer.model         copy of the run's tokenizer, when it has one
 //   train_config.yaml       the resolved configuration of the run
 //   trainer_state.json      written last: step, consumed samples, counters, and for every file its
@@ -18,6 +19,10 @@
 #include <vector>
 
 #include "io/safetensors.h"
+
+namespace llamatrain::parallel {
+class Communicator;
+}
 #include "model/llama.h"
 
 namespace llamatrain::train {
@@ -47,9 +52,13 @@ struct CheckpointInfo {
 // written as train_config.yaml. Returns the checkpoint's path. Throws Error (disk full, permissions)
 // after removing the partial directory; existing checkpoints are never touched.
 // progress (optional) gets the bytes of each tensor written: checkpoint_tensor_bytes() in all.
+// With data parallelism, every rank of dp calls it (collective): rank 0 writes the weights, the
+// moments (or, under ZeRO-1, each rank its shard as optimizer-RRRRR-of-NNNNN.safetensors; every file
+// records the element range of each tensor it holds, so any layout loads it) and commits.
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model,
                             const TrainerState& state, const std::string& tokenizer_model,
-                            const std::string& config_yaml, const io::BytesDone& progress = {});
+                            const std::string& config_yaml, const io::BytesDone& progress = {},
+                            parallel::Communicator* dp = nullptr);
 // Bytes of the tensors a checkpoint of this model holds (weights and moments), for progress bars.
 int64_t checkpoint_tensor_bytes(const model::LlamaModel& model);
 

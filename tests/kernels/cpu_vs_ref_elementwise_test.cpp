@@ -373,6 +373,27 @@ TEST(AdamwBf16Sr, BitwiseEqualForOneAndTwoThreads) {
   EXPECT_NE(std::memcmp(s1.p.data(), s3.p.data(), n * sizeof(bf16)), 0) << "seed has no effect";
 }
 
+TEST(AdamwBf16Sr, ATensorUpdatedInPiecesRoundsAsInOneCall) {
+  // ZeRO-1 updates a tensor in shards: the pieces, keyed by their first element, must give the same
+  // bits as one call over the whole tensor.
+  const int64_t n = 40003, cut1 = 12345, cut2 = 30001;
+  Bf16State whole = random_bf16_state(n, 50), parts = whole;
+  auto grad = random_vec(n, 60, 0.1f);
+  run_bf16_sr(whole, grad, 3, 77, 5);
+  for (auto [a, b] : {std::pair<int64_t, int64_t>{0, cut1}, {cut1, cut2}, {cut2, n}})
+    cpu::adamw_update_bf16_sr(parts.p.data() + a, parts.m.data() + a, parts.v.data() + a, parts.p32.data() + a,
+                              grad.data() + a, b - a, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f, 77, 5, uint64_t(a));
+  EXPECT_EQ(std::memcmp(whole.p.data(), parts.p.data(), n * sizeof(bf16)), 0);
+  EXPECT_EQ(std::memcmp(whole.m.data(), parts.m.data(), n * sizeof(bf16)), 0);
+  EXPECT_EQ(std::memcmp(whole.v.data(), parts.v.data(), n * sizeof(bf16)), 0);
+  // keyed by the local index instead, the second piece would round differently
+  Bf16State local = random_bf16_state(n, 50);
+  cpu::adamw_update_bf16_sr(local.p.data() + cut1, local.m.data() + cut1, local.v.data() + cut1,
+                            local.p32.data() + cut1, grad.data() + cut1, cut2 - cut1, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                            3, 1.0f, 77, 5, 0);
+  EXPECT_NE(std::memcmp(whole.p.data() + cut1, local.p.data() + cut1, (cut2 - cut1) * sizeof(bf16)), 0);
+}
+
 TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32UpdateWithPhiloxBits) {
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(20011)}) {
     Bf16State s = random_bf16_state(n, 40);

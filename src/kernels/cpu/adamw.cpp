@@ -67,14 +67,15 @@ inline void adamw_element(float& p, float& m, float& v, float grad, const AdamwS
 
 template <bool kWriteF32>
 void adamw_bf16_sr_loop(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n,
-                        const AdamwScalars& s, uint64_t seed, uint32_t step, uint32_t tensor_id) {
+                        const AdamwScalars& s, uint64_t seed, uint32_t step, uint32_t tensor_id,
+                        uint64_t first_element) {
   // No `omp simd` here: it would privatize the memcpy temporaries of the bf16 helpers into arrays
   // and block vectorization; -O3 vectorizes the plain loop.
 #pragma omp parallel for schedule(static) if (n >= (1 << 14))
   for (int64_t i = 0; i < n; i++) {
     float p = to_float(param[i]), mi = to_float(m[i]), vi = to_float(v[i]);
     adamw_element(p, mi, vi, grad[i], s);
-    const Words3 bits = philox_u32x3(seed, step, tensor_id, uint64_t(i));
+    const Words3 bits = philox_u32x3(seed, step, tensor_id, first_element + uint64_t(i));
     bf16 pb = to_bf16_stochastic(p, bits.w0);
     m[i] = to_bf16_stochastic(mi, bits.w1);
     v[i] = to_bf16_stochastic(vi, bits.w2);
@@ -105,12 +106,12 @@ void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, 
 
 void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
-                          uint64_t seed, uint32_t tensor_id) {
+                          uint64_t seed, uint32_t tensor_id, uint64_t first_element) {
   AdamwScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   if (param_f32)
-    adamw_bf16_sr_loop<true>(param, m, v, param_f32, grad, n, s, seed, uint32_t(step), tensor_id);
+    adamw_bf16_sr_loop<true>(param, m, v, param_f32, grad, n, s, seed, uint32_t(step), tensor_id, first_element);
   else
-    adamw_bf16_sr_loop<false>(param, m, v, nullptr, grad, n, s, seed, uint32_t(step), tensor_id);
+    adamw_bf16_sr_loop<false>(param, m, v, nullptr, grad, n, s, seed, uint32_t(step), tensor_id, first_element);
 }
 
 double sum_squares(const float* x, int64_t n) {

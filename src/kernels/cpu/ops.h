@@ -79,10 +79,12 @@ void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, 
 // bf16-sr: param, m and v are bf16; the update is computed in fp32 and each result is rounded
 // stochastically with bits from random_u32(seed, step, tensor_id, element) (core/rng.h), so the
 // result does not depend on thread count. param_f32 (may be nullptr) receives the exact fp32 value
-// of the new bf16 param (the model's compute copy).
+// of the new bf16 param (the model's compute copy). The arrays hold elements first_element ..
+// first_element + n - 1 of the tensor (a ZeRO-1 shard), which key the random bits, so a tensor
+// updated in pieces rounds exactly as in one call.
 void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
-                          uint64_t seed, uint32_t tensor_id);
+                          uint64_t seed, uint32_t tensor_id, uint64_t first_element = 0);
 
 double sum_squares(const float* x, int64_t n);
 
