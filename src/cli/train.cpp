@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "parallel/mpi_communicator.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -57,7 +58,16 @@ void register_train(CLI::App& app) {
       fail("train: no config given, expected a YAML file\nhint: llamatrain train configs/tiny.yaml "
            "model.data.data_prefix=[1.0,data/corpus_text_document]; `llamatrain train --help` has examples");
     const auto loaded = train::load_config(o->config, o->overrides);
-    const auto result = train::run_training(loaded.config, loaded.notes);
+    // One process, or a data-parallel job under mpirun / srun (an MPI singleton without a launcher).
+    const auto world = parallel::make_mpi_world();
+    train::TrainResult result;
+    try {
+      result = train::run_training(loaded.config, loaded.notes, world.get());
+    } catch (const std::exception& e) {
+      // The other ranks may be waiting in a collective: end the whole job, not this rank alone.
+      if (world->size() > 1) world->abort(std::string("error: ") + e.what());
+      throw;
+    }
     // Stopped by SIGTERM / SIGINT after saving: the shell's convention, so a batch script (SLURM's
     // requeue) sees an interrupted run rather than a finished one.
     if (result.stop_signal != 0) {

@@ -2,7 +2,9 @@
 // non-finite guard, the update, then the periodic work (log, validate, checkpoint).
 #include "train/trainer.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +34,9 @@
 #include "obs/progress.h"
 #include "obs/tensorboard.h"
 #include "obs/throughput.h"
+#include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
+#include "parallel/layout.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -40,29 +46,61 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr size_t kDpBucketElements = size_t(1) << 22;  // 16 MB of fp32 gradients per all-reduce
+
 // SIGTERM (SLURM preemption, `scancel`) and SIGINT (Ctrl-C) ask the loop to save and stop after the
-// current step; a second one stops at once.
+// current step. A second signal at least 2 s after the first stops at once; one sooner is the same
+// request delivered twice (the launcher and the scheduler both signal the ranks), not an insistence.
 std::atomic<int> g_stop_signal{0};
+std::atomic<int64_t> g_stop_signal_ms{0};
+// Under a multi-rank launcher a signal also ends the launcher's output forwarding: a rank writing to
+// it would block forever and never save. On a stop signal such output turns non-blocking, so a
+// line the launcher no longer reads is dropped (train_log.txt keeps it) and the checkpoint is saved.
+std::atomic<bool> g_release_output_on_stop{false};
+
+int64_t monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
 extern "C" void on_stop_signal(int sig) {
+  const int64_t t = monotonic_ms();
   if (g_stop_signal.exchange(sig) != 0) {
+    if (t - g_stop_signal_ms.load() < 2000) return;
     std::signal(sig, SIG_DFL);
     std::raise(sig);
+    return;
   }
+  g_stop_signal_ms = t;
+  if (g_release_output_on_stop)
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+      const int flags = fcntl(fd, F_GETFL);
+      if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    }
+}
+
+// True when fd is not a file: under a launcher that is its forwarding pipe, socket or pseudo-terminal
+// (mpirun gives each rank a pty of its own), which nobody else writes to.
+bool is_forwarded_output(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode);
 }
 
 struct StopSignalScope {
   using Handler = void (*)(int);
   Handler old_term, old_int;
-  StopSignalScope() {
+  explicit StopSignalScope(bool multi_rank) {
     install_temporary_cleanup_handlers();  // ours replace them for the loop, and stay
     g_stop_signal = 0;
+    g_release_output_on_stop = multi_rank && is_forwarded_output(STDOUT_FILENO) && is_forwarded_output(STDERR_FILENO);
     old_term = std::signal(SIGTERM, on_stop_signal);
     old_int = std::signal(SIGINT, on_stop_signal);
   }
   ~StopSignalScope() {
     std::signal(SIGTERM, old_term);
     std::signal(SIGINT, old_int);
+    g_release_output_on_stop = false;
   }
 };
 
@@ -89,11 +127,34 @@ std::set<int64_t> injected_nonfinite_steps() {
   return steps;
 }
 
+bool g_quiet = false;  // ranks other than 0 print nothing (errors still reach stderr)
+std::FILE* g_log_file = nullptr;  // <log dir>/train_log.txt on rank 0: every line said, with its time
+
 void say(const std::string& line) {
+  if (g_quiet) return;
   std::fputs(line.c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  if (g_log_file) {
+    const std::time_t t = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::gmtime(&t));
+    std::fprintf(g_log_file, "[%s] %s\n", stamp, line.c_str());
+    std::fflush(g_log_file);
+  }
 }
+
+// Opens train_log.txt for appending (a resumed run continues it) and closes it at the end of the run.
+struct LogFileScope {
+  explicit LogFileScope(const fs::path& path) {
+    g_log_file = std::fopen(path.c_str(), "a");
+    if (!g_log_file) fail("cannot write {}: {}", path.string(), std::strerror(errno));
+  }
+  ~LogFileScope() {
+    if (g_log_file) std::fclose(g_log_file);
+    g_log_file = nullptr;
+  }
+};
 
 // A progress bar for long I/O (checkpoints of a few hundred MB and up); small ones print their one
 // summary line only.
@@ -116,13 +177,36 @@ class IoProgress {
   std::optional<obs::Progress> bar_;
 };
 
-void check_single_process(const TrainConfig& c) {
-  if (c.model.tensor_model_parallel_size != 1 || c.model.pipeline_model_parallel_size != 1 || c.world_size() != 1)
-    fail("parallel layout: tensor_model_parallel_size {}, pipeline_model_parallel_size {}, devices x num_nodes = {}; "
-         "this llamatrain trains in one process, expected all three to be 1\nhint: set "
-         "model.tensor_model_parallel_size=1 model.pipeline_model_parallel_size=1 trainer.devices=1 "
-         "trainer.num_nodes=1",
-         c.model.tensor_model_parallel_size, c.model.pipeline_model_parallel_size, c.world_size());
+// The job's processes must be the ones the config describes; data parallelism only, so far.
+void check_layout(const TrainConfig& c, int world_size) {
+  if (c.model.tensor_model_parallel_size != 1 || c.model.pipeline_model_parallel_size != 1)
+    fail("parallel layout: tensor_model_parallel_size {}, pipeline_model_parallel_size {}; this llamatrain "
+         "parallelizes over data only, expected both to be 1\nhint: set model.tensor_model_parallel_size=1 "
+         "model.pipeline_model_parallel_size=1 and run data-parallel ranks (mpirun -np N or srun with "
+         "trainer.devices x trainer.num_nodes = N)",
+         c.model.tensor_model_parallel_size, c.model.pipeline_model_parallel_size);
+  if (c.world_size() != world_size)
+    fail("trainer.devices x trainer.num_nodes = {} x {} = {}, but the job has {} process{}, expected them to agree\n"
+         "hint: set trainer.devices to the processes per node and trainer.num_nodes to the nodes (mpirun -np N: "
+         "trainer.devices=N trainer.num_nodes=1)",
+         c.trainer.devices, c.trainer.num_nodes, c.world_size(), world_size, world_size == 1 ? "" : "es");
+}
+
+// The mean over the data-parallel ranks of a value each rank computed (itself without dp).
+double dp_mean(parallel::Communicator* dp, double v) {
+  if (!dp || dp->size() == 1) return v;
+  dp->all_reduce(&v, 1);
+  return v / dp->size();
+}
+
+// Rank 0's string on every rank.
+std::string broadcast_string(parallel::Communicator* dp, std::string s) {
+  if (!dp || dp->size() == 1) return s;
+  uint64_t n = s.size();
+  dp->broadcast(&n, sizeof n, 0);
+  s.resize(n);
+  dp->broadcast(s.data(), n, 0);
+  return s;
 }
 
 }  // namespace
@@ -148,24 +232,32 @@ std::string resolve_log_dir(const TrainConfig& c) {
 }
 
 double evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split split, int64_t batches,
-                     int64_t global_batch_size, int micro_batch_size) {
+                     int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp) {
   const int B = micro_batch_size, T = int(data.seq_length());
+  const int ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
   double sum = 0;
   int64_t count = 0;
-  const int64_t micro = global_batch_size / B;
+  const int64_t micro = global_batch_size / (int64_t(B) * ranks);  // this rank's micro-batches per batch
   for (int64_t b = 0; b < batches; b++)
     for (int64_t mb = 0; mb < micro; mb++) {
-      data.fill(split, b * global_batch_size + mb * B, B, tokens.data(), targets.data());
+      // Megatron's order: block mb of B x ranks samples, this rank's B of them.
+      data.fill(split, b * global_batch_size + (mb * ranks + rank) * B, B, tokens.data(), targets.data());
       sum += m.forward(tokens.data(), targets.data(), B, T).loss;
       count++;
     }
-  return count ? sum / double(count) : NAN;
+  return count ? dp_mean(dp, sum / double(count)) : NAN;
 }
 
-TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>& notes) {
+TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>& notes,
+                         parallel::Communicator* world) {
   const double t_start = now_s();
-  check_single_process(cfg);
+  // Data parallelism: every rank is a replica; dp is the world (TP = PP = 1).
+  parallel::Communicator* dp = world && world->size() > 1 ? world : nullptr;
+  const int dp_size = dp ? dp->size() : 1, dp_rank = dp ? dp->rank() : 0;
+  const bool rank0 = dp_rank == 0;
+  check_layout(cfg, dp_size);
+  g_quiet = !rank0;
   TrainResult result;
   result.last_val_loss = NAN;
   result.log_dir = resolve_log_dir(cfg);
@@ -229,7 +321,8 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
          "model.encoder_seq_length",
          T, mc.max_seq_len);
   const int64_t gbs = cfg.model.global_batch_size;
-  const int64_t num_micro = cfg.num_micro_batches();
+  const int64_t num_micro = cfg.num_micro_batches();  // per data-parallel rank
+  const bool zero1 = cfg.model.distributed_optimizer && dp_size > 1;
   const model::Precision precision = cfg.trainer.precision;
   // NeMo's activations_checkpoint_*: granularity null | selective | full; with full, method block
   // recomputes the first num_layers layers only, uniform recomputes every layer (each from its own
@@ -242,7 +335,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                                    : -1;
   const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
 
-  const int64_t state = model::LlamaModel::state_bytes(mc, precision);
+  const int64_t state = model::LlamaModel::state_bytes(mc, precision, zero1 ? dp_size : 1);
   const int64_t activations = model::LlamaModel::activation_bytes(mc, precision, B, T, recompute, recompute_layers) +
                               cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct);
   check_memory_fits(state + activations,
@@ -261,18 +354,32 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   if (!export_dir.empty()) io::check_export_target(export_dir);
 
   std::error_code ec;
-  try {
-    create_directories(log_dir.string());
-  } catch (const Error& e) {
-    fail("{}: {}", log_key, e.what());
-  }
   const std::string config_yaml = to_yaml(cfg);
-  write_file_atomic((log_dir / "train_config.yaml").string(), config_yaml);
+  if (rank0) {
+    try {
+      create_directories(log_dir.string());
+    } catch (const Error& e) {
+      fail("{}: {}", log_key, e.what());
+    }
+    write_file_atomic((log_dir / "train_config.yaml").string(), config_yaml);
+  }
+  std::optional<LogFileScope> log_file;
+  if (rank0) log_file.emplace(log_dir / "train_log.txt");
   say(fmt::format("llamatrain train: log dir {}", log_dir.string()));
   for (const auto& n : notes) say("  note: " + n);
+  if (dp)
+    say(fmt::format("data parallel: {} ranks, {} micro-batches of {} per rank per step{}", dp_size, num_micro, B,
+                    zero1 ? ", optimizer state sharded (ZeRO-1)" : ""));
 
   model::LlamaModel model(mc, precision, uint64_t(cfg.model.seed));
   model.set_recompute(recompute, recompute_layers);
+  // ZeRO-1: this rank keeps the AdamW moments of one shard of the flat parameter arena.
+  std::optional<parallel::ZeroShards> shards;
+  if (zero1) {
+    shards.emplace(size_t(model.num_params()), dp_size);
+    const auto r = shards->range(dp_rank);
+    model.set_optimizer_shard(int64_t(r.begin), int64_t(r.end), int64_t(shards->padded_size()));
+  }
   say(fmt::format("model: {:.2f}M parameters (C {}, L {}, H {}, Hkv {}, F {}, V {}), {}, recompute {}, "
                   "memory {} (state {} + activations {})",
                   double(model.num_params()) / 1e6, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim,
@@ -288,7 +395,9 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   st.seed = uint64_t(cfg.model.seed);
   st.precision = model::precision_name(precision);
   std::optional<std::string> resume_path;
-  if (cfg.model.resume_from_checkpoint) {
+  if (!rank0) {
+    // Rank 0 chooses (below) and tells the others.
+  } else if (cfg.model.resume_from_checkpoint) {
     const std::string why = verify_checkpoint(*cfg.model.resume_from_checkpoint);
     if (!why.empty())
       fail("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)", why);
@@ -309,10 +418,14 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
            "hint: set exp_manager.resume_ignore_no_checkpoint=true to start fresh",
            ckpt_dir.string());
   }
+  if (dp) {
+    const std::string chosen = broadcast_string(dp, resume_path.value_or(""));
+    resume_path = chosen.empty() ? std::nullopt : std::optional<std::string>(chosen);
+  }
   if (resume_path) {
     const double t0 = now_s();
     say(fmt::format("resuming from {} ...", *resume_path));
-    IoProgress bar("loading checkpoint", checkpoint_tensor_bytes(model));
+    IoProgress bar("loading checkpoint", rank0 ? checkpoint_tensor_bytes(model) : 0);
     st = load_checkpoint(*resume_path, model, bar.callback());
     say(fmt::format("resumed at step {} ({} samples consumed) in {}", st.step, st.consumed_samples,
                     obs::format_duration(now_s() - t0)));
@@ -322,7 +435,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     int64_t bytes = 0;
     for (const auto& e : fs::directory_iterator(*cfg.model.init_from, ec))
       if (e.path().extension() == ".safetensors") bytes += int64_t(e.file_size(ec));
-    IoProgress bar("loading " + *cfg.model.init_from, bytes);
+    IoProgress bar("loading " + *cfg.model.init_from, rank0 ? bytes : 0);
     io::load_hf_weights(model, *cfg.model.init_from, bar.callback());
     say(fmt::format("loaded in {}", obs::format_duration(now_s() - t0)));
   } else {
@@ -336,7 +449,12 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                                   cfg.trainer.limit_val_batches, cfg.trainer.limit_test_batches);
   say("data: building sample indices ...");
   const double t_data = now_s();
-  TrainData data(cfg, tok ? &*tok : nullptr, mc.eos_id, requested);
+  // Rank 0 builds (and caches) the sample indices first; the others then read them from the cache.
+  std::optional<TrainData> data_holder;
+  if (rank0) data_holder.emplace(cfg, tok ? &*tok : nullptr, mc.eos_id, requested);
+  if (dp) dp->barrier();
+  if (!rank0) data_holder.emplace(cfg, tok ? &*tok : nullptr, mc.eos_id, requested);
+  const TrainData& data = *data_holder;
   std::string desc = data.describe();
   if (!desc.empty() && desc.back() == '\n') desc.pop_back();
   say(fmt::format("data ready in {}:\n{}", obs::format_duration(now_s() - t_data), desc));
@@ -344,9 +462,15 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                         data.has(data::Split::valid);
 
   // ---- loggers ----
-  obs::MetricsWriter metrics((log_dir / "metrics.jsonl").string());
+  std::optional<obs::MetricsWriter> metrics;
   std::unique_ptr<obs::TensorBoardWriter> tb;
-  if (cfg.exp_manager.create_tensorboard_logger) tb = std::make_unique<obs::TensorBoardWriter>(log_dir.string());
+  if (rank0) {
+    metrics.emplace((log_dir / "metrics.jsonl").string());
+    if (cfg.exp_manager.create_tensorboard_logger) tb = std::make_unique<obs::TensorBoardWriter>(log_dir.string());
+  }
+  auto record = [&](const nlohmann::ordered_json& r) {
+    if (metrics) metrics->write(r);
+  };
   auto scalar = [&](const char* tag, double v, int64_t step) {
     if (tb) tb->add_scalar(tag, float(v), step);
   };
@@ -358,8 +482,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   opt.eps = float(cfg.model.optim.eps);
   opt.weight_decay = float(cfg.model.optim.weight_decay);
   opt.grad_clip = float(cfg.trainer.gradient_clip_val.value_or(0.0));
-  // MFU's denominator: this machine's matmul rate on a large square product in the run's compute type.
-  const double peak_gflops = cpu::measure_matmul_gflops(1024, 1024, 1024, ct, 0.2);
+  // MFU's denominator: the job's matmul rate on a large square product in the run's compute type, the
+  // sum over ranks of each one's rate measured at the same time (ranks sharing a machine share it).
+  if (dp) dp->barrier();
+  double peak_gflops = cpu::measure_matmul_gflops(1024, 1024, 1024, ct, 0.2);
+  if (dp) dp->all_reduce(&peak_gflops, 1);
   const double flops_per_step = obs::step_flops(mc, gbs, T);
   const int64_t max_steps = cfg.trainer.max_steps;
   const int64_t log_every = std::max<int64_t>(1, cfg.trainer.log_every_n_steps);
@@ -376,9 +503,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     const double t0 = now_s();
     std::string path;
     {
-      IoProgress bar("saving checkpoint", checkpoint_tensor_bytes(model));
-      path = save_checkpoint(ckpt_dir.string(), model, st, tok_path, config_yaml, bar.callback());
+      IoProgress bar("saving checkpoint", rank0 ? checkpoint_tensor_bytes(model) : 0);
+      path = save_checkpoint(ckpt_dir.string(), model, st, tok_path, config_yaml, bar.callback(), dp);
     }
+    result.last_checkpoint = path;
+    if (!rank0) return;
     int64_t bytes = 0;
     for (const auto& e : fs::directory_iterator(path)) bytes += int64_t(e.file_size());
     const auto removed = prune_checkpoints(ckpt_dir.string(), int(ckp.save_top_k));
@@ -386,11 +515,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     say(fmt::format("checkpoint ({}): {} ({}, {}, {}/s){}", why, path, obs::format_bytes(double(bytes)),
                     obs::format_duration(dt), obs::format_bytes(bytes / std::max(dt, 1e-9)),
                     removed.empty() ? "" : fmt::format("; removed {} older", removed.size())));
-    result.last_checkpoint = path;
   };
 
-  StopSignalScope signals;
+  StopSignalScope signals(dp != nullptr);
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+  std::vector<float> shard_buf(zero1 ? shards->shard_size() : 0), gathered(zero1 ? shards->padded_size() : 0);
   const double t_loop = now_s();
   int64_t steps_run = 0;  // steps computed by this process (a rollback repeats some)
   int64_t nonfinite_run = 0;
@@ -405,19 +534,40 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     model.zero_grad();
     double loss_sum = 0;
     for (int64_t mb = 0; mb < num_micro; mb++) {
-      data.fill(data::Split::train, st.consumed_samples + mb * B, B, tokens.data(), targets.data());
+      // Megatron's consumption order: block mb holds B x DP samples, this rank reads its B of them.
+      data.fill(data::Split::train, st.consumed_samples + (mb * dp_size + dp_rank) * B, B, tokens.data(),
+                targets.data());
       loss_sum += model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / float(num_micro)).loss;
     }
     const int64_t window_begin = st.consumed_samples;
     st.consumed_samples += gbs;
-    const double loss = loss_sum / double(num_micro);
-    if (inject.erase(step)) model.grad_data()[0] = NAN;
-    const float norm = model.grad_norm();
+    const double loss = dp_mean(dp, loss_sum / double(num_micro));
+    if (inject.erase(step) && rank0) model.grad_data()[0] = NAN;
+    // Gradients: the mean over the data-parallel ranks (ZeRO-1: of this rank's shard only).
+    float norm;
+    if (zero1) {
+      parallel::reduce_scatter_gradients(*dp, model.grad_data(), *shards);
+      double sq = model.grad_sum_squares(model.shard_begin(), model.shard_end());
+      dp->all_reduce(&sq, 1);
+      norm = float(std::sqrt(sq));
+    } else {
+      if (dp) parallel::all_reduce_gradients(*dp, model.grad_data(), size_t(model.num_params()), kDpBucketElements);
+      norm = model.grad_norm();
+    }
     st.step = step;
     if (std::isfinite(loss) && std::isfinite(norm)) {
       nonfinite_run = 0;
       st.optimizer_steps++;
       model.optimizer_update(opt, float(lr), int(st.optimizer_steps), norm);
+      if (zero1) {
+        // Every rank's updated shard to every rank, then the bf16 copies from the fp32 weights.
+        const auto r = shards->range(dp_rank);
+        std::copy(model.param_data() + r.begin, model.param_data() + r.end, shard_buf.begin());
+        std::fill(shard_buf.begin() + ptrdiff_t(r.size()), shard_buf.end(), 0.0f);
+        dp->all_gather(gathered.data(), shard_buf.data(), shards->shard_size());
+        std::copy(gathered.begin(), gathered.begin() + model.num_params(), model.param_data());
+        model.params_changed();
+      }
     } else {
       st.skipped_steps++;
       nonfinite_run++;
@@ -426,8 +576,13 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                       step, loss, norm, window_begin, st.consumed_samples - 1, nonfinite_run, nonfinite_limit));
       if (nonfinite_run >= nonfinite_limit) {
         std::vector<std::string> warnings;
-        const auto ck = latest_valid_checkpoint(ckpt_dir.string(), &warnings);
+        std::optional<CheckpointInfo> ck;
+        if (rank0) ck = latest_valid_checkpoint(ckpt_dir.string(), &warnings);
         for (const auto& w : warnings) say("warning: " + w);
+        if (dp) {
+          const std::string chosen = broadcast_string(dp, ck ? ck->path : "");
+          if (!chosen.empty()) ck = CheckpointInfo{chosen, 0};
+        }
         if (!ck)
           fail("training diverged: {} steps in a row had a non-finite loss or gradient norm (up to step {}), and "
                "there is no checkpoint to roll back to\nhint: lower model.optim.lr or raise warmup, check the data, "
@@ -439,7 +594,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                         "samples {}-{} skipped",
                         nonfinite_run, ck->path, st.step, st.step + 1, step, st.consumed_samples,
                         keep.consumed_samples - 1));
-        metrics.write(nlohmann::ordered_json{{"step", step},
+        record(nlohmann::ordered_json{{"step", step},
                                              {"event", "rollback"},
                                              {"to_step", st.step},
                                              {"skipped_samples_begin", st.consumed_samples},
@@ -470,7 +625,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                       "| mem {} | ETA {}",
                       st.step, max_steps, loss, lr, norm, double(gbs) / step_s, obs::format_count(tok_s), 100 * mfu,
                       obs::format_bytes(rss), obs::format_duration(step_times.eta_s(max_steps - st.step))));
-      metrics.write(nlohmann::ordered_json{{"step", st.step},
+      record(nlohmann::ordered_json{{"step", st.step},
                                            {"loss", loss},
                                            {"lr", lr},
                                            {"grad_norm", norm},
@@ -492,16 +647,19 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     }
     if (validate && (st.step % cfg.trainer.val_check_interval == 0 || last)) {
       const double t0 = now_s();
-      const double val = evaluate_loss(model, data, data::Split::valid, cfg.trainer.limit_val_batches, gbs, B);
+      const double val = evaluate_loss(model, data, data::Split::valid, cfg.trainer.limit_val_batches, gbs, B, dp);
       result.last_val_loss = val;
       say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f} ({} batches, {})", st.step, val,
                       std::exp(val), cfg.trainer.limit_val_batches, obs::format_duration(now_s() - t0)));
-      metrics.write(nlohmann::ordered_json{{"step", st.step}, {"val_loss", val}, {"val_ppl", std::exp(val)}});
+      record(nlohmann::ordered_json{{"step", st.step}, {"val_loss", val}, {"val_ppl", std::exp(val)}});
       scalar("val_loss", val, st.step);
       if (tb) tb->flush();
       t_log += now_s() - t0;  // validation time is not step time
     }
-    const bool stop = g_stop_signal.load() != 0;
+    // A signal reaches the ranks at different moments: they stop together, after the same step.
+    double stop_signal = g_stop_signal.load();
+    if (dp) dp->all_reduce(&stop_signal, 1);
+    const bool stop = stop_signal != 0;
     if (checkpoints) {
       const bool by_steps = ckp.every_n_train_steps && *ckp.every_n_train_steps > 0 &&
                             st.step % *ckp.every_n_train_steps == 0;
@@ -513,9 +671,10 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
       }
     }
     if (stop) {
-      say(fmt::format("stopped by signal {} after step {}{}", g_stop_signal.load(), st.step,
+      const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
+      say(fmt::format("stopped by signal {} after step {}{}", sig, st.step,
                       checkpoints ? "; run the same command to resume" : ""));
-      result.stop_signal = g_stop_signal.load();
+      result.stop_signal = sig;
       break;
     }
   }
@@ -527,7 +686,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                     "checkpoints included)",
                     steps_run, obs::format_duration(loop_s), obs::format_count(double(steps_run) * double(gbs) * T / loop_s)));
 
-  if (!export_dir.empty() && result.stop_signal == 0) {
+  if (!export_dir.empty() && result.stop_signal == 0 && rank0) {
     const double t0 = now_s();
     io::ExportOptions eo;
     eo.torch_dtype = precision == model::Precision::fp32 ? "float32" : "bfloat16";

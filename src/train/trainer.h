@@ -15,6 +15,10 @@
 
 #include "train/config.h"
 
+namespace llamatrain::parallel {
+class Communicator;
+}
+
 namespace llamatrain::train {
 
 // The run's directory, as NeMo's exp_manager names it: explicit_log_dir, or
@@ -34,12 +38,17 @@ struct TrainResult {
 };
 
 // Runs the training described by config (notes: the loader's "ignored: ..." lines, printed at start).
-TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {});
+// world: the job's ranks (mpirun / srun), all of them data-parallel replicas; nullptr or one rank: a
+// single process. Every rank calls it; rank 0 prints, logs, writes the run folder and exports.
+TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {},
+                         parallel::Communicator* world = nullptr);
 
 // Mean loss over the first `batches` global batches of a split (forward only), as validation
 // computes it: the mean of micro-batch losses. Exposed for `llamatrain eval`.
+// With dp (data-parallel ranks), each rank evaluates its share of every global batch, and the
+// result (the same on every rank) averages all of them.
 class TrainData;
 double evaluate_loss(model::LlamaModel& model, const TrainData& data, data::Split split, int64_t batches,
-                     int64_t global_batch_size, int micro_batch_size);
+                     int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp = nullptr);
 
 }  // namespace llamatrain::train

@@ -1,0 +1,284 @@
+// Data-parallel training under mpirun against one process, through the llamatrain binary on the
+// tiny config and the fixture corpus: DP2 reproduces the single-rank fp32 loss curve and weights;
+// ZeRO-1 equals plain DP bit for bit (fp32 and bf16 with stochastic rounding); a DP2 ZeRO-1
+// checkpoint resumes on one rank and continues the same curve; SIGTERM to mpirun still saves a
+// checkpoint; a rank killed with SIGKILL ends the job within seconds; a process count the config does
+// not describe is a plain error.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "io/safetensors.h"
+#include "obs/metrics.h"
+#include "test_util.h"
+
+namespace llamatrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+extern "C" char** environ;
+
+const std::string& fixture_prefix() {
+  static TempDir dir;
+  static std::string prefix = [] {
+    std::string out;
+    EXPECT_EQ(testing::run_capture(testing::llamatrain_bin() + " preprocess --quiet --input " +
+                                       testing::fixture("corpus.jsonl") + " --tokenizer-model " +
+                                       testing::fixture("tokenizer.model") + " --output-prefix " + (dir / "fx") +
+                                       " --append-eod",
+                                   &out),
+              0)
+        << out;
+    return dir / "fx_text_document";
+  }();
+  return prefix;
+}
+
+// argv of one run: `mpirun -np ranks llamatrain train ...` (ranks > 0) or the plain binary (0).
+std::vector<std::string> train_argv(int ranks, const std::string& log_dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> a;
+  if (ranks > 0) a = {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", std::to_string(ranks)};
+  const std::vector<std::string> base = {testing::llamatrain_bin(),
+                                         "train",
+                                         testing::source_path("configs/tiny.yaml"),
+                                         "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                                         "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
+                                         "exp_manager.explicit_log_dir=" + log_dir,
+                                         "trainer.log_every_n_steps=1",
+                                         "trainer.limit_val_batches=0",
+                                         "trainer.precision=32",
+                                         "trainer.devices=" + std::to_string(std::max(ranks, 1)),
+                                         "model.micro_batch_size=2",
+                                         "model.global_batch_size=8",
+                                         "model.optim.sched.warmup_steps=2"};
+  a.insert(a.end(), base.begin(), base.end());
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ), 0) << "cannot start " << args[0];
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+struct Run {
+  int status = -1;  // exit code, or 128 + signal
+  std::string log;
+};
+
+Run wait_for(pid_t pid, const std::string& log) {
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), testing::read_file(log)};
+}
+
+Run train(int ranks, const std::string& log_dir, const std::vector<std::string>& extra) {
+  fs::create_directories(log_dir);
+  const std::string log = log_dir + "/stdout.txt";
+  return wait_for(spawn(train_argv(ranks, log_dir, extra), log), log);
+}
+
+std::map<int64_t, double> losses(const std::string& log_dir) {
+  std::map<int64_t, double> out;
+  for (const auto& r : obs::read_metrics(log_dir + "/metrics.jsonl"))
+    if (r.contains("loss")) out[r["step"].get<int64_t>()] = obs::metric_value(r, "loss");
+  return out;
+}
+
+// Largest |a - b| over every weight of two checkpoints, relative to each tensor's largest |a|.
+double weight_difference(const std::string& a, const std::string& b) {
+  io::SafetensorsCheckpoint ca(a + "/model.safetensors"), cb(b + "/model.safetensors");
+  double worst = 0;
+  for (const auto& name : ca.names()) {
+    const auto& t = ca.get(name);
+    std::vector<float> x(size_t(t.numel())), y(x.size());
+    ca.read_f32(name, t.shape, x.data());
+    cb.read_f32(name, t.shape, y.data());
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+      scale = std::max(scale, double(std::fabs(x[i])));
+      diff = std::max(diff, double(std::fabs(x[i] - y[i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {
+  // The same 8 samples per step, split 2 x 2 per rank instead of 4 x 2; the gradients differ only in
+  // the order of the summation.
+  TempDir dir;
+  const auto one = train(0, dir / "one", {"trainer.max_steps=20"});
+  const auto two = train(2, dir / "two", {"trainer.max_steps=20"});
+  ASSERT_EQ(one.status, 0) << one.log;
+  ASSERT_EQ(two.status, 0) << two.log;
+  EXPECT_NE(two.log.find("data parallel: 2 ranks, 2 micro-batches of 2 per rank"), std::string::npos) << two.log;
+  const auto a = losses(dir / "one"), b = losses(dir / "two");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  for (const auto& [step, loss] : a) EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
+  EXPECT_LE(weight_difference(dir / "one/checkpoints/step_20", dir / "two/checkpoints/step_20"), 1e-5);
+}
+
+TEST(DataParallelTrain, Zero1EqualsPlainDataParallelBitForBit) {
+  // ZeRO-1 sums each gradient over the same two ranks (reduce-scatter instead of all-reduce) and
+  // updates each element on one rank; bf16-sr keys its rounding by the element's place in its tensor.
+  TempDir dir;
+  for (const char* precision : {"32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const std::string p = std::string("trainer.precision=") + precision;
+    const auto plain = train(2, dir / (std::string("plain") + precision), {"trainer.max_steps=12", p});
+    const auto zero = train(2, dir / (std::string("zero") + precision),
+                            {"trainer.max_steps=12", p, "model.distributed_optimizer=true"});
+    ASSERT_EQ(plain.status, 0) << plain.log;
+    ASSERT_EQ(zero.status, 0) << zero.log;
+    EXPECT_NE(zero.log.find("optimizer state sharded (ZeRO-1)"), std::string::npos) << zero.log;
+    EXPECT_EQ(losses(dir / (std::string("plain") + precision)), losses(dir / (std::string("zero") + precision)));
+    const std::string a = dir / (std::string("plain") + precision + "/checkpoints/step_12");
+    const std::string b = dir / (std::string("zero") + precision + "/checkpoints/step_12");
+    EXPECT_EQ(testing::read_file(a + "/model.safetensors"), testing::read_file(b + "/model.safetensors"));
+    // ZeRO-1 saves one moment file per rank; plain DP one file
+    EXPECT_TRUE(fs::exists(b + "/optimizer-00001-of-00002.safetensors"));
+    EXPECT_TRUE(fs::exists(b + "/optimizer-00002-of-00002.safetensors"));
+    EXPECT_TRUE(fs::exists(a + "/optimizer.safetensors"));
+  }
+}
+
+// The llamatrain ranks running under mpirun `launcher`.
+std::vector<pid_t> ranks_of(pid_t launcher) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string comm, state;
+    int self = 0, ppid = 0;
+    stat >> self >> comm >> state >> ppid;
+    if (ppid == launcher && comm == "(llamatrain)") out.push_back(self);
+  }
+  return out;
+}
+
+// Starts a 2-rank run and waits until it has logged `steps` losses.
+pid_t start_and_wait_for_steps(const std::string& log_dir, const std::vector<std::string>& extra, size_t steps) {
+  fs::create_directories(log_dir);
+  const pid_t mpirun = spawn(train_argv(2, log_dir, extra), log_dir + "/stdout.txt");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(fs::exists(log_dir + "/metrics.jsonl") && losses(log_dir).size() >= steps))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return mpirun;
+}
+
+TEST(DataParallelTrain, Dp2Zero1CheckpointResumesOnOneRankOnTheSameCurve) {
+  // A 2-rank ZeRO-1 run whose ranks get SIGTERM (as SLURM's scancel delivers it, to every task, at
+  // slightly different moments) stops after one common step and saves one checkpoint with a moment
+  // file per rank; a single process resumes it: its curve and final weights are the uninterrupted
+  // 2-rank run's.
+  TempDir dir;
+  const std::vector<std::string> extra = {"trainer.max_steps=300", "exp_manager.resume_if_exists=true",
+                                          "exp_manager.checkpoint_callback_params.every_n_train_steps=1000",
+                                          "model.distributed_optimizer=true"};
+  const auto full = train(2, dir / "full", extra);
+  ASSERT_EQ(full.status, 0) << full.log;
+
+  const std::string moved = dir / "moved";
+  const pid_t mpirun = start_and_wait_for_steps(moved, extra, 5);
+  const auto ranks = ranks_of(mpirun);
+  ASSERT_EQ(ranks.size(), 2u) << "llamatrain ranks under mpirun " << mpirun;
+  ::kill(ranks[0], SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  ::kill(ranks[1], SIGTERM);
+  const auto stopped = wait_for(mpirun, moved + "/stdout.txt");
+  EXPECT_NE(stopped.status, 0) << stopped.log;
+  EXPECT_NE(stopped.log.find("checkpoint (stop signal)"), std::string::npos) << stopped.log;
+  const auto saved = losses(moved).rbegin()->first;
+  ASSERT_LT(saved, 300) << "the run finished before the signal";
+  EXPECT_TRUE(fs::exists(moved + "/checkpoints/step_" + std::to_string(saved) + "/optimizer-00002-of-00002.safetensors"));
+
+  auto one_rank = extra;
+  one_rank.pop_back();  // no ZeRO-1 on one rank: the moments come from both shard files
+  const auto second = train(0, moved, one_rank);
+  ASSERT_EQ(second.status, 0) << second.log;
+  EXPECT_NE(second.log.find("resumed at step " + std::to_string(saved)), std::string::npos) << second.log;
+  const auto a = losses(dir / "full"), b = losses(moved);
+  ASSERT_EQ(b.size(), 300u);
+  for (const auto& [step, loss] : a) EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
+  EXPECT_LE(weight_difference(dir / "full/checkpoints/step_300", moved + "/checkpoints/step_300"), 1e-5);
+  // train_log.txt holds both runs' lines, the stop and the resume
+  const auto log = testing::read_file(moved + "/train_log.txt");
+  EXPECT_NE(log.find("stopped by signal 15 after step " + std::to_string(saved)), std::string::npos) << log;
+  EXPECT_NE(log.find("resumed at step " + std::to_string(saved)), std::string::npos) << log;
+}
+
+TEST(DataParallelTrain, SigtermToMpirunSavesACheckpoint) {
+  // mpirun stops forwarding output on SIGTERM, then signals the ranks after odls_base_sigkill_timeout
+  // and kills them one timeout later. Rank 0, blocked writing to a pty nobody reads, must still save.
+  TempDir dir;
+  const std::string run = dir / "run";
+  ::setenv("OMPI_MCA_odls_base_sigkill_timeout", "5", 1);
+  const pid_t mpirun = start_and_wait_for_steps(run, {"trainer.max_steps=200000"}, 5);
+  ::unsetenv("OMPI_MCA_odls_base_sigkill_timeout");
+  ::kill(mpirun, SIGTERM);
+  const auto r = wait_for(mpirun, run + "/stdout.txt");
+  EXPECT_NE(r.status, 0) << r.log;
+  const auto log = testing::read_file(run + "/train_log.txt");
+  const auto saved = losses(run).rbegin()->first;
+  EXPECT_NE(log.find("checkpoint (stop signal): " + run + "/checkpoints/step_" + std::to_string(saved)),
+            std::string::npos)
+      << log.substr(log.size() > 2000 ? log.size() - 2000 : 0);
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step_" + std::to_string(saved) + "/model.safetensors"));
+}
+
+TEST(DataParallelTrain, ASigkilledRankEndsTheJob) {
+  TempDir dir;
+  const std::string run = dir / "run";
+  const pid_t mpirun = start_and_wait_for_steps(run, {"trainer.max_steps=1000000"}, 2);
+  const auto ranks = ranks_of(mpirun);
+  const pid_t victim = ranks.empty() ? -1 : ranks[0];
+  ASSERT_GT(victim, 0) << "no llamatrain rank under mpirun " << mpirun;
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(victim, SIGKILL);
+  const auto r = wait_for(mpirun, run + "/stdout.txt");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.status, 0) << r.log;
+  EXPECT_LT(seconds, 60.0) << r.log;
+  std::printf("a killed rank ended the job in %.1f s\n", seconds);
+}
+
+TEST(DataParallelTrain, AProcessCountTheConfigDoesNotDescribeIsAPlainError) {
+  TempDir dir;
+  auto argv = train_argv(2, dir / "run", {"trainer.max_steps=5"});
+  for (auto& a : argv)
+    if (a == "trainer.devices=2") a = "trainer.devices=1";
+  fs::create_directories(dir / "run");
+  const auto r = wait_for(spawn(argv, dir / "out.txt"), dir / "out.txt");
+  EXPECT_NE(r.status, 0) << r.log;
+  EXPECT_NE(r.log.find("trainer.devices x trainer.num_nodes = 1 x 1 = 1, but the job has 2 processes"),
+            std::string::npos)
+      << r.log;
+}
+
+}  // namespace
+}  // namespace llamatrain
