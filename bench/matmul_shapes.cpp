@@ -1,9 +1,12 @@
 // bench_matmul: GFLOP/s of cpu::matmul_forward / matmul_backward (fp32 and bf16) on the stories110m
 // shapes at M = B*T rows, and cpu::lmhead_ce_fused side by side with its earlier chunked algorithm
 // (lmhead_ce_chunked_v1, kept here only as the baseline), interleaved in one process.
-// "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call fp32 -> bf16 conversions.
+// "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call operand conversions.
+// bf16 compute is timed through each kernel (matmul_choice.h: oneDNN's bf16 kernel, its fp32 kernel on
+// bf16 values) and through the automatic choice, whose probe estimates are printed next to the
+// measured calls (the probe times row slices and scales them up: this checks the scaling).
 // Usage: bench_matmul [M=2048] [seconds per measurement=0.5; lmhead: 20 x it rounds, at least 5] [all|matmul|lmhead].
-// Prints figures only.
+// Prints figures only. ONEDNN_MAX_CPU_ISA=AVX512_CORE simulates a CPU without native bf16.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,16 +16,28 @@
 #include <functional>
 #include <vector>
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include "core/rng.h"
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/lmhead_ce.h"
+#include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/ops.h"
 
 using namespace llamatrain;
 
 namespace {
+
+// Sets the process-wide chooser's policy for its lifetime.
+class Policy {
+ public:
+  explicit Policy(cpu::MatmulPolicy p) : old_(cpu::matmul_chooser().policy()) { cpu::matmul_chooser().set_policy(p); }
+  ~Policy() { cpu::matmul_chooser().set_policy(old_); }
+
+ private:
+  cpu::MatmulPolicy old_;
+};
 
 std::vector<float> random_vec(size_t n, uint32_t id, float scale) {
   std::vector<float> v(n);
@@ -148,10 +163,15 @@ int main(int argc, char** argv) {
   };
   const Shape shapes[] = {{"qkv", 768, 2304}, {"wo", 768, 768}, {"w1|w3", 768, 4096}, {"w2", 2048, 768},
                           {"lm head", 768, 32000}};
-  std::printf("GFLOP/s. gemm columns: the three oneDNN matmuls alone (bf16 operands pre-converted);\n"
-              "api columns: cpu::matmul_forward / matmul_backward (dinp + dweight), bf16 conversions included.\n");
-  std::printf("%-8s %5s %6s %5s | %8s %8s %8s | %8s %8s\n", "shape", "IC", "OC", "type", "fwd", "dinp", "dweight",
-              "api fwd", "api bwd");
+  std::printf("oneDNN implementations at %dx768x2304: fp32 %s, bf16 %s\n", M,
+              cpu::detail::gemm_impl(false, true, M, 2304, 768, false, false).c_str(),
+              cpu::detail::gemm_impl(false, true, M, 2304, 768, true, false).c_str());
+  std::printf("GFLOP/s. gemm columns: the three oneDNN matmuls alone (operands pre-converted; the fp32 kernel on\n"
+              "bf16 values runs the fp32 gemms); api columns: cpu::matmul_forward, matmul_backward (dinp + dweight)\n"
+              "and matmul_backward without dinp (dweight), operand conversions included. bf16 rows: bf16 compute\n"
+              "through oneDNN's bf16 kernel, its fp32 kernel on bf16 values, and the automatic choice.\n");
+  std::printf("%-8s %5s %6s %-12s | %8s %8s %8s | %8s %8s %8s | %s\n", "shape", "IC", "OC", "run", "fwd", "dinp",
+              "dweight", "api fwd", "api bwd", "api dW", "auto: kernel fwd/dinp/dW, probe estimate vs measured ms");
   for (const Shape& s : shapes) {
     if (!run_matmul) break;
     const auto inp = random_vec(size_t(M) * s.IC, 1, 1.0f);       // (M,IC)
@@ -163,17 +183,28 @@ int main(int argc, char** argv) {
     bf16_from_float(dout_b.data(), dout.data(), int64_t(dout.size()));
     std::vector<float> out(size_t(M) * s.OC), dinp(size_t(M) * s.IC), dweight(weight.size(), 0.0f);
     const double flop = 2.0 * M * s.IC * double(s.OC);
-    for (cpu::ComputeType ct : {cpu::ComputeType::f32, cpu::ComputeType::bf16}) {
-      const bool b16 = ct == cpu::ComputeType::bf16;
-      const void* a_inp = b16 ? static_cast<const void*>(inp_b.data()) : inp.data();
-      const void* a_w = b16 ? static_cast<const void*>(weight_b.data()) : weight.data();
-      const void* a_dout = b16 ? static_cast<const void*>(dout_b.data()) : dout.data();
-      const double g_fwd =
-          time_call([&] { cpu::detail::gemm(out.data(), a_inp, false, a_w, true, M, s.OC, s.IC, b16, false); }, seconds);
-      const double g_dinp = time_call(
-          [&] { cpu::detail::gemm(dinp.data(), a_dout, false, a_w, false, M, s.IC, s.OC, b16, false); }, seconds);
-      const double g_dw = time_call(
-          [&] { cpu::detail::gemm(dweight.data(), a_dout, true, a_inp, false, s.OC, s.IC, M, b16, true); }, seconds);
+    double fwd_ms[2] = {0, 0}, dinp_ms[2] = {0, 0}, dw_ms[2] = {0, 0};  // measured api, per kernel (bf16, fp32)
+    for (int run = 0; run < 4; run++) {  // fp32 compute; bf16 compute on the bf16, fp32, chosen kernel
+      const cpu::ComputeType ct = run == 0 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
+      const cpu::MatmulPolicy policy = run == 1   ? cpu::MatmulPolicy::bf16
+                                       : run == 2 ? cpu::MatmulPolicy::f32
+                                                  : cpu::MatmulPolicy::automatic;
+      const Policy forced(policy);
+      const char* label = run == 0 ? "fp32" : run == 1 ? "bf16/bf16 k" : run == 2 ? "bf16/fp32 k" : "bf16/auto";
+      double g_fwd = 0, g_dinp = 0, g_dw = 0;
+      if (run <= 1) {
+        const bool b16 = run == 1;
+        const void* a_inp = b16 ? static_cast<const void*>(inp_b.data()) : inp.data();
+        const void* a_w = b16 ? static_cast<const void*>(weight_b.data()) : weight.data();
+        const void* a_dout = b16 ? static_cast<const void*>(dout_b.data()) : dout.data();
+        g_fwd = time_call(
+            [&] { cpu::detail::gemm(out.data(), a_inp, false, a_w, true, M, s.OC, s.IC, b16, false); }, seconds);
+        g_dinp = time_call(
+            [&] { cpu::detail::gemm(dinp.data(), a_dout, false, a_w, false, M, s.IC, s.OC, b16, false); }, seconds);
+        g_dw = time_call(
+            [&] { cpu::detail::gemm(dweight.data(), a_dout, true, a_inp, false, s.OC, s.IC, M, b16, true); }, seconds);
+      }
+      const size_t chosen_before = cpu::matmul_chooser().choices().size();
       const double t_fwd = time_call(
           [&] { cpu::matmul_forward(out.data(), inp.data(), weight.data(), weight_b.data(), M, s.IC, s.OC, ct); },
           seconds);
@@ -183,9 +214,31 @@ int main(int argc, char** argv) {
                                  M, s.IC, s.OC, ct);
           },
           seconds);
-      std::printf("%-8s %5d %6d %5s | %8.1f %8.1f %8.1f | %8.1f %8.1f\n", s.name, s.IC, s.OC, b16 ? "bf16" : "f32",
-                  flop / g_fwd * 1e-9, flop / g_dinp * 1e-9, flop / g_dw * 1e-9, flop / t_fwd * 1e-9,
-                  2 * flop / t_bwd * 1e-9);
+      const double t_dw = time_call(
+          [&] {
+            cpu::matmul_backward(static_cast<float*>(nullptr), dweight.data(), dout.data(), inp.data(), weight.data(),
+                                 weight_b.data(), M, s.IC, s.OC, ct);
+          },
+          seconds);
+      if (run == 1 || run == 2) {
+        fwd_ms[run - 1] = t_fwd * 1e3;
+        dinp_ms[run - 1] = (t_bwd - t_dw) * 1e3;
+        dw_ms[run - 1] = t_dw * 1e3;
+      }
+      const auto gf = [&](double t) { return t > 0 ? fmt::format("{:8.1f}", flop / t * 1e-9) : fmt::format("{:>8}", "-"); };
+      std::string note;
+      if (run == 3) {
+        // fwd, dinp, dweight as chosen (cached or probed during the first timed call of each)
+        const auto& cs = cpu::matmul_chooser().choices();
+        const double measured[3][2] = {{fwd_ms[0], fwd_ms[1]}, {dinp_ms[0], dinp_ms[1]}, {dw_ms[0], dw_ms[1]}};
+        for (size_t i = chosen_before, j = 0; i < cs.size() && j < 3; i++, j++)
+          note += fmt::format("{}{} {}: {:.1f}/{:.1f} vs {:.1f}/{:.1f}", j ? "; " : "", j == 0 ? "fwd" : j == 1 ? "dinp" : "dW",
+                              cpu::matmul_kernel_name(cs[i].kernel), cs[i].bf16_s * 1e3, cs[i].f32_s * 1e3,
+                              measured[j][0], measured[j][1]);
+      }
+      std::printf("%-8s %5d %6d %-12s | %s %s %s | %8.1f %8.1f %8.1f | %s\n", s.name, s.IC, s.OC, label,
+                  gf(g_fwd).c_str(), gf(g_dinp).c_str(), gf(g_dw).c_str(), flop / t_fwd * 1e-9,
+                  2 * flop / t_bwd * 1e-9, flop / t_dw * 1e-9, note.c_str());
       std::fflush(stdout);
     }
   }
@@ -208,6 +261,7 @@ int main(int argc, char** argv) {
               M, C, V, cpu::detail::lmhead_chunk_rows(V), cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::bf16),
               cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::f32), reps);
   for (cpu::ComputeType ct : {cpu::ComputeType::bf16, cpu::ComputeType::f32}) {
+    const Policy bf16_kernel(cpu::MatmulPolicy::bf16);  // the chunked v1 runs oneDNN's bf16 kernel
     for (bool backward : {false, true}) {
       float* dxp = backward ? dx.data() : nullptr;
       float* dwp = backward ? dwout.data() : nullptr;
@@ -247,5 +301,22 @@ int main(int argc, char** argv) {
                 ct == cpu::ComputeType::f32 ? "f32" : "bf16", rel_diff(losses, losses_old), rel_diff(dx, dx_old),
                 rel_diff(dwout, dw_old));
   }
+
+  // bf16 compute through each kernel and the automatic choice, interleaved, forward+backward
+  {
+    std::vector<std::function<void()>> calls;
+    for (cpu::MatmulPolicy p : {cpu::MatmulPolicy::bf16, cpu::MatmulPolicy::f32, cpu::MatmulPolicy::automatic})
+      calls.push_back([&, p] {
+        const Policy forced(p);
+        cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(),
+                             targets.data(), 1.0f / M, M, C, V, cpu::ComputeType::bf16);
+      });
+    const auto t = median_times(calls, reps);
+    const auto k = cpu::detail::known_kernel(fmt::format("lmhead N={} C={} V={} train", M, C, V), M, V, C);
+    std::printf("  bf16 compute forward+backward, %d interleaved repetitions: bf16 kernel %.3f s, fp32 kernel %.3f s, "
+                "auto (%s) %.3f s\n",
+                reps, t[0].first, t[1].first, k ? cpu::matmul_kernel_name(*k) : "?", t[2].first);
+  }
+  std::printf("%s", cpu::matmul_choices_text(cpu::matmul_chooser(), "").c_str());
   return 0;
 }

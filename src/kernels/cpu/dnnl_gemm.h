@@ -24,6 +24,10 @@ namespace llamatrain::cpu::detail {
 void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, int M, int N, int K, bool is_bf16,
           bool accumulate);
 
+// The name of the oneDNN implementation gemm() runs for these arguments ("brg:avx512_core_bf16",
+// "gemm:jit", ...), creating the primitive if needed; "none" for an empty product.
+std::string gemm_impl(bool trans_a, bool trans_b, int M, int N, int K, bool is_bf16, bool accumulate);
+
 // A bf16 buffer of at least n elements owned by the calling thread, one per slot (0..3); contents are
 // kept until the next call with the same slot. Grows, never shrinks.
 bf16* bf16_scratch(int slot, int64_t n);

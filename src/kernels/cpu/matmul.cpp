@@ -49,6 +49,7 @@ struct GemmKeyHash {
 struct GemmPlan {
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, c_md, pad_md;
+  std::string impl;  // oneDNN's name of the implementation it picked, e.g. "brg:avx512_core_bf16"
 };
 
 struct Dnnl {
@@ -97,6 +98,7 @@ const GemmPlan* gemm_plan(const GemmKey& key) {
   dnnl::matmul::primitive_desc pd(desc, attr, d.engine);
   plan->prim = dnnl::matmul(pd);
   plan->pad_md = pd.scratchpad_desc();
+  plan->impl = pd.impl_info_str();
   if (plan->pad_md.get_size() > d.scratchpad.size()) {
     d.scratchpad = ArenaVector<uint8_t>();
     d.scratchpad.resize(plan->pad_md.get_size());
@@ -204,6 +206,11 @@ void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, in
   plan->prim.execute(d.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
                                 {DNNL_ARG_SCRATCHPAD, pad_mem}});
   d.stream.wait();
+}
+
+std::string gemm_impl(bool trans_a, bool trans_b, int M, int N, int K, bool is_bf16, bool accumulate) {
+  if (M <= 0 || N <= 0 || K <= 0) return "none";
+  return gemm_plan(GemmKey{M, N, K, is_bf16, trans_a, trans_b, accumulate})->impl;
 }
 
 bf16* bf16_scratch(int slot, int64_t n) { return scratch<bf16, kBf16Slots>(slot, n); }
