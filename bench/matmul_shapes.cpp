@@ -5,7 +5,7 @@
 // bf16 compute is timed through each kernel (matmul_choice.h: oneDNN's bf16 kernel, its fp32 kernel on
 // bf16 values) and through the automatic choice, whose probe estimates are printed next to the
 // measured calls (the probe times row slices and scales them up: this checks the scaling).
-// Usage: bench_matmul [M=2048] [seconds per measurement=0.5; lmhead: 20 x it rounds, at least 5] [all|matmul|lmhead].
+// Usage: bench_matmul [M=2048] [seconds: 20 x it interleaved rounds per shape, at least 5] [all|matmul|lmhead].
 // Prints figures only. ONEDNN_MAX_CPU_ISA=AVX512_CORE simulates a CPU without native bf16.
 #include <algorithm>
 #include <chrono>
@@ -44,22 +44,6 @@ std::vector<float> random_vec(size_t n, uint32_t id, float scale) {
 #pragma omp parallel for
   for (size_t i = 0; i < n; i++) v[i] = scale * (2.0f * random_uniform(3, 0, id, i) - 1.0f);
   return v;
-}
-
-// Seconds per call of f: two warmup calls, then repeat for at least `seconds`.
-double time_call(const std::function<void()>& f, double seconds) {
-  f();
-  f();
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  int calls = 0;
-  double elapsed = 0.0;
-  while (calls < 3 || elapsed < seconds) {
-    f();
-    calls++;
-    elapsed = std::chrono::duration<double>(clock::now() - start).count();
-  }
-  return elapsed / calls;
 }
 
 // Seconds per call of each f over `reps` rounds, {median, min} per f; each round calls every f once,
@@ -183,62 +167,76 @@ int main(int argc, char** argv) {
     bf16_from_float(dout_b.data(), dout.data(), int64_t(dout.size()));
     std::vector<float> out(size_t(M) * s.OC), dinp(size_t(M) * s.IC), dweight(weight.size(), 0.0f);
     const double flop = 2.0 * M * s.IC * double(s.OC);
-    double fwd_ms[2] = {0, 0}, dinp_ms[2] = {0, 0}, dw_ms[2] = {0, 0};  // measured api, per kernel (bf16, fp32)
-    for (int run = 0; run < 4; run++) {  // fp32 compute; bf16 compute on the bf16, fp32, chosen kernel
+    // Every figure of the shape in one interleaved set of rounds (median of reps), so load changes on a
+    // shared machine hit all of them alike. Runs: fp32 compute; bf16 compute on the bf16 kernel, on the
+    // fp32 kernel, and on the automatic choice (probed in the warmup round unless cached).
+    const cpu::MatmulPolicy policies[4] = {cpu::MatmulPolicy::automatic, cpu::MatmulPolicy::bf16,
+                                           cpu::MatmulPolicy::f32, cpu::MatmulPolicy::automatic};
+    std::vector<std::function<void()>> calls;  // per run: [gemm fwd, dinp, dweight (runs 0-1)], api fwd, bwd, dW
+    for (int run = 0; run < 4; run++) {
       const cpu::ComputeType ct = run == 0 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
-      const cpu::MatmulPolicy policy = run == 1   ? cpu::MatmulPolicy::bf16
-                                       : run == 2 ? cpu::MatmulPolicy::f32
-                                                  : cpu::MatmulPolicy::automatic;
-      const Policy forced(policy);
-      const char* label = run == 0 ? "fp32" : run == 1 ? "bf16/bf16 k" : run == 2 ? "bf16/fp32 k" : "bf16/auto";
-      double g_fwd = 0, g_dinp = 0, g_dw = 0;
+      const cpu::MatmulPolicy policy = policies[run];
       if (run <= 1) {
         const bool b16 = run == 1;
         const void* a_inp = b16 ? static_cast<const void*>(inp_b.data()) : inp.data();
         const void* a_w = b16 ? static_cast<const void*>(weight_b.data()) : weight.data();
         const void* a_dout = b16 ? static_cast<const void*>(dout_b.data()) : dout.data();
-        g_fwd = time_call(
-            [&] { cpu::detail::gemm(out.data(), a_inp, false, a_w, true, M, s.OC, s.IC, b16, false); }, seconds);
-        g_dinp = time_call(
-            [&] { cpu::detail::gemm(dinp.data(), a_dout, false, a_w, false, M, s.IC, s.OC, b16, false); }, seconds);
-        g_dw = time_call(
-            [&] { cpu::detail::gemm(dweight.data(), a_dout, true, a_inp, false, s.OC, s.IC, M, b16, true); }, seconds);
+        calls.push_back([&, a_inp, a_w, b16] {
+          cpu::detail::gemm(out.data(), a_inp, false, a_w, true, M, s.OC, s.IC, b16, false);
+        });
+        calls.push_back([&, a_dout, a_w, b16] {
+          cpu::detail::gemm(dinp.data(), a_dout, false, a_w, false, M, s.IC, s.OC, b16, false);
+        });
+        calls.push_back([&, a_dout, a_inp, b16] {
+          cpu::detail::gemm(dweight.data(), a_dout, true, a_inp, false, s.OC, s.IC, M, b16, true);
+        });
       }
-      const size_t chosen_before = cpu::matmul_chooser().choices().size();
-      const double t_fwd = time_call(
-          [&] { cpu::matmul_forward(out.data(), inp.data(), weight.data(), weight_b.data(), M, s.IC, s.OC, ct); },
-          seconds);
-      const double t_bwd = time_call(
-          [&] {
-            cpu::matmul_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), weight_b.data(),
-                                 M, s.IC, s.OC, ct);
-          },
-          seconds);
-      const double t_dw = time_call(
-          [&] {
-            cpu::matmul_backward(static_cast<float*>(nullptr), dweight.data(), dout.data(), inp.data(), weight.data(),
-                                 weight_b.data(), M, s.IC, s.OC, ct);
-          },
-          seconds);
-      if (run == 1 || run == 2) {
-        fwd_ms[run - 1] = t_fwd * 1e3;
-        dinp_ms[run - 1] = (t_bwd - t_dw) * 1e3;
-        dw_ms[run - 1] = t_dw * 1e3;
+      calls.push_back([&, ct, policy] {
+        const Policy p(policy);
+        cpu::matmul_forward(out.data(), inp.data(), weight.data(), weight_b.data(), M, s.IC, s.OC, ct);
+      });
+      calls.push_back([&, ct, policy] {
+        const Policy p(policy);
+        cpu::matmul_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), weight_b.data(), M,
+                             s.IC, s.OC, ct);
+      });
+      calls.push_back([&, ct, policy] {
+        const Policy p(policy);
+        cpu::matmul_backward(static_cast<float*>(nullptr), dweight.data(), dout.data(), inp.data(), weight.data(),
+                             weight_b.data(), M, s.IC, s.OC, ct);
+      });
+    }
+    const auto t = median_times(calls, std::max(5, int(seconds * 20)));
+    size_t i = 0;
+    double api_ms[4][3];  // per run: fwd, dinp (bwd - dW), dW
+    for (int run = 0; run < 4; run++) {
+      const char* label = run == 0 ? "fp32" : run == 1 ? "bf16/bf16 k" : run == 2 ? "bf16/fp32 k" : "bf16/auto";
+      const auto gf = [&](double sec) { return fmt::format("{:8.1f}", flop / sec * 1e-9); };
+      std::string gemm_cols = fmt::format("{:>8} {:>8} {:>8}", "-", "-", "-");
+      if (run <= 1) {
+        gemm_cols = gf(t[i].first) + " " + gf(t[i + 1].first) + " " + gf(t[i + 2].first);
+        i += 3;
       }
-      const auto gf = [&](double t) { return t > 0 ? fmt::format("{:8.1f}", flop / t * 1e-9) : fmt::format("{:>8}", "-"); };
+      const double t_fwd = t[i].first, t_bwd = t[i + 1].first, t_dw = t[i + 2].first;
+      i += 3;
+      api_ms[run][0] = t_fwd * 1e3;
+      api_ms[run][1] = (t_bwd - t_dw) * 1e3;
+      api_ms[run][2] = t_dw * 1e3;
       std::string note;
       if (run == 3) {
-        // fwd, dinp, dweight as chosen (cached or probed during the first timed call of each)
-        const auto& cs = cpu::matmul_chooser().choices();
-        const double measured[3][2] = {{fwd_ms[0], fwd_ms[1]}, {dinp_ms[0], dinp_ms[1]}, {dw_ms[0], dw_ms[1]}};
-        for (size_t i = chosen_before, j = 0; i < cs.size() && j < 3; i++, j++)
-          note += fmt::format("{}{} {}: {:.1f}/{:.1f} vs {:.1f}/{:.1f}", j ? "; " : "", j == 0 ? "fwd" : j == 1 ? "dinp" : "dW",
-                              cpu::matmul_kernel_name(cs[i].kernel), cs[i].bf16_s * 1e3, cs[i].f32_s * 1e3,
-                              measured[j][0], measured[j][1]);
+        // the chooser's estimates per op (bf16/fp32 kernel ms) against the medians of the forced runs
+        const char* ops[3] = {"fwd ", "dinp ", "dweight "};
+        const std::string dims = fmt::format("N={} IC={} OC={} ", M, s.IC, s.OC);
+        for (int j = 0; j < 3; j++)
+          for (const auto& c : cpu::matmul_chooser().choices())
+            if (c.source != cpu::MatmulChoice::Source::forced && c.shape.rfind(ops[j] + dims, 0) == 0)
+              note += fmt::format("{}{}{}: {:.1f}/{:.1f} vs {:.1f}/{:.1f}", j ? "; " : "", ops[j],
+                                  cpu::matmul_kernel_name(c.kernel), c.bf16_s * 1e3, c.f32_s * 1e3, api_ms[1][j],
+                                  api_ms[2][j]);
       }
-      std::printf("%-8s %5d %6d %-12s | %s %s %s | %8.1f %8.1f %8.1f | %s\n", s.name, s.IC, s.OC, label,
-                  gf(g_fwd).c_str(), gf(g_dinp).c_str(), gf(g_dw).c_str(), flop / t_fwd * 1e-9,
-                  2 * flop / t_bwd * 1e-9, flop / t_dw * 1e-9, note.c_str());
+      std::printf("%-8s %5d %6d %-12s | %s | %s %s %s | %s\n", s.name, s.IC, s.OC, label, gemm_cols.c_str(),
+                  gf(t_fwd).c_str(), fmt::format("{:8.1f}", 2 * flop / t_bwd * 1e-9).c_str(), gf(t_dw).c_str(),
+                  note.c_str());
       std::fflush(stdout);
     }
   }

@@ -123,6 +123,9 @@ T* scratch(int slot, int64_t n) {
   return b.data();
 }
 constexpr int kBf16Slots = 4, kF32Slots = 4;
+// A probe times a slice of at most this many flops per OpenMP thread; calls below kProbeMinFlops run
+// the bf16 kernel unprobed (too small for the choice to matter).
+constexpr double kProbeFlopsPerThread = 2e9, kProbeMinFlops = 1e8;
 
 // x (R,C) fp32 -> xt (C,R) bf16, round to nearest even, in 32 x 32 blocks (rows of both sides stay
 // in cache while a block is transposed).
@@ -260,7 +263,7 @@ void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, con
 }
 
 int probe_rows(int M, int N, int K) {
-  const double budget = 2e9 * std::max(omp_get_max_threads(), 1);
+  const double budget = kProbeFlopsPerThread * std::max(omp_get_max_threads(), 1);
   if (2.0 * M * N * K <= budget) return std::max(M, 1);
   const int64_t rows = int64_t(budget / (2.0 * N * K)) / 16 * 16;
   return int(std::min<int64_t>(M, std::max<int64_t>(rows, 128)));
@@ -310,22 +313,19 @@ double GemmProbe::seconds(MatmulKernel k, const void* b_kernel) {
 MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
                            const std::function<double(MatmulKernel)>& time_call) {
   MatmulChooser& chooser = matmul_chooser();
-  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < 1e8) return MatmulKernel::bf16;
-  const size_t known = chooser.choices().size();
+  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return MatmulKernel::bf16;
   const double probed = chooser.probe_seconds();
   const MatmulKernel k = chooser.choose(shape, omp_get_max_threads(), time_call);
-  if (chooser.probe_seconds() != probed || chooser.choices().size() != known) {
-    const bool any_f32 = std::any_of(chooser.choices().begin(), chooser.choices().end(),
-                                     [](const MatmulChoice& c) { return c.kernel == MatmulKernel::f32; });
-    if (!any_f32)
-      for (int slot = 1; slot < kF32Slots; slot++) scratch_slot<float, kF32Slots>(slot) = ArenaVector<float>();
-  }
+  const bool any_f32 = std::any_of(chooser.choices().begin(), chooser.choices().end(),
+                                   [](const MatmulChoice& c) { return c.kernel == MatmulKernel::f32; });
+  if (chooser.probe_seconds() != probed && !any_f32)  // the probe grew scratch that nothing uses
+    for (int slot = 1; slot < kF32Slots; slot++) scratch_slot<float, kF32Slots>(slot) = ArenaVector<float>();
   return k;
 }
 
 std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N, int K) {
   MatmulChooser& chooser = matmul_chooser();
-  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < 1e8) return MatmulKernel::bf16;
+  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return MatmulKernel::bf16;
   return chooser.known(shape, omp_get_max_threads());
 }
 
