@@ -58,6 +58,27 @@ enum class Scratch { act0, act1, weight };
 // values (the fp32 kernel); x itself when it already is in that form, else converted into scratch s.
 const void* kernel_operand(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s);
 
+// Several kernel_operand conversions in one OpenMP region (one fork/join per matmul call instead of
+// one per operand; each join waits for every thread, which costs most on a shared machine). add()
+// returns where the operand will be (the operand itself when it needs no conversion), valid after
+// run(). Each add of a batch must use its own scratch (kernel, Scratch) pair.
+class OperandBatch {
+ public:
+  const void* add(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s);
+  void run();
+
+ private:
+  enum class Kind { to_bf16, widen, round };
+  struct Job {
+    Kind kind;
+    const void* src;
+    void* dst;
+    int64_t n;
+  };
+  Job jobs_[4];
+  int count_ = 0;
+};
+
 // c (M,N) [+]= op(a) @ op(b) for operands holding bf16 values, through kernel k (shapes as gemm).
 // The bf16 kernel reads a float `a` that is transposed through a plain bf16 copy (bf16 slot 2): oneDNN
 // 2.6 runs the dweight-style gemm 5-10% faster with a plain A. b_kernel is b already in k's form.

@@ -233,21 +233,53 @@ const char* form_name(Bf16Operand::Form f) {
   return "?";
 }
 
-const void* kernel_operand(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s) {
+const void* OperandBatch::add(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s) {
   using Form = Bf16Operand::Form;
+  CHECK(count_ < 4, "OperandBatch: more than 4 conversions");
   if (k == MatmulKernel::bf16) {
     if (x.form == Form::bf16) return x.data;
     bf16* b = bf16_scratch(s == Scratch::act0 ? 0 : s == Scratch::act1 ? 1 : 3, n);
-    bf16_from_float(b, static_cast<const float*>(x.data), n);  // exact for f32_exact
+    jobs_[count_++] = {Kind::to_bf16, x.data, b, n};  // exact for f32_exact
     return b;
   }
   if (x.form == Form::f32_exact) return x.data;
   float* f = f32_scratch(s == Scratch::act0 ? 1 : s == Scratch::act1 ? 2 : 3, n);
-  if (x.form == Form::bf16)
-    float_from_bf16(f, static_cast<const bf16*>(x.data), n);
-  else
-    round_to_bf16_values(f, static_cast<const float*>(x.data), n);
+  jobs_[count_++] = {x.form == Form::bf16 ? Kind::widen : Kind::round, x.data, f, n};
   return f;
+}
+
+void OperandBatch::run() {
+  int64_t total = 0;
+  for (int j = 0; j < count_; j++) total += jobs_[j].n;
+#pragma omp parallel if (total >= (1 << 16))
+  for (int j = 0; j < count_; j++) {
+    // every thread meets the same worksharing loops in the same order; no barrier between them
+    const Job& job = jobs_[j];
+    if (job.kind == Kind::to_bf16) {
+      const float* src = static_cast<const float*>(job.src);
+      uint16_t* dst = static_cast<uint16_t*>(job.dst);
+#pragma omp for simd schedule(static) nowait
+      for (int64_t i = 0; i < job.n; i++) dst[i] = to_bf16(src[i]).bits;
+    } else if (job.kind == Kind::widen) {
+      const bf16* src = static_cast<const bf16*>(job.src);
+      float* dst = static_cast<float*>(job.dst);
+#pragma omp for simd schedule(static) nowait
+      for (int64_t i = 0; i < job.n; i++) dst[i] = to_float(src[i]);
+    } else {
+      const float* src = static_cast<const float*>(job.src);
+      float* dst = static_cast<float*>(job.dst);
+#pragma omp for simd schedule(static) nowait
+      for (int64_t i = 0; i < job.n; i++) dst[i] = to_float(to_bf16(src[i]));
+    }
+  }
+  count_ = 0;
+}
+
+const void* kernel_operand(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s) {
+  OperandBatch batch;
+  const void* p = batch.add(k, x, n, s);
+  batch.run();
+  return p;
 }
 
 void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, const void* b_kernel, bool trans_b,
@@ -353,8 +385,11 @@ void matmul_forward(float* out /*(N,OC)*/, const TI* inp /*(N,IC)*/, const float
         if (!probe) probe.emplace(a, false, w, true, N, OC, IC, false, Scratch::act0, Scratch::weight, N);
         return probe->seconds(kk);
       });
-  const void* wk = detail::kernel_operand(k, w, int64_t(OC) * IC, Scratch::weight);
-  detail::gemm_bf16_values(k, out, a, false, wk, true, N, OC, IC, false, Scratch::act0);
+  detail::OperandBatch batch;
+  const void* ak = batch.add(k, a, int64_t(N) * IC, Scratch::act0);    // (N,IC)
+  const void* wk = batch.add(k, w, int64_t(OC) * IC, Scratch::weight);  // (OC,IC)
+  batch.run();
+  detail::gemm(out, ak, false, wk, true, N, OC, IC, k == MatmulKernel::bf16, false);
 }
 
 template <typename TD, typename TI>
@@ -392,15 +427,18 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
         return probe->seconds(kk);
       });
 
+  // Every conversion in one batch: dout and the weight for dinp, inp (and dout once more when the
+  // kernels differ) for dweight; the fp32 kernel reads one float copy of dout for both.
+  detail::OperandBatch batch;
+  const void* dk = dinp != nullptr ? batch.add(k_dinp, d, int64_t(N) * OC, Scratch::act0) : nullptr;  // (N,OC)
+  const void* wk = dinp != nullptr ? batch.add(k_dinp, w, int64_t(OC) * IC, Scratch::weight) : nullptr;
+  const void* ik = batch.add(k_dw, in, int64_t(N) * IC, Scratch::act1);  // (N,IC)
   Bf16Operand d_dw = d;
-  if (dinp != nullptr) {
-    const void* dk = detail::kernel_operand(k_dinp, d, int64_t(N) * OC, Scratch::act0);  // (N,OC)
-    const void* wk = detail::kernel_operand(k_dinp, w, int64_t(OC) * IC, Scratch::weight);
-    detail::gemm(dinp, dk, false, wk, false, N, IC, OC, k_dinp == MatmulKernel::bf16, false);
-    // the fp32 kernel reads the same float copy of dout for dweight
-    if (k_dinp == MatmulKernel::f32 && k_dw == MatmulKernel::f32) d_dw = {dk, Bf16Operand::Form::f32_exact};
-  }
-  const void* ik = detail::kernel_operand(k_dw, in, int64_t(N) * IC, Scratch::act1);  // (N,IC)
+  if (k_dw == MatmulKernel::f32)
+    d_dw = {dinp != nullptr && k_dinp == MatmulKernel::f32 ? dk : batch.add(k_dw, d, int64_t(N) * OC, Scratch::act0),
+            Bf16Operand::Form::f32_exact};
+  batch.run();
+  if (dinp != nullptr) detail::gemm(dinp, dk, false, wk, false, N, IC, OC, k_dinp == MatmulKernel::bf16, false);
   detail::gemm_bf16_values(k_dw, dweight, d_dw, true, ik, false, OC, IC, N, true, Scratch::act0);
 }
 
