@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs every Debian package llamatrain needs (idempotent: only what is missing, after one
-# `apt-get update`), then configures and builds the release preset (or $PRESET).
-# Usage: bash scripts/setup.sh            # packages + release build
-#        PRESET=debug bash scripts/setup.sh
+# Installs every Debian package llamatrain needs (only what is missing, after one `apt-get update`;
+# silent when all are present), then configures and builds the release preset (or $PRESET).
+# The list is complete on its own: packages are installed without their recommendations, and
+# scripts/fresh_machine_test.sh proves it on a bare Debian 12 root.
+# Usage: bash scripts/setup.sh                        # packages + release build
+#        PRESET=debug bash scripts/setup.sh           # the sanitizer build (warnings are errors)
+#        LLAMATRAIN_WERROR=ON bash scripts/setup.sh   # warnings are errors (CI); sticks to the build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,23 +16,42 @@ PACKAGES=(
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin                   # MPI: the parallel runtime's communicator, mpirun
   python3-torch python3-numpy python3-sentencepiece   # PyTorch reference (tests and bench only)
+  python3-protobuf      # decodes our TensorBoard event files in tests (tests only)
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
+  fortunes fortunes-zh jq   # the demo's English and Chinese text, and its JSONL conversion (scripts/demo.sh)
 )
+
+if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
+  echo "setup: this script installs Debian packages with apt-get, which this machine does not have" >&2
+  echo "hint: it is written for Debian 12 (and Ubuntu); elsewhere install the equivalents of:" >&2
+  echo "      ${PACKAGES[*]}" >&2
+  exit 1
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      echo "setup: missing packages ${missing[*]}" >&2
+      echo "setup: installing them needs root, got user $(id -un) and no sudo on this machine" >&2
+      echo "hint: run as root (su -c 'bash scripts/setup.sh'), or have root install them first" >&2
+      exit 1
+    fi
+    SUDO=(sudo)
+  fi
   echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 PRESET=${PRESET:-release}
-cmake --preset "$PRESET" >/dev/null
+cmake --preset "$PRESET" ${LLAMATRAIN_WERROR:+"-DLLAMATRAIN_WERROR=$LLAMATRAIN_WERROR"} >/dev/null
 cmake --build --preset "$PRESET" -j "$(nproc)"
 echo "setup: built build/$PRESET/llamatrain"

@@ -5,14 +5,17 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
+#include <limits>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "io/hf_config.h"
@@ -20,6 +23,7 @@
 #include "kernels/cpu/matmul_peak.h"
 #include "kernels/cpu/ops.h"
 #include "model/llama.h"
+#include "obs/throughput.h"
 
 namespace llamatrain::cli {
 
@@ -34,14 +38,42 @@ struct BenchOptions {
   bool json = false;
 };
 
-// Training FLOPs of one step: 6 * tokens * (matmul weights incl. lm head) + causal attention
-// (QK^T and PV over the lower triangle: 2 * B*H*T*T*D forward, x3 for forward + backward).
-double step_flops(const model::LlamaConfig& c, int B, int T) {
-  const double C = c.dim, F = c.ffn_dim, HD = double(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const double matmul_params = c.n_layers * (QKV * C + C * HD + 3 * F * C) + double(c.vocab_size) * C;
-  const double tokens = double(B) * T;
-  const double attention = 3.0 * 2.0 * B * c.n_heads * double(T) * T * c.head_dim() * c.n_layers;
-  return 6.0 * tokens * matmul_params + attention;
+// Bytes a training job needs: state (weights, gradients, optimizer) + activations + lm-head scratch.
+int64_t job_bytes(const model::LlamaConfig& c, model::Precision p, int B, int T) {
+  const auto ct = p == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
+  return model::LlamaModel::state_bytes(c, p) + model::LlamaModel::activation_bytes(c, p, B, T) +
+         cpu::lmhead_ce_scratch_bytes(B * T, c.dim, c.vocab_size, ct);
+}
+
+// The changes of one option that would make the job fit in `avail` bytes, each checked by
+// recomputing the job's size (largest batch, largest sequence length, bf16-sr state).
+std::string fitting_changes(const model::LlamaConfig& c, model::Precision p, int B, int T, int64_t avail) {
+  auto largest = [&](int hi, auto need) {  // largest v in [1, hi] with need(v) <= avail, or 0
+    int lo = 0;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (need(mid) <= avail) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  };
+  std::vector<std::string> ways;
+  if (const int b = largest(B - 1, [&](int v) { return job_bytes(c, p, v, T); }); b > 0)
+    ways.push_back(fmt::format("--batch {} (or less)", b));
+  if (const int t = largest(T - 1, [&](int v) { return job_bytes(c, p, B, v); }); t > 0)
+    ways.push_back(fmt::format("--seq {} (or less)", t));
+  if (p != model::Precision::bf16_sr && job_bytes(c, model::Precision::bf16_sr, B, T) <= avail)
+    ways.push_back(fmt::format("--precision bf16-sr (bf16 weights and Adam states: {:.1f} GB of state instead of "
+                               "{:.1f} GB)",
+                               model::LlamaModel::state_bytes(c, model::Precision::bf16_sr) / 1e9,
+                               model::LlamaModel::state_bytes(c, p) / 1e9));
+  if (!ways.empty()) return fmt::format("{}; or pick a smaller model", fmt::join(ways, "; or "));
+  const int64_t smallest = std::min(job_bytes(c, p, 1, 1), job_bytes(c, model::Precision::bf16_sr, 1, 1));
+  if (smallest > avail)
+    return fmt::format("no batch, sequence length or precision fits: even batch 1 x seq 1 needs {:.1f} GB; pick a "
+                       "smaller model or a machine with more memory",
+                       smallest / 1e9);
+  return "lower --batch and --seq together (no single change is enough), or pick a smaller model";
 }
 
 double peak_rss_bytes() {
@@ -51,9 +83,11 @@ double peak_rss_bytes() {
 }
 
 void run_bench(const BenchOptions& o) {
-  model::LlamaConfig cfg = std::filesystem::is_directory(o.model) || o.model.ends_with(".json")
-                               ? io::read_hf_config(o.model)
-                               : model::preset_config(o.model);
+  model::LlamaConfig cfg = is_directory(o.model) || o.model.ends_with(".json") ? io::read_hf_config(o.model)
+                                                                                : model::preset_config(o.model);
+  if (int64_t(o.batch) * o.seq > std::numeric_limits<int32_t>::max())
+    fail("--batch {} x --seq {}: {} tokens per step, expected at most {}", o.batch, o.seq, int64_t(o.batch) * o.seq,
+         std::numeric_limits<int32_t>::max());
   cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);
   const auto precision = model::parse_precision(o.precision);
   const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
@@ -61,12 +95,12 @@ void run_bench(const BenchOptions& o) {
   const int64_t state = model::LlamaModel::state_bytes(cfg, precision);
   const int64_t activations = model::LlamaModel::activation_bytes(cfg, precision, B, T) +
                               cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct);
+  const int64_t avail = available_memory_bytes();
   check_memory_fits(state + activations,
                     fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),
                     fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB",
                                 state / 1e9, activations / 1e9),
-                    "lower --batch or --seq, use --precision bf16-sr (14 bytes per parameter instead of 16-18), "
-                    "or pick a smaller model");
+                    avail >= 0 && state + activations > avail ? fitting_changes(cfg, precision, B, T, avail) : "");
 
   // The largest matmul of the step is the lm head: (N, C) x (C, V).
   const double peak_gflops = cpu::measure_matmul_gflops(N, cfg.vocab_size, cfg.dim, ct, 1.0);
@@ -81,6 +115,7 @@ void run_bench(const BenchOptions& o) {
   }
   model::AdamWConfig opt;
   std::vector<double> times;
+  const bool tty = ::isatty(2);
   for (int step = 0; step <= o.steps; step++) {  // step 0 is warmup
     const auto t0 = std::chrono::steady_clock::now();
     model.zero_grad();
@@ -88,13 +123,14 @@ void run_bench(const BenchOptions& o) {
     model.optimizer_step(opt, 1e-4f, step + 1);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step > 0) times.push_back(dt);
-    if (!o.json) std::fprintf(stderr, "\rbench: step %d/%d  %.3f s", step, o.steps, dt);
+    // Redraw one line on a terminal; a log file gets one line per step.
+    if (!o.json) std::fprintf(stderr, tty ? "\rbench: step %d/%d  %.3f s" : "bench: step %d/%d  %.3f s\n", step, o.steps, dt);
   }
-  if (!o.json) std::fprintf(stderr, "\n");
+  if (!o.json && tty) std::fprintf(stderr, "\n");
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
   const double tokens_per_s = N / median;
-  const double gflops = step_flops(cfg, B, T) / median / 1e9;
+  const double gflops = obs::step_flops(cfg, B, T) / median / 1e9;
   // parameters, gradients, optimizer state, bf16 copies, activations and backward scratch, and the
   // fused lm head's scratch
   CHECK(model.state_bytes() == state, "state_bytes: {} from the model, {} from its config", model.state_bytes(),
@@ -132,11 +168,11 @@ void register_bench(CLI::App& app) {
       "Named models: stories15m stories42m stories110m tinyllama-1.1b llama2-7b tiny");
   cmd->add_option("--model", o->model, "Preset name or HF folder/config.json (random weights)")
       ->capture_default_str();
-  cmd->add_option("--seq", o->seq, "Sequence length")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", o->batch, "Micro-batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", o->seq, "Sequence length")->capture_default_str()->check(integer_in(1));
+  cmd->add_option("--batch", o->batch, "Micro-batch size")->capture_default_str()->check(integer_in(1));
   cmd->add_option("--precision", o->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
   cmd->add_option("--steps", o->steps, "Timed steps (after one warmup)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1));
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
   cmd->callback([o] { run_bench(*o); });
 }

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
@@ -132,9 +133,10 @@ void register_data(CLI::App& app) {
       "  llamatrain data inspect data/book_text_document --docs 5 --tokenizer-model llama2/tokenizer.model\n"
       "                                                                  # decoded text, and ids checked against the vocab\n");
   inspect->add_option("prefix", ia->prefix, "dataset prefix (without .bin/.idx)")->required();
-  inspect->add_option("--docs", ia->docs, "number of documents to show")->check(CLI::NonNegativeNumber);
+  inspect->add_option("--docs", ia->docs, "number of documents to show")->check(integer_in(0));
   inspect->add_option("--tokenizer-model", ia->tokenizer_model, "decode the documents with this tokenizer.model");
-  inspect->add_option("--max-tokens", ia->max_tokens_shown, "ids shown per document without a tokenizer");
+  inspect->add_option("--max-tokens", ia->max_tokens_shown, "ids shown per document without a tokenizer")
+      ->check(integer_in(0));
   inspect->callback([ia] { run_inspect(*ia); });
 
   auto out = std::make_shared<std::string>();
@@ -142,12 +144,15 @@ void register_data(CLI::App& app) {
   auto* merge = cmd->add_subcommand("merge", "Concatenate datasets (same dtype) into one, like Megatron's merge_datasets.py");
   merge->footer(
       "Sequences and documents keep their order: all of IN_PREFIX 1, then 2, ...; pointers are rebased and\n"
-      "document indices offset. The output is written as OUT_PREFIX.{bin,idx}.tmp and renamed when complete.\n\n"
+      "document indices offset. The output is written as OUT_PREFIX.{bin,idx}.tmp-XXXXXX and renamed when\n"
+      "complete; an error or Ctrl-C removes the temporaries.\n\n"
       "Examples:\n"
       "  llamatrain data merge data/all_text_document data/part0_text_document data/part1_text_document\n");
   merge->add_option("out_prefix", *out, "output prefix")->required();
   merge->add_option("in_prefixes", *ins, "input prefixes, in order")->required();
   merge->callback([out, ins] { run_merge(*out, *ins); });
+
+  register_data_samples(*cmd);
 }
 
 }  // namespace llamatrain::cli

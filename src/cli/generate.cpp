@@ -1,7 +1,9 @@
 // `llamatrain generate HF_DIR --prompt TEXT`: loads a Hugging Face Llama folder, tokenizes with its
-// tokenizer.model (BOS first, as Llama 2 does), and samples with a KV cache. Temperature 0 is greedy;
-// otherwise softmax(logits / temperature) restricted to the top-p nucleus, drawn from the
-// counter-based RNG keyed by --seed, so a seed reproduces a sample exactly.
+// tokenizer.model (or --tokenizer-model; BOS first, as Llama 2 does), and samples with a KV cache.
+// Temperature 0 is greedy; otherwise softmax(logits / temperature) restricted to the top-p nucleus,
+// drawn from the counter-based RNG keyed by --seed, so a seed reproduces a sample exactly. Ids past
+// the tokenizer's pieces (a padded vocab) are never sampled. The text printed is exactly the decoded
+// ids (data::DecodeStream holds back only unfinished characters).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -9,10 +11,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/memory.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
@@ -25,6 +30,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model_dir;
+  std::string tokenizer_model;  // default: MODEL_DIR/tokenizer.model
   std::string prompt;
   int max_new_tokens = 64;
   float temperature = 0.8f;
@@ -58,11 +64,33 @@ int sample_token(const std::vector<float>& logits, float temperature, float top_
 }
 
 void run_generate(const GenerateOptions& o) {
-  const auto tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.model").string();
+  if (!is_directory(o.model_dir))
+    fail("generate: model folder {} {}, expected a Hugging Face folder with config.json, *.safetensors and "
+         "tokenizer.model\nhint: check the path (`llamatrain export CHECKPOINT --hf DIR`, or training with "
+         "convert_to_hf=true, writes such a folder)",
+         o.model_dir, path_exists(o.model_dir) ? "is not a folder" : "does not exist");
+  const std::string tok_path = o.tokenizer_model.empty()
+                                   ? (std::filesystem::path(o.model_dir) / "tokenizer.model").string()
+                                   : o.tokenizer_model;
+  if (o.tokenizer_model.empty() && !path_exists(tok_path))
+    fail("generate: {} has no tokenizer.model, expected the SentencePiece model next to the weights\n"
+         "hint: copy the model's tokenizer.model there, or name it with --tokenizer-model FILE",
+         o.model_dir);
   data::Tokenizer tokenizer(tok_path);
   const auto precision = model::parse_precision(o.precision);
+  const model::LlamaConfig cfg = io::read_hf_config(o.model_dir);
+  if (tokenizer.vocab_size() > cfg.vocab_size)
+    fail("{}: tokenizer has {} pieces, expected at most vocab_size {} from config.json\nhint: use the "
+         "tokenizer.model that came with the model",
+         tok_path, tokenizer.vocab_size(), cfg.vocab_size);
+  std::vector<int> ids = {cfg.bos_id};
+  for (int id : tokenizer.encode(o.prompt)) ids.push_back(id);
+  const int64_t total = int64_t(ids.size()) + o.max_new_tokens;
+  if (total > cfg.max_seq_len)
+    fail("generate: prompt ({} tokens with BOS) + --max-new-tokens {} = {}, expected at most "
+         "max_position_embeddings {}\nhint: lower --max-new-tokens to {} or shorten the prompt",
+         ids.size(), o.max_new_tokens, total, cfg.max_seq_len, std::max<int64_t>(0, cfg.max_seq_len - int64_t(ids.size())));
   {
-    const model::LlamaConfig cfg = io::read_hf_config(o.model_dir);
     const int64_t weights = model::LlamaModel::weight_bytes(cfg, precision);
     check_memory_fits(weights, fmt::format("{} in {}", o.model_dir, o.precision),
                       fmt::format("{:.2f}B parameters at {} bytes each", cfg.num_params() / 1e9,
@@ -72,38 +100,31 @@ void run_generate(const GenerateOptions& o) {
   }
   auto model = io::load_hf_model(o.model_dir, precision);
   const auto& c = model->config();
-  if (tokenizer.vocab_size() > c.vocab_size)
-    fail("{}: tokenizer has {} pieces, expected at most vocab_size {} from config.json", tok_path,
-         tokenizer.vocab_size(), c.vocab_size);
-  std::vector<int> ids = {c.bos_id};
-  for (int id : tokenizer.encode(o.prompt)) ids.push_back(id);
-  const int total = int(ids.size()) + o.max_new_tokens;
-  if (total > c.max_seq_len)
-    fail("generate: prompt ({} tokens) + --max-new-tokens {} = {}, expected at most max_position_embeddings {}",
-         ids.size(), o.max_new_tokens, total, c.max_seq_len);
-  model->reset_cache(total);
+  model->reset_cache(int(total));
   std::vector<float> logits(c.vocab_size);
   for (size_t i = 0; i < ids.size(); i++) model->decode_step(logits.data(), ids[i], int(i));
   std::vector<int> generated;
-  std::string printed;
-  if (!o.print_ids) std::printf("%s", o.prompt.c_str());
+  data::DecodeStream text(tokenizer);
+  auto print = [](const std::string& s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
+  if (!o.print_ids) print(o.prompt);
+  // Ids past the tokenizer's pieces (a vocab padded for speed, e.g. 32000 pieces in a 32064 embedding)
+  // have no text: they are never sampled.
+  const int pieces = tokenizer.vocab_size();
   for (int step = 0; step < o.max_new_tokens; step++) {
+    std::fill(logits.begin() + pieces, logits.end(), -std::numeric_limits<float>::infinity());
     const int next = sample_token(logits, o.temperature, o.top_p, random_uniform(o.seed, uint32_t(step), 0, 0));
     generated.push_back(next);
     if (next == c.eos_id) break;
-    if (!o.print_ids) {
-      // Decode the whole continuation and print what is new, so multi-byte pieces come out whole.
-      std::string text = tokenizer.decode(generated);
-      if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-        std::printf("%s", text.c_str() + printed.size());
-        std::fflush(stdout);
-        printed = text;
-      }
-    }
+    if (!o.print_ids) print(text.push(next));
     if (step + 1 < o.max_new_tokens) model->decode_step(logits.data(), next, int(ids.size() + step));
   }
   if (o.print_ids) {
     for (size_t i = 0; i < generated.size(); i++) std::printf("%s%d", i ? " " : "", generated[i]);
+  } else {
+    print(text.finish());
   }
   std::printf("\n");
 }
@@ -117,13 +138,18 @@ void register_generate(CLI::App& app) {
       "Examples:\n"
       "  llamatrain generate /models/Llama-2-7b-hf --prompt \"The capital of France is\"\n"
       "  llamatrain generate out/hf --prompt \"Once upon a time\" --temperature 0 --max-new-tokens 32\n"
-      "  llamatrain generate out/hf --prompt \"Hi\" --temperature 0.8 --top-p 0.95 --seed 7");
+      "  llamatrain generate out/hf --prompt \"Hi\" --temperature 0.8 --top-p 0.95 --seed 7\n"
+      "  llamatrain generate out/hf --prompt \"Hi\" --tokenizer-model /models/Llama-2-7b-hf/tokenizer.model");
   cmd->add_option("model", o->model_dir, "HF folder with config.json, *.safetensors and tokenizer.model")
       ->required();
   cmd->add_option("--prompt", o->prompt, "Prompt text (BOS is prepended)")->required();
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass")->capture_default_str();
+  cmd->add_option("--tokenizer-model", o->tokenizer_model,
+                  "SentencePiece tokenizer.model to use instead of MODEL/tokenizer.model");
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")->capture_default_str()
+      ->check(integer_in(1));
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str()
+      ->check(number_in(0, std::numeric_limits<double>::infinity()));
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass")->capture_default_str()->check(number_in(0, 1, true));
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--precision", o->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
   cmd->add_flag("--print-ids", o->print_ids, "Print generated token ids instead of text");

@@ -1,31 +1,44 @@
 // llamatrain entry point: builds the CLI11 app from the per-command register_* functions, runs it,
-// and turns a llamatrain::Error (or a failed allocation) into a plain message and exit code 1 (the only
-// place they are caught).
+// and turns a llamatrain::Error into a plain "error: ..." message and exit code 1 (the only place it
+// is caught). Command-line mistakes get CLI11's codes (100-115) with the same "error:" style. A failed
+// allocation, a std::filesystem failure or any other library exception is also caught here, as a
+// last resort, so no failure ends in an abort; each has its cause fixed where it is thrown.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
 #include <new>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
+#include "core/file.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "llamatrain: continued pretraining and full fine-tuning of Llama models, one native program.\n\n"
       "Examples:\n"
-      "  llamatrain train --demo                                   # tiny model on built-in text\n"
       "  llamatrain preprocess --input corpus.jsonl --tokenizer-model tokenizer.model \\\n"
       "                        --output-prefix data/corpus --append-eod --workers 8\n"
       "  llamatrain data inspect data/corpus_text_document\n"
-      "  llamatrain generate /models/Llama-2-7b-hf --prompt \"The capital of France is\"\n"
+      "  llamatrain train configs/llama2_7b.yaml model.init_from=/models/Llama-2-7b-hf \\\n"
+      "                   model.data.data_prefix=[1.0,data/corpus_text_document] exp_manager.explicit_log_dir=runs/cpt\n"
+      "  llamatrain export runs/cpt/checkpoints/step_500 --hf out/cpt-step500\n"
+      "  llamatrain generate out/cpt-step500 --prompt \"The capital of France is\"\n"
       "  llamatrain bench --model stories110m --seq 256 --batch 8 --precision bf16-mixed\n"};
   app.set_version_flag("--version", std::string("llamatrain ") + LLAMATRAIN_VERSION);
   app.require_subcommand(1);
+  app.failure_message(llamatrain::cli::parse_failure_message);
   llamatrain::cli::register_train(app);
   llamatrain::cli::register_generate(app);
   llamatrain::cli::register_bench(app);
   llamatrain::cli::register_preprocess(app);
   llamatrain::cli::register_data(app);
+  llamatrain::cli::register_export(app);
+  llamatrain::cli::register_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -36,8 +49,19 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
                  "error: out of memory: a buffer could not be allocated\n"
-                 "hint: lower the batch size or sequence length, use a smaller model or --precision bf16-sr, "
-                 "or run on a machine with more memory\n");
+                 "hint: the job needs more memory than the machine has free: make it smaller (a smaller model, "
+                 "batch or sequence length) or free memory\n");
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::fprintf(stderr, "error: %s\n", llamatrain::filesystem_error_message(e).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "error: writing the output failed: %s\nhint: check where stdout goes (a full disk?)\n",
+                 std::strerror(errno));
     return 1;
   }
   return 0;

@@ -24,6 +24,10 @@ template <typename... Args>
 
 // Rank printed by CHECK failures; set by the parallel runtime (0 in a single process).
 int& check_rank();
+// Called by a CHECK failure after printing, instead of std::abort, when set: the parallel runtime
+// installs one that brings every rank of the job down (MPI_Abort). Must not return.
+using CheckAbortHook = void (*)();
+CheckAbortHook& check_abort_hook();
 
 [[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
 

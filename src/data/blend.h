@@ -1,5 +1,5 @@
 // Blending several GPT datasets by weight, as Megatron-LM's BlendedMegatronDatasetBuilder and
-// BlendedDataset do (FORMATS.md §2.13): data_prefix [w1, p1, w2, p2, ...] -> normalized weights,
+// BlendedDataset do (docs/formats.md §2.13): data_prefix [w1, p1, w2, p2, ...] -> normalized weights,
 // per-dataset sample counts ceil(ceil(N*w)*(1+surplus)), and the greedy blending index built like
 // helpers.cpp build_blending_indices. Also the top-level builder that turns model.data settings
 // into train/valid/test SampleDatasets. Leaves out: opening files (the caller passes an opener).

@@ -1,10 +1,5 @@
-// GPT sample construction; see gpt_dataset.h. Step numbers refer to FORMATS.md §2.
+// GPT sample construction; see gpt_dataset.h. Step numbers refer to docs/formats.md §2.
 #include "data/gpt_dataset.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -17,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace llamatrain::data {
 
@@ -335,14 +331,6 @@ Layout layout_for(size_t key_len, int64_t D, int64_t ns) {
   return l;
 }
 
-struct Mapping {
-  void* addr = nullptr;
-  size_t size = 0;
-  ~Mapping() {
-    if (addr) munmap(addr, size);
-  }
-};
-
 }  // namespace
 
 std::string gpt_index_cache_key(const TokenSource& source, Split split, SplitRange range,
@@ -372,62 +360,49 @@ void save_gpt_index(const std::string& path, const std::string& key, const GptIn
   std::memcpy(head.data() + 16, fields, sizeof(fields));
   std::memcpy(head.data() + l.key_off, key.data(), key.size());
 
-  // Temporary name unique per process and call, then an atomic rename: readers (other ranks)
-  // see either no file or a complete one. The arrays are streamed, never copied whole.
-  std::random_device rd;
-  std::string tmp = fmt::format("{}.tmp.{}.{:08x}", path, int(getpid()), rd());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f)
-    fail("index cache {}: cannot create it ({})\nhint: set model.data.index_mapping_dir to a writable "
-         "directory", tmp, std::strerror(errno));
-  Checksum sum;
-  bool ok = true;
-  auto put = [&](const void* data, size_t n) {
-    sum.update(data, n);
-    ok = ok && (n == 0 || std::fwrite(data, 1, n, f) == n);
-  };
-  const uint8_t zeros[8] = {};
-  put(head.data(), head.size());
-  put(idx.doc_index, size_t(D) * 4);
-  put(zeros, pad8(size_t(D) * 4) - size_t(D) * 4);
-  put(idx.sample_index, size_t(2 * (ns + 1)) * 8);
-  put(idx.shuffle_index, size_t(ns) * 8);
-  uint64_t digest = sum.finish();
-  ok = ok && std::fwrite(&digest, 1, 8, f) == 8;
-  ok = (std::fflush(f) == 0) && ok;
-  ok = (fsync(fileno(f)) == 0) && ok;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    fail("index cache {}: write failed ({})\nhint: check free space and permissions of the cache directory",
-         path, why);
+  // A temporary with a unique name, then an atomic rename (core/file.h): readers (other ranks) see
+  // either no file or a complete one. The arrays are streamed, never copied whole.
+  try {
+    AtomicFile f(path);
+    Checksum sum;
+    auto put = [&](const void* data, size_t n) {
+      sum.update(data, n);
+      f.write(data, n);
+    };
+    const uint8_t zeros[8] = {};
+    put(head.data(), head.size());
+    put(idx.doc_index, size_t(D) * 4);
+    put(zeros, pad8(size_t(D) * 4) - size_t(D) * 4);
+    put(idx.sample_index, size_t(2 * (ns + 1)) * 8);
+    put(idx.shuffle_index, size_t(ns) * 8);
+    const uint64_t digest = sum.finish();
+    f.write(&digest, 8);
+    f.commit();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    fail("index cache: {}\nhint: set model.data.index_mapping_dir to a writable folder with free space",
+         what.substr(0, what.find('\n')));
   }
 }
 
 bool load_gpt_index(const std::string& path, const std::string& key, SplitRange range, GptIndex* out,
                     std::string* why) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  if (!path_exists(path)) {
     *why = "missing";
     return false;
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || st.st_size < int64_t(kHeaderBytes + 8)) {
-    close(fd);
-    *why = fmt::format("too short ({} bytes)", int64_t(st.st_size));
+  auto map = std::make_shared<MappedFile>();
+  try {
+    *map = MappedFile(path, "index cache");
+  } catch (const Error& e) {
+    *why = e.what();
     return false;
   }
-  auto map = std::make_shared<Mapping>();
-  map->size = size_t(st.st_size);
-  void* addr = mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (addr == MAP_FAILED) {
-    *why = fmt::format("mmap failed ({})", std::strerror(errno));
+  if (map->size() < kHeaderBytes + 8) {
+    *why = fmt::format("too short ({} bytes)", map->size());
     return false;
   }
-  map->addr = addr;
-  const auto* p = static_cast<const uint8_t*>(addr);
+  const uint8_t* p = map->data();
   auto bad = [why](std::string reason) {
     *why = std::move(reason);
     return false;
@@ -441,10 +416,10 @@ bool load_gpt_index(const std::string& path, const std::string& key, SplitRange 
   int64_t f[6];
   std::memcpy(f, p + 16, sizeof(f));
   const int64_t D = f[4], ns = f[5];
-  if (klen != key.size() || D < 0 || ns < 0 || D > int64_t(map->size) || ns > int64_t(map->size))
+  if (klen != key.size() || D < 0 || ns < 0 || D > int64_t(map->size()) || ns > int64_t(map->size()))
     return bad("header does not match the parameters");
   Layout l = layout_for(klen, D, ns);
-  if (l.total != map->size) return bad(fmt::format("size {} bytes, expected {}", map->size, l.total));
+  if (l.total != map->size()) return bad(fmt::format("size {} bytes, expected {}", map->size(), l.total));
   if (std::memcmp(p + l.key_off, key.data(), klen) != 0) return bad("built for other parameters");
   uint64_t stored;
   std::memcpy(&stored, p + l.checksum_off, 8);

@@ -1,4 +1,4 @@
-// GPT pretraining samples with Megatron-LM's semantics (FORMATS.md §2): split string -> sequence
+// GPT pretraining samples with Megatron-LM's semantics (docs/formats.md §2): split string -> sequence
 // ranges, epochs, separate final epoch, document/sample/shuffle indices built with a bit-exact
 // reimplementation of numpy's legacy RandomState, an on-disk index cache keyed by every parameter,
 // sample fetch (L + 1 tokens spanning sequences) and the per-rank micro-batch slice.

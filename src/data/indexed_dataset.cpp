@@ -1,11 +1,7 @@
-// Megatron indexed dataset writer and mmap reader; see indexed_dataset.h and FORMATS.md section 1.
+// Megatron indexed dataset writer and mmap reader; see indexed_dataset.h and docs/formats.md section 1.
 // All multi-byte values are little-endian and read/written through memcpy (the arrays are unaligned).
 #include "data/indexed_dataset.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <bit>
 #include <cerrno>
@@ -14,6 +10,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace llamatrain::data {
 
@@ -82,6 +79,7 @@ class IndexedDatasetWriter::Spill {
   ~Spill() {
     if (f_) std::fclose(f_);
     if (file_bytes_ > 0 || f_) std::remove(path_.c_str());
+    unregister_temporary(registration_);
   }
   void push(const void* v) {
     const auto* p = static_cast<const uint8_t*>(v);
@@ -107,6 +105,7 @@ class IndexedDatasetWriter::Spill {
  private:
   void flush() {
     if (!f_) {
+      registration_ = register_temporary(path_, false);
       f_ = std::fopen(path_.c_str(), "w+b");
       if (!f_) fail("cannot create {}: {}\nhint: check the --output-prefix folder and its free space", path_,
                     std::strerror(errno));
@@ -120,6 +119,7 @@ class IndexedDatasetWriter::Spill {
   std::string path_;
   size_t elem_;
   std::FILE* f_ = nullptr;
+  int registration_ = -1;
   uint64_t file_bytes_ = 0;
   std::vector<uint8_t> buf_;
 };
@@ -130,31 +130,21 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDtype dtype)
       dtype != TokenDtype::kUint8 && dtype != TokenDtype::kInt16 && dtype != TokenDtype::kInt8)
     fail("indexed dataset {}: token dtype {} is not an integer type, expected uint16 or int32", prefix_,
          dtype_name(dtype));
-  std::string tmp = data_path(prefix_) + ".tmp";
-  auto parent = std::filesystem::path(tmp).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent))
-    fail("output folder {} does not exist\nhint: create it first (mkdir -p {})", parent.string(), parent.string());
-  bin_ = std::fopen(tmp.c_str(), "wb");
-  if (!bin_) fail("cannot create {}: {}\nhint: check the --output-prefix folder and its permissions", tmp, std::strerror(errno));
+  const std::string parent = std::filesystem::path(prefix_).parent_path().string();
+  if (!parent.empty() && !is_directory(parent))
+    fail("output folder {} does not exist\nhint: create it first (mkdir -p {})", parent, parent);
+  bin_ = std::make_unique<AtomicFile>(data_path(prefix_));
   sizes_ = std::make_unique<Spill>(index_path(prefix_) + ".sizes.tmp", 4);
   doc_idx_ = std::make_unique<Spill>(index_path(prefix_) + ".docs.tmp", 8);
   const int64_t zero = 0;
   doc_idx_->push(&zero);
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (bin_) std::fclose(bin_);
-  if (!finished_) {
-    std::error_code ec;
-    std::filesystem::remove(data_path(prefix_) + ".tmp", ec);
-    std::filesystem::remove(index_path(prefix_) + ".tmp", ec);
-  }
-}
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;
 
 void IndexedDatasetWriter::flush_buffer() {
   if (buffer_used_ == 0) return;
-  if (std::fwrite(buffer_.data(), 1, buffer_used_, bin_) != buffer_used_)
-    fail("writing {}.tmp failed: {}\nhint: is the disk full?", data_path(prefix_), std::strerror(errno));
+  bin_->write(buffer_.data(), buffer_used_);
   buffer_used_ = 0;
 }
 
@@ -254,26 +244,18 @@ void IndexedDatasetWriter::append(const IndexedDataset& other) {
 void IndexedDatasetWriter::finish() {
   CHECK(!finished_, "finish called twice");
   flush_buffer();
-  std::string bin_tmp = data_path(prefix_) + ".tmp";
-  if (std::fflush(bin_) != 0 || std::fclose(bin_) != 0) {
-    bin_ = nullptr;
-    fail("writing {} failed: {}\nhint: is the disk full?", bin_tmp, std::strerror(errno));
-  }
-  bin_ = nullptr;
+  CHECK(bin_->bytes_written() == bin_bytes_, ".bin has {} bytes written, {} counted", bin_->bytes_written(),
+        bin_bytes_);
 
-  std::string idx_tmp = index_path(prefix_) + ".tmp";
-  std::FILE* f = std::fopen(idx_tmp.c_str(), "wb");
-  if (!f) fail("cannot create {}: {}", idx_tmp, std::strerror(errno));
-  std::vector<char> fbuf(1 << 20);
-  std::setvbuf(f, fbuf.data(), _IOFBF, fbuf.size());
+  AtomicFile idx(index_path(prefix_));
   const uint64_t S = static_cast<uint64_t>(num_sequences_), D = static_cast<uint64_t>(num_doc_indices_);
   const uint8_t code = static_cast<uint8_t>(dtype_);
-  bool ok = std::fwrite(kIndexMagic, 1, 9, f) == 9;
-  ok = ok && std::fwrite(&kIndexVersion, 8, 1, f) == 1;
-  ok = ok && std::fwrite(&code, 1, 1, f) == 1;
-  ok = ok && std::fwrite(&S, 8, 1, f) == 1;
-  ok = ok && std::fwrite(&D, 8, 1, f) == 1;
-  auto copy = [&](const uint8_t* p, size_t n) { ok = ok && std::fwrite(p, 1, n, f) == n; };
+  idx.write(kIndexMagic, 9);
+  idx.write(&kIndexVersion, 8);
+  idx.write(&code, 1);
+  idx.write(&S, 8);
+  idx.write(&D, 8);
+  auto copy = [&](const uint8_t* p, size_t n) { idx.write(p, n); };
   sizes_->for_each(copy);
   // pointers[i] = sum of sizes[0..i) * itemsize: byte offsets, recomputed from the sizes.
   const int64_t item = dtype_itemsize(dtype_);
@@ -285,19 +267,16 @@ void IndexedDatasetWriter::finish() {
       ptrs[i] = running;
       running += static_cast<int64_t>(load<int32_t>(p + 4 * i)) * item;
     }
-    ok = ok && std::fwrite(ptrs.data(), 8, ptrs.size(), f) == ptrs.size();
+    idx.write(ptrs.data(), 8 * ptrs.size());
   });
   CHECK(static_cast<uint64_t>(running) == bin_bytes_, "pointers end at {}, .bin has {} bytes", running, bin_bytes_);
   doc_idx_->for_each(copy);
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) fail("writing {} failed: {}\nhint: is the disk full?", idx_tmp, std::strerror(errno));
 
-  // The .bin first: a finished-looking pair needs the .idx, which is renamed last.
-  std::error_code ec;
-  std::filesystem::rename(bin_tmp, data_path(prefix_), ec);
-  if (!ec) std::filesystem::rename(idx_tmp, index_path(prefix_), ec);
-  if (ec) fail("renaming {} into place failed: {}", idx_tmp, ec.message());
+  // The .bin first: a finished-looking pair needs the .idx, which is committed last.
+  bin_->commit();
+  idx.commit();
   finished_ = true;
+  bin_.reset();
   sizes_.reset();  // removes the spill files
   doc_idx_.reset();
 }
@@ -399,54 +378,20 @@ IndexView parse_index(const uint8_t* data, size_t size, const std::string& idx_n
 // Reader
 
 namespace {
-// mmaps a whole file read-only; a 0-byte file maps to nullptr.
-const uint8_t* map_file(const std::string& path, uint64_t* size, const char* what) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    fail("cannot open {} ({}): {}\nhint: the dataset prefix names PREFIX.bin and PREFIX.idx without the "
-         "extension, e.g. data/corpus_text_document; create it with `llamatrain preprocess`",
-         path, what, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail("cannot stat {}: {}", path, std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{} is not a regular file, expected the dataset's {}", path, what);
-  }
-  *size = static_cast<uint64_t>(st.st_size);
-  if (*size == 0) {
-    ::close(fd);
-    return nullptr;
-  }
-  void* p = ::mmap(nullptr, *size, PROT_READ, MAP_SHARED, fd, 0);
-  int e = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) fail("cannot mmap {} ({} bytes): {}", path, *size, std::strerror(e));
-  return static_cast<const uint8_t*>(p);
-}
+const char* kPrefixHint =
+    "the dataset prefix names PREFIX.bin and PREFIX.idx without the extension, e.g. data/corpus_text_document; "
+    "create it with `llamatrain preprocess`";
 }  // namespace
 
-IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
-  std::string idx = index_path(prefix), bin = data_path(prefix);
-  idx_ = map_file(idx, &idx_size_, "index");
-  try {
-    bin_ = map_file(bin, &bin_size_, "token data");
-    static const uint8_t kEmpty[1] = {0};
-    index_ = parse_index(idx_ ? idx_ : kEmpty, idx_size_, idx, bin_size_, bin);
-  } catch (...) {
-    if (idx_) ::munmap(const_cast<uint8_t*>(idx_), idx_size_);
-    if (bin_) ::munmap(const_cast<uint8_t*>(bin_), bin_size_);
-    throw;
-  }
+IndexedDataset::IndexedDataset(const std::string& prefix)
+    : prefix_(prefix),
+      idx_(index_path(prefix), "dataset index", kPrefixHint),
+      bin_(data_path(prefix), "dataset token data", kPrefixHint) {
+  static const uint8_t kEmpty[1] = {0};
+  index_ = parse_index(idx_.data() ? idx_.data() : kEmpty, idx_.size(), idx_.path(), bin_.size(), bin_.path());
 }
 
-IndexedDataset::~IndexedDataset() {
-  if (idx_) ::munmap(const_cast<uint8_t*>(idx_), idx_size_);
-  if (bin_) ::munmap(const_cast<uint8_t*>(bin_), bin_size_);
-}
+IndexedDataset::~IndexedDataset() = default;
 
 int32_t IndexedDataset::sequence_length(int64_t i) const {
   CHECK(i >= 0 && static_cast<uint64_t>(i) < index_.num_sequences, "sequence {} out of range [0, {})", i,
@@ -477,7 +422,7 @@ void IndexedDataset::read_as(int64_t i, int64_t offset, int64_t count, T* out) c
   const int64_t len = sequence_length(i);
   CHECK(offset >= 0 && count >= 0 && offset + count <= len, "tokens [{}, {}) out of sequence {} of length {}", offset,
         offset + count, i, len);
-  const uint8_t* p = bin_ + sequence_pointer(i) + offset * dtype_itemsize(index_.dtype);
+  const uint8_t* p = bin_.data() + sequence_pointer(i) + offset * dtype_itemsize(index_.dtype);
   auto copy = [&](auto tag) {
     using S = decltype(tag);
     for (int64_t j = 0; j < count; ++j) out[j] = static_cast<T>(load<S>(p + j * sizeof(S)));

@@ -1,10 +1,10 @@
-// Megatron/NeMo memory-mapped indexed dataset ("MMIDIDX", FORMATS.md section 1): PREFIX.bin holds the
+// Megatron/NeMo memory-mapped indexed dataset ("MMIDIDX", docs/formats.md section 1): PREFIX.bin holds the
 // tokens of every sequence back to back, PREFIX.idx the 34-byte header, sizes (i32[S]), byte
 // pointers (i64[S]) and document indices (i64[D]), all little-endian and unaligned.
-// The writer streams tokens to PREFIX.bin.tmp (the index arrays to .tmp spill files: bounded
-// memory) and renames PREFIX.{bin,idx}.tmp only in finish(): an interrupted run never leaves files
-// that look finished. The reader mmaps both files, never loads them whole, and validates everything
-// at open, so its accessors only CHECK their arguments.
+// The writer streams tokens to PREFIX.bin.tmp-XXXXXX (the index arrays to .tmp spill files:
+// bounded memory) and commits PREFIX.bin then PREFIX.idx only in finish() (core/file.h): an
+// interrupted run never leaves files that look finished. The reader maps both files, never loads
+// them whole, and validates everything at open, so its accessors only CHECK their arguments.
 // Leaves out: multimodal `sequence_modes`, the older non-mmap "TNTIDX" format.
 #pragma once
 
@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "core/file.h"
+
 namespace llamatrain::data {
 
-// dtype codes of the .idx header (FORMATS.md 1.3). Tokens use kUint16 (vocab < 65500) or kInt32.
+// dtype codes of the .idx header (docs/formats.md 1.3). Tokens use kUint16 (vocab < 65500) or kInt32.
 enum class TokenDtype : uint8_t {
   kUint8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5, kFloat64 = 6, kFloat32 = 7, kUint16 = 8
 };
@@ -37,7 +39,7 @@ inline constexpr size_t kIndexHeaderSize = 34;
 // then end_document()), then finish(). Destroying an unfinished writer removes its .tmp files.
 class IndexedDatasetWriter {
  public:
-  IndexedDatasetWriter(std::string prefix, TokenDtype dtype);  // throws Error if .tmp can't be created
+  IndexedDatasetWriter(std::string prefix, TokenDtype dtype);  // throws Error if the .bin can't be created
   ~IndexedDatasetWriter();
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
@@ -53,7 +55,7 @@ class IndexedDatasetWriter {
   // Appends all sequences and documents of another dataset (Megatron's merge_datasets.py
   // add_index): same dtype required, pointers rebased, document indices offset by our count.
   void append(const class IndexedDataset& other);
-  // Flushes the .bin, writes the .idx, then renames PREFIX.bin.tmp and PREFIX.idx.tmp into place.
+  // Flushes the .bin, writes the .idx, then commits PREFIX.bin and PREFIX.idx (in that order).
   void finish();
 
   const std::string& prefix() const { return prefix_; }
@@ -70,7 +72,7 @@ class IndexedDatasetWriter {
 
   std::string prefix_;
   TokenDtype dtype_;
-  std::FILE* bin_ = nullptr;
+  std::unique_ptr<AtomicFile> bin_;
   std::vector<uint8_t> buffer_;    // (kBufferBytes,) pending .bin bytes
   size_t buffer_used_ = 0;
   uint64_t bin_bytes_ = 0;         // bytes of .bin written so far (incl. buffered)
@@ -123,19 +125,17 @@ class IndexedDataset {
   void read(int64_t i, int64_t offset, int64_t count, int64_t* out) const;  // out: (count,)
   std::vector<int32_t> sequence(int64_t i) const;  // the whole sequence i
   // The raw .bin bytes (for merging); (bin_size(),) bytes.
-  const uint8_t* bin_data() const { return bin_; }
-  uint64_t bin_size() const { return bin_size_; }
-  uint64_t idx_size() const { return idx_size_; }
+  const uint8_t* bin_data() const { return bin_.data(); }
+  uint64_t bin_size() const { return bin_.size(); }
+  uint64_t idx_size() const { return idx_.size(); }
 
  private:
   template <typename T>
   void read_as(int64_t i, int64_t offset, int64_t count, T* out) const;
 
   std::string prefix_;
-  const uint8_t* idx_ = nullptr;  // (idx_size_,) mmap
-  uint64_t idx_size_ = 0;
-  const uint8_t* bin_ = nullptr;  // (bin_size_,) mmap
-  uint64_t bin_size_ = 0;
+  MappedFile idx_;  // PREFIX.idx
+  MappedFile bin_;  // PREFIX.bin
   IndexView index_;
 };
 

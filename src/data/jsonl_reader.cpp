@@ -348,6 +348,15 @@ std::string JsonFieldExtractor::describe(LineStatus status, int detail) const {
   return "unknown";
 }
 
+std::vector<std::string> JsonFieldExtractor::object_keys(const char* data, size_t len) {
+  std::vector<std::string> keys;
+  simdjson::dom::element doc;
+  simdjson::dom::object obj;
+  if (impl_->parser.parse(data, len, false).get(doc) || doc.get_object().get(obj)) return keys;
+  for (auto field : obj) keys.emplace_back(field.key);
+  return keys;
+}
+
 bool is_valid_utf8(const char* data, size_t len) { return simdjson::validate_utf8(data, len); }
 
 }  // namespace llamatrain::data

@@ -76,6 +76,9 @@ class JsonFieldExtractor {
   LineStatus extract(const char* data, size_t len, std::vector<std::string_view>* values, int* detail);
   // A readable explanation of a failure returned by extract().
   std::string describe(LineStatus status, int detail) const;
+  // The keys of the JSON object on line [data, data+len) in order (padding as for extract()); empty if
+  // the line is not an object. Used to say what the input holds when a --json-keys key is missing.
+  std::vector<std::string> object_keys(const char* data, size_t len);
 
  private:
   struct Impl;

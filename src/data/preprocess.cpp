@@ -14,6 +14,7 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <system_error>
 #include <limits>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "data/tokenizer.h"
 
 namespace llamatrain::data {
@@ -206,15 +208,70 @@ std::string hms(double s) {
   return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
 }
 
-// Writes text to PATH.tmp and renames it to PATH.
-void write_file_atomic(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("cannot create {}: {}", tmp, std::strerror(errno));
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) fail("writing {} failed\nhint: is the disk full?", tmp);
-  std::filesystem::rename(tmp, path);
+// What the writer saw of the input, to explain an empty output.
+struct InputSample {
+  std::string first_line;                // the first non-blank line, cut to 80 bytes
+  std::vector<std::string> object_keys;  // keys of the first object that lacked a --json-keys key
+  bool keys_known = false;
+};
+
+// Every --json-keys key must give at least one document, and a JSON array (one object per element,
+// possibly pretty-printed so that a few lines parse on their own) is not JSONL; otherwise say what
+// the input held.
+void check_output_plausible(const PreprocessStats& st, const PreprocessOptions& opt, const InputSample& seen) {
+  const bool text = opt.input_format == InputFormat::kText;
+  const int64_t not_objects = st.skipped[static_cast<int>(LineStatus::kInvalidJson)] +
+                              st.skipped[static_cast<int>(LineStatus::kNotObject)];
+  const bool array = !text && !seen.first_line.empty() && seen.first_line[0] == '[' && 2 * not_objects > st.lines;
+  const PreprocessStats::Output* empty = nullptr;
+  for (const auto& o : st.outputs)
+    if (o.documents == 0 && !empty) empty = &o;
+  if (!empty && !array) return;
+  std::string files = st.files.size() == 1 ? st.files[0] : fmt::format("{} files", st.files.size());
+  std::string head = !empty ? fmt::format("preprocess: {}", files)
+                     : text ? fmt::format("preprocess: no document in {}", files)
+                            : fmt::format("preprocess: no document for --json-keys {} in {}", empty->key, files);
+  if (st.lines == 0)
+    fail("{}: the input is empty (0 lines)\nhint: check the --input path(s)", head);
+  std::string counts;
+  LineStatus top = LineStatus::kOk;
+  for (int r = 1; r < kNumLineStatus; ++r) {
+    if (st.skipped[r] == 0) continue;
+    counts += fmt::format("\n  skipped {} line(s) as {} (first at {})", st.skipped[r],
+                          line_status_name(static_cast<LineStatus>(r)), fmt::join(st.locations[r], ", "));
+    if (top == LineStatus::kOk || st.skipped[r] > st.skipped[static_cast<int>(top)]) top = static_cast<LineStatus>(r);
+  }
+  std::string why, hint;
+  if (array) {
+    why = "this is a JSON array (the first line starts with '['), expected JSONL: one object per line";
+    hint = "convert it to one object per line, e.g. jq -c '.[]' FILE.json > FILE.jsonl";
+  } else if (!text && top == LineStatus::kInvalidJson) {
+    why = fmt::format("the lines are not JSON (the first reads {})",
+                      nlohmann::json(seen.first_line).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    hint = "is this plain text? use --input-format text (one document per line)";
+  } else if (!text && top == LineStatus::kMissingKey) {
+    why = seen.object_keys.empty()
+              ? fmt::format("the objects have no key \"{}\"", empty->key)
+              : fmt::format("the objects have keys: {}; not \"{}\"", fmt::join(seen.object_keys, ", "), empty->key);
+    hint = seen.object_keys.empty() ? "check --json-keys"
+                                    : fmt::format("use --json-keys with one of: {}", fmt::join(seen.object_keys, " "));
+  } else if (!text && top == LineStatus::kNonString) {
+    why = fmt::format("the values of key \"{}\" are not strings", empty->key);
+    hint = "--json-keys must name string fields holding the text";
+  } else if (!text && top == LineStatus::kNotObject) {
+    why = "the lines are JSON but not objects";
+    hint = "each line must be an object such as {\"text\": \"...\"}";
+  } else if (top == LineStatus::kInvalidUtf8) {
+    why = "the lines are not valid UTF-8";
+    hint = "convert the input to UTF-8 (e.g. iconv -f latin1 -t utf-8)";
+  } else if (top == LineStatus::kBlankLine) {
+    why = "every line is blank";
+    hint = "check the --input path(s)";
+  } else {
+    why = text ? "every line is empty" : fmt::format("every value of key \"{}\" is empty", empty->key);
+    hint = "check the input";
+  }
+  fail("{}: {}, so nothing was written{}\nhint: {}", head, why, counts, hint);
 }
 
 }  // namespace
@@ -225,9 +282,16 @@ std::string key_prefix(const std::string& output_prefix, const std::string& key)
 
 PreprocessStats run_preprocess(const PreprocessOptions& opt) {
   const auto t0 = Clock::now();
-  if (opt.workers < 1) fail("--workers is {}, expected at least 1", opt.workers);
+  if (opt.workers < 1 || opt.workers > kMaxWorkers)
+    fail("--workers: got {}, expected an integer from 1 to {}", opt.workers, kMaxWorkers);
   if (opt.json_keys.empty()) fail("--json-keys is empty, expected at least one key (e.g. text)");
   if (opt.output_prefix.empty()) fail("--output-prefix is empty\nhint: e.g. --output-prefix data/corpus");
+  if (is_directory(opt.output_prefix))
+    fail("--output-prefix {} is a folder, expected a path prefix inside one\nhint: e.g. --output-prefix {}/corpus "
+         "(writes corpus_text_document.bin/.idx there)",
+         opt.output_prefix, opt.output_prefix.ends_with("/") ? opt.output_prefix.substr(0, opt.output_prefix.size() - 1)
+                                                               : opt.output_prefix);
+  check_output_file(opt.output_prefix + ".stats.json", "--output-prefix");
   if (opt.input_format == InputFormat::kText && (opt.json_keys.size() != 1 || opt.json_keys[0] != "text"))
     fail("--input-format text reads one document per line under the key \"text\", got --json-keys {}\n"
          "hint: drop --json-keys with --input-format text",
@@ -267,14 +331,23 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
   Shared sh;
   sh.max_in_flight = 2 * opt.workers + 2;
   ThreadGuard guard{&sh, {}};
-  guard.threads.emplace_back(reader_main, &sh, &st.files, &opt);
-  for (int w = 0; w < opt.workers; ++w) guard.threads.emplace_back(worker_main, &sh, &tokenizers[w], &opt);
+  try {
+    guard.threads.emplace_back(reader_main, &sh, &st.files, &opt);
+    for (int w = 0; w < opt.workers; ++w) guard.threads.emplace_back(worker_main, &sh, &tokenizers[w], &opt);
+  } catch (const std::system_error& e) {
+    fail("cannot start {} threads: {}\nhint: lower --workers", opt.workers + 1, e.what());
+  }
 
   // Skips are recorded here, in input order, so counts, locations and --strict are deterministic.
   JsonFieldExtractor describer(opt.json_keys);
+  InputSample seen;
   const bool tty = ::isatty(2);
   auto record_skip = [&](LineStatus s, int detail, const Batch& b, size_t i) {
     const int r = static_cast<int>(s);
+    if (s == LineStatus::kMissingKey && !seen.keys_known) {
+      seen.object_keys = describer.object_keys(b.text.data() + b.starts[i], b.starts[i + 1] - 1 - b.starts[i]);
+      seen.keys_known = true;
+    }
     const std::string where = fmt::format("{}:{}", st.files[b.file], b.first_line + static_cast<int64_t>(i));
     const std::string what = opt.input_format == InputFormat::kText && s == LineStatus::kEmptyDocument
                                  ? "empty line (empty document)"
@@ -343,6 +416,11 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
       written_bytes = b->consumed_after;
       st.text_bytes += b->text.size() - kJsonPadding;
       st.lines += static_cast<int64_t>(b->lines());
+      for (size_t i = 0; i < b->lines() && seen.first_line.empty(); ++i) {
+        std::string_view line(b->text.data() + b->starts[i], b->starts[i + 1] - 1 - b->starts[i]);
+        const size_t start = line.find_first_not_of(" \t\r");
+        if (start != std::string_view::npos) seen.first_line = std::string(line.substr(start, 80));
+      }
       for (size_t i = 0; i < b->lines(); ++i) {
         if (b->status[i] != LineStatus::kOk) {
           record_skip(b->status[i], b->detail[i], *b, i);
@@ -369,8 +447,7 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
   progress(true);
   for (auto& t : guard.threads) t.join();
 
-  for (auto& o : st.outputs)
-    if (o.documents == 0) o.min_tokens = 0;
+  check_output_plausible(st, opt, seen);
   for (auto& w : writers) w->finish();
   st.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   write_file_atomic(opt.output_prefix + ".stats.json", stats_json(st, opt));
@@ -420,7 +497,8 @@ std::string stats_json(const PreprocessStats& st, const PreprocessOptions& opt) 
   j["skipped_total"] = total;
   j["elapsed_s"] = st.elapsed_s;
   j["workers"] = st.workers;
-  return j.dump(2) + "\n";
+  // File names need not be UTF-8 on Linux; JSON text must be (bytes that are not show as U+FFFD).
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 std::string format_summary(const PreprocessStats& st, const PreprocessOptions& opt) {

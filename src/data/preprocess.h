@@ -36,6 +36,7 @@ struct PreprocessOptions {
 };
 
 inline constexpr int kMaxSkipLocations = 5;  // file:line locations kept per skip reason
+inline constexpr int kMaxWorkers = 1024;
 
 struct PreprocessStats {
   std::vector<std::string> files;
@@ -58,8 +59,10 @@ struct PreprocessStats {
 // The dataset prefix written for one key: OUTPUT_PREFIX_<key>_document.
 std::string key_prefix(const std::string& output_prefix, const std::string& key);
 
-// Runs the whole pipeline, writes the datasets and OUTPUT_PREFIX.stats.json (all through .tmp
-// files renamed at the end), prints progress and the summary on stderr. Throws Error.
+// Runs the whole pipeline, writes the datasets and OUTPUT_PREFIX.stats.json (all through
+// temporaries renamed at the end, core/file.h), prints progress and the summary on stderr. Throws
+// Error, writing nothing, when the output folder is not writable (checked first) or when a
+// --json-keys key would get no document (saying what the input holds instead).
 PreprocessStats run_preprocess(const PreprocessOptions& options);
 
 std::string format_summary(const PreprocessStats& stats, const PreprocessOptions& options);

@@ -2,6 +2,8 @@
 #include "data/sft.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <numeric>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace llamatrain::data {
 
@@ -139,8 +142,12 @@ std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer&
                                        SftStats* stats) {
   if (cfg.seq_length < 2) fail("SFT seq_length {}: expected >= 2", cfg.seq_length);
   if (!cfg.prompt_template.empty()) validate_prompt_template(cfg.prompt_template);
+  if (!is_regular_file(path))
+    fail("SFT data {}: {}, expected a JSONL file\nhint: check model.data.train_ds.file_names", path,
+         is_directory(path) ? "is a folder" : "not found");
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("SFT data {}: cannot open it\nhint: check model.data.train_ds.file_names", path);
+  if (!in)
+    fail("SFT data {}: cannot open it: {}\nhint: check model.data.train_ds.file_names", path, std::strerror(errno));
   std::vector<SftExample> out;
   std::string line, prompt, completion, why;
   int64_t lineno = 0;
@@ -173,6 +180,7 @@ std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer&
     stats->examples++;
     out.push_back(std::move(ex));
   }
+  if (in.bad()) fail("SFT data {}: reading failed after line {}: {}", path, lineno, std::strerror(errno));
   return out;
 }
 

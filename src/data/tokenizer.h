@@ -1,6 +1,8 @@
 // SentencePiece tokenizer (Llama 2's tokenizer.model is a SentencePiece BPE model): a thin wrapper
 // around libsentencepiece so the exact same ids come out as in Python. encode() never adds BOS/EOS;
 // callers add them explicitly (Llama 2 generation prepends BOS; preprocessing follows NeMo).
+// DecodeStream prints generated ids as text while they come, holding back only bytes that a later
+// token may still turn into a different character.
 #pragma once
 
 #include <memory>
@@ -16,8 +18,10 @@ namespace llamatrain::data {
 
 class Tokenizer {
  public:
-  // Throws Error naming the file if it is missing or not a SentencePiece model.
+  // Throws Error naming the file if it is missing, a folder or not a SentencePiece model.
   explicit Tokenizer(const std::string& model_path);
+  // A model held in memory (a serialized ModelProto); `name` stands for the path in messages.
+  static Tokenizer from_serialized(const std::string& model_proto, const std::string& name);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
 
@@ -25,6 +29,7 @@ class Tokenizer {
   void encode(std::string_view text, std::vector<int>* ids) const;
   std::string decode(const std::vector<int>& ids) const;
   std::string id_to_piece(int id) const;
+  bool is_byte(int id) const;  // a byte-fallback piece <0xXX>
   int vocab_size() const;
   int bos_id() const;
   int eos_id() const;
@@ -32,8 +37,28 @@ class Tokenizer {
   const std::string& path() const { return path_; }
 
  private:
+  struct Unloaded {};
+  Tokenizer(Unloaded, std::string name);  // no model yet
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+};
+
+// Incremental decoding: push() each new id and print what it returns; finish() returns the rest.
+// Together the returned pieces are exactly tokenizer.decode(all ids). A run of byte tokens that ends
+// inside a UTF-8 character is held back (decoded alone it would read as U+FFFD, and the character
+// it becomes would not extend the text printed so far) until the character is complete, broken by
+// another byte, or the stream ends.
+class DecodeStream {
+ public:
+  explicit DecodeStream(const Tokenizer& tokenizer) : tok_(tokenizer) {}
+  std::string push(int id);
+  std::string finish();
+
+ private:
+  int held_back() const;  // trailing ids whose text may still change
+  const Tokenizer& tok_;
+  std::vector<int> ids_;
+  std::string emitted_;  // everything returned so far
 };
 
 }  // namespace llamatrain::data

@@ -1,12 +1,12 @@
 // HF name mapping and checkpoint load/save; see hf_checkpoint.h.
 #include "io/hf_checkpoint.h"
 
-#include <filesystem>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 
@@ -55,12 +55,13 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
   return out;
 }
 
-void load_hf_weights(model::LlamaModel& m, const std::string& dir) {
+void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDone& progress) {
   SafetensorsCheckpoint ckpt(dir);
   std::set<std::string> used;
   for (const auto& t : hf_tensor_slices(m)) {
     ckpt.read_f32(t.hf_name, t.shape, m.param_data() + t.offset);
     used.insert(t.hf_name);
+    if (progress) progress(int64_t(ckpt.get(t.hf_name).nbytes));
   }
   for (const auto& name : ckpt.names()) {
     if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
@@ -78,12 +79,19 @@ std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::
   return m;
 }
 
-void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
-                        int64_t max_shard_bytes) {
+const std::vector<std::string>& hf_export_files() {
+  static const std::vector<std::string> names = {"config.json",           "generation_config.json",
+                                                 "model.safetensors",     "model.safetensors.index.json",
+                                                 "model-*-of-*.safetensors", "tokenizer.model",
+                                                 "tokenizer_config.json", "special_tokens_map.json"};
+  return names;
+}
+
+void write_hf_weights(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
+                      int64_t max_shard_bytes, const BytesDone& progress) {
   const bool bf16_out = torch_dtype == "bfloat16";
   if (!bf16_out && torch_dtype != "float32")
     fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
-  std::filesystem::create_directories(dir);
   auto* base = const_cast<model::LlamaModel&>(m).param_data();
   std::vector<bf16> converted;
   if (bf16_out) {
@@ -96,8 +104,18 @@ void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, cons
                                 : static_cast<const void*>(base + t.offset);
     tensors.push_back({t.hf_name, bf16_out ? DType::BF16 : DType::F32, t.shape, data});
   }
-  write_safetensors_sharded(dir, tensors, max_shard_bytes);
-  write_hf_config((std::filesystem::path(dir) / "config.json").string(), m.config(), torch_dtype);
+  write_safetensors_sharded(dir, tensors, max_shard_bytes, progress);
+  write_hf_config(dir + "/config.json", m.config(), torch_dtype);
+}
+
+void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
+                        int64_t max_shard_bytes, const std::vector<HfExtraFile>& extra_files) {
+  if (torch_dtype != "bfloat16" && torch_dtype != "float32")
+    fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
+  AtomicDir out(dir, hf_export_files());
+  write_hf_weights(m, out.temp_path(), torch_dtype, max_shard_bytes);
+  for (const auto& f : extra_files) write_file_atomic(out.file(f.name), f.bytes);
+  out.commit();
 }
 
 }  // namespace llamatrain::io

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "model/llama.h"
 
 namespace llamatrain::io {
@@ -30,14 +31,33 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& model);
 // Loads weights from DIR (model.safetensors or an index + shards) into the model's fp32 arena and
 // calls params_changed(). Missing tensors, wrong shapes or dtypes throw Error naming file and tensor;
 // tensors we don't use (rotary_emb.inv_freq) are ignored; any other unexpected tensor is an Error.
-void load_hf_weights(model::LlamaModel& model, const std::string& dir);
+// progress (optional) gets the bytes of each tensor read.
+void load_hf_weights(model::LlamaModel& model, const std::string& dir, const BytesDone& progress = {});
 
 // config.json + weights of an HF folder -> a new model in the given precision.
 std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision);
 
-// Writes config.json and model weights (torch_dtype "float32" or "bfloat16") into DIR, sharded at
-// max_shard_bytes (default 5 GB, HF's rule), atomically per file.
+// A file written next to the weights (tokenizer.model).
+struct HfExtraFile {
+  std::string name;
+  std::string bytes;
+};
+
+// Names (fnmatch patterns) of the files an export writes; an existing folder holding only these is
+// a previous export and may be replaced.
+const std::vector<std::string>& hf_export_files();
+
+// Writes config.json and the weights (torch_dtype "float32" or "bfloat16", sharded at max_shard_bytes)
+// into the existing folder DIR, without committing it: for writers that add files of their own and
+// commit the folder themselves (checkpoints, exports).
+void write_hf_weights(const model::LlamaModel& model, const std::string& dir, const std::string& torch_dtype,
+                      int64_t max_shard_bytes = 5'000'000'000, const BytesDone& progress = {});
+
+// Writes config.json, the weights (torch_dtype "float32" or "bfloat16", sharded at max_shard_bytes,
+// default 5 GB, HF's rule) and extra_files as the folder DIR, atomically: everything goes to
+// DIR.tmp-XXXXXX, renamed to DIR at the end. An existing DIR is replaced only if it is empty or a
+// previous export (hf_export_files); otherwise Error before anything is written.
 void save_hf_checkpoint(const model::LlamaModel& model, const std::string& dir, const std::string& torch_dtype,
-                        int64_t max_shard_bytes = 5'000'000'000);
+                        int64_t max_shard_bytes = 5'000'000'000, const std::vector<HfExtraFile>& extra_files = {});
 
 }  // namespace llamatrain::io

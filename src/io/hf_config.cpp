@@ -1,4 +1,4 @@
-// Hugging Face config.json <-> LlamaConfig (FORMATS.md 4.1). The only file that spells HF config
+// Hugging Face config.json <-> LlamaConfig (docs/formats.md 4.1). The only file that spells HF config
 // keys. Reading accepts 4.x keys and the newer spellings (rope_parameters, dtype), applies 4.x
 // defaults, and refuses what the model cannot run (rope scaling, biases, non-SiLU activations,
 // a head_dim other than hidden/heads, other model types) instead of silently computing garbage.
@@ -9,11 +9,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace llamatrain::io {
 
@@ -120,19 +119,8 @@ model::LlamaConfig read_hf_config(const std::string& path) {
   std::error_code ec;
   std::string file = path;
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
-  constexpr uintmax_t kMaxConfigBytes = 16u << 20;
-  const uintmax_t size = fs::file_size(file, ec);
-  if (!ec && size > kMaxConfigBytes)
-    fail("{}: file is {} bytes, expected a config.json of at most {} bytes\nhint: point at the model's "
-         "config.json",
-         file, size, kMaxConfigBytes);
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    fail("cannot open {}: {}, expected a Hugging Face config.json\nhint: check the path", file,
-         std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  constexpr size_t kMaxConfigBytes = 16u << 20;
+  const std::string text = read_small_file(file, kMaxConfigBytes, "Hugging Face config.json");
   // nlohmann stops at a NUL as if the input ended there; JSON text never contains one.
   if (text.find('\0') != std::string::npos)
     fail("{}: has a NUL byte at offset {}, expected JSON text\nhint: fix or re-download config.json", file,
@@ -248,20 +236,7 @@ void write_hf_config(const std::string& path, const model::LlamaConfig& config, 
       {"use_cache", true},
       {"vocab_size", config.vocab_size},
   };
-  const std::string text = j.dump(2) + "\n";  // sorted keys, indent 2, as transformers writes
-  const std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code rm;
-      fs::remove(tmp, rm);
-      fail("writing {} failed: {}\nhint: check free disk space and permissions", tmp, std::strerror(errno));
-    }
-  }
-  fs::rename(tmp, file, ec);
-  if (ec) fail("cannot rename {} to {}: {}\nhint: check permissions of the folder", tmp, file, ec.message());
+  write_file_atomic(file, j.dump(2) + "\n");  // sorted keys, indent 2, as transformers writes
 }
 
 }  // namespace llamatrain::io

@@ -1,8 +1,8 @@
-// safetensors reader and writer (FORMATS.md section 3). The reader mmaps a file and validates the
+// safetensors reader and writer (docs/formats.md section 3). The reader mmaps a file and validates the
 // whole header before exposing any pointer: header length, JSON syntax, duplicate keys, dtypes,
 // shapes (overflow-checked), contiguous offsets and the exact file size; any violation throws
 // Error naming the file, the tensor, the value seen and the value expected. The writer follows the
-// reference crate byte for byte and writes to PATH.tmp, fsyncs, then renames.
+// reference crate byte for byte and commits each file atomically (core/file.h).
 #include "io/safetensors.h"
 
 #include <fcntl.h>
@@ -14,13 +14,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace llamatrain::io {
 
@@ -36,7 +35,7 @@ constexpr int kMaxJsonDepth = 16;
 struct DTypeInfo {
   const char* name;
   int size;
-  int rank;  // position in the reference crate's enum (FORMATS.md 3.1), used for the write order
+  int rank;  // position in the reference crate's enum (docs/formats.md 3.1), used for the write order
 };
 // Indexed by DType's value (enum order in safetensors.h).
 constexpr DTypeInfo kDTypes[] = {
@@ -289,78 +288,6 @@ void parse_file(const uint8_t* bytes, size_t size, const std::string& file, std:
   }
 }
 
-// Reads a whole small file (index or config) into a string; throws Error naming the path.
-std::string read_small_file(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open {}: {}\nhint: check that the file exists and is readable", path, std::strerror(errno));
-  std::string s;
-  char buf[65536];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    s.append(buf, size_t(in.gcount()));
-    if (s.size() > max_bytes)
-      fail("{}: file is larger than {} bytes, expected a small JSON file\n{}", path, max_bytes, kHint);
-  }
-  if (in.bad()) fail("cannot read {}: {}\nhint: check the file", path, std::strerror(errno));
-  return s;
-}
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, std::min(n, size_t(1) << 30));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int err = w < 0 ? errno : ENOSPC;
-      throw Error(fmt::format("writing {} failed: {}\nhint: check free disk space and permissions", path,
-                              std::strerror(err)));
-    }
-    p += w;
-    n -= size_t(w);
-  }
-}
-
-void fsync_parent(const std::string& path) {
-  fs::path parent = fs::path(path).parent_path();
-  if (parent.empty()) parent = ".";
-  int dfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // best effort: some file systems refuse fsync on directories
-    ::close(dfd);
-  }
-}
-
-// Writes the chunks to PATH.tmp, fsyncs and renames; on failure removes the temporary file.
-struct Chunk {
-  const void* data;
-  size_t size;
-};
-void write_file_atomic(const std::string& path, const std::vector<Chunk>& chunks) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    fail("cannot create {}: {}\nhint: check that the folder exists and is writable", tmp, std::strerror(errno));
-  try {
-    for (const Chunk& c : chunks) write_all(fd, c.data, c.size, tmp);
-    if (::fsync(fd) != 0)
-      fail("writing {} failed at fsync: {}\nhint: check free disk space", tmp, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail("writing {} failed at close: {}\nhint: check free disk space", tmp, std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot rename {} to {}: {}\nhint: check permissions of the folder", tmp, path, std::strerror(err));
-  }
-  fsync_parent(path);
-}
-
 // The write plan: tensors in the reference order with their offsets, and the padded header.
 struct Plan {
   std::vector<const TensorToWrite*> order;
@@ -492,39 +419,14 @@ int64_t TensorView::numel() const {
   return n;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    fail("cannot open safetensors file {}: {}\nhint: check the path and permissions", path, std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{} is not a regular file, expected a .safetensors file\nhint: check the path", path);
-  }
-  const size_t size = size_t(st.st_size);
-  if (size < 8) {
-    ::close(fd);
-    fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", path, size, kHint);
-  }
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) fail("cannot mmap {} ({} bytes): {}\nhint: check free memory", path, size, std::strerror(err));
-  map_ = m;
-  map_size_ = size;
-  try {
-    parse_file(static_cast<const uint8_t*>(map_), map_size_, path_, tensors_, metadata_);
-  } catch (...) {
-    ::munmap(map_, map_size_);
-    map_ = nullptr;
-    throw;
-  }
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), map_(path, "safetensors file", "check the path and permissions") {
+  if (map_.size() < 8) fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", path, map_.size(), kHint);
+  parse_file(map_.data(), map_.size(), path_, tensors_, metadata_);
   for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, map_size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 const TensorView* SafetensorsFile::find(const std::string& name) const {
   auto it = by_name_.find(name);
@@ -534,7 +436,9 @@ const TensorView* SafetensorsFile::find(const std::string& name) const {
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(path) {
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st))
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    fail("cannot access checkpoint {}: {}\nhint: check the path and its permissions", path, ec.message());
+  if (!fs::exists(st))
     fail("checkpoint {} does not exist, expected a folder with model.safetensors or "
          "model.safetensors.index.json, or a .safetensors file\nhint: check the path",
          path);
@@ -565,7 +469,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
   }
 
   // Sharded: the index maps every tensor name to a shard file in the same folder.
-  const std::string text = read_small_file(index_path, kMaxHeader);
+  const std::string text = read_small_file(index_path, kMaxHeader, "safetensors index");
   json index = parse_json_strict(text.data(), text.data() + text.size(), index_path);
   if (!index.is_object())
     fail("{}: index is a JSON {}, expected an object with \"weight_map\"\n{}", index_path, index.type_name(), kHint);
@@ -679,17 +583,22 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& ten
 }
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, const BytesDone& progress) {
   Plan plan = make_plan(tensors, metadata);
   uint8_t len[8];
   put_le64(len, plan.header.size());
-  std::vector<Chunk> chunks = {{len, 8}, {plan.header.data(), plan.header.size()}};
-  for (size_t i = 0; i < plan.order.size(); ++i) chunks.push_back({plan.order[i]->data, size_t(plan.nbytes[i])});
-  write_file_atomic(path, chunks);
+  AtomicFile f(path);
+  f.write(len, 8);
+  f.write(plan.header);
+  for (size_t i = 0; i < plan.order.size(); ++i) {
+    f.write(plan.order[i]->data, size_t(plan.nbytes[i]));
+    if (progress) progress(int64_t(plan.nbytes[i]));
+  }
+  f.commit();
 }
 
 void write_safetensors_sharded(const std::string& dir, const std::vector<TensorToWrite>& tensors,
-                               int64_t max_shard_bytes) {
+                               int64_t max_shard_bytes, const BytesDone& progress) {
   if (max_shard_bytes <= 0)
     fail("max shard size is {} bytes, expected a positive size\nhint: Hugging Face uses 5GB", max_shard_bytes);
   std::set<std::string> names;
@@ -725,7 +634,8 @@ void write_safetensors_sharded(const std::string& dir, const std::vector<TensorT
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   const fs::path d(dir);
   if (shards.size() <= 1) {
-    write_safetensors((d / "model.safetensors").string(), shards.empty() ? std::vector<TensorToWrite>{} : shards[0], meta);
+    write_safetensors((d / "model.safetensors").string(), shards.empty() ? std::vector<TensorToWrite>{} : shards[0], meta,
+                      progress);
     fs::remove(d / "model.safetensors.index.json", ec);  // a stale index would shadow the new file
     return;
   }
@@ -733,13 +643,13 @@ void write_safetensors_sharded(const std::string& dir, const std::vector<TensorT
   const size_t k = shards.size();
   for (size_t i = 0; i < k; ++i) {
     const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, k);
-    write_safetensors((d / name).string(), shards[i], meta);
+    write_safetensors((d / name).string(), shards[i], meta, progress);
     for (const TensorToWrite& t : shards[i]) weight_map[t.name] = name;
   }
   json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
   // As transformers writes it: indent 2, sorted keys (std::map order), ASCII escapes, newline.
   const std::string text = index.dump(2, ' ', true) + "\n";
-  write_file_atomic((d / "model.safetensors.index.json").string(), {{text.data(), text.size()}});
+  write_file_atomic((d / "model.safetensors.index.json").string(), text);
 }
 
 }  // namespace llamatrain::io

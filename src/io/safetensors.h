@@ -1,14 +1,17 @@
-// safetensors (FORMATS.md section 3): mmap-based reader for one file or a sharded checkpoint
+// safetensors (docs/formats.md section 3): mmap-based reader for one file or a sharded checkpoint
 // (model.safetensors.index.json), and a writer that produces byte-identical output to the
 // reference implementation (dtype-descending then name order, compact JSON, 8-byte padded header,
 // __metadata__ first). Every validation failure throws Error naming the file and the tensor.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "core/file.h"
 
 namespace llamatrain::io {
 
@@ -45,8 +48,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile map_;
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t> by_name_;  // name -> index in tensors_
   std::map<std::string, std::string> metadata_;
@@ -80,10 +82,13 @@ struct TensorToWrite {
   const void* data;  // numel * dtype_size bytes, row-major, LE
 };
 
-// Writes one file (to PATH.tmp, then renamed). metadata is written as __metadata__ (pass
+// Called with the bytes of each tensor once it is written or read (progress bars of long saves and loads).
+using BytesDone = std::function<void(int64_t bytes)>;
+
+// Writes one file atomically (PATH.tmp-XXXXXX, fsync, rename). metadata is written as __metadata__ (pass
 // {{"format","pt"}} for Hugging Face). Throws Error on I/O failure (e.g. disk full).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata);
+                       const std::map<std::string, std::string>& metadata, const BytesDone& progress = {});
 // The exact bytes write_safetensors would write (for tests and in-memory seeds).
 std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& tensors,
                                            const std::map<std::string, std::string>& metadata);
@@ -91,6 +96,6 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& ten
 // Writes shards model-0000i-of-0000K.safetensors of at most max_shard_bytes each (HF rules) plus
 // model.safetensors.index.json, or a single model.safetensors when everything fits in one shard.
 void write_safetensors_sharded(const std::string& dir, const std::vector<TensorToWrite>& tensors,
-                               int64_t max_shard_bytes);
+                               int64_t max_shard_bytes, const BytesDone& progress = {});
 
 }  // namespace llamatrain::io

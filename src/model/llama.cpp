@@ -31,6 +31,22 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none" || name == "null" || name.empty()) return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  fail("activation recomputation: got '{}', expected one of none, selective, full", name);
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
 namespace {
 
 std::vector<ParamSpec> build_param_specs(const LlamaConfig& c) {
@@ -109,13 +125,14 @@ float* LlamaModel::grad_data() {
 
 LlamaModel::~LlamaModel() = default;
 
-void LlamaModel::init_random(float std) {
+void LlamaModel::init_random(float std, float output_std) {
   for (uint32_t id = 0; id < specs_.size(); id++) {
     const ParamSpec& s = specs_[id];
     float* p = param_arena_.data() + s.offset;
     const bool is_norm = !s.decay;
+    const float sd = output_std > 0 && (s.name == "wo" || s.name == "w2") ? output_std : std;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < s.numel; i++) p[i] = is_norm ? 1.0f : std * random_normal(seed_, id, uint64_t(i));
+    for (int64_t i = 0; i < s.numel; i++) p[i] = is_norm ? 1.0f : sd * random_normal(seed_, id, uint64_t(i));
   }
   params_changed();
 }
@@ -133,30 +150,89 @@ const bf16* LlamaModel::bf16_of(const float* param) const {
 
 namespace {
 
-// Floats of the fp32 saved activations (ActivationTensors) for (B, T).
-int64_t saved_floats(const LlamaConfig& c, int B, int T) {
+// Where each activation lives, in elements: offsets into the fp32 arena (or, for the matmul inputs,
+// into the arena of their dtype) of a one-layer scratch for the recomputed layers [0, R) and of the
+// stacked copies of the layers that keep it. The one layout both sizes the arenas and answers
+// activation_bytes(), so the analytic figure is the allocation.
+struct Slot {
+  int64_t scratch = 0, base = 0, stride = 0;
+  int first_saved = 0;
+};
+struct ActivationLayout {
+  Slot x0, ln1_rstd, qkv, att, lse, resid, ln2_rstd, h13, out, lnf, lnf_rstd, losses;  // fp32 arena
+  Slot ln1, ln2, hmid, dh13;                                                           // matmul inputs
+  int64_t floats = 0, inputs = 0;
+};
+
+ActivationLayout activation_layout(const LlamaConfig& c, Recompute r, int R, int B, int T) {
   const int64_t N = int64_t(B) * T, C = c.dim, L = c.n_layers, F = c.ffn_dim;
   const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const int64_t per_layer = N /*ln1_rstd*/ + N * QKV + N * HD + int64_t(B) * c.n_heads * T /*lse*/ +
-                            N * C /*resid*/ + N /*ln2_rstd*/ + N * 2 * F + N * C /*out*/;
-  return N * C /*x0*/ + L * per_layer + N * C /*lnf*/ + N /*lnf_rstd*/ + N /*losses*/;
+  if (r == Recompute::none || R < 0 || R > L) R = r == Recompute::none ? 0 : int(L);
+  // In the recomputed layers, selective drops the attention core and the norm / SwiGLU outputs, full
+  // drops everything but the layer output (the next layer's input).
+  const bool drop_all = r == Recompute::full;
+  ActivationLayout a;
+  auto layers = [&](int64_t& used, int64_t n, bool dropped) {
+    const int first_saved = dropped ? R : 0;
+    Slot s{used, 0, n, first_saved};
+    if (first_saved > 0) used += n;  // the scratch
+    s.base = used;
+    used += (L - first_saved) * n;
+    return s;
+  };
+  auto once = [&](int64_t& used, int64_t n) {
+    Slot s{used, used, 0, 0};
+    used += n;
+    return s;
+  };
+  a.x0 = once(a.floats, N * C);
+  a.ln1_rstd = layers(a.floats, N, drop_all);
+  a.qkv = layers(a.floats, N * QKV, drop_all);
+  a.att = layers(a.floats, N * HD, true);
+  a.lse = layers(a.floats, int64_t(B) * c.n_heads * T, true);
+  a.resid = layers(a.floats, N * C, drop_all);
+  a.ln2_rstd = layers(a.floats, N, drop_all);
+  a.h13 = layers(a.floats, N * 2 * F, drop_all);
+  a.out = layers(a.floats, N * C, false);
+  a.lnf = once(a.floats, N * C);
+  a.lnf_rstd = once(a.floats, N);
+  a.losses = once(a.floats, N);
+  a.ln1 = layers(a.inputs, N * C, true);
+  a.ln2 = layers(a.inputs, N * C, true);
+  a.hmid = layers(a.inputs, N * F, true);
+  a.dh13 = once(a.inputs, N * 2 * F);
+  return a;
 }
 
-// Elements of MatmulInputs: ln1, ln2, hmid of every layer and one layer's dh13.
-int64_t matmul_input_elements(const LlamaConfig& c, int B, int T) {
-  const int64_t N = int64_t(B) * T;
-  return int64_t(c.n_layers) * (2 * N * c.dim + N * c.ffn_dim) + N * 2 * c.ffn_dim;
+// Floats of the backward's one-layer scratch (dres_, dln_, dqkv_, datt_, dhmid_) and tmp_.
+int64_t scratch_floats(const LlamaConfig& c, int B, int T) {
+  const int64_t N = int64_t(B) * T, C = c.dim, F = c.ffn_dim;
+  const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
+  const int64_t widest = std::max({C, QKV, HD, 2 * F});
+  return N * C /*dres*/ + N * widest /*dln*/ + N * QKV + N * HD + N * F /*dhmid*/ + N * C /*tmp*/;
+}
+
+template <typename T>
+PerLayer<T> at(T* arena, Slot s) {
+  return PerLayer<T>{arena + s.scratch, arena + s.base, s.stride, s.first_saved};
 }
 
 }  // namespace
 
-int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T) {
-  const int64_t N = int64_t(B) * T, C = c.dim, F = c.ffn_dim;
-  const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  const int64_t widest = std::max({C, QKV, HD, 2 * F});
-  const int64_t scratch = N * C /*dres*/ + N * widest /*dln*/ + N * QKV + N * HD + N * F /*dhmid*/ + N * C /*tmp*/;
+int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T, Recompute r,
+                                     int recompute_layers) {
+  const ActivationLayout a = activation_layout(c, r, recompute_layers, B, T);
   const int64_t matmul_input_bytes = p == Precision::fp32 ? 4 : 2;
-  return 4 * (saved_floats(c, B, T) + scratch) + matmul_input_bytes * matmul_input_elements(c, B, T);
+  return 4 * (a.floats + scratch_floats(c, B, T)) + matmul_input_bytes * a.inputs;
+}
+
+void LlamaModel::set_recompute(Recompute r, int layers) {
+  const int L = config_.n_layers;
+  const int R = r == Recompute::none ? 0 : layers < 0 || layers > L ? L : layers;
+  if (r == recompute_ && R == recompute_layers_) return;
+  recompute_ = r;
+  recompute_layers_ = R;
+  B_ = T_ = 0;  // re-laid out at the next forward
 }
 
 void LlamaModel::ensure_activations(int B, int T) {
@@ -169,43 +245,40 @@ void LlamaModel::ensure_activations(int B, int T) {
   B_ = B;
   T_ = T;
   const LlamaConfig& c = config_;
-  const int64_t N = int64_t(B) * T, C = c.dim, L = c.n_layers, F = c.ffn_dim;
+  const int64_t N = int64_t(B) * T, C = c.dim, F = c.ffn_dim;
   const int64_t HD = int64_t(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
-  act_arena_.assign(saved_floats(c, B, T), 0.0f);
-  float* p = act_arena_.data();
-  auto take = [&](int64_t n) {
-    float* r = p;
-    p += n;
-    return r;
-  };
-  acts_.x0 = take(N * C);
-  acts_.ln1_rstd = take(L * N);
-  acts_.qkv = take(L * N * QKV);
-  acts_.att = take(L * N * HD);
-  acts_.lse = take(L * B * c.n_heads * T);
-  acts_.resid = take(L * N * C);
-  acts_.ln2_rstd = take(L * N);
-  acts_.h13 = take(L * N * 2 * F);
-  acts_.out = take(L * N * C);
-  acts_.lnf = take(N * C);
-  acts_.lnf_rstd = take(N);
-  acts_.losses = take(N);
-  CHECK(p == act_arena_.data() + act_arena_.size());
+  const ActivationLayout lay = activation_layout(c, recompute_, recompute_layers_, B, T);
+  act_arena_.assign(lay.floats, 0.0f);
+  float* f = act_arena_.data();
+  acts_.x0 = f + lay.x0.base;
+  acts_.ln1_rstd = at(f, lay.ln1_rstd);
+  acts_.qkv = at(f, lay.qkv);
+  acts_.att = at(f, lay.att);
+  acts_.lse = at(f, lay.lse);
+  acts_.resid = at(f, lay.resid);
+  acts_.ln2_rstd = at(f, lay.ln2_rstd);
+  acts_.h13 = at(f, lay.h13);
+  acts_.out = at(f, lay.out);
+  acts_.lnf = f + lay.lnf.base;
+  acts_.lnf_rstd = f + lay.lnf_rstd.base;
+  acts_.losses = f + lay.losses.base;
 
   // The matmul-only tensors, in the dtype the matmuls read (one of the two arenas stays empty).
   auto take_inputs = [&](auto& arena, auto& m) {
-    arena.assign(matmul_input_elements(c, B, T), {});
+    arena.assign(lay.inputs, {});
     auto* q = arena.data();
-    m.ln1 = q, q += L * N * C;
-    m.ln2 = q, q += L * N * C;
-    m.hmid = q, q += L * N * F;
-    m.dh13 = q, q += N * 2 * F;
-    CHECK(q == arena.data() + arena.size());
+    m.ln1 = at(q, lay.ln1);
+    m.ln2 = at(q, lay.ln2);
+    m.hmid = at(q, lay.hmid);
+    m.dh13 = q + lay.dh13.base;
   };
-  if (precision_ == Precision::fp32)
+  if (precision_ == Precision::fp32) {
+    mm_arena_bf16_.clear();
     take_inputs(mm_arena_f32_, mm_f32_);
-  else
+  } else {
+    mm_arena_f32_.clear();
     take_inputs(mm_arena_bf16_, mm_bf16_);
+  }
 
   pos_.resize(N);
   for (int64_t n = 0; n < N; n++) pos_[n] = int32_t(n % T);
@@ -233,49 +306,62 @@ void LlamaModel::forward_body(const int32_t* tokens, int B, int T) {
     forward_layers(mm_f32_);
   else
     forward_layers(mm_bf16_);
-  const float* last = acts_.out + int64_t(c.n_layers - 1) * N * C;
+  const float* last = acts_.out[c.n_layers - 1];
   cpu::rmsnorm_forward(acts_.lnf, acts_.lnf_rstd, last, params_.norm, N, C, c.norm_eps);  // final norm
 }
 
 template <typename A>
 void LlamaModel::forward_layers(const MatmulInputs<A>& m) {
+  for (int l = 0; l < config_.n_layers; l++) forward_layer(l, m, false);
+}
+
+template <typename A>
+void LlamaModel::forward_layer(int l, const MatmulInputs<A>& m, bool for_backward) {
   const LlamaConfig& c = config_;
   const int B = B_, T = T_;
   const int N = B * T, C = c.dim, F = c.ffn_dim, H = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim();
   const int HD = H * D, QKV = c.qkv_dim();
   const auto ct = compute_type(precision_);
   const ParameterTensors& w = params_;
-  ActivationTensors& a = acts_;
-  for (int l = 0; l < c.n_layers; l++) {
-    const float* x = l == 0 ? a.x0 : a.out + int64_t(l - 1) * N * C;  // (N, C) layer input
-    A* ln1 = m.ln1 + int64_t(l) * N * C;
-    float* ln1_rstd = a.ln1_rstd + int64_t(l) * N;
-    float* qkv = a.qkv + int64_t(l) * N * QKV;
-    float* att = a.att + int64_t(l) * N * HD;
-    float* lse = a.lse + int64_t(l) * B * H * T;
-    float* resid = a.resid + int64_t(l) * N * C;
-    A* ln2 = m.ln2 + int64_t(l) * N * C;
-    float* ln2_rstd = a.ln2_rstd + int64_t(l) * N;
-    float* h13 = a.h13 + int64_t(l) * N * 2 * F;
-    A* hmid = m.hmid + int64_t(l) * N * F;
-    float* out = a.out + int64_t(l) * N * C;
-    const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
-    const float* wo = w.wo + int64_t(l) * C * HD;
-    const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
-    const float* w2 = w.w2 + int64_t(l) * C * F;
+  const ActivationTensors& a = acts_;
+  const float* x = l == 0 ? a.x0 : a.out[l - 1];  // (N, C) layer input
+  const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
+  const float* wo = w.wo + int64_t(l) * C * HD;
+  const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
+  const float* w2 = w.w2 + int64_t(l) * C * F;
 
-    cpu::rmsnorm_forward(ln1, ln1_rstd, x, w.attn_norm + int64_t(l) * C, N, C, c.norm_eps);  // input_layernorm
-    cpu::matmul_forward(qkv, ln1, wqkv, bf16_of(wqkv), N, C, QKV, ct);                       // q, k, v proj
-    cpu::rope_forward(qkv, pos_.data(), N, H + Hkv, QKV, D, c.rope_theta);                   // rotate q, k
-    cpu::attention_forward(att, lse, qkv, B, T, H, Hkv, D);                                  // causal GQA
-    cpu::matmul_forward(tmp_.data(), att, wo, bf16_of(wo), N, HD, C, ct);                    // o_proj
-    cpu::residual_forward(resid, x, tmp_.data(), int64_t(N) * C);                           // h = x + attn
-    cpu::rmsnorm_forward(ln2, ln2_rstd, resid, w.ffn_norm + int64_t(l) * C, N, C, c.norm_eps);  // post_attn_ln
-    cpu::matmul_forward(h13, ln2, w13, bf16_of(w13), N, C, 2 * F, ct);                       // gate | up
-    cpu::swiglu_forward(hmid, h13, N, F);                                                    // silu(g) * u
-    cpu::matmul_forward(tmp_.data(), hmid, w2, bf16_of(w2), N, F, C, ct);                    // down_proj
-    cpu::residual_forward(out, resid, tmp_.data(), int64_t(N) * C);                          // h + mlp
+  cpu::rmsnorm_forward(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C, N, C, c.norm_eps);  // input_ln
+  cpu::matmul_forward(a.qkv[l], m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);                       // q, k, v
+  cpu::rope_forward(a.qkv[l], pos_.data(), N, H + Hkv, QKV, D, c.rope_theta);                        // rotate q, k
+  cpu::attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D);                             // causal GQA
+  cpu::matmul_forward(tmp_.data(), a.att[l], wo, bf16_of(wo), N, HD, C, ct);                         // o_proj
+  cpu::residual_forward(a.resid[l], x, tmp_.data(), int64_t(N) * C);                                 // h = x + attn
+  cpu::rmsnorm_forward(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C, N, C, c.norm_eps);
+  cpu::matmul_forward(a.h13[l], m.ln2[l], w13, bf16_of(w13), N, C, 2 * F, ct);                      // gate | up
+  cpu::swiglu_forward(m.hmid[l], a.h13[l], N, F);                                                    // silu(g) * u
+  if (for_backward) return;  // the backward needs nothing past this point (out is saved)
+  cpu::matmul_forward(tmp_.data(), m.hmid[l], w2, bf16_of(w2), N, F, C, ct);                         // down_proj
+  cpu::residual_forward(a.out[l], a.resid[l], tmp_.data(), int64_t(N) * C);                          // h + mlp
+}
+
+template <typename A>
+void LlamaModel::recompute_layer(int l, const MatmulInputs<A>& m) {
+  if (l >= recompute_layers_) return;
+  if (recompute_ == Recompute::full) {
+    forward_layer(l, m, true);
+    return;
   }
+  if (recompute_ != Recompute::selective) return;
+  // The saved matmul outputs (qkv with RoPE, resid, h13) feed the same kernels as in the forward.
+  const LlamaConfig& c = config_;
+  const int N = B_ * T_, C = c.dim;
+  const ParameterTensors& w = params_;
+  const ActivationTensors& a = acts_;
+  const float* x = l == 0 ? a.x0 : a.out[l - 1];
+  cpu::rmsnorm_forward(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C, N, C, c.norm_eps);
+  cpu::attention_forward(a.att[l], a.lse[l], a.qkv[l], B_, T_, c.n_heads, c.n_kv_heads, c.head_dim());
+  cpu::rmsnorm_forward(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C, N, C, c.norm_eps);
+  cpu::swiglu_forward(m.hmid[l], a.h13[l], N, c.ffn_dim);
 }
 
 int64_t LlamaModel::count_valid(const int32_t* targets) const {
@@ -331,7 +417,7 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   cpu::lmhead_ce_fused(a.losses, dln_.data(), g.wout, a.lnf, w.wout, bf16_of(w.wout), targets, dloss, N, C,
                        c.vocab_size, compute_type(precision_));
   std::fill(dres_.begin(), dres_.end(), 0.0f);
-  const float* last = a.out + int64_t(c.n_layers - 1) * N * C;
+  const float* last = a.out[c.n_layers - 1];
   cpu::rmsnorm_backward(dres_.data(), g.norm, dln_.data(), last, w.norm, a.lnf_rstd, N, C);
   if (precision_ == Precision::fp32)
     backward_layers(mm_f32_);
@@ -349,23 +435,14 @@ void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
   const auto ct = compute_type(precision_);
   const ParameterTensors& w = params_;
   ParameterTensors& g = grads_;
-  ActivationTensors& a = acts_;
+  const ActivationTensors& a = acts_;
   float* dres = dres_.data();  // (N, C) gradient of the residual stream, flowing backward
   float* dln = dln_.data();
   A* dh13 = m.dh13;            // (N, 2F)
 
   for (int l = c.n_layers - 1; l >= 0; l--) {
-    const float* x = l == 0 ? a.x0 : a.out + int64_t(l - 1) * N * C;
-    const A* ln1 = m.ln1 + int64_t(l) * N * C;
-    const float* ln1_rstd = a.ln1_rstd + int64_t(l) * N;
-    const float* qkv = a.qkv + int64_t(l) * N * QKV;
-    const float* att = a.att + int64_t(l) * N * HD;
-    const float* lse = a.lse + int64_t(l) * B * H * T;
-    const float* resid = a.resid + int64_t(l) * N * C;
-    const A* ln2 = m.ln2 + int64_t(l) * N * C;
-    const float* ln2_rstd = a.ln2_rstd + int64_t(l) * N;
-    const float* h13 = a.h13 + int64_t(l) * N * 2 * F;
-    const A* hmid = m.hmid + int64_t(l) * N * F;
+    recompute_layer(l, m);
+    const float* x = l == 0 ? a.x0 : a.out[l - 1];
     const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
     const float* wo = w.wo + int64_t(l) * C * HD;
     const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
@@ -376,18 +453,18 @@ void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
     float* dw2 = g.w2 + int64_t(l) * C * F;
 
     // dres holds d(out); out = resid + down(hmid), so d(resid) = dres + (MLP branch gradient).
-    cpu::matmul_backward(dhmid_.data(), dw2, dres, hmid, w2, bf16_of(w2), N, F, C, ct);            // down_proj
-    cpu::swiglu_backward(dh13, dhmid_.data(), h13, N, F);                                         // silu(g) * u
-    cpu::matmul_backward(dln, dw13, dh13, ln2, w13, bf16_of(w13), N, C, 2 * F, ct);               // gate | up
-    cpu::rmsnorm_backward(dres, g.ffn_norm + int64_t(l) * C, dln, resid, w.ffn_norm + int64_t(l) * C,
-                          ln2_rstd, N, C);                                                        // post_attn_ln
+    cpu::matmul_backward(dhmid_.data(), dw2, dres, m.hmid[l], w2, bf16_of(w2), N, F, C, ct);        // down_proj
+    cpu::swiglu_backward(dh13, dhmid_.data(), a.h13[l], N, F);                                     // silu(g) * u
+    cpu::matmul_backward(dln, dw13, dh13, m.ln2[l], w13, bf16_of(w13), N, C, 2 * F, ct);           // gate | up
+    cpu::rmsnorm_backward(dres, g.ffn_norm + int64_t(l) * C, dln, a.resid[l], w.ffn_norm + int64_t(l) * C,
+                          a.ln2_rstd[l], N, C);                                                    // post_attn_ln
     // dres now holds d(resid); resid = x + o_proj(att).
-    cpu::matmul_backward(datt_.data(), dwo, dres, att, wo, bf16_of(wo), N, HD, C, ct);            // o_proj
-    cpu::attention_backward(dqkv_.data(), datt_.data(), qkv, att, lse, B, T, H, Hkv, D);          // causal GQA
-    cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, c.rope_theta);              // rotate q, k
-    cpu::matmul_backward(dln, dwqkv, dqkv_.data(), ln1, wqkv, bf16_of(wqkv), N, C, QKV, ct);      // q, k, v proj
-    cpu::rmsnorm_backward(dres, g.attn_norm + int64_t(l) * C, dln, x, w.attn_norm + int64_t(l) * C, ln1_rstd,
-                          N, C);                                                                  // input_ln
+    cpu::matmul_backward(datt_.data(), dwo, dres, a.att[l], wo, bf16_of(wo), N, HD, C, ct);        // o_proj
+    cpu::attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D);
+    cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, c.rope_theta);               // rotate q, k
+    cpu::matmul_backward(dln, dwqkv, dqkv_.data(), m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);  // q, k, v
+    cpu::rmsnorm_backward(dres, g.attn_norm + int64_t(l) * C, dln, x, w.attn_norm + int64_t(l) * C,
+                          a.ln1_rstd[l], N, C);                                                    // input_ln
     // dres now holds d(x), the gradient of this layer's input.
   }
 }
@@ -405,11 +482,21 @@ void LlamaModel::zero_grad() {
 }
 
 float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
+  const float norm = grad_norm();
+  optimizer_update(opt, lr, step, norm);
+  return norm;
+}
+
+float LlamaModel::grad_norm() {
+  ensure_training_state();
+  return float(std::sqrt(cpu::sum_squares(grad_arena_.data(), num_params_)));
+}
+
+void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, float norm) {
   CHECK(step >= 1);
   ensure_training_state();
-  const double norm = std::sqrt(cpu::sum_squares(grad_arena_.data(), num_params_));
   float scale = 1.0f;
-  if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = float(opt.grad_clip / (norm + 1e-6));
+  if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = float(opt.grad_clip / (double(norm) + 1e-6));
   for (uint32_t id = 0; id < specs_.size(); id++) {
     const ParamSpec& s = specs_[id];
     const float wd = s.decay ? opt.weight_decay : 0.0f;
@@ -426,7 +513,23 @@ float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
                         opt.beta2, opt.eps, wd, step, scale);
     }
   }
-  return float(norm);
+}
+
+std::vector<StateTensor> LlamaModel::state_tensors() {
+  ensure_training_state();
+  const bool sr = precision_ == Precision::bf16_sr;
+  std::vector<StateTensor> out;
+  for (const ParamSpec& s : specs_) {
+    auto add = [&](const char* kind, ArenaVector<float>& f32, ArenaVector<bf16>& b16) {
+      void* data = sr ? static_cast<void*>(b16.data() + s.offset) : static_cast<void*>(f32.data() + s.offset);
+      out.push_back({std::string(kind) + "." + s.name, s.name, sr ? StateDType::bf16 : StateDType::f32, s.shape,
+                     data, s.numel});
+    };
+    add("weight", param_arena_, param_bf16_);
+    add("exp_avg", m_f32_, m_bf16_);
+    add("exp_avg_sq", v_f32_, v_bf16_);
+  }
+  return out;
 }
 
 int64_t LlamaModel::state_bytes(const LlamaConfig& c, Precision p) {

@@ -47,21 +47,46 @@ struct ParameterTensors {
   float* wout;       // (V, C)      lm_head; == wte when tied
 };
 
-// Saved activations of one micro-batch of B sequences of T tokens (N = B*T). The ones that only
-// feed matmuls live in MatmulInputs.
+// Activation recomputation (NeMo's activations_checkpoint_granularity): what the forward keeps for
+// the backward, and what the backward recomputes layer by layer from what was kept.
+//   none:      every activation is saved.
+//   selective: the core attention (output and lse) and the norm / SwiGLU outputs that feed matmuls
+//              are recomputed (no matmul runs twice): Megatron's "selective" idea, for this model.
+//   full:      only each layer's input (the residual stream) is saved; the backward reruns the
+//              layer's forward (all but its last matmul) before its backward.
+// Recomputation runs the same kernels on the same inputs, so gradients are bitwise those of none.
+// It applies to the first `recompute_layers` layers (all by default; Megatron's "block" method
+// recomputes only the first few and keeps the rest).
+enum class Recompute { none, selective, full };
+Recompute parse_recompute(const std::string& name);  // "none" | "selective" | "full"; throws Error
+const char* recompute_name(Recompute r);
+
+// One activation tensor of every layer: layers [0, first_saved) share one (n) scratch that the
+// backward refills by recomputation; layers [first_saved, L) are stacked, stride n apart.
+template <typename T>
+struct PerLayer {
+  T* scratch = nullptr;
+  T* base = nullptr;
+  int64_t stride = 0;
+  int first_saved = 0;
+  T* operator[](int l) const { return l < first_saved ? scratch : base + (l - first_saved) * stride; }
+};
+
+// Activations of one micro-batch of B sequences of T tokens (N = B*T). The ones that only feed
+// matmuls live in MatmulInputs.
 struct ActivationTensors {
-  float* x0;         // (N, C)        embedding output (input of layer 0)
-  float* ln1_rstd;   // (L, N)
-  float* qkv;        // (L, N, QKV)   projections, RoPE applied to q and k
-  float* att;        // (L, N, H*D)   attention output, before o_proj
-  float* lse;        // (L, B, H, T)  attention log-sum-exp
-  float* resid;      // (L, N, C)     residual stream after attention
-  float* ln2_rstd;   // (L, N)
-  float* h13;        // (L, N, 2F)    gate | up projections
-  float* out;        // (L, N, C)     layer outputs (residual stream after the MLP)
-  float* lnf;        // (N, C)        final norm output
-  float* lnf_rstd;   // (N)
-  float* losses;     // (N)           per-token cross-entropy (0 where target < 0)
+  float* x0;                  // (N, C)        embedding output (input of layer 0)
+  PerLayer<float> ln1_rstd;   // (L, N)
+  PerLayer<float> qkv;        // (L, N, QKV)   projections, RoPE applied to q and k
+  PerLayer<float> att;        // (L, N, H*D)   attention output, before o_proj
+  PerLayer<float> lse;        // (L, B, H, T)  attention log-sum-exp
+  PerLayer<float> resid;      // (L, N, C)     residual stream after attention
+  PerLayer<float> ln2_rstd;   // (L, N)
+  PerLayer<float> h13;        // (L, N, 2F)    gate | up projections
+  PerLayer<float> out;        // (L, N, C)     layer outputs (residual stream after the MLP); always saved
+  float* lnf;                 // (N, C)        final norm output
+  float* lnf_rstd;            // (N)
+  float* losses;              // (N)           per-token cross-entropy (0 where target < 0)
 };
 
 // Tensors whose only use is as a matmul operand, kept in the dtype the matmuls read: A = float in
@@ -69,10 +94,23 @@ struct ActivationTensors {
 // the bf16 modes never convert them and store them at half the size.
 template <typename A>
 struct MatmulInputs {
-  A* ln1;   // (L, N, C)   attn_norm output (saved)
-  A* ln2;   // (L, N, C)   ffn_norm output (saved)
-  A* hmid;  // (L, N, F)   silu(gate) * up (saved)
-  A* dh13;  // (N, 2F)     backward scratch of one layer: gradient of gate | up
+  PerLayer<A> ln1;   // (L, N, C)   attn_norm output
+  PerLayer<A> ln2;   // (L, N, C)   ffn_norm output
+  PerLayer<A> hmid;  // (L, N, F)   silu(gate) * up
+  A* dh13;           // (N, 2F)     backward scratch of one layer: gradient of gate | up
+};
+
+// What a checkpoint holds: every parameter tensor's weights and AdamW moments, in the dtype the
+// precision mode keeps as master (fp32, or bf16 in bf16-sr). Built from param_specs(), the table
+// that also sizes the arenas, so a checkpoint and a model that disagree do so by name.
+enum class StateDType { f32, bf16 };
+struct StateTensor {
+  std::string name;           // "weight.wqkv", "exp_avg.wqkv", "exp_avg_sq.wqkv"
+  std::string param;          // "wqkv"
+  StateDType dtype;
+  std::vector<int64_t> shape; // the parameter's shape
+  void* data;                 // numel elements of dtype
+  int64_t numel;
 };
 
 struct AdamWConfig {
@@ -108,13 +146,20 @@ class LlamaModel {
   float* grad_data();                                  // (num_params)
 
   // Normal(0, std) matrices and embeddings, ones for norms (counter-based RNG: layout independent).
-  void init_random(float std = 0.02f);
+  // output_std (if > 0) replaces std for the layers' output projections wo and w2 (Megatron's scaled
+  // init: std / sqrt(2 L)).
+  void init_random(float std = 0.02f, float output_std = 0.0f);
   // After writing param_data() directly (checkpoint load), re-derive the bf16 copy (bf16 modes) and,
   // in bf16-sr, round the fp32 compute copy to bf16 so both agree.
   void params_changed();
 
   // Sizes the activation arena for micro-batches of (B, T); cheap when unchanged.
   void ensure_activations(int B, int T);
+  // Chooses what the backward recomputes (default none) in the first `layers` layers (-1: all);
+  // takes effect at the next forward.
+  void set_recompute(Recompute r, int layers = -1);
+  Recompute recompute() const { return recompute_; }
+  int recompute_layers() const { return recompute_layers_; }  // layers [0, this) recompute
   // tokens, targets: (B, T). Fills activations and per-token losses; returns the mean loss over
   // targets >= 0 (target -100 is ignored). Needs no gradient state.
   StepStats forward(const int32_t* tokens, const int32_t* targets, int B, int T);
@@ -129,6 +174,13 @@ class LlamaModel {
   // Global grad norm (before clipping), then AdamW on every tensor. step is 1-based.
   // Returns the pre-clip grad norm.
   float optimizer_step(const AdamWConfig& opt, float lr, int step);
+  // The two halves of optimizer_step: the global L2 norm of the gradients, and AdamW given that norm
+  // (a caller that skips non-finite steps looks at the norm first).
+  float grad_norm();
+  void optimizer_update(const AdamWConfig& opt, float lr, int step, float grad_norm);
+
+  // Weights and AdamW moments as a table of named tensors (allocates the training state).
+  std::vector<StateTensor> state_tensors();
 
   // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T) (saved
   // activations and backward scratch). state_bytes() counts what is allocated now (weights only until
@@ -136,7 +188,8 @@ class LlamaModel {
   int64_t state_bytes() const;
   static int64_t state_bytes(const LlamaConfig& c, Precision p);
   static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
-  static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T);
+  static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T,
+                                  Recompute r = Recompute::none, int recompute_layers = -1);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;
   // reset_cache(max_T) clears it. Returns logits (V) of the given token at position pos.
@@ -147,6 +200,11 @@ class LlamaModel {
   void forward_body(const int32_t* tokens, int B, int T);  // embedding .. final norm
   template <typename A>
   void forward_layers(const MatmulInputs<A>& m);             // the L transformer layers
+  // Layer l's forward; with for_backward, stops after SwiGLU (what the backward reads is then in place).
+  template <typename A>
+  void forward_layer(int l, const MatmulInputs<A>& m, bool for_backward);
+  template <typename A>
+  void recompute_layer(int l, const MatmulInputs<A>& m);     // refills what recompute_ dropped
   void backward(const int32_t* tokens, const int32_t* targets, float dloss);
   template <typename A>
   void backward_layers(const MatmulInputs<A>& m);            // layers L-1 .. 0
@@ -158,6 +216,8 @@ class LlamaModel {
   LlamaConfig config_;
   Precision precision_;
   uint64_t seed_;
+  Recompute recompute_ = Recompute::none;
+  int recompute_layers_ = 0;  // layers [0, recompute_layers_) recompute in the backward
   std::vector<ParamSpec> specs_;
   int64_t num_params_ = 0;
   ArenaVector<float> param_arena_;   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)

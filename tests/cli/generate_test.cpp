@@ -4,13 +4,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "data/tokenizer.h"
 
 namespace llamatrain {
@@ -18,21 +17,7 @@ namespace {
 
 const std::string kTiny = std::string(LLAMATRAIN_SOURCE_DIR) + "/tests/golden/tiny_hf";
 
-// Runs a command, returns (exit status, stdout).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
+using testing::run_cli;
 
 std::vector<nlohmann::json> cases() {
   std::ifstream f(kTiny + "/expected.json");
@@ -53,16 +38,13 @@ TEST(Generate, PromptIdsMatchReference) {
 }
 
 TEST(Generate, GreedyMatchesReferenceExactly) {
-  const char* bin = std::getenv("LLAMATRAIN_BIN");
-  ASSERT_NE(bin, nullptr);
   for (const auto& c : cases()) {
     const auto want = c["greedy_ids"].get<std::vector<int>>();
-    const auto [status, out] = run(std::string(bin) + " generate " + kTiny + " --prompt " +
-                                   shell_quote(c["prompt"].get<std::string>()) + " --temperature 0 --max-new-tokens " +
-                                   std::to_string(want.size()) + " --print-ids");
-    ASSERT_EQ(status, 0) << out;
+    const auto r = run_cli({"generate", kTiny, "--prompt", c["prompt"].get<std::string>(), "--temperature", "0",
+                            "--max-new-tokens", std::to_string(want.size()), "--print-ids"});
+    ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
     std::vector<int> got;
-    std::istringstream in(out);
+    std::istringstream in(r.out);
     for (int id; in >> id;) got.push_back(id);
     // The reference does not stop at EOS; llamatrain does: compare up to and including the first EOS.
     std::vector<int> expect;
@@ -75,26 +57,23 @@ TEST(Generate, GreedyMatchesReferenceExactly) {
 }
 
 TEST(Generate, SamplingIsReproducibleBySeed) {
-  const char* bin = std::getenv("LLAMATRAIN_BIN");
-  ASSERT_NE(bin, nullptr);
-  const std::string base = std::string(bin) + " generate " + kTiny + " --prompt 'The' --max-new-tokens 12 --print-ids --temperature 1.0 --top-p 0.95 ";
-  const auto a = run(base + "--seed 5"), b = run(base + "--seed 5"), c = run(base + "--seed 6");
-  ASSERT_EQ(a.first, 0);
-  EXPECT_EQ(a.second, b.second);
-  EXPECT_NE(a.second, c.second) << "different seeds gave the same 12 tokens";
+  const std::vector<std::string> base = {"generate", kTiny, "--prompt", "The", "--max-new-tokens", "12", "--print-ids",
+                                         "--temperature", "1.0", "--top-p", "0.95", "--seed"};
+  auto with_seed = [&](const char* seed) {
+    auto args = base;
+    args.push_back(seed);
+    return run_cli(args);
+  };
+  const auto a = with_seed("5"), b = with_seed("5"), c = with_seed("6");
+  ASSERT_TRUE(a.exited && a.code == 0) << testing::describe(a);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out) << "different seeds gave the same 12 tokens";
 }
 
 TEST(Generate, MissingFolderIsAClearError) {
-  const char* bin = std::getenv("LLAMATRAIN_BIN");
-  ASSERT_NE(bin, nullptr);
-  std::string out;
-  FILE* p = popen((std::string(bin) + " generate /nonexistent/model --prompt hi 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  EXPECT_NE(out.find("/nonexistent/model"), std::string::npos) << out;
-  EXPECT_EQ(out.find("CHECK"), std::string::npos) << out;
+  const auto r = run_cli({"generate", "/nonexistent/model", "--prompt", "hi"});
+  testing::expect_plain_error(r, {"/nonexistent/model"});
+  EXPECT_EQ(r.code, 1);
 }
 
 }  // namespace

@@ -4,8 +4,6 @@
 // allocating.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,22 +11,17 @@
 
 #include <unistd.h>
 
+#include "test_util.h"
 #include "core/error.h"
 #include "core/memory.h"
 
 namespace llamatrain {
 namespace {
 
-// Runs `llamatrain ARGS` with stderr merged into stdout; returns (exit status, output).
-std::pair<int, std::string> run_llamatrain(const std::string& args) {
-  const char* bin = std::getenv("LLAMATRAIN_BIN");
-  if (bin == nullptr) return {-1, "LLAMATRAIN_BIN is not set"};
-  FILE* p = popen((std::string(bin) + " " + args + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+// Runs `llamatrain ARGS`; returns (exit status, stderr followed by stdout).
+std::pair<int, std::string> run_llamatrain(const std::vector<std::string>& args) {
+  const auto r = testing::run_cli(args);
+  return {r.exited ? r.code : 128 + r.signal, r.err + r.out};
 }
 
 TEST(Memory, AvailableIsPositiveOnLinux) {
@@ -53,7 +46,7 @@ TEST(Memory, CheckRefusesTooLargeWithSizesAndHint) {
 
 TEST(Memory, BenchOfAModelTooLargeForTheMachineIsAClearError) {
   // llama2-7b at batch 64 x seq 4096 needs ~2 TB: refused up front, no allocation, no crash
-  const auto [status, out] = run_llamatrain("bench --model llama2-7b --seq 4096 --batch 64 --steps 1");
+  const auto [status, out] = run_llamatrain({"bench", "--model", "llama2-7b", "--seq", "4096", "--batch", "64", "--steps", "1"});
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("error: memory: llama2-7b in bf16-mixed at batch 64 x seq 4096 needs"), std::string::npos) << out;
   EXPECT_NE(out.find("hint:"), std::string::npos) << out;
@@ -69,7 +62,7 @@ TEST(Memory, GenerateWithAModelTooLargeForTheMachineIsAClearError) {
       << R"({"hidden_size": 32768, "intermediate_size": 131072, "num_attention_heads": 256,
              "num_key_value_heads": 256, "num_hidden_layers": 128, "rms_norm_eps": 1e-5, "vocab_size": 32000,
              "max_position_embeddings": 4096, "bos_token_id": 1, "eos_token_id": 2})";
-  const auto [status, out] = run_llamatrain("generate " + dir.string() + " --prompt hi");
+  const auto [status, out] = run_llamatrain({"generate", dir.string(), "--prompt", "hi"});
   std::filesystem::remove_all(dir);
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("error: memory: "), std::string::npos) << out;

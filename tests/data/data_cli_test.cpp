@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "data_test_util.h"
+#include "test_util.h"
 
 namespace llamatrain::data {
 namespace {

@@ -1,5 +1,5 @@
 // GPT dataset behaviour beyond the reference indices: split parsing and rounding, the numpy RNG
-// check values of FORMATS.md §2.6, sample fields (§2.10), data-parallel consumption (§2.11) with
+// check values of docs/formats.md §2.6, sample fields (§2.10), data-parallel consumption (§2.11) with
 // every token of an epoch seen exactly once on 1, 2 and 4 ranks, and the on-disk index cache
 // (reuse, rebuild on other parameters or data, rebuild on corruption).
 #include <gtest/gtest.h>
@@ -69,7 +69,7 @@ TEST(Splits, PythonRoundHalvesToEven) {
 }
 
 TEST(Splits, BookendsAndRanges) {
-  auto r = split_ranges("969,30,1", 1001);  // FORMATS.md §2.1 example
+  auto r = split_ranges("969,30,1", 1001);  // docs/formats.md §2.1 example
   ASSERT_TRUE(r[0].exists && r[1].exists && r[2].exists);
   EXPECT_EQ(r[0].begin, 0);
   EXPECT_EQ(r[0].end, 970);

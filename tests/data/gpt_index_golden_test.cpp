@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "data/blend.h"
 #include "data/gpt_dataset.h"
+#include "test_util.h"
 
 using namespace llamatrain;
 using namespace llamatrain::data;
@@ -170,7 +171,7 @@ TEST(GptIndexGolden, EveryGoldenCaseMatches) {
 }
 
 TEST(GptIndexGolden, FormatsTestVector215) {
-  // FORMATS.md §2.15, hard-coded: sizes [5,3,7,4,6], split 1,0,0, L=4, N=10, seed 1234.
+  // docs/formats.md §2.15, hard-coded: sizes [5,3,7,4,6], split 1,0,0, L=4, N=10, seed 1234.
   auto src = make_source({5, 3, 7, 4, 6}, 0);
   GptIndexParams p;
   p.seq_length = 4;
@@ -222,9 +223,8 @@ TEST(GptIndexGolden, RngMatchesNumpyGolden) {
 
 // Random cases generated here, answered by the Python reference now (not from goldens).
 TEST(GptIndexGolden, RandomCasesMatchLivePythonReference) {
-  std::string py = SYSTEM_PYTHON;
-  if (py.empty() || std::system((py + " -c 'import numpy' >/dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << "Debian python3 with numpy not found";
+  if (auto why = llamatrain::testing::python_missing({"numpy"}); !why.empty()) GTEST_SKIP() << why;
+  std::string py = llamatrain::testing::system_python();
   std::mt19937 rng(20260);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const char* splits[] = {"969,30,1", "98,2,0", "1,0,0", "90,5,5", "2,1,1", "0.7 0.2 0.1"};

@@ -1,4 +1,4 @@
-// Indexed dataset (.bin/.idx) writer and reader: the FORMATS.md 1.7 test vector byte for byte, round
+// Indexed dataset (.bin/.idx) writer and reader: the docs/formats.md 1.7 test vector byte for byte, round
 // trips (uint16/int32, multi-sequence and empty documents, sub-range reads), files written by the
 // independent Python writer (tools/reference/megatron_writer.py), merging, and clear errors for
 // every truncation of a small .idx and for corrupt fields (magic, version, dtype, counts, pointers,
@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "data_test_util.h"
+#include "test_util.h"
 
 namespace llamatrain::data {
 namespace {
@@ -49,11 +49,10 @@ TEST(IndexedDataset, Formats17TestVectorByteForByte) {
     w.add_document(a);
     w.add_document(b);
     EXPECT_FALSE(exists(prefix + ".idx"));  // nothing final before finish()
-    EXPECT_TRUE(exists(prefix + ".bin.tmp"));
+    EXPECT_FALSE(llamatrain::testing::temporaries(dir.path()).empty());
     w.finish();
   }
-  EXPECT_FALSE(exists(prefix + ".bin.tmp"));
-  EXPECT_FALSE(exists(prefix + ".idx.tmp"));
+  EXPECT_TRUE(llamatrain::testing::temporaries(dir.path()).empty());
   std::string bin = read_file(prefix + ".bin");
   EXPECT_EQ(bin, hex_bytes({1, 0, 5, 0, 2, 0, 1, 0, 7, 0, 8, 0, 2, 0}));
   std::string idx = read_file(prefix + ".idx");
@@ -209,9 +208,7 @@ TEST(IndexedDataset, UnfinishedWriterLeavesNothing) {
   }
   EXPECT_FALSE(exists(prefix + ".bin"));
   EXPECT_FALSE(exists(prefix + ".idx"));
-  EXPECT_FALSE(exists(prefix + ".bin.tmp"));
-  EXPECT_FALSE(exists(prefix + ".idx.tmp"));
-  EXPECT_FALSE(exists(prefix + ".idx.sizes.tmp"));
+  EXPECT_TRUE(llamatrain::testing::temporaries(dir.path()).empty());
 }
 
 TEST(IndexedDataset, MissingOutputFolderIsAClearError) {
@@ -236,7 +233,7 @@ TEST(IndexedDataset, ReadsPythonWrittenInt32Golden) {
 
 // Random documents written at test time by the independent Python writer, read back here.
 TEST(IndexedDataset, ReadsPythonWrittenRandomFiles) {
-  if (!exists(SYSTEM_PYTHON)) GTEST_SKIP() << "no " << SYSTEM_PYTHON;
+  if (auto why = llamatrain::testing::python_missing({"numpy"}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   std::mt19937 rng(11);
   for (std::string dt : {"uint16", "int32"}) {

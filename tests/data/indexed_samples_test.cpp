@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "data/blend.h"
 #include "data/indexed_token_source.h"
-#include "data_test_util.h"
+#include "test_util.h"
 
 namespace llamatrain::data {
 namespace {

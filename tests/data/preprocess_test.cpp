@@ -1,8 +1,8 @@
 // Preprocess pipeline: byte-identical output with the goldens of the independent Python writer
 // (with/without --append-eod, --bos, text input, several keys; 1, 2 and 3 workers; tiny batches),
 // skip counts and file:line locations, --strict, .gz/.zst inputs (multi-member/frame, truncated),
-// folder and glob expansion, --need-pad-id, empty input, the line reader's edge cases, and that a
-// killed run leaves only *.tmp files.
+// folder and glob expansion, --need-pad-id, inputs without documents, the line reader's edge cases, and that a
+// killed run leaves only temporary (.tmp-XXXXXX) files.
 #include "data/preprocess.h"
 
 #include <gtest/gtest.h>
@@ -15,9 +15,11 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
-#include "data_test_util.h"
+#include "test_util.h"
 
 namespace llamatrain::data {
 namespace {
@@ -86,8 +88,7 @@ TEST_P(PreprocessGolden, ByteIdenticalToPythonWriter) {
   EXPECT_EQ(st.outputs.at(0).documents, 25);
   std::string g = c.bos ? "fixture_bos_eod" : c.eod ? "fixture_eod" : "fixture_noeod";
   expect_same_dataset(dir / "out_text_document", golden(g + "_text_document"));
-  EXPECT_FALSE(exists(dir / "out_text_document.bin.tmp"));
-  EXPECT_FALSE(exists(dir / "out_text_document.idx.tmp"));
+  EXPECT_TRUE(llamatrain::testing::temporaries(dir.path()).empty());
   EXPECT_TRUE(exists(dir / "out.stats.json"));
 }
 
@@ -102,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The committed goldens are exactly what the reference writer produces today (no drift).
 TEST(Preprocess, GoldensAreReproducibleByTheReferenceWriter) {
-  if (!exists(SYSTEM_PYTHON)) GTEST_SKIP() << "no " << SYSTEM_PYTHON;
+  if (auto why = llamatrain::testing::python_missing({"numpy", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   const std::string w = std::string(SYSTEM_PYTHON) + " " + llamatrain::testing::source_path("tools/reference/megatron_writer.py") +
                         " preprocess --tokenizer-model " + fixture("tokenizer.model");
@@ -203,8 +204,9 @@ TEST(Preprocess, StrictStopsAtFirstMalformedLineAndLeavesNoOutput) {
     EXPECT_NE(msg.find("empty document"), std::string::npos) << msg;
     EXPECT_NE(msg.find("--strict"), std::string::npos) << msg;
   }
-  for (const char* ext : {".bin", ".idx", ".bin.tmp", ".idx.tmp"})
+  for (const char* ext : {".bin", ".idx"})
     EXPECT_FALSE(exists(dir / (std::string("strict_text_document") + ext))) << ext;
+  EXPECT_TRUE(llamatrain::testing::temporaries(dir.path()).empty());
   EXPECT_FALSE(exists(dir / "strict.stats.json"));
 
   // A clean corpus passes --strict.
@@ -255,7 +257,7 @@ TEST(Preprocess, TruncatedCompressedInputIsAClearError) {
       EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
     }
     EXPECT_FALSE(exists(dir / "t_text_document.idx"));
-    EXPECT_FALSE(exists(dir / "t_text_document.bin.tmp"));
+    EXPECT_TRUE(llamatrain::testing::temporaries(dir.path()).empty());
   }
 }
 
@@ -315,14 +317,37 @@ TEST(Preprocess, NeedPadIdChangesOnlyTheVocabSize) {
   EXPECT_EQ(j["conventions"]["need_pad_id"], true);
 }
 
-TEST(Preprocess, EmptyInputGivesAValidEmptyDataset) {
+// An input that gives no document is an error saying what it held, and writes nothing (the
+// empty dataset it used to write looked like success).
+TEST(Preprocess, InputWithoutDocumentsIsAnErrorAndWritesNothing) {
   TempDir dir;
   write_file(dir / "empty.jsonl", "");
-  auto o = base_options(dir / "empty.jsonl", dir / "e");
-  auto st = run_preprocess(o);
-  EXPECT_EQ(st.outputs[0].documents, 0);
-  IndexedDataset ds(dir / "e_text_document");
-  EXPECT_EQ(ds.num_documents(), 0);
+  write_file(dir / "keys.jsonl", "{\"body\": \"a\", \"id\": 1}\n");
+  for (auto [input, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"empty.jsonl", "the input is empty (0 lines)"}, {"keys.jsonl", "the objects have keys: body, id"}}) {
+    auto o = base_options(dir / input, dir / "e");
+    try {
+      run_preprocess(o);
+      ADD_FAILURE() << input << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(exists(dir / "e_text_document.bin"));
+    EXPECT_FALSE(exists(dir / "e_text_document.idx"));
+    EXPECT_FALSE(exists(dir / "e.stats.json"));
+    EXPECT_TRUE(llamatrain::testing::temporaries(dir.path()).empty());
+  }
+}
+
+// Linux file names are bytes: one that is not UTF-8 still gives a valid stats.json.
+TEST(Preprocess, NonUtf8FileNameGivesValidStats) {
+  TempDir dir;
+  const std::string input = dir / "corpus\xff.jsonl";
+  write_file(input, read_file(fixture("corpus.jsonl")));
+  auto o = base_options(input, dir / "u");
+  run_preprocess(o);
+  auto stats = nlohmann::json::parse(read_file(dir / "u.stats.json"));
+  EXPECT_EQ(stats["inputs"][0].get<std::string>(), dir / "corpus\xef\xbf\xbd.jsonl");
 }
 
 TEST(Preprocess, ManyBatchesStayInInputOrder) {
@@ -419,7 +444,7 @@ TEST(JsonFieldExtractor, EscapesDuplicatesAndErrors) {
   EXPECT_EQ(run("{\"text\": \"\xc3\x28\"}"), LineStatus::kInvalidUtf8);
 }
 
-// A killed run (SIGKILL while waiting for more input from a FIFO) leaves only *.tmp files.
+// A killed run (SIGKILL while waiting for more input from a FIFO) leaves only temporaries (.tmp-XXXXXX).
 TEST(Preprocess, KilledRunLeavesOnlyTmpFiles) {
   TempDir dir;
   std::string fifo = dir / "in.jsonl";
@@ -438,7 +463,7 @@ TEST(Preprocess, KilledRunLeavesOnlyTmpFiles) {
   ASSERT_NE(w, nullptr);
   for (int i = 0; i < 2000; ++i) std::fprintf(w, "{\"text\": \"document %d\"}\n", i);
   std::fflush(w);
-  for (int i = 0; i < 100 && !exists(prefix + "_text_document.bin.tmp"); ++i)
+  for (int i = 0; i < 100 && llamatrain::testing::temporaries(dir.path()).empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ::kill(pid, SIGKILL);
@@ -446,7 +471,7 @@ TEST(Preprocess, KilledRunLeavesOnlyTmpFiles) {
   ::waitpid(pid, &status, 0);
   std::fclose(w);
   EXPECT_TRUE(WIFSIGNALED(status));
-  EXPECT_TRUE(exists(prefix + "_text_document.bin.tmp"));
+  EXPECT_FALSE(llamatrain::testing::temporaries(dir.path()).empty());  // SIGKILL: no chance to clean up
   EXPECT_FALSE(exists(prefix + "_text_document.bin"));
   EXPECT_FALSE(exists(prefix + "_text_document.idx"));
   EXPECT_FALSE(exists(prefix + ".stats.json"));

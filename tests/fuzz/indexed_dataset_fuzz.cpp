@@ -33,7 +33,7 @@ void put(Bytes* b, T v) {
   b->insert(b->end(), tmp, tmp + sizeof(T));
 }
 
-// Hand-encoded .idx (FORMATS.md 1.2) for documents made of sequences of the given sizes.
+// Hand-encoded .idx (docs/formats.md 1.2) for documents made of sequences of the given sizes.
 Bytes make_index(uint8_t code, int itemsize, const std::vector<std::vector<int32_t>>& docs, uint64_t* bin_size) {
   std::vector<int32_t> sizes;
   std::vector<int64_t> doc_idx{0};
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     s.idx = make_index(code, item, docs, &s.bin_size);
     seeds.push_back(s);
   };
-  add(8, 2, {{3}, {4}});                 // the FORMATS.md 1.7 vector
+  add(8, 2, {{3}, {4}});                 // the docs/formats.md 1.7 vector
   add(8, 2, {});                         // empty dataset
   add(4, 4, {{1, 2}, {}, {0, 5}, {7}});  // int32, multi-sequence and empty documents
   add(5, 8, {{2}, {9}, {1}});

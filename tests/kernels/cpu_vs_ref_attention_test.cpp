@@ -1,7 +1,7 @@
 // cpu::attention_forward / attention_backward against ref:: on awkward sizes (T not a multiple of
 // the 64-row tile, D with and without a compiled-in specialization, MHA and GQA groups of 2..6),
-// and bitwise equality of 1 vs 2 OpenMP threads (which also switches the backward between its
-// one-pass and two-pass schedules for some shapes).
+// and bitwise equality across 1, 2, 3, 4 and 7 OpenMP threads on shapes chosen so that the
+// backward's one-pass and two-pass schedules both occur among the runs compared.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -110,29 +110,63 @@ TEST(CpuVsRefAttention, HeadDim128) {
   check_shape(Shape{2, 65, 2, 2, 128});
 }
 
-// The cpu kernels sum every value in a fixed order, so the thread count (and, for B*Hkv < 2*threads,
-// the backward's two-pass schedule instead of the one-pass one) must not change a single bit.
+// Index of the first element whose bits differ, or -1.
+int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); i++)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
+  return -1;
+}
+
+// Every value is summed in a fixed order and the backward's two schedules share one routine per tile
+// pair, so neither the thread count nor the schedule it selects may change a single bit. The backward
+// runs one pass when B*Hkv >= 2*threads (attention.cpp) and two otherwise; each shape below crosses
+// that switch between 1 and 7 threads (n_kv = B*Hkv of 2..9), with T not a multiple of 64, GQA groups
+// 1, 2, 4, D 8, 16, 64, 128 and B 1, 3. Threads beyond the 2 cores are fine: only bits are compared.
 TEST(CpuVsRefAttention, ThreadCountIsBitwiseInvariant) {
   const int saved = omp_get_max_threads();
-  for (const Shape& s : {Shape{1, 200, 8, 2, 64}, Shape{1, 130, 6, 1, 16}, Shape{3, 127, 4, 4, 64},
-                         Shape{1, 300, 4, 2, 8}}) {
+  const int thread_counts[] = {1, 2, 3, 4, 7};
+  const Shape shapes[] = {
+      {1, 300, 4, 2, 8},    // n_kv 2: one pass at 1 thread only
+      {1, 130, 4, 4, 16},   // n_kv 4: one pass at 1, 2
+      {3, 127, 8, 2, 64},   // n_kv 6: one pass at 1..3; group 4
+      {3, 77, 6, 3, 8},     // n_kv 9: one pass at 1..4
+      {1, 100, 8, 2, 128},  // n_kv 2, group 4, D 128
+      {3, 33, 3, 3, 128},   // n_kv 9, MHA, a single partial tile
+      {3, 191, 4, 1, 16},   // n_kv 3, group 4
+  };
+  for (const Shape& s : shapes) {
     SCOPED_TRACE(s.name());
     const auto qkv = random_vector(s.qkv_size(), 2.0f, 21);
     const auto dout = random_vector(s.out_size(), 1.0f, 22);
-    std::vector<float> out[2], lse[2], dqkv[2];
-    for (int r = 0; r < 2; r++) {
-      omp_set_num_threads(r + 1);
-      out[r].assign(s.out_size(), NAN);
-      lse[r].assign(s.lse_size(), NAN);
-      dqkv[r].assign(s.qkv_size(), NAN);
-      cpu::attention_forward(out[r].data(), lse[r].data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
-      cpu::attention_backward(dqkv[r].data(), dout.data(), qkv.data(), out[r].data(), lse[r].data(), s.B, s.T, s.H,
-                              s.Hkv, s.D);
+    std::vector<float> out_first, lse_first, dqkv_first;
+    bool saw_one_pass = false, saw_two_pass = false;
+    for (int threads : thread_counts) {
+      const bool one_pass = s.B * s.Hkv >= 2 * threads;
+      SCOPED_TRACE(fmt::format("{} threads ({} backward)", threads, one_pass ? "one-pass" : "two-pass"));
+      (one_pass ? saw_one_pass : saw_two_pass) = true;
+      omp_set_num_threads(threads);
+      std::vector<float> out(s.out_size(), NAN), lse(s.lse_size(), NAN), dqkv(s.qkv_size(), NAN);
+      cpu::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
+      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv,
+                              s.D);
+      if (threads == thread_counts[0]) {  // the run the others are compared with must itself be right
+        std::vector<float> out_r(s.out_size()), lse_r(s.lse_size()), dqkv_r(s.qkv_size());
+        ref::attention_forward(out_r.data(), lse_r.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
+        ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(), lse_r.data(), s.B, s.T, s.H,
+                                s.Hkv, s.D);
+        EXPECT_EQ(count_mismatches("dqkv", dqkv, dqkv_r, kTol, s.name()), 0);
+        out_first = out;
+        lse_first = lse;
+        dqkv_first = dqkv;
+        continue;
+      }
+      EXPECT_EQ(first_difference(out, out_first), -1);
+      EXPECT_EQ(first_difference(lse, lse_first), -1);
+      const int64_t i = first_difference(dqkv, dqkv_first);
+      EXPECT_EQ(i, -1) << fmt::format("dqkv[{}] = {:.9g}, with {} thread: {:.9g}", i, i < 0 ? 0.0f : dqkv[i],
+                                      thread_counts[0], i < 0 ? 0.0f : dqkv_first[i]);
     }
-    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0);
-    EXPECT_EQ(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)), 0);
-    EXPECT_EQ(std::memcmp(dqkv[0].data(), dqkv[1].data(), dqkv[0].size() * sizeof(float)), 0);
-    EXPECT_FALSE(std::isnan(dqkv[0][0]));
+    EXPECT_TRUE(saw_one_pass && saw_two_pass) << "the shape must put the schedule switch between 1 and 7 threads";
   }
   omp_set_num_threads(saved);
 }

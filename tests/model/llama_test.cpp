@@ -169,4 +169,65 @@ TEST(Llama, Bf16SrKeepsComputeCopyExactlyBf16) {
 }
 
 }  // namespace
+TEST(Llama, RecomputeModesGiveBitwiseTheSameLossAndGradients) {
+  // selective and full recompute rerun the same kernels on the same inputs in the backward, so every
+  // gradient equals the one of a run that saved everything, bit for bit, in every precision mode;
+  // two steps check that the recomputation also sees the updated weights.
+  const auto c = small_config();
+  const int B = 2, T = 37;
+  const auto tokens = random_tokens(B * T, c.vocab_size, 5);
+  const auto targets = random_tokens(B * T, c.vocab_size, 6);
+  for (auto p : {model::Precision::fp32, model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+    std::vector<float> ref_grads, ref_params;
+    float ref_loss = 0;
+    // (mode, layers): every layer, or Megatron's block method (only layer 0 of the two recomputes).
+    const std::pair<model::Recompute, int> modes[] = {{model::Recompute::none, -1},
+                                                      {model::Recompute::selective, -1},
+                                                      {model::Recompute::full, -1},
+                                                      {model::Recompute::full, 1},
+                                                      {model::Recompute::selective, 1}};
+    for (const auto& [r, layers] : modes) {
+      model::LlamaModel m(c, p, 11);
+      m.init_random(0.1f);
+      m.set_recompute(r, layers);
+      model::AdamWConfig opt;
+      float loss = 0;
+      for (int step = 1; step <= 2; step++) {
+        m.zero_grad();
+        loss = m.forward_backward(tokens.data(), targets.data(), B, T).loss;
+        if (step == 1) m.optimizer_step(opt, 1e-2f, step);
+      }
+      std::vector<float> grads(m.grad_data(), m.grad_data() + m.num_params());
+      std::vector<float> params(m.param_data(), m.param_data() + m.num_params());
+      if (r == model::Recompute::none) {
+        ref_grads = grads, ref_params = params, ref_loss = loss;
+        continue;
+      }
+      EXPECT_EQ(loss, ref_loss) << model::recompute_name(r) << " " << layers << " " << model::precision_name(p);
+      int64_t differ = 0;
+      for (size_t i = 0; i < grads.size(); i++) differ += grads[i] != ref_grads[i] || params[i] != ref_params[i];
+      EXPECT_EQ(differ, 0) << model::recompute_name(r) << " " << layers << " " << model::precision_name(p);
+    }
+  }
+}
+
+TEST(Llama, RecomputeSavesActivationMemory) {
+  // The analytic figure is the allocation (one layout sizes both); recompute must shrink it in the
+  // order none > selective > full, and full keeps about one layer plus the residual stream.
+  const auto c = model::preset_config("stories15m");
+  for (auto p : {model::Precision::fp32, model::Precision::bf16_mixed}) {
+    const int64_t none = model::LlamaModel::activation_bytes(c, p, 4, 256, model::Recompute::none);
+    const int64_t sel = model::LlamaModel::activation_bytes(c, p, 4, 256, model::Recompute::selective);
+    const int64_t full = model::LlamaModel::activation_bytes(c, p, 4, 256, model::Recompute::full);
+    EXPECT_GT(none, sel);
+    EXPECT_GT(sel, full);
+    EXPECT_LT(full * 2, none) << "full recompute should keep well under half of 6 layers' activations";
+    const int64_t block2 = model::LlamaModel::activation_bytes(c, p, 4, 256, model::Recompute::full, 2);
+    EXPECT_GT(block2, full);  // 2 of 6 layers recompute: between full and none
+    EXPECT_LT(block2, none);
+  }
+  EXPECT_THROW(model::parse_recompute("partial"), Error);
+  EXPECT_EQ(model::parse_recompute("null"), model::Recompute::none);
+}
+
 }  // namespace llamatrain

@@ -1,9 +1,9 @@
-"""PyTorch reference for Hugging Face LlamaForCausalLM numerics, written from FORMATS.md section 4.
+"""PyTorch reference for Hugging Face LlamaForCausalLM numerics, written from docs/formats.md section 4.
 
 Holds: the config (HF config.json keys), seeded parameter init by HF tensor names, a functional
 forward (dtype-generic: float64 for goldens, float32/bf16-autocast for benches), the cross-entropy
 loss, the AdamW + grad-clip loop used for the golden optimizer steps, and a hand-rolled safetensors
-writer and strict reader (FORMATS.md section 3). Used only by tests and benches, never at run time.
+writer and strict reader (docs/formats.md section 3). Used only by tests and benches, never at run time.
 Leaves out: KV cache, rope_scaling, attention/MLP biases, dropout.
 """
 import json
@@ -39,7 +39,7 @@ class LlamaConfig:
         return self.hidden_size // self.num_attention_heads
 
     def to_hf_json(self, torch_dtype="float32"):
-        """The HF LlamaConfig keys (4.x spelling, FORMATS.md 4.1)."""
+        """The HF LlamaConfig keys (4.x spelling, docs/formats.md 4.1)."""
         return {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
@@ -77,7 +77,7 @@ class LlamaConfig:
 
 
 def param_shapes(cfg):
-    """[(hf_name, shape)] in HF module order; lm_head.weight is absent when tied (FORMATS.md 4.2)."""
+    """[(hf_name, shape)] in HF module order; lm_head.weight is absent when tied (docs/formats.md 4.2)."""
     C, F_, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     D, H, Hkv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
     out = [("model.embed_tokens.weight", (V, C))]
@@ -277,7 +277,7 @@ def greedy_generate(params, cfg, prompt_ids, n_new):
 
 
 # ---------------------------------------------------------------------------------------------
-# safetensors (FORMATS.md section 3), hand-rolled: byte-identical to the Rust crate's writer
+# safetensors (docs/formats.md section 3), hand-rolled: byte-identical to the Rust crate's writer
 # ---------------------------------------------------------------------------------------------
 # tensor.rs enum Dtype order; the writer sorts by this order descending, then by name.
 DTYPE_ORDER = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0",

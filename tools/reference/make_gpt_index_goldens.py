@@ -25,7 +25,7 @@ def sizes(seed, n, lo, hi, zero_every=0):
 
 
 CASES = {
-    # FORMATS.md §2.15 test vector.
+    # docs/formats.md §2.15 test vector.
     "fv_2_15": {"mode": "gpt", "sizes": [5, 3, 7, 4, 6], "split": "1,0,0", "seq_length": 4,
                 "num_samples": [10, None, None], "seed": 1234, "with_text": True},
     # Three epochs with a short final epoch: separate_final_epoch true.

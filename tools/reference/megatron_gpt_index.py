@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent re-implementation of Megatron-LM's GPT dataset indices (FORMATS.md §2.1-2.9, 2.13).
+"""Independent re-implementation of Megatron-LM's GPT dataset indices (docs/formats.md §2.1-2.9, 2.13).
 
 Written from the spec, not from llamatrain's C++: numpy's own RandomState does the shuffles, Python's
 round() the split bookends, and the sample index is computed twice (the helpers.cpp walk and the
@@ -40,7 +40,7 @@ def split_range(bookend, n):
 
 
 def sample_index_walk(sizes, doc, L, extra, ns):
-    """The helpers.cpp construction, step by step as FORMATS §2.8 lists it."""
+    """The helpers.cpp construction, step by step as docs/formats.md §2.8 lists it."""
     rows = [(0, 0)]
     d, off = 0, 0
     while len(rows) <= ns:

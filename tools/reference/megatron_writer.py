@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent reference writer of Megatron indexed datasets (.bin/.idx), written from FORMATS.md
+"""Independent reference writer of Megatron indexed datasets (.bin/.idx), written from docs/formats.md
 section 1 with numpy and python3-sentencepiece, to produce the golden files the C++ preprocess must
 match byte for byte. It shares no code with llamatrain. Conventions (NeMo's
 preprocess_data_for_megatron.py, as llamatrain documents in docs/data.md): no BOS unless --bos,

@@ -4,12 +4,13 @@
 (a) float64 autograd gradients of the whole model against finite differences (torch gradcheck),
     and the forward against a second, independent formulation (Meta interleaved RoPE on permuted
     q/k weights, per-head loop, hand-written RMSNorm and log-softmax);
-(b) the safetensors writer reproduces FORMATS.md 3.3's test vectors byte for byte; the reader
+(b) the safetensors writer reproduces docs/formats.md 3.3's test vectors byte for byte; the reader
     rejects malformed files;
 (c) every golden file reads back to the arrays the generator computes now, rewrites byte-identically,
     and its AdamW trajectory matches the update formula written out in README.md.
 Exits non-zero on the first failure. Runs in ~10-20 s.
 """
+import importlib.util
 import json
 import math
 import os
@@ -17,8 +18,17 @@ import struct
 import sys
 import time
 
-import numpy as np
-import torch
+# Missing modules are a skip, not a failure: exit 77, which ctest reports as skipped (CMakeLists.txt).
+NEEDED = {"numpy": "python3-numpy", "torch": "python3-torch", "sentencepiece": "python3-sentencepiece"}
+missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+if missing:
+    print(f"SKIP: needs Python modules that {sys.executable} does not have: {', '.join(missing)}\n"
+          f"hint: install with `bash scripts/setup.sh` (Debian/Ubuntu packages: "
+          f"{' '.join(NEEDED[m] for m in missing)})")
+    sys.exit(77)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -85,7 +95,7 @@ def meta_forward(params, cfg, tokens):
         ms = (x * x).sum(-1, keepdim=True) / x.shape[-1]
         return x / torch.sqrt(ms + cfg.rms_norm_eps) * w
 
-    def hf_to_meta(w, heads):  # FORMATS.md 4.3 permute_reverse: [heads, 2, D/2, C] swap axes 1, 2
+    def hf_to_meta(w, heads):  # docs/formats.md 4.3 permute_reverse: [heads, 2, D/2, C] swap axes 1, 2
         return w.view(heads, 2, D // 2, C).transpose(1, 2).reshape(heads * D, C)
 
     def rope_pairs(x):  # x (T, D) in Meta layout: pairs (2i, 2i+1) rotated by p * theta^(-2i/D)

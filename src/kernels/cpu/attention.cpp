@@ -21,9 +21,12 @@
 // runs one task per (b, kv head) when there are >= 2 per thread: the task owns dq of its query
 // heads and dk, dv of its kv head, so nothing is shared. With fewer tasks it runs two passes:
 // dk, dv per (b, kv head, key tile) and dq per (b, h, query tile), each block written by one task.
-// Every value is summed in a fixed order in both schemes, so results are bitwise independent of the
-// thread count and of the scheme. Scratch is O(kB * (kB + D)) per thread. Details and derivation:
-// docs/derivations.md, section "Attention".
+// Bitwise independent of the thread count and so of the scheme, for any compiler and -march: both
+// schemes compute every value of dqkv in the same two functions (backward_tile for a tile pair,
+// fill_di), each compiled once, with the same arguments and in the same order; the dq pass repacks
+// K, V per pair to make the one-pass scheme's call. Same order alone was not enough: code compiled
+// per call site may differ in fma contraction and vectorization. Scratch is O(kB * (kB + D)) per
+// thread. Details and derivation: docs/derivations.md, section "Attention".
 #include <omp.h>
 
 #include <algorithm>
@@ -47,6 +50,16 @@ namespace {
 constexpr int kB = 64;  // rows per query tile = keys per key tile (equal, so every row of a
                         // processed key tile sees at least one unmasked key)
 
+// The backward's arithmetic lives in functions marked ONE_BODY, called by both schedules: one
+// compiled copy each, never inlined into or specialized for a caller (GCC's noipa; Clang lacks it,
+// noinline is its nearest), so a compiler cannot vectorize, fuse or reorder a value differently in
+// one schedule than in the other.
+#if defined(__clang__)
+#define ONE_BODY [[gnu::noinline]]
+#else
+#define ONE_BODY [[gnu::noipa]]
+#endif
+
 // Micro-kernels on GCC/Clang vector extensions (16 floats; the compiler maps them to zmm, ymm or xmm
 // registers, whatever -march offers): plain loops over a float array keep their accumulators in
 // memory, these keep a block of rows x columns in registers. a * b + c contracts to one fma.
@@ -55,8 +68,10 @@ constexpr int kV = 16;  // floats per vf
 // vf never crosses a function boundary by value: that would change the ABI (and warn) when the
 // target lacks 512-bit registers.
 // Unaligned access through a 4-byte-aligned alias of vf: a plain vector load or store (memcpy here
-// made GCC keep the accumulators in a stack array and copy them in and out of registers).
-using vf_unaligned = float __attribute__((vector_size(64), aligned(4), may_alias));
+// made GCC keep the accumulators in a stack array and copy them in and out of registers). A typedef,
+// not `using`: Clang applies the attributes of a `using` to float, so the alias stayed 64-aligned.
+typedef float vf_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
+static_assert(alignof(vf_unaligned) == 4);
 inline void load(vf& v, const float* p) { v = *reinterpret_cast<const vf_unaligned*>(p); }
 inline void store(float* p, const vf& v) { *reinterpret_cast<vf_unaligned*>(p) = v; }
 
@@ -68,15 +83,38 @@ inline void store(float* p, const vf& v) { *reinterpret_cast<vf_unaligned*>(p) =
 // loads per 16 fma instead of 20). The layout of A is a template argument so the compiler keeps
 // one loop (a runtime pair of strides made it version the loop and copy the accumulators through
 // the stack around it). Each element sums c in increasing order whatever the blocking, so results
-// do not depend on how callers cut rows and columns.
-template <int R, int NV, bool accumulate, bool a_transposed>
+// do not depend on how callers cut rows and columns. narrow (NV = 1): only the first `cols` < 16
+// columns exist; C and Bm are read zero-padded and C is stored in part, so a head dim that is not a
+// multiple of 16 runs the same vector arithmetic as the rest instead of a scalar loop.
+template <bool narrow>
+inline void load_cols(vf& v, const float* p, int cols) {
+  if constexpr (narrow) {
+    float t[kV] = {};
+    std::memcpy(t, p, sizeof(float) * cols);
+    load(v, t);
+  } else {
+    load(v, p);
+  }
+}
+template <bool narrow>
+inline void store_cols(float* p, const vf& v, int cols) {
+  if constexpr (narrow) {
+    float t[kV];
+    store(t, v);
+    std::memcpy(p, t, sizeof(float) * cols);
+  } else {
+    store(p, v);
+  }
+}
+template <int R, int NV, bool accumulate, bool a_transposed, bool narrow = false>
 inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t lda, const float* Bm, int64_t ldb, int n,
-                       const float* row_scale = nullptr) {
+                       const float* row_scale = nullptr, int cols = kV) {
+  static_assert(!narrow || NV == 1);
   vf acc[R][NV];
   for (int r = 0; r < R; r++)
     for (int v = 0; v < NV; v++) {
       if (accumulate) {
-        load(acc[r][v], C + r * ldc + v * kV);
+        load_cols<narrow>(acc[r][v], C + r * ldc + v * kV, cols);
         if (row_scale != nullptr) acc[r][v] *= row_scale[r];
       } else {
         acc[r][v] = vf{};
@@ -84,14 +122,14 @@ inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t lda, const
     }
   for (int c = 0; c < n; c++) {
     vf b[NV];
-    for (int v = 0; v < NV; v++) load(b[v], Bm + c * ldb + v * kV);
+    for (int v = 0; v < NV; v++) load_cols<narrow>(b[v], Bm + c * ldb + v * kV, cols);
     for (int r = 0; r < R; r++) {
       const float a = a_transposed ? A[r + c * lda] : A[r * lda + c];
       for (int v = 0; v < NV; v++) acc[r][v] += a * b[v];
     }
   }
   for (int r = 0; r < R; r++)
-    for (int v = 0; v < NV; v++) store(C + r * ldc + v * kV, acc[r][v]);
+    for (int v = 0; v < NV; v++) store_cols<narrow>(C + r * ldc + v * kV, acc[r][v], cols);
 }
 
 constexpr int kRows = 8;  // rows per gemm_block
@@ -128,18 +166,21 @@ void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_
 // triangle, Tri::lower (rows are queries) stops at c <= r and Tri::upper (rows are keys) starts at
 // c = r, per block of rows. Skipped terms are exact zeros, so the result is the same as without
 // skipping. accumulate = false starts C from 0 (the same bits as zeroing C first, without touching
-// it twice); row_scale (nr), if given, scales row r of C before the sum. D a multiple of 16 runs on
-// gemm_block; other D (tests only) on plain loops.
+// it twice); row_scale (nr), if given, scales row r of C before the sum. Every column runs on
+// gemm_block, the D % 16 last ones on its narrow form: no scalar loop, whose arithmetic the compiler
+// may vectorize differently per call site or stride (GCC versions it for stride 1 and vectorizes
+// that copy as an in-order reduction, unfused, while the other copy fuses into fma).
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
                const float* Bm /*(nc,D) stride ldb*/, int64_t ldb, int nr, int nc, int D, Tri tri,
                bool accumulate = true, const float* row_scale = nullptr) {
   auto c_begin = [&](int r) { return tri == Tri::upper ? r : 0; };
   auto c_end = [&](int r_end) { return tri == Tri::lower ? std::min(nc, r_end) : nc; };
-  auto block = [&]<int R, int NV, bool acc>(float* c, const float* a, const float* bm, int n, const float* rs) {
+  auto block = [&]<int R, int NV, bool acc, bool narrow = false>(float* c, const float* a, const float* bm, int n,
+                                                                  const float* rs, int cols = kV) {
     if (a_rs == 1)
-      gemm_block<R, NV, acc, true>(c, ldc, a, a_cs, bm, ldb, n, rs);
+      gemm_block<R, NV, acc, true, narrow>(c, ldc, a, a_cs, bm, ldb, n, rs, cols);
     else
-      gemm_block<R, NV, acc, false>(c, ldc, a, a_rs, bm, ldb, n, rs);
+      gemm_block<R, NV, acc, false, narrow>(c, ldc, a, a_rs, bm, ldb, n, rs, cols);
   };
   auto rows = [&]<int R, bool acc>(int r) {
     const int c0 = c_begin(r), n = c_end(r + R) - c0;
@@ -150,13 +191,7 @@ void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int 
     for (; d + kCols <= D; d += kCols)
       block.template operator()<R, kCols / kV, acc>(C + r * ldc + d, a, bm + d, n, rs);
     for (; d + kV <= D; d += kV) block.template operator()<R, 1, acc>(C + r * ldc + d, a, bm + d, n, rs);
-    for (int rr = 0; rr < R && d < D; rr++)  // D % 16 columns left: plain loops, same order of c
-      for (int dd = d; dd < D; dd++) {
-        float x = acc ? C[(r + rr) * ldc + dd] : 0.0f;
-        if (acc && rs != nullptr) x *= rs[rr];
-        for (int c = 0; c < n; c++) x += a[rr * a_rs + c * a_cs] * bm[c * ldb + dd];
-        C[(r + rr) * ldc + dd] = x;
-      }
+    if (d < D) block.template operator()<R, 1, acc, true>(C + r * ldc + d, a, bm + d, n, rs, D - d);
   };
   int r = 0;
   if (accumulate) {
@@ -325,10 +360,12 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
 //   dV += P^T dO, dK += dS^T Q (both into kB x D accumulators, skipped when dk == nullptr),
 //   dQ += dS K (into dq rows at stride ldq, skipped when dq == nullptr).
 // Kt, Vt: the key tile's k and v packed transposed; di (B,H,T) = rowsum(dout * out).
+// The only place the backward computes P, dP, dS and their products: both schedules call it for
+// each pair, with the same arguments for dq, so every value of dqkv has the same bits either way.
 // scratch: P, dS (kB,kB).
-void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB,D)*/, const float* dout,
-                   const float* qkv, const float* lse, const float* di, const float* Kt, const float* Vt,
-                   const Geometry& g, int b, int h, int qt, int kt, float* scratch) {
+ONE_BODY void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB,D)*/,
+                            const float* dout, const float* qkv, const float* lse, const float* di, const float* Kt,
+                            const float* Vt, const Geometry& g, int b, int h, int qt, int kt, float* scratch) {
   const int D = g.D, i0 = qt * kB, ni = g.rows(qt), j0 = kt * kB, nj = g.rows(kt), kvh = h / g.group;
   float* P = scratch;       // (kB,kB)
   float* dS = P + kB * kB;  // (kB,kB) dP, then dS
@@ -366,6 +403,7 @@ void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB
 
 // dk, dv of key tile kt of (b, kvh), summed over the group's query heads and the query tiles at and
 // below the diagonal in a fixed order; with dq_too, also adds each pair's dS K into dqkv's dq rows.
+// scratch: Kt, Vt (D,kB), dk, dv (kB,D), then backward_tile's.
 void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
                        const Geometry& g, int b, int kvh, int kt, bool dq_too, float* scratch) {
   const int D = g.D, j0 = kt * kB, nj = g.rows(kt);
@@ -390,45 +428,31 @@ void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const f
   }
 }
 
-// dq of query tile qt of (b, h) (the two-pass schedule), computed transposed like the forward:
-// St = K Q^T and dPt = V dO^T with Q and dO packed once per task instead of K and V once per pair.
-// Each element is the same sum in the same order as in backward_tile (an fma's product commutes),
-// and dq sums dS K over key tiles 0..qt in order, so both schedules give the same bits.
-// scratch: Qt, dOt (D,kB), dq (kB,D), Pt, dSt (kB,kB), lse and Di of the tile (kB, zero-padded).
+// dq of query tile qt of (b, h), for the two-pass schedule: over key tiles 0..qt in order, packs
+// the key tile's K and V and makes the call the one-pass schedule makes for this pair (dq rows in
+// place, the key-tile-0 term stored), with dk, dv off. scratch: laid out as backward_key_tile's.
 void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
                          const Geometry& g, int b, int h, int qt, float* scratch) {
-  const int D = g.D, i0 = qt * kB, ni = g.rows(qt), kvh = h / g.group;
-  const int64_t ldo = int64_t(g.H) * D;
-  float* Qt = scratch;                   // (D,kB)
-  float* dOt = Qt + int64_t(D) * kB;     // (D,kB)
-  float* dq = dOt + int64_t(D) * kB;     // (kB,D)
-  float* Pt = dq + int64_t(kB) * D;      // (kB,kB) probabilities^T
-  float* dSt = Pt + kB * kB;             // (kB,kB) dP^T, then dS^T
-  float* lse_i = dSt + kB * kB;          // (kB)
-  float* Di = lse_i + kB;                // (kB)
-  pack_transposed(Qt, qkv + g.row(b, i0) + g.q_col(h), g.W, ni, D);
-  pack_transposed(dOt, dout + (int64_t(b) * g.T + i0) * ldo + g.q_col(h), ldo, ni, D);
-  const int64_t bh_t = (int64_t(b) * g.H + h) * g.T + i0;
-  for (int i = 0; i < kB; i++) {
-    lse_i[i] = i < ni ? lse[bh_t + i] : 0.0f;
-    Di[i] = i < ni ? di[bh_t + i] : 0.0f;
-  }
-  std::fill(dq, dq + int64_t(kB) * D, 0.0f);
+  const int D = g.D, kvh = h / g.group;
+  float* Kt = scratch;                             // (D,kB)
+  float* Vt = Kt + int64_t(D) * kB;                // (D,kB)
+  float* tile_scratch = Vt + 3 * int64_t(D) * kB;  // 2*kB*kB, where backward_key_tile has it
+  float* dq = dqkv + g.row(b, qt * kB) + g.q_col(h);
   for (int kt = 0; kt <= qt; kt++) {
     const int j0 = kt * kB, nj = g.rows(kt);
-    const bool diag = kt == qt;
-    const float* k = qkv + g.row(b, j0) + g.k_col(kvh);
-    tile_dot(Pt, k, g.W, Qt, nj, D, diag ? Tri::upper : Tri::none);
-    if (diag) mask_upper(Pt, nj);
-    for (int j = 0; j < nj; j++)
-      for (int i = 0; i < kB; i++) Pt[j * kB + i] = fast_exp(Pt[j * kB + i] * g.scale - lse_i[i]);
-    tile_dot(dSt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, dOt, nj, D, Tri::none);
-    for (int j = 0; j < nj; j++)
-      for (int i = 0; i < kB; i++) dSt[j * kB + i] = Pt[j * kB + i] * (dSt[j * kB + i] - Di[i]) * g.scale;
-    tile_axpy(dq, D, dSt, 1, kB, k, g.W, ni, nj, D, diag ? Tri::lower : Tri::none);  // dq += dS K
+    pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
+    pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
+    backward_tile(dq, g.W, nullptr, nullptr, dout, qkv, lse, di, Kt, Vt, g, b, h, qt, kt, tile_scratch);
   }
-  for (int i = 0; i < ni; i++)
-    std::memcpy(dqkv + g.row(b, i0 + i) + g.q_col(h), dq + int64_t(i) * D, sizeof(float) * D);
+}
+
+// di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij for the rows of (b, h).
+ONE_BODY void fill_di(float* di, const float* dout, const float* out, const Geometry& g, int b, int h) {
+  const int64_t ldo = int64_t(g.H) * g.D;
+  for (int t = 0; t < g.T; t++) {
+    const int64_t row = (int64_t(b) * g.T + t) * ldo + g.q_col(h);
+    di[(int64_t(b) * g.H + h) * g.T + t] = dot(dout + row, out + row, g.D);
+  }
 }
 
 void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
@@ -451,17 +475,11 @@ void forward_all(float* out, float* lse, const float* qkv, const Geometry& g) {
 
 void backward_all(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                   const Geometry& g) {
-  const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB + 2 * kB;
-  // di (B,H,T) = rowsum(dout * out) = sum_j P_ij dP_ij, once per query row; filled per (b, h) by
-  // the task that reads that head's dout next, so dout comes from memory once.
-  const int64_t ldo = int64_t(g.H) * g.D;
+  // Per thread: K and V of a key tile packed (2,D,kB), dk and dv (kB,D) each, P and dS (kB,kB).
+  const size_t scratch_size = 4 * size_t(kB) * g.D + 2 * size_t(kB) * kB;
+  // Di once per query row, filled per (b, h) by the task that reads that head's dout next, so dout
+  // comes from memory once.
   Scratch di = alloc_scratch(int64_t(g.B) * g.H * g.T);
-  auto fill_di = [&](int b, int h) {
-    for (int t = 0; t < g.T; t++) {
-      const int64_t row = (int64_t(b) * g.T + t) * ldo + g.q_col(h);
-      di[(int64_t(b) * g.H + h) * g.T + t] = dot(dout + row, out + row, g.D);
-    }
-  };
   const int64_t n_kv = int64_t(g.B) * g.Hkv;
   if (n_kv >= 2 * int64_t(omp_get_max_threads())) {
     // One task per (b, kvh): owns dq of heads [kvh*group, (kvh+1)*group) and dk, dv of kvh.
@@ -471,7 +489,7 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < n_kv; task++) {
         const int b = int(task / g.Hkv), kvh = int(task % g.Hkv);
-        for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++) fill_di(b, h);
+        for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++) fill_di(di.get(), dout, out, g, b, h);
         for (int kt = 0; kt < g.n_tiles; kt++)
           backward_key_tile(dqkv, dout, qkv, lse, di.get(), g, b, kvh, kt, true, scratch.get());
       }
@@ -484,7 +502,8 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
   {
     Scratch scratch = alloc_scratch(scratch_size);
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < int64_t(g.B) * g.H; bh++) fill_di(int(bh / g.H), int(bh % g.H));
+    for (int64_t bh = 0; bh < int64_t(g.B) * g.H; bh++)
+      fill_di(di.get(), dout, out, g, int(bh / g.H), int(bh % g.H));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_kv_tiles; task++) {
       const int kt = int(task % g.n_tiles);  // kt = 0 has the most query tiles: first

@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# Proves the README's setup on a fresh machine: builds a bare Debian 12 (bookworm, minbase) root
+# with debootstrap, puts a clean `git clone` of this checkout's HEAD in it (uncommitted changes are
+# NOT tested), and runs the README's two commands there as root in a chroot: `bash scripts/demo.sh`,
+# then `bash scripts/test.sh`. It fails if either fails or if any test was skipped (on the machine
+# setup.sh prepares, every test must run). It prints each step's duration and ends with ctest's
+# summary line. /proc, /sys, /dev, /dev/pts and /dev/shm are mounted in a private mount namespace
+# and unmounted on every exit path, Ctrl-C included. Needs root, ~4 GB free (it uses ~2.5 GB) and
+# a Debian mirror. Details and the last result: docs/development.md.
+#
+# Usage: sudo bash scripts/fresh_machine_test.sh [options]
+#   --workdir DIR        root, cached base tarball and logs (default /var/tmp/llamatrain-fresh-machine)
+#   --keep               keep the root after the run (default: removed; the base tarball always stays)
+#   --reuse              start from the root a --keep run left (packages already installed): faster,
+#                        for iterating on a fix, but not a fresh-machine result (the summary says so)
+#   --new-base           debootstrap again instead of unpacking the cached base tarball
+#   --mirror URL         mirror for debootstrap and standard sources (default http://deb.debian.org/debian)
+#   --apt-sources host|debian
+#                        the root's apt sources: the host's (default on a Debian 12 host) or the
+#                        standard bookworm, bookworm-updates and bookworm-security from --mirror
+set -euo pipefail
+
+usage() { sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+die() {
+  echo "fresh_machine_test: $1" >&2
+  [ $# -lt 2 ] || echo "hint: $2" >&2
+  exit 2
+}
+
+WORK=/var/tmp/llamatrain-fresh-machine
+KEEP=0
+REUSE=0
+NEW_BASE=0
+MIRROR=http://deb.debian.org/debian
+APT_SOURCES=""
+ARGS=("$@")
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workdir) [ $# -ge 2 ] || die "--workdir needs a folder"; WORK=$2; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    --reuse) REUSE=1; shift ;;
+    --new-base) NEW_BASE=1; shift ;;
+    --mirror) [ $# -ge 2 ] || die "--mirror needs a URL"; MIRROR=$2; shift 2 ;;
+    --apt-sources)
+      case "${2:-}" in
+        host | debian) APT_SOURCES=$2; shift 2 ;;
+        *) die "--apt-sources takes host or debian, got '${2:-}'" ;;
+      esac ;;
+    -h | --help) usage; exit 0 ;;
+    *) die "unknown option '$1'" "see: bash scripts/fresh_machine_test.sh --help" ;;
+  esac
+done
+
+[ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, mount, chroot), got user $(id -un)" \
+  "sudo bash scripts/fresh_machine_test.sh ${ARGS[*]}"
+[ "$REUSE" -eq 0 ] || [ "$NEW_BASE" -eq 0 ] || die "--reuse and --new-base contradict each other"
+case "$WORK" in
+  /*) ;;
+  *) WORK=$PWD/$WORK ;;
+esac
+[[ "$WORK" =~ ^[A-Za-z0-9/._-]+$ ]] || die "the work folder must be a plain path, got '$WORK'" \
+  "choose one made of letters, digits and / . _ -"
+[ "$WORK" != / ] || die "the work folder cannot be /"
+ROOT=$WORK/root
+BASE=$WORK/bookworm-minbase.tar
+LOGS=$WORK/logs
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+
+# Everything below runs in a private mount namespace: the chroot's mounts are invisible to the host
+# and vanish with this process even if it is killed. The trap unmounts them explicitly as well.
+if [ -z "${LLAMATRAIN_FRESH_NAMESPACE:-}" ]; then
+  command -v unshare >/dev/null || die "needs unshare (Debian package util-linux)"
+  LLAMATRAIN_FRESH_NAMESPACE=1 exec unshare --mount --propagation private -- "$BASH" "$0" "${ARGS[@]}"
+fi
+
+log() { echo "fresh_machine_test: $*"; }
+
+# Mount points under $ROOT, deepest first (also those an interrupted earlier run left behind).
+mounts_under_root() {
+  awk -v r="$ROOT" '$5 == r || index($5, r "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
+}
+unmount_all() {
+  local m
+  for m in $(mounts_under_root); do umount "$m" 2>/dev/null || umount -l "$m" || true; done
+}
+# Processes left running inside the root (a build interrupted by Ctrl-C), ended by id.
+stop_root_processes() {
+  local sig p pids
+  for sig in TERM KILL; do
+    pids=()
+    for p in /proc/[0-9]*; do
+      [ "$(readlink "$p/root" 2>/dev/null)" = "$ROOT" ] && pids+=("${p#/proc/}")
+    done
+    [ ${#pids[@]} -gt 0 ] || return 0
+    kill "-$sig" "${pids[@]}" 2>/dev/null || true
+    sleep 2
+  done
+}
+remove_root() {
+  [ -e "$ROOT" ] || return 0
+  unmount_all
+  [ -z "$(mounts_under_root)" ] || die "refusing to delete $ROOT: still mounted there: $(mounts_under_root)" \
+    "unmount them (umount -l PATH), then run again"
+  rm -rf --one-file-system "$ROOT"
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  stop_root_processes
+  unmount_all
+  if [ "$KEEP" -eq 1 ]; then
+    [ ! -e "$ROOT" ] || log "kept the root: $ROOT (rerun with --reuse to start from it)"
+  else
+    remove_root
+  fi
+  exit "$rc"
+}
+# The work folder is ours alone: marked on first use (a non-empty unmarked folder is refused, since
+# its root/ gets deleted) and locked for the run (two runs would stop each other's processes).
+# Both before the trap, which deletes the root.
+if [ ! -f "$WORK/.llamatrain-fresh-machine" ]; then
+  [ ! -e "$WORK" ] || [ -z "$(ls -A "$WORK")" ] ||
+    die "refusing to use $WORK: not empty and not a fresh_machine_test work folder" "pass --workdir NEW_FOLDER"
+  mkdir -p "$WORK"
+  touch "$WORK/.llamatrain-fresh-machine"
+fi
+exec 9>"$WORK/.lock"
+flock -n 9 || die "another fresh_machine_test run is using $WORK" "wait for it, or pass another --workdir"
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mkdir -p "$LOGS"
+rm -f "$BASE.partial"
+stop_root_processes  # what a killed earlier run left running in the root
+unmount_all
+command -v git >/dev/null || die "needs git on the host to clone the checkout"
+if ! command -v debootstrap >/dev/null; then
+  command -v apt-get >/dev/null || die "needs debootstrap, and this host has no apt-get to install it" \
+    "install debootstrap with your package manager"
+  log "installing debootstrap"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null
+fi
+free_kb=$(df -Pk "$WORK" | awk 'NR == 2 { print $4 }')
+[ "$free_kb" -ge $((4 * 1024 * 1024)) ] || die "needs ~4 GB free in $WORK, got $((free_kb / 1024)) MB" \
+  "free some space or pass --workdir on another disk"
+
+# ---- the root: bare debootstrap (cached as a tarball), or the one a --keep run left -------------
+t0=$SECONDS
+if [ "$REUSE" -eq 1 ]; then
+  [ -f "$ROOT/.llamatrain-fresh-root" ] || die "no kept root in $ROOT to reuse" "run once with --keep first"
+  base_step="reused the root a --keep run left"
+else
+  remove_root
+  if [ "$NEW_BASE" -eq 1 ] || [ ! -f "$BASE" ]; then
+    log "debootstrap --variant=minbase bookworm from $MIRROR (log: $LOGS/debootstrap.log)"
+    if ! debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" >"$LOGS/debootstrap.log" 2>&1 9>&-; then
+      tail -n 20 "$LOGS/debootstrap.log" >&2
+      die "debootstrap failed (log: $LOGS/debootstrap.log)" "check that $MIRROR is reachable, or pass --mirror"
+    fi
+    tar -C "$ROOT" --numeric-owner -cpf "$BASE.partial" . && mv "$BASE.partial" "$BASE"
+    base_step="debootstrap (bare bookworm minbase, cached as $BASE)"
+  else
+    mkdir -p "$ROOT"
+    tar -C "$ROOT" --numeric-owner -xpf "$BASE"
+    base_step="unpacked the cached bare debootstrap $BASE (--new-base to redo it)"
+  fi
+  touch "$ROOT/.llamatrain-fresh-root"
+fi
+t_base=$((SECONDS - t0))
+log "root ready in ${t_base} s: $base_step"
+
+# ---- apt sources and DNS from the host --------------------------------------------------------
+if [ -z "$APT_SOURCES" ]; then
+  APT_SOURCES=debian
+  if [ -r /etc/os-release ] && grep -q '^VERSION_CODENAME=bookworm$' /etc/os-release &&
+    grep -q '^ID=debian$' /etc/os-release; then APT_SOURCES=host; fi
+fi
+rm -rf "$ROOT/etc/apt/sources.list.d" "$ROOT/etc/apt/sources.list"
+mkdir -p "$ROOT/etc/apt/sources.list.d"
+if [ "$APT_SOURCES" = host ]; then
+  [ ! -f /etc/apt/sources.list ] || cp /etc/apt/sources.list "$ROOT/etc/apt/"
+  for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [ ! -f "$f" ] || cp "$f" "$ROOT/etc/apt/sources.list.d/"
+  done
+else
+  security=${MIRROR%/debian}/debian-security
+  [ "$security" != "$MIRROR/debian-security" ] || security=http://deb.debian.org/debian-security
+  cat >"$ROOT/etc/apt/sources.list.d/debian.sources" <<EOF
+Types: deb
+URIs: $MIRROR
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: $security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+fi
+rm -f "$ROOT/etc/resolv.conf"
+cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# The host's /etc/hosts too: without one, resolving the machine's own name (OpenMPI's mpirun does, for
+# every rank) waits for DNS timeouts.
+cp -L /etc/hosts "$ROOT/etc/hosts"
+
+# ---- a clean clone of HEAD ------------------------------------------------------------------
+sha=$(git -C "$SRC" rev-parse HEAD)
+dirty=$(git -C "$SRC" status --porcelain --untracked-files=no | wc -l)
+[ "$dirty" -eq 0 ] || log "note: $dirty changed tracked file(s) are NOT tested: the root gets a clone of HEAD ${sha:0:10}"
+rm -rf --one-file-system "$ROOT/llamatrain"
+git clone -q --no-checkout "$SRC" "$ROOT/llamatrain"
+git -C "$ROOT/llamatrain" -c advice.detachedHead=false checkout -q --detach "$sha" ||
+  die "the clone lacks HEAD $sha" "commit on a branch, then run again"
+
+# ---- the two commands, in the chroot ----------------------------------------------------------
+mount -t proc proc "$ROOT/proc"
+mount -t sysfs sysfs "$ROOT/sys"
+mount --bind /dev "$ROOT/dev"
+mount --bind /dev/pts "$ROOT/dev/pts"
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$ROOT/dev/shm"
+
+# A login-like environment: nothing from the host's shell leaks in, except a proxy if one is set.
+in_root() {
+  local env=(HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+  local v
+  for v in http_proxy https_proxy no_proxy; do [ -z "${!v:-}" ] || env+=("$v=${!v}"); done
+  chroot "$ROOT" /usr/bin/env -i "${env[@]}" /bin/bash -c "cd /llamatrain && $1" 9>&-  # not the lock
+}
+
+JUNIT=build/release/test-results.xml
+t0=$SECONDS
+log "running: bash scripts/demo.sh (log: $LOGS/demo.log)"
+demo_rc=0
+in_root "bash scripts/demo.sh" 2>&1 | tee "$LOGS/demo.log" || demo_rc=$?
+t_demo=$((SECONDS - t0))
+
+t0=$SECONDS
+test_rc=0
+if [ "$demo_rc" -eq 0 ]; then
+  log "running: bash scripts/test.sh (log: $LOGS/test.log)"
+  in_root "bash scripts/test.sh" 2>&1 | tee "$LOGS/test.log" || test_rc=$?
+fi
+t_test=$((SECONDS - t0))
+
+skipped_rc=0
+skipped=""
+if [ "$demo_rc" -eq 0 ] && [ -f "$ROOT/llamatrain/$JUNIT" ]; then
+  skipped=$(bash "$ROOT/llamatrain/scripts/skipped_tests.sh" "$ROOT/llamatrain/$JUNIT") || skipped_rc=$?
+fi
+summary=$(grep -E '^[0-9]+% tests passed' "$LOGS/test.log" 2>/dev/null | tail -n 1 || true)
+
+echo
+echo "==== fresh machine test: $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "host:        $(uname -srm), $(nproc) cores, $(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-unknown OS}")"
+echo "checkout:    ${sha:0:10} (clean clone of HEAD$([ "$dirty" -eq 0 ] || echo "; $dirty uncommitted change(s) not included"))"
+echo "apt sources: $APT_SOURCES"
+if [ "$REUSE" -eq 1 ]; then echo "NOTE:        reused a kept root: NOT a fresh-machine result"; fi
+printf '%-32s %6d s  %s\n' "root" "$t_base" "$base_step"
+printf '%-32s %6d s  %s\n' "bash scripts/demo.sh" "$t_demo" "$([ "$demo_rc" -eq 0 ] && echo ok || echo "FAILED (exit $demo_rc)")"
+if [ "$demo_rc" -eq 0 ]; then
+  printf '%-32s %6d s  %s\n' "bash scripts/test.sh" "$t_test" "$([ "$test_rc" -eq 0 ] && echo ok || echo "FAILED (exit $test_rc)")"
+else
+  echo "bash scripts/test.sh             not run (the demo failed; see $LOGS/demo.log)"
+fi
+if [ "$skipped_rc" -ne 0 ]; then
+  echo "skipped tests (setup.sh should have installed what they need):"
+  echo "$skipped"
+elif [ "$demo_rc" -eq 0 ]; then
+  echo "skipped tests: none"
+fi
+[ -z "$summary" ] || echo "$summary"
+[ "$demo_rc" -eq 0 ] && [ "$test_rc" -eq 0 ] && [ "$skipped_rc" -eq 0 ] && [ -n "$summary" ]

@@ -1,0 +1,128 @@
+// `llamatrain eval MODEL --data PREFIX ...`: loss and perplexity of a checkpoint or Hugging Face
+// folder on Megatron indexed datasets. Each dataset is read in order as one token stream (documents
+// concatenated, as pretraining packs them) cut into windows of seq-length + 1 tokens with stride
+// seq-length; every target of every full window counts once, so the figure is the mean next-token
+// cross-entropy over the stream. No shuffling: the same data gives the same figure.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "io/hf_checkpoint.h"
+#include "obs/progress.h"
+
+namespace llamatrain::cli {
+
+namespace {
+
+struct EvalArgs {
+  std::string model_dir;
+  std::vector<std::string> prefixes;
+  int seq = 256;
+  int batch = 4;
+  int64_t max_windows = 0;
+  std::string precision = "fp32";
+  bool json = false;
+};
+
+struct EvalResult {
+  double loss = NAN;
+  int64_t windows = 0, targets = 0;
+};
+
+EvalResult eval_prefix(model::LlamaModel& m, const std::string& prefix, const EvalArgs& a) {
+  const data::IndexedDataset ds(prefix);
+  const int B = a.batch, T = a.seq;
+  int64_t total = (ds.num_tokens() - 1) / T;
+  if (a.max_windows > 0) total = std::min(total, a.max_windows);
+  if (total < 1)
+    fail("{}: {} tokens, expected at least seq-length + 1 = {} for one window\nhint: lower --seq-length", prefix,
+         ds.num_tokens(), T + 1);
+  obs::ProgressOptions po;
+  po.label = "eval " + prefix;
+  po.total = total;
+  po.noun = "windows";
+  obs::Progress progress(po);
+  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T), window(size_t(T) + 1);
+  // Stream position: sequence seq, offset off; a window's last token is the next window's first.
+  int64_t seq = 0, off = 0;
+  auto next_tokens = [&](int32_t* out, int64_t n) {
+    while (n > 0) {
+      const int64_t len = ds.sequence_length(seq);
+      const int64_t take = std::min(n, len - off);
+      if (take > 0) {
+        ds.read(seq, off, take, out);
+        out += take;
+        off += take;
+        n -= take;
+      }
+      if (off == len) seq++, off = 0;
+    }
+  };
+  next_tokens(window.data(), 1);
+  double sum = 0;
+  int64_t done = 0;
+  while (done < total) {
+    const int nb = int(std::min<int64_t>(B, total - done));
+    for (int b = 0; b < nb; b++) {
+      next_tokens(window.data() + 1, T);
+      for (int t = 0; t < T; t++) {
+        tokens[size_t(b) * T + t] = window[size_t(t)];
+        targets[size_t(b) * T + t] = window[size_t(t) + 1];
+      }
+      window[0] = window[size_t(T)];
+    }
+    sum += double(m.forward(tokens.data(), targets.data(), nb, T).loss) * nb;
+    done += nb;
+    progress.advance(nb);
+  }
+  progress.finish();
+  return {sum / double(done), done, done * T};
+}
+
+void run_eval(const EvalArgs& a) {
+  const auto precision = model::parse_precision(a.precision);
+  auto m = io::load_hf_model(a.model_dir, precision);
+  if (a.seq > m->config().max_seq_len)
+    fail("--seq-length {}: the model's context is {} tokens, expected at most that", a.seq, m->config().max_seq_len);
+  for (const auto& prefix : a.prefixes) {
+    const EvalResult r = eval_prefix(*m, prefix, a);
+    if (a.json)
+      std::printf("{\"data\":\"%s\",\"loss\":%.6f,\"perplexity\":%.4f,\"windows\":%lld,\"targets\":%lld}\n",
+                  prefix.c_str(), r.loss, std::exp(r.loss), (long long)r.windows, (long long)r.targets);
+    else
+      std::printf("%s: loss %.4f, perplexity %.2f (%lld windows of %d tokens)\n", prefix.c_str(), r.loss,
+                  std::exp(r.loss), (long long)r.windows, a.seq);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  auto* cmd = app.add_subcommand("eval", "Loss and perplexity of a checkpoint or Hugging Face folder on datasets");
+  cmd->footer(
+      "Each --data prefix (a Megatron .bin/.idx pair) is read in order as one token stream and cut into windows\n"
+      "of --seq-length + 1 tokens (stride --seq-length); the loss is the mean cross-entropy of every target.\n\n"
+      "Examples:\n"
+      "  llamatrain eval runs/zh/checkpoints/step_500 --data data/zh_val_text_document --data data/en_val_text_document\n"
+      "  llamatrain eval /models/Llama-2-7b-hf --data data/book_text_document --seq-length 4096 --batch 1 "
+      "--max-windows 64 --precision bf16-mixed\n");
+  cmd->add_option("model", a->model_dir, "checkpoint folder (step_N) or Hugging Face folder")->required();
+  cmd->add_option("--data", a->prefixes, "dataset prefix (repeatable)")->required();
+  cmd->add_option("--seq-length", a->seq, "tokens per window")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--batch", a->batch, "windows per forward pass")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--max-windows", a->max_windows, "stop after this many windows per dataset (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--precision", a->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
+  cmd->add_flag("--json", a->json, "one JSON object per dataset on stdout");
+  cmd->callback([a] { run_eval(*a); });
+}
+
+}  // namespace llamatrain::cli

@@ -1,0 +1,23 @@
+// Shared pieces of the subcommands' option handling: range validators whose messages say plainly
+// what was given and what is allowed ("--workers: got 0, expected an integer >= 1"; CLI11's own
+// range validators print their open end as 1.79769e+308), and main()'s message for parse failures.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace llamatrain::cli {
+
+// An integer in [lo, hi].
+CLI::Validator integer_in(int64_t lo, int64_t hi = std::numeric_limits<int32_t>::max());
+// A finite number in [lo, hi] (or (lo, hi] with lo_open: "greater than lo").
+CLI::Validator number_in(double lo, double hi, bool lo_open = false);
+
+// CLI11 failure message in the program's style: "error: ..." and a hint naming the --help to read;
+// unexpected arguments are listed in the order given (CLI11 reverses them).
+std::string parse_failure_message(const CLI::App* app, const CLI::Error& e);
+
+}  // namespace llamatrain::cli

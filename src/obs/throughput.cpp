@@ -1,0 +1,49 @@
+// Step FLOPs, MFU, tokens/s and the smoothed step time (see throughput.h).
+#include "obs/throughput.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace llamatrain::obs {
+
+double step_flops(const model::LlamaConfig& c, int64_t B, int64_t T) {
+  const double C = c.dim, F = c.ffn_dim, HD = double(c.n_heads) * c.head_dim(), QKV = c.qkv_dim();
+  // per layer: wqkv (QKV, C), wo (C, H*D), w1 and w3 (F, C), w2 (C, F); then the lm head (V, C)
+  const double matmul_params = c.n_layers * (QKV * C + C * HD + 3 * F * C) + double(c.vocab_size) * C;
+  const double tokens = double(B) * double(T);
+  const double attention = 3.0 * 2.0 * double(B) * c.n_heads * double(T) * double(T) * c.head_dim() * c.n_layers;
+  return 6.0 * tokens * matmul_params + attention;
+}
+
+double mfu(double flops_per_step, double step_seconds, double peak_flops_per_s) {
+  if (!(step_seconds > 0) || !(peak_flops_per_s > 0)) return std::numeric_limits<double>::quiet_NaN();
+  return flops_per_step / step_seconds / peak_flops_per_s;
+}
+
+double tokens_per_s(int64_t tokens, double seconds) { return seconds > 0 ? double(tokens) / seconds : 0.0; }
+
+StepTimeAverage::StepTimeAverage(int window) : window_(window) {
+  CHECK(window > 0, "StepTimeAverage: window {} must be positive", window);
+}
+
+void StepTimeAverage::add(double step_seconds) {
+  if (!std::isfinite(step_seconds) || step_seconds < 0) return;
+  recent_.push_back(step_seconds);
+  if (int(recent_.size()) > window_) recent_.pop_front();
+  ++count_;
+}
+
+double StepTimeAverage::mean_step_s() const {
+  if (recent_.empty()) return std::numeric_limits<double>::quiet_NaN();
+  return std::accumulate(recent_.begin(), recent_.end(), 0.0) / double(recent_.size());
+}
+
+double StepTimeAverage::eta_s(int64_t steps_left) const {
+  if (steps_left <= 0) return 0.0;
+  return double(steps_left) * mean_step_s();
+}
+
+}  // namespace llamatrain::obs

@@ -1,0 +1,44 @@
+// Training throughput figures for a Llama config: FLOPs of one training step, MFU against a given
+// peak, tokens/s, and an ETA smoothed over recent step times. The FLOP count is the model's matmul
+// work (what MFU conventionally counts); elementwise ops, norms and the optimizer are left out.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+
+#include "model/config.h"
+
+namespace llamatrain::obs {
+
+// FLOPs of one training step (forward + backward) on B sequences of T tokens:
+// 6 * tokens * (matmul weights: q, k, v, o, gate, up, down in every layer, and the lm head, tied or
+// not) + causal attention, QK^T and PV over the lower triangle, 2 * B*H*T*T*D forward per layer and
+// three times that for forward + backward.
+double step_flops(const model::LlamaConfig& c, int64_t B, int64_t T);
+
+// Model FLOPs utilization: achieved FLOP/s over the peak FLOP/s (a fraction, not a percentage).
+double mfu(double flops_per_step, double step_seconds, double peak_flops_per_s);
+
+// Tokens per second; 0 when seconds is not positive.
+double tokens_per_s(int64_t tokens, double seconds);
+
+// Mean of the last `window` step times, for a step time and ETA that follow the run's current speed
+// (after warmup, a data-loader stall or a slower phase) without jumping on every step.
+class StepTimeAverage {
+ public:
+  explicit StepTimeAverage(int window = 50);
+  // Step time in seconds; non-finite or negative values are ignored.
+  void add(double step_seconds);
+  // Mean of the recent step times; NaN before the first one.
+  double mean_step_s() const;
+  // steps_left * mean_step_s(); NaN before the first step, 0 when nothing is left.
+  double eta_s(int64_t steps_left) const;
+  int64_t count() const { return count_; }
+
+ private:
+  int window_;
+  std::deque<double> recent_;  // (<= window) the latest step times, oldest first
+  int64_t count_ = 0;
+};
+
+}  // namespace llamatrain::obs

@@ -1,0 +1,82 @@
+// Data parallelism over a flat fp32 gradient arena: the DP ranks hold the same parameters, compute
+// gradients on different samples, and need their mean.
+//  * GradReducer: buckets of a configurable size over the arena; the backward reports which
+//    gradients are final (ready), a bucket's all-reduce starts as soon as all of it is, finish()
+//    waits for every bucket and divides by the DP size. One reducer per arena, reused every step.
+//  * ZeRO-1 (optimizer state sharded over DP): ZeroShards splits an arena into DP equal shards
+//    (padded to a multiple of DP x align elements), reduce_scatter_gradients leaves each rank the
+//    mean gradient of its shard, all_gather_parameters spreads the updated shards to every rank.
+// bf16 gradients, reductions in other precisions and the overlap of ZeRO's reduce-scatter with the
+// backward are not here.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace llamatrain::parallel {
+
+class GradReducer {
+ public:
+  // grads (n) is the arena; buckets are [i*bucket_elements, (i+1)*bucket_elements) (0: one bucket).
+  // Every DP rank must make the same reducer and report the same ready() ranges in the same order,
+  // so that buckets start in the same order everywhere.
+  GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements);
+
+  // Gradients [begin, end) are final for this step. Starts the all-reduce of every bucket this
+  // completes. A range may not be reported twice in one step.
+  void ready(size_t begin, size_t end);
+  // Starts what is left, waits for every bucket, divides by the DP size; ready for the next step.
+  void finish();
+
+  size_t bucket_count() const { return bucket_begin_.size() - 1; }
+
+ private:
+  void start(size_t bucket);
+
+  Communicator& dp_;
+  float* grads_;  // (n)
+  size_t n_;
+  std::vector<size_t> bucket_begin_;  // (buckets + 1) boundaries
+  std::vector<size_t> ready_count_;   // (buckets) gradients reported ready this step
+  std::vector<bool> started_;         // (buckets)
+  std::vector<size_t> start_order_;   // buckets in the order their all-reduce started
+  std::vector<Request> requests_;     // (buckets) indexed like start_order_
+};
+
+// grads (n) on every DP rank becomes the mean over the ranks, in buckets of bucket_elements.
+void all_reduce_gradients(Communicator& dp, float* grads, size_t n, size_t bucket_elements);
+
+struct ShardRange {
+  size_t begin = 0, end = 0;  // [begin, end) of the arena
+  size_t size() const { return end - begin; }
+};
+
+// The ZeRO-1 split of an arena of n elements over dp_size ranks: shard r is
+// [r*shard_size, (r+1)*shard_size) of an arena padded to padded_size = dp_size * shard_size, where
+// shard_size = ceil(n / dp_size) rounded up to `align` elements; range(r) clips it to the n real
+// elements. A pure function of (n, dp_size, align): every rank computes the same split.
+class ZeroShards {
+ public:
+  ZeroShards(size_t n, int dp_size, size_t align = 16);
+
+  size_t n() const { return n_; }
+  int dp_size() const { return dp_size_; }
+  size_t shard_size() const { return shard_size_; }
+  size_t padded_size() const { return shard_size_ * size_t(dp_size_); }
+  ShardRange range(int dp_rank) const;
+
+ private:
+  size_t n_;
+  int dp_size_;
+  size_t shard_size_;
+};
+
+// grads (padded_size; padding zero) summed over the DP ranks and divided by their number, rank r's
+// shard [r*shard_size, (r+1)*shard_size) only; the rest of grads is left undefined.
+void reduce_scatter_gradients(Communicator& dp, float* grads, const ZeroShards& shards);
+// params (padded_size): every rank's shard, copied to every rank.
+void all_gather_parameters(Communicator& dp, float* params, const ZeroShards& shards);
+
+}  // namespace llamatrain::parallel

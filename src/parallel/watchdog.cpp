@@ -1,0 +1,76 @@
+// Watchdog: the watching thread wakes a few times per timeout, finds the longest-waiting slot and,
+// past the timeout, hands its message to the abort action (which does not return).
+#include "parallel/watchdog.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace llamatrain::parallel {
+
+Watchdog::Watchdog(double timeout_s, AbortFn abort) : timeout_s_(timeout_s), abort_(std::move(abort)) {
+  CHECK(abort_, "watchdog without an abort action");
+  if (enabled()) thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int Watchdog::add_slot(int world_rank) {
+  std::lock_guard lock(mutex_);
+  Slot slot;
+  slot.world_rank = world_rank;
+  slots_.push_back(std::move(slot));
+  return int(slots_.size()) - 1;
+}
+
+void Watchdog::begin(int slot, std::string what) {
+  if (!enabled()) return;
+  std::lock_guard lock(mutex_);
+  Slot& s = slots_.at(size_t(slot));
+  s.busy = true;
+  s.what = std::move(what);
+  s.since = std::chrono::steady_clock::now();
+}
+
+void Watchdog::end(int slot) {
+  if (!enabled()) return;
+  std::lock_guard lock(mutex_);
+  slots_.at(size_t(slot)).busy = false;
+}
+
+void Watchdog::run() {
+  using namespace std::chrono;
+  // Checking 4 times per timeout (at most once a second) bounds the detection delay by 1.25x.
+  const auto period = duration_cast<steady_clock::duration>(duration<double>(std::min(timeout_s_ / 4, 1.0)));
+  std::unique_lock lock(mutex_);
+  while (!stop_) {
+    wake_.wait_for(lock, period, [this] { return stop_; });
+    if (stop_) break;
+    const auto now = steady_clock::now();
+    const Slot* late = nullptr;
+    for (const Slot& s : slots_)
+      if (s.busy && duration<double>(now - s.since).count() > timeout_s_ && (!late || s.since < late->since)) late = &s;
+    if (!late) continue;
+    const std::string message = fmt::format(
+        "[rank {}] watchdog: {} has not completed after {:.1f} s\nhint: a rank of that communicator has not joined "
+        "this operation: it is stuck elsewhere, has died, or issued its operations in another order (every rank "
+        "printing this line is waiting); if the operation is legitimately this slow, raise "
+        "LLAMATRAIN_WATCHDOG_TIMEOUT (seconds, now {:g}; 0 disables the watchdog)",
+        late->world_rank, late->what, duration<double>(now - late->since).count(), timeout_s_);
+    lock.unlock();
+    abort_(message);
+    std::abort();  // an abort action never returns; this line only guards that contract
+  }
+}
+
+}  // namespace llamatrain::parallel

@@ -1,0 +1,103 @@
+// TrainData: see data.h.
+#include "train/data.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "data/indexed_token_source.h"
+
+namespace llamatrain::train {
+
+namespace {
+
+constexpr std::array<data::Split, 3> kSplits = {data::Split::train, data::Split::valid, data::Split::test};
+
+const char* split_title(data::Split s) {
+  return s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test";
+}
+
+}  // namespace
+
+TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer, int32_t eod_id,
+                     std::array<int64_t, 3> requested) {
+  const DataConfig& d = config.model.data;
+  seq_length_ = d.seq_length;
+  fine_tuning_ = d.fine_tuning;
+  sample_options_ = config.sample_options(tokenizer ? tokenizer->eos_id() : eod_id);
+  if (!fine_tuning_) {
+    gpt_ = data::build_gpt_datasets(config.gpt_data_config(), requested, data::open_indexed_source);
+    if (!gpt_[0])
+      fail("model.data.splits_string \"{}\": the train split is empty, expected a positive train weight",
+           d.splits_string);
+    for (data::Split s : kSplits) {
+      const auto& ds = gpt_[int(s)];
+      if (ds) description_ += fmt::format("  {:<10} {} samples of {} tokens\n", split_title(s), ds->size(), seq_length_);
+    }
+    return;
+  }
+  if (!tokenizer)
+    fail("fine-tuning data needs a tokenizer, got none\nhint: set model.tokenizer.model (a tokenizer.model) or "
+         "model.init_from (a Hugging Face folder that holds one)");
+  const std::array<const SftDatasetConfig*, 3> cfgs = {&d.train_ds, &d.validation_ds, &d.test_ds};
+  for (data::Split s : kSplits) {
+    const SftDatasetConfig& c = *cfgs[int(s)];
+    if (c.file_names.empty()) continue;
+    data::SftConfig sc = c.sft_config(tokenizer->pad_id() >= 0 ? tokenizer->pad_id() : 0);
+    sc.seq_length = seq_length_;
+    if (sc.pack)
+      fail("model.data.{}_ds.pack: true is not supported yet, expected false\nhint: packed samples need "
+           "per-example attention masks; use one padded example per sample",
+           s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test");
+    std::vector<data::SftExample> examples;
+    for (const std::string& f : c.file_names) {
+      data::SftStats stats;
+      auto part = data::load_sft_jsonl(f, *tokenizer, sc, &stats);
+      description_ += fmt::format("  {:<10} {}: {}\n", split_title(s), f, data::format_sft_stats(stats));
+      examples.insert(examples.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+    }
+    if (examples.empty())
+      fail("model.data.{}_ds: no usable examples in {}\nhint: check label_key and prompt_template against the "
+           "JSONL fields",
+           s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test",
+           fmt::join(c.file_names, ", "));
+    sft_[int(s)] = std::make_shared<data::SftDataset>(std::move(examples), sc, uint32_t(config.model.seed),
+                                                      c.shuffle);
+  }
+  if (!sft_[0]) fail("model.data.train_ds.file_names is empty, expected at least one JSONL file");
+}
+
+int64_t TrainData::size(data::Split s) const {
+  if (fine_tuning_) return sft_[int(s)] ? sft_[int(s)]->size() : 0;
+  return gpt_[int(s)] ? gpt_[int(s)]->size() : 0;
+}
+
+int64_t TrainData::fill(data::Split s, int64_t first, int B, int32_t* tokens, int32_t* targets) const {
+  const int64_t T = seq_length_, n = size(s);
+  CHECK(n > 0, "fill from an empty split");
+  int64_t valid = 0;
+  data::GptSample sample;
+  std::vector<int32_t> text;
+  for (int b = 0; b < B; b++) {
+    const int64_t i = first + b;
+    if (fine_tuning_) {
+      sft_[int(s)]->get(i, &sample);  // SftDataset reshuffles per epoch past its size
+    } else {
+      const auto& ds = *gpt_[int(s)];
+      text.resize(size_t(ds.text_length()));
+      const int64_t real = ds.sample_text(i % n, text.data());
+      data::make_gpt_sample(&sample, text.data(), real, T, sample_options_);
+    }
+    CHECK(int64_t(sample.tokens.size()) == T && int64_t(sample.labels.size()) == T);
+    for (int64_t t = 0; t < T; t++) {
+      tokens[b * T + t] = sample.tokens[size_t(t)];
+      const bool keep = sample.loss_mask[size_t(t)] > 0 && sample.labels[size_t(t)] >= 0;
+      targets[b * T + t] = keep ? sample.labels[size_t(t)] : -100;
+      valid += keep;
+    }
+  }
+  return valid;
+}
+
+std::string TrainData::describe() const { return description_; }
+
+}  // namespace llamatrain::train

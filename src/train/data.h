@@ -1,0 +1,54 @@
+// The trainer's data: model.data resolved into train / validation / test sample sets, either Megatron
+// indexed datasets (data_prefix, blends and splits, via data::build_gpt_datasets) or fine-tuning JSONL
+// (train_ds / validation_ds / test_ds, via data::SftDataset). A micro-batch is named by its first global
+// sample index: sample i of a split is a pure function of (data, seed, i), so the trainer's only data
+// state is consumed_samples, and `llamatrain data samples` prints exactly what the trainer reads.
+// Leaves out: data-parallel slicing (the caller passes the sample indices of its rank).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/blend.h"
+#include "data/gpt_dataset.h"
+#include "data/sft.h"
+#include "data/tokenizer.h"
+#include "train/config.h"
+
+namespace llamatrain::train {
+
+class TrainData {
+ public:
+  // Opens the data of config for sequences of seq_length tokens. tokenizer is required for
+  // fine-tuning data (it tokenizes the JSONL); for indexed data it gives the EOD id (else eod_id
+  // below). requested[k] are the sample counts Megatron would ask of each split. Throws Error
+  // naming the file or key for missing or unusable data.
+  TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer, int32_t eod_id,
+            std::array<int64_t, 3> requested);
+
+  bool has(data::Split s) const { return size(s) > 0; }
+  int64_t size(data::Split s) const;  // samples in the split (0 if it does not exist)
+  int64_t seq_length() const { return seq_length_; }
+  bool fine_tuning() const { return fine_tuning_; }
+
+  // tokens and targets (B, T) of global samples first .. first+B-1 of split s; a sample index past
+  // the end wraps around (a new pass over the split). targets are -100 where the loss is masked
+  // (padding, prompt tokens, EOD inputs with eod_mask_loss). Returns the number of unmasked targets.
+  int64_t fill(data::Split s, int64_t first, int B, int32_t* tokens, int32_t* targets) const;
+
+  // Multi-line description for the run's start: sources, weights, samples per split.
+  std::string describe() const;
+
+ private:
+  int64_t seq_length_ = 0;
+  bool fine_tuning_ = false;
+  data::SampleOptions sample_options_;
+  std::array<std::shared_ptr<const data::SampleDataset>, 3> gpt_{};
+  std::array<std::shared_ptr<const data::SftDataset>, 3> sft_{};
+  std::string description_;
+};
+
+}  // namespace llamatrain::train

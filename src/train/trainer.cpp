@@ -1,0 +1,550 @@
+// run_training: see trainer.h. The loop body reads top to bottom as one step: micro-batches, the
+// non-finite guard, the update, then the periodic work (log, validate, checkpoint).
+#include "train/trainer.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/memory.h"
+#include "io/hf_checkpoint.h"
+#include "io/hf_config.h"
+#include "io/hf_export.h"
+#include "kernels/cpu/matmul_peak.h"
+#include "kernels/cpu/ops.h"
+#include "obs/metrics.h"
+#include "obs/progress.h"
+#include "obs/tensorboard.h"
+#include "obs/throughput.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+
+namespace llamatrain::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// SIGTERM (SLURM preemption, `scancel`) and SIGINT (Ctrl-C) ask the loop to save and stop after the
+// current step; a second one stops at once.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal.exchange(sig) != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+
+struct StopSignalScope {
+  using Handler = void (*)(int);
+  Handler old_term, old_int;
+  StopSignalScope() {
+    install_temporary_cleanup_handlers();  // ours replace them for the loop, and stay
+    g_stop_signal = 0;
+    old_term = std::signal(SIGTERM, on_stop_signal);
+    old_int = std::signal(SIGINT, on_stop_signal);
+  }
+  ~StopSignalScope() {
+    std::signal(SIGTERM, old_term);
+    std::signal(SIGINT, old_int);
+  }
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) * 1024.0;
+}
+
+// Steps listed in $LLAMATRAIN_INJECT_NONFINITE ("5,6,7") get a NaN gradient: a fault injection that
+// tests the skip-and-rollback path through the real checks.
+std::set<int64_t> injected_nonfinite_steps() {
+  std::set<int64_t> steps;
+  const char* env = std::getenv("LLAMATRAIN_INJECT_NONFINITE");
+  if (!env) return steps;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) steps.insert(std::strtoll(item.c_str(), nullptr, 10));
+  return steps;
+}
+
+void say(const std::string& line) {
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+// A progress bar for long I/O (checkpoints of a few hundred MB and up); small ones print their one
+// summary line only.
+class IoProgress {
+ public:
+  IoProgress(const std::string& label, int64_t total_bytes) {
+    if (total_bytes < (256 << 20)) return;
+    obs::ProgressOptions o;
+    o.label = label;
+    o.total = total_bytes;
+    o.unit = obs::ProgressUnit::kBytes;
+    bar_.emplace(o);
+  }
+  io::BytesDone callback() {
+    if (!bar_) return {};
+    return [this](int64_t n) { bar_->advance(n); };
+  }
+
+ private:
+  std::optional<obs::Progress> bar_;
+};
+
+void check_single_process(const TrainConfig& c) {
+  if (c.model.tensor_model_parallel_size != 1 || c.model.pipeline_model_parallel_size != 1 || c.world_size() != 1)
+    fail("parallel layout: tensor_model_parallel_size {}, pipeline_model_parallel_size {}, devices x num_nodes = {}; "
+         "this llamatrain trains in one process, expected all three to be 1\nhint: set "
+         "model.tensor_model_parallel_size=1 model.pipeline_model_parallel_size=1 trainer.devices=1 "
+         "trainer.num_nodes=1",
+         c.model.tensor_model_parallel_size, c.model.pipeline_model_parallel_size, c.world_size());
+}
+
+}  // namespace
+
+std::string resolve_log_dir(const TrainConfig& c) {
+  const ExpManagerConfig& e = c.exp_manager;
+  if (e.explicit_log_dir && !e.explicit_log_dir->empty()) return *e.explicit_log_dir;
+  const fs::path base = fs::path(e.exp_dir && !e.exp_dir->empty() ? *e.exp_dir : "nemo_experiments") / e.name;
+  std::string version;
+  if (e.version && !e.version->empty())
+    version = *e.version;
+  else if (const char* v = std::getenv("NEMO_EXPM_VERSION"); v && *v)
+    version = v;
+  else if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j)
+    version = j;
+  else if (!e.resume_if_exists) {
+    char buf[32];
+    const std::time_t t = std::time(nullptr);
+    std::strftime(buf, sizeof buf, "%Y-%m-%d_%H-%M-%S", std::localtime(&t));
+    version = buf;
+  }
+  return (version.empty() ? base : base / version).string();
+}
+
+double evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split split, int64_t batches,
+                     int64_t global_batch_size, int micro_batch_size) {
+  const int B = micro_batch_size, T = int(data.seq_length());
+  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+  double sum = 0;
+  int64_t count = 0;
+  const int64_t micro = global_batch_size / B;
+  for (int64_t b = 0; b < batches; b++)
+    for (int64_t mb = 0; mb < micro; mb++) {
+      data.fill(split, b * global_batch_size + mb * B, B, tokens.data(), targets.data());
+      sum += m.forward(tokens.data(), targets.data(), B, T).loss;
+      count++;
+    }
+  return count ? sum / double(count) : NAN;
+}
+
+TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>& notes) {
+  const double t_start = now_s();
+  check_single_process(cfg);
+  TrainResult result;
+  result.last_val_loss = NAN;
+  result.log_dir = resolve_log_dir(cfg);
+  const fs::path log_dir(result.log_dir);
+  const fs::path ckpt_dir = cfg.exp_manager.checkpoint_callback_params.dirpath
+                                ? fs::path(*cfg.exp_manager.checkpoint_callback_params.dirpath)
+                                : log_dir / "checkpoints";
+
+  // ---- the run's folder can be written, and the data files exist (before the model loads) ----
+  const char* log_key = cfg.exp_manager.explicit_log_dir ? "exp_manager.explicit_log_dir" : "exp_manager.exp_dir";
+  if (path_exists(log_dir.string()) && !is_directory(log_dir.string()))
+    fail("{}: {} is a file, expected a folder for the run's logs and checkpoints\nhint: choose another path",
+         log_key, log_dir.string());
+  const DataConfig& dc = cfg.model.data;
+  if (!dc.fine_tuning) {
+    for (const auto* items : {&dc.data_prefix.train, &dc.data_prefix.validation, &dc.data_prefix.test})
+      if (!items->empty())
+        for (const auto& prefix : data::parse_data_prefix(*items).prefixes)
+          for (const char* ext : {".idx", ".bin"})
+            if (!is_regular_file(prefix + ext))
+              fail("model.data.data_prefix: {}{} does not exist\nhint: data_prefix entries are the output prefix of "
+                   "`llamatrain preprocess` plus _<key>_document, without .bin/.idx (e.g. data/corpus_text_document)",
+                   prefix, ext);
+  } else {
+    for (const auto* ds : {&dc.train_ds, &dc.validation_ds, &dc.test_ds})
+      for (const auto& f : ds->file_names)
+        if (!is_regular_file(f)) fail("model.data.*_ds.file_names: {} does not exist\nhint: check the path", f);
+  }
+
+  // ---- tokenizer and model shape ----
+  // The tokenizer: the configured one, or model.init_from's tokenizer.model when that folder has one
+  // (pretraining on indexed data needs none; checkpoints and exports then carry none).
+  std::string tok_path = cfg.model.tokenizer_model_path();
+  const bool tok_from_init = cfg.model.init_from && tok_path == (fs::path(*cfg.model.init_from) / "tokenizer.model").string();
+  if (tok_from_init && !is_regular_file(tok_path)) tok_path.clear();
+  std::optional<data::Tokenizer> tok;
+  if (!tok_path.empty()) tok.emplace(tok_path);
+  model::LlamaConfig mc;
+  if (cfg.model.init_from) {
+    mc = io::read_hf_config(*cfg.model.init_from);
+  } else {
+    if (!tok)
+      fail("model vocabulary: no tokenizer and no model.init_from, expected one of them\nhint: set "
+           "model.tokenizer.model=/path/tokenizer.model (the tokenizer the data was preprocessed with)");
+    mc = cfg.model.llama_config(int(cfg.model.padded_vocab_size(tok->vocab_size())));
+  }
+  if (tok && tok->vocab_size() > mc.vocab_size)
+    fail("tokenizer {} has {} pieces, but the model's vocab_size is {}, expected at most that\nhint: use the "
+         "tokenizer of model.init_from",
+         tok_path, tok->vocab_size(), mc.vocab_size);
+  // The kernels index tokens of a micro-batch with int: B x T must stay below 2^31.
+  if (cfg.model.micro_batch_size * cfg.model.data.seq_length >= (int64_t(1) << 31))
+    fail("model.micro_batch_size {} x model.data.seq_length {} = {} tokens per micro-batch, expected fewer than "
+         "2^31\nhint: lower model.micro_batch_size (gradient accumulation keeps the global batch)",
+         cfg.model.micro_batch_size, cfg.model.data.seq_length,
+         cfg.model.micro_batch_size * cfg.model.data.seq_length);
+  const int B = int(cfg.model.micro_batch_size);
+  const int T = int(cfg.model.data.seq_length);
+  if (T > mc.max_seq_len)
+    fail("model.data.seq_length {} exceeds the model's max_position_embeddings {}, expected at most that\nhint: lower "
+         "model.encoder_seq_length",
+         T, mc.max_seq_len);
+  const int64_t gbs = cfg.model.global_batch_size;
+  const int64_t num_micro = cfg.num_micro_batches();
+  const model::Precision precision = cfg.trainer.precision;
+  // NeMo's activations_checkpoint_*: granularity null | selective | full; with full, method block
+  // recomputes the first num_layers layers only, uniform recomputes every layer (each from its own
+  // input; a larger num_layers would only keep more layers' activations at once here).
+  const model::Recompute recompute =
+      model::parse_recompute(cfg.model.activations_checkpoint_granularity.value_or("none"));
+  const int recompute_layers = recompute == model::Recompute::full &&
+                                       cfg.model.activations_checkpoint_method.value_or("uniform") == "block"
+                                   ? int(cfg.model.activations_checkpoint_num_layers.value_or(1))
+                                   : -1;
+  const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
+
+  const int64_t state = model::LlamaModel::state_bytes(mc, precision);
+  const int64_t activations = model::LlamaModel::activation_bytes(mc, precision, B, T, recompute, recompute_layers) +
+                              cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct);
+  check_memory_fits(state + activations,
+                    fmt::format("training {} parameters in {} at micro batch {} x seq {}",
+                                obs::format_count(double(mc.num_params())), model::precision_name(precision), B, T),
+                    fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB", state / 1e9,
+                                activations / 1e9),
+                    recompute == model::Recompute::full
+                        ? "lower model.micro_batch_size (gradient accumulation keeps the global batch), or use a "
+                          "machine with more memory"
+                        : "set model.activations_checkpoint_granularity=full, lower model.micro_batch_size, or use "
+                          "a machine with more memory");
+
+  const std::string export_dir =
+      cfg.convert_to_hf ? (cfg.model.output_dir ? *cfg.model.output_dir : (log_dir / "hf").string()) : "";
+  if (!export_dir.empty()) io::check_export_target(export_dir);
+
+  std::error_code ec;
+  try {
+    create_directories(log_dir.string());
+  } catch (const Error& e) {
+    fail("{}: {}", log_key, e.what());
+  }
+  const std::string config_yaml = to_yaml(cfg);
+  write_file_atomic((log_dir / "train_config.yaml").string(), config_yaml);
+  say(fmt::format("llamatrain train: log dir {}", log_dir.string()));
+  for (const auto& n : notes) say("  note: " + n);
+
+  model::LlamaModel model(mc, precision, uint64_t(cfg.model.seed));
+  model.set_recompute(recompute, recompute_layers);
+  say(fmt::format("model: {:.2f}M parameters (C {}, L {}, H {}, Hkv {}, F {}, V {}), {}, recompute {}, "
+                  "memory {} (state {} + activations {})",
+                  double(model.num_params()) / 1e6, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim,
+                  mc.vocab_size, model::precision_name(precision),
+                  recompute_layers < 0 || recompute_layers >= mc.n_layers
+                      ? std::string(model::recompute_name(recompute))
+                      : fmt::format("{} in layers 0-{}", model::recompute_name(recompute), recompute_layers - 1),
+                  obs::format_bytes(double(state + activations)), obs::format_bytes(double(state)),
+                  obs::format_bytes(double(activations))));
+
+  // ---- starting point: a checkpoint of this run, an explicit one, model.init_from, or random ----
+  TrainerState st;
+  st.seed = uint64_t(cfg.model.seed);
+  st.precision = model::precision_name(precision);
+  std::optional<std::string> resume_path;
+  if (cfg.model.resume_from_checkpoint) {
+    const std::string why = verify_checkpoint(*cfg.model.resume_from_checkpoint);
+    if (!why.empty())
+      fail("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)", why);
+    resume_path = *cfg.model.resume_from_checkpoint;
+  } else if (cfg.exp_manager.resume_if_exists) {
+    // The newest checkpoint that verifies (each file's size and CRC32C), newest first.
+    auto all = list_checkpoints(ckpt_dir.string());
+    for (auto it = all.rbegin(); it != all.rend() && !resume_path; ++it) {
+      IoProgress bar("verifying " + it->path, checkpoint_file_bytes(it->path));
+      const std::string why = verify_checkpoint(it->path, bar.callback());
+      if (why.empty())
+        resume_path = it->path;
+      else
+        say(fmt::format("warning: skipping checkpoint {}: {}", it->path, why));
+    }
+    if (!resume_path && !cfg.exp_manager.resume_ignore_no_checkpoint)
+      fail("exp_manager.resume_if_exists: no usable checkpoint in {}, and resume_ignore_no_checkpoint is false\n"
+           "hint: set exp_manager.resume_ignore_no_checkpoint=true to start fresh",
+           ckpt_dir.string());
+  }
+  if (resume_path) {
+    const double t0 = now_s();
+    say(fmt::format("resuming from {} ...", *resume_path));
+    IoProgress bar("loading checkpoint", checkpoint_tensor_bytes(model));
+    st = load_checkpoint(*resume_path, model, bar.callback());
+    say(fmt::format("resumed at step {} ({} samples consumed) in {}", st.step, st.consumed_samples,
+                    obs::format_duration(now_s() - t0)));
+  } else if (cfg.model.init_from) {
+    const double t0 = now_s();
+    say(fmt::format("loading weights from {} ...", *cfg.model.init_from));
+    int64_t bytes = 0;
+    for (const auto& e : fs::directory_iterator(*cfg.model.init_from, ec))
+      if (e.path().extension() == ".safetensors") bytes += int64_t(e.file_size(ec));
+    IoProgress bar("loading " + *cfg.model.init_from, bytes);
+    io::load_hf_weights(model, *cfg.model.init_from, bar.callback());
+    say(fmt::format("loaded in {}", obs::format_duration(now_s() - t0)));
+  } else {
+    const float std_ = float(cfg.model.init_method_std);
+    model.init_random(std_, cfg.model.use_scaled_init_method ? std_ / std::sqrt(2.0f * mc.n_layers) : 0.0f);
+  }
+
+  // ---- data ----
+  const auto requested =
+      data::requested_num_samples(cfg.trainer.max_steps, gbs, std::max<int64_t>(1, cfg.trainer.val_check_interval),
+                                  cfg.trainer.limit_val_batches, cfg.trainer.limit_test_batches);
+  say("data: building sample indices ...");
+  const double t_data = now_s();
+  TrainData data(cfg, tok ? &*tok : nullptr, mc.eos_id, requested);
+  std::string desc = data.describe();
+  if (!desc.empty() && desc.back() == '\n') desc.pop_back();
+  say(fmt::format("data ready in {}:\n{}", obs::format_duration(now_s() - t_data), desc));
+  const bool validate = cfg.trainer.val_check_interval > 0 && cfg.trainer.limit_val_batches > 0 &&
+                        data.has(data::Split::valid);
+
+  // ---- loggers ----
+  obs::MetricsWriter metrics((log_dir / "metrics.jsonl").string());
+  std::unique_ptr<obs::TensorBoardWriter> tb;
+  if (cfg.exp_manager.create_tensorboard_logger) tb = std::make_unique<obs::TensorBoardWriter>(log_dir.string());
+  auto scalar = [&](const char* tag, double v, int64_t step) {
+    if (tb) tb->add_scalar(tag, float(v), step);
+  };
+
+  const LrSchedule sched = cfg.lr_schedule();
+  model::AdamWConfig opt;
+  opt.beta1 = float(cfg.model.optim.betas.at(0));
+  opt.beta2 = float(cfg.model.optim.betas.at(1));
+  opt.eps = float(cfg.model.optim.eps);
+  opt.weight_decay = float(cfg.model.optim.weight_decay);
+  opt.grad_clip = float(cfg.trainer.gradient_clip_val.value_or(0.0));
+  // MFU's denominator: this machine's matmul rate on a large square product in the run's compute type.
+  const double peak_gflops = cpu::measure_matmul_gflops(1024, 1024, 1024, ct, 0.2);
+  const double flops_per_step = obs::step_flops(mc, gbs, T);
+  const int64_t max_steps = cfg.trainer.max_steps;
+  const int64_t log_every = std::max<int64_t>(1, cfg.trainer.log_every_n_steps);
+  const auto& ckp = cfg.exp_manager.checkpoint_callback_params;
+  const bool checkpoints = cfg.exp_manager.create_checkpoint_callback;
+  const int64_t nonfinite_limit = std::max<int64_t>(1, cfg.trainer.max_consecutive_nonfinite);
+  std::set<int64_t> inject = injected_nonfinite_steps();  // each fires once (not again after a rollback)
+
+  say(fmt::format("training: steps {} -> {}, global batch {} = micro batch {} x {} accumulation, seq {}, "
+                  "lr schedule {}",
+                  st.step, max_steps, gbs, B, num_micro, T, cfg.model.optim.sched.name));
+
+  auto save = [&](const char* why) {
+    const double t0 = now_s();
+    std::string path;
+    {
+      IoProgress bar("saving checkpoint", checkpoint_tensor_bytes(model));
+      path = save_checkpoint(ckpt_dir.string(), model, st, tok_path, config_yaml, bar.callback());
+    }
+    int64_t bytes = 0;
+    for (const auto& e : fs::directory_iterator(path)) bytes += int64_t(e.file_size());
+    const auto removed = prune_checkpoints(ckpt_dir.string(), int(ckp.save_top_k));
+    const double dt = now_s() - t0;
+    say(fmt::format("checkpoint ({}): {} ({}, {}, {}/s){}", why, path, obs::format_bytes(double(bytes)),
+                    obs::format_duration(dt), obs::format_bytes(bytes / std::max(dt, 1e-9)),
+                    removed.empty() ? "" : fmt::format("; removed {} older", removed.size())));
+    result.last_checkpoint = path;
+  };
+
+  StopSignalScope signals;
+  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+  const double t_loop = now_s();
+  int64_t steps_run = 0;  // steps computed by this process (a rollback repeats some)
+  int64_t nonfinite_run = 0;
+  double t_last_ckpt = now_s(), t_log = now_s();
+  int64_t steps_since_log = 0;
+  obs::StepTimeAverage step_times;
+  while (st.step < max_steps) {
+    const double t_step = now_s();
+    const int64_t step = st.step + 1;
+    steps_run++;
+    const double lr = sched.lr(st.step);
+    model.zero_grad();
+    double loss_sum = 0;
+    for (int64_t mb = 0; mb < num_micro; mb++) {
+      data.fill(data::Split::train, st.consumed_samples + mb * B, B, tokens.data(), targets.data());
+      loss_sum += model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / float(num_micro)).loss;
+    }
+    const int64_t window_begin = st.consumed_samples;
+    st.consumed_samples += gbs;
+    const double loss = loss_sum / double(num_micro);
+    if (inject.erase(step)) model.grad_data()[0] = NAN;
+    const float norm = model.grad_norm();
+    st.step = step;
+    if (std::isfinite(loss) && std::isfinite(norm)) {
+      nonfinite_run = 0;
+      st.optimizer_steps++;
+      model.optimizer_update(opt, float(lr), int(st.optimizer_steps), norm);
+    } else {
+      st.skipped_steps++;
+      nonfinite_run++;
+      say(fmt::format("step {}: loss {:.4f} / grad norm {:.4f} is not finite: update skipped (samples {}-{}; {} in a row, "
+                      "rollback after {})",
+                      step, loss, norm, window_begin, st.consumed_samples - 1, nonfinite_run, nonfinite_limit));
+      if (nonfinite_run >= nonfinite_limit) {
+        std::vector<std::string> warnings;
+        const auto ck = latest_valid_checkpoint(ckpt_dir.string(), &warnings);
+        for (const auto& w : warnings) say("warning: " + w);
+        if (!ck)
+          fail("training diverged: {} steps in a row had a non-finite loss or gradient norm (up to step {}), and "
+               "there is no checkpoint to roll back to\nhint: lower model.optim.lr or raise warmup, check the data, "
+               "or save checkpoints earlier (exp_manager.checkpoint_callback_params.every_n_train_steps)",
+               nonfinite_run, step);
+        TrainerState keep = st;
+        st = load_checkpoint(ck->path, model);
+        say(fmt::format("rollback: {} non-finite steps in a row; restored {} (step {}); steps {}-{} discarded and "
+                        "samples {}-{} skipped",
+                        nonfinite_run, ck->path, st.step, st.step + 1, step, st.consumed_samples,
+                        keep.consumed_samples - 1));
+        metrics.write(nlohmann::ordered_json{{"step", step},
+                                             {"event", "rollback"},
+                                             {"to_step", st.step},
+                                             {"skipped_samples_begin", st.consumed_samples},
+                                             {"skipped_samples_end", keep.consumed_samples}});
+        st.consumed_samples = keep.consumed_samples;
+        st.skipped_steps = keep.skipped_steps;
+        st.rollbacks = keep.rollbacks + 1;
+        st.train_seconds = keep.train_seconds;
+        nonfinite_run = 0;
+        continue;
+      }
+    }
+    st.lr = lr;
+    st.loss = loss;
+    const double dt = now_s() - t_step;
+    st.train_seconds += dt;
+    step_times.add(dt);
+    steps_since_log++;
+
+    const bool last = st.step == max_steps;
+    if (st.step % log_every == 0 || st.step == 1 || last) {
+      const double interval = now_s() - t_log;
+      const double step_s = interval / double(steps_since_log);
+      const double tok_s = double(gbs) * T / step_s;
+      const double mfu = obs::mfu(flops_per_step, step_s, peak_gflops * 1e9);
+      const double rss = peak_rss_bytes();
+      say(fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.2f} seq/s | {} tok/s | MFU {:.1f}% "
+                      "| mem {} | ETA {}",
+                      st.step, max_steps, loss, lr, norm, double(gbs) / step_s, obs::format_count(tok_s), 100 * mfu,
+                      obs::format_bytes(rss), obs::format_duration(step_times.eta_s(max_steps - st.step))));
+      metrics.write(nlohmann::ordered_json{{"step", st.step},
+                                           {"loss", loss},
+                                           {"lr", lr},
+                                           {"grad_norm", norm},
+                                           {"consumed_samples", st.consumed_samples},
+                                           {"step_time_s", step_s},
+                                           {"tokens_per_s", tok_s},
+                                           {"mfu", mfu},
+                                           {"peak_rss_bytes", rss}});
+      scalar("reduced_train_loss", loss, st.step);
+      scalar("lr", lr, st.step);
+      scalar("grad_norm", norm, st.step);
+      scalar("consumed_samples", double(st.consumed_samples), st.step);
+      scalar("train_step_timing in s", step_s, st.step);
+      scalar("tokens_per_s", tok_s, st.step);
+      scalar("mfu", mfu, st.step);
+      if (tb) tb->flush();
+      t_log = now_s();
+      steps_since_log = 0;
+    }
+    if (validate && (st.step % cfg.trainer.val_check_interval == 0 || last)) {
+      const double t0 = now_s();
+      const double val = evaluate_loss(model, data, data::Split::valid, cfg.trainer.limit_val_batches, gbs, B);
+      result.last_val_loss = val;
+      say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f} ({} batches, {})", st.step, val,
+                      std::exp(val), cfg.trainer.limit_val_batches, obs::format_duration(now_s() - t0)));
+      metrics.write(nlohmann::ordered_json{{"step", st.step}, {"val_loss", val}, {"val_ppl", std::exp(val)}});
+      scalar("val_loss", val, st.step);
+      if (tb) tb->flush();
+      t_log += now_s() - t0;  // validation time is not step time
+    }
+    const bool stop = g_stop_signal.load() != 0;
+    if (checkpoints) {
+      const bool by_steps = ckp.every_n_train_steps && *ckp.every_n_train_steps > 0 &&
+                            st.step % *ckp.every_n_train_steps == 0;
+      const bool by_time = ckp.train_time_interval && now_s() - t_last_ckpt >= *ckp.train_time_interval;
+      if (by_steps || by_time || last || stop) {
+        save(stop ? "stop signal" : last ? "end" : by_steps ? "every_n_train_steps" : "train_time_interval");
+        t_last_ckpt = now_s();
+        t_log = now_s();
+      }
+    }
+    if (stop) {
+      say(fmt::format("stopped by signal {} after step {}{}", g_stop_signal.load(), st.step,
+                      checkpoints ? "; run the same command to resume" : ""));
+      result.stop_signal = g_stop_signal.load();
+      break;
+    }
+  }
+  result.steps = st.step;
+  result.last_loss = st.loss;
+  const double loop_s = now_s() - t_loop;
+  if (steps_run > 0)
+    say(fmt::format("train loop: {} steps in {} = {} tokens/s end to end (data, logging, validation and "
+                    "checkpoints included)",
+                    steps_run, obs::format_duration(loop_s), obs::format_count(double(steps_run) * double(gbs) * T / loop_s)));
+
+  if (!export_dir.empty() && result.stop_signal == 0) {
+    const double t0 = now_s();
+    io::ExportOptions eo;
+    eo.torch_dtype = precision == model::Precision::fp32 ? "float32" : "bfloat16";
+    eo.tokenizer_model = tok_path;
+    IoProgress bar("exporting", model.num_params() * (precision == model::Precision::fp32 ? 4 : 2));
+    eo.progress = bar.callback();
+    say(fmt::format("exporting Hugging Face checkpoint to {} ...", export_dir));
+    const auto rep = io::export_hf(model, export_dir, eo);
+    say(fmt::format("exported {} ({}, {} shard{}) in {}; reloaded and checked: max logit difference {:.2g} "
+                    "(bound {:.2g})",
+                    rep.dir, obs::format_bytes(double(rep.bytes)), rep.num_shards, rep.num_shards == 1 ? "" : "s",
+                    obs::format_duration(now_s() - t0), rep.max_abs_logit_diff, rep.tolerance));
+    result.hf_export = rep.dir;
+  }
+  say(fmt::format("done: {} steps, last loss {:.4f}, total time {}", result.steps, result.last_loss,
+                  obs::format_duration(now_s() - t_start)));
+  return result;
+}
+
+}  // namespace llamatrain::train

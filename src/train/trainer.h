@@ -1,0 +1,45 @@
+// The training loop of `llamatrain train CONFIG`: one process, layout-agnostic (the data position is
+// a global sample index and the model sees micro-batches), so data, tensor and pipeline parallelism
+// wrap around it rather than into it. In order: run directory and resolved config, tokenizer, model
+// (from model.init_from, a checkpoint, or random init), data, resume, then steps of gradient
+// accumulation over micro-batches, a non-finite guard (skip; after K in a row roll back to the last
+// checkpoint and skip that data window), AdamW with the LR schedule, logging (console,
+// TensorBoard, metrics.jsonl), validation, checkpoints (every N steps or seconds, at the end, on
+// SIGTERM/SIGINT), and a Hugging Face export at the end (convert_to_hf).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "train/config.h"
+
+namespace llamatrain::train {
+
+// The run's directory, as NeMo's exp_manager names it: explicit_log_dir, or
+// exp_dir (default ./nemo_experiments) / name / version, where version is exp_manager.version,
+// else $NEMO_EXPM_VERSION, else $SLURM_JOB_ID, else none when resume_if_exists is set (so a rerun
+// finds its checkpoints), else the start time.
+std::string resolve_log_dir(const TrainConfig& config);
+
+struct TrainResult {
+  std::string log_dir;
+  int64_t steps = 0;                 // optimizer steps done when the run ended
+  double last_loss = 0;
+  double last_val_loss = 0;          // NaN when no validation ran
+  std::string last_checkpoint;       // "" when none was saved
+  std::string hf_export;             // "" when convert_to_hf is off
+  int stop_signal = 0;               // SIGTERM / SIGINT that stopped the run after its checkpoint; 0 if none
+};
+
+// Runs the training described by config (notes: the loader's "ignored: ..." lines, printed at start).
+TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {});
+
+// Mean loss over the first `batches` global batches of a split (forward only), as validation
+// computes it: the mean of micro-batch losses. Exposed for `llamatrain eval`.
+class TrainData;
+double evaluate_loss(model::LlamaModel& model, const TrainData& data, data::Split split, int64_t batches,
+                     int64_t global_batch_size, int micro_batch_size);
+
+}  // namespace llamatrain::train
