@@ -11,8 +11,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/bf16.h"
 #include "core/error.h"
@@ -20,6 +18,7 @@
 #include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/ops.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
@@ -30,6 +29,9 @@ using cpu::MatmulChoice;
 using cpu::MatmulChooser;
 using cpu::MatmulKernel;
 using cpu::MatmulPolicy;
+using testing::read_file;
+using testing::TempDir;
+using testing::write_file;
 
 // The process-wide chooser must read its cache from a directory of this test's own: set before main.
 const std::string kGlobalCacheDir = [] {
@@ -40,32 +42,6 @@ const std::string kGlobalCacheDir = [] {
 }();
 
 constexpr const char* kMachine = "Test CPU | oneDNN 9.9.9 test_isa";
-
-class TempDir {
- public:
-  TempDir() {
-    static int n = 0;
-    path_ = fs::temp_directory_path() / ("llamatrain_choice_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-}
 
 // A time_call that returns scripted seconds per kernel in turn (repeating the last) and counts calls.
 struct Script {
@@ -107,7 +83,7 @@ TEST(MatmulChoice, SettledWhenNoCallCanFlipTheDecision) {
 
 TEST(MatmulChoice, ProbesOnceThenCachesPerMachineThreadsAndShape) {
   TempDir dir;
-  const std::string path = dir.file("sub/dir/kernels.json");  // directories are created
+  const std::string path = dir / "sub/dir/kernels.json";  // directories are created
   Script slow_bf16{{3.0, 2.0}, {1.5, 1.0}};
   {
     MatmulChooser c(kMachine, path, MatmulPolicy::automatic);
@@ -155,7 +131,7 @@ TEST(MatmulChoice, ProbesOnceThenCachesPerMachineThreadsAndShape) {
 
 TEST(MatmulChoice, NoisyProbeRunsLongerAndIsNotCached) {
   TempDir dir;
-  const std::string path = dir.file("kernels.json");
+  const std::string path = dir / "kernels.json";
   // fastest calls say fp32 (1.0 vs 1.2), slowest ones say bf16, and no kernel repeats its best within 10%
   Script noisy{{5.0, 1.2, 2.0, 3.0}, {5.0, 1.0, 1.6, 2.6}};
   MatmulChooser c(kMachine, path, MatmulPolicy::automatic);
@@ -195,7 +171,7 @@ TEST(MatmulChoice, BadCacheFilesAreIgnoredAndRewritten) {
   for (const auto& [what, text] : files) {
     SCOPED_TRACE(what);
     TempDir dir;
-    const std::string path = dir.file("kernels.json");
+    const std::string path = dir / "kernels.json";
     write_file(path, text);
     MatmulChooser c(kMachine, path, MatmulPolicy::automatic);
     EXPECT_FALSE(c.known("fwd A", 4).has_value());
@@ -211,8 +187,8 @@ TEST(MatmulChoice, BadCacheFilesAreIgnoredAndRewritten) {
 
 TEST(MatmulChoice, UnwritableCacheOnlyCostsAProbe) {
   TempDir dir;
-  write_file(dir.file("a_file"), "x");
-  for (const std::string& path : {dir.file("a_file/kernels.json"), std::string()}) {
+  write_file(dir / "a_file", "x");
+  for (const std::string& path : {dir / "a_file/kernels.json", std::string()}) {
     SCOPED_TRACE(path);
     MatmulChooser c(kMachine, path, MatmulPolicy::automatic);
     Script s{{2.0}, {1.0}};
@@ -223,7 +199,7 @@ TEST(MatmulChoice, UnwritableCacheOnlyCostsAProbe) {
 
 TEST(MatmulChoice, CacheKeepsTheNewestEntries) {
   TempDir dir;
-  const std::string path = dir.file("kernels.json");
+  const std::string path = dir / "kernels.json";
   std::vector<MatmulCacheEntry> many;
   for (size_t i = 0; i < MatmulChooser::kMaxCacheEntries; i++)
     many.push_back({kMachine, "old " + std::to_string(i), 1, MatmulKernel::bf16, 1.0, 1.0});
@@ -241,7 +217,7 @@ TEST(MatmulChoice, CacheKeepsTheNewestEntries) {
 
 TEST(MatmulChoice, ForcedPolicyNeverProbes) {
   TempDir dir;
-  const std::string path = dir.file("kernels.json");
+  const std::string path = dir / "kernels.json";
   write_file(path, cpu::format_matmul_cache({{kMachine, "fwd A", 1, MatmulKernel::f32, 2.0, 1.0}}));
   MatmulChooser c(kMachine, path, MatmulPolicy::bf16);
   EXPECT_EQ(c.known("fwd A", 1), MatmulKernel::bf16);  // the policy wins over the cache
@@ -360,7 +336,7 @@ TEST(MatmulChoiceKernels, DinpAndDweightOnDifferentKernels) {
   const Case cs;
   for (MatmulKernel k_dinp : {MatmulKernel::f32, MatmulKernel::bf16}) {
     const MatmulKernel k_dw = k_dinp == MatmulKernel::f32 ? MatmulKernel::bf16 : MatmulKernel::f32;
-    SCOPED_TRACE(testing::Message() << "dinp on " << cpu::matmul_kernel_name(k_dinp));
+    SCOPED_TRACE(::testing::Message() << "dinp on " << cpu::matmul_kernel_name(k_dinp));
     // a cache with these choices, as an earlier process on this machine would have written it
     fs::create_directories(fs::path(chooser.cache_path()).parent_path());
     write_file(chooser.cache_path(), cpu::format_matmul_cache({{chooser.machine(), dinp, threads, k_dinp, 1, 1},

@@ -1,21 +1,18 @@
 // MatmulChooser: the per-shape choice between oneDNN's bf16 and fp32 matmul kernels (see
 // matmul_choice.h), its decision rule and its cache file. The cache is an optimization only: a
-// missing, unreadable, corrupt or foreign file is treated as empty and replaced on the next write,
-// and a failed write is ignored (the next process probes again).
+// missing, unreadable, corrupt or foreign file is treated as empty and replaced on the next write
+// (through core/file.h's atomic commit), and a failed write is ignored (the next process probes again).
 #include "kernels/cpu/matmul_choice.h"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace llamatrain::cpu {
 
@@ -24,13 +21,14 @@ namespace {
 constexpr const char* kCacheMagic = "llamatrain-matmul-kernels";
 constexpr int kCacheVersion = 1;
 
+// The cache file's text, or nullopt when it is missing, unreadable or implausibly large.
 std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream s;
-  s << f.rdbuf();
-  if (f.bad()) return std::nullopt;
-  return s.str();
+  if (path.empty() || !is_regular_file(path)) return std::nullopt;
+  try {
+    return read_small_file(path, size_t(4) << 20, "matmul kernel cache");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 std::optional<MatmulKernel> kernel_from_name(const std::string& s) {
@@ -271,24 +269,14 @@ void MatmulChooser::store_in_cache(const MatmulCacheEntry& entry) {
   cache_loaded_ = true;
   if (cache_path_.empty()) return;
 
-  // Write a temporary file next to it and rename it over: readers never see half a file.
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path path(cache_path_);
-  if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
-  const std::string tmp = cache_path_ + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return;
-    f << format_matmul_cache(entries);
-    f.close();
-    if (!f) {
-      fs::remove(tmp, ec);
-      return;
-    }
+  // An atomic commit (core/file.h): readers, other processes included, never see half a file.
+  try {
+    const std::filesystem::path path(cache_path_);
+    if (path.has_parent_path()) create_directories(path.parent_path().string());
+    write_file_atomic(cache_path_, format_matmul_cache(entries));
+  } catch (const Error&) {
+    // an unwritable cache only costs a probe in the next process
   }
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
 }
 
 }  // namespace llamatrain::cpu
