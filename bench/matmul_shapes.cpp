@@ -1,9 +1,12 @@
 // bench_matmul: GFLOP/s of cpu::matmul_forward / matmul_backward (fp32 and bf16) on the stories110m
 // shapes at M = B*T rows, and cpu::lmhead_ce_fused side by side with its earlier chunked algorithm
 // (lmhead_ce_chunked_v1, kept here only as the baseline), interleaved in one process.
-// "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call fp32 -> bf16 conversions.
-// Usage: bench_matmul [M=2048] [seconds per measurement=0.5; lmhead: 20 x it rounds, at least 5] [all|matmul|lmhead].
-// Prints figures only.
+// "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call operand conversions.
+// bf16 compute is timed through each kernel (matmul_choice.h: oneDNN's bf16 kernel, its fp32 kernel on
+// bf16 values) and through the automatic choice, whose probe estimates are printed next to the
+// measured calls (the probe times row slices and scales them up: this checks the scaling).
+// Usage: bench_matmul [M=2048] [seconds: 20 x it interleaved rounds per shape, at least 5] [all|matmul|lmhead].
+// Prints figures only. ONEDNN_MAX_CPU_ISA=AVX512_CORE simulates a CPU without native bf16.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,38 +16,34 @@
 #include <functional>
 #include <vector>
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include "core/rng.h"
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/lmhead_ce.h"
+#include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/ops.h"
 
 using namespace llamatrain;
 
 namespace {
 
+// Sets the process-wide chooser's policy for its lifetime.
+class Policy {
+ public:
+  explicit Policy(cpu::MatmulPolicy p) : old_(cpu::matmul_chooser().policy()) { cpu::matmul_chooser().set_policy(p); }
+  ~Policy() { cpu::matmul_chooser().set_policy(old_); }
+
+ private:
+  cpu::MatmulPolicy old_;
+};
+
 std::vector<float> random_vec(size_t n, uint32_t id, float scale) {
   std::vector<float> v(n);
 #pragma omp parallel for
   for (size_t i = 0; i < n; i++) v[i] = scale * (2.0f * random_uniform(3, 0, id, i) - 1.0f);
   return v;
-}
-
-// Seconds per call of f: two warmup calls, then repeat for at least `seconds`.
-double time_call(const std::function<void()>& f, double seconds) {
-  f();
-  f();
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  int calls = 0;
-  double elapsed = 0.0;
-  while (calls < 3 || elapsed < seconds) {
-    f();
-    calls++;
-    elapsed = std::chrono::duration<double>(clock::now() - start).count();
-  }
-  return elapsed / calls;
 }
 
 // Seconds per call of each f over `reps` rounds, {median, min} per f; each round calls every f once,
@@ -148,10 +147,15 @@ int main(int argc, char** argv) {
   };
   const Shape shapes[] = {{"qkv", 768, 2304}, {"wo", 768, 768}, {"w1|w3", 768, 4096}, {"w2", 2048, 768},
                           {"lm head", 768, 32000}};
-  std::printf("GFLOP/s. gemm columns: the three oneDNN matmuls alone (bf16 operands pre-converted);\n"
-              "api columns: cpu::matmul_forward / matmul_backward (dinp + dweight), bf16 conversions included.\n");
-  std::printf("%-8s %5s %6s %5s | %8s %8s %8s | %8s %8s\n", "shape", "IC", "OC", "type", "fwd", "dinp", "dweight",
-              "api fwd", "api bwd");
+  std::printf("oneDNN implementations at %dx768x2304: fp32 %s, bf16 %s\n", M,
+              cpu::detail::gemm_impl(false, true, M, 2304, 768, false, false).c_str(),
+              cpu::detail::gemm_impl(false, true, M, 2304, 768, true, false).c_str());
+  std::printf("GFLOP/s. gemm columns: the three oneDNN matmuls alone (operands pre-converted; the fp32 kernel on\n"
+              "bf16 values runs the fp32 gemms); api columns: cpu::matmul_forward, matmul_backward (dinp + dweight)\n"
+              "and matmul_backward without dinp (dweight), operand conversions included. bf16 rows: bf16 compute\n"
+              "through oneDNN's bf16 kernel, its fp32 kernel on bf16 values, and the automatic choice.\n");
+  std::printf("%-8s %5s %6s %-12s | %8s %8s %8s | %8s %8s %8s | %s\n", "shape", "IC", "OC", "run", "fwd", "dinp",
+              "dweight", "api fwd", "api bwd", "api dW", "auto: kernel fwd/dinp/dW, probe estimate vs measured ms");
   for (const Shape& s : shapes) {
     if (!run_matmul) break;
     const auto inp = random_vec(size_t(M) * s.IC, 1, 1.0f);       // (M,IC)
@@ -163,29 +167,76 @@ int main(int argc, char** argv) {
     bf16_from_float(dout_b.data(), dout.data(), int64_t(dout.size()));
     std::vector<float> out(size_t(M) * s.OC), dinp(size_t(M) * s.IC), dweight(weight.size(), 0.0f);
     const double flop = 2.0 * M * s.IC * double(s.OC);
-    for (cpu::ComputeType ct : {cpu::ComputeType::f32, cpu::ComputeType::bf16}) {
-      const bool b16 = ct == cpu::ComputeType::bf16;
-      const void* a_inp = b16 ? static_cast<const void*>(inp_b.data()) : inp.data();
-      const void* a_w = b16 ? static_cast<const void*>(weight_b.data()) : weight.data();
-      const void* a_dout = b16 ? static_cast<const void*>(dout_b.data()) : dout.data();
-      const double g_fwd =
-          time_call([&] { cpu::detail::gemm(out.data(), a_inp, false, a_w, true, M, s.OC, s.IC, b16, false); }, seconds);
-      const double g_dinp = time_call(
-          [&] { cpu::detail::gemm(dinp.data(), a_dout, false, a_w, false, M, s.IC, s.OC, b16, false); }, seconds);
-      const double g_dw = time_call(
-          [&] { cpu::detail::gemm(dweight.data(), a_dout, true, a_inp, false, s.OC, s.IC, M, b16, true); }, seconds);
-      const double t_fwd = time_call(
-          [&] { cpu::matmul_forward(out.data(), inp.data(), weight.data(), weight_b.data(), M, s.IC, s.OC, ct); },
-          seconds);
-      const double t_bwd = time_call(
-          [&] {
-            cpu::matmul_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), weight_b.data(),
-                                 M, s.IC, s.OC, ct);
-          },
-          seconds);
-      std::printf("%-8s %5d %6d %5s | %8.1f %8.1f %8.1f | %8.1f %8.1f\n", s.name, s.IC, s.OC, b16 ? "bf16" : "f32",
-                  flop / g_fwd * 1e-9, flop / g_dinp * 1e-9, flop / g_dw * 1e-9, flop / t_fwd * 1e-9,
-                  2 * flop / t_bwd * 1e-9);
+    // Every figure of the shape in one interleaved set of rounds (median of reps), so load changes on a
+    // shared machine hit all of them alike. Runs: fp32 compute; bf16 compute on the bf16 kernel, on the
+    // fp32 kernel, and on the automatic choice (probed in the warmup round unless cached).
+    const cpu::MatmulPolicy policies[4] = {cpu::MatmulPolicy::automatic, cpu::MatmulPolicy::bf16,
+                                           cpu::MatmulPolicy::f32, cpu::MatmulPolicy::automatic};
+    std::vector<std::function<void()>> calls;  // per run: [gemm fwd, dinp, dweight (runs 0-1)], api fwd, bwd, dW
+    for (int run = 0; run < 4; run++) {
+      const cpu::ComputeType ct = run == 0 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
+      const cpu::MatmulPolicy policy = policies[run];
+      if (run <= 1) {
+        const bool b16 = run == 1;
+        const void* a_inp = b16 ? static_cast<const void*>(inp_b.data()) : inp.data();
+        const void* a_w = b16 ? static_cast<const void*>(weight_b.data()) : weight.data();
+        const void* a_dout = b16 ? static_cast<const void*>(dout_b.data()) : dout.data();
+        calls.push_back([&, a_inp, a_w, b16] {
+          cpu::detail::gemm(out.data(), a_inp, false, a_w, true, M, s.OC, s.IC, b16, false);
+        });
+        calls.push_back([&, a_dout, a_w, b16] {
+          cpu::detail::gemm(dinp.data(), a_dout, false, a_w, false, M, s.IC, s.OC, b16, false);
+        });
+        calls.push_back([&, a_dout, a_inp, b16] {
+          cpu::detail::gemm(dweight.data(), a_dout, true, a_inp, false, s.OC, s.IC, M, b16, true);
+        });
+      }
+      calls.push_back([&, ct, policy] {
+        const Policy p(policy);
+        cpu::matmul_forward(out.data(), inp.data(), weight.data(), weight_b.data(), M, s.IC, s.OC, ct);
+      });
+      calls.push_back([&, ct, policy] {
+        const Policy p(policy);
+        cpu::matmul_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), weight_b.data(), M,
+                             s.IC, s.OC, ct);
+      });
+      calls.push_back([&, ct, policy] {
+        const Policy p(policy);
+        cpu::matmul_backward(static_cast<float*>(nullptr), dweight.data(), dout.data(), inp.data(), weight.data(),
+                             weight_b.data(), M, s.IC, s.OC, ct);
+      });
+    }
+    const auto t = median_times(calls, std::max(5, int(seconds * 20)));
+    size_t i = 0;
+    double api_ms[4][3];  // per run: fwd, dinp (bwd - dW), dW
+    for (int run = 0; run < 4; run++) {
+      const char* label = run == 0 ? "fp32" : run == 1 ? "bf16/bf16 k" : run == 2 ? "bf16/fp32 k" : "bf16/auto";
+      const auto gf = [&](double sec) { return fmt::format("{:8.1f}", flop / sec * 1e-9); };
+      std::string gemm_cols = fmt::format("{:>8} {:>8} {:>8}", "-", "-", "-");
+      if (run <= 1) {
+        gemm_cols = gf(t[i].first) + " " + gf(t[i + 1].first) + " " + gf(t[i + 2].first);
+        i += 3;
+      }
+      const double t_fwd = t[i].first, t_bwd = t[i + 1].first, t_dw = t[i + 2].first;
+      i += 3;
+      api_ms[run][0] = t_fwd * 1e3;
+      api_ms[run][1] = (t_bwd - t_dw) * 1e3;
+      api_ms[run][2] = t_dw * 1e3;
+      std::string note;
+      if (run == 3) {
+        // the chooser's estimates per op (bf16/fp32 kernel ms) against the medians of the forced runs
+        const char* ops[3] = {"fwd ", "dinp ", "dweight "};
+        const std::string dims = fmt::format("N={} IC={} OC={} ", M, s.IC, s.OC);
+        for (int j = 0; j < 3; j++)
+          for (const auto& c : cpu::matmul_chooser().choices())
+            if (c.source != cpu::MatmulChoice::Source::forced && c.shape.rfind(ops[j] + dims, 0) == 0)
+              note += fmt::format("{}{}{}: {:.1f}/{:.1f} vs {:.1f}/{:.1f}", j ? "; " : "", ops[j],
+                                  cpu::matmul_kernel_name(c.kernel), c.bf16_s * 1e3, c.f32_s * 1e3, api_ms[1][j],
+                                  api_ms[2][j]);
+      }
+      std::printf("%-8s %5d %6d %-12s | %s | %s %s %s | %s\n", s.name, s.IC, s.OC, label, gemm_cols.c_str(),
+                  gf(t_fwd).c_str(), fmt::format("{:8.1f}", 2 * flop / t_bwd * 1e-9).c_str(), gf(t_dw).c_str(),
+                  note.c_str());
       std::fflush(stdout);
     }
   }
@@ -208,6 +259,7 @@ int main(int argc, char** argv) {
               M, C, V, cpu::detail::lmhead_chunk_rows(V), cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::bf16),
               cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::f32), reps);
   for (cpu::ComputeType ct : {cpu::ComputeType::bf16, cpu::ComputeType::f32}) {
+    const Policy bf16_kernel(cpu::MatmulPolicy::bf16);  // the chunked v1 runs oneDNN's bf16 kernel
     for (bool backward : {false, true}) {
       float* dxp = backward ? dx.data() : nullptr;
       float* dwp = backward ? dwout.data() : nullptr;
@@ -247,5 +299,22 @@ int main(int argc, char** argv) {
                 ct == cpu::ComputeType::f32 ? "f32" : "bf16", rel_diff(losses, losses_old), rel_diff(dx, dx_old),
                 rel_diff(dwout, dw_old));
   }
+
+  // bf16 compute through each kernel and the automatic choice, interleaved, forward+backward
+  {
+    std::vector<std::function<void()>> calls;
+    for (cpu::MatmulPolicy p : {cpu::MatmulPolicy::bf16, cpu::MatmulPolicy::f32, cpu::MatmulPolicy::automatic})
+      calls.push_back([&, p] {
+        const Policy forced(p);
+        cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(),
+                             targets.data(), 1.0f / M, M, C, V, cpu::ComputeType::bf16);
+      });
+    const auto t = median_times(calls, reps);
+    const auto k = cpu::detail::known_kernel(fmt::format("lmhead N={} C={} V={} train", M, C, V), M, V, C);
+    std::printf("  bf16 compute forward+backward, %d interleaved repetitions: bf16 kernel %.3f s, fp32 kernel %.3f s, "
+                "auto (%s) %.3f s\n",
+                reps, t[0].first, t[1].first, k ? cpu::matmul_kernel_name(*k) : "?", t[2].first);
+  }
+  std::printf("%s", cpu::matmul_choices_text(cpu::matmul_chooser(), "").c_str());
   return 0;
 }

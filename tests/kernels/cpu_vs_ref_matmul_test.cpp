@@ -9,6 +9,10 @@
 //         fp32 accumulation above. This bound is rigorous but loose, so bf16 is also checked tightly:
 //         against the reference run on the same bf16-rounded operands (products of bf16 are exact in
 //         fp32, so only fp32 accumulation error remains).
+// bf16 compute runs through either kernel (matmul_choice.h), forced here one at a time: oneDNN's bf16
+// kernel and its fp32 kernel on bf16 values must each pass the checks above, and agree with each
+// other to fp32 summation order. The mixed case (dinp on one kernel, dweight on the other) and the
+// chooser itself are tested in matmul_choice_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +21,7 @@
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "kernels/cpu/lmhead_ce.h"
+#include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/matmul_peak.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/ops.h"
@@ -25,6 +30,32 @@ namespace llamatrain {
 namespace {
 
 using cpu::ComputeType;
+using cpu::MatmulKernel;
+using cpu::MatmulPolicy;
+
+// Forces the process-wide chooser to one kernel for its lifetime.
+class ForceKernel {
+ public:
+  explicit ForceKernel(MatmulKernel k) : old_(cpu::matmul_chooser().policy()) {
+    cpu::matmul_chooser().set_policy(k == MatmulKernel::bf16 ? MatmulPolicy::bf16 : MatmulPolicy::f32);
+  }
+  ~ForceKernel() { cpu::matmul_chooser().set_policy(old_); }
+
+ private:
+  MatmulPolicy old_;
+};
+
+// How a test runs a kernel: fp32 compute, or bf16 compute through one of the two kernels.
+struct Mode {
+  ComputeType ct;
+  MatmulKernel kernel;
+  std::string tag() const {
+    return ct == ComputeType::f32 ? "f32 " : kernel == MatmulKernel::bf16 ? "bf16 " : "bf16 on fp32 kernel ";
+  }
+};
+const Mode kModes[] = {{ComputeType::f32, MatmulKernel::f32},
+                       {ComputeType::bf16, MatmulKernel::bf16},
+                       {ComputeType::bf16, MatmulKernel::f32}};
 
 constexpr double kU32 = 0x1p-24;
 constexpr double kU16 = 0x1p-8;  // bf16: 8 significand bits, round to nearest
@@ -102,9 +133,12 @@ void check_matmul_shape(int N, int IC, int OC) {
   const MatmulRef scale = run_ref(abs_vec(inp), abs_vec(weight), abs_vec(dout), N, IC, OC);
   const MatmulRef want_b = run_ref(bf16_rounded(inp), bf16_rounded(weight), bf16_rounded(dout), N, IC, OC);
 
-  for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) {
+  MatmulRef by_kernel[2];  // bf16 compute: results of the bf16 kernel [0] and the fp32 kernel [1]
+  for (const Mode& mode : kModes) {
+    const ComputeType ct = mode.ct;
+    const ForceKernel force(mode.kernel);
     const bool is_bf16 = ct == ComputeType::bf16;
-    const std::string tag = is_bf16 ? "bf16 " : "f32 ";
+    const std::string tag = mode.tag();
     const double tol_fwd = is_bf16 ? bf16_sum_tol(IC) : f32_sum_tol(IC);
     const double tol_dinp = is_bf16 ? bf16_sum_tol(OC) : f32_sum_tol(OC);
     const double tol_dw = is_bf16 ? bf16_sum_tol(N) : f32_sum_tol(N);
@@ -139,6 +173,7 @@ void check_matmul_shape(int N, int IC, int OC) {
     expect_within(dweight1, dw_want, scale.dweight, tol_dw, tag + "dweight (dinp == nullptr)", 4 * kU32);
 
     if (!is_bf16) continue;
+    by_kernel[mode.kernel == MatmulKernel::bf16 ? 0 : 1] = {out, dinp, dweight};
     // bf16 operands passed as bf16 (what the bf16 modes store) give bitwise the results of the float
     // operands, which the kernel rounds the same way: the same gemm on the same bytes.
     const auto inp_b = to_bf16_vec(inp), dout_b = to_bf16_vec(dout);
@@ -156,6 +191,16 @@ void check_matmul_shape(int N, int IC, int OC) {
     EXPECT_EQ(dinp_m, dinp) << "matmul_backward with float dout, bf16 inp";
     EXPECT_EQ(dweight_m, dweight1) << "matmul_backward with float dout, bf16 inp";
   }
+  // Both kernels multiply the same bf16 values exactly and sum in fp32: each is within f32_sum_tol of
+  // the bf16-rounded reference, so they differ by at most twice that.
+  const MatmulRef& k16 = by_kernel[0];
+  const MatmulRef& k32 = by_kernel[1];
+  expect_within(k32.out, k16.out, scale.out, 2 * f32_sum_tol(IC), "out: fp32 kernel vs bf16 kernel", 4 * kU32);
+  expect_within(k32.dinp, k16.dinp, scale.dinp, 2 * f32_sum_tol(OC), "dinp: fp32 kernel vs bf16 kernel", 4 * kU32);
+  std::vector<double> dw_scale2(scale.dweight.size());
+  for (size_t i = 0; i < dw_scale2.size(); i++) dw_scale2[i] = 2.0 * scale.dweight[i];
+  expect_within(k32.dweight, k16.dweight, dw_scale2, 2 * f32_sum_tol(N), "dweight: fp32 kernel vs bf16 kernel",
+                8 * kU32);
 }
 
 TEST(CpuVsRefMatmul, AwkwardShapes) {
@@ -169,7 +214,9 @@ TEST(CpuVsRefMatmul, AwkwardShapes) {
 }
 
 TEST(CpuVsRefMatmul, PeakProbeReturnsAThroughput) {
-  for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) {
+  for (const Mode& mode : kModes) {
+    const ComputeType ct = mode.ct;
+    const ForceKernel force(mode.kernel);
     const double gflops = cpu::measure_matmul_gflops(48, 40, 56, ct, 0.01);
     EXPECT_TRUE(std::isfinite(gflops));
     EXPECT_GT(gflops, 0.0);
@@ -268,10 +315,16 @@ const LmRef& lm_reference_cached(const std::vector<float>& x, const std::vector<
 //   loss: 2 e_l + e_lse;  softmax: p' = p * (1 + delta), delta = expm1(2 e_l + e_lse) (per row);
 //   dlogits additionally rounded to rho = u16 (bf16) or u32, and the backward matmuls add their own
 //   operand rounding (bf16) and accumulation terms on sum |dlogit||w| (dx_d, dw_d).
-void check_lm_case(const LmCase& lc, ComputeType ct) {
+struct LmResult {
+  std::vector<float> losses, dx, dwout;
+};
+
+LmResult check_lm_case(const LmCase& lc, const Mode& mode) {
   const int N = lc.N, C = lc.C, V = lc.V;
+  const ComputeType ct = mode.ct;
+  const ForceKernel force(mode.kernel);
   const bool is_bf16 = ct == ComputeType::bf16;
-  SCOPED_TRACE(testing::Message() << (is_bf16 ? "bf16" : "f32") << " N=" << N << " C=" << C << " V=" << V
+  SCOPED_TRACE(testing::Message() << mode.tag() << "N=" << N << " C=" << C << " V=" << V
                                   << " chunk_rows=" << lc.chunk_rows << " w_scale=" << lc.w_scale);
   const uint32_t id = uint32_t(1000 + N * 13 + V * 7 + C);
   const auto x = random_vec(size_t(N) * C, id, -1, 1);                       // (N,C)
@@ -315,7 +368,7 @@ void check_lm_case(const LmCase& lc, ComputeType ct) {
   for (int n = 0; n < N; n++)
     if (targets[size_t(n)] < 0) {
       EXPECT_EQ(losses[size_t(n)], 0.0f) << "ignored row " << n;
-      for (int c = 0; c < C; c++) ASSERT_EQ(dx[size_t(n) * C + c], 0.0f) << "ignored row " << n;
+      for (int c = 0; c < C; c++) EXPECT_EQ(dx[size_t(n) * C + c], 0.0f) << "ignored row " << n << " column " << c;
     }
 
   // dx: |err| <= delta * dx_p + (2 rho + bf16 wout rounding + accumulation over V) * dx_d
@@ -334,6 +387,36 @@ void check_lm_case(const LmCase& lc, ComputeType ct) {
     dw_lim[i] = delta_max * ref.dw_p[i] + back_dw * ref.dw_d[i];
   }
   expect_within(dwout, dw_want, dw_lim, 1.0, "dwout", 4 * kU32);
+  return {losses, dx, dwout};
+}
+
+// Both bf16-compute kernels on one case: each against the fp64 reference (check_lm_case), and their
+// losses against each other to fp32 summation order of the logits (both multiply the same bf16
+// values). dx and dwout are not compared tighter than the reference allows: a logit that differs in
+// its last fp32 bit can round its dlogit to the neighbouring bf16 value.
+void check_lm_kernels_agree(const LmCase& lc) {
+  check_lm_case(lc, kModes[0]);
+  const LmResult k16 = check_lm_case(lc, kModes[1]);
+  const LmResult k32 = check_lm_case(lc, kModes[2]);
+  SCOPED_TRACE(testing::Message() << "N=" << lc.N << " C=" << lc.C << " V=" << lc.V);
+  const uint32_t id = uint32_t(1000 + lc.N * 13 + lc.V * 7 + lc.C);
+  const auto x = random_vec(size_t(lc.N) * lc.C, id, -1, 1);
+  const auto wout = random_vec(size_t(lc.V) * lc.C, id + 1, -lc.w_scale, lc.w_scale);
+  // |loss difference| <= 2 (logit differences) + the lse sums' rounding, per row
+  std::vector<double> tol(static_cast<size_t>(lc.N));
+  for (int n = 0; n < lc.N; n++) {
+    double logit_scale = 0.0;
+    for (int v = 0; v < lc.V; v++) {
+      double sa = 0.0;
+      for (int c = 0; c < lc.C; c++)
+        sa += std::abs(double(to_float(to_bf16(x[size_t(n) * lc.C + c]))) *
+                       to_float(to_bf16(wout[size_t(v) * lc.C + c])));
+      logit_scale = std::max(logit_scale, sa);
+    }
+    const double lse = std::abs(double(k16.losses[size_t(n)])) + logit_scale;
+    tol[size_t(n)] = 1.5 * (4.0 * f32_sum_tol(lc.C) * logit_scale + 2.0 * ((lc.V / 16.0 + 16.0) * kU32 + 2.0 * kU32 * lse));
+  }
+  expect_within(k32.losses, k16.losses, tol, 1.0, "losses: fp32 kernel vs bf16 kernel");
 }
 
 TEST(CpuVsRefLmHeadCe, MatchesFp64Reference) {
@@ -345,16 +428,50 @@ TEST(CpuVsRefLmHeadCe, MatchesFp64Reference) {
       {5, 48, 32000, 0, 0.2f},    // llama vocabulary, small N
       {70, 24, 32000, 64, 0.5f},  // llama vocabulary, 64 + 6 rows
   };
-  for (const LmCase& lc : cases)
-    for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) check_lm_case(lc, ct);
+  for (const LmCase& lc : cases) check_lm_kernels_agree(lc);
 }
 
 TEST(CpuVsRefLmHeadCe, SeveralBackwardBlocks) {
   // dlogits blocks of 32 rows (forward chunks of 16): 3 blocks + a 4-row tail block, dwout accumulated
   // over blocks, dx written per block (by default a block holds up to 128 MiB of dlogits).
   cpu::detail::lmhead_block_rows_override() = 32;
-  for (ComputeType ct : {ComputeType::f32, ComputeType::bf16}) check_lm_case({100, 40, 211, 16, 0.5f}, ct);
+  check_lm_kernels_agree({100, 40, 211, 16, 0.5f});
   cpu::detail::lmhead_block_rows_override() = 0;
+}
+
+TEST(CpuVsRefLmHeadCe, KernelsAgreeToSummationOrderOnExactLogits) {
+  // x = k/8 and wout = j/16 (small integers: exact in bf16, and every partial sum of the logits is a
+  // multiple of 1/128 far below 2^24/128, so exact in fp32 in any order): both bf16-compute kernels get
+  // bitwise the same logits, softmax and bf16-rounded dlogits, so dx and dwout may differ only by the
+  // fp32 summation order of the backward gemms; losses must be bitwise equal. Several blocks and chunks.
+  const int N = 100, C = 40, V = 211;
+  std::vector<float> x(size_t(N) * C), wout(size_t(V) * C);
+  for (size_t i = 0; i < x.size(); i++) x[i] = float(int(random_u32(42, 2, 1, i) % 17) - 8) / 8.0f;
+  for (size_t i = 0; i < wout.size(); i++) wout[i] = float(int(random_u32(42, 2, 2, i) % 17) - 8) / 16.0f;
+  const auto wout_b = to_bf16_vec(wout);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int n = 0; n < N; n++) targets[size_t(n)] = n % 7 == 3 ? -100 : int32_t(random_u32(42, 2, 3, uint64_t(n)) % V);
+  const double dloss = 1.0 / N;
+  const LmRef ref = lm_reference(x, wout, targets, dloss, N, C, V);  // for the |dlogit||w| and |dlogit||x| sums
+
+  cpu::detail::lmhead_chunk_rows_override() = 16;
+  cpu::detail::lmhead_block_rows_override() = 32;
+  LmResult r[2];
+  for (int i = 0; i < 2; i++) {
+    const ForceKernel force(i == 0 ? MatmulKernel::bf16 : MatmulKernel::f32);
+    r[i] = {std::vector<float>(size_t(N)), std::vector<float>(size_t(N) * C), std::vector<float>(wout.size(), 0.0f)};
+    cpu::lmhead_ce_fused(r[i].losses.data(), r[i].dx.data(), r[i].dwout.data(), x.data(), wout.data(), wout_b.data(),
+                         targets.data(), float(dloss), N, C, V, ComputeType::bf16);
+  }
+  cpu::detail::lmhead_chunk_rows_override() = 0;
+  cpu::detail::lmhead_block_rows_override() = 0;
+  EXPECT_EQ(r[1].losses, r[0].losses);
+  // dlogits are bf16 values within (1 + u16) of the reference's: scale the sums by that
+  std::vector<double> dx_scale(ref.dx_d.size()), dw_scale(ref.dw_d.size());
+  for (size_t i = 0; i < dx_scale.size(); i++) dx_scale[i] = (1 + 2 * kU16) * ref.dx_d[i];
+  for (size_t i = 0; i < dw_scale.size(); i++) dw_scale[i] = (1 + 2 * kU16) * ref.dw_d[i];
+  expect_within(r[1].dx, r[0].dx, dx_scale, 2 * f32_sum_tol(V), "dx: fp32 kernel vs bf16 kernel", 4 * kU32);
+  expect_within(r[1].dwout, r[0].dwout, dw_scale, 2 * f32_sum_tol(N), "dwout: fp32 kernel vs bf16 kernel", 4 * kU32);
 }
 
 TEST(CpuVsRefLmHeadCe, HugeLogitsStayFinite) {

@@ -1,24 +1,32 @@
 // Fused lm head + cross-entropy (+ backward); must match ref::matmul_forward followed by
 // ref::cross_entropy_forward/backward and ref::matmul_backward, without ever holding (N,V) fp32 logits.
 // Algorithm, per block of G rows (all N rows when G*V dlogits fit in 128 MiB), per chunk of R rows in it:
-//   logits (R,V) = x_c @ wout^T                     oneDNN, into a chunk buffer (fp32 backward: straight
+//   logits (R,V) = x_c @ wout^T                     oneDNN, into a chunk buffer (fp32 dlogits: straight
 //                                                   into the fp32 dlogits block)
 //   per row (OpenMP over rows): max, e = exp(l - max) kept in place, lse = max + log(sum e),
 //   loss = lse - l[target]; backward only: dlogits = dloss * (e / sum - onehot) (0 for target < 0)
-//   into the block's dlogits (G,V), bf16 in bf16 mode;
+//   into the block's dlogits (G,V);
 // then, once per block: dx_g (G,C) = dlogits @ wout and dwout (V,C) += dlogits^T @ x_g (K = G).
 // One dwout update per block instead of one per chunk: the (V,C) fp32 dwout is streamed once per call
 // at G = N, and both backward matmuls run at their full size. Evaluation (dx == nullptr) keeps only
-// the chunk. bf16 mode: x and dlogits are bf16 operands (with wout_bf16); softmax and accumulation are
-// fp32. Each row's softmax is independent of the thread count. exp is kernels/cpu/fast_exp.h.
+// the chunk. bf16 compute multiplies bf16 values (x, dlogits, wout_bf16) through the kernel chosen
+// for the call's shape (matmul_choice.h, one choice for all three gemms since they share dlogits):
+// oneDNN's bf16 kernel on bf16 x and dlogits, or its fp32 kernel on float x and dlogits rounded to
+// bf16 values and wout_bf16 widened to float (the fp32 layout, G for 4-byte dlogits). Softmax and
+// accumulation are fp32. Each row's softmax is independent of the thread count. exp is
+// kernels/cpu/fast_exp.h.
 #include "kernels/cpu/lmhead_ce.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/ops.h"
 
 namespace llamatrain::cpu {
@@ -60,36 +68,119 @@ int& lmhead_block_rows_override() {
 
 }  // namespace detail
 
+namespace {
+
+using detail::Bf16Operand;
+using detail::Scratch;
+
+std::string lmhead_shape(int N, int C, int V, bool backward) {
+  return fmt::format("lmhead N={} C={} V={} {}", N, C, V, backward ? "train" : "eval");
+}
+
+// Estimated seconds of one bf16-compute lmhead_ce_fused call through kernel k, from probes of its
+// gemms on row slices (detail::GemmProbe): wout converted to k's form once, the logits of all N rows
+// (x converted on the way), and for training dx and dwout from synthetic dlogits (which do not exist
+// before the softmax) at the block size G that k's dlogits dtype gives. The softmax, the same work
+// for both kernels, is left out.
+class LmheadProbe {
+ public:
+  LmheadProbe(const float* x, const bf16* wout_bf16, int N, int C, int V, bool backward)
+      : x_(x), wout_bf16_(wout_bf16), N_(N), C_(C), V_(V), backward_(backward) {}
+
+  double seconds(MatmulKernel k) {
+    const int ki = k == MatmulKernel::bf16 ? 0 : 1;
+    const Bf16Operand w{wout_bf16_, Bf16Operand::Form::bf16};
+    const auto t0 = std::chrono::steady_clock::now();
+    const void* wk = detail::kernel_operand(k, w, int64_t(V_) * C_, Scratch::weight);  // (V,C)
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int R = std::min(detail::lmhead_chunk_rows(V_), N_);
+    if (!logits_[ki])
+      logits_[ki].emplace(detail::bf16_operand(x_), false, w, true, N_, V_, C_, false, Scratch::act0, Scratch::weight,
+                          R);
+    t += logits_[ki]->seconds(k, wk);
+    if (!backward_) return t;
+
+    const bool b16 = k == MatmulKernel::bf16;
+    const int G = std::min(detail::lmhead_block_rows(N_, V_, b16 ? ComputeType::bf16 : ComputeType::f32), N_);
+    const Bf16Operand::Form dform = b16 ? Bf16Operand::Form::bf16 : Bf16Operand::Form::f32_exact;
+    if (!dx_[ki]) dx_[ki].emplace(Bf16Operand{nullptr, dform}, false, w, false, N_, C_, V_, false, Scratch::act0,
+                                  Scratch::weight, G);
+    t += dx_[ki]->seconds(k, wk);
+    if (!dw_[ki]) {
+      // x's first G rows in k's form: what the kernel hands to the dwout gemm
+      if (b16) {
+        x_b_.resize(size_t(G) * C_);
+        bf16_from_float(x_b_.data(), x_, int64_t(G) * C_);
+      } else {
+        x_f_.resize(size_t(G) * C_);
+        detail::round_to_bf16_values(x_f_.data(), x_, int64_t(G) * C_);
+      }
+      const Bf16Operand xg{b16 ? static_cast<const void*>(x_b_.data()) : x_f_.data(), dform};
+      dw_[ki].emplace(Bf16Operand{nullptr, dform}, true, xg, false, V_, C_, G, true, Scratch::act0, Scratch::act1,
+                      V_);
+    }
+    const void* xk = b16 ? static_cast<const void*>(x_b_.data()) : x_f_.data();
+    t += dw_[ki]->seconds(k, xk) * double(N_) / G;  // one dwout gemm per block
+    return t;
+  }
+
+ private:
+  const float* x_;
+  const bf16* wout_bf16_;
+  int N_, C_, V_;
+  bool backward_;
+  std::optional<detail::GemmProbe> logits_[2], dx_[2], dw_[2];  // per kernel: bf16, f32
+  ArenaVector<bf16> x_b_;
+  ArenaVector<float> x_f_;
+};
+
+}  // namespace
+
 int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct) {
   const int64_t R = std::min(detail::lmhead_chunk_rows(V), std::max(N, 1));
-  const int64_t G = std::min(detail::lmhead_block_rows(N, V, ct), std::max(N, 1));
-  if (ct == ComputeType::f32) return 4 * G * V;  // the dlogits block doubles as the logits chunk
-  return 4 * R * V + 2 * G * V + 2 * G * C;      // logits chunk, bf16 dlogits block, bf16 x block
+  const int64_t G4 = std::min(detail::lmhead_block_rows(N, V, ComputeType::f32), std::max(N, 1));
+  if (ct == ComputeType::f32) return 4 * G4 * V;  // the dlogits block doubles as the logits chunk
+  const int64_t G2 = std::min(detail::lmhead_block_rows(N, V, ComputeType::bf16), std::max(N, 1));
+  const int64_t bf16_kernel = 4 * R * V + 2 * G2 * V + 2 * G2 * C;  // logits chunk, bf16 dlogits and x blocks
+  const int64_t f32_kernel = 4 * G4 * V + 4 * G4 * C + 4 * int64_t(V) * C;  // fp32 dlogits and x, widened wout
+  const auto k = detail::known_kernel(lmhead_shape(N, C, V, true), N, V, C);
+  if (!k) return std::max(bf16_kernel, f32_kernel);
+  return *k == MatmulKernel::bf16 ? bf16_kernel : f32_kernel;
 }
 
 void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
                      const float* wout /*(V,C)*/, const bf16* wout_bf16 /*(V,C)*/, const int32_t* targets /*(N)*/,
                      float dloss, int N, int C, int V, ComputeType ct) {
-  const bool is_bf16 = ct == ComputeType::bf16;
-  CHECK(!is_bf16 || wout_bf16 != nullptr, "lmhead_ce_fused: bf16 compute needs wout_bf16");
   const bool backward = dx != nullptr;
+  MatmulKernel k = MatmulKernel::f32;
+  if (ct == ComputeType::bf16) {
+    CHECK(wout_bf16 != nullptr, "lmhead_ce_fused: bf16 compute needs wout_bf16");
+    std::optional<LmheadProbe> probe;
+    k = detail::choose_kernel(lmhead_shape(N, C, V, backward), N, V, C, [&](MatmulKernel kk) {
+      if (!probe) probe.emplace(x, wout_bf16, N, C, V, backward);
+      return probe->seconds(kk);
+    });
+  }
+  const bool is_bf16 = k == MatmulKernel::bf16;                          // bf16 operands
+  const bool rounds = ct == ComputeType::bf16 && k == MatmulKernel::f32;  // fp32 operands holding bf16 values
+  const ComputeType storage = is_bf16 ? ComputeType::bf16 : ComputeType::f32;
   const int R = std::min(detail::lmhead_chunk_rows(V), std::max(N, 1));
-  const int G = backward ? std::min(detail::lmhead_block_rows(N, V, ct), std::max(N, 1)) : R;
+  const int G = backward ? std::min(detail::lmhead_block_rows(N, V, storage), std::max(N, 1)) : R;
   const int64_t elem = is_bf16 ? 2 : 4;
-  const void* w = is_bf16 ? static_cast<const void*>(wout_bf16) : static_cast<const void*>(wout);
-  // fp32 backward: the logits gemm writes straight into the dlogits block, the softmax works in place.
+  const void* w = is_bf16 ? static_cast<const void*>(wout_bf16)
+                  : rounds ? detail::kernel_operand(k, detail::bf16_operand(wout_bf16), int64_t(V) * C, Scratch::weight)
+                           : static_cast<const void*>(wout);
+  // fp32 dlogits: the logits gemm writes straight into the dlogits block, the softmax works in place.
   float* dlog_f = !is_bf16 && backward ? detail::f32_scratch(0, int64_t(G) * V) : nullptr;          // (G,V)
   float* logits = dlog_f != nullptr ? nullptr : detail::f32_scratch(0, int64_t(R) * V);             // (R,V)
   bf16* dlog_b = is_bf16 && backward ? detail::bf16_scratch(1, int64_t(G) * V) : nullptr;           // (G,V)
-  bf16* x_b = is_bf16 ? detail::bf16_scratch(0, int64_t(G) * C) : nullptr;                          // (G,C)
 
   for (int g0 = 0; g0 < N; g0 += G) {
     const int rows_g = std::min(G, N - g0);
-    const void* xg = x + int64_t(g0) * C;  // (rows_g,C)
-    if (is_bf16) {
-      bf16_from_float(x_b, x + int64_t(g0) * C, int64_t(rows_g) * C);
-      xg = x_b;
-    }
+    const float* x_g = x + int64_t(g0) * C;  // (rows_g,C)
+    const void* xg = ct == ComputeType::bf16
+                         ? detail::kernel_operand(k, detail::bf16_operand(x_g), int64_t(rows_g) * C, Scratch::act0)
+                         : x_g;
     for (int r0 = g0; r0 < g0 + rows_g; r0 += R) {
       const int rows = std::min(R, g0 + rows_g - r0);
       float* lc = dlog_f != nullptr ? dlog_f + int64_t(r0 - g0) * V : logits;  // (rows,V)
@@ -115,6 +206,9 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
           bf16* d = dlog_b + int64_t(n - g0) * V;  // (V)
           detail::row_scale_bf16(d, l, scale, V);
           if (t >= 0) d[t] = to_bf16(dt);
+        } else if (rounds) {
+          detail::row_scale_bf16_values(l, l, scale, V);
+          if (t >= 0) l[t] = to_float(to_bf16(dt));
         } else {
           detail::row_scale_f32(l, l, scale, V);
           if (t >= 0) l[t] = dt;

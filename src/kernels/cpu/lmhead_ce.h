@@ -18,6 +18,7 @@ namespace llamatrain::cpu::detail {
 // Rows per forward chunk for vocabulary size V (>= 1).
 int lmhead_chunk_rows(int V);
 // Rows per backward block for N rows (>= 1): a multiple of lmhead_chunk_rows(V), or N when all fit.
+// ct is the dlogits dtype: bf16 (2 bytes) for the bf16 kernel, f32 (4 bytes) otherwise.
 int lmhead_block_rows(int N, int V, ComputeType ct);
 // When > 0, replace lmhead_chunk_rows() / lmhead_block_rows() (tests force many small chunks and
 // blocks; benches sweep them). The block override is rounded up to a multiple of the chunk rows.
@@ -53,6 +54,12 @@ inline void row_scale_bf16(bf16* __restrict d, const float* __restrict e, float 
   uint16_t* bits = reinterpret_cast<uint16_t*>(d);
 #pragma omp simd
   for (int j = 0; j < V; j++) bits[j] = to_bf16(e[j] * scale).bits;
+}
+// d (V) = scale * e rounded to nearest even bf16, kept in fp32 (d may be e): the values row_scale_bf16
+// stores, for the fp32 kernel on bf16 values.
+inline void row_scale_bf16_values(float* d, const float* e, float scale, int V) {
+#pragma omp simd
+  for (int j = 0; j < V; j++) d[j] = to_float(to_bf16(e[j] * scale));
 }
 
 }  // namespace llamatrain::cpu::detail

@@ -1,15 +1,20 @@
 // Fast matmul (nn.Linear without bias) through oneDNN 2.6; must match ref::matmul_* (kernels/ref/matmul.cpp).
 //   forward   out (N,OC)     = inp (N,IC) @ W^T      W^T is W (OC,IC) read with format tag ba
 //   backward  dinp (N,IC)    = dout (N,OC) @ W       plain ab operands
-//             dweight (OC,IC) += dout^T @ inp       dout^T is dout read with tag ba (fp32, or bf16 dout),
-//                                                   or a transposed bf16 copy; += is a sum post-op
-// ComputeType::bf16 uses bf16 activation operands (inp, dout) as they are, converts float ones into
-// per-thread bf16 scratch (a float dout also into a transposed copy: oneDNN 2.6 runs the dweight gemm
-// 5-10% faster with a plain A), and uses the caller's bf16 weight copy; accumulation and every output
-// stay fp32 (oneDNN picks the avx512_core_bf16 / AMX brgemm kernels when the CPU has them). One engine
+//             dweight (OC,IC) += dout^T @ inp       dout^T is dout read with tag ba, or (bf16 kernel, float
+//                                                   dout) a transposed bf16 copy; += is a sum post-op
+// ComputeType::bf16 multiplies bf16 values (inp, dout and the caller's bf16 weight copy) with fp32
+// accumulation, through one of two kernels chosen per shape (matmul_choice.h): oneDNN's bf16 kernel
+// (float operands converted into per-thread bf16 scratch; avx512_core_bf16 / AMX brgemm when the CPU
+// has them), or oneDNN's fp32 kernel on float copies of the same bf16 values (bf16 x bf16 products
+// are exact in fp32, so the two agree up to summation order). Every output stays fp32. One engine
 // and stream per process; one primitive per (shape, dtype, transposes, accumulate), created on first
-// use and cached.
+// use and cached. Also here: the scratch, the conversions and the probe shared with lmhead_ce.cpp.
+#include <omp.h>
+
 #include <algorithm>
+#include <chrono>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -44,6 +49,7 @@ struct GemmKeyHash {
 struct GemmPlan {
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, c_md, pad_md;
+  std::string impl;  // oneDNN's name of the implementation it picked, e.g. "brg:avx512_core_bf16"
 };
 
 struct Dnnl {
@@ -69,11 +75,13 @@ dnnl::memory::desc matrix_md(int rows, int cols, bool transposed, dnnl::memory::
   return dnnl::memory::desc(dims{rows, cols}, dt, strides);
 }
 
-const GemmPlan& gemm_plan(const GemmKey& key) {
+// The plan for key, created on first use. Returned by pointer: the plan lives in the cache, not in
+// anything the caller passed, so no caller can mistake it for a reference into a temporary.
+const GemmPlan* gemm_plan(const GemmKey& key) {
   Dnnl& d = dnnl_state();
   std::lock_guard<std::mutex> lock(d.mutex);
   auto it = d.plans.find(key);
-  if (it != d.plans.end()) return *it->second;
+  if (it != d.plans.end()) return it->second.get();
   auto dt = key.is_bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
   auto plan = std::make_unique<GemmPlan>();
   plan->a_md = matrix_md(key.M, key.K, key.trans_a, dt);
@@ -90,64 +98,34 @@ const GemmPlan& gemm_plan(const GemmKey& key) {
   dnnl::matmul::primitive_desc pd(desc, attr, d.engine);
   plan->prim = dnnl::matmul(pd);
   plan->pad_md = pd.scratchpad_desc();
+  plan->impl = pd.impl_info_str();
   if (plan->pad_md.get_size() > d.scratchpad.size()) {
     d.scratchpad = ArenaVector<uint8_t>();
     d.scratchpad.resize(plan->pad_md.get_size());
   }
-  return *d.plans.emplace(key, std::move(plan)).first->second;
+  return d.plans.emplace(key, std::move(plan)).first->second.get();
 }
 
 // Per-thread growable scratch of trivially constructible T (huge-page arenas, zeroed when grown).
 template <typename T, int kSlots>
-T* scratch(int slot, int64_t n) {
+ArenaVector<T>& scratch_slot(int slot) {
   thread_local ArenaVector<T> bufs[kSlots];
   CHECK(slot >= 0 && slot < kSlots, "scratch slot {} out of range", slot);
-  ArenaVector<T>& b = bufs[slot];
+  return bufs[slot];
+}
+template <typename T, int kSlots>
+T* scratch(int slot, int64_t n) {
+  ArenaVector<T>& b = scratch_slot<T, kSlots>(slot);
   if (int64_t(b.size()) < n) {
     b = ArenaVector<T>();  // release first: no old + new copy alive at once
     b.resize(size_t(n));
   }
   return b.data();
 }
-
-}  // namespace
-
-namespace detail {
-
-void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, int M, int N, int K, bool is_bf16,
-          bool accumulate) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {  // empty sum: c = 0, or c unchanged when accumulating
-    if (!accumulate)
-      for (int64_t i = 0; i < int64_t(M) * N; i++) c[i] = 0.0f;
-    return;
-  }
-  const GemmPlan& plan = gemm_plan(GemmKey{M, N, K, is_bf16, trans_a, trans_b, accumulate});
-  Dnnl& d = dnnl_state();
-  dnnl::memory a_mem(plan.a_md, d.engine, const_cast<void*>(a));
-  dnnl::memory b_mem(plan.b_md, d.engine, const_cast<void*>(b));
-  dnnl::memory c_mem(plan.c_md, d.engine, c);
-  dnnl::memory pad_mem(plan.pad_md, d.engine, d.scratchpad.data());
-  plan.prim.execute(d.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
-                               {DNNL_ARG_SCRATCHPAD, pad_mem}});
-  d.stream.wait();
-}
-
-bf16* bf16_scratch(int slot, int64_t n) { return scratch<bf16, 4>(slot, n); }
-float* f32_scratch(int slot, int64_t n) { return scratch<float, 2>(slot, n); }
-
-}  // namespace detail
-
-namespace {
-
-// The bf16 operand for a gemm: a float x is converted into the calling thread's scratch slot, a bf16
-// one is passed through untouched.
-const bf16* as_bf16(const float* x, int64_t n, int slot) {
-  bf16* b = detail::bf16_scratch(slot, n);
-  bf16_from_float(b, x, n);
-  return b;
-}
-const bf16* as_bf16(const bf16* x, int64_t, int) { return x; }
+constexpr int kBf16Slots = 4, kF32Slots = 4;
+// A probe times a slice of at most this many flops per OpenMP thread; calls below kProbeMinFlops run
+// the bf16 kernel unprobed (too small for the choice to matter).
+constexpr double kProbeFlopsPerThread = 2e9, kProbeMinFlops = 1e8;
 
 // x (R,C) fp32 -> xt (C,R) bf16, round to nearest even, in 32 x 32 blocks (rows of both sides stay
 // in cache while a block is transposed).
@@ -163,7 +141,230 @@ void bf16_transpose_from_float(bf16* xt /*(C,R)*/, const float* x /*(R,C)*/, int
   }
 }
 
+// "AMD EPYC 9R14 | oneDNN 2.6.3 avx512_core_bf16": what a probed timing depends on besides the shape
+// and the thread count (ONEDNN_MAX_CPU_ISA changes the ISA on the same CPU).
+std::string machine_description() {
+  std::string model = "unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size()) model = line.substr(colon + 2);
+    break;
+  }
+  const char* isa = "isa?";
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::all: isa = "all"; break;
+    case dnnl::cpu_isa::sse41: isa = "sse41"; break;
+    case dnnl::cpu_isa::avx: isa = "avx"; break;
+    case dnnl::cpu_isa::avx2: isa = "avx2"; break;
+    case dnnl::cpu_isa::avx512_mic: isa = "avx512_mic"; break;
+    case dnnl::cpu_isa::avx512_mic_4ops: isa = "avx512_mic_4ops"; break;
+    case dnnl::cpu_isa::avx512_core: isa = "avx512_core"; break;
+    case dnnl::cpu_isa::avx512_core_vnni: isa = "avx512_core_vnni"; break;
+    case dnnl::cpu_isa::avx512_core_bf16: isa = "avx512_core_bf16"; break;
+    case dnnl::cpu_isa::avx512_core_amx: isa = "avx512_core_amx"; break;
+    case dnnl::cpu_isa::avx2_vnni: isa = "avx2_vnni"; break;
+  }
+  const dnnl_version_t* v = dnnl::version();
+  return fmt::format("{} | oneDNN {}.{}.{} {}", model, v->major, v->minor, v->patch, isa);
+}
+
+MatmulChooser make_chooser() {
+  const char* env = std::getenv(kMatmulPolicyEnv);
+  const MatmulPolicy policy = env == nullptr || env[0] == '\0'
+                                  ? MatmulPolicy::automatic
+                                  : parse_matmul_policy(env, std::string("environment variable ") + kMatmulPolicyEnv);
+  return MatmulChooser(machine_description(), default_matmul_cache_path(), policy);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
+
+MatmulChooser& matmul_chooser() {
+  static MatmulChooser chooser = make_chooser();  // a throw leaves it unset: the next call tries again
+  return chooser;
+}
+
+namespace detail {
+
+void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, int M, int N, int K, bool is_bf16,
+          bool accumulate) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // empty sum: c = 0, or c unchanged when accumulating
+    if (!accumulate)
+      for (int64_t i = 0; i < int64_t(M) * N; i++) c[i] = 0.0f;
+    return;
+  }
+  const GemmKey key{M, N, K, is_bf16, trans_a, trans_b, accumulate};
+  const GemmPlan* plan = gemm_plan(key);
+  Dnnl& d = dnnl_state();
+  dnnl::memory a_mem(plan->a_md, d.engine, const_cast<void*>(a));
+  dnnl::memory b_mem(plan->b_md, d.engine, const_cast<void*>(b));
+  dnnl::memory c_mem(plan->c_md, d.engine, c);
+  dnnl::memory pad_mem(plan->pad_md, d.engine, d.scratchpad.data());
+  plan->prim.execute(d.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
+                                {DNNL_ARG_SCRATCHPAD, pad_mem}});
+  d.stream.wait();
+}
+
+std::string gemm_impl(bool trans_a, bool trans_b, int M, int N, int K, bool is_bf16, bool accumulate) {
+  if (M <= 0 || N <= 0 || K <= 0) return "none";
+  return gemm_plan(GemmKey{M, N, K, is_bf16, trans_a, trans_b, accumulate})->impl;
+}
+
+bf16* bf16_scratch(int slot, int64_t n) { return scratch<bf16, kBf16Slots>(slot, n); }
+float* f32_scratch(int slot, int64_t n) { return scratch<float, kF32Slots>(slot, n); }
+
+void round_to_bf16_values(float* out, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; i++) out[i] = to_float(to_bf16(x[i]));
+}
+
+const char* form_name(Bf16Operand::Form f) {
+  switch (f) {
+    case Bf16Operand::Form::f32: return "f32";
+    case Bf16Operand::Form::bf16: return "bf16";
+    case Bf16Operand::Form::f32_exact: return "f32exact";
+  }
+  return "?";
+}
+
+const void* OperandBatch::add(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s) {
+  using Form = Bf16Operand::Form;
+  CHECK(count_ < 4, "OperandBatch: more than 4 conversions");
+  if (k == MatmulKernel::bf16) {
+    if (x.form == Form::bf16) return x.data;
+    bf16* b = bf16_scratch(s == Scratch::act0 ? 0 : s == Scratch::act1 ? 1 : 3, n);
+    jobs_[count_++] = {Kind::to_bf16, x.data, b, n};  // exact for f32_exact
+    return b;
+  }
+  if (x.form == Form::f32_exact) return x.data;
+  float* f = f32_scratch(s == Scratch::act0 ? 1 : s == Scratch::act1 ? 2 : 3, n);
+  jobs_[count_++] = {x.form == Form::bf16 ? Kind::widen : Kind::round, x.data, f, n};
+  return f;
+}
+
+void OperandBatch::run() {
+  int64_t total = 0;
+  for (int j = 0; j < count_; j++) total += jobs_[j].n;
+#pragma omp parallel if (total >= (1 << 16))
+  for (int j = 0; j < count_; j++) {
+    // every thread meets the same worksharing loops in the same order; no barrier between them
+    const Job& job = jobs_[j];
+    if (job.kind == Kind::to_bf16) {
+      const float* src = static_cast<const float*>(job.src);
+      uint16_t* dst = static_cast<uint16_t*>(job.dst);
+#pragma omp for simd schedule(static) nowait
+      for (int64_t i = 0; i < job.n; i++) dst[i] = to_bf16(src[i]).bits;
+    } else if (job.kind == Kind::widen) {
+      const bf16* src = static_cast<const bf16*>(job.src);
+      float* dst = static_cast<float*>(job.dst);
+#pragma omp for simd schedule(static) nowait
+      for (int64_t i = 0; i < job.n; i++) dst[i] = to_float(src[i]);
+    } else {
+      const float* src = static_cast<const float*>(job.src);
+      float* dst = static_cast<float*>(job.dst);
+#pragma omp for simd schedule(static) nowait
+      for (int64_t i = 0; i < job.n; i++) dst[i] = to_float(to_bf16(src[i]));
+    }
+  }
+  count_ = 0;
+}
+
+const void* kernel_operand(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s) {
+  OperandBatch batch;
+  const void* p = batch.add(k, x, n, s);
+  batch.run();
+  return p;
+}
+
+void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, const void* b_kernel, bool trans_b,
+                      int M, int N, int K, bool accumulate, Scratch a_scratch) {
+  if (k == MatmulKernel::bf16 && trans_a && a.form != Bf16Operand::Form::bf16) {
+    bf16* at = bf16_scratch(2, int64_t(M) * K);  // (M,K)
+    bf16_transpose_from_float(at, static_cast<const float*>(a.data), K, M);
+    gemm(c, at, false, b_kernel, trans_b, M, N, K, true, accumulate);
+    return;
+  }
+  const void* ak = kernel_operand(k, a, int64_t(M) * K, a_scratch);
+  gemm(c, ak, trans_a, b_kernel, trans_b, M, N, K, k == MatmulKernel::bf16, accumulate);
+}
+
+int probe_rows(int M, int N, int K) {
+  const double budget = kProbeFlopsPerThread * std::max(omp_get_max_threads(), 1);
+  if (2.0 * M * N * K <= budget) return std::max(M, 1);
+  const int64_t rows = int64_t(budget / (2.0 * N * K)) / 16 * 16;
+  return int(std::min<int64_t>(M, std::max<int64_t>(rows, 128)));
+}
+
+GemmProbe::GemmProbe(Bf16Operand a, bool trans_a, Bf16Operand b, bool trans_b, int M, int N, int K, bool accumulate,
+                     Scratch a_scratch, Scratch b_scratch, int max_rows)
+    : a_(a), b_(b), trans_a_(trans_a), trans_b_(trans_b), accumulate_(accumulate), M_(M), N_(N), K_(K),
+      Mp_(probe_rows(std::min(max_rows, M), N, K)), a_scratch_(a_scratch), b_scratch_(b_scratch) {
+  const bool is_b16 = a.form == Bf16Operand::Form::bf16;
+  const int64_t n = int64_t(Mp_) * K;
+  c_.assign(size_t(Mp_) * N, 0.0f);
+  if (a.data == nullptr) {
+    // synthetic values, exact in bf16, |v| <= 1/32: (m - 128) / 4096 for m = a hash of i mod 256
+    is_b16 ? a_bf16_.resize(size_t(n)) : a_f32_.resize(size_t(n));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+      const float v = float(int((uint64_t(i) * 2654435761u >> 12) & 255) - 128) * (1.0f / 4096);
+      if (is_b16)
+        a_bf16_[size_t(i)] = to_bf16(v);
+      else
+        a_f32_[size_t(i)] = v;
+    }
+  } else if (trans_a && Mp_ < M) {
+    // the first Mp columns of a stored (K,M): a dense (K,Mp) copy
+    is_b16 ? a_bf16_.resize(size_t(n)) : a_f32_.resize(size_t(n));
+    for (int k = 0; k < K; k++) {
+      if (is_b16)
+        std::copy_n(static_cast<const bf16*>(a.data) + int64_t(k) * M, Mp_, a_bf16_.data() + int64_t(k) * Mp_);
+      else
+        std::copy_n(static_cast<const float*>(a.data) + int64_t(k) * M, Mp_, a_f32_.data() + int64_t(k) * Mp_);
+    }
+  }
+  if (!a_bf16_.empty()) a_.data = a_bf16_.data();
+  if (!a_f32_.empty()) a_.data = a_f32_.data();
+}
+
+double GemmProbe::seconds(MatmulKernel k, const void* b_kernel) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const void* bk = b_kernel != nullptr ? b_kernel : kernel_operand(k, b_, int64_t(K_) * N_, b_scratch_);
+  const double t_b = seconds_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  gemm_bf16_values(k, c_.data(), a_, trans_a_, bk, trans_b_, Mp_, N_, K_, accumulate_, a_scratch_);
+  return t_b + seconds_since(t1) * double(M_) / Mp_;
+}
+
+MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
+                           const std::function<double(MatmulKernel)>& time_call) {
+  MatmulChooser& chooser = matmul_chooser();
+  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return MatmulKernel::bf16;
+  const double probed = chooser.probe_seconds();
+  const MatmulKernel k = chooser.choose(shape, omp_get_max_threads(), time_call);
+  const bool any_f32 = std::any_of(chooser.choices().begin(), chooser.choices().end(),
+                                   [](const MatmulChoice& c) { return c.kernel == MatmulKernel::f32; });
+  if (chooser.probe_seconds() != probed && !any_f32)  // the probe grew scratch that nothing uses
+    for (int slot = 1; slot < kF32Slots; slot++) scratch_slot<float, kF32Slots>(slot) = ArenaVector<float>();
+  return k;
+}
+
+std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N, int K) {
+  MatmulChooser& chooser = matmul_chooser();
+  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return MatmulKernel::bf16;
+  return chooser.known(shape, omp_get_max_threads());
+}
+
+}  // namespace detail
+
+using detail::Bf16Operand;
+using detail::Scratch;
 
 template <typename TI>
 void matmul_forward(float* out /*(N,OC)*/, const TI* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
@@ -176,8 +377,19 @@ void matmul_forward(float* out /*(N,OC)*/, const TI* inp /*(N,IC)*/, const float
     CHECK(false, "matmul_forward: fp32 compute needs a float input");
   }
   CHECK(weight_bf16 != nullptr, "matmul_forward: bf16 compute needs weight_bf16");
-  const bf16* inp_b = as_bf16(inp, int64_t(N) * IC, 0);  // (N,IC)
-  detail::gemm(out, inp_b, false, weight_bf16, true, N, OC, IC, true, false);
+  const Bf16Operand a = detail::bf16_operand(inp), w = detail::bf16_operand(weight_bf16);
+  std::optional<detail::GemmProbe> probe;
+  const MatmulKernel k = detail::choose_kernel(
+      fmt::format("fwd N={} IC={} OC={} inp={}", N, IC, OC, detail::form_name(a.form)), N, OC, IC,
+      [&](MatmulKernel kk) {
+        if (!probe) probe.emplace(a, false, w, true, N, OC, IC, false, Scratch::act0, Scratch::weight, N);
+        return probe->seconds(kk);
+      });
+  detail::OperandBatch batch;
+  const void* ak = batch.add(k, a, int64_t(N) * IC, Scratch::act0);    // (N,IC)
+  const void* wk = batch.add(k, w, int64_t(OC) * IC, Scratch::weight);  // (OC,IC)
+  batch.run();
+  detail::gemm(out, ak, false, wk, true, N, OC, IC, k == MatmulKernel::bf16, false);
 }
 
 template <typename TD, typename TI>
@@ -192,20 +404,42 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
     }
     CHECK(false, "matmul_backward: fp32 compute needs float dout and inp");
   }
-  const bf16* dout_b = as_bf16(dout, int64_t(N) * OC, 0);  // (N,OC)
+  CHECK(dinp == nullptr || weight_bf16 != nullptr, "matmul_backward: bf16 compute needs weight_bf16");
+  const Bf16Operand d = detail::bf16_operand(dout), in = detail::bf16_operand(inp),
+                    w = detail::bf16_operand(weight_bf16);
+  // Both kernels are chosen (and probed, which uses the conversion scratch) before either gemm runs.
+  MatmulKernel k_dinp = MatmulKernel::bf16;
   if (dinp != nullptr) {
-    CHECK(weight_bf16 != nullptr, "matmul_backward: bf16 compute needs weight_bf16");
-    detail::gemm(dinp, dout_b, false, weight_bf16, false, N, IC, OC, true, false);
+    std::optional<detail::GemmProbe> probe;
+    k_dinp = detail::choose_kernel(
+        fmt::format("dinp N={} IC={} OC={} dout={}", N, IC, OC, detail::form_name(d.form)), N, IC, OC,
+        [&](MatmulKernel kk) {
+          if (!probe) probe.emplace(d, false, w, false, N, IC, OC, false, Scratch::act0, Scratch::weight, N);
+          return probe->seconds(kk);
+        });
   }
-  const bf16* inp_b = as_bf16(inp, int64_t(N) * IC, 1);  // (N,IC)
-  if constexpr (std::is_same_v<TD, float>) {
-    // dout is being converted anyway: its transposed copy lets dweight read a plain row-major A
-    bf16* dout_t = detail::bf16_scratch(2, int64_t(N) * OC);  // (OC,N)
-    bf16_transpose_from_float(dout_t, dout, N, OC);
-    detail::gemm(dweight, dout_t, false, inp_b, false, OC, IC, N, true, true);
-  } else {
-    detail::gemm(dweight, dout_b, true, inp_b, false, OC, IC, N, true, true);
-  }
+  std::optional<detail::GemmProbe> probe;
+  const MatmulKernel k_dw = detail::choose_kernel(
+      fmt::format("dweight N={} IC={} OC={} dout={} inp={}", N, IC, OC, detail::form_name(d.form),
+                  detail::form_name(in.form)),
+      OC, IC, N, [&](MatmulKernel kk) {
+        if (!probe) probe.emplace(d, true, in, false, OC, IC, N, true, Scratch::act0, Scratch::act1, OC);
+        return probe->seconds(kk);
+      });
+
+  // Every conversion in one batch: dout and the weight for dinp, inp (and dout once more when the
+  // kernels differ) for dweight; the fp32 kernel reads one float copy of dout for both.
+  detail::OperandBatch batch;
+  const void* dk = dinp != nullptr ? batch.add(k_dinp, d, int64_t(N) * OC, Scratch::act0) : nullptr;  // (N,OC)
+  const void* wk = dinp != nullptr ? batch.add(k_dinp, w, int64_t(OC) * IC, Scratch::weight) : nullptr;
+  const void* ik = batch.add(k_dw, in, int64_t(N) * IC, Scratch::act1);  // (N,IC)
+  Bf16Operand d_dw = d;
+  if (k_dw == MatmulKernel::f32)
+    d_dw = {dinp != nullptr && k_dinp == MatmulKernel::f32 ? dk : batch.add(k_dw, d, int64_t(N) * OC, Scratch::act0),
+            Bf16Operand::Form::f32_exact};
+  batch.run();
+  if (dinp != nullptr) detail::gemm(dinp, dk, false, wk, false, N, IC, OC, k_dinp == MatmulKernel::bf16, false);
+  detail::gemm_bf16_values(k_dw, dweight, d_dw, true, ik, false, OC, IC, N, true, Scratch::act0);
 }
 
 template void matmul_forward(float*, const float*, const float*, const bf16*, int, int, int, ComputeType);

@@ -1,8 +1,10 @@
 // Fast CPU kernels: the same ops as kernels/ref/ops.h, same names, same argument order and the same
 // accumulation rules, plus a ComputeType for matmuls. Each is tested against its ref:: twin on
 // awkward sizes (tests/kernels/cpu_vs_ref_test.cpp). OpenMP inside; callers never spawn threads.
-//   - matmuls go through oneDNN; ComputeType::bf16 feeds bf16 operands (AMX / AVX512-BF16 when the
-//     CPU has them) and accumulates in fp32; primitives are created once per shape and reused;
+//   - matmuls go through oneDNN; ComputeType::bf16 multiplies bf16 values and accumulates in fp32,
+//     through oneDNN's bf16 kernel (AMX / AVX512-BF16 when the CPU has them) or its fp32 kernel on
+//     the same values, whichever a probe found faster for the shape on this CPU (matmul_choice.h;
+//     LLAMATRAIN_BF16_MATMUL=auto|bf16|fp32); primitives are created once per shape and reused;
 //   - attention is tiled with an online softmax and never materializes (B,H,T,T) scores;
 //     backward recomputes scores from q, k and the saved lse;
 //   - lmhead_ce_fused computes the lm head and cross-entropy in row chunks, so the (N,V) fp32 logits
@@ -65,7 +67,9 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
                      const float* wout /*(V,C)*/, const bf16* wout_bf16, const int32_t* targets /*(N)*/, float dloss,
                      int N, int C, int V, ComputeType ct);
 // Bytes of scratch that a training call of lmhead_ce_fused at these sizes allocates and keeps for reuse
-// (per calling thread): bounded by 128 MiB of dlogits plus one chunk of fp32 logits, whatever N.
+// (per calling thread): bounded by 128 MiB of dlogits plus one chunk of fp32 logits, whatever N; the
+// fp32 kernel in bf16 compute adds a float copy of wout_bf16 (V,C) and of an x block. In bf16 compute,
+// the figure of the kernel chosen for these sizes when it is known (forced or cached), else the larger.
 // Evaluation (dx == nullptr) needs only the chunk.
 int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct);
 
