@@ -25,30 +25,7 @@ read -r DIM LAYERS HEADS FFN VOCAB <<<"${SHAPES[$MODEL]}"
 mkdir -p "$WORK"
 
 # A random-weight HF folder of the model's shape, and 20M random tokens in documents of 50-2000.
-$PY - "$WORK" "$DIM" "$LAYERS" "$HEADS" "$FFN" "$VOCAB" <<'EOF'
-import json, os, sys
-import numpy as np
-sys.path.insert(0, "tools/reference")
-import llama_ref as ref
-from megatron_writer import write_dataset
-work, dim, layers, heads, ffn, vocab = sys.argv[1], *map(int, sys.argv[2:])
-cfg = ref.LlamaConfig(hidden_size=dim, intermediate_size=ffn, num_attention_heads=heads, num_key_value_heads=heads,
-                      num_hidden_layers=layers, vocab_size=vocab, rms_norm_eps=1e-5, max_position_embeddings=2048)
-hf = os.path.join(work, "init")
-os.makedirs(hf, exist_ok=True)
-if not os.path.exists(os.path.join(hf, "model.safetensors")):
-    ref.save_file(os.path.join(hf, "model.safetensors"), ref.init_params(cfg, 1), {"format": "pt"})
-    json.dump(cfg.to_hf_json(), open(os.path.join(hf, "config.json"), "w"), indent=2)
-prefix = os.path.join(work, "tokens_text_document")
-if not os.path.exists(prefix + ".idx"):
-    rng = np.random.default_rng(2)
-    docs, total = [], 0
-    while total < 20_000_000:
-        n = int(rng.integers(50, 2000))
-        docs.append(rng.integers(3, vocab, n).tolist() + [2])
-        total += n + 1
-    write_dataset(prefix, docs, "uint16")
-EOF
+$PY bench/synthetic_run_inputs.py "$WORK" "$DIM" "$LAYERS" "$HEADS" "$FFN" "$VOCAB"
 
 cat > "$WORK/bench.yaml" <<YAML
 # The model comes from model.init_from (its config.json); this file sets the run only.

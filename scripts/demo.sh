@@ -15,7 +15,7 @@
 # config overrides (e.g. trainer.max_steps=100 for a quicker look).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+SETUP_TARGET=llamatrain bash scripts/setup.sh   # the program only; scripts/test.sh builds the rest
 
 DEMO=${DEMO_DIR:-runs/demo}
 BIN=./build/release/llamatrain

@@ -6,6 +6,7 @@
 # Usage: bash scripts/setup.sh                        # packages + release build
 #        PRESET=debug bash scripts/setup.sh           # the sanitizer build (warnings are errors)
 #        LLAMATRAIN_WERROR=ON bash scripts/setup.sh   # warnings are errors (CI); sticks to the build
+#        SETUP_TARGET=llamatrain bash scripts/setup.sh  # the program only, not tests and benches
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,5 +54,6 @@ fi
 
 PRESET=${PRESET:-release}
 cmake --preset "$PRESET" ${LLAMATRAIN_WERROR:+"-DLLAMATRAIN_WERROR=$LLAMATRAIN_WERROR"} >/dev/null
-cmake --build --preset "$PRESET" -j "$(nproc)"
+# SETUP_TARGET=llamatrain builds the program only (the demo); the default builds tests and benches too.
+cmake --build --preset "$PRESET" -j "$(nproc)" ${SETUP_TARGET:+--target "$SETUP_TARGET"}
 echo "setup: built build/$PRESET/llamatrain"

@@ -643,7 +643,8 @@ Schema build_schema() {
   s.key("model.sequence_parallel", FIELD(model.sequence_parallel), "true",
         "shard norms along the sequence inside tensor-parallel groups (no effect with TP 1)");
   s.ours("model.distributed_optimizer", FIELD(model.distributed_optimizer), "false",
-         "shard the optimizer state over data-parallel ranks (ZeRO-1); Neuron's key wrap_with_zero is accepted too");
+         "shard the optimizer state over data-parallel ranks (ZeRO-1); Neuron's wrap_with_zero and "
+         "model.optim.distributed_optimizer are accepted too");
   s.alias("model.wrap_with_zero", "model.distributed_optimizer");
   s.ignored("model.zero_use_master_weight", "master weights follow trainer.precision");
   s.ignored("model.zero_use_fp32_grad_accum", "gradients accumulate in fp32 in every precision");
@@ -778,6 +779,7 @@ Schema build_schema() {
         "AdamW weight decay (not applied to norm weights)", at_least(0));
   s.key("model.optim.betas", FIELD(model.optim.betas), "[0.9, 0.98]", "Adam [beta1, beta2], each in [0, 1)");
   s.key("model.optim.eps", FIELD(model.optim.eps), "1e-8", "Adam epsilon", positive());
+  s.alias("model.optim.distributed_optimizer", "model.distributed_optimizer");
   s.ignored("model.optim.capturable", "a CUDA-graph switch of torch's AdamW");
   const std::string sc = "model.optim.sched.";
   s.key(sc + "name", FIELD(model.optim.sched.name), "CosineAnnealing",

@@ -525,6 +525,13 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   int64_t nonfinite_run = 0;
   double t_last_ckpt = now_s(), t_log = now_s();
   int64_t steps_since_log = 0;
+  // Time in data-parallel collectives since the last log line, waiting for slower ranks included.
+  double comm_since_log = 0;
+  auto in_comm = [&](auto&& op) {
+    const double t0 = now_s();
+    op();
+    comm_since_log += now_s() - t0;
+  };
   obs::StepTimeAverage step_times;
   while (st.step < max_steps) {
     const double t_step = now_s();
@@ -541,17 +548,21 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     }
     const int64_t window_begin = st.consumed_samples;
     st.consumed_samples += gbs;
-    const double loss = dp_mean(dp, loss_sum / double(num_micro));
+    double loss = loss_sum / double(num_micro);
+    in_comm([&] { loss = dp_mean(dp, loss); });
     if (inject.erase(step) && rank0) model.grad_data()[0] = NAN;
     // Gradients: the mean over the data-parallel ranks (ZeRO-1: of this rank's shard only).
     float norm;
     if (zero1) {
-      parallel::reduce_scatter_gradients(*dp, model.grad_data(), *shards);
+      in_comm([&] { parallel::reduce_scatter_gradients(*dp, model.grad_data(), *shards); });
       double sq = model.grad_sum_squares(model.shard_begin(), model.shard_end());
-      dp->all_reduce(&sq, 1);
+      in_comm([&] { dp->all_reduce(&sq, 1); });
       norm = float(std::sqrt(sq));
     } else {
-      if (dp) parallel::all_reduce_gradients(*dp, model.grad_data(), size_t(model.num_params()), kDpBucketElements);
+      if (dp)
+        in_comm([&] {
+          parallel::all_reduce_gradients(*dp, model.grad_data(), size_t(model.num_params()), kDpBucketElements);
+        });
       norm = model.grad_norm();
     }
     st.step = step;
@@ -564,7 +575,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
         const auto r = shards->range(dp_rank);
         std::copy(model.param_data() + r.begin, model.param_data() + r.end, shard_buf.begin());
         std::fill(shard_buf.begin() + ptrdiff_t(r.size()), shard_buf.end(), 0.0f);
-        dp->all_gather(gathered.data(), shard_buf.data(), shards->shard_size());
+        in_comm([&] { dp->all_gather(gathered.data(), shard_buf.data(), shards->shard_size()); });
         std::copy(gathered.begin(), gathered.begin() + model.num_params(), model.param_data());
         model.params_changed();
       }
@@ -621,9 +632,14 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
       const double tok_s = double(gbs) * T / step_s;
       const double mfu = obs::mfu(flops_per_step, step_s, peak_gflops * 1e9);
       const double rss = peak_rss_bytes();
+      const double comm_s = comm_since_log / double(steps_since_log);
       say(fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.2f} seq/s | {} tok/s | MFU {:.1f}% "
-                      "| mem {} | ETA {}",
+                      "{}| mem {} | ETA {}",
                       st.step, max_steps, loss, lr, norm, double(gbs) / step_s, obs::format_count(tok_s), 100 * mfu,
+                      dp ? fmt::format("| comm {} ({:.1f}%) ",
+                                       comm_s < 1 ? fmt::format("{:.1f}ms", 1e3 * comm_s) : obs::format_duration(comm_s),
+                                       100 * comm_s / step_s)
+                         : "",
                       obs::format_bytes(rss), obs::format_duration(step_times.eta_s(max_steps - st.step))));
       record(nlohmann::ordered_json{{"step", st.step},
                                            {"loss", loss},
@@ -633,6 +649,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                                            {"step_time_s", step_s},
                                            {"tokens_per_s", tok_s},
                                            {"mfu", mfu},
+                                           {"comm_time_s", comm_s},
                                            {"peak_rss_bytes", rss}});
       scalar("reduced_train_loss", loss, st.step);
       scalar("lr", lr, st.step);
@@ -641,9 +658,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
       scalar("train_step_timing in s", step_s, st.step);
       scalar("tokens_per_s", tok_s, st.step);
       scalar("mfu", mfu, st.step);
+      if (dp) scalar("comm_time_s", comm_s, st.step);
       if (tb) tb->flush();
       t_log = now_s();
       steps_since_log = 0;
+      comm_since_log = 0;
     }
     if (validate && (st.step % cfg.trainer.val_check_interval == 0 || last)) {
       const double t0 = now_s();
@@ -658,7 +677,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     }
     // A signal reaches the ranks at different moments: they stop together, after the same step.
     double stop_signal = g_stop_signal.load();
-    if (dp) dp->all_reduce(&stop_signal, 1);
+    if (dp) in_comm([&] { dp->all_reduce(&stop_signal, 1); });
     const bool stop = stop_signal != 0;
     if (checkpoints) {
       const bool by_steps = ckp.every_n_train_steps && *ckp.every_n_train_steps > 0 &&

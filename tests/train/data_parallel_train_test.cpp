@@ -139,6 +139,15 @@ TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {
   ASSERT_EQ(b.size(), 20u);
   for (const auto& [step, loss] : a) EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
   EXPECT_LE(weight_difference(dir / "one/checkpoints/step_20", dir / "two/checkpoints/step_20"), 1e-5);
+  // Each step line and metrics row reports the time in collectives, a part of the step.
+  EXPECT_NE(two.log.find("| comm "), std::string::npos) << two.log;
+  EXPECT_EQ(one.log.find("| comm "), std::string::npos) << one.log;
+  for (const auto& r : obs::read_metrics(dir / "two/metrics.jsonl"))
+    if (r.contains("loss")) {
+      const double comm = obs::metric_value(r, "comm_time_s"), step = obs::metric_value(r, "step_time_s");
+      EXPECT_GT(comm, 0.0) << r.dump();
+      EXPECT_LT(comm, step) << r.dump();
+    }
 }
 
 TEST(DataParallelTrain, Zero1EqualsPlainDataParallelBitForBit) {
@@ -149,8 +158,11 @@ TEST(DataParallelTrain, Zero1EqualsPlainDataParallelBitForBit) {
     SCOPED_TRACE(precision);
     const std::string p = std::string("trainer.precision=") + precision;
     const auto plain = train(2, dir / (std::string("plain") + precision), {"trainer.max_steps=12", p});
+    // the NeMo-style spelling for one of them
     const auto zero = train(2, dir / (std::string("zero") + precision),
-                            {"trainer.max_steps=12", p, "model.distributed_optimizer=true"});
+                            {"trainer.max_steps=12", p,
+                             std::string(precision) == "32" ? "model.distributed_optimizer=true"
+                                                            : "model.optim.distributed_optimizer=true"});
     ASSERT_EQ(plain.status, 0) << plain.log;
     ASSERT_EQ(zero.status, 0) << zero.log;
     EXPECT_NE(zero.log.find("optimizer state sharded (ZeRO-1)"), std::string::npos) << zero.log;
