@@ -4,8 +4,8 @@
 //    gradients are final (ready), a bucket's all-reduce starts as soon as all of it is, finish()
 //    waits for every bucket and divides by the DP size. One reducer per arena, reused every step.
 //  * ZeRO-1 (optimizer state sharded over DP): ZeroShards splits an arena into DP equal shards
-//    (padded to a multiple of DP x align elements), reduce_scatter_gradients leaves each rank the
-//    mean gradient of its shard, all_gather_parameters spreads the updated shards to every rank.
+//    (padded to a multiple of DP x align elements), reduce_scatter_gradients leaves each rank (at
+//    least) the mean gradient of its shard, all_gather_parameters spreads the updated shards to every rank.
 // bf16 gradients, reductions in other precisions and the overlap of ZeRO's reduce-scatter with the
 // backward are not here.
 #pragma once
@@ -27,7 +27,8 @@ class GradReducer {
   // Gradients [begin, end) are final for this step. Starts the all-reduce of every bucket this
   // completes. A range may not be reported twice in one step.
   void ready(size_t begin, size_t end);
-  // Starts what is left, waits for every bucket, divides by the DP size; ready for the next step.
+  // Waits for the started buckets, all-reduces the rest (blocking), divides by the DP size; ready for
+  // the next step.
   void finish();
 
   size_t bucket_count() const { return bucket_begin_.size() - 1; }
@@ -73,8 +74,9 @@ class ZeroShards {
   size_t shard_size_;
 };
 
-// grads (padded_size; padding zero) summed over the DP ranks and divided by their number, rank r's
-// shard [r*shard_size, (r+1)*shard_size) only; the rest of grads is left undefined.
+// grads (padded_size; padding zero) summed over the DP ranks and divided by their number; rank r's
+// shard [r*shard_size, (r+1)*shard_size) is what ZeRO-1 needs, and callers may rely on nothing else
+// (today the whole arena is reduced, as all_reduce_gradients does; see the .cpp for why).
 void reduce_scatter_gradients(Communicator& dp, float* grads, const ZeroShards& shards);
 // params (padded_size): every rank's shard, copied to every rank.
 void all_gather_parameters(Communicator& dp, float* params, const ZeroShards& shards);
