@@ -45,6 +45,9 @@ void register_train(CLI::App& app) {
       "  # a Hugging Face folder at the end, which `llamatrain generate out/tiny-hf` loads:\n"
       "  llamatrain train configs/tiny.yaml model.data.data_prefix=[1.0,/tmp/fixture_text_document] \\\n"
       "      convert_to_hf=true model.output_dir=out/tiny-hf\n"
+      "  # data parallel on 2 processes, optimizer state sharded (ZeRO-1); under SLURM: srun llamatrain ...\n"
+      "  mpirun -np 2 llamatrain train configs/tiny.yaml model.data.data_prefix=[1.0,/tmp/fixture_text_document] \\\n"
+      "      trainer.devices=2 model.distributed_optimizer=true\n"
       "  llamatrain train --help-config          # every key, its type, default and meaning");
   cmd->add_option("config", o->config, "YAML config (NeMo megatron_llama_config.yaml key names)");
   cmd->add_option("overrides", o->overrides, "key=value overrides, e.g. trainer.max_steps=100");
