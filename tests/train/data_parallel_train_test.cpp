@@ -5,10 +5,7 @@
 // checkpoint; a rank killed with SIGKILL ends the job within seconds; a process count the config does
 // not describe is a plain error.
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,89 +18,34 @@
 #include "io/safetensors.h"
 #include "obs/metrics.h"
 #include "test_util.h"
+#include "train/train_runs.h"
 
 namespace llamatrain {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::losses;
+using testing::RunResult;
+using testing::spawn;
 using testing::TempDir;
-
-extern "C" char** environ;
-
-const std::string& fixture_prefix() {
-  static TempDir dir;
-  static std::string prefix = [] {
-    std::string out;
-    EXPECT_EQ(testing::run_capture(testing::llamatrain_bin() + " preprocess --quiet --input " +
-                                       testing::fixture("corpus.jsonl") + " --tokenizer-model " +
-                                       testing::fixture("tokenizer.model") + " --output-prefix " + (dir / "fx") +
-                                       " --append-eod",
-                                   &out),
-              0)
-        << out;
-    return dir / "fx_text_document";
-  }();
-  return prefix;
-}
+using testing::train_args;
+using testing::wait_for;
 
 // argv of one run: `mpirun -np ranks llamatrain train ...` (ranks > 0) or the plain binary (0).
-std::vector<std::string> train_argv(int ranks, const std::string& log_dir, const std::vector<std::string>& extra) {
+std::vector<std::string> train_argv(int ranks, const std::string& log_dir, std::vector<std::string> extra) {
   std::vector<std::string> a;
   if (ranks > 0) a = {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", std::to_string(ranks)};
-  const std::vector<std::string> base = {testing::llamatrain_bin(),
-                                         "train",
-                                         testing::source_path("configs/tiny.yaml"),
-                                         "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
-                                         "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
-                                         "exp_manager.explicit_log_dir=" + log_dir,
-                                         "trainer.log_every_n_steps=1",
-                                         "trainer.limit_val_batches=0",
-                                         "trainer.precision=32",
-                                         "trainer.devices=" + std::to_string(std::max(ranks, 1)),
-                                         "model.micro_batch_size=2",
-                                         "model.global_batch_size=8",
-                                         "model.optim.sched.warmup_steps=2"};
-  a.insert(a.end(), base.begin(), base.end());
-  a.insert(a.end(), extra.begin(), extra.end());
+  extra.insert(extra.begin(), {"trainer.devices=" + std::to_string(std::max(ranks, 1)), "model.micro_batch_size=2",
+                               "model.global_batch_size=8"});
+  const auto run = train_args(log_dir, extra);
+  a.insert(a.end(), run.begin(), run.end());
   return a;
 }
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> args;
-  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ), 0) << "cannot start " << args[0];
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
-struct Run {
-  int status = -1;  // exit code, or 128 + signal
-  std::string log;
-};
-
-Run wait_for(pid_t pid, const std::string& log) {
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), testing::read_file(log)};
-}
-
-Run train(int ranks, const std::string& log_dir, const std::vector<std::string>& extra) {
+RunResult train(int ranks, const std::string& log_dir, const std::vector<std::string>& extra) {
   fs::create_directories(log_dir);
   const std::string log = log_dir + "/stdout.txt";
   return wait_for(spawn(train_argv(ranks, log_dir, extra), log), log);
-}
-
-std::map<int64_t, double> losses(const std::string& log_dir) {
-  std::map<int64_t, double> out;
-  for (const auto& r : obs::read_metrics(log_dir + "/metrics.jsonl"))
-    if (r.contains("loss")) out[r["step"].get<int64_t>()] = obs::metric_value(r, "loss");
-  return out;
 }
 
 // Largest |a - b| over every weight of two checkpoints, relative to each tensor's largest |a|.
@@ -282,8 +224,7 @@ TEST(DataParallelTrain, ASigkilledRankEndsTheJob) {
 TEST(DataParallelTrain, AProcessCountTheConfigDoesNotDescribeIsAPlainError) {
   TempDir dir;
   auto argv = train_argv(2, dir / "run", {"trainer.max_steps=5"});
-  for (auto& a : argv)
-    if (a == "trainer.devices=2") a = "trainer.devices=1";
+  argv.push_back("trainer.devices=1");  // the last value of a key wins
   fs::create_directories(dir / "run");
   const auto r = wait_for(spawn(argv, dir / "out.txt"), dir / "out.txt");
   EXPECT_NE(r.status, 0) << r.log;

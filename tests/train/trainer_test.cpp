@@ -7,9 +7,7 @@
 // reloads; bf16 modes end within 2% of fp32; recompute modes give bitwise the same run.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +19,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include "train/train_runs.h"
 #include "io/safetensors.h"
 #include "obs/metrics.h"
 #include "train/checkpoint.h"
@@ -29,90 +28,19 @@ namespace llamatrain {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::fixture_prefix;
+using testing::losses;
+using testing::RunResult;
+using testing::spawn;
 using testing::TempDir;
-
-extern "C" char** environ;
-
-// The fixture corpus preprocessed once per test binary.
-const std::string& fixture_prefix() {
-  static TempDir dir;
-  static std::string prefix = [] {
-    std::string out;
-    const std::string cmd = testing::llamatrain_bin() + " preprocess --quiet --input " +
-                            testing::fixture("corpus.jsonl") + " --tokenizer-model " +
-                            testing::fixture("tokenizer.model") + " --output-prefix " + (dir / "fx") + " --append-eod";
-    EXPECT_EQ(testing::run_capture(cmd, &out), 0) << out;
-    return dir / "fx_text_document";
-  }();
-  return prefix;
-}
-
-// Arguments of `llamatrain train configs/tiny.yaml` for a run in log_dir, plus extra overrides.
-std::vector<std::string> train_args(const std::string& log_dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> a = {testing::llamatrain_bin(),
-                                "train",
-                                testing::source_path("configs/tiny.yaml"),
-                                "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
-                                "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
-                                "exp_manager.explicit_log_dir=" + log_dir,
-                                "trainer.log_every_n_steps=1",
-                                "trainer.limit_val_batches=0",
-                                "trainer.precision=32",
-                                "model.optim.sched.warmup_steps=2"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
-
-// Starts argv with stdout and stderr appended to log; returns the pid.
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const std::vector<std::string>& env = {}) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> args;
-  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
-  args.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; e++) env_strings.push_back(*e);
-  env_strings.insert(env_strings.end(), env.begin(), env.end());
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  EXPECT_EQ(rc, 0) << "cannot start " << args[0];
-  return pid;
-}
-
-struct RunResult {
-  int status = -1;  // exit code, or 128 + signal
-  std::string log;
-};
-
-RunResult wait_for(pid_t pid, const std::string& log) {
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  RunResult r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.log = testing::read_file(log);
-  return r;
-}
+using testing::train_args;
+using testing::wait_for;
 
 RunResult run_train(const std::string& log_dir, const std::vector<std::string>& extra,
                     const std::vector<std::string>& env = {}) {
   fs::create_directories(log_dir);
   const std::string log = log_dir + "/stdout.txt";
   return wait_for(spawn(train_args(log_dir, extra), log, env), log);
-}
-
-// step -> loss of the training records of metrics.jsonl (the last record of a step wins: a resumed
-// run repeats the steps after its checkpoint).
-std::map<int64_t, double> losses(const std::string& log_dir) {
-  std::map<int64_t, double> out;
-  for (const auto& r : obs::read_metrics(log_dir + "/metrics.jsonl"))
-    if (r.contains("loss")) out[r["step"].get<int64_t>()] = obs::metric_value(r, "loss");
-  return out;
 }
 
 std::vector<float> tensor_f32(const std::string& file, const std::string& name) {

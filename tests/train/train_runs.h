@@ -1,0 +1,97 @@
+// Runs of the llamatrain binary's `train` on the tiny config and the fixture corpus, for the trainer's
+// end-to-end tests: the corpus preprocessed once per test binary, the command line of a run, starting
+// it with its output in a log file, waiting for it, and reading its loss curve back.
+#pragma once
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "obs/metrics.h"
+#include "test_util.h"
+
+extern "C" char** environ;
+
+namespace llamatrain::testing {
+
+// The fixture corpus preprocessed once per test binary; the prefix `train` takes.
+inline const std::string& fixture_prefix() {
+  static TempDir dir;
+  static std::string prefix = [] {
+    std::string out;
+    const std::string cmd = llamatrain_bin() + " preprocess --quiet --input " + fixture("corpus.jsonl") +
+                            " --tokenizer-model " + fixture("tokenizer.model") + " --output-prefix " + (dir / "fx") +
+                            " --append-eod";
+    EXPECT_EQ(run_capture(cmd, &out), 0) << out;
+    return dir / "fx_text_document";
+  }();
+  return prefix;
+}
+
+// Arguments of `llamatrain train configs/tiny.yaml` for a run in log_dir (fp32, a log line per step,
+// no validation), plus extra overrides, which win.
+inline std::vector<std::string> train_args(const std::string& log_dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {llamatrain_bin(),
+                                "train",
+                                source_path("configs/tiny.yaml"),
+                                "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                                "model.tokenizer.model=" + fixture("tokenizer.model"),
+                                "exp_manager.explicit_log_dir=" + log_dir,
+                                "trainer.log_every_n_steps=1",
+                                "trainer.limit_val_batches=0",
+                                "trainer.precision=32",
+                                "model.optim.sched.warmup_steps=2"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// Starts argv with stdout and stderr appended to log and `env` (NAME=VALUE) added to the
+// environment; returns the pid.
+inline pid_t spawn(const std::vector<std::string>& argv, const std::string& log,
+                   const std::vector<std::string>& env = {}) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; e++) env_strings.push_back(*e);
+  env_strings.insert(env_strings.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  EXPECT_EQ(rc, 0) << "cannot start " << args[0];
+  return pid;
+}
+
+struct RunResult {
+  int status = -1;  // exit code, or 128 + signal
+  std::string log;
+};
+
+inline RunResult wait_for(pid_t pid, const std::string& log) {
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), read_file(log)};
+}
+
+// step -> loss of the training records of metrics.jsonl (the last record of a step wins: a resumed
+// run repeats the steps after its checkpoint).
+inline std::map<int64_t, double> losses(const std::string& log_dir) {
+  std::map<int64_t, double> out;
+  for (const auto& r : obs::read_metrics(log_dir + "/metrics.jsonl"))
+    if (r.contains("loss")) out[r["step"].get<int64_t>()] = obs::metric_value(r, "loss");
+  return out;
+}
+
+}  // namespace llamatrain::testing
