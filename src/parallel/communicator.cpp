@@ -29,6 +29,32 @@ double resolve_watchdog_timeout(const CommOptions& options) {
   return v;
 }
 
+double resolve_long_wait_timeout() {
+  const char* env = std::getenv("LLAMATRAIN_WATCHDOG_LONG_TIMEOUT");
+  if (!env || !*env) return kDefaultLongWaitTimeoutS;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(env, &end);
+  if (errno != 0 || end == env || *end != '\0' || !(v > 0) || v > 1e9)
+    fail("LLAMATRAIN_WATCHDOG_LONG_TIMEOUT: got '{}', expected a number of seconds > 0\nhint: how long a rank may "
+         "wait while rank 0 writes or verifies a checkpoint alone; the default is {:g}",
+         env, kDefaultLongWaitTimeoutS);
+  return v;
+}
+
+Communicator::LongWait::LongWait(Communicator* comm, double timeout_s, std::string why) : comm_(comm) {
+  if (!comm_) return;
+  CHECK(comm_->long_wait_s_ == 0, "nested long waits on {}", comm_->description_);
+  comm_->long_wait_s_ = timeout_s;
+  comm_->long_wait_why_ = std::move(why);
+}
+
+Communicator::LongWait::~LongWait() {
+  if (!comm_) return;
+  comm_->long_wait_s_ = 0;
+  comm_->long_wait_why_.clear();
+}
+
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
     if (impl_) impl_->wait();
@@ -81,13 +107,14 @@ Communicator::Communicator(int rank, std::vector<int> world_ranks, std::string n
 }
 
 std::string Communicator::start_collective(const char* op, const std::string& detail) {
-  current_op_ = fmt::format("{} #{} on {}, {}", op, ++collectives_, description_, detail);
+  current_op_ = fmt::format("{} #{} on {}, {}{}", op, ++collectives_, description_, detail,
+                            long_wait_s_ > 0 ? " (waiting for " + long_wait_why_ + ")" : "");
   return current_op_;
 }
 
 void Communicator::all_reduce(void* data, size_t count, DType dtype) {
   CHECK(data || count == 0, "all_reduce of {} elements from a null buffer", count);
-  WatchdogScope wait(watchdog_, watchdog_slot_, start_collective("all_reduce", fmt::format("{} x {}", count, dtype_name(dtype))));
+  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_, start_collective("all_reduce", fmt::format("{} x {}", count, dtype_name(dtype))));
   do_all_reduce(data, count, dtype);
 }
 
@@ -103,8 +130,8 @@ void Communicator::all_gather(void* out, const void* in, size_t count, DType dty
   const bool in_place = in == static_cast<const char*>(out) + size_t(rank_) * block;
   CHECK(in_place || !overlaps(out, block * size_t(size()), in, block),
         "all_gather: the input overlaps the output without being this rank's block (rank {}, {} elements)", rank_, count);
-  WatchdogScope wait(watchdog_, watchdog_slot_,
-                 start_collective("all_gather", fmt::format("{} x {} per rank", count, dtype_name(dtype))));
+  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_,
+                     start_collective("all_gather", fmt::format("{} x {} per rank", count, dtype_name(dtype))));
   do_all_gather(out, in, count, dtype);
 }
 
@@ -115,20 +142,20 @@ void Communicator::reduce_scatter(void* out, const void* in, size_t count, DType
   CHECK(in_place || !overlaps(out, block, in, block * size_t(size())),
         "reduce_scatter: the output overlaps the input without being this rank's block (rank {}, {} elements)", rank_,
         count);
-  WatchdogScope wait(watchdog_, watchdog_slot_,
-                 start_collective("reduce_scatter", fmt::format("{} x {} per rank", count, dtype_name(dtype))));
+  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_,
+                     start_collective("reduce_scatter", fmt::format("{} x {} per rank", count, dtype_name(dtype))));
   do_reduce_scatter(out, in, count, dtype);
 }
 
 void Communicator::broadcast(void* data, size_t bytes, int root) {
   CHECK(data || bytes == 0, "broadcast of {} bytes from a null buffer", bytes);
   CHECK(root >= 0 && root < size(), "broadcast from root {} in a communicator of {}", root, size());
-  WatchdogScope wait(watchdog_, watchdog_slot_, start_collective("broadcast", fmt::format("{} bytes from rank {}", bytes, root)));
+  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_, start_collective("broadcast", fmt::format("{} bytes from rank {}", bytes, root)));
   do_broadcast(data, bytes, root);
 }
 
 void Communicator::barrier() {
-  WatchdogScope wait(watchdog_, watchdog_slot_, start_collective("barrier", "no data"));
+  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_, start_collective("barrier", "no data"));
   do_barrier();
 }
 
@@ -151,8 +178,8 @@ Request Communicator::irecv(void* data, size_t bytes, int source, int tag) {
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
-  WatchdogScope wait(watchdog_, watchdog_slot_,
-                 start_collective("split", fmt::format("color {} key {} into '{}'", color, key, name)));
+  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_,
+                     start_collective("split", fmt::format("color {} key {} into '{}'", color, key, name)));
   return do_split(color < 0 ? -1 : color, key, name);
 }
 

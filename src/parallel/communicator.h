@@ -26,6 +26,9 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
 inline constexpr double kDefaultWatchdogTimeoutS = 300;
+// How long a rank may wait for another's known-long work done alone (rank 0 writing or verifying a
+// checkpoint, building the sample indices): 4 hours, or $LLAMATRAIN_WATCHDOG_LONG_TIMEOUT seconds.
+inline constexpr double kDefaultLongWaitTimeoutS = 4 * 3600;
 
 // How a world communicator is set up.
 struct CommOptions {
@@ -39,6 +42,8 @@ struct CommOptions {
 
 // The timeout CommOptions resolves to. Throws Error for an unreadable $LLAMATRAIN_WATCHDOG_TIMEOUT.
 double resolve_watchdog_timeout(const CommOptions& options);
+// $LLAMATRAIN_WATCHDOG_LONG_TIMEOUT, else kDefaultLongWaitTimeoutS. Throws Error when unreadable.
+double resolve_long_wait_timeout();
 
 // A pending non-blocking operation. wait() blocks until it completes (under the watchdog); the
 // destructor waits for one that was never waited. Default-constructed: already complete.
@@ -104,6 +109,20 @@ class Communicator {
   // The operation now blocking on this rank, as the watchdog and error messages name it.
   const std::string& current_operation() const { return current_op_; }
 
+  // While a LongWait lives, this rank's collectives on this communicator may block up to
+  // max(timeout_s, the watchdog's timeout): the rank waits there for another rank's known-long work
+  // done alone; `why` ("rank 0 writing checkpoint step_100") joins the watchdog's message.
+  class LongWait {
+   public:
+    LongWait(Communicator* comm, double timeout_s, std::string why);  // comm may be null: no effect
+    ~LongWait();
+    LongWait(const LongWait&) = delete;
+    LongWait& operator=(const LongWait&) = delete;
+
+   private:
+    Communicator* comm_;
+  };
+
  protected:
   Communicator(int rank, std::vector<int> world_ranks, std::string name, Watchdog* watchdog, int watchdog_slot);
 
@@ -140,6 +159,8 @@ class Communicator {
   uint64_t collectives_ = 0;  // collectives started on this communicator (the same on every rank)
   uint64_t sends_ = 0, recvs_ = 0;
   std::string current_op_;
+  double long_wait_s_ = 0;  // a LongWait's allowance, 0 outside one
+  std::string long_wait_why_;
 };
 
 }  // namespace llamatrain::parallel

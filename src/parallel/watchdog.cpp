@@ -33,12 +33,13 @@ int Watchdog::add_slot(int world_rank) {
   return int(slots_.size()) - 1;
 }
 
-void Watchdog::begin(int slot, std::string what) {
+void Watchdog::begin(int slot, std::string what, double allowance_s) {
   if (!enabled()) return;
   std::lock_guard lock(mutex_);
   Slot& s = slots_.at(size_t(slot));
   s.busy = true;
   s.what = std::move(what);
+  s.limit_s = std::max(timeout_s_, allowance_s);
   s.since = std::chrono::steady_clock::now();
 }
 
@@ -59,14 +60,16 @@ void Watchdog::run() {
     const auto now = steady_clock::now();
     const Slot* late = nullptr;
     for (const Slot& s : slots_)
-      if (s.busy && duration<double>(now - s.since).count() > timeout_s_ && (!late || s.since < late->since)) late = &s;
+      if (s.busy && duration<double>(now - s.since).count() > s.limit_s && (!late || s.since < late->since)) late = &s;
     if (!late) continue;
+    const bool long_wait = late->limit_s > timeout_s_;
     const std::string message = fmt::format(
         "[rank {}] watchdog: {} has not completed after {:.1f} s\nhint: a rank of that communicator has not joined "
         "this operation: it is stuck elsewhere, has died, or issued its operations in another order (every rank "
-        "printing this line is waiting); if the operation is legitimately this slow, raise "
-        "LLAMATRAIN_WATCHDOG_TIMEOUT (seconds, now {:g}; 0 disables the watchdog)",
-        late->world_rank, late->what, duration<double>(now - late->since).count(), timeout_s_);
+        "printing this line is waiting); if the operation is legitimately this slow, raise {} (seconds, now {:g}; "
+        "LLAMATRAIN_WATCHDOG_TIMEOUT=0 disables the watchdog)",
+        late->world_rank, late->what, duration<double>(now - late->since).count(),
+        long_wait ? "LLAMATRAIN_WATCHDOG_LONG_TIMEOUT" : "LLAMATRAIN_WATCHDOG_TIMEOUT", late->limit_s);
     lock.unlock();
     abort_(message);
     std::abort();  // an abort action never returns; this line only guards that contract

@@ -30,7 +30,8 @@ class Watchdog {
   // Adds a slot for a rank of this process (`world_rank` is printed); returns its index.
   int add_slot(int world_rank);
   // The rank in `slot` starts waiting on `what` ("all_reduce #12 on 'dp' ..."); end() clears it.
-  void begin(int slot, std::string what);
+  // allowance_s > 0: this wait may last that long instead of the timeout (never less than it).
+  void begin(int slot, std::string what, double allowance_s = 0);
   void end(int slot);
 
   double timeout_s() const { return timeout_s_; }
@@ -41,6 +42,7 @@ class Watchdog {
     int world_rank = 0;
     bool busy = false;
     std::string what;
+    double limit_s = 0;  // this wait's timeout
     std::chrono::steady_clock::time_point since;
   };
   void run();
@@ -57,8 +59,11 @@ class Watchdog {
 // Registers a blocking wait on `what` in a watchdog slot for the scope's lifetime.
 class WatchdogScope {
  public:
-  WatchdogScope(Watchdog* watchdog, int slot, std::string what) : watchdog_(watchdog), slot_(slot) {
-    watchdog_->begin(slot_, std::move(what));
+  WatchdogScope(Watchdog* watchdog, int slot, std::string what) : WatchdogScope(watchdog, slot, 0, std::move(what)) {}
+  // allowance_s: as Watchdog::begin's.
+  WatchdogScope(Watchdog* watchdog, int slot, double allowance_s, std::string what)
+      : watchdog_(watchdog), slot_(slot) {
+    watchdog_->begin(slot_, std::move(what), allowance_s);
   }
   ~WatchdogScope() { watchdog_->end(slot_); }
   WatchdogScope(const WatchdogScope&) = delete;

@@ -257,6 +257,9 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   const int dp_size = dp ? dp->size() : 1, dp_rank = dp ? dp->rank() : 0;
   const bool rank0 = dp_rank == 0;
   check_layout(cfg, dp_size);
+  // How long a rank may wait while rank 0 works alone (checkpoints, sample indices).
+  const double long_wait_s = dp ? parallel::resolve_long_wait_timeout() : 0;
+  using LongWait = parallel::Communicator::LongWait;
   g_quiet = !rank0;
   TrainResult result;
   result.last_val_loss = NAN;
@@ -419,6 +422,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
            ckpt_dir.string());
   }
   if (dp) {
+    LongWait wait(dp, long_wait_s, "rank 0 verifying checkpoints");
     const std::string chosen = broadcast_string(dp, resume_path.value_or(""));
     resume_path = chosen.empty() ? std::nullopt : std::optional<std::string>(chosen);
   }
@@ -452,7 +456,10 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   // Rank 0 builds (and caches) the sample indices first; the others then read them from the cache.
   std::optional<TrainData> data_holder;
   if (rank0) data_holder.emplace(cfg, tok ? &*tok : nullptr, mc.eos_id, requested);
-  if (dp) dp->barrier();
+  if (dp) {
+    LongWait wait(dp, long_wait_s, "rank 0 building the sample indices");
+    dp->barrier();
+  }
   if (!rank0) data_holder.emplace(cfg, tok ? &*tok : nullptr, mc.eos_id, requested);
   const TrainData& data = *data_holder;
   std::string desc = data.describe();
@@ -504,6 +511,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     std::string path;
     {
       IoProgress bar("saving checkpoint", rank0 ? checkpoint_tensor_bytes(model) : 0);
+      LongWait wait(dp, long_wait_s, fmt::format("rank 0 writing checkpoint step_{}", st.step));
       path = save_checkpoint(ckpt_dir.string(), model, st, tok_path, config_yaml, bar.callback(), dp);
     }
     result.last_checkpoint = path;
@@ -591,6 +599,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
         if (rank0) ck = latest_valid_checkpoint(ckpt_dir.string(), &warnings);
         for (const auto& w : warnings) say("warning: " + w);
         if (dp) {
+          LongWait wait(dp, long_wait_s, "rank 0 verifying checkpoints");
           const std::string chosen = broadcast_string(dp, ck ? ck->path : "");
           if (!chosen.empty()) ck = CheckpointInfo{chosen, 0};
         }

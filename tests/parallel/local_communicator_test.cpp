@@ -4,7 +4,9 @@
 // collective, which the watchdog reports by rank and operation before ending the process.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "collective_checks.h"
 #include "core/error.h"
@@ -94,7 +96,68 @@ TEST(LocalCommunicator, WatchdogTimeoutFromOptionsEnvironmentOrDefault) {
   ::unsetenv("LLAMATRAIN_WATCHDOG_TIMEOUT");
 }
 
+TEST(LocalCommunicator, LongWaitTimeoutFromEnvironmentOrDefault) {
+  ::unsetenv("LLAMATRAIN_WATCHDOG_LONG_TIMEOUT");
+  EXPECT_EQ(resolve_long_wait_timeout(), kDefaultLongWaitTimeoutS);
+  EXPECT_EQ(kDefaultLongWaitTimeoutS, 4 * 3600);
+  ::setenv("LLAMATRAIN_WATCHDOG_LONG_TIMEOUT", "90", 1);
+  EXPECT_EQ(resolve_long_wait_timeout(), 90);
+  for (const char* bad : {"later", "0", "-3", "1h"}) {
+    ::setenv("LLAMATRAIN_WATCHDOG_LONG_TIMEOUT", bad, 1);
+    try {
+      resolve_long_wait_timeout();
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("LLAMATRAIN_WATCHDOG_LONG_TIMEOUT: got '") + bad + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv("LLAMATRAIN_WATCHDOG_LONG_TIMEOUT");
+}
+
+TEST(LocalCommunicator, ALongWaitOutlastsTheWatchdogTimeout) {
+  // Rank 1 works alone for three watchdog timeouts before joining; rank 0 waits under a LongWait.
+  CommOptions o;
+  o.watchdog_timeout_s = 0.3;
+  run_local_ranks(
+      2,
+      [](Communicator& world) {
+        if (world.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+        {
+          Communicator::LongWait wait(world.rank() == 0 ? &world : nullptr, 30, "rank 1 writing a checkpoint");
+          world.barrier();
+          if (world.rank() == 0) {
+            EXPECT_NE(world.current_operation().find("barrier #1 on 'world' (world ranks 0,1), no data (waiting "
+                                                     "for rank 1 writing a checkpoint)"),
+                      std::string::npos)
+                << world.current_operation();
+          }
+        }
+        world.barrier();  // outside the LongWait: the plain timeout again, met at once
+        EXPECT_EQ(world.current_operation().find("waiting for"), std::string::npos) << world.current_operation();
+      },
+      o);
+}
+
 using LocalCommunicatorDeathTest = ::testing::Test;
+
+TEST_F(LocalCommunicatorDeathTest, ALongWaitStillEnds) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  CommOptions o;
+  o.watchdog_timeout_s = 0.3;
+  EXPECT_DEATH(run_local_ranks(
+                   2,
+                   [](Communicator& world) {
+                     if (world.rank() == 1) return;  // never joins
+                     Communicator::LongWait wait(&world, 1.0, "rank 1 writing a checkpoint");
+                     world.barrier();
+                   },
+                   o),
+               "\\[rank 0\\] watchdog: barrier #1 on 'world' \\(world ranks 0,1\\), no data \\(waiting for rank 1 "
+               "writing a checkpoint\\) has not completed after 1\\.[0-9] s\nhint: .*raise "
+               "LLAMATRAIN_WATCHDOG_LONG_TIMEOUT \\(seconds, now 1;");
+}
 
 TEST_F(LocalCommunicatorDeathTest, AbortEndsEveryRankWithTheMessage) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
