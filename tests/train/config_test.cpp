@@ -6,6 +6,7 @@
 // key reference in docs/configuration.md is the one generated from the schema.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <set>

@@ -1,4 +1,5 @@
-// Fast matmul (nn.Linear without bias) through oneDNN 2.6; must match ref::matmul_* (kernels/ref/matmul.cpp).
+// Fast matmul (nn.Linear without bias) through oneDNN (2.6 on Debian 12, 3.x on newer systems); must match
+// ref::matmul_* (kernels/ref/matmul.cpp).
 //   forward   out (N,OC)     = inp (N,IC) @ W^T      W^T is W (OC,IC) read with format tag ba
 //   backward  dinp (N,IC)    = dout (N,OC) @ W       plain ab operands
 //             dweight (OC,IC) += dout^T @ inp       dout^T is dout read with tag ba, or (bf16 kernel, float
@@ -94,8 +95,12 @@ const GemmPlan* gemm_plan(const GemmKey& key) {
     ops.append_sum(1.0f);
     attr.set_post_ops(ops);
   }
+#if DNNL_VERSION_MAJOR >= 3  // oneDNN 3 dropped the operation descriptors (dnnl::matmul::desc)
+  dnnl::matmul::primitive_desc pd(d.engine, plan->a_md, plan->b_md, plan->c_md, attr);
+#else
   dnnl::matmul::desc desc(plan->a_md, plan->b_md, plan->c_md);
   dnnl::matmul::primitive_desc pd(desc, attr, d.engine);
+#endif
   plan->prim = dnnl::matmul(pd);
   plan->pad_md = pd.scratchpad_desc();
   plan->impl = pd.impl_info_str();
@@ -142,7 +147,8 @@ void bf16_transpose_from_float(bf16* xt /*(C,R)*/, const float* x /*(R,C)*/, int
 }
 
 // "AMD EPYC 9R14 | oneDNN 2.6.3 avx512_core_bf16": what a probed timing depends on besides the shape
-// and the thread count (ONEDNN_MAX_CPU_ISA changes the ISA on the same CPU).
+// and the thread count (ONEDNN_MAX_CPU_ISA changes the ISA on the same CPU). The ISAs named are those
+// of oneDNN 2.6 and the ones 3.0 kept; any other (3.x adds some in minor releases) is shown by value.
 std::string machine_description() {
   std::string model = "unknown CPU";
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -152,19 +158,25 @@ std::string machine_description() {
     if (colon != std::string::npos && colon + 2 <= line.size()) model = line.substr(colon + 2);
     break;
   }
-  const char* isa = "isa?";
-  switch (dnnl::get_effective_cpu_isa()) {
+  const dnnl::cpu_isa effective = dnnl::get_effective_cpu_isa();
+  std::string isa = fmt::format("isa{:#x}", unsigned(effective));
+  switch (effective) {
+#if DNNL_VERSION_MAJOR >= 3
+    case dnnl::cpu_isa::isa_default: isa = "isa_default"; break;
+#else
     case dnnl::cpu_isa::all: isa = "all"; break;
+    case dnnl::cpu_isa::avx512_mic: isa = "avx512_mic"; break;
+    case dnnl::cpu_isa::avx512_mic_4ops: isa = "avx512_mic_4ops"; break;
+#endif
     case dnnl::cpu_isa::sse41: isa = "sse41"; break;
     case dnnl::cpu_isa::avx: isa = "avx"; break;
     case dnnl::cpu_isa::avx2: isa = "avx2"; break;
-    case dnnl::cpu_isa::avx512_mic: isa = "avx512_mic"; break;
-    case dnnl::cpu_isa::avx512_mic_4ops: isa = "avx512_mic_4ops"; break;
     case dnnl::cpu_isa::avx512_core: isa = "avx512_core"; break;
     case dnnl::cpu_isa::avx512_core_vnni: isa = "avx512_core_vnni"; break;
     case dnnl::cpu_isa::avx512_core_bf16: isa = "avx512_core_bf16"; break;
     case dnnl::cpu_isa::avx512_core_amx: isa = "avx512_core_amx"; break;
     case dnnl::cpu_isa::avx2_vnni: isa = "avx2_vnni"; break;
+    default: break;  // an ISA this list does not name keeps its value
   }
   const dnnl_version_t* v = dnnl::version();
   return fmt::format("{} | oneDNN {}.{}.{} {}", model, v->major, v->minor, v->patch, isa);
