@@ -31,12 +31,14 @@ if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
   exit 1
 fi
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=()
+# Installs those of the given packages that are not installed (nothing, silently, when all are).
+install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  local SUDO=()
   if [ "$(id -u)" -ne 0 ]; then
     if ! command -v sudo >/dev/null; then
       echo "setup: missing packages ${missing[*]}" >&2
@@ -50,6 +52,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   "${SUDO[@]}" apt-get update -qq
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+install_missing "${PACKAGES[@]}"
+# Debian 13's sentencepiece.pc requires protobuf-lite, which its libsentencepiece-dev does not depend
+# on: without libprotobuf-dev, pkg-config (and so the configure step) cannot find sentencepiece.
+if ! pkg-config --exists sentencepiece 2>/dev/null &&
+  [[ "$(pkg-config --print-errors --exists sentencepiece 2>&1)" == *"'protobuf"* ]]; then
+  install_missing libprotobuf-dev
 fi
 
 PRESET=${PRESET:-release}
