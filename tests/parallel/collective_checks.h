@@ -23,6 +23,13 @@
 
 namespace llamatrain::parallel::testing {
 
+// Options of the thread-rank worlds in tests: a bug that hangs fails in a minute, not five.
+inline CommOptions test_options() {
+  CommOptions o;
+  o.watchdog_timeout_s = 60;
+  return o;
+}
+
 // A value in [-1, 1) from (seed, index): splitmix64.
 inline float noise(uint64_t seed, uint64_t i) {
   uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
@@ -181,41 +188,34 @@ inline void check_all_layouts(Communicator& world) {
 
 // ---- tensor parallelism: a tiny MLP, sharded vs whole ----
 
-// y (n, m) = x (n, k) @ w^T, w (m, k); accumulated in double.
-inline std::vector<float> matmul_nt(const std::vector<float>& x, const std::vector<float>& w, size_t n, size_t k,
-                                    size_t m) {
+// y (n, m) = A (n, k) @ B (k, m), accumulated in double, where element (i, t) of A is
+// a[i * a_row + t * a_col] and element (t, j) of B is b[t * b_row + j * b_col].
+inline std::vector<float> matmul_strided(const std::vector<float>& a, size_t a_row, size_t a_col,
+                                         const std::vector<float>& b, size_t b_row, size_t b_col, size_t n, size_t k,
+                                         size_t m) {
   std::vector<float> y(n * m);
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < m; ++j) {
       double s = 0;
-      for (size_t t = 0; t < k; ++t) s += double(x[i * k + t]) * w[j * k + t];
+      for (size_t t = 0; t < k; ++t) s += double(a[i * a_row + t * a_col]) * b[t * b_row + j * b_col];
       y[i * m + j] = float(s);
     }
   return y;
+}
+// y (n, m) = x (n, k) @ w^T, w (m, k)
+inline std::vector<float> matmul_nt(const std::vector<float>& x, const std::vector<float>& w, size_t n, size_t k,
+                                    size_t m) {
+  return matmul_strided(x, k, 1, w, 1, k, n, k, m);
 }
 // y (n, m) = x (n, k) @ w, w (k, m)
 inline std::vector<float> matmul_nn(const std::vector<float>& x, const std::vector<float>& w, size_t n, size_t k,
                                     size_t m) {
-  std::vector<float> y(n * m);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < m; ++j) {
-      double s = 0;
-      for (size_t t = 0; t < k; ++t) s += double(x[i * k + t]) * w[t * m + j];
-      y[i * m + j] = float(s);
-    }
-  return y;
+  return matmul_strided(x, k, 1, w, m, 1, n, k, m);
 }
 // y (m, k) = a^T (m, n) @ b (n, k), a (n, m)
 inline std::vector<float> matmul_tn(const std::vector<float>& a, const std::vector<float>& b, size_t n, size_t m,
                                     size_t k) {
-  std::vector<float> y(m * k);
-  for (size_t i = 0; i < m; ++i)
-    for (size_t j = 0; j < k; ++j) {
-      double s = 0;
-      for (size_t t = 0; t < n; ++t) s += double(a[t * m + i]) * b[t * k + j];
-      y[i * k + j] = float(s);
-    }
-  return y;
+  return matmul_strided(a, 1, m, b, k, 1, m, n, k);
 }
 // rows [r0, r0 + nr) of a (rows, cols) matrix
 inline std::vector<float> rows_of(const std::vector<float>& a, size_t cols, size_t r0, size_t nr) {

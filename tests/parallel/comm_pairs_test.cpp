@@ -10,11 +10,7 @@
 namespace llamatrain::parallel {
 namespace {
 
-CommOptions test_options() {
-  CommOptions o;
-  o.watchdog_timeout_s = 60;
-  return o;
-}
+using testing::test_options;
 
 TEST(CommPairs, EachPairForwardAndBackward) {
   for (int tp : {1, 2, 4})

@@ -10,11 +10,7 @@
 namespace llamatrain::parallel {
 namespace {
 
-CommOptions test_options() {
-  CommOptions o;
-  o.watchdog_timeout_s = 60;
-  return o;
-}
+using testing::test_options;
 
 TEST(ZeroShards, ShardsCoverTheArenaExactlyAndAreBalanced) {
   for (size_t n : {0, 1, 2, 15, 16, 17, 100, 1000, 4097, 1000003})
