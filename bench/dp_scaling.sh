@@ -22,10 +22,10 @@ PRECISION=${PRECISION:-bf16-mixed}
 ZERO=${ZERO:-false}
 WORK=${WORK:-/tmp/llamatrain-train-bench}
 PY=/usr/bin/python3
-declare -A SHAPES=([stories15m]="288 6 6 768 32000" [stories42m]="512 8 8 1376 32000" [stories110m]="768 12 12 2048 32000")
-read -r DIM LAYERS HEADS FFN VOCAB <<<"${SHAPES[$MODEL]}"
 mkdir -p "$WORK"
-$PY bench/synthetic_run_inputs.py "$WORK" "$DIM" "$LAYERS" "$HEADS" "$FFN" "$VOCAB"
+# A random-weight HF folder of the model's shape and 20M random tokens (made once, then reused).
+inputs=$($PY bench/synthetic_run_inputs.py "$WORK" "$MODEL")
+read -r INIT DATA <<<"$inputs"
 
 cat > "$WORK/dp.yaml" <<YAML
 name: dp_scaling
@@ -35,9 +35,9 @@ exp_manager: {create_tensorboard_logger: false, create_checkpoint_callback: fals
 model:
   micro_batch_size: $MICRO
   encoder_seq_length: $SEQ
-  init_from: $WORK/init
+  init_from: $INIT
   distributed_optimizer: $ZERO
-  data: {data_prefix: [1.0, $WORK/tokens_text_document], splits_string: '1000,0,0', seq_length: $SEQ}
+  data: {data_prefix: [1.0, $DATA], splits_string: '1000,0,0', seq_length: $SEQ}
   optim: {name: adamw, lr: 3.0e-4, weight_decay: 0.1, betas: [0.9, 0.95],
           sched: {name: CosineAnnealing, warmup_steps: 2, min_lr: 3.0e-5}}
 YAML

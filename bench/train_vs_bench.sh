@@ -7,7 +7,7 @@
 # Inputs are synthetic (a random-weight Hugging Face folder and random token documents), made by
 # Debian's python3 with numpy; nothing is downloaded.
 # Usage: bench/train_vs_bench.sh [path/to/llamatrain]
-#   env: MODEL=stories15m (dim layers heads ffn vocab from the table below), SEQ=256, BATCH=8, STEPS=100,
+#   env: MODEL=stories15m (or stories42m, stories110m: their shapes, random weights), SEQ=256, BATCH=8, STEPS=100,
 #        PRECISION=bf16-mixed, WORK=/tmp/llamatrain-train-bench, THREADS=$(nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +20,10 @@ PRECISION=${PRECISION:-bf16-mixed}
 WORK=${WORK:-/tmp/llamatrain-train-bench}
 export OMP_NUM_THREADS=${THREADS:-$(nproc)}
 PY=/usr/bin/python3
-declare -A SHAPES=([stories15m]="288 6 6 768 32000" [stories42m]="512 8 8 1376 32000" [stories110m]="768 12 12 2048 32000")
-read -r DIM LAYERS HEADS FFN VOCAB <<<"${SHAPES[$MODEL]}"
 mkdir -p "$WORK"
-
-# A random-weight HF folder of the model's shape, and 20M random tokens in documents of 50-2000.
-$PY bench/synthetic_run_inputs.py "$WORK" "$DIM" "$LAYERS" "$HEADS" "$FFN" "$VOCAB"
+# A random-weight HF folder of the model's shape and 20M random tokens (made once, then reused).
+inputs=$($PY bench/synthetic_run_inputs.py "$WORK" "$MODEL")
+read -r INIT DATA <<<"$inputs"
 
 cat > "$WORK/bench.yaml" <<YAML
 # The model comes from model.init_from (its config.json); this file sets the run only.
@@ -38,9 +36,9 @@ model:
   micro_batch_size: $BATCH
   global_batch_size: $BATCH
   encoder_seq_length: $SEQ
-  init_from: $WORK/init
+  init_from: $INIT
   activations_checkpoint_granularity: null
-  data: {data_prefix: [1.0, $WORK/tokens_text_document], splits_string: '1000,0,0', seq_length: $SEQ}
+  data: {data_prefix: [1.0, $DATA], splits_string: '1000,0,0', seq_length: $SEQ}
   optim: {name: adamw, lr: 3.0e-4, weight_decay: 0.1, betas: [0.9, 0.95],
           sched: {name: CosineAnnealing, warmup_steps: 10, min_lr: 3.0e-5}}
 YAML
@@ -69,7 +67,7 @@ ckpt=$(ls -d "$WORK"/run/checkpoints/step_* | tail -1)
 bytes=$(du -sb "$ckpt" | cut -f1)
 sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(cannot drop caches: not root; reads may come from cache)"
 t0=$(date +%s.%N)
-"$BIN" eval "$ckpt" --data "$WORK/tokens_text_document" --seq-length 32 --batch 1 --max-windows 1 >/dev/null 2>&1 || true
+"$BIN" eval "$ckpt" --data "$DATA" --seq-length 32 --batch 1 --max-windows 1 >/dev/null 2>&1 || true
 t1=$(date +%s.%N)
 echo "  load (eval of 1 window, weights only: $(du -cb "$ckpt"/model*.safetensors | tail -1 | cut -f1) bytes): $($PY -c "print(f'{$t1 - $t0:.2f}')") s"
 mb=$((bytes / 1000000))
