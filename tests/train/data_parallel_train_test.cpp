@@ -79,8 +79,15 @@ TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {
   const auto a = losses(dir / "one"), b = losses(dir / "two");
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
-  for (const auto& [step, loss] : a) EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
-  EXPECT_LE(weight_difference(dir / "one/checkpoints/step_20", dir / "two/checkpoints/step_20"), 1e-5);
+  double worst = 0;
+  for (const auto& [step, loss] : a) {
+    EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
+    worst = std::max(worst, std::fabs(b.at(step) - loss) / loss);
+  }
+  const double weights = weight_difference(dir / "one/checkpoints/step_20", dir / "two/checkpoints/step_20");
+  EXPECT_LE(weights, 1e-5);
+  std::printf("DP 2 against one process, 20 steps: worst relative loss difference %.2g, weights %.2g\n", worst,
+              weights);
   // Each step line and metrics row reports the time in collectives, a part of the step.
   EXPECT_NE(two.log.find("| comm "), std::string::npos) << two.log;
   EXPECT_EQ(one.log.find("| comm "), std::string::npos) << one.log;
