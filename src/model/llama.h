@@ -3,7 +3,11 @@
 // line) plus AdamW. Weights are in Hugging Face layout ([out, in] rows, rotate_half RoPE), with q/k/v
 // packed as row blocks of one (QKV, C) matrix per layer and gate/up as row blocks of one (2F, C)
 // matrix, so HF tensors map to contiguous slices (io/hf_checkpoint.cpp) and TP can later split heads
-// and FFN rows per rank without touching the passes. No parallelism lives here.
+// and FFN rows per rank without touching the passes. A model may be one rank's part of a
+// model-parallel layout (model/shard.h): its heads, FFN rows and vocabulary under tensor parallelism
+// (the TP communicator's pairs, parallel/comm_pairs.h, at the points Megatron puts them), its
+// layers under pipeline parallelism (stage_forward / stage_backward; the schedule lives in
+// parallel/pipeline.h). MPI itself never appears here.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +17,11 @@
 #include "core/arena.h"
 #include "core/bf16.h"
 #include "model/config.h"
+#include "model/shard.h"
+
+namespace llamatrain::parallel {
+class Communicator;
+}
 
 namespace llamatrain::model {
 
@@ -31,10 +40,16 @@ struct ParamSpec {
   int64_t offset = 0;          // into the arena, in elements
   int64_t numel = 0;
   bool decay = true;           // AdamW weight decay (false for norm weights)
+  TensorShard shard;           // where this (local) tensor sits in the full model's tensor
+  int full_id = 0;             // index among the full model's tensors (init and rounding streams)
+  // Counted in the global gradient norm on this rank: false for copies another rank also counts
+  // (norm weights on TP ranks > 0, the tied embedding on a last stage that is not the first).
+  bool in_norm = true;
 };
 
 // Views into the parameter (or gradient) arena. Shapes: C dim, L layers, H heads, Hkv kv heads,
-// D head dim, F ffn dim, V vocab, QKV = (H + 2*Hkv)*D.
+// D head dim, F ffn dim, V vocab, QKV = (H + 2*Hkv)*D, all local (LocalDims) on a model-parallel
+// rank; tensors a pipeline stage does not hold are nullptr.
 struct ParameterTensors {
   float* wte;        // (V, C)      token embedding
   float* attn_norm;  // (L, C)      input_layernorm
@@ -73,19 +88,20 @@ struct PerLayer {
 };
 
 // Activations of one micro-batch of B sequences of T tokens (N = B*T). The ones that only feed
-// matmuls live in MatmulInputs.
+// matmuls live in MatmulInputs. Under sequence parallelism the residual-stream tensors (marked Nl)
+// hold this rank's N/TP tokens; the rest hold all N.
 struct ActivationTensors {
-  float* x0;                  // (N, C)        embedding output (input of layer 0)
-  PerLayer<float> ln1_rstd;   // (L, N)
+  float* x0;                  // (Nl, C)       embedding output, or the previous stage's output
+  PerLayer<float> ln1_rstd;   // (L, Nl)
   PerLayer<float> qkv;        // (L, N, QKV)   projections, RoPE applied to q and k
   PerLayer<float> att;        // (L, N, H*D)   attention output, before o_proj
   PerLayer<float> lse;        // (L, B, H, T)  attention log-sum-exp
-  PerLayer<float> resid;      // (L, N, C)     residual stream after attention
-  PerLayer<float> ln2_rstd;   // (L, N)
+  PerLayer<float> resid;      // (L, Nl, C)    residual stream after attention
+  PerLayer<float> ln2_rstd;   // (L, Nl)
   PerLayer<float> h13;        // (L, N, 2F)    gate | up projections
-  PerLayer<float> out;        // (L, N, C)     layer outputs (residual stream after the MLP); always saved
-  float* lnf;                 // (N, C)        final norm output
-  float* lnf_rstd;            // (N)
+  PerLayer<float> out;        // (L, Nl, C)    layer outputs (residual stream after the MLP); always saved
+  float* lnf;                 // (N, C)        final norm output (all tokens: the lm head's input)
+  float* lnf_rstd;            // (Nl)
   float* losses;              // (N)           per-token cross-entropy (0 where target < 0)
 };
 
@@ -112,6 +128,7 @@ struct StateTensor {
   void* data;                 // numel elements of dtype: elements [first, first + numel) of the tensor
   int64_t numel;
   int64_t first = 0;          // a ZeRO-1 shard holds part of a tensor's moments; weights are whole
+  TensorShard shard;          // where the parameter (local to this rank) sits in the full model's
 };
 
 struct AdamWConfig {
@@ -130,12 +147,19 @@ struct StepStats {
 
 class LlamaModel {
  public:
+  // config is the full model's; plan (default: all of it) says which part this rank holds, and tp is
+  // the tensor-parallel group (required when plan.tp_size > 1; it must outlive the model).
   LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed = 1234);
+  LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed, const ShardPlan& plan,
+             parallel::Communicator* tp);
   ~LlamaModel();
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
 
-  const LlamaConfig& config() const { return config_; }
+  const LlamaConfig& config() const { return config_; }  // the full model's
+  const ShardPlan& plan() const { return plan_; }
+  const LocalDims& dims() const { return dims_; }
+  bool is_sharded() const { return !plan_.is_single(); }
   Precision precision() const { return precision_; }
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   int64_t num_params() const { return num_params_; }
@@ -168,8 +192,30 @@ class LlamaModel {
   // The loss gradient of each valid token is grad_scale / num_valid (grad_scale = 1 for one
   // micro-batch; 1/num_micro_batches when averaging).
   StepStats forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 1.0f);
-  // Logits (B*T, V) of the last forward's final-norm output (tests and evaluation only).
+  // Logits (B*T, V) of the last forward's final-norm output (tests and evaluation only; a single
+  // rank's model).
   void logits(float* out);
+
+  // Pipeline stages. A micro-batch's activations live in one of `slots` sets (1F1B keeps up to
+  // PP - stage micro-batches in flight); set before a forward, like set_recompute.
+  void set_activation_slots(int slots);
+  int activation_slots() const { return slots_; }
+  // This stage's forward of one micro-batch into slot `slot`: from tokens (B, T) on the first stage,
+  // from `input` (Nl, C), the previous stage's output, on the others. Ends at the last layer's output
+  // (stage_output) or, on the last stage, at the final norm.
+  void stage_forward(int slot, const int32_t* tokens, const float* input, int B, int T);
+  const float* stage_output(int slot) const;  // (Nl, C)
+  // The backward of the micro-batch in `slot`: from the loss on the last stage (targets (B, T); its
+  // stats are returned, the loss gradient of each valid token being grad_scale / num_valid), from
+  // `doutput` (Nl, C) on the others. Gradients accumulate. On stages after the first, the gradient of
+  // the stage's input is left in stage_input_grad() until the next backward.
+  StepStats stage_backward(int slot, const int32_t* tokens, const int32_t* targets, const float* doutput,
+                           float grad_scale);
+  const float* stage_input_grad() const;  // (Nl, C)
+  // The last stage's loss of the micro-batch in `slot` without a backward (evaluation).
+  StepStats stage_loss(int slot, const int32_t* targets);
+  // Tokens per micro-batch on this rank's residual stream: B*T, or B*T / TP under sequence parallelism.
+  int64_t stage_tokens(int B, int T) const;
   void zero_grad();
 
   // Global grad norm (before clipping), then AdamW on every tensor. step is 1-based.
@@ -192,17 +238,27 @@ class LlamaModel {
   void set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_elements);
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_ < 0 ? num_params_ : shard_end_; }
-  // Sum of squared gradients over [begin, end) of the arena (a shard's part of the global norm).
+  // Sum of squared gradients over [begin, end) of the arena (a shard's part of the global norm),
+  // counting only tensors that are in_norm on this rank.
   double grad_sum_squares(int64_t begin, int64_t end);
+  // Model-parallel gradient sums a step needs before the norm: under sequence parallelism the norm
+  // weights' partial gradients over TP; under pipeline parallelism with tied embeddings, the
+  // embedding's over the embedding group (first and last stage; null when this rank is on neither).
+  void reduce_model_parallel_grads(parallel::Communicator* embedding_group);
 
   // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T) (saved
   // activations and backward scratch). state_bytes() counts what is allocated now (weights only until
   // the training state's first use); the static one is the full training figure.
   int64_t state_bytes() const;
   static int64_t state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards = 1);
+  static int64_t state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards);
+  static int64_t num_params(const LlamaConfig& c, const ShardPlan& plan);  // this rank's part
   static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T,
                                   Recompute r = Recompute::none, int recompute_layers = -1);
+  // A model-parallel rank's activations, `slots` micro-batches of them.
+  static int64_t activation_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int B, int T,
+                                  Recompute r, int recompute_layers, int slots);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;
   // reset_cache(max_T) clears it. Returns logits (V) of the given token at position pos.
@@ -210,7 +266,7 @@ class LlamaModel {
   void decode_step(float* logits /*(V)*/, int32_t token, int pos);
 
  private:
-  void forward_body(const int32_t* tokens, int B, int T);  // embedding .. final norm
+  void forward_body(const int32_t* tokens, const float* input, int B, int T);  // embedding .. final norm
   template <typename A>
   void forward_layers(const MatmulInputs<A>& m);             // the L transformer layers
   // Layer l's forward; with for_backward, stops after SwiGLU (what the backward reads is then in place).
@@ -218,7 +274,26 @@ class LlamaModel {
   void forward_layer(int l, const MatmulInputs<A>& m, bool for_backward);
   template <typename A>
   void recompute_layer(int l, const MatmulInputs<A>& m);     // refills what recompute_ dropped
-  void backward(const int32_t* tokens, const int32_t* targets, float dloss);
+  void backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput);
+  void use_slot(int slot);  // points acts_ and the matmul inputs at slot `slot`
+  void check_tokens(const int32_t* tokens) const;
+  // The tensor / sequence parallel steps of a layer (plain kernels on a single rank):
+  // a norm whose output feeds a column-parallel matmul (all-gathered over the tokens under SP);
+  template <typename A>
+  void norm_for_matmul(A* out, float* rstd, const float* x, const float* weight);
+  template <typename A>
+  A* sp_norm_buffer();
+  // out = x + partial, partial (N, C) being this rank's part of a row-parallel matmul (summed over TP,
+  // scattered over the tokens under SP);
+  void add_to_residual(float* out, const float* x, float* partial);
+  // backward: the residual gradient (Nl, C) on all N tokens (SP all-gather), and a column-parallel
+  // matmul's input gradient (N, C) summed over TP on this rank's tokens (in place, or SP's scratch).
+  const float* all_tokens(const float* dres);
+  const float* own_tokens(float* dln);
+  // The lm head and cross-entropy split over the vocabulary (TP > 1): losses (and, with dloss, the
+  // gradients of wout and of lnf into dln_).
+  void vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, bool backward);
+  void lmhead_ce(const int32_t* targets, float dloss, bool backward);  // either path
   template <typename A>
   void backward_layers(const MatmulInputs<A>& m);            // layers L-1 .. 0
   int64_t count_valid(const int32_t* targets) const;       // checks target ids too
@@ -226,7 +301,10 @@ class LlamaModel {
   const bf16* bf16_of(const float* param) const;  // bf16 twin of a pointer into the param arena
   void ensure_training_state();                   // grads and AdamW moments, on first use
 
-  LlamaConfig config_;
+  LlamaConfig config_;  // the full model
+  ShardPlan plan_;
+  LocalDims dims_;
+  parallel::Communicator* tp_ = nullptr;
   Precision precision_;
   uint64_t seed_;
   Recompute recompute_ = Recompute::none;
@@ -243,12 +321,21 @@ class LlamaModel {
   ParameterTensors params_{}, grads_{};
 
   int B_ = 0, T_ = 0;
+  int slots_ = 1;                    // activation sets (pipeline micro-batches in flight)
+  int64_t slot_floats_ = 0, slot_inputs_ = 0;  // one set's size in each arena
   ArenaVector<float> act_arena_;
   ActivationTensors acts_{};
   ArenaVector<float> mm_arena_f32_;  // fp32 mode: MatmulInputs storage
   ArenaVector<bf16> mm_arena_bf16_;  // bf16 modes: MatmulInputs storage
   MatmulInputs<float> mm_f32_{};
   MatmulInputs<bf16> mm_bf16_{};
+  // Tensor/sequence parallelism scratch: the vocabulary-parallel logits (N, V/TP), a norm output on
+  // this rank's tokens before the all-gather (Nl, C) in the matmul dtype, per-row statistics.
+  ArenaVector<float> logits_;
+  ArenaVector<float> sp_ln_f32_;
+  ArenaVector<bf16> sp_ln_bf16_;
+  ArenaVector<float> sp_tmp_;
+  std::vector<float> row_max_, row_stats_;
   std::vector<int32_t> pos_;        // (N) positions 0..T-1 per sequence
   // Backward scratch, one layer's worth each.
   ArenaVector<float> dres_, dln_, dqkv_, datt_, dhmid_, tmp_;
