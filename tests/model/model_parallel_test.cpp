@@ -1,0 +1,229 @@
+// One training micro-step of a model split over tensor (TP), sequence (SP) and pipeline (PP)
+// parallel ranks equals the same step on one rank: the loss, and every rank's gradient of every
+// local tensor against the same elements of the single model's gradient (TensorShard maps them),
+// after the model-parallel gradient sums (SP norm weights, tied embedding across stages). Ranks are
+// threads over LocalCommunicator; the pipeline here runs one micro-batch by hand (the 1F1B schedule
+// has its own tests). Also: recomputation under TP+SP changes nothing, and bf16-mixed agrees loosely.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/llama.h"
+#include "parallel/collective_checks.h"
+#include "parallel/layout.h"
+#include "parallel/local_communicator.h"
+
+namespace llamatrain {
+namespace {
+
+using parallel::Communicator;
+
+model::LlamaConfig config(bool tied) {
+  model::LlamaConfig c;
+  c.dim = 64;
+  c.ffn_dim = 96;
+  c.n_layers = 4;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 128;
+  c.max_seq_len = 64;
+  c.norm_eps = 1e-5f;
+  c.tie_embeddings = tied;
+  return c;
+}
+
+constexpr int B = 2, T = 12;
+
+std::vector<int32_t> ids(int V, uint32_t stream, bool some_ignored) {
+  std::vector<int32_t> t(B * T);
+  for (int i = 0; i < B * T; i++) t[size_t(i)] = int32_t(random_u32(7, 0, stream, uint64_t(i)) % uint32_t(V));
+  if (some_ignored) t[3] = t[17] = -100;
+  return t;
+}
+
+struct Layout {
+  int tp = 1, pp = 1;
+  bool sp = false;
+  model::Recompute recompute = model::Recompute::none;
+  model::Precision precision = model::Precision::fp32;
+};
+
+std::string name_of(const Layout& l) {
+  return fmt::format("TP{} PP{}{} recompute {} {}", l.tp, l.pp, l.sp ? " SP" : "", model::recompute_name(l.recompute),
+                     model::precision_name(l.precision));
+}
+
+// The single-rank step: loss and the full gradient arena.
+struct Reference {
+  float loss = 0;
+  std::vector<float> grads;
+  std::vector<model::ParamSpec> specs;
+};
+
+Reference reference(const model::LlamaConfig& c, model::Precision p, const std::vector<int32_t>& tokens,
+                    const std::vector<int32_t>& targets) {
+  model::LlamaModel m(c, p, 5);
+  m.init_random(0.1f, 0.05f);
+  m.zero_grad();
+  Reference r;
+  r.loss = m.forward_backward(tokens.data(), targets.data(), B, T).loss;
+  r.grads.assign(m.grad_data(), m.grad_data() + m.num_params());
+  r.specs = m.param_specs();
+  return r;
+}
+
+// Runs the layout on threads; each rank compares its loss (last stage) and gradients with ref.
+void check_layout(const model::LlamaConfig& c, const Layout& lay, const Reference& ref,
+                  const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, float tol) {
+  const int world = lay.tp * lay.pp;
+  std::mutex mu;
+  int64_t compared = 0;
+  parallel::run_local_ranks(
+      world,
+      [&](Communicator& w) {
+        const auto layout = parallel::ParallelLayout::make(world, lay.tp, lay.pp, w.rank());
+        auto groups = parallel::ParallelGroups::make(w, layout);
+        const auto plan = model::ShardPlan::make(c, lay.tp, layout.tp_rank, lay.pp, layout.pp_rank, lay.sp);
+        model::LlamaModel m(c, lay.precision, 5, plan, groups.tp.get());
+        m.set_recompute(lay.recompute);
+        m.init_random(0.1f, 0.05f);
+        m.zero_grad();
+        const size_t act = size_t(m.stage_tokens(B, T) * c.dim);
+        std::vector<float> buf(act);
+        Communicator& pp = *groups.pp;
+        // One micro-batch by hand: forwards down the stages, backwards up.
+        const float* input = nullptr;
+        if (!plan.first_stage()) {
+          pp.irecv(buf.data(), act * 4, pp.rank() - 1, 0).wait();
+          input = buf.data();
+        }
+        m.stage_forward(0, tokens.data(), input, B, T);
+        if (!plan.last_stage()) pp.isend(m.stage_output(0), act * 4, pp.rank() + 1, 0).wait();
+        const float* dout = nullptr;
+        std::vector<float> gbuf(act);
+        if (!plan.last_stage()) {
+          pp.irecv(gbuf.data(), act * 4, pp.rank() + 1, 1).wait();
+          dout = gbuf.data();
+        }
+        const auto stats = m.stage_backward(0, tokens.data(), targets.data(), dout, 1.0f);
+        if (!plan.first_stage()) pp.isend(m.stage_input_grad(), act * 4, pp.rank() - 1, 1).wait();
+        m.reduce_model_parallel_grads(groups.embedding.get());
+        if (plan.last_stage()) {
+          EXPECT_NEAR(stats.loss, ref.loss, tol * std::abs(ref.loss)) << name_of(lay);
+        }
+
+        // Every local gradient element against the reference's element at the same full position.
+        int64_t n = 0;
+        double worst = 0;
+        for (const auto& s : m.param_specs()) {
+          const model::ParamSpec* full = nullptr;
+          for (const auto& f : ref.specs) {
+            if (f.name == s.name) full = &f;
+          }
+          if (!full) {
+            ADD_FAILURE() << s.name << " not in the single model";
+            continue;
+          }
+          double scale = 0;
+          for (int64_t i = 0; i < full->numel; i++)
+            scale = std::max(scale, double(std::abs(ref.grads[size_t(full->offset + i)])));
+          const float* g = m.grad_data() + s.offset;
+          s.shard.for_each_run([&](int64_t local, int64_t f, int64_t len) {
+            for (int64_t i = 0; i < len; i++) {
+              const double d = std::abs(double(g[local + i]) - ref.grads[size_t(full->offset + f + i)]);
+              worst = std::max(worst, d / std::max(scale, 1e-30));
+            }
+            n += len;
+          });
+        }
+        EXPECT_LE(worst, tol) << name_of(lay) << " rank " << w.rank() << ": worst gradient difference, relative to "
+                              << "the tensor's largest";
+        std::lock_guard<std::mutex> lock(mu);
+        compared += n;
+      },
+      parallel::testing::test_options());
+  // Every parameter was compared at least once (replicas count again).
+  EXPECT_GE(compared, int64_t(ref.grads.size())) << name_of(lay);
+}
+
+class ModelParallel : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ModelParallel, StepEqualsOneRank) {
+  const auto c = config(GetParam());
+  const auto tokens = ids(c.vocab_size, 1, false), targets = ids(c.vocab_size, 2, true);
+  const Reference ref = reference(c, model::Precision::fp32, tokens, targets);
+  for (const Layout& lay : {Layout{2, 1, false}, Layout{2, 1, true}, Layout{2, 4, true}, Layout{1, 2, false},
+                            Layout{1, 4, false}, Layout{2, 2, true}, Layout{2, 2, false}})
+    check_layout(c, lay, ref, tokens, targets, 2e-5f);
+}
+
+TEST_P(ModelParallel, RecomputeUnderTensorAndSequenceParallelism) {
+  const auto c = config(GetParam());
+  const auto tokens = ids(c.vocab_size, 3, false), targets = ids(c.vocab_size, 4, false);
+  const Reference ref = reference(c, model::Precision::fp32, tokens, targets);
+  for (auto r : {model::Recompute::selective, model::Recompute::full})
+    check_layout(c, Layout{2, 2, true, r}, ref, tokens, targets, 2e-5f);
+}
+
+TEST_P(ModelParallel, Bf16MixedAgreesWithItsSingleRank) {
+  const auto c = config(GetParam());
+  const auto tokens = ids(c.vocab_size, 5, false), targets = ids(c.vocab_size, 6, false);
+  const Reference ref = reference(c, model::Precision::bf16_mixed, tokens, targets);
+  // bf16 operands: the split changes summation order, so gradients agree to bf16's precision.
+  check_layout(c, Layout{2, 1, true, model::Recompute::none, model::Precision::bf16_mixed}, ref, tokens, targets,
+               2e-2f);
+}
+
+INSTANTIATE_TEST_SUITE_P(TiedAndUntied, ModelParallel, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "tied" : "untied"; });
+
+TEST(ShardPlan, RejectsSplitsThatDoNotDivide) {
+  auto c = config(false);
+  EXPECT_THROW(model::ShardPlan::make(c, 3, 0, 1, 0, false), Error);  // 4 heads over 3
+  c.vocab_size = 129;
+  EXPECT_THROW(model::ShardPlan::make(c, 2, 0, 1, 0, false), Error);  // vocabulary
+  EXPECT_THROW(model::ShardPlan::make(config(false), 1, 0, 5, 0, false), Error);  // 5 stages, 4 layers
+  const auto p = model::ShardPlan::make(config(false), 1, 0, 3, 0, false);
+  EXPECT_EQ(p.layer_begin, 0);
+  EXPECT_EQ(p.layer_end, 2);  // 2 + 1 + 1: the earlier stages take the extra layer
+  const auto q = model::ShardPlan::make(config(false), 1, 0, 2, 1, false, {1, 3});
+  EXPECT_EQ(q.layer_begin, 1);
+  EXPECT_EQ(q.layer_end, 4);
+  EXPECT_THROW(model::ShardPlan::make(config(false), 1, 0, 2, 1, false, {1, 2}), Error);
+}
+
+TEST(TensorShard, CopyBetweenShardsMovesExactlyTheCommonElements) {
+  // A (2, 6, 5) tensor: source holds layer 1, rows {1..2, 4..5}, columns 1..3, of which the flat range
+  // [2, 10); the destination holds all layers, rows 2..5, columns 0..4 (whole rows).
+  model::TensorShard src = model::TensorShard::whole_tensor(2, 6, 5), dst = model::TensorShard::whole_tensor(2, 6, 5);
+  src.layer_begin = 1, src.layers = 1, src.rows = {{1, 2}, {4, 2}}, src.col_begin = 1, src.cols = 3;
+  dst.rows = {{2, 4}};
+  std::vector<float> s(size_t(src.numel()));
+  std::vector<int64_t> full_of(s.size());
+  src.for_each_run([&](int64_t local, int64_t full, int64_t n) {
+    for (int64_t i = 0; i < n; i++) full_of[size_t(local + i)] = full + i;
+  });
+  for (size_t i = 0; i < s.size(); i++) s[i] = float(full_of[i]);
+  std::vector<float> d(size_t(dst.numel()), -1.0f);
+  const int64_t copied = model::copy_between_shards(d.data(), dst, 0, dst.numel(), s.data() + 2, src, 2, 8);
+  int64_t expected = 0;
+  for (int64_t i = 2; i < 10; i++) {
+    const int64_t f = full_of[size_t(i)];
+    const int64_t at = dst.local_offset(f);
+    if (at < 0) continue;
+    expected++;
+    EXPECT_EQ(d[size_t(at)], float(f));
+  }
+  EXPECT_EQ(copied, expected);
+  int64_t written = 0;
+  for (float v : d) written += v >= 0;
+  EXPECT_EQ(written, expected);
+  EXPECT_EQ(model::TensorShard::from_json(src.to_json()).to_json(), src.to_json());
+  EXPECT_THROW(model::TensorShard::from_json(R"({"full":[1,2,3],"layers":[0,2],"rows":[],"cols":[0,3]})"), Error);
+}
+
+}  // namespace
+}  // namespace llamatrain
