@@ -1,6 +1,8 @@
-// HF name mapping and checkpoint load/save; see hf_checkpoint.h.
+// HF name mapping and checkpoint load/save; see hf_checkpoint.h. A model-parallel rank loads its part
+// of each HF tensor through its TensorShards; saving takes a whole model.
 #include "io/hf_checkpoint.h"
 
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -14,26 +16,23 @@ namespace llamatrain::io {
 
 namespace {
 
-const model::ParamSpec& spec_of(const model::LlamaModel& m, const std::string& name) {
+const model::ParamSpec* find_spec(const model::LlamaModel& m, const std::string& name) {
   for (const auto& s : m.param_specs())
-    if (s.name == name) return s;
-  CHECK(false, "no parameter tensor {}", name);
-  __builtin_unreachable();
+    if (s.name == name) return &s;
+  return nullptr;
 }
 
 }  // namespace
 
-std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
-  const model::LlamaConfig& c = m.config();
+std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaConfig& c) {
   const int64_t C = c.dim, F = c.ffn_dim, D = c.head_dim(), H = c.n_heads, Hkv = c.n_kv_heads;
   const int64_t HD = H * D, QKV = c.qkv_dim();
   std::vector<HfTensorSlice> out;
   // rows_per_layer: rows of one layer's block in the stacked tensor.
   auto add = [&](std::string hf, const std::string& param, int layer, int64_t rows_per_layer, int64_t row_begin,
                  int64_t rows, int64_t cols) {
-    const auto& s = spec_of(m, param);
-    HfTensorSlice t{std::move(hf), param, layer, row_begin, rows, cols, 0, {rows, cols}};
-    t.offset = s.offset + (layer < 0 ? 0 : int64_t(layer) * rows_per_layer * cols) + row_begin * cols;
+    HfTensorSlice t{std::move(hf), param, layer, row_begin, rows, cols, 0, -1, {rows, cols}};
+    t.element = (layer < 0 ? 0 : int64_t(layer) * rows_per_layer * cols) + row_begin * cols;
     if (param.find("norm") != std::string::npos) t.shape = {cols};
     out.push_back(std::move(t));
   };
@@ -55,13 +54,47 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
   return out;
 }
 
+std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
+  CHECK(!m.is_sharded(), "hf_tensor_slices of a model-parallel rank's model: use the config's slices and each "
+                         "tensor's shard, or gather the weights first");
+  auto out = hf_tensor_slices(m.config());
+  for (auto& t : out) {
+    const model::ParamSpec* s = find_spec(m, t.param);
+    CHECK(s != nullptr, "no parameter tensor {}", t.param);
+    t.offset = s->offset + t.element;
+  }
+  return out;
+}
+
 void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDone& progress) {
   SafetensorsCheckpoint ckpt(dir);
   std::set<std::string> used;
-  for (const auto& t : hf_tensor_slices(m)) {
-    ckpt.read_f32(t.hf_name, t.shape, m.param_data() + t.offset);
+  for (const auto& t : hf_tensor_slices(m.config())) {
     used.insert(t.hf_name);
-    if (progress) progress(int64_t(ckpt.get(t.hf_name).nbytes));
+    const TensorView& view = ckpt.get(t.hf_name);  // present (and, below, the right shape) on every rank
+    const model::ParamSpec* s = find_spec(m, t.param);
+    if (!m.is_sharded()) {
+      CHECK(s != nullptr, "no parameter tensor {}", t.param);
+      ckpt.read_f32(t.hf_name, t.shape, m.param_data() + s->offset + t.element);
+      if (progress) progress(int64_t(view.nbytes));
+      continue;
+    }
+    if (!s) {  // a tensor of another pipeline stage: its shape and dtype are still checked
+      ckpt.read_f32(t.hf_name, t.shape, 0, 0, nullptr);
+      continue;
+    }
+    // The HF tensor is the full elements [element, element + n) of the parameter: copy the part of
+    // every run of this rank's shard that falls inside it.
+    const int64_t begin = t.element, end = t.element + t.rows * t.cols;
+    float* dst = m.param_data() + s->offset;
+    int64_t copied = 0;
+    s->shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
+      const int64_t a = std::max(full, begin), b = std::min(full + n, end);
+      if (a >= b) return;
+      ckpt.read_f32(t.hf_name, t.shape, a - begin, b - a, dst + local + (a - full));
+      copied += b - a;
+    });
+    if (progress) progress(copied * dtype_size(view.dtype));
   }
   for (const auto& name : ckpt.names()) {
     if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;

@@ -14,24 +14,33 @@
 
 namespace llamatrain::io {
 
-// One HF tensor as a slice of a model parameter tensor: rows [row_begin, row_begin+rows) of
-// layer `layer` (-1 for unstacked tensors) of the arena tensor `param`, each row `cols` wide.
+// One HF tensor as a slice of a full model parameter tensor: rows [row_begin, row_begin+rows) of
+// layer `layer` (-1 for unstacked tensors) of the tensor `param`, each row `cols` wide; that is the
+// contiguous elements [element, element + rows*cols) of the full tensor, flattened.
 struct HfTensorSlice {
   std::string hf_name;  // "model.layers.3.self_attn.k_proj.weight"
   std::string param;    // "wqkv"
   int layer = -1;
   int64_t row_begin = 0, rows = 0, cols = 0;
-  int64_t offset = 0;            // element offset in the parameter arena
+  int64_t element = 0;           // first element in the full parameter tensor
+  int64_t offset = -1;           // element offset in a whole model's parameter arena (-1 from a config)
   std::vector<int64_t> shape;    // HF shape: {rows, cols}, or {cols} for norm weights
 };
 
-// All HF tensors of a model, in HF's usual order (embedding, layer by layer, norm, lm_head).
+// All HF tensors of the full model, in HF's usual order (embedding, layer by layer, norm, lm_head).
+// From a config (offset -1: a model-parallel rank holds parts, placed by its ParamSpec::shard), or
+// from a whole (unsharded) model, with arena offsets.
+std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaConfig& config);
 std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& model);
 
 // Loads weights from DIR (model.safetensors or an index + shards) into the model's fp32 arena and
-// calls params_changed(). Missing tensors, wrong shapes or dtypes throw Error naming file and tensor;
-// tensors we don't use (rotary_emb.inv_freq) are ignored; any other unexpected tensor is an Error.
-// progress (optional) gets the bytes of each tensor read.
+// calls params_changed(). A model-parallel rank's model (model/shard.h) copies only its part of each
+// HF tensor (reading those pages of the mmap) and skips the tensors its pipeline stage does not hold;
+// the tied embedding goes to every stage holding wte. Missing tensors, wrong shapes or dtypes throw
+// Error naming file and tensor (whether or not this rank holds them); tensors we don't use
+// (rotary_emb.inv_freq) are ignored; any other unexpected tensor is an Error.
+// progress (optional) gets the bytes read of each tensor: model.num_params() elements of the files'
+// dtype in all.
 void load_hf_weights(model::LlamaModel& model, const std::string& dir, const BytesDone& progress = {});
 
 // config.json + weights of an HF folder -> a new model in the given precision.
@@ -49,7 +58,8 @@ const std::vector<std::string>& hf_export_files();
 
 // Writes config.json and the weights (torch_dtype "float32" or "bfloat16", sharded at max_shard_bytes)
 // into the existing folder DIR, without committing it: for writers that add files of their own and
-// commit the folder themselves (checkpoints, exports).
+// commit the folder themselves (checkpoints, exports). A whole model only (a model-parallel job
+// gathers its weights first: train/gather_weights.h).
 void write_hf_weights(const model::LlamaModel& model, const std::string& dir, const std::string& torch_dtype,
                       int64_t max_shard_bytes = 5'000'000'000, const BytesDone& progress = {});
 

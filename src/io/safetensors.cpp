@@ -531,13 +531,22 @@ std::vector<std::string> SafetensorsCheckpoint::names() const {
 
 void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
                                      float* out) const {
+  int64_t numel = 1;
+  for (int64_t d : expected_shape) numel *= d;
+  read_f32(name, expected_shape, 0, numel, out);
+}
+
+void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                                     int64_t first, int64_t n, float* out) const {
   const TensorView& t = get(name);
   const std::string& file = index_.at(name).first->path();
   if (t.shape != expected_shape)
     fail("{}: tensor {} has shape {}, expected {}\nhint: the checkpoint does not match the model config",
          file, quoted(name), shape_str(t.shape), shape_str(expected_shape));
-  const int64_t n = t.numel();
-  const uint8_t* src = t.data;  // (n,) elements of t.dtype, possibly unaligned
+  CHECK(first >= 0 && n >= 0 && first + n <= t.numel(), "read_f32 of elements [{}, {}) of {} ({} elements)", first,
+        first + n, name, t.numel());
+  // (n,) elements of t.dtype, possibly unaligned
+  const uint8_t* src = t.data + size_t(first) * size_t(dtype_size(t.dtype));
   switch (t.dtype) {
     case DType::F32:
       if (n > 0) std::memcpy(out, src, size_t(n) * 4);

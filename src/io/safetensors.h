@@ -67,6 +67,10 @@ class SafetensorsCheckpoint {
   // the file, tensor, shape seen and shape expected.
   // out: (prod(expected_shape),) fp32, row-major.
   void read_f32(const std::string& name, const std::vector<int64_t>& expected_shape, float* out) const;
+  // The same for elements [first, first + count) of the flattened tensor only (a rank copying its part
+  // of a tensor touches only those pages of the mmap). out: (count,) fp32.
+  void read_f32(const std::string& name, const std::vector<int64_t>& expected_shape, int64_t first, int64_t count,
+                float* out) const;
   const std::string& path() const { return path_; }
 
  private:

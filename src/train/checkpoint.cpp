@@ -1,6 +1,8 @@
 // Checkpoint save / verify / load / prune; see checkpoint.h. A save is one AtomicDir (core/file.h):
 // every file is written into step_N.tmp-XXXXXX next to the final folder, fsynced, and the folder is
-// renamed into place (then the parent fsynced): the rename is the commit point.
+// renamed into place (then the parent fsynced): the rename is the commit point. A load reshards:
+// each moment tensor is assembled from the pieces of the files' tensors that overlap it
+// (model::copy_between_shards), so the layout that wrote a checkpoint does not matter.
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
@@ -22,6 +24,7 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "parallel/communicator.h"
+#include "train/gather_weights.h"
 
 namespace llamatrain::train {
 
@@ -106,18 +109,125 @@ json read_json(const fs::path& p) {
   }
 }
 
+// Where one optimizer-file tensor sits: elements [first, first + count) of a local tensor placed in
+// the full tensor by `shard`.
+struct Piece {
+  model::TensorShard shard;
+  int64_t first = 0, count = 0;
+};
+
+// The piece a file tensor holds, from its range.<name> and shard.<name> metadata (a file without them
+// holds the whole tensor, flat), checked against the full tensor the model's `like` belongs to.
+Piece piece_of(const io::SafetensorsFile& f, const io::TensorView& view, const std::string& name,
+               const model::TensorShard& like) {
+  Piece p;
+  p.count = view.numel();
+  const auto& meta = f.metadata();
+  if (auto it = meta.find("range." + name); it != meta.end()) {
+    try {
+      const auto r = json::parse(it->second).get<std::vector<int64_t>>();
+      p.first = r.at(0), p.count = r.at(1);
+    } catch (const std::exception&) {
+      fail("checkpoint {}: range.{} = '{}' is not [first, count]\nhint: the checkpoint is damaged", f.path(), name,
+           it->second);
+    }
+  }
+  if (p.count != view.numel())
+    fail("checkpoint {}: tensor {} has {} elements, its range says {}\nhint: the checkpoint is damaged", f.path(), name,
+         view.numel(), p.count);
+  if (auto it = meta.find("shard." + name); it != meta.end()) {
+    try {
+      p.shard = model::TensorShard::from_json(it->second);
+    } catch (const Error& e) {
+      fail("checkpoint {}: shard.{}: {}\nhint: the checkpoint is damaged", f.path(), name, e.what());
+    }
+  } else {
+    p.shard = model::TensorShard::whole_tensor(like.full_layers, like.full_rows, like.full_cols);
+  }
+  const model::TensorShard& s = p.shard;
+  if (s.full_layers != like.full_layers || s.full_rows != like.full_rows || s.full_cols != like.full_cols)
+    fail("checkpoint {}: {} is part of a ({}, {}, {}) tensor, expected ({}, {}, {}) (layers, rows, columns)\n"
+         "hint: the checkpoint is damaged or from another model",
+         f.path(), name, s.full_layers, s.full_rows, s.full_cols, like.full_layers, like.full_rows, like.full_cols);
+  if (p.first < 0 || p.first + p.count > s.numel())
+    fail("checkpoint {}: range.{} = [{}, {}] lies outside its local tensor of {} elements\nhint: the checkpoint is "
+         "damaged",
+         f.path(), name, p.first, p.count, s.numel());
+  return p;
+}
+
+// A box around the full-tensor elements that elements [first, first + count) of a shard's local
+// tensor can be: full layers [l0, l1), full row intervals, full columns [c0, c1).
+struct Box {
+  int64_t l0 = 0, l1 = 0, c0 = 0, c1 = 0;
+  std::vector<std::pair<int64_t, int64_t>> rows;  // [begin, end)
+};
+
+Box box_of(const model::TensorShard& s, int64_t first, int64_t count) {
+  Box b;
+  const int64_t K = s.cols, per_layer = s.local_rows() * K;
+  if (count <= 0 || per_layer <= 0) return b;
+  const int64_t last = first + count - 1;
+  b.l0 = s.layer_begin + first / per_layer;
+  b.l1 = s.layer_begin + last / per_layer + 1;
+  b.c0 = s.col_begin, b.c1 = s.col_begin + K;
+  // Local rows [r0, r1) (all of them when the range spans layers).
+  int64_t r0 = 0, r1 = s.local_rows();
+  if (b.l1 - b.l0 == 1) r0 = (first % per_layer) / K, r1 = (last % per_layer) / K + 1;
+  int64_t local = 0;
+  for (const auto& [begin, n] : s.rows) {
+    const int64_t a = std::max(r0, local), e = std::min(r1, local + n);
+    if (a < e) b.rows.emplace_back(begin + (a - local), begin + (e - local));
+    local += n;
+  }
+  return b;
+}
+
+// False when a piece cannot hold any of elements [first, first + count) of the target shard's local
+// tensor (so its file tensor need not be read).
+bool may_overlap(const Piece& p, const model::TensorShard& target, int64_t first, int64_t count) {
+  const Box a = box_of(p.shard, p.first, p.count), b = box_of(target, first, count);
+  if (a.rows.empty() || b.rows.empty()) return false;
+  if (std::max(a.l0, b.l0) >= std::min(a.l1, b.l1) || std::max(a.c0, b.c0) >= std::min(a.c1, b.c1)) return false;
+  for (const auto& [x0, x1] : a.rows)
+    for (const auto& [y0, y1] : b.rows)
+      if (std::max(x0, y0) < std::min(x1, y1)) return true;
+  return false;
+}
+
 }  // namespace
 
-int64_t checkpoint_tensor_bytes(const model::LlamaModel& model) {
-  const int64_t n = model.num_params();
-  return model.precision() == model::Precision::bf16_sr ? 3 * 2 * n : 3 * 4 * n;  // weights + two moments
+int64_t checkpoint_tensor_bytes(const model::LlamaModel& model, bool full_weights) {
+  const int64_t weights = full_weights ? model.config().num_params() : model.num_params();
+  const int64_t moments = model.shard_end() - model.shard_begin();  // of each of the two
+  return (weights + 2 * moments) * (model.precision() == model::Precision::bf16_sr ? 2 : 4);
 }
 
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
                             const std::string& tokenizer_model, const std::string& config_yaml,
                             const io::BytesDone& progress, parallel::Communicator* dp) {
-  const int rank = dp ? dp->rank() : 0, ranks = dp ? dp->size() : 1;
-  const bool sharded = model.shard_begin() != 0 || model.shard_end() != model.num_params();
+  SaveGroups groups;
+  groups.world = dp;
+  if (dp) groups.layout = parallel::ParallelLayout::make(dp->size(), 1, 1, dp->rank());
+  return save_checkpoint(checkpoints_dir, model, state, tokenizer_model, config_yaml, progress, groups);
+}
+
+std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
+                            const std::string& tokenizer_model, const std::string& config_yaml,
+                            const io::BytesDone& progress, const SaveGroups& groups) {
+  parallel::Communicator* world = groups.world;
+  const parallel::ParallelLayout& layout = groups.layout;
+  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  const model::ShardPlan& plan = model.plan();
+  CHECK(layout.world_size == ranks && layout.rank == rank && layout.tp_size == plan.tp_size &&
+            layout.pp_size == plan.pp_size && layout.tp_rank == plan.tp_rank && layout.pp_rank == plan.pp_rank,
+        "save_checkpoint: the layout (world {}, rank {}, TP {} rank {}, PP {} rank {}) is not the world's and the "
+        "model's (world {}, rank {}, TP {} rank {}, PP {} rank {})",
+        layout.world_size, layout.rank, layout.tp_size, layout.tp_rank, layout.pp_size, layout.pp_rank, ranks, rank,
+        plan.tp_size, plan.tp_rank, plan.pp_size, plan.pp_rank);
+  CHECK(!model.is_sharded() || (groups.mp && groups.mp->size() == plan.tp_size * plan.pp_size),
+        "save_checkpoint of a model-parallel rank without its model-parallel communicator");
+  const bool zero1 = model.shard_begin() != 0 || model.shard_end() != model.num_params();
   const std::string final_path = (fs::path(checkpoints_dir) / ("step_" + std::to_string(state.step))).string();
   // Rank 0 owns the folder: a same-step folder (from a run resumed at an earlier checkpoint) is
   // replaced whole, atomically. The other ranks write their moments into its temporary name.
@@ -130,30 +240,47 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
   }
   if (ranks > 1) {
     uint64_t len = tmp.size();
-    dp->broadcast(&len, sizeof len, 0);
+    world->broadcast(&len, sizeof len, 0);
     tmp.resize(len);
-    dp->broadcast(tmp.data(), len, 0);
+    world->broadcast(tmp.data(), len, 0);
   }
-  const bool sr = model.precision() == model::Precision::bf16_sr;
-  if (rank == 0) io::write_hf_weights(model, tmp, sr ? "bfloat16" : "float32", 5'000'000'000, progress);
 
-  // AdamW moments: one file, or one per rank of a ZeRO-1 shard; each tensor is stored as the flat
-  // element range it covers (metadata range.<name> = [first, count]), so any layout can read them back.
-  if (rank == 0 || sharded) {
+  // Weights: the whole model as an HF folder, written by rank 0 (from replica dp 0's gathered
+  // weights under model parallelism), the same bytes under any layout.
+  const bool sr = model.precision() == model::Precision::bf16_sr;
+  const char* weight_dtype = sr ? "bfloat16" : "float32";
+  if (!model.is_sharded()) {
+    if (rank == 0) io::write_hf_weights(model, tmp, weight_dtype, 5'000'000'000, progress);
+  } else if (layout.dp_rank == 0) {
+    auto full = gather_full_weights(model, *groups.mp);
+    if (full) io::write_hf_weights(*full, tmp, weight_dtype, 5'000'000'000, progress);
+  }
+
+  // AdamW moments, by every rank holding some no other rank holds: its ZeRO-1 shard, or (whole
+  // moments) dp rank 0's; tensors replicated over model-parallel ranks only from the copy that counts
+  // (in_norm). Each tensor is stored as the element range of the local tensor it covers, with the
+  // local tensor's place in the full one, so any layout can read them back.
+  if (zero1 || layout.dp_rank == 0) {
     std::vector<io::TensorToWrite> moments;
     std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
     for (const auto& t : model.state_tensors()) {
       if (t.name.rfind("weight.", 0) == 0) continue;  // the weights are the HF part
+      const auto spec = std::find_if(model.param_specs().begin(), model.param_specs().end(),
+                                     [&](const model::ParamSpec& s) { return s.name == t.param; });
+      CHECK(spec != model.param_specs().end(), "no parameter tensor {}", t.param);
+      if (!spec->in_norm) continue;  // another rank holds and writes the same moments
       moments.push_back({t.name, t.dtype == model::StateDType::bf16 ? io::DType::BF16 : io::DType::F32, {t.numel},
                          t.data});
       meta["shape." + t.name] = json(t.shape).dump();
       meta["range." + t.name] = json({t.first, t.numel}).dump();
+      meta["shard." + t.name] = t.shard.to_json();
     }
+    const bool one_file = !model.is_sharded() && !zero1;  // dp rank 0 is then the only writer
     const std::string name =
-        sharded ? fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank + 1, ranks) : kOptimizerFile;
+        one_file ? kOptimizerFile : fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank + 1, ranks);
     io::write_safetensors(tmp + "/" + name, moments, meta, progress);
   }
-  if (ranks > 1) dp->barrier();
+  if (ranks > 1) world->barrier();
   if (rank == 0) {
     if (!tokenizer_model.empty()) {
       const MappedFile tok(tokenizer_model, "tokenizer");
@@ -177,12 +304,17 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
             {"skipped_steps", state.skipped_steps},
             {"rollbacks", state.rollbacks},
             {"train_seconds", state.train_seconds},
-            {"num_params", model.num_params()},
+            {"num_params", model.config().num_params()},
+            {"layout",
+             {{"tensor_parallel", layout.tp_size},
+              {"pipeline_parallel", layout.pp_size},
+              {"data_parallel", layout.dp_size},
+              {"zero1", zero1}}},
             {"files", files}};
     write_file_atomic(out->file(kStateFile), st.dump(2) + "\n");
     out->commit();
   }
-  if (ranks > 1) dp->barrier();  // no rank goes on before the checkpoint exists
+  if (ranks > 1) world->barrier();  // no rank goes on before the checkpoint exists
   return final_path;
 }
 
@@ -300,10 +432,10 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
 
   TrainerState state = read_trainer_state(path);
   io::load_hf_weights(model, path, progress);
-  // Moments: every optimizer*.safetensors file holds element ranges of tensors; copy the parts that
-  // overlap the ranges this model keeps (all of each tensor, or its ZeRO-1 shard), and require that
-  // every element was found.
-  std::vector<std::unique_ptr<io::SafetensorsFile>> files;     // metadata
+  // Moments: every optimizer*.safetensors file holds element ranges of some rank's local tensors,
+  // each placed in the full tensor by its shard; copy the parts that overlap what this model keeps
+  // (its local tensor, or the ZeRO-1 range of it), and require that every element is found once.
+  std::vector<std::unique_ptr<io::SafetensorsFile>> files;          // metadata
   std::vector<std::unique_ptr<io::SafetensorsCheckpoint>> readers;  // dtype-converting reads
   for (const auto& e : fs::directory_iterator(path))
     if (is_optimizer_file(e.path().filename().string())) {
@@ -311,47 +443,54 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
       readers.push_back(std::make_unique<io::SafetensorsCheckpoint>(e.path().string()));
     }
   if (files.empty()) fail("checkpoint {}: no optimizer*.safetensors\nhint: the checkpoint is incomplete", path);
-  std::vector<float> buf;
+  std::vector<float> buf, staged, cover;
   for (const auto& t : model.state_tensors()) {
     if (t.name.rfind("weight.", 0) == 0) continue;
-    int64_t covered = 0;
-    for (size_t fi = 0; fi < files.size(); fi++) {
-      const auto& f = files[fi];
-      const io::TensorView* view = f->find(t.name);
-      if (!view) continue;
-      int64_t first = 0, count = view->numel();
-      if (auto it = f->metadata().find("range." + t.name); it != f->metadata().end()) {
-        try {
-          const auto r = json::parse(it->second).get<std::vector<int64_t>>();
-          first = r.at(0), count = r.at(1);
-        } catch (const std::exception&) {
-          fail("checkpoint {}: range.{} = '{}' is not [first, count]\nhint: the checkpoint is damaged", f->path(),
-               t.name, it->second);
-        }
+    // The file tensors that may hold part of this one.
+    std::vector<std::pair<size_t, Piece>> sources;
+    for (size_t fi = 0; fi < files.size(); fi++)
+      if (const io::TensorView* view = files[fi]->find(t.name)) {
+        Piece src = piece_of(*files[fi], *view, t.name, t.shard);
+        if (may_overlap(src, t.shard, t.first, t.numel)) sources.emplace_back(fi, std::move(src));
       }
-      if (count != view->numel())
-        fail("checkpoint {}: tensor {} has {} elements, its range says {}\nhint: the checkpoint is damaged", f->path(),
-             t.name, view->numel(), count);
-      const int64_t a = std::max(first, t.first), b = std::min(first + count, t.first + t.numel);
-      if (a >= b) continue;
-      buf.resize(size_t(count));
-      readers[fi]->read_f32(t.name, {count}, buf.data());
-      const float* src = buf.data() + (a - first);
-      if (t.dtype == model::StateDType::f32)
-        std::memcpy(static_cast<float*>(t.data) + (a - t.first), src, sizeof(float) * size_t(b - a));
-      else
-        bf16_from_float(static_cast<bf16*>(t.data) + (a - t.first), src, b - a);
-      covered += b - a;
-      if (progress) progress((b - a) * (t.dtype == model::StateDType::f32 ? 4 : 2));
+    // bf16 moments are assembled in fp32 (exact from bf16 files) and rounded once at the end. With
+    // several sources, `cover` marks the elements found, to tell a gap from an element found twice.
+    const bool f32 = t.dtype == model::StateDType::f32;
+    float* dst = static_cast<float*>(t.data);
+    if (!f32) {
+      staged.assign(size_t(t.numel), 0.0f);
+      dst = staged.data();
     }
-    if (covered != t.numel)
+    const bool count_twice = sources.size() > 1;
+    if (count_twice) cover.assign(size_t(t.numel), 0.0f);
+    int64_t copied = 0;
+    for (const auto& [fi, src] : sources) {
+      buf.resize(size_t(src.count));
+      readers[fi]->read_f32(t.name, {src.count}, buf.data());
+      const int64_t n =
+          model::copy_between_shards(dst, t.shard, t.first, t.numel, buf.data(), src.shard, src.first, src.count);
+      copied += n;
+      if (progress && n > 0) progress(n * (f32 ? 4 : 2));
+      if (count_twice && n > 0) {
+        std::fill(buf.begin(), buf.end(), 1.0f);
+        model::copy_between_shards(cover.data(), t.shard, t.first, t.numel, buf.data(), src.shard, src.first,
+                                   src.count);
+      }
+    }
+    const int64_t found =
+        count_twice ? int64_t(std::count(cover.begin(), cover.end(), 1.0f)) : std::min(copied, t.numel);
+    if (found != t.numel)
       fail("checkpoint {}: the optimizer files hold {} of the {} elements of {} this run needs\nhint: the "
            "checkpoint is incomplete",
-           path, covered, t.numel, t.name);
+           path, found, t.numel, t.name);
+    if (copied != t.numel)
+      fail("checkpoint {}: {} elements of {} are in more than one optimizer file\nhint: the checkpoint is damaged "
+           "(an optimizer file copied in, or left from another save)",
+           path, copied - t.numel, t.name);
+    if (!f32) bf16_from_float(static_cast<bf16*>(t.data), staged.data(), t.numel);
   }
   return state;
 }
-
 std::vector<std::string> prune_checkpoints(const std::string& checkpoints_dir, int keep) {
   std::vector<std::string> removed;
   std::error_code ec;

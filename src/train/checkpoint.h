@@ -1,15 +1,22 @@
 // Training checkpoints: one directory per save, committed by rename, so a crash at any point leaves
 // either the old set of checkpoints or the old set plus one complete new one. Layout of
 // CHECKPOINTS_DIR/step_<N>/:
-//   config.json, model.safetensors (or shards + index)  a Hugging Face checkpoint of the weights (fp32;
-//                                                       bf16 in bf16-sr, where bf16 is the master)
-//   optimizer.safetensors   AdamW moments exp_avg.<param>, exp_avg_sq.<param> (flat element ranges;
-//                           one file per rank of a ZeRO-1 shard: optimizer-RRRRR-of-NNNNN.safetensors)
+//   config.json, model.safetensors (or shards + index)  a Hugging Face checkpoint of the whole model's
+//                                                       weights (fp32; bf16 in bf16-sr, where bf16 is
+//                                                       the master), the same bytes under any layout
+//   optimizer.safetensors   AdamW moments exp_avg.<param>, exp_avg_sq.<param>; under model parallelism
+//                           or ZeRO-1, one file per rank holding moments no other rank holds:
+//                           optimizer-RRRRR-of-NNNNN.safetensors (world rank R of N). Each tensor is
+//                           the flat element range range.<param> = [first, count] of the writer's local
+//                           tensor, which sits in the full tensor as shard.<param> (TensorShard JSON;
+//                           absent in older checkpoints: the whole tensor)
 //   tokenizer.model         copy of the run's tokenizer, when it has one
 //   train_config.yaml       the resolved configuration of the run
-//   trainer_state.json      written last: step, consumed samples, counters, and for every file its
-//                           size and CRC32C per 64 MiB block (verified before a resume uses it)
-// Because the model part is an HF folder, `generate`, `eval` and `export` read a checkpoint as is.
+//   trainer_state.json      written last: step, consumed samples, counters, the layout that wrote it,
+//                           and for every file its size and CRC32C per 64 MiB block (verified before a
+//                           resume uses it)
+// Because the model part is an HF folder, `generate`, `eval` and `export` read a checkpoint as is; and
+// because every tensor says where it sits in the full model, any layout loads any checkpoint.
 // The weights and moments come from LlamaModel::state_tensors(), so a mismatch is named by tensor.
 #pragma once
 
@@ -20,10 +27,8 @@
 
 #include "io/safetensors.h"
 
-namespace llamatrain::parallel {
-class Communicator;
-}
 #include "model/llama.h"
+#include "parallel/layout.h"
 
 namespace llamatrain::train {
 
@@ -47,20 +52,36 @@ struct CheckpointInfo {
   int64_t step = 0;
 };
 
+// The ranks of a job that save one checkpoint together (default: a single process).
+struct SaveGroups {
+  parallel::Communicator* world = nullptr;  // every rank of the job (null: one process)
+  parallel::Communicator* mp = nullptr;     // this rank's model replica (ParallelGroups::mp); needed when TP x PP > 1
+  parallel::ParallelLayout layout;          // this rank's place; its TP and PP are the model's ShardPlan's
+};
+
 // Saves model + state as CHECKPOINTS_DIR/step_<state.step> (replacing an older save of the same step
 // only after the new one is complete). tokenizer_model ("" for none) is copied in; config_yaml is
 // written as train_config.yaml. Returns the checkpoint's path. Throws Error (disk full, permissions)
 // after removing the partial directory; existing checkpoints are never touched.
-// progress (optional) gets the bytes of each tensor written: checkpoint_tensor_bytes() in all.
-// With data parallelism, every rank of dp calls it (collective): rank 0 writes the weights, the
-// moments (or, under ZeRO-1, each rank its shard as optimizer-RRRRR-of-NNNNN.safetensors; every file
-// records the element range of each tensor it holds, so any layout loads it) and commits.
+// Collective over groups.world: the data-parallel replica dp 0 gathers its weights onto world rank 0
+// (gather_weights.h), which writes them and commits the folder; every rank holding moments no other
+// rank holds (ZeRO-1 shards, dp rank 0 otherwise; replicated tensors from tp rank 0 and the first
+// stage only) writes its optimizer file into rank 0's temporary folder. The others wait for rank 0 in
+// barriers on groups.world, the senders of the gather on groups.mp: callers hold LongWaits on both.
+// progress (optional) gets the bytes of each tensor written: checkpoint_tensor_bytes(model, rank 0).
+std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model,
+                            const TrainerState& state, const std::string& tokenizer_model,
+                            const std::string& config_yaml, const io::BytesDone& progress,
+                            const SaveGroups& groups);
+// Data parallelism only (every rank a whole replica): dp is the world (null: one process).
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model,
                             const TrainerState& state, const std::string& tokenizer_model,
                             const std::string& config_yaml, const io::BytesDone& progress = {},
                             parallel::Communicator* dp = nullptr);
-// Bytes of the tensors a checkpoint of this model holds (weights and moments), for progress bars.
-int64_t checkpoint_tensor_bytes(const model::LlamaModel& model);
+// Bytes of the tensors this rank moves, the total its progress callback reaches, for progress bars:
+// load_checkpoint reads its weights and moments; a save writes its moments, plus all the model's
+// weights on world rank 0 (full_weights).
+int64_t checkpoint_tensor_bytes(const model::LlamaModel& model, bool full_weights = false);
 
 // Complete checkpoints (a trainer_state.json present) in CHECKPOINTS_DIR, oldest first. Temporary
 // directories of interrupted saves are not listed.
@@ -81,9 +102,13 @@ std::optional<CheckpointInfo> latest_valid_checkpoint(const std::string& checkpo
 // Reads trainer_state.json (throws Error naming the file and field).
 TrainerState read_trainer_state(const std::string& path);
 
-// Restores weights and AdamW moments into model (same config and precision, else an Error naming
-// the difference) and returns the trainer state.
-// progress (optional) gets the bytes of each tensor read: checkpoint_tensor_bytes() in all.
+// Restores weights and AdamW moments into model (same config, else an Error naming the difference)
+// and returns the trainer state. The model may be any rank's part of any layout, with or without a
+// ZeRO-1 shard, whatever layout wrote the checkpoint: each rank reads its part of the weights and,
+// for every moment tensor it holds, the overlapping parts of every optimizer file's tensors of that
+// name; every element must be found exactly once (else an Error naming tensor and checkpoint). Not
+// collective: each rank reads on its own.
+// progress (optional) gets the bytes of each tensor read: checkpoint_tensor_bytes(model) in all.
 TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, const io::BytesDone& progress = {});
 
 // Deletes the oldest complete checkpoints so that at most keep remain (keep <= 0: keep all), and
