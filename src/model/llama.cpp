@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/cpu/lmhead_ce.h"
 #include "kernels/cpu/ops.h"
 #include "parallel/comm_pairs.h"
 #include "parallel/communicator.h"
@@ -671,18 +672,18 @@ void LlamaModel::lmhead_ce(const int32_t* targets, float dloss, bool backward) {
 
 void LlamaModel::vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, bool backward) {
   // Megatron's vocab-parallel cross-entropy: each rank has the logits of its V/TP vocabulary rows;
-  // the row maxima, the sums of exponentials and the target logits are combined over TP.
-  const int64_t N = int64_t(B_) * T_, V = dims_.V, v0 = dims_.vocab_begin, P = plan_.tp_size;
-  const int C = dims_.C;
+  // the row maxima, the sums of exponentials and the target logits are combined over TP. Each row
+  // goes through the fused kernel's own steps (kernels/cpu/lmhead_ce.h), so a split vocabulary
+  // differs from one rank only in the order of the sum of exponentials.
+  const int64_t N = int64_t(B_) * T_, P = plan_.tp_size, v0 = dims_.vocab_begin;
+  const int V = dims_.V, C = dims_.C;
+  const bool bf16_values = precision_ != Precision::fp32;  // dlogits hold bf16 values, as the fused kernel's
   float* logits = logits_.data();  // (N, V/TP)
-  cpu::matmul_forward(logits, acts_.lnf, params_.wout, bf16_of(params_.wout), int(N), C, int(V),
+  cpu::matmul_forward(logits, acts_.lnf, params_.wout, bf16_of(params_.wout), int(N), C, V,
                       compute_type(precision_));
   float* local_max = row_max_.data() + int64_t(tp_->rank()) * N;
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; n++) {
-    const float* row = logits + n * V;
-    local_max[n] = *std::max_element(row, row + V);
-  }
+  for (int64_t n = 0; n < N; n++) local_max[n] = cpu::detail::row_max(logits + n * V, V);
   tp_->all_gather(row_max_.data(), local_max, size_t(N));  // in place: (TP, N)
   std::vector<float> gmax(static_cast<size_t>(N));
   float* stats = row_stats_.data();  // per row: sum of exp(logit - max), target logit (0 off this rank)
@@ -691,20 +692,18 @@ void LlamaModel::vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, b
     float mx = row_max_[size_t(n)];
     for (int64_t p = 1; p < P; p++) mx = std::max(mx, row_max_[size_t(p * N + n)]);
     gmax[size_t(n)] = mx;
-    const float* row = logits + n * V;
-    double sum = 0;
-    for (int64_t v = 0; v < V; v++) sum += std::exp(double(row[v] - mx));
+    float* row = logits + n * V;
     const int64_t t = targets[n] - v0;
-    stats[2 * n] = float(sum);
     stats[2 * n + 1] = targets[n] >= 0 && t >= 0 && t < V ? row[t] : 0.0f;
+    stats[2 * n] = cpu::detail::row_exp_sum(row, mx, V);  // row now holds exp(logit - max)
   }
   tp_->all_reduce(stats, size_t(2 * N));
   float* losses = acts_.losses;
   for (int64_t n = 0; n < N; n++)
-    losses[n] = targets[n] < 0 ? 0.0f : std::log(stats[2 * n]) + gmax[size_t(n)] - stats[2 * n + 1];
+    losses[n] = targets[n] < 0 ? 0.0f : gmax[size_t(n)] + std::log(stats[2 * n]) - stats[2 * n + 1];
   if (!backward) return;
-  // dlogits = dloss * (softmax - onehot), in place of the logits; then the lm head's backward, whose
-  // input gradient is this rank's part of the sum over the vocabulary (own_tokens reduces it).
+  // dlogits = dloss * (softmax - onehot), in place of the exponentials; then the lm head's backward,
+  // whose input gradient is this rank's part of the sum over the vocabulary (own_tokens reduces it).
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
     float* row = logits + n * V;
@@ -712,13 +711,20 @@ void LlamaModel::vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, b
       std::fill(row, row + V, 0.0f);
       continue;
     }
-    const float mx = gmax[size_t(n)], inv = 1.0f / stats[2 * n];
-    for (int64_t v = 0; v < V; v++) row[v] = dloss * std::exp(row[v] - mx) * inv;
+    const float sum = stats[2 * n], scale = dloss / sum;
     const int64_t t = targets[n] - v0;
-    if (t >= 0 && t < V) row[t] -= dloss;
+    const bool mine = t >= 0 && t < V;
+    const float dt = mine ? (row[t] / sum - 1.0f) * dloss : 0.0f;
+    if (bf16_values) {
+      cpu::detail::row_scale_bf16_values(row, row, scale, V);
+      if (mine) row[t] = to_float(to_bf16(dt));
+    } else {
+      cpu::detail::row_scale_f32(row, row, scale, V);
+      if (mine) row[t] = dt;
+    }
   }
-  cpu::matmul_backward(dln_.data(), grads_.wout, logits, acts_.lnf, params_.wout, bf16_of(params_.wout), int(N), C,
-                       int(V), compute_type(precision_));
+  cpu::matmul_backward(dln_.data(), grads_.wout, logits, acts_.lnf, params_.wout, bf16_of(params_.wout), int(N), C, V,
+                       compute_type(precision_));
 }
 
 void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput) {
@@ -735,6 +741,7 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
     const float* last = a.out[dims_.L - 1];
     const float* dlnf = own_tokens(dln_.data());
     cpu::rmsnorm_backward(dres_.data(), g.norm, dlnf, last, w.norm, a.lnf_rstd, int(Nl), C);
+    report_ready(-1);
   } else {
     std::memcpy(dres_.data(), doutput, sizeof(float) * size_t(Nl * C));  // from the next stage
   }
@@ -745,6 +752,7 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
   if (plan_.tp_size == 1) {
     cpu::embedding_backward(g.wte, dres_.data(), tokens, int(N), C);
+    report_ready(dims_.L);
     return;
   }
   const float* dx = all_tokens(dres_.data());
@@ -759,6 +767,7 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
       for (int c = c0; c < c1; c++) g.wte[t * C + c] += dx[n * C + c];
     }
   }
+  report_ready(dims_.L);
 }
 
 template <typename A>
@@ -801,6 +810,7 @@ void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
     cpu::rmsnorm_backward(dres, g.attn_norm + int64_t(l) * C, own_tokens(dln), x, w.attn_norm + int64_t(l) * C,
                           a.ln1_rstd[l], Nl, C);                                                         // input_ln
     // dres now holds d(x), the gradient of this layer's input.
+    report_ready(l);
   }
 }
 
@@ -876,6 +886,34 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
                         scale);
     }
   }
+}
+
+std::vector<std::pair<int64_t, int64_t>> LlamaModel::ready_ranges(int layer) const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const bool head = layer < 0, embedding = layer >= dims_.L;
+  for (const ParamSpec& s : specs_) {
+    if (plan_.sequence_parallel && !s.decay) continue;  // norm weights: summed over TP after the backward
+    const bool stacked = s.name != "wte" && s.name != "wout" && s.name != "norm";
+    if (stacked && !head && !embedding) {
+      const int64_t per = s.numel / dims_.L;
+      out.emplace_back(s.offset + layer * per, s.offset + (layer + 1) * per);
+    } else if (head && (s.name == "norm" || s.name == "wout")) {
+      out.emplace_back(s.offset, s.offset + s.numel);
+    } else if (embedding && s.name == "wte" && !(config_.tie_embeddings && plan_.pp_size > 1)) {
+      out.emplace_back(s.offset, s.offset + s.numel);  // a tied embedding: also complete only here
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> LlamaModel::grad_ready_order() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int l = dims_.L; l >= -1; l--) {
+    const int layer = l == dims_.L ? -1 : l == -1 ? dims_.L : l;  // head, L-1 .. 0, embedding
+    const auto r = ready_ranges(layer);
+    out.insert(out.end(), r.begin(), r.end());
+  }
+  return out;
 }
 
 std::vector<StateTensor> LlamaModel::state_tensors() {

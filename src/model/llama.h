@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -226,6 +228,14 @@ class LlamaModel {
   float grad_norm();
   void optimizer_update(const AdamWConfig& opt, float lr, int step, float grad_norm);
 
+  // Data-parallel overlap: the ranges [begin, end) of the gradient arena in the order the backward
+  // completes them (the lm head and final norm, then layer by layer from the last, then the
+  // embedding), leaving out the ones a model-parallel sum still changes after the backward (norm
+  // weights under SP, a tied embedding split over stages). While a hook is set, every backward calls
+  // it with each of these ranges as soon as it is complete: set it for a step's last micro-batch only.
+  std::vector<std::pair<int64_t, int64_t>> grad_ready_order() const;
+  void set_grad_ready_hook(std::function<void(int64_t begin, int64_t end)> hook) { grad_ready_ = std::move(hook); }
+
   // Weights and AdamW moments as a table of named tensors (allocates the training state). With an
   // optimizer shard, the moments are the parts of each tensor inside the shard (tensors outside it
   // are left out).
@@ -276,6 +286,13 @@ class LlamaModel {
   void recompute_layer(int l, const MatmulInputs<A>& m);     // refills what recompute_ dropped
   void backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput);
   void use_slot(int slot);  // points acts_ and the matmul inputs at slot `slot`
+  // The grad_ready_order() ranges completed at one point of the backward: the head (layer -1), layer
+  // l, or the embedding (layer L).
+  std::vector<std::pair<int64_t, int64_t>> ready_ranges(int layer) const;
+  void report_ready(int layer) {
+    if (grad_ready_)
+      for (const auto& [b, e] : ready_ranges(layer)) grad_ready_(b, e);
+  }
   void check_tokens(const int32_t* tokens) const;
   // The tensor / sequence parallel steps of a layer (plain kernels on a single rank):
   // a norm whose output feeds a column-parallel matmul (all-gathered over the tokens under SP);
@@ -319,6 +336,7 @@ class LlamaModel {
   ArenaVector<float> m_f32_, v_f32_; // (num_params) AdamW moments, fp32 / bf16-mixed
   ArenaVector<bf16> m_bf16_, v_bf16_;// (num_params) AdamW moments, bf16-sr
   ParameterTensors params_{}, grads_{};
+  std::function<void(int64_t, int64_t)> grad_ready_;
 
   int B_ = 0, T_ = 0;
   int slots_ = 1;                    // activation sets (pipeline micro-batches in flight)

@@ -73,6 +73,13 @@ void Request::wait() {
   impl_.reset();
 }
 
+bool Request::test() {
+  if (!impl_) return true;
+  if (!impl_->test()) return false;
+  impl_.reset();
+  return true;
+}
+
 namespace {
 
 std::string describe_members(const std::string& name, const std::vector<int>& world_ranks) {

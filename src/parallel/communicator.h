@@ -53,6 +53,7 @@ class Request {
    public:
     virtual ~Impl() = default;
     virtual void wait() = 0;
+    virtual bool test() { return false; }  // done? never blocks (default: "not known yet")
   };
   Request() = default;
   explicit Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -61,6 +62,10 @@ class Request {
   ~Request();
 
   void wait();
+  // True when the operation has completed (the request is then complete, as after wait()); never
+  // blocks. On transports that progress only inside their own calls (MPI), calling it lets an
+  // operation in flight advance.
+  bool test();
   bool pending() const { return impl_ != nullptr; }
 
  private:

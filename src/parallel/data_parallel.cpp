@@ -8,35 +8,90 @@
 
 namespace llamatrain::parallel {
 
-GradReducer::GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements)
+GradReducer::GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements,
+                         const std::vector<GradRange>& order)
     : dp_(dp), grads_(grads), n_(n) {
   CHECK(grads_ || n_ == 0, "gradient arena of {} elements is null", n_);
-  const size_t b = bucket_elements == 0 ? std::max<size_t>(n_, 1) : bucket_elements;
-  for (size_t begin = 0; begin < n_; begin += b) bucket_begin_.push_back(begin);
-  ready_count_.assign(bucket_begin_.size(), 0);
-  started_.assign(bucket_begin_.size(), false);
-  bucket_begin_.push_back(n_);
+  const size_t cap = bucket_elements == 0 ? std::max<size_t>(n_, 1) : bucket_elements;
+  // Buckets along `order`: consecutive ranges until a bucket holds cap elements (a longer range is cut).
+  std::vector<GradRange> pieces;
+  size_t size = 0;
+  std::vector<GradRange> in_order;
+  for (const GradRange& r : order) {
+    CHECK(r.begin <= r.end && r.end <= n_, "gradient range [{}, {}) of an arena of {}", r.begin, r.end, n_);
+    if (r.begin < r.end) in_order.push_back(r);
+  }
+  for (GradRange r : in_order)
+    while (r.begin < r.end) {
+      const size_t take = std::min(r.end - r.begin, cap - size);
+      pieces.push_back({r.begin, r.begin + take});
+      size += take;
+      r.begin += take;
+      if (size == cap) {
+        add_bucket(std::move(pieces));
+        pieces.clear();
+        size = 0;
+      }
+    }
+  if (!pieces.empty()) add_bucket(std::move(pieces));
+  // The elements no range covers, in arena order, as buckets of their own that finish() reduces.
+  std::vector<GradRange> sorted = in_order;
+  std::sort(sorted.begin(), sorted.end(), [](const GradRange& a, const GradRange& b) { return a.begin < b.begin; });
+  size_t at = 0;
+  std::vector<GradRange> rest;
+  for (const GradRange& r : sorted) {
+    CHECK(r.begin >= at, "gradient ranges overlap at {}", r.begin);
+    if (r.begin > at) rest.push_back({at, r.begin});
+    at = r.end;
+  }
+  if (at < n_) rest.push_back({at, n_});
+  for (GradRange r : rest)
+    for (size_t b = r.begin; b < r.end; b += cap) add_bucket({{b, std::min(r.end, b + cap)}});
+  std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+}
+
+void GradReducer::add_bucket(std::vector<GradRange> pieces) {
+  Bucket b;
+  for (const GradRange& p : pieces) {
+    b.size += p.end - p.begin;
+    pieces_.push_back({p.begin, p.end, buckets_.size()});
+  }
+  if (pieces.size() > 1) b.staging.resize(b.size);
+  b.pieces = std::move(pieces);
+  buckets_.push_back(std::move(b));
 }
 
 void GradReducer::start(size_t bucket) {
-  started_[bucket] = true;
+  Bucket& b = buckets_[bucket];
+  b.started = true;
   start_order_.push_back(bucket);
-  const size_t begin = bucket_begin_[bucket], end = bucket_begin_[bucket + 1];
-  requests_.push_back(dp_.iall_reduce(grads_ + begin, end - begin));
+  float* data = grads_ + b.pieces.front().begin;
+  if (!b.staging.empty()) {
+    size_t at = 0;
+    for (const GradRange& p : b.pieces) {
+      std::copy(grads_ + p.begin, grads_ + p.end, b.staging.begin() + ptrdiff_t(at));
+      at += p.end - p.begin;
+    }
+    data = b.staging.data();
+  }
+  requests_.push_back(dp_.iall_reduce(data, b.size));
 }
 
 void GradReducer::ready(size_t begin, size_t end) {
   CHECK(begin <= end && end <= n_, "ready range [{}, {}) of a gradient arena of {}", begin, end, n_);
-  // Buckets overlapping [begin, end), found from the boundaries.
-  size_t b = size_t(std::upper_bound(bucket_begin_.begin(), bucket_begin_.end() - 1, begin) - bucket_begin_.begin()) - 1;
-  for (; begin < end; ++b) {
-    const size_t bucket_end = bucket_begin_[b + 1], take = std::min(end, bucket_end) - begin;
-    ready_count_[b] += take;
-    CHECK(!started_[b] && ready_count_[b] <= bucket_end - bucket_begin_[b],
-          "gradients [{}, {}) reported ready twice in one step (bucket {})", begin, begin + take, b);
-    if (ready_count_[b] == bucket_end - bucket_begin_[b]) start(b);
-    begin += take;
+  // Pieces overlapping [begin, end): from the last piece starting at or before begin.
+  auto it = std::upper_bound(pieces_.begin(), pieces_.end(), begin,
+                             [](size_t v, const Piece& p) { return v < p.begin; });
+  if (it != pieces_.begin()) --it;
+  for (; it != pieces_.end() && it->begin < end; ++it) {
+    const size_t a = std::max(begin, it->begin), e = std::min(end, it->end);
+    if (a >= e) continue;
+    Bucket& b = buckets_[it->bucket];
+    b.ready += e - a;
+    CHECK(!b.started && b.ready <= b.size, "gradients [{}, {}) reported ready twice in one step", a, e);
+    if (b.ready == b.size) start(it->bucket);
   }
+  for (Request& r : requests_) r.test();  // progress for the ones in flight
 }
 
 void GradReducer::finish() {
@@ -44,21 +99,34 @@ void GradReducer::finish() {
   // its tuned algorithms (OpenMPI's non-blocking collectives take ~2x as long for the same bytes). Both
   // are issued in the same order on every rank: ready() order, then bucket order.
   const float scale = 1.0f / float(dp_.size());
-  auto mean = [&](size_t b) {
-    if (dp_.size() > 1)
-      for (size_t j = bucket_begin_[b]; j < bucket_begin_[b + 1]; ++j) grads_[j] *= scale;
+  auto mean = [&](size_t bucket) {
+    Bucket& b = buckets_[bucket];
+    const bool multi = dp_.size() > 1;
+    size_t at = 0;
+    for (const GradRange& p : b.pieces) {
+      float* g = grads_ + p.begin;
+      const size_t len = p.end - p.begin;
+      if (b.staging.empty() || !b.started) {
+        if (multi)
+          for (size_t j = 0; j < len; ++j) g[j] *= scale;
+      } else {
+        const float* s = b.staging.data() + at;
+        for (size_t j = 0; j < len; ++j) g[j] = multi ? s[j] * scale : s[j];
+      }
+      at += len;
+    }
   };
   for (size_t i = 0; i < start_order_.size(); ++i) {
     requests_[i].wait();
     mean(start_order_[i]);
   }
-  for (size_t b = 0; b + 1 < bucket_begin_.size(); ++b)
-    if (!started_[b]) {
-      dp_.all_reduce(grads_ + bucket_begin_[b], bucket_begin_[b + 1] - bucket_begin_[b]);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!buckets_[b].started) {
+      // A bucket the backward did not complete (or nobody reported): each piece in place.
+      for (const GradRange& p : buckets_[b].pieces) dp_.all_reduce(grads_ + p.begin, p.end - p.begin);
       mean(b);
     }
-  std::fill(ready_count_.begin(), ready_count_.end(), 0);
-  std::fill(started_.begin(), started_.end(), false);
+  for (Bucket& b : buckets_) b.ready = 0, b.started = false;
   start_order_.clear();
   requests_.clear();
 }

@@ -17,33 +17,51 @@
 
 namespace llamatrain::parallel {
 
+// A range [begin, end) of a gradient arena.
+struct GradRange {
+  size_t begin = 0, end = 0;
+};
+
 class GradReducer {
  public:
-  // grads (n) is the arena; buckets are [i*bucket_elements, (i+1)*bucket_elements) (0: one bucket).
-  // Every DP rank must make the same reducer and report the same ready() ranges in the same order,
-  // so that buckets start in the same order everywhere.
-  GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements);
+  // grads (n) is the arena. Buckets of about bucket_elements (0: one bucket) are cut from `order`, the
+  // ranges in the order the backward finishes them (a model's grad_ready_order()), so that each bucket
+  // is complete as early as possible; a bucket of several ranges is reduced through a staging buffer.
+  // Elements in no range of `order` (all of them when it is empty) are reduced by finish(), in arena
+  // order. Every DP rank must make the same reducer and report the same ready() ranges in the same
+  // order, so that buckets start in the same order everywhere.
+  GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements, const std::vector<GradRange>& order = {});
 
   // Gradients [begin, end) are final for this step. Starts the all-reduce of every bucket this
-  // completes. A range may not be reported twice in one step.
+  // completes, and lets the ones in flight progress. A range may not be reported twice in one step.
   void ready(size_t begin, size_t end);
   // Waits for the started buckets, all-reduces the rest (blocking), divides by the DP size; ready for
   // the next step.
   void finish();
 
-  size_t bucket_count() const { return bucket_begin_.size() - 1; }
+  size_t bucket_count() const { return buckets_.size(); }
+  size_t started_count() const { return start_order_.size(); }  // buckets ready() has started this step
 
  private:
+  struct Bucket {
+    std::vector<GradRange> pieces;  // of the arena, in `order`
+    size_t size = 0, ready = 0;
+    bool started = false;
+    std::vector<float> staging;     // (size) when the bucket has several pieces
+  };
+  struct Piece {
+    size_t begin, end, bucket;      // a bucket's piece, for lookups by arena offset
+  };
   void start(size_t bucket);
+  void add_bucket(std::vector<GradRange> pieces);
 
   Communicator& dp_;
   float* grads_;  // (n)
   size_t n_;
-  std::vector<size_t> bucket_begin_;  // (buckets + 1) boundaries
-  std::vector<size_t> ready_count_;   // (buckets) gradients reported ready this step
-  std::vector<bool> started_;         // (buckets)
+  std::vector<Bucket> buckets_;
+  std::vector<Piece> pieces_;         // sorted by begin
   std::vector<size_t> start_order_;   // buckets in the order their all-reduce started
-  std::vector<Request> requests_;     // (buckets) indexed like start_order_
+  std::vector<Request> requests_;     // indexed like start_order_
 };
 
 // grads (n) on every DP rank becomes the mean over the ranks, in buckets of bucket_elements.

@@ -92,6 +92,13 @@ class MpiRequest : public Request::Impl {
              std::optional<size_t> expect_bytes)
       : rt_(std::move(rt)), requests_(std::move(requests)), what_(std::move(what)), expect_bytes_(expect_bytes) {}
 
+  bool test() override {
+    if (expect_bytes_) return false;  // receives check their size in wait()
+    int done = 0;
+    rt_->check(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall", what_);
+    return done != 0;
+  }
+
   void wait() override {
     WatchdogScope scope(rt_->watchdog.get(), rt_->slot, "wait for " + what_);
     std::vector<MPI_Status> statuses(requests_.size());

@@ -2,6 +2,8 @@
 // past the timeout, hands its message to the abort action (which does not return).
 #include "parallel/watchdog.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -74,6 +76,24 @@ void Watchdog::run() {
     abort_(message);
     std::abort();  // an abort action never returns; this line only guards that contract
   }
+}
+
+namespace {
+thread_local double t_blocked_s = 0;
+thread_local int t_scope_depth = 0;
+double steady_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+double blocked_seconds() { return t_blocked_s; }
+
+WatchdogScope::WatchdogScope(Watchdog* watchdog, int slot, double allowance_s, std::string what)
+    : watchdog_(watchdog), slot_(slot), start_s_(t_scope_depth++ == 0 ? steady_s() : -1) {
+  watchdog_->begin(slot_, std::move(what), allowance_s);
+}
+
+WatchdogScope::~WatchdogScope() {
+  watchdog_->end(slot_);
+  if (--t_scope_depth == 0 && start_s_ >= 0) t_blocked_s += steady_s() - start_s_;
 }
 
 }  // namespace llamatrain::parallel

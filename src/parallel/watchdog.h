@@ -57,21 +57,24 @@ class Watchdog {
 };
 
 // Registers a blocking wait on `what` in a watchdog slot for the scope's lifetime.
+// Seconds this thread (a rank) has spent blocked in communication: every WatchdogScope adds its
+// duration (nested scopes count once). Per-step logs report its growth as the step's communication
+// time, pipeline waits included.
+double blocked_seconds();
+
 class WatchdogScope {
  public:
   WatchdogScope(Watchdog* watchdog, int slot, std::string what) : WatchdogScope(watchdog, slot, 0, std::move(what)) {}
   // allowance_s: as Watchdog::begin's.
-  WatchdogScope(Watchdog* watchdog, int slot, double allowance_s, std::string what)
-      : watchdog_(watchdog), slot_(slot) {
-    watchdog_->begin(slot_, std::move(what), allowance_s);
-  }
-  ~WatchdogScope() { watchdog_->end(slot_); }
+  WatchdogScope(Watchdog* watchdog, int slot, double allowance_s, std::string what);
+  ~WatchdogScope();
   WatchdogScope(const WatchdogScope&) = delete;
   WatchdogScope& operator=(const WatchdogScope&) = delete;
 
  private:
   Watchdog* watchdog_;
   int slot_;
+  double start_s_;
 };
 
 }  // namespace llamatrain::parallel

@@ -638,6 +638,10 @@ Schema build_schema() {
         range(1, 1024));
   s.key("model.pipeline_model_parallel_size", FIELD(model.pipeline_model_parallel_size), "1",
         "pipeline stages (PP)", range(1, 1024));
+  s.key("model.num_layers_in_first_pipeline_stage", FIELD(model.num_layers_in_first_pipeline_stage), "null",
+        "layers of the first pipeline stage (it also holds the embedding); null: an even share", at_least(1));
+  s.key("model.num_layers_in_last_pipeline_stage", FIELD(model.num_layers_in_last_pipeline_stage), "null",
+        "layers of the last pipeline stage (it also holds the lm head and loss); null: an even share", at_least(1));
   s.only("model.virtual_pipeline_model_parallel_size", "null|1", "interleaved pipeline stages are not implemented");
   s.only("model.context_parallel_size", "null|1", "context parallelism is not implemented");
   s.key("model.sequence_parallel", FIELD(model.sequence_parallel), "true",
@@ -780,6 +784,9 @@ Schema build_schema() {
   s.key("model.optim.betas", FIELD(model.optim.betas), "[0.9, 0.98]", "Adam [beta1, beta2], each in [0, 1)");
   s.key("model.optim.eps", FIELD(model.optim.eps), "1e-8", "Adam epsilon", positive());
   s.alias("model.optim.distributed_optimizer", "model.distributed_optimizer");
+  s.ours("model.optim.overlap_grad_sync", FIELD(model.overlap_grad_sync), "true",
+         "data parallelism without ZeRO-1: all-reduce gradient buckets while the backward of a step's last "
+         "micro-batch goes on, in the order it completes them (false: all of them after it)");
   s.ignored("model.optim.capturable", "a CUDA-graph switch of torch's AdamW");
   const std::string sc = "model.optim.sched.";
   s.key(sc + "name", FIELD(model.optim.sched.name), "CosineAnnealing",
@@ -1417,9 +1424,23 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
   if (m.ffn_hidden_size % tp != 0)
     fail_key(ctx, "model.tensor_model_parallel_size", "got {}, expected a divisor of ffn_hidden_size {}", tp,
              m.ffn_hidden_size);
-  if (m.num_layers % m.pipeline_model_parallel_size != 0)
-    fail_key(ctx, "model.pipeline_model_parallel_size", "got {}, expected a divisor of num_layers {}\nhint: layers are "
-             "split evenly over stages", m.pipeline_model_parallel_size, m.num_layers);
+  {
+    const int pp = m.pipeline_model_parallel_size;
+    const int first = m.num_layers_in_first_pipeline_stage.value_or(0), last = m.num_layers_in_last_pipeline_stage.value_or(0);
+    const int fixed = (first > 0) + (last > 0 && pp > 1);
+    const int rest = m.num_layers - first - (pp > 1 ? last : 0), middle = pp - fixed;
+    if (pp > m.num_layers)
+      fail_key(ctx, "model.pipeline_model_parallel_size", "got {}, expected at most num_layers {} (a stage holds at "
+               "least one layer)", pp, m.num_layers);
+    if ((first || last) && pp == 1)
+      notes->push_back("model.num_layers_in_*_pipeline_stage has no effect with pipeline_model_parallel_size 1");
+    else if (rest < middle || (middle == 0 ? rest != 0 : rest % middle != 0))
+      fail_key(ctx, "model.pipeline_model_parallel_size",
+               "got {} stages for num_layers {} (first stage {}, last stage {}), expected the other stages to split "
+               "the remaining {} layers evenly, at least one each\nhint: change the pipeline size or set "
+               "model.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage",
+               pp, m.num_layers, first ? std::to_string(first) : "even", last ? std::to_string(last) : "even", rest);
+  }
   if (m.encoder_seq_length > m.max_position_embeddings)
     fail_key(ctx, "model.encoder_seq_length", "got {}, expected at most model.max_position_embeddings ({})",
              m.encoder_seq_length, m.max_position_embeddings);
@@ -1739,6 +1760,18 @@ model::LlamaConfig ModelConfig::llama_config(int vocab_size) const {
   c.rope_theta = float(rotary_base);
   c.tie_embeddings = share_embeddings_and_output_weights;
   return c;
+}
+
+std::vector<int> ModelConfig::pipeline_layers() const {
+  const int pp = std::max(1, pipeline_model_parallel_size);
+  if (pp == 1) return {num_layers};
+  const int first = num_layers_in_first_pipeline_stage.value_or(0), last = num_layers_in_last_pipeline_stage.value_or(0);
+  const int middle = pp - (first > 0) - (last > 0);
+  const int each = middle > 0 ? (num_layers - first - last) / middle : 0;
+  std::vector<int> split(size_t(pp), each);
+  if (first) split.front() = first;
+  if (last) split.back() = last;
+  return split;
 }
 
 int64_t ModelConfig::padded_vocab_size(int64_t vocab_size) const {

@@ -133,8 +133,13 @@ struct ModelConfig {
   int64_t global_batch_size = 0;
   int tensor_model_parallel_size = 0;
   int pipeline_model_parallel_size = 0;
+  // Megatron-core's uneven pipeline split: layers of the first / last stage (null: an even share);
+  // the other stages split the rest evenly.
+  std::optional<int> num_layers_in_first_pipeline_stage;
+  std::optional<int> num_layers_in_last_pipeline_stage;
   bool sequence_parallel = false;
   bool distributed_optimizer = false;  // ZeRO-1 over data-parallel ranks
+  bool overlap_grad_sync = true;       // all-reduce gradient buckets during the backward
   int64_t encoder_seq_length = 0;
   int64_t max_position_embeddings = 0;
   int num_layers = 0;
@@ -164,6 +169,8 @@ struct ModelConfig {
   // The architecture for a vocabulary of vocab_size (the tokenizer's, or init_from's config.json).
   model::LlamaConfig llama_config(int vocab_size) const;
   // Megatron's _vocab_size_with_padding: next multiple of make_vocab_size_divisible_by * TP.
+  // Layers of each pipeline stage (num_layers_in_first/last_pipeline_stage, the rest even).
+  std::vector<int> pipeline_layers() const;
   int64_t padded_vocab_size(int64_t vocab_size) const;
   // The SentencePiece model file: tokenizer.model, <tokenizer.type>/tokenizer.model or
   // <init_from>/tokenizer.model.

@@ -37,8 +37,11 @@
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "parallel/layout.h"
+#include "parallel/pipeline.h"
+#include "parallel/watchdog.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/gather_weights.h"
 
 namespace llamatrain::train {
 
@@ -177,20 +180,37 @@ class IoProgress {
   std::optional<obs::Progress> bar_;
 };
 
-// The job's processes must be the ones the config describes; data parallelism only, so far.
+// The job's processes must be the ones the config describes.
 void check_layout(const TrainConfig& c, int world_size) {
-  if (c.model.tensor_model_parallel_size != 1 || c.model.pipeline_model_parallel_size != 1)
-    fail("parallel layout: tensor_model_parallel_size {}, pipeline_model_parallel_size {}; this llamatrain "
-         "parallelizes over data only, expected both to be 1\nhint: set model.tensor_model_parallel_size=1 "
-         "model.pipeline_model_parallel_size=1 and run data-parallel ranks (mpirun -np N or srun with "
-         "trainer.devices x trainer.num_nodes = N)",
-         c.model.tensor_model_parallel_size, c.model.pipeline_model_parallel_size);
   if (c.world_size() != world_size)
     fail("trainer.devices x trainer.num_nodes = {} x {} = {}, but the job has {} process{}, expected them to agree\n"
          "hint: set trainer.devices to the processes per node and trainer.num_nodes to the nodes (mpirun -np N: "
          "trainer.devices=N trainer.num_nodes=1)",
          c.trainer.devices, c.trainer.num_nodes, c.world_size(), world_size, world_size == 1 ? "" : "es");
 }
+
+// The job's ranks and their groups (parallel/layout.h); the communicators are null where the group
+// has one rank, so `if (dp)` reads "with data parallelism".
+struct Ranks {
+  parallel::ParallelLayout layout;
+  parallel::ParallelGroups groups;
+  parallel::Communicator* world = nullptr;  // every rank (broadcasts, barriers, the stop signal)
+  parallel::Communicator* dp = nullptr;     // this rank's data-parallel replicas
+  parallel::Communicator* tp = nullptr;     // its tensor-parallel group
+  parallel::Communicator* pp = nullptr;     // its pipeline
+  parallel::Communicator* mp = nullptr;     // its model replica (TP x PP)
+
+  Ranks(const TrainConfig& c, parallel::Communicator* w) {
+    const int size = w ? w->size() : 1;
+    layout = parallel::ParallelLayout::make(size, std::max(1, c.model.tensor_model_parallel_size),
+                                            std::max(1, c.model.pipeline_model_parallel_size), w ? w->rank() : 0);
+    if (size == 1) return;
+    world = w;
+    groups = parallel::ParallelGroups::make(*w, layout);
+    auto use = [](const std::unique_ptr<parallel::Communicator>& g) { return g && g->size() > 1 ? g.get() : nullptr; };
+    dp = use(groups.dp), tp = use(groups.tp), pp = use(groups.pp), mp = use(groups.mp);
+  }
+};
 
 // The mean over the data-parallel ranks of a value each rank computed (itself without dp).
 double dp_mean(parallel::Communicator* dp, double v) {
@@ -232,33 +252,55 @@ std::string resolve_log_dir(const TrainConfig& c) {
 }
 
 double evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split split, int64_t batches,
-                     int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp) {
+                     int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp,
+                     parallel::Communicator* pp) {
   const int B = micro_batch_size, T = int(data.seq_length());
   const int ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
   double sum = 0;
   int64_t count = 0;
   const int64_t micro = global_batch_size / (int64_t(B) * ranks);  // this rank's micro-batches per batch
-  for (int64_t b = 0; b < batches; b++)
-    for (int64_t mb = 0; mb < micro; mb++) {
-      // Megatron's order: block mb of B x ranks samples, this rank's B of them.
+  for (int64_t b = 0; b < batches; b++) {
+    // Megatron's order: block mb of B x ranks samples, this rank's B of them.
+    auto fill = [&](int64_t mb) {
       data.fill(split, b * global_batch_size + (mb * ranks + rank) * B, B, tokens.data(), targets.data());
-      sum += m.forward(tokens.data(), targets.data(), B, T).loss;
-      count++;
+    };
+    if (!pp) {
+      for (int64_t mb = 0; mb < micro; mb++) {
+        fill(mb);
+        sum += m.forward(tokens.data(), targets.data(), B, T).loss;
+      }
+    } else {
+      // Forward only down the pipeline; the last stage has the losses.
+      parallel::PipelineStage stage;
+      stage.forward = [&](int mb, int slot, const float* input) {
+        fill(mb);
+        m.stage_forward(slot, tokens.data(), input, B, T);
+        if (m.plan().last_stage()) sum += m.stage_loss(slot, targets.data()).loss;
+      };
+      stage.output = [&](int slot) { return m.stage_output(slot); };
+      parallel::run_forward_only(*pp, int(micro), size_t(m.stage_tokens(B, T) * m.config().dim), stage);
     }
+    count += micro;
+  }
+  if (pp) pp->all_reduce(&sum, 1);  // only the last stage's is not 0
   return count ? dp_mean(dp, sum / double(count)) : NAN;
 }
 
 TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>& notes,
                          parallel::Communicator* world) {
   const double t_start = now_s();
-  // Data parallelism: every rank is a replica; dp is the world (TP = PP = 1).
-  parallel::Communicator* dp = world && world->size() > 1 ? world : nullptr;
-  const int dp_size = dp ? dp->size() : 1, dp_rank = dp ? dp->rank() : 0;
-  const bool rank0 = dp_rank == 0;
-  check_layout(cfg, dp_size);
+  check_layout(cfg, world ? world->size() : 1);
+  // The layout: TP innermost, then DP, then PP (Megatron's order). A replica's TP x PP ranks read the
+  // same samples; the data-parallel rank chooses which.
+  const Ranks ranks(cfg, world);
+  const parallel::ParallelLayout& lay = ranks.layout;
+  parallel::Communicator* const dp = ranks.dp;
+  parallel::Communicator* const all = ranks.world;
+  const int dp_size = lay.dp_size, dp_rank = lay.dp_rank;
+  const bool rank0 = lay.rank == 0;
   // How long a rank may wait while rank 0 works alone (checkpoints, sample indices).
-  const double long_wait_s = dp ? parallel::resolve_long_wait_timeout() : 0;
+  const double long_wait_s = all ? parallel::resolve_long_wait_timeout() : 0;
   using LongWait = parallel::Communicator::LongWait;
   g_quiet = !rank0;
   TrainResult result;
@@ -338,9 +380,16 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                                    : -1;
   const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
 
-  const int64_t state = model::LlamaModel::state_bytes(mc, precision, zero1 ? dp_size : 1);
-  const int64_t activations = model::LlamaModel::activation_bytes(mc, precision, B, T, recompute, recompute_layers) +
-                              cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct);
+  const model::ShardPlan plan =
+      model::ShardPlan::make(mc, lay.tp_size, lay.tp_rank, lay.pp_size, lay.pp_rank,
+                             cfg.model.sequence_parallel && lay.tp_size > 1,
+                             lay.pp_size > 1 ? cfg.model.pipeline_layers() : std::vector<int>{});
+  // 1F1B keeps up to PP - stage micro-batches in flight on a stage.
+  const int slots = ranks.pp ? parallel::pipeline_slots(lay.pp_size, lay.pp_rank, int(num_micro)) : 1;
+  const int64_t state = model::LlamaModel::state_bytes(mc, plan, precision, zero1 ? dp_size : 1);
+  const int64_t activations =
+      model::LlamaModel::activation_bytes(mc, plan, precision, B, T, recompute, recompute_layers, slots) +
+      (plan.last_stage() && lay.tp_size == 1 ? cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct) : 0);
   check_memory_fits(state + activations,
                     fmt::format("training {} parameters in {} at micro batch {} x seq {}",
                                 obs::format_count(double(mc.num_params())), model::precision_name(precision), B, T),
@@ -370,12 +419,15 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   if (rank0) log_file.emplace(log_dir / "train_log.txt");
   say(fmt::format("llamatrain train: log dir {}", log_dir.string()));
   for (const auto& n : notes) say("  note: " + n);
-  if (dp)
-    say(fmt::format("data parallel: {} ranks, {} micro-batches of {} per rank per step{}", dp_size, num_micro, B,
-                    zero1 ? ", optimizer state sharded (ZeRO-1)" : ""));
+  if (all)
+    say(fmt::format("parallel layout: {} ranks = data {} x tensor {} x pipeline {}{}; {} micro-batches of {} per data-"
+                    "parallel rank per step{}",
+                    lay.world_size, dp_size, lay.tp_size, lay.pp_size, plan.sequence_parallel ? " (sequence parallel)" : "",
+                    num_micro, B, zero1 ? "; optimizer state sharded (ZeRO-1)" : ""));
 
-  model::LlamaModel model(mc, precision, uint64_t(cfg.model.seed));
+  model::LlamaModel model(mc, precision, uint64_t(cfg.model.seed), plan, ranks.tp);
   model.set_recompute(recompute, recompute_layers);
+  model.set_activation_slots(slots);
   // ZeRO-1: this rank keeps the AdamW moments of one shard of the flat parameter arena.
   std::optional<parallel::ZeroShards> shards;
   if (zero1) {
@@ -383,15 +435,16 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     const auto r = shards->range(dp_rank);
     model.set_optimizer_shard(int64_t(r.begin), int64_t(r.end), int64_t(shards->padded_size()));
   }
-  say(fmt::format("model: {:.2f}M parameters (C {}, L {}, H {}, Hkv {}, F {}, V {}), {}, recompute {}, "
-                  "memory {} (state {} + activations {})",
-                  double(model.num_params()) / 1e6, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim,
+  say(fmt::format("model: {:.2f}M parameters{} (C {}, L {}, H {}, Hkv {}, F {}, V {}), {}, recompute {}, "
+                  "memory {} (state {} + activations {}{})",
+                  double(mc.num_params()) / 1e6,
+                  model.is_sharded() ? fmt::format(", {:.2f}M on rank 0", double(model.num_params()) / 1e6) : "", mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim,
                   mc.vocab_size, model::precision_name(precision),
                   recompute_layers < 0 || recompute_layers >= mc.n_layers
                       ? std::string(model::recompute_name(recompute))
                       : fmt::format("{} in layers 0-{}", model::recompute_name(recompute), recompute_layers - 1),
                   obs::format_bytes(double(state + activations)), obs::format_bytes(double(state)),
-                  obs::format_bytes(double(activations))));
+                  obs::format_bytes(double(activations)), model.is_sharded() ? " on rank 0" : ""));
 
   // ---- starting point: a checkpoint of this run, an explicit one, model.init_from, or random ----
   TrainerState st;
@@ -421,9 +474,9 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
            "hint: set exp_manager.resume_ignore_no_checkpoint=true to start fresh",
            ckpt_dir.string());
   }
-  if (dp) {
-    LongWait wait(dp, long_wait_s, "rank 0 verifying checkpoints");
-    const std::string chosen = broadcast_string(dp, resume_path.value_or(""));
+  if (all) {
+    LongWait wait(all, long_wait_s, "rank 0 verifying checkpoints");
+    const std::string chosen = broadcast_string(all, resume_path.value_or(""));
     resume_path = chosen.empty() ? std::nullopt : std::optional<std::string>(chosen);
   }
   if (resume_path) {
@@ -439,6 +492,8 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     int64_t bytes = 0;
     for (const auto& e : fs::directory_iterator(*cfg.model.init_from, ec))
       if (e.path().extension() == ".safetensors") bytes += int64_t(e.file_size(ec));
+    if (model.is_sharded())  // a model-parallel rank reads its part only (the files' dtype: about their share)
+      bytes = int64_t(double(bytes) * double(model.num_params()) / double(mc.num_params()));
     IoProgress bar("loading " + *cfg.model.init_from, rank0 ? bytes : 0);
     io::load_hf_weights(model, *cfg.model.init_from, bar.callback());
     say(fmt::format("loaded in {}", obs::format_duration(now_s() - t0)));
@@ -456,9 +511,9 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   // Rank 0 builds (and caches) the sample indices first; the others then read them from the cache.
   std::optional<TrainData> data_holder;
   if (rank0) data_holder.emplace(cfg, tok ? &*tok : nullptr, mc.eos_id, requested);
-  if (dp) {
-    LongWait wait(dp, long_wait_s, "rank 0 building the sample indices");
-    dp->barrier();
+  if (all) {
+    LongWait wait(all, long_wait_s, "rank 0 building the sample indices");
+    all->barrier();
   }
   if (!rank0) data_holder.emplace(cfg, tok ? &*tok : nullptr, mc.eos_id, requested);
   const TrainData& data = *data_holder;
@@ -491,9 +546,9 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   opt.grad_clip = float(cfg.trainer.gradient_clip_val.value_or(0.0));
   // MFU's denominator: the job's matmul rate on a large square product in the run's compute type, the
   // sum over ranks of each one's rate measured at the same time (ranks sharing a machine share it).
-  if (dp) dp->barrier();
+  if (all) all->barrier();
   double peak_gflops = cpu::measure_matmul_gflops(1024, 1024, 1024, ct, 0.2);
-  if (dp) dp->all_reduce(&peak_gflops, 1);
+  if (all) all->all_reduce(&peak_gflops, 1);
   const double flops_per_step = obs::step_flops(mc, gbs, T);
   const int64_t max_steps = cfg.trainer.max_steps;
   const int64_t log_every = std::max<int64_t>(1, cfg.trainer.log_every_n_steps);
@@ -510,9 +565,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     const double t0 = now_s();
     std::string path;
     {
-      IoProgress bar("saving checkpoint", rank0 ? checkpoint_tensor_bytes(model) : 0);
-      LongWait wait(dp, long_wait_s, fmt::format("rank 0 writing checkpoint step_{}", st.step));
-      path = save_checkpoint(ckpt_dir.string(), model, st, tok_path, config_yaml, bar.callback(), dp);
+      IoProgress bar("saving checkpoint", rank0 ? checkpoint_tensor_bytes(model, true) : 0);
+      const std::string why_wait = fmt::format("rank 0 writing checkpoint step_{}", st.step);
+      LongWait wait(all, long_wait_s, why_wait), wait_mp(ranks.mp, long_wait_s, why_wait);
+      path = save_checkpoint(ckpt_dir.string(), model, st, tok_path, config_yaml, bar.callback(),
+                             SaveGroups{all, ranks.mp, lay});
     }
     result.last_checkpoint = path;
     if (!rank0) return;
@@ -525,21 +582,35 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                     removed.empty() ? "" : fmt::format("; removed {} older", removed.size())));
   };
 
-  StopSignalScope signals(dp != nullptr);
-  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+  StopSignalScope signals(all != nullptr);
+  // One (tokens, targets) pair per activation slot: a pipeline stage reads them again in the backward.
+  std::vector<std::vector<int32_t>> tokens(size_t(slots), std::vector<int32_t>(size_t(B) * T)),
+      targets(size_t(slots), std::vector<int32_t>(size_t(B) * T));
+  // Plain data parallelism: buckets of gradients are all-reduced while the backward of the step's
+  // last micro-batch goes on (model.optim.overlap_grad_sync), in the order it completes them.
+  std::optional<parallel::GradReducer> reducer;
+  if (dp && !zero1) {
+    std::vector<parallel::GradRange> order;
+    if (cfg.model.overlap_grad_sync)
+      for (const auto& [b, e] : model.grad_ready_order()) order.push_back({size_t(b), size_t(e)});
+    reducer.emplace(*dp, model.grad_data(), size_t(model.num_params()), kDpBucketElements, order);
+  }
+  auto last_micro_batch = [&](bool last) {
+    if (!reducer || !cfg.model.overlap_grad_sync) return;
+    if (last)
+      model.set_grad_ready_hook([&](int64_t b, int64_t e) { reducer->ready(size_t(b), size_t(e)); });
+    else
+      model.set_grad_ready_hook({});
+  };
   std::vector<float> shard_buf(zero1 ? shards->shard_size() : 0), gathered(zero1 ? shards->padded_size() : 0);
   const double t_loop = now_s();
   int64_t steps_run = 0;  // steps computed by this process (a rollback repeats some)
   int64_t nonfinite_run = 0;
   double t_last_ckpt = now_s(), t_log = now_s();
   int64_t steps_since_log = 0;
-  // Time in data-parallel collectives since the last log line, waiting for slower ranks included.
-  double comm_since_log = 0;
-  auto in_comm = [&](auto&& op) {
-    const double t0 = now_s();
-    op();
-    comm_since_log += now_s() - t0;
-  };
+  // Time blocked in communication since the last log line (every group; waiting for slower ranks and
+  // pipeline stages included).
+  double comm_mark = parallel::blocked_seconds();
   obs::StepTimeAverage step_times;
   while (st.step < max_steps) {
     const double t_step = now_s();
@@ -547,31 +618,57 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     steps_run++;
     const double lr = sched.lr(st.step);
     model.zero_grad();
+    // (fault injection: a NaN the backward accumulates into, reduced to every rank like any gradient)
+    if (inject.erase(step) && rank0) model.grad_data()[0] = NAN;
     double loss_sum = 0;
-    for (int64_t mb = 0; mb < num_micro; mb++) {
-      // Megatron's consumption order: block mb holds B x DP samples, this rank reads its B of them.
-      data.fill(data::Split::train, st.consumed_samples + (mb * dp_size + dp_rank) * B, B, tokens.data(),
-                targets.data());
-      loss_sum += model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / float(num_micro)).loss;
+    // Megatron's consumption order: block mb holds B x DP samples, this rank reads its B of them.
+    auto fill = [&](int64_t mb, int slot) {
+      data.fill(data::Split::train, st.consumed_samples + (mb * dp_size + dp_rank) * B, B,
+                tokens[size_t(slot)].data(), targets[size_t(slot)].data());
+    };
+    if (!ranks.pp) {
+      for (int64_t mb = 0; mb < num_micro; mb++) {
+        fill(mb, 0);
+        last_micro_batch(mb == num_micro - 1);
+        loss_sum += model.forward_backward(tokens[0].data(), targets[0].data(), B, T, 1.0f / float(num_micro)).loss;
+      }
+    } else {
+      parallel::PipelineStage stage;
+      stage.forward = [&](int mb, int slot, const float* input) {
+        fill(mb, slot);
+        model.stage_forward(slot, tokens[size_t(slot)].data(), input, B, T);
+      };
+      stage.output = [&](int slot) { return model.stage_output(slot); };
+      stage.backward = [&](int mb, int slot, const float* doutput) {
+        last_micro_batch(mb == num_micro - 1);
+        loss_sum += model.stage_backward(slot, tokens[size_t(slot)].data(), targets[size_t(slot)].data(), doutput,
+                                         1.0f / float(num_micro)).loss;
+      };
+      stage.input_grad = [&] { return model.stage_input_grad(); };
+      parallel::run_1f1b(*ranks.pp, int(num_micro), size_t(model.stage_tokens(B, T) * mc.dim), stage);
+      ranks.pp->all_reduce(&loss_sum, 1);  // the last stage's losses, on every stage
     }
+    last_micro_batch(false);
+    // Sums over the model-parallel copies of a parameter (SP norm weights, the tied embedding).
+    model.reduce_model_parallel_grads(lay.pp_size > 1 ? ranks.groups.embedding.get() : nullptr);
     const int64_t window_begin = st.consumed_samples;
     st.consumed_samples += gbs;
     double loss = loss_sum / double(num_micro);
-    in_comm([&] { loss = dp_mean(dp, loss); });
-    if (inject.erase(step) && rank0) model.grad_data()[0] = NAN;
+    loss = dp_mean(dp, loss);
     // Gradients: the mean over the data-parallel ranks (ZeRO-1: of this rank's shard only).
     float norm;
+    // The global norm: each rank's part (its ZeRO-1 shard, or all its tensors), summed over the model's
+    // ranks (and over the data-parallel shards under ZeRO-1).
     if (zero1) {
-      in_comm([&] { parallel::reduce_scatter_gradients(*dp, model.grad_data(), *shards); });
+      parallel::reduce_scatter_gradients(*dp, model.grad_data(), *shards);
       double sq = model.grad_sum_squares(model.shard_begin(), model.shard_end());
-      in_comm([&] { dp->all_reduce(&sq, 1); });
+      all->all_reduce(&sq, 1);
       norm = float(std::sqrt(sq));
     } else {
-      if (dp)
-        in_comm([&] {
-          parallel::all_reduce_gradients(*dp, model.grad_data(), size_t(model.num_params()), kDpBucketElements);
-        });
-      norm = model.grad_norm();
+      if (reducer) reducer->finish();
+      double sq = model.grad_sum_squares(0, model.num_params());
+      if (ranks.mp) ranks.mp->all_reduce(&sq, 1);
+      norm = float(std::sqrt(sq));
     }
     st.step = step;
     if (std::isfinite(loss) && std::isfinite(norm)) {
@@ -583,7 +680,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
         const auto r = shards->range(dp_rank);
         std::copy(model.param_data() + r.begin, model.param_data() + r.end, shard_buf.begin());
         std::fill(shard_buf.begin() + ptrdiff_t(r.size()), shard_buf.end(), 0.0f);
-        in_comm([&] { dp->all_gather(gathered.data(), shard_buf.data(), shards->shard_size()); });
+        dp->all_gather(gathered.data(), shard_buf.data(), shards->shard_size());
         std::copy(gathered.begin(), gathered.begin() + model.num_params(), model.param_data());
         model.params_changed();
       }
@@ -598,9 +695,9 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
         std::optional<CheckpointInfo> ck;
         if (rank0) ck = latest_valid_checkpoint(ckpt_dir.string(), &warnings);
         for (const auto& w : warnings) say("warning: " + w);
-        if (dp) {
-          LongWait wait(dp, long_wait_s, "rank 0 verifying checkpoints");
-          const std::string chosen = broadcast_string(dp, ck ? ck->path : "");
+        if (all) {
+          LongWait wait(all, long_wait_s, "rank 0 verifying checkpoints");
+          const std::string chosen = broadcast_string(all, ck ? ck->path : "");
           if (!chosen.empty()) ck = CheckpointInfo{chosen, 0};
         }
         if (!ck)
@@ -641,11 +738,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
       const double tok_s = double(gbs) * T / step_s;
       const double mfu = obs::mfu(flops_per_step, step_s, peak_gflops * 1e9);
       const double rss = peak_rss_bytes();
-      const double comm_s = comm_since_log / double(steps_since_log);
+      const double comm_s = (parallel::blocked_seconds() - comm_mark) / double(steps_since_log);
       say(fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.2f} seq/s | {} tok/s | MFU {:.1f}% "
                       "{}| mem {} | ETA {}",
                       st.step, max_steps, loss, lr, norm, double(gbs) / step_s, obs::format_count(tok_s), 100 * mfu,
-                      dp ? fmt::format("| comm {} ({:.1f}%) ",
+                      all ? fmt::format("| comm {} ({:.1f}%) ",
                                        comm_s < 1 ? fmt::format("{:.1f}ms", 1e3 * comm_s) : obs::format_duration(comm_s),
                                        100 * comm_s / step_s)
                          : "",
@@ -667,15 +764,17 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
       scalar("train_step_timing in s", step_s, st.step);
       scalar("tokens_per_s", tok_s, st.step);
       scalar("mfu", mfu, st.step);
-      if (dp) scalar("comm_time_s", comm_s, st.step);
+      if (all) scalar("comm_time_s", comm_s, st.step);
       if (tb) tb->flush();
       t_log = now_s();
       steps_since_log = 0;
-      comm_since_log = 0;
+      comm_mark = parallel::blocked_seconds();
     }
     if (validate && (st.step % cfg.trainer.val_check_interval == 0 || last)) {
       const double t0 = now_s();
-      const double val = evaluate_loss(model, data, data::Split::valid, cfg.trainer.limit_val_batches, gbs, B, dp);
+      const double blocked0 = parallel::blocked_seconds();
+      const double val =
+          evaluate_loss(model, data, data::Split::valid, cfg.trainer.limit_val_batches, gbs, B, dp, ranks.pp);
       result.last_val_loss = val;
       say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f} ({} batches, {})", st.step, val,
                       std::exp(val), cfg.trainer.limit_val_batches, obs::format_duration(now_s() - t0)));
@@ -683,10 +782,11 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
       scalar("val_loss", val, st.step);
       if (tb) tb->flush();
       t_log += now_s() - t0;  // validation time is not step time
+      comm_mark += parallel::blocked_seconds() - blocked0;
     }
     // A signal reaches the ranks at different moments: they stop together, after the same step.
     double stop_signal = g_stop_signal.load();
-    if (dp) in_comm([&] { dp->all_reduce(&stop_signal, 1); });
+    if (all) all->all_reduce(&stop_signal, 1);
     const bool stop = stop_signal != 0;
     if (checkpoints) {
       const bool by_steps = ckp.every_n_train_steps && *ckp.every_n_train_steps > 0 &&
@@ -696,6 +796,7 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
         save(stop ? "stop signal" : last ? "end" : by_steps ? "every_n_train_steps" : "train_time_interval");
         t_last_ckpt = now_s();
         t_log = now_s();
+        comm_mark = parallel::blocked_seconds();
       }
     }
     if (stop) {
@@ -714,15 +815,22 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                     "checkpoints included)",
                     steps_run, obs::format_duration(loop_s), obs::format_count(double(steps_run) * double(gbs) * T / loop_s)));
 
+  // The export: one replica's weights gathered onto rank 0 (the same bytes whatever the layout).
+  std::unique_ptr<model::LlamaModel> whole;
+  if (!export_dir.empty() && result.stop_signal == 0 && model.is_sharded() && dp_rank == 0) {
+    LongWait wait(ranks.mp, long_wait_s, "rank 0 exporting");
+    whole = gather_full_weights(model, *ranks.mp);
+  }
   if (!export_dir.empty() && result.stop_signal == 0 && rank0) {
+    model::LlamaModel& out = whole ? *whole : model;
     const double t0 = now_s();
     io::ExportOptions eo;
     eo.torch_dtype = precision == model::Precision::fp32 ? "float32" : "bfloat16";
     eo.tokenizer_model = tok_path;
-    IoProgress bar("exporting", model.num_params() * (precision == model::Precision::fp32 ? 4 : 2));
+    IoProgress bar("exporting", out.num_params() * (precision == model::Precision::fp32 ? 4 : 2));
     eo.progress = bar.callback();
     say(fmt::format("exporting Hugging Face checkpoint to {} ...", export_dir));
-    const auto rep = io::export_hf(model, export_dir, eo);
+    const auto rep = io::export_hf(out, export_dir, eo);
     say(fmt::format("exported {} ({}, {} shard{}) in {}; reloaded and checked: max logit difference {:.2g} "
                     "(bound {:.2g})",
                     rep.dir, obs::format_bytes(double(rep.bytes)), rep.num_shards, rep.num_shards == 1 ? "" : "s",

@@ -38,8 +38,9 @@ struct TrainResult {
 };
 
 // Runs the training described by config (notes: the loader's "ignored: ..." lines, printed at start).
-// world: the job's ranks (mpirun / srun), all of them data-parallel replicas; nullptr or one rank: a
-// single process. Every rank calls it; rank 0 prints, logs, writes the run folder and exports.
+// world: the job's ranks (mpirun / srun), split into data-, tensor- and pipeline-parallel groups as
+// the config's model.*_parallel_size say; nullptr or one rank: a single process. Every rank calls it;
+// rank 0 prints, logs, writes the run folder and exports.
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {},
                          parallel::Communicator* world = nullptr);
 
@@ -48,7 +49,9 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
 // With dp (data-parallel ranks), each rank evaluates its share of every global batch, and the
 // result (the same on every rank) averages all of them.
 class TrainData;
+// With pp (the stages of a pipeline), the micro-batches run forward down the pipeline.
 double evaluate_loss(model::LlamaModel& model, const TrainData& data, data::Split split, int64_t batches,
-                     int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp = nullptr);
+                     int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp = nullptr,
+                     parallel::Communicator* pp = nullptr);
 
 }  // namespace llamatrain::train

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "parallel/comm_pairs.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
@@ -436,6 +438,50 @@ inline void check_grad_reducer(Communicator& dp, size_t n, size_t bucket, size_t
     want[i] = float(s / double(P));
   }
   expect_close(once, want, where + " all_reduce_gradients");
+}
+
+// GradReducer with buckets cut along an explicit order of ranges (what a model's backward reports):
+// the arena of n is split into `pieces` ranges, listed in a scrambled order that leaves every third
+// range out; ready() is reported for the first `reported` ranges of the order only. Every element
+// still ends up the mean over ranks (unlisted and unreported ones in finish()), and exactly the
+// buckets whose ranges were all reported started early.
+inline void check_grad_reducer_in_order(Communicator& dp, size_t n, size_t pieces, size_t bucket, size_t reported) {
+  const size_t P = size_t(dp.size()), r = size_t(dp.rank());
+  const std::string where = fmt::format("DP{} n {} pieces {} bucket {} reported {}", P, n, pieces, bucket, reported);
+  std::vector<GradRange> ranges;
+  for (size_t i = 0; i < pieces; ++i) ranges.push_back({n * i / pieces, n * (i + 1) / pieces});
+  std::vector<GradRange> order;
+  for (size_t k = 0; k < pieces; ++k) {
+    const size_t i = (k * 7 + 3) % pieces;  // a permutation when gcd(7, pieces) = 1
+    if (i % 3 != 2) order.push_back(ranges[i]);
+  }
+  std::vector<float> grads(n);
+  GradReducer reducer(dp, grads.data(), n, bucket, order);
+  for (uint64_t step = 0; step < 2; ++step) {
+    const auto mine = noise_vector(300 * step + r, n);
+    std::copy(mine.begin(), mine.end(), grads.begin());
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (size_t q = 0; q < P; ++q) sum += noise(300 * step + q, i);
+      want[i] = float(sum / double(P));
+    }
+    // The buckets a reducer along `order` would form, and which the reported ranges complete.
+    size_t complete = 0, in_bucket = 0;
+    const size_t cap = bucket == 0 ? std::max<size_t>(n, 1) : bucket;
+    size_t total = 0;
+    for (const auto& g : order) total += g.end - g.begin;
+    size_t reported_elements = 0;
+    for (size_t k = 0; k < reported && k < order.size(); ++k) reported_elements += order[k].end - order[k].begin;
+    for (size_t at = 0; at < total; at += in_bucket) {
+      in_bucket = std::min(cap, total - at);
+      if (at + in_bucket <= reported_elements) complete++;
+    }
+    for (size_t k = 0; k < reported && k < order.size(); ++k) reducer.ready(order[k].begin, order[k].end);
+    EXPECT_EQ(reducer.started_count(), complete) << where;
+    reducer.finish();
+    expect_close(grads, want, where + " step " + std::to_string(step));
+  }
 }
 
 // ZeRO-1 on `dp`: reduce-scatter the gradients, update this rank's shard (p -= lr * g), all-gather:

@@ -53,6 +53,19 @@ TEST(GradReducer, MeanOverRanksForEveryBucketing) {
         test_options());
 }
 
+TEST(GradReducer, BucketsAlongTheBackwardOrder) {
+  for (int dp : {1, 2, 3})
+    run_local_ranks(
+        dp,
+        [](Communicator& c) {
+          for (size_t n : {10, 1000})
+            for (size_t pieces : {1, 5, 9})
+              for (size_t bucket : {0, 3, 64, 5000})
+                for (size_t reported : {0, 2, 100}) testing::check_grad_reducer_in_order(c, n, pieces, bucket, reported);
+        },
+        test_options());
+}
+
 TEST(GradReducer, ReportingARangeTwiceIsAnInvariantFailure) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(run_local_ranks(1,

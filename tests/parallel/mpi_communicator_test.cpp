@@ -51,8 +51,10 @@ TEST(MpiCommunicator, CommPairsOnEveryTpSize) {
 }
 
 TEST(MpiCommunicator, DataParallelHelpers) {
-  for (size_t n : {1, 1000})
+  for (size_t n : {1, 1000}) {
     for (size_t bucket : {0, 7, 64}) testing::check_grad_reducer(*g_world, n, bucket, 5);
+    for (size_t bucket : {0, 7, 64}) testing::check_grad_reducer_in_order(*g_world, n, 9, bucket, 4);
+  }
   for (size_t n : {1, 17, 1000}) testing::check_zero1(*g_world, n, 16);
 }
 

@@ -424,7 +424,16 @@ TEST(Config, DerivedChecks) {
                   "expected a divisor of num_attention_heads 12 and of the key/value heads 2");
   EXPECT_CONTAINS(error_of(kBase, {"model.pipeline_model_parallel_size=5", "trainer.devices=5",
                                    "model.global_batch_size=4"}),
-                  "got 5, expected a divisor of num_layers 12");
+                  "got 5 stages for num_layers 12 (first stage even, last stage even), expected the other stages to "
+                  "split the remaining 12 layers evenly");
+  // Megatron-core's uneven split: 1 + 5 + 5 + 1 layers; the first and last given, the middle even.
+  EXPECT_EQ(load(kBase, {"model.pipeline_model_parallel_size=4", "trainer.devices=4", "model.global_batch_size=4",
+                                "model.num_layers_in_first_pipeline_stage=1", "model.num_layers_in_last_pipeline_stage=1"})
+                .config.model.pipeline_layers(),
+            (std::vector<int>{1, 5, 5, 1}));
+  EXPECT_CONTAINS(error_of(kBase, {"model.pipeline_model_parallel_size=4", "trainer.devices=4",
+                                   "model.global_batch_size=4", "model.num_layers_in_first_pipeline_stage=2"}),
+                  "expected the other stages to split the remaining 10 layers evenly");
   EXPECT_CONTAINS(error_of(kBase, {"model.data.seq_length=1024"}),
                   "model.data.seq_length (override 'model.data.seq_length=1024'): got 1024, expected at most "
                   "model.max_position_embeddings (512)");

@@ -30,41 +30,16 @@ using testing::spawn;
 using testing::TempDir;
 using testing::train_args;
 using testing::wait_for;
+using testing::weight_difference;
 
-// argv of one run: `mpirun -np ranks llamatrain train ...` (ranks > 0) or the plain binary (0).
 std::vector<std::string> train_argv(int ranks, const std::string& log_dir, std::vector<std::string> extra) {
-  std::vector<std::string> a;
-  if (ranks > 0) a = {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", std::to_string(ranks)};
-  extra.insert(extra.begin(), {"trainer.devices=" + std::to_string(std::max(ranks, 1)), "model.micro_batch_size=2",
-                               "model.global_batch_size=8"});
-  const auto run = train_args(log_dir, extra);
-  a.insert(a.end(), run.begin(), run.end());
-  return a;
+  return testing::mpi_train_argv(MPIEXEC, ranks, log_dir, std::move(extra));
 }
 
 RunResult train(int ranks, const std::string& log_dir, const std::vector<std::string>& extra) {
   fs::create_directories(log_dir);
   const std::string log = log_dir + "/stdout.txt";
   return wait_for(spawn(train_argv(ranks, log_dir, extra), log), log);
-}
-
-// Largest |a - b| over every weight of two checkpoints, relative to each tensor's largest |a|.
-double weight_difference(const std::string& a, const std::string& b) {
-  io::SafetensorsCheckpoint ca(a + "/model.safetensors"), cb(b + "/model.safetensors");
-  double worst = 0;
-  for (const auto& name : ca.names()) {
-    const auto& t = ca.get(name);
-    std::vector<float> x(size_t(t.numel())), y(x.size());
-    ca.read_f32(name, t.shape, x.data());
-    cb.read_f32(name, t.shape, y.data());
-    double scale = 0, diff = 0;
-    for (size_t i = 0; i < x.size(); i++) {
-      scale = std::max(scale, double(std::fabs(x[i])));
-      diff = std::max(diff, double(std::fabs(x[i] - y[i])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
 }
 
 TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {
@@ -75,7 +50,9 @@ TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {
   const auto two = train(2, dir / "two", {"trainer.max_steps=20"});
   ASSERT_EQ(one.status, 0) << one.log;
   ASSERT_EQ(two.status, 0) << two.log;
-  EXPECT_NE(two.log.find("data parallel: 2 ranks, 2 micro-batches of 2 per rank"), std::string::npos) << two.log;
+  EXPECT_NE(two.log.find("data 2 x tensor 1 x pipeline 1; 2 micro-batches of 2 per data-parallel rank"),
+            std::string::npos)
+      << two.log;
   const auto a = losses(dir / "one"), b = losses(dir / "two");
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);

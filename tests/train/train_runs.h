@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+#include <cmath>
+
+#include "io/safetensors.h"
 #include "obs/metrics.h"
 #include "test_util.h"
 
@@ -93,5 +97,45 @@ inline std::map<int64_t, double> losses(const std::string& log_dir) {
     if (r.contains("loss")) out[r["step"].get<int64_t>()] = obs::metric_value(r, "loss");
   return out;
 }
+
+// argv of one run on the tiny config with 8 samples per step in micro-batches of 2: `mpiexec -np
+// ranks llamatrain train ...` (ranks > 0, trainer.devices = ranks) or the plain binary (ranks 0).
+inline std::vector<std::string> mpi_train_argv(const std::string& mpiexec, int ranks, const std::string& log_dir,
+                                               std::vector<std::string> extra) {
+  std::vector<std::string> a;
+  if (ranks > 0) a = {mpiexec, "--oversubscribe", "--allow-run-as-root", "-np", std::to_string(ranks)};
+  extra.insert(extra.begin(), {"trainer.devices=" + std::to_string(std::max(ranks, 1)), "model.micro_batch_size=2",
+                               "model.global_batch_size=8"});
+  const auto run = train_args(log_dir, extra);
+  a.insert(a.end(), run.begin(), run.end());
+  return a;
+}
+
+// How far two checkpoints' weights (model.safetensors) are apart, the worst tensor of each measure:
+// max_abs = largest |a - b| relative to the tensor's largest |a|; l2 = ||a - b|| / ||a||.
+struct WeightDifference {
+  double max_abs = 0, l2 = 0;
+};
+inline WeightDifference weight_differences(const std::string& a, const std::string& b) {
+  io::SafetensorsCheckpoint ca(a + "/model.safetensors"), cb(b + "/model.safetensors");
+  WeightDifference w;
+  for (const auto& name : ca.names()) {
+    const auto& t = ca.get(name);
+    std::vector<float> x(size_t(t.numel())), y(x.size());
+    ca.read_f32(name, t.shape, x.data());
+    cb.read_f32(name, t.shape, y.data());
+    double scale = 0, diff = 0, sq = 0, dsq = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+      scale = std::max(scale, double(std::fabs(x[i])));
+      diff = std::max(diff, double(std::fabs(x[i] - y[i])));
+      sq += double(x[i]) * x[i];
+      dsq += double(x[i] - y[i]) * (x[i] - y[i]);
+    }
+    w.max_abs = std::max(w.max_abs, diff / scale);
+    w.l2 = std::max(w.l2, std::sqrt(dsq / sq));
+  }
+  return w;
+}
+inline double weight_difference(const std::string& a, const std::string& b) { return weight_differences(a, b).max_abs; }
 
 }  // namespace llamatrain::testing

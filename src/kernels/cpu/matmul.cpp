@@ -55,18 +55,26 @@ struct GemmPlan {
 
 struct Dnnl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
   std::mutex mutex;
   std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
-  // One user-managed scratchpad shared by all primitives (calls are serialized by the caller:
-  // kernels are not called concurrently). oneDNN's default mode allocates and first-touches a
-  // fresh scratchpad on every execute, which cost ~20% of a training step in page faults.
-  ArenaVector<uint8_t> scratchpad;
 };
 
 Dnnl& dnnl_state() {
   static Dnnl state;
   return state;
+}
+
+// A stream and a user-managed scratchpad per calling thread (a process calls from one thread; tests
+// that run ranks as threads call from several at once). oneDNN's default mode allocates and
+// first-touches a fresh scratchpad on every execute, which cost ~20% of a training step in page faults.
+struct DnnlThread {
+  dnnl::stream stream{dnnl_state().engine};
+  ArenaVector<uint8_t> scratchpad;
+};
+
+DnnlThread& dnnl_thread() {
+  thread_local DnnlThread t;
+  return t;
 }
 
 // A row-major (rows, cols) matrix, or the transpose of a stored (cols, rows) one (tag ba: strides {1, rows}).
@@ -104,10 +112,6 @@ const GemmPlan* gemm_plan(const GemmKey& key) {
   plan->prim = dnnl::matmul(pd);
   plan->pad_md = pd.scratchpad_desc();
   plan->impl = pd.impl_info_str();
-  if (plan->pad_md.get_size() > d.scratchpad.size()) {
-    d.scratchpad = ArenaVector<uint8_t>();
-    d.scratchpad.resize(plan->pad_md.get_size());
-  }
   return d.plans.emplace(key, std::move(plan)).first->second.get();
 }
 
@@ -217,10 +221,15 @@ void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, in
   dnnl::memory a_mem(plan->a_md, d.engine, const_cast<void*>(a));
   dnnl::memory b_mem(plan->b_md, d.engine, const_cast<void*>(b));
   dnnl::memory c_mem(plan->c_md, d.engine, c);
-  dnnl::memory pad_mem(plan->pad_md, d.engine, d.scratchpad.data());
-  plan->prim.execute(d.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
+  DnnlThread& t = dnnl_thread();
+  if (plan->pad_md.get_size() > t.scratchpad.size()) {
+    t.scratchpad = ArenaVector<uint8_t>();
+    t.scratchpad.resize(plan->pad_md.get_size());
+  }
+  dnnl::memory pad_mem(plan->pad_md, d.engine, t.scratchpad.data());
+  plan->prim.execute(t.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
                                 {DNNL_ARG_SCRATCHPAD, pad_mem}});
-  d.stream.wait();
+  t.stream.wait();
 }
 
 std::string gemm_impl(bool trans_a, bool trans_b, int M, int N, int K, bool is_bf16, bool accumulate) {

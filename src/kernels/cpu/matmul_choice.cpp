@@ -197,6 +197,7 @@ void MatmulChooser::record(const MatmulChoice& c, int threads) {
 }
 
 std::optional<MatmulKernel> MatmulChooser::known(const std::string& shape, int threads) {
+  std::lock_guard<std::recursive_mutex> lock(lock_.m);
   if (policy_ == MatmulPolicy::bf16) return MatmulKernel::bf16;
   if (policy_ == MatmulPolicy::f32) return MatmulKernel::f32;
   if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && c->source != MatmulChoice::Source::forced)
@@ -207,6 +208,7 @@ std::optional<MatmulKernel> MatmulChooser::known(const std::string& shape, int t
 
 MatmulKernel MatmulChooser::choose(const std::string& shape, int threads,
                                    const std::function<double(MatmulKernel)>& time_call) {
+  std::lock_guard<std::recursive_mutex> lock(lock_.m);
   if (policy_ != MatmulPolicy::automatic) {
     const MatmulKernel k = policy_ == MatmulPolicy::bf16 ? MatmulKernel::bf16 : MatmulKernel::f32;
     const MatmulChoice* c = find_choice(shape, threads);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,6 +105,13 @@ class MatmulChooser {
   std::vector<MatmulChoice> choices_;     // this process's choices ...
   std::vector<int> choice_threads_;       // ... and the thread count of each
   double probe_seconds_ = 0.0;
+  // choose() and known() may be called from several threads (ranks in tests); a copy gets its own lock.
+  struct Lock {
+    std::recursive_mutex m;
+    Lock() = default;
+    Lock(const Lock&) {}
+    Lock& operator=(const Lock&) { return *this; }
+  } lock_;
 };
 
 // The process-wide chooser of cpu::matmul_forward / matmul_backward and lmhead_ce_fused (defined in
