@@ -8,7 +8,8 @@
 # Inputs are synthetic (bench/synthetic_run_inputs.py); nothing is downloaded.
 # Usage: bench/dp_scaling.sh [path/to/llamatrain]
 #   env: MODEL=stories15m, SEQ=256, MICRO=4, ACC=2 (micro-batches per rank per step), STEPS=12,
-#        ROUNDS=3, PRECISION=bf16-mixed, ZERO=false (ZeRO-1), WORK=/tmp/llamatrain-train-bench
+#        ROUNDS=3, PRECISION=bf16-mixed, ZERO=false (ZeRO-1), OVERLAP=false (model.optim.overlap_grad_sync),
+#        WORK=/tmp/llamatrain-train-bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(realpath "${1:-build/release/llamatrain}")
@@ -20,6 +21,7 @@ STEPS=${STEPS:-12}
 ROUNDS=${ROUNDS:-3}
 PRECISION=${PRECISION:-bf16-mixed}
 ZERO=${ZERO:-false}
+OVERLAP=${OVERLAP:-false}
 WORK=${WORK:-/tmp/llamatrain-train-bench}
 PY=/usr/bin/python3
 mkdir -p "$WORK"
@@ -38,7 +40,7 @@ model:
   init_from: $INIT
   distributed_optimizer: $ZERO
   data: {data_prefix: [1.0, $DATA], splits_string: '1000,0,0', seq_length: $SEQ}
-  optim: {name: adamw, lr: 3.0e-4, weight_decay: 0.1, betas: [0.9, 0.95],
+  optim: {name: adamw, lr: 3.0e-4, weight_decay: 0.1, betas: [0.9, 0.95], overlap_grad_sync: $OVERLAP,
           sched: {name: CosineAnnealing, warmup_steps: 2, min_lr: 3.0e-5}}
 YAML
 
@@ -63,7 +65,7 @@ run() {  # run RANKS LOG_DIR
   fi || { echo "run of $1 rank(s) failed:"; tail -20 "$2.out"; exit 1; }
 }
 
-echo "== $MODEL $PRECISION, seq $SEQ, $ACC x $MICRO samples per rank per step, $STEPS steps, ZeRO-1 $ZERO, $(nproc) cores"
+echo "== $MODEL $PRECISION, seq $SEQ, $ACC x $MICRO samples per rank per step, $STEPS steps, ZeRO-1 $ZERO, overlap $OVERLAP, $(nproc) cores"
 effs=()
 for round in $(seq "$ROUNDS"); do
   run 1 "$WORK/dp_one"

@@ -48,6 +48,9 @@ void register_train(CLI::App& app) {
       "  # data parallel on 2 processes, optimizer state sharded (ZeRO-1); under SLURM: srun llamatrain ...\n"
       "  mpirun -np 2 llamatrain train configs/tiny.yaml model.data.data_prefix=[1.0,/tmp/fixture_text_document] \\\n"
       "      trainer.devices=2 model.distributed_optimizer=true\n"
+      "  # 8 processes: tensor parallel 2 x pipeline parallel 2 x data parallel 2\n"
+      "  mpirun -np 8 llamatrain train configs/tiny.yaml model.data.data_prefix=[1.0,/tmp/fixture_text_document] \\\n"
+      "      trainer.devices=8 model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=2\n"
       "  llamatrain train --help-config          # every key, its type, default and meaning");
   cmd->add_option("config", o->config, "YAML config (NeMo megatron_llama_config.yaml key names)");
   cmd->add_option("overrides", o->overrides, "key=value overrides, e.g. trainer.max_steps=100");
@@ -61,7 +64,7 @@ void register_train(CLI::App& app) {
       fail("train: no config given, expected a YAML file\nhint: llamatrain train configs/tiny.yaml "
            "model.data.data_prefix=[1.0,data/corpus_text_document]; `llamatrain train --help` has examples");
     const auto loaded = train::load_config(o->config, o->overrides);
-    // One process, or a data-parallel job under mpirun / srun (an MPI singleton without a launcher).
+    // One process, or a parallel job under mpirun / srun (an MPI singleton without a launcher).
     const auto world = parallel::make_mpi_world();
     train::TrainResult result;
     try {

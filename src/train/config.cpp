@@ -784,9 +784,10 @@ Schema build_schema() {
   s.key("model.optim.betas", FIELD(model.optim.betas), "[0.9, 0.98]", "Adam [beta1, beta2], each in [0, 1)");
   s.key("model.optim.eps", FIELD(model.optim.eps), "1e-8", "Adam epsilon", positive());
   s.alias("model.optim.distributed_optimizer", "model.distributed_optimizer");
-  s.ours("model.optim.overlap_grad_sync", FIELD(model.overlap_grad_sync), "true",
+  s.ours("model.optim.overlap_grad_sync", FIELD(model.overlap_grad_sync), "false",
          "data parallelism without ZeRO-1: all-reduce gradient buckets while the backward of a step's last "
-         "micro-batch goes on, in the order it completes them (false: all of them after it)");
+         "micro-batch goes on, in the order it completes them (false: all of them after it, with blocking "
+         "all-reduces; faster where ranks share a machine's cores)");
   s.ignored("model.optim.capturable", "a CUDA-graph switch of torch's AdamW");
   const std::string sc = "model.optim.sched.";
   s.key(sc + "name", FIELD(model.optim.sched.name), "CosineAnnealing",

@@ -139,7 +139,7 @@ struct ModelConfig {
   std::optional<int> num_layers_in_last_pipeline_stage;
   bool sequence_parallel = false;
   bool distributed_optimizer = false;  // ZeRO-1 over data-parallel ranks
-  bool overlap_grad_sync = true;       // all-reduce gradient buckets during the backward
+  bool overlap_grad_sync = false;      // all-reduce gradient buckets during the backward
   int64_t encoder_seq_length = 0;
   int64_t max_position_embeddings = 0;
   int num_layers = 0;

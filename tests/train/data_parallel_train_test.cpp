@@ -118,10 +118,11 @@ std::vector<pid_t> ranks_of(pid_t launcher) {
   return out;
 }
 
-// Starts a 2-rank run and waits until it has logged `steps` losses.
-pid_t start_and_wait_for_steps(const std::string& log_dir, const std::vector<std::string>& extra, size_t steps) {
+// Starts a run of `ranks` processes and waits until it has logged `steps` losses.
+pid_t start_and_wait_for_steps(const std::string& log_dir, const std::vector<std::string>& extra, size_t steps,
+                               int ranks = 2) {
   fs::create_directories(log_dir);
-  const pid_t mpirun = spawn(train_argv(2, log_dir, extra), log_dir + "/stdout.txt");
+  const pid_t mpirun = spawn(train_argv(ranks, log_dir, extra), log_dir + "/stdout.txt");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline &&
          !(fs::exists(log_dir + "/metrics.jsonl") && losses(log_dir).size() >= steps))
@@ -191,19 +192,25 @@ TEST(DataParallelTrain, SigtermToMpirunSavesACheckpoint) {
 }
 
 TEST(DataParallelTrain, ASigkilledRankEndsTheJob) {
+  // DP 2, and TP 2 x PP 2 (the victim is then in the middle of tensor collectives and pipeline sends).
   TempDir dir;
-  const std::string run = dir / "run";
-  const pid_t mpirun = start_and_wait_for_steps(run, {"trainer.max_steps=1000000"}, 2);
-  const auto ranks = ranks_of(mpirun);
-  const pid_t victim = ranks.empty() ? -1 : ranks[0];
-  ASSERT_GT(victim, 0) << "no llamatrain rank under mpirun " << mpirun;
-  const auto t0 = std::chrono::steady_clock::now();
-  ::kill(victim, SIGKILL);
-  const auto r = wait_for(mpirun, run + "/stdout.txt");
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(r.status, 0) << r.log;
-  EXPECT_LT(seconds, 60.0) << r.log;
-  std::printf("a killed rank ended the job in %.1f s\n", seconds);
+  for (const auto& [n, layout] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {2, {}}, {4, {"model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=2"}}}) {
+    const std::string run = dir / ("run" + std::to_string(n));
+    auto extra = layout;
+    extra.push_back("trainer.max_steps=1000000");
+    const pid_t mpirun = start_and_wait_for_steps(run, extra, 2, n);
+    const auto ranks = ranks_of(mpirun);
+    ASSERT_EQ(ranks.size(), size_t(n)) << "llamatrain ranks under mpirun " << mpirun;
+    const pid_t victim = ranks.back();
+    const auto t0 = std::chrono::steady_clock::now();
+    ::kill(victim, SIGKILL);
+    const auto r = wait_for(mpirun, run + "/stdout.txt");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(r.status, 0) << r.log;
+    EXPECT_LT(seconds, 60.0) << r.log;
+    std::printf("%d ranks: a killed rank ended the job in %.1f s\n", n, seconds);
+  }
 }
 
 TEST(DataParallelTrain, AProcessCountTheConfigDoesNotDescribeIsAPlainError) {
