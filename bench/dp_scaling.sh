@@ -44,13 +44,7 @@ model:
           sched: {name: CosineAnnealing, warmup_steps: 2, min_lr: 3.0e-5}}
 YAML
 
-# median KEY over the logged steps after the first two of a run's metrics.jsonl
-median() {
-  $PY -c 'import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-v = [r[sys.argv[2]] for r in rows if "loss" in r and r["step"] > 2 and r.get(sys.argv[2]) is not None]
-print(statistics.median(v))' "$1" "$2"
-}
+median() { $PY bench/metric_median.py "$1" "$2"; }  # KEY over a run's steps after the first two
 
 run() {  # run RANKS LOG_DIR
   rm -rf "$2"

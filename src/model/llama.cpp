@@ -98,10 +98,10 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
   };
   if (plan.holds_embedding(c)) add("wte", kWte, vocab(), true, plan.first_stage());
   add("attn_norm", kAttnNorm, stacked(1, C, {{0, 1}}, 0, C), false, !replica);
+  const int64_t kv0 = int64_t(d.kv_head_begin) * D;  // first row of this rank's kv heads within k (and v)
   add("wqkv", kWqkv,
-      stacked(QKV, C, {{tp * d.H * D, d.H * D}, {HD + tp * d.Hkv * D, d.Hkv * D}, {HD + Hkv * D + tp * d.Hkv * D, d.Hkv * D}},
-              0, C),
-      true, true);
+      stacked(QKV, C, {{tp * d.H * D, d.H * D}, {HD + kv0, d.Hkv * D}, {HD + Hkv * D + kv0, d.Hkv * D}}, 0, C), true,
+      d.kv_owner);
   add("wo", kWo, stacked(C, HD, {{0, C}}, tp * d.H * D, d.H * D), true, true);
   add("ffn_norm", kFfnNorm, stacked(1, C, {{0, 1}}, 0, C), false, !replica);
   add("w13", kW13, stacked(2 * F, C, {{tp * d.F, d.F}, {F + tp * d.F, d.F}}, 0, C), true, true);
@@ -122,6 +122,13 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
         merged.push_back(r);
     }
     rows = merged;
+  }
+  // What each rank's copy counts for: all, nothing, or (wqkv of a kv-head replica) its q rows.
+  for (auto& s : specs) {
+    s.owned = s.shard;
+    if (s.in_norm) continue;
+    s.owned.rows.clear();
+    if (s.full_id == kWqkv) s.owned.rows = {{tp * d.H * D, d.H * D}};
   }
   int64_t offset = 0;
   for (auto& s : specs) {
@@ -842,15 +849,39 @@ double LlamaModel::grad_sum_squares(int64_t begin, int64_t end) {
   for (const ParamSpec& s : specs_) all = all && s.in_norm;
   if (all) return cpu::sum_squares(grad_arena_.data() + begin, end - begin);
   double sum = 0;
+  std::vector<float> packed;
   for (const ParamSpec& s : specs_) {
     const int64_t a = std::max(s.offset, begin), b = std::min(s.offset + s.numel, end);
-    if (s.in_norm && a < b) sum += cpu::sum_squares(grad_arena_.data() + a, b - a);
+    if (a >= b) continue;
+    if (s.in_norm) {
+      sum += cpu::sum_squares(grad_arena_.data() + a, b - a);
+    } else if (s.owned.numel() > 0) {  // the owned elements of [a, b), packed
+      packed.assign(size_t(s.owned.numel()), 0.0f);
+      copy_between_shards(packed.data(), s.owned, 0, s.owned.numel(), grad_arena_.data() + a, s.shard, a - s.offset,
+                          b - a);
+      sum += cpu::sum_squares(packed.data(), s.owned.numel());
+    }
   }
   return sum;
 }
 
 void LlamaModel::reduce_model_parallel_grads(parallel::Communicator* embedding_group) {
   ensure_training_state();
+  if (dims_.kv_replicas > 1) {
+    // A replicated kv head's k and v rows got part of their gradient on each replica (from its q
+    // heads): sum them over TP through a buffer with a slot per full kv head, zeros in the others'.
+    const int64_t rows = int64_t(dims_.Hkv) * dims_.D * dims_.C, L = dims_.L, Hkv = config_.n_kv_heads;
+    const int64_t qkv = int64_t(dims_.QKV()) * dims_.C, q = int64_t(dims_.HD()) * dims_.C;
+    std::vector<float> slots(size_t(L * 2 * Hkv * rows), 0.0f);  // (L, k|v, Hkv, rows)
+    auto slot = [&](int64_t l, int64_t kv) { return slots.data() + ((l * 2 + kv) * Hkv + dims_.kv_head_begin) * rows; };
+    for (int64_t l = 0; l < L; l++)
+      for (int64_t kv = 0; kv < 2; kv++)
+        std::memcpy(slot(l, kv), grads_.wqkv + l * qkv + q + kv * rows, sizeof(float) * size_t(rows));
+    tp_->all_reduce(slots.data(), slots.size());
+    for (int64_t l = 0; l < L; l++)
+      for (int64_t kv = 0; kv < 2; kv++)
+        std::memcpy(grads_.wqkv + l * qkv + q + kv * rows, slot(l, kv), sizeof(float) * size_t(rows));
+  }
   if (plan_.sequence_parallel)  // the norm weights' gradients are partial sums over this rank's tokens
     for (const ParamSpec& s : specs_)
       if (!s.decay) tp_->all_reduce(grad_arena_.data() + s.offset, size_t(s.numel));
@@ -893,6 +924,7 @@ std::vector<std::pair<int64_t, int64_t>> LlamaModel::ready_ranges(int layer) con
   const bool head = layer < 0, embedding = layer >= dims_.L;
   for (const ParamSpec& s : specs_) {
     if (plan_.sequence_parallel && !s.decay) continue;  // norm weights: summed over TP after the backward
+    if (dims_.kv_replicas > 1 && s.name == "wqkv") continue;  // replicated kv rows: likewise
     const bool stacked = s.name != "wte" && s.name != "wout" && s.name != "norm";
     if (stacked && !head && !embedding) {
       const int64_t per = s.numel / dims_.L;

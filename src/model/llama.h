@@ -47,6 +47,10 @@ struct ParamSpec {
   // Counted in the global gradient norm on this rank: false for copies another rank also counts
   // (norm weights on TP ranks > 0, the tied embedding on a last stage that is not the first).
   bool in_norm = true;
+  // The elements this rank's copy counts for (gradient norm, checkpoint moments, gathered weights):
+  // all of `shard` when in_norm; when not, none, or a part: the q rows of wqkv on a rank whose kv
+  // head an earlier TP rank also holds (n_kv_heads < TP). Its own local order packs those elements.
+  TensorShard owned;
 };
 
 // Views into the parameter (or gradient) arena. Shapes: C dim, L layers, H heads, Hkv kv heads,
@@ -252,8 +256,9 @@ class LlamaModel {
   // counting only tensors that are in_norm on this rank.
   double grad_sum_squares(int64_t begin, int64_t end);
   // Model-parallel gradient sums a step needs before the norm: under sequence parallelism the norm
-  // weights' partial gradients over TP; under pipeline parallelism with tied embeddings, the
-  // embedding's over the embedding group (first and last stage; null when this rank is on neither).
+  // weights' partial gradients over TP; with kv heads replicated over TP ranks, their k and v rows'
+  // over the replicas; under pipeline parallelism with tied embeddings, the embedding's over the
+  // embedding group (first and last stage; null when this rank is on neither).
   void reduce_model_parallel_grads(parallel::Communicator* embedding_group);
 
   // Bytes: parameters + grads + optimizer state (+ bf16 copy), and activations for (B, T) (saved

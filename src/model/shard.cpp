@@ -147,8 +147,11 @@ ShardPlan ShardPlan::make(const LlamaConfig& full, int tp_size, int tp_rank, int
            tp_size, what, n, hint);
   };
   divides("num_attention_heads", full.n_heads, "choose a tensor parallel size that divides the heads");
-  divides("num_key_value_heads", full.n_kv_heads,
-          "choose a tensor parallel size that divides the key/value heads (replicating them is not supported)");
+  if (full.n_kv_heads % tp_size != 0 && tp_size % full.n_kv_heads != 0)
+    fail("model.tensor_model_parallel_size {}: num_key_value_heads is {}, expected a multiple or a divisor of it "
+         "(kv heads are split over the ranks, or each replicated on TP / num_key_value_heads of them)\nhint: choose "
+         "a tensor parallel size that divides or is divided by the key/value heads",
+         tp_size, full.n_kv_heads);
   divides("intermediate_size", full.ffn_dim, "choose a tensor parallel size that divides the FFN size");
   divides("vocab_size", full.vocab_size,
           "set model.make_vocab_size_divisible_by so the padded vocabulary splits evenly, or another tensor "
@@ -187,7 +190,15 @@ LocalDims local_dims(const LlamaConfig& full, const ShardPlan& plan) {
   d.L = plan.layers();
   d.D = full.head_dim();
   d.H = full.n_heads / plan.tp_size;
-  d.Hkv = full.n_kv_heads / plan.tp_size;
+  if (full.n_kv_heads >= plan.tp_size) {
+    d.Hkv = full.n_kv_heads / plan.tp_size;
+    d.kv_head_begin = d.Hkv * plan.tp_rank;
+  } else {  // replicated: ranks r*k .. r*k + k-1 share kv head r (k = TP / n_kv_heads)
+    d.Hkv = 1;
+    d.kv_replicas = plan.tp_size / full.n_kv_heads;
+    d.kv_head_begin = plan.tp_rank / d.kv_replicas;
+    d.kv_owner = plan.tp_rank % d.kv_replicas == 0;
+  }
   d.F = full.ffn_dim / plan.tp_size;
   d.V = full.vocab_size / plan.tp_size;
   d.vocab_begin = int64_t(d.V) * plan.tp_rank;

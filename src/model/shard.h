@@ -5,7 +5,9 @@
 // checkpoint written under another layout) goes through TensorShard, so the layouts agree by
 // construction. Megatron's split: q/k/v heads, gate/up rows and the vocabulary are split in rank
 // order over TP (column parallel), o_proj and down_proj split their input columns (row parallel),
-// the norms are replicated, and the layers are split over pipeline stages in order.
+// the norms are replicated, and the layers are split over pipeline stages in order. With fewer
+// key/value heads than TP ranks, each kv head is replicated on TP / n_kv_heads consecutive ranks
+// (Megatron's rule), the first of them owning it (its copy counts and is saved).
 #pragma once
 
 #include <cstdint>
@@ -57,9 +59,9 @@ struct ShardPlan {
   int layer_begin = 0, layer_end = 0;  // this stage's layers [begin, end) of the full model
   bool sequence_parallel = false;
 
-  // Validates the split against the model (heads, kv heads, ffn and vocabulary divisible by TP; at
-  // least one layer per stage; B*T divisible by TP under sequence parallelism is checked by the
-  // model) with Errors naming the config keys. layers_per_stage: explicit split (empty: balanced,
+  // Validates the split against the model (heads, ffn and vocabulary divisible by TP, kv heads
+  // divisible by TP or dividing it; at least one layer per stage; B*T divisible by TP under sequence
+  // parallelism is checked by the model) with Errors naming the config keys. layers_per_stage: explicit split (empty: balanced,
   // earlier stages taking the extra layers).
   static ShardPlan make(const LlamaConfig& full, int tp_size, int tp_rank, int pp_size, int pp_rank,
                         bool sequence_parallel, const std::vector<int>& layers_per_stage = {});
@@ -78,6 +80,9 @@ struct ShardPlan {
 struct LocalDims {
   int C = 0, L = 0, H = 0, Hkv = 0, D = 0, F = 0, V = 0;
   int64_t vocab_begin = 0;  // first full vocabulary row this rank holds
+  int kv_head_begin = 0;    // first full kv head this rank holds
+  int kv_replicas = 1;      // TP ranks holding each of its kv heads (> 1 when n_kv_heads < TP)
+  bool kv_owner = true;     // this rank's kv heads count as its own (the first of their replicas)
   int QKV() const { return (H + 2 * Hkv) * D; }
   int HD() const { return H * D; }
 };

@@ -263,17 +263,52 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
   if (zero1 || layout.dp_rank == 0) {
     std::vector<io::TensorToWrite> moments;
     std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
+    std::vector<std::vector<float>> packed_f32;  // parts written from a packed copy
+    std::vector<std::vector<bf16>> packed_bf16;
     for (const auto& t : model.state_tensors()) {
       if (t.name.rfind("weight.", 0) == 0) continue;  // the weights are the HF part
       const auto spec = std::find_if(model.param_specs().begin(), model.param_specs().end(),
                                      [&](const model::ParamSpec& s) { return s.name == t.param; });
       CHECK(spec != model.param_specs().end(), "no parameter tensor {}", t.param);
-      if (!spec->in_norm) continue;  // another rank holds and writes the same moments
-      moments.push_back({t.name, t.dtype == model::StateDType::bf16 ? io::DType::BF16 : io::DType::F32, {t.numel},
-                         t.data});
+      if (spec->owned.numel() == 0) continue;  // another rank holds and writes the same moments
+      const bool b16 = t.dtype == model::StateDType::bf16;
+      const void* data = t.data;
+      model::TensorShard shard = t.shard;
+      int64_t first = t.first, count = t.numel;
+      if (!spec->in_norm) {
+        // A kv-head replica's wqkv: only the elements it owns (its q rows), in the owned order, where
+        // those of [first, first + count) of the local tensor are one contiguous range.
+        std::vector<float> src(size_t(t.numel));
+        if (b16)
+          float_from_bf16(src.data(), static_cast<const bf16*>(t.data), t.numel);
+        else
+          std::memcpy(src.data(), t.data, sizeof(float) * size_t(t.numel));
+        int64_t begin = -1;
+        t.shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
+          for (int64_t i = std::max(local, t.first); begin < 0 && i < std::min(local + n, t.first + t.numel); i++)
+            if (const int64_t o = spec->owned.local_offset(full + (i - local)); o >= 0) begin = o;
+        });
+        std::vector<float> out(size_t(spec->owned.numel()), 0.0f);
+        count = model::copy_between_shards(out.data(), spec->owned, 0, spec->owned.numel(), src.data(), t.shard,
+                                           t.first, t.numel);
+        if (count == 0) continue;
+        first = begin;
+        shard = spec->owned;
+        out.erase(out.begin(), out.begin() + first);
+        out.resize(size_t(count));
+        if (b16) {
+          packed_bf16.emplace_back(out.size());
+          bf16_from_float(packed_bf16.back().data(), out.data(), count);
+          data = packed_bf16.back().data();
+        } else {
+          packed_f32.push_back(std::move(out));
+          data = packed_f32.back().data();
+        }
+      }
+      moments.push_back({t.name, b16 ? io::DType::BF16 : io::DType::F32, {count}, data});
       meta["shape." + t.name] = json(t.shape).dump();
-      meta["range." + t.name] = json({t.first, t.numel}).dump();
-      meta["shard." + t.name] = t.shard.to_json();
+      meta["range." + t.name] = json({first, count}).dump();
+      meta["shard." + t.name] = shard.to_json();
     }
     const bool one_file = !model.is_sharded() && !zero1;  // dp rank 0 is then the only writer
     const std::string name =

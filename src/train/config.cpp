@@ -1419,9 +1419,10 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
     fail_key(ctx, "model.num_query_groups", "got {}, expected a divisor of num_attention_heads {}\nhint: each key/value "
              "head serves the same number of query heads", m.kv_heads(), m.num_attention_heads);
   const int tp = m.tensor_model_parallel_size;
-  if (m.num_attention_heads % tp != 0 || m.kv_heads() % tp != 0)
-    fail_key(ctx, "model.tensor_model_parallel_size", "got {}, expected a divisor of num_attention_heads {} and of the "
-             "key/value heads {}\nhint: tensor parallelism splits heads", tp, m.num_attention_heads, m.kv_heads());
+  if (m.num_attention_heads % tp != 0 || (m.kv_heads() % tp != 0 && tp % m.kv_heads() != 0))
+    fail_key(ctx, "model.tensor_model_parallel_size", "got {}, expected a divisor of num_attention_heads {}, and a "
+             "divisor or a multiple of the key/value heads {}\nhint: tensor parallelism splits heads (with fewer kv "
+             "heads than ranks, each kv head is replicated)", tp, m.num_attention_heads, m.kv_heads());
   if (m.ffn_hidden_size % tp != 0)
     fail_key(ctx, "model.tensor_model_parallel_size", "got {}, expected a divisor of ffn_hidden_size {}", tp,
              m.ffn_hidden_size);

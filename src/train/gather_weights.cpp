@@ -22,13 +22,23 @@ struct Part {
   const float* data = nullptr;  // mp rank 0's own parts; others arrive into a buffer
 };
 
-// The parts a rank sends: its tensors that count (in_norm), in full_id order.
+// The parts a rank sends: the elements its copies count for (ParamSpec::owned), in full_id order.
 std::vector<const model::ParamSpec*> parts_to_send(const model::LlamaModel& m) {
   std::vector<const model::ParamSpec*> out;
   for (const auto& s : m.param_specs())
-    if (s.in_norm) out.push_back(&s);
+    if (s.owned.numel() > 0) out.push_back(&s);
   std::stable_sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->full_id < b->full_id; });
   return out;
+}
+
+// The weights of s this rank's copy counts for: the arena itself when it counts for all of them, else
+// those elements packed into `buf` (the q rows of a kv-head replica's wqkv).
+const float* owned_part(model::LlamaModel& m, const model::ParamSpec& s, std::vector<float>& buf) {
+  const float* w = m.param_data() + s.offset;
+  if (s.in_norm) return w;
+  buf.assign(size_t(s.owned.numel()), 0.0f);
+  model::copy_between_shards(buf.data(), s.owned, 0, s.owned.numel(), w, s.shard, 0, s.numel);
+  return buf.data();
 }
 
 }  // namespace
@@ -38,18 +48,22 @@ std::unique_ptr<model::LlamaModel> gather_full_weights(model::LlamaModel& local,
   if (mp.rank() != 0) {
     // The shard table, then every part, straight from the arena.
     nlohmann::json table = nlohmann::json::array();
-    for (const auto* s : mine) table.push_back({s->full_id, s->numel, s->shard.to_json()});
+    for (const auto* s : mine) table.push_back({s->full_id, s->owned.numel(), s->owned.to_json()});
     const std::string text = table.dump();
     const uint64_t len = text.size();
     mp.isend(&len, sizeof len, 0, kTag).wait();
     mp.isend(text.data(), len, 0, kTag).wait();
+    std::vector<float> packed;
     for (const auto* s : mine)
-      mp.isend(local.param_data() + s->offset, size_t(s->numel) * sizeof(float), 0, kTag).wait();
+      mp.isend(owned_part(local, *s, packed), size_t(s->owned.numel()) * sizeof(float), 0, kTag).wait();
     return nullptr;
   }
 
   std::vector<Part> parts;
-  for (const auto* s : mine) parts.push_back({0, s->full_id, s->numel, s->shard, local.param_data() + s->offset});
+  std::vector<std::vector<float>> own_packed(mine.size());
+  for (size_t i = 0; i < mine.size(); i++)
+    parts.push_back({0, mine[i]->full_id, mine[i]->owned.numel(), mine[i]->owned,
+                     owned_part(local, *mine[i], own_packed[i])});
   for (int r = 1; r < mp.size(); r++) {
     uint64_t len = 0;
     mp.irecv(&len, sizeof len, r, kTag).wait();

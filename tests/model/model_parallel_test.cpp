@@ -155,8 +155,10 @@ TEST_P(ModelParallel, StepEqualsOneRank) {
   const auto c = config(GetParam());
   const auto tokens = ids(c.vocab_size, 1, false), targets = ids(c.vocab_size, 2, true);
   const Reference ref = reference(c, model::Precision::fp32, tokens, targets);
+  // TP 4 over 2 kv heads replicates each kv head on two ranks.
   for (const Layout& lay : {Layout{2, 1, false}, Layout{2, 1, true}, Layout{2, 4, true}, Layout{1, 2, false},
-                            Layout{1, 4, false}, Layout{2, 2, true}, Layout{2, 2, false}})
+                            Layout{1, 4, false}, Layout{2, 2, true}, Layout{2, 2, false}, Layout{4, 1, false},
+                            Layout{4, 2, true}})
     check_layout(c, lay, ref, tokens, targets, 2e-5f);
 }
 
@@ -183,6 +185,20 @@ INSTANTIATE_TEST_SUITE_P(TiedAndUntied, ModelParallel, ::testing::Values(false, 
 TEST(ShardPlan, RejectsSplitsThatDoNotDivide) {
   auto c = config(false);
   EXPECT_THROW(model::ShardPlan::make(c, 3, 0, 1, 0, false), Error);  // 4 heads over 3
+  {
+    // 2 kv heads over 4 ranks: replicated, ranks 0-1 on kv head 0 (rank 0 owns it), ranks 2-3 on 1.
+    for (int r = 0; r < 4; r++) {
+      const auto d = model::local_dims(config(false), model::ShardPlan::make(config(false), 4, r, 1, 0, false));
+      EXPECT_EQ(d.Hkv, 1);
+      EXPECT_EQ(d.kv_head_begin, r / 2);
+      EXPECT_EQ(d.kv_replicas, 2);
+      EXPECT_EQ(d.kv_owner, r % 2 == 0);
+    }
+    // 3 kv heads over 2 ranks: neither divides the other.
+    model::LlamaConfig k = config(false);
+    k.dim = 48, k.n_heads = 6, k.n_kv_heads = 3;
+    EXPECT_THROW(model::ShardPlan::make(k, 2, 0, 1, 0, false), Error);
+  }
   c.vocab_size = 129;
   EXPECT_THROW(model::ShardPlan::make(c, 2, 0, 1, 0, false), Error);  // vocabulary
   EXPECT_THROW(model::ShardPlan::make(config(false), 1, 0, 5, 0, false), Error);  // 5 stages, 4 layers

@@ -247,7 +247,8 @@ TEST(CheckpointReshard, InitIsLayoutInvariant) {
   for (bool tied : {false, true}) {
     const auto c = config(tied);
     auto single = single_model(c, model::Precision::fp32);
-    for (const Layout& lay : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{2, 1, 2}, Layout{1, 4, 1}}) {
+    for (const Layout& lay : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{2, 1, 2}, Layout{1, 4, 1},
+                              Layout{4, 1, 1}}) {
       const std::string where = name_of(lay) + (tied ? " tied" : " untied");
       std::atomic<int> gathered{0};
       parallel::run_local_ranks(
@@ -280,7 +281,10 @@ TEST(CheckpointReshard, SaveUnderOneLayoutLoadUnderAnother) {
   const std::vector<Case> cases = {
       {{2, 1, 2, true}, {{1, 2, 1}, {1, 1, 1}, {2, 2, 1}}},
       {{2, 2, 1}, {{1, 1, 2, true}, {2, 1, 2, true}}},
-      {{1, 2, 2, true}, {{2, 1, 1}, {1, 1, 1}}},
+      {{1, 2, 2, true}, {{2, 1, 1}, {1, 1, 1}, {4, 1, 1}}},
+      // TP 4 over 2 kv heads: each kv head on two ranks, its moments saved once (by the first)
+      {{4, 1, 1}, {{1, 1, 1}, {2, 1, 1}, {1, 2, 2, true}}},
+      {{4, 1, 2, true}, {{4, 2, 1}, {1, 1, 1}}},
   };
   for (bool tied : {false, true}) {
     const auto c = config(tied);
@@ -322,6 +326,9 @@ TEST(CheckpointReshard, Bf16StateReshards) {
   const std::string path = save_from(dir.path(), c, Layout{2, 1, 2, true}, model::Precision::bf16_sr);
   load_into(path, c, Layout{2, 2, 1}, model::Precision::bf16_sr, *single, "bf16-sr TP2 DP2 ZeRO-1 -> TP2 PP2");
   load_into(path, c, Layout{}, model::Precision::bf16_sr, *single, "bf16-sr TP2 DP2 ZeRO-1 -> 1 rank");
+  const std::string replicated = save_from(dir / "tp4", c, Layout{4, 1, 2, true}, model::Precision::bf16_sr);
+  load_into(replicated, c, Layout{}, model::Precision::bf16_sr, *single, "bf16-sr TP4 (kv replicated) DP2 ZeRO-1 -> 1 rank");
+  load_into(replicated, c, Layout{4, 2, 1}, model::Precision::bf16_sr, *single, "bf16-sr TP4 DP2 ZeRO-1 -> TP4 PP2");
 }
 
 // A checkpoint of the format before shards were recorded: one rank's optimizer.safetensors with

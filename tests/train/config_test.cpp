@@ -420,8 +420,11 @@ TEST(Config, DerivedChecks) {
   EXPECT_CONTAINS(error_of(kBase, {"model.num_attention_heads=7"}), "got 7, expected a divisor of hidden_size 768");
   EXPECT_CONTAINS(error_of(kBase, {"model.num_query_groups=5"}), "got 5, expected a divisor of num_attention_heads 12");
   EXPECT_CONTAINS(error_of(kBase, {"model.kv_channels=128"}), "expected null or hidden_size / num_attention_heads = 64");
-  EXPECT_CONTAINS(error_of(kBase, {"model.num_query_groups=2", "trainer.devices=4", "model.tensor_model_parallel_size=4"}),
-                  "expected a divisor of num_attention_heads 12 and of the key/value heads 2");
+  EXPECT_CONTAINS(error_of(kBase, {"model.num_query_groups=4", "trainer.devices=3", "model.tensor_model_parallel_size=3",
+                                   "model.global_batch_size=4"}),
+                  "expected a divisor of num_attention_heads 12, and a divisor or a multiple of the key/value heads 4");
+  // fewer kv heads than TP ranks: each is replicated
+  EXPECT_NO_THROW(load(kBase, {"model.num_query_groups=2", "trainer.devices=4", "model.tensor_model_parallel_size=4"}));
   EXPECT_CONTAINS(error_of(kBase, {"model.pipeline_model_parallel_size=5", "trainer.devices=5",
                                    "model.global_batch_size=4"}),
                   "got 5 stages for num_layers 12 (first stage even, last stage even), expected the other stages to "
