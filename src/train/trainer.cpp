@@ -438,8 +438,9 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   say(fmt::format("model: {:.2f}M parameters{} (C {}, L {}, H {}, Hkv {}, F {}, V {}), {}, recompute {}, "
                   "memory {} (state {} + activations {}{})",
                   double(mc.num_params()) / 1e6,
-                  model.is_sharded() ? fmt::format(", {:.2f}M on rank 0", double(model.num_params()) / 1e6) : "", mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim,
-                  mc.vocab_size, model::precision_name(precision),
+                  model.is_sharded() ? fmt::format(", {:.2f}M on rank 0", double(model.num_params()) / 1e6) : "",
+                  mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim, mc.vocab_size,
+                  model::precision_name(precision),
                   recompute_layers < 0 || recompute_layers >= mc.n_layers
                       ? std::string(model::recompute_name(recompute))
                       : fmt::format("{} in layers 0-{}", model::recompute_name(recompute), recompute_layers - 1),
@@ -655,10 +656,10 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
     st.consumed_samples += gbs;
     double loss = loss_sum / double(num_micro);
     loss = dp_mean(dp, loss);
-    // Gradients: the mean over the data-parallel ranks (ZeRO-1: of this rank's shard only).
+    // Gradients: the mean over the data-parallel ranks (ZeRO-1: of this rank's shard only). The global
+    // norm: each rank's part (its ZeRO-1 shard, or all its tensors), summed over the model's ranks (and
+    // over the data-parallel shards under ZeRO-1).
     float norm;
-    // The global norm: each rank's part (its ZeRO-1 shard, or all its tensors), summed over the model's
-    // ranks (and over the data-parallel shards under ZeRO-1).
     if (zero1) {
       parallel::reduce_scatter_gradients(*dp, model.grad_data(), *shards);
       double sq = model.grad_sum_squares(model.shard_begin(), model.shard_end());
