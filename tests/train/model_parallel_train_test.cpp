@@ -64,7 +64,7 @@ double curve_difference(const std::map<int64_t, double>& a, const std::map<int64
 
 TEST(ModelParallelTrain, EveryLayoutReproducesTheSingleRankCurveAndWeights) {
   TempDir dir;
-  const auto one = train(0, dir / "one", {"trainer.max_steps=20"});
+  const auto one = train(0, dir / "one", {"trainer.max_steps=20", "convert_to_hf=true"});
   ASSERT_EQ(one.status, 0) << one.log;
   const auto ref = losses(dir / "one");
   ASSERT_EQ(ref.size(), 20u);
@@ -75,6 +75,7 @@ TEST(ModelParallelTrain, EveryLayoutReproducesTheSingleRankCurveAndWeights) {
     const std::string run = dir / fmt::format("tp{}_pp{}_dp{}{}", l.tp, l.pp, l.dp, l.sp ? "_sp" : "");
     auto extra = l.overrides();
     extra.push_back("trainer.max_steps=20");
+    extra.push_back("convert_to_hf=true");
     const auto r = train(l.tp * l.pp * l.dp, run, extra);
     ASSERT_EQ(r.status, 0) << r.log;
     EXPECT_NE(r.log.find(fmt::format("data {} x tensor {} x pipeline {}", l.dp, l.tp, l.pp)), std::string::npos)
@@ -85,8 +86,13 @@ TEST(ModelParallelTrain, EveryLayoutReproducesTheSingleRankCurveAndWeights) {
     EXPECT_LE(worst, 1e-5);
     const auto w = testing::weight_differences(dir / "one/checkpoints/step_20", run + "/checkpoints/step_20");
     EXPECT_LE(w.l2, 1e-5);
+    // The Hugging Face export, gathered from the ranks: the single process's bytes where the weights are
+    // (pipeline stages do the single rank's arithmetic exactly), as close as the checkpoint elsewhere.
     if (l.tp == 1) {
-      EXPECT_EQ(w.max_abs, 0.0);  // pipeline stages: the single rank's arithmetic exactly
+      EXPECT_EQ(w.max_abs, 0.0);
+      EXPECT_EQ(testing::read_file(run + "/hf/model.safetensors"), testing::read_file(dir / "one/hf/model.safetensors"));
+    } else {
+      EXPECT_LE(testing::weight_differences(dir / "one/hf", run + "/hf").l2, 1e-5);
     }
     std::printf("%s against one process, 20 steps: worst relative loss difference %.2g, weights %.2g (L2), "
                 "%.2g (largest element)\n",
