@@ -253,7 +253,7 @@ class LlamaModel {
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_ < 0 ? num_params_ : shard_end_; }
   // Sum of squared gradients over [begin, end) of the arena (a shard's part of the global norm),
-  // counting only tensors that are in_norm on this rank.
+  // counting only the elements this rank's copies count for (ParamSpec::owned).
   double grad_sum_squares(int64_t begin, int64_t end);
   // Model-parallel gradient sums a step needs before the norm: under sequence parallelism the norm
   // weights' partial gradients over TP; with kv heads replicated over TP ranks, their k and v rows'
