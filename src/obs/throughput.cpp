@@ -1,6 +1,7 @@
 // Step FLOPs, MFU, tokens/s and the smoothed step time (see throughput.h).
 #include "obs/throughput.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -16,6 +17,43 @@ double step_flops(const model::LlamaConfig& c, int64_t B, int64_t T) {
   const double tokens = double(B) * double(T);
   const double attention = 3.0 * 2.0 * double(B) * c.n_heads * double(T) * double(T) * c.head_dim() * c.n_layers;
   return 6.0 * tokens * matmul_params + attention;
+}
+
+double stage_flops(const model::LlamaConfig& c, int64_t B, int64_t T, int layers, bool lm_head) {
+  model::LlamaConfig part = c;
+  part.n_layers = layers;
+  double f = step_flops(part, B, T);
+  if (!lm_head) f -= 6.0 * double(B) * double(T) * double(c.vocab_size) * c.dim;
+  return f;
+}
+
+std::vector<int> balanced_pipeline_split(const model::LlamaConfig& c, int pipeline_stages, int64_t T) {
+  const int P = pipeline_stages, L = c.n_layers;
+  CHECK(P >= 1 && P <= L, "pipeline of {} stages over {} layers", P, L);
+  auto even = [&] {
+    std::vector<int> s(static_cast<size_t>(P));
+    for (int i = 0; i < P; i++) s[size_t(i)] = L / P + (i < L % P ? 1 : 0);
+    return s;
+  };
+  auto busiest = [&](const std::vector<int>& s) {
+    double m = 0;
+    for (int i = 0; i < P; i++) m = std::max(m, stage_flops(c, 1, T, s[size_t(i)], i == P - 1));
+    return m;
+  };
+  std::vector<int> best = even();
+  double best_f = busiest(best);
+  if (P == 1) return best;
+  // first and last stage sizes; the P - 2 others share the rest evenly
+  for (int first = 1; first <= L; first++)
+    for (int last = 1; first + last <= L; last++) {
+      const int rest = L - first - last, middle = P - 2;
+      if (middle == 0 ? rest != 0 : (rest < middle || rest % middle != 0)) continue;
+      std::vector<int> s(size_t(P), middle > 0 ? rest / middle : 0);
+      s.front() = first, s.back() = last;
+      const double f = busiest(s);
+      if (f < best_f * (1 - 1e-9)) best = s, best_f = f;
+    }
+  return best;
 }
 
 double mfu(double flops_per_step, double step_seconds, double peak_flops_per_s) {

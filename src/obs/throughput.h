@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 #include "model/config.h"
 
@@ -15,6 +16,15 @@ namespace llamatrain::obs {
 // not) + causal attention, QK^T and PV over the lower triangle, 2 * B*H*T*T*D forward per layer and
 // three times that for forward + backward.
 double step_flops(const model::LlamaConfig& c, int64_t B, int64_t T);
+
+// The part of step_flops a pipeline stage computes: its layers' matmuls and attention, and the lm head
+// on the last stage (the embedding lookup is no matmul). The stages of a split sum to step_flops.
+double stage_flops(const model::LlamaConfig& c, int64_t B, int64_t T, int layers, bool lm_head);
+
+// Pipeline balance: the layers of each stage (model.num_layers_in_first/last_pipeline_stage, the
+// others even) that make the busiest stage's stage_flops at sequence length T smallest, among the
+// splits those two keys can express; the even split when nothing is better. 1 <= stages <= layers.
+std::vector<int> balanced_pipeline_split(const model::LlamaConfig& c, int pipeline_stages, int64_t T);
 
 // Model FLOPs utilization: achieved FLOP/s over the peak FLOP/s (a fraction, not a percentage).
 double mfu(double flops_per_step, double step_seconds, double peak_flops_per_s);

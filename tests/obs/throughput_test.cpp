@@ -36,6 +36,24 @@ TEST(Throughput, StepFlopsMatchesParameterCountAccounting) {
   EXPECT_EQ(step_flops(model::preset_config("llama2-7b"), 1, 4096), 175569673125888.0);
 }
 
+TEST(Throughput, PipelineStagesSumToTheStepAndTheBalancedSplit) {
+  // The stages of a split compute the whole step between them.
+  for (const char* name : {"stories15m", "stories110m", "llama2-7b"}) {
+    const model::LlamaConfig c = model::preset_config(name);
+    const int L = c.n_layers;
+    const double parts = stage_flops(c, 2, 256, L / 3, false) + stage_flops(c, 2, 256, L / 3, false) +
+                         stage_flops(c, 2, 256, L - 2 * (L / 3), true);
+    EXPECT_NEAR(parts / step_flops(c, 2, 256), 1.0, 1e-12) << name;
+  }
+  // stories110m: the lm head (32000 x 768) weighs 3.5 layers, so two stages balance at 8 + 4 layers.
+  EXPECT_EQ(balanced_pipeline_split(model::preset_config("stories110m"), 2, 256), (std::vector<int>{8, 4}));
+  // stories15m: the head (32000 x 288) outweighs all 6 layers; the last stage keeps one layer only.
+  EXPECT_EQ(balanced_pipeline_split(model::preset_config("stories15m"), 2, 256), (std::vector<int>{5, 1}));
+  // Llama 2 7B on 4 stages: the head is 0.65 of a layer, and no first/last split beats 8 x 4.
+  EXPECT_EQ(balanced_pipeline_split(model::preset_config("llama2-7b"), 4, 4096), (std::vector<int>{8, 8, 8, 8}));
+  EXPECT_EQ(balanced_pipeline_split(model::preset_config("tiny"), 1, 64), (std::vector<int>{2}));
+}
+
 TEST(Throughput, MfuAndTokensPerSecond) {
   EXPECT_DOUBLE_EQ(mfu(1e12, 2.0, 1e12), 0.5);
   EXPECT_DOUBLE_EQ(mfu(3e12, 0.5, 12e12), 0.5);
