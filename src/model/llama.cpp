@@ -169,6 +169,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
   CHECK(plan_.tp_size == 1 || (tp_ != nullptr && tp_->size() == plan_.tp_size && tp_->rank() == plan_.tp_rank),
         "tensor parallel model without its TP communicator");
   dims_ = local_dims(config_, plan_);
+  // The TP ranks sharing a kv head (collective over tp: every TP rank builds its model together).
+  if (dims_.kv_replicas > 1) kv_group_ = tp_->split(dims_.kv_head_begin, plan_.tp_rank, "kv");
   specs_ = build_param_specs(config_, plan_);
   num_params_ = specs_.back().offset + specs_.back().numel;
   param_arena_.assign(num_params_, 0.0f);
@@ -869,18 +871,10 @@ void LlamaModel::reduce_model_parallel_grads(parallel::Communicator* embedding_g
   ensure_training_state();
   if (dims_.kv_replicas > 1) {
     // A replicated kv head's k and v rows got part of their gradient on each replica (from its q
-    // heads): sum them over TP through a buffer with a slot per full kv head, zeros in the others'.
-    const int64_t rows = int64_t(dims_.Hkv) * dims_.D * dims_.C, L = dims_.L, Hkv = config_.n_kv_heads;
+    // heads): sum them over the replicas. Per layer they are one block, after the q rows.
+    const int64_t kv_rows = 2 * int64_t(dims_.Hkv) * dims_.D * dims_.C;
     const int64_t qkv = int64_t(dims_.QKV()) * dims_.C, q = int64_t(dims_.HD()) * dims_.C;
-    std::vector<float> slots(size_t(L * 2 * Hkv * rows), 0.0f);  // (L, k|v, Hkv, rows)
-    auto slot = [&](int64_t l, int64_t kv) { return slots.data() + ((l * 2 + kv) * Hkv + dims_.kv_head_begin) * rows; };
-    for (int64_t l = 0; l < L; l++)
-      for (int64_t kv = 0; kv < 2; kv++)
-        std::memcpy(slot(l, kv), grads_.wqkv + l * qkv + q + kv * rows, sizeof(float) * size_t(rows));
-    tp_->all_reduce(slots.data(), slots.size());
-    for (int64_t l = 0; l < L; l++)
-      for (int64_t kv = 0; kv < 2; kv++)
-        std::memcpy(grads_.wqkv + l * qkv + q + kv * rows, slot(l, kv), sizeof(float) * size_t(rows));
+    for (int64_t l = 0; l < dims_.L; l++) kv_group_->all_reduce(grads_.wqkv + l * qkv + q, size_t(kv_rows));
   }
   if (plan_.sequence_parallel)  // the norm weights' gradients are partial sums over this rank's tokens
     for (const ParamSpec& s : specs_)

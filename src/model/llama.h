@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -154,7 +155,8 @@ struct StepStats {
 class LlamaModel {
  public:
   // config is the full model's; plan (default: all of it) says which part this rank holds, and tp is
-  // the tensor-parallel group (required when plan.tp_size > 1; it must outlive the model).
+  // the tensor-parallel group (required when plan.tp_size > 1; it must outlive the model). With kv
+  // heads replicated over TP ranks, construction is collective over tp.
   LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed = 1234);
   LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed, const ShardPlan& plan,
              parallel::Communicator* tp);
@@ -327,6 +329,7 @@ class LlamaModel {
   ShardPlan plan_;
   LocalDims dims_;
   parallel::Communicator* tp_ = nullptr;
+  std::unique_ptr<parallel::Communicator> kv_group_;  // TP ranks holding the same kv heads (when replicated)
   Precision precision_;
   uint64_t seed_;
   Recompute recompute_ = Recompute::none;

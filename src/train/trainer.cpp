@@ -430,28 +430,28 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
   if (lay.pp_size > 1) {
     // What each stage computes, and a split that balances them better when there is one: a small
     // model's lm head can outweigh several layers.
+    auto busiest_share = [&](const std::vector<int>& split) {
+      std::vector<double> work;
+      for (int s = 0; s < lay.pp_size; s++)
+        work.push_back(obs::stage_flops(mc, 1, T, split[size_t(s)], s == lay.pp_size - 1));
+      return *std::max_element(work.begin(), work.end()) / std::accumulate(work.begin(), work.end(), 0.0);
+    };
     const std::vector<int> split = cfg.model.pipeline_layers();
-    std::vector<double> work;
     std::string stages;
     for (int s = 0, l0 = 0; s < lay.pp_size; l0 += split[size_t(s)], s++) {
-      work.push_back(obs::stage_flops(mc, 1, T, split[size_t(s)], s == lay.pp_size - 1));
       const int n = split[size_t(s)];
       stages += fmt::format("{}{}{}", s ? ", " : "",
                             n == 1 ? fmt::format("layer {}", l0) : fmt::format("layers {}-{}", l0, l0 + n - 1),
                             s == lay.pp_size - 1 ? " + lm head" : "");
     }
-    const double total = std::accumulate(work.begin(), work.end(), 0.0);
-    const double busiest = *std::max_element(work.begin(), work.end());
+    const double busiest = busiest_share(split);
     say(fmt::format("pipeline stages: {}; the busiest does {:.0f}% of a step's work ({:.0f}% when balanced)", stages,
-                    100 * busiest / total, 100.0 / lay.pp_size));
+                    100 * busiest, 100.0 / lay.pp_size));
     const std::vector<int> better = obs::balanced_pipeline_split(mc, lay.pp_size, T);
-    double better_busiest = 0;
-    for (int s = 0; s < lay.pp_size; s++)
-      better_busiest = std::max(better_busiest, obs::stage_flops(mc, 1, T, better[size_t(s)], s == lay.pp_size - 1));
-    if (better_busiest < 0.95 * busiest)
+    if (busiest_share(better) < 0.95 * busiest)
       say(fmt::format("  hint: model.num_layers_in_first_pipeline_stage={} model.num_layers_in_last_pipeline_stage={} "
                       "would bring the busiest stage to {:.0f}%",
-                      better.front(), better.back(), 100 * better_busiest / total));
+                      better.front(), better.back(), 100 * busiest_share(better)));
   }
 
   model::LlamaModel model(mc, precision, uint64_t(cfg.model.seed), plan, ranks.tp);
