@@ -61,20 +61,21 @@ void GradReducer::add_bucket(std::vector<GradRange> pieces) {
   buckets_.push_back(std::move(b));
 }
 
+float* GradReducer::stage(Bucket& b) {
+  if (b.staging.empty()) return grads_ + b.pieces.front().begin;  // one piece: in place
+  size_t at = 0;
+  for (const GradRange& p : b.pieces) {
+    std::copy(grads_ + p.begin, grads_ + p.end, b.staging.begin() + ptrdiff_t(at));
+    at += p.end - p.begin;
+  }
+  return b.staging.data();
+}
+
 void GradReducer::start(size_t bucket) {
   Bucket& b = buckets_[bucket];
   b.started = true;
   start_order_.push_back(bucket);
-  float* data = grads_ + b.pieces.front().begin;
-  if (!b.staging.empty()) {
-    size_t at = 0;
-    for (const GradRange& p : b.pieces) {
-      std::copy(grads_ + p.begin, grads_ + p.end, b.staging.begin() + ptrdiff_t(at));
-      at += p.end - p.begin;
-    }
-    data = b.staging.data();
-  }
-  requests_.push_back(dp_.iall_reduce(data, b.size));
+  requests_.push_back(dp_.iall_reduce(stage(b), b.size));
 }
 
 void GradReducer::ready(size_t begin, size_t end) {
@@ -106,7 +107,7 @@ void GradReducer::finish() {
     for (const GradRange& p : b.pieces) {
       float* g = grads_ + p.begin;
       const size_t len = p.end - p.begin;
-      if (b.staging.empty() || !b.started) {
+      if (b.staging.empty()) {
         if (multi)
           for (size_t j = 0; j < len; ++j) g[j] *= scale;
       } else {
@@ -121,9 +122,8 @@ void GradReducer::finish() {
     mean(start_order_[i]);
   }
   for (size_t b = 0; b < buckets_.size(); ++b)
-    if (!buckets_[b].started) {
-      // A bucket the backward did not complete (or nobody reported): each piece in place.
-      for (const GradRange& p : buckets_[b].pieces) dp_.all_reduce(grads_ + p.begin, p.end - p.begin);
+    if (!buckets_[b].started) {  // a bucket the backward did not complete (or nobody reported)
+      dp_.all_reduce(stage(buckets_[b]), buckets_[b].size);
       mean(b);
     }
   for (Bucket& b : buckets_) b.ready = 0, b.started = false;

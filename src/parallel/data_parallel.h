@@ -53,6 +53,7 @@ class GradReducer {
     size_t begin, end, bucket;      // a bucket's piece, for lookups by arena offset
   };
   void start(size_t bucket);
+  float* stage(Bucket& b);  // the bucket's contiguous data: in the arena, or copied to its staging buffer
   void add_bucket(std::vector<GradRange> pieces);
 
   Communicator& dp_;
