@@ -526,6 +526,7 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
   }
   return state;
 }
+
 std::vector<std::string> prune_checkpoints(const std::string& checkpoints_dir, int keep) {
   std::vector<std::string> removed;
   std::error_code ec;
