@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves the README's setup on a fresh machine: builds a bare Debian 12 (bookworm, minbase) root
-# with debootstrap, puts a clean `git clone` of this checkout's HEAD in it (uncommitted changes are
+# (or another release, --suite) with debootstrap, puts a clean `git clone` of this checkout's HEAD in it (uncommitted changes are
 # NOT tested), and runs the README's two commands there as root in a chroot: `bash scripts/demo.sh`,
 # then `bash scripts/test.sh`. It fails if either fails or if any test was skipped (on the machine
 # setup.sh prepares, every test must run). It prints each step's duration and ends with ctest's
@@ -16,8 +16,12 @@
 #   --new-base           debootstrap again instead of unpacking the cached base tarball
 #   --mirror URL         mirror for debootstrap and standard sources (default http://deb.debian.org/debian)
 #   --apt-sources host|debian
-#                        the root's apt sources: the host's (default on a Debian 12 host) or the
-#                        standard bookworm, bookworm-updates and bookworm-security from --mirror
+#                        the root's apt sources: the host's (default when the host runs the same
+#                        release) or the standard SUITE, SUITE-updates and SUITE-security from --mirror
+#   --suite NAME         the Debian release of the root (default bookworm; e.g. trixie)
+#   --cxx g++-N          build with that GCC (installs Debian's g++-N and gcc-N in the root first and
+#                        sets CXX and CC), e.g. --cxx g++-13 on trixie, a newer compiler's warnings
+#   --werror             warnings are errors in both commands (LLAMATRAIN_WERROR=ON, as in CI)
 set -euo pipefail
 
 usage() { sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -33,6 +37,9 @@ REUSE=0
 NEW_BASE=0
 MIRROR=http://deb.debian.org/debian
 APT_SOURCES=""
+SUITE=bookworm
+CXX_PKG=""
+WERROR=0
 ARGS=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +53,13 @@ while [ $# -gt 0 ]; do
         host | debian) APT_SOURCES=$2; shift 2 ;;
         *) die "--apt-sources takes host or debian, got '${2:-}'" ;;
       esac ;;
+    --suite)
+      [[ "${2:-}" =~ ^[a-z]+$ ]] || die "--suite takes a Debian release name such as trixie, got '${2:-}'"
+      SUITE=$2; shift 2 ;;
+    --cxx)
+      [[ "${2:-}" =~ ^g\+\+-[0-9]+$ ]] || die "--cxx takes a Debian GCC package such as g++-13, got '${2:-}'"
+      CXX_PKG=$2; shift 2 ;;
+    --werror) WERROR=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown option '$1'" "see: bash scripts/fresh_machine_test.sh --help" ;;
   esac
@@ -62,7 +76,7 @@ esac
   "choose one made of letters, digits and / . _ -"
 [ "$WORK" != / ] || die "the work folder cannot be /"
 ROOT=$WORK/root
-BASE=$WORK/bookworm-minbase.tar
+BASE=$WORK/$SUITE-minbase.tar
 LOGS=$WORK/logs
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -150,23 +164,26 @@ free_kb=$(df -Pk "$WORK" | awk 'NR == 2 { print $4 }')
 t0=$SECONDS
 if [ "$REUSE" -eq 1 ]; then
   [ -f "$ROOT/.llamatrain-fresh-root" ] || die "no kept root in $ROOT to reuse" "run once with --keep first"
+  kept_suite=$(cat "$ROOT/.llamatrain-fresh-root")
+  [ "${kept_suite:-bookworm}" = "$SUITE" ] || die "the kept root is $kept_suite, not $SUITE" \
+    "pass --suite ${kept_suite:-bookworm}, or drop --reuse"
   base_step="reused the root a --keep run left"
 else
   remove_root
   if [ "$NEW_BASE" -eq 1 ] || [ ! -f "$BASE" ]; then
-    log "debootstrap --variant=minbase bookworm from $MIRROR (log: $LOGS/debootstrap.log)"
-    if ! debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" >"$LOGS/debootstrap.log" 2>&1 9>&-; then
+    log "debootstrap --variant=minbase $SUITE from $MIRROR (log: $LOGS/debootstrap.log)"
+    if ! debootstrap --variant=minbase "$SUITE" "$ROOT" "$MIRROR" >"$LOGS/debootstrap.log" 2>&1 9>&-; then
       tail -n 20 "$LOGS/debootstrap.log" >&2
       die "debootstrap failed (log: $LOGS/debootstrap.log)" "check that $MIRROR is reachable, or pass --mirror"
     fi
     tar -C "$ROOT" --numeric-owner -cpf "$BASE.partial" . && mv "$BASE.partial" "$BASE"
-    base_step="debootstrap (bare bookworm minbase, cached as $BASE)"
+    base_step="debootstrap (bare $SUITE minbase, cached as $BASE)"
   else
     mkdir -p "$ROOT"
     tar -C "$ROOT" --numeric-owner -xpf "$BASE"
     base_step="unpacked the cached bare debootstrap $BASE (--new-base to redo it)"
   fi
-  touch "$ROOT/.llamatrain-fresh-root"
+  echo "$SUITE" >"$ROOT/.llamatrain-fresh-root"
 fi
 t_base=$((SECONDS - t0))
 log "root ready in ${t_base} s: $base_step"
@@ -174,7 +191,7 @@ log "root ready in ${t_base} s: $base_step"
 # ---- apt sources and DNS from the host --------------------------------------------------------
 if [ -z "$APT_SOURCES" ]; then
   APT_SOURCES=debian
-  if [ -r /etc/os-release ] && grep -q '^VERSION_CODENAME=bookworm$' /etc/os-release &&
+  if [ -r /etc/os-release ] && grep -q "^VERSION_CODENAME=$SUITE\$" /etc/os-release &&
     grep -q '^ID=debian$' /etc/os-release; then APT_SOURCES=host; fi
 fi
 rm -rf "$ROOT/etc/apt/sources.list.d" "$ROOT/etc/apt/sources.list"
@@ -190,13 +207,13 @@ else
   cat >"$ROOT/etc/apt/sources.list.d/debian.sources" <<EOF
 Types: deb
 URIs: $MIRROR
-Suites: bookworm bookworm-updates
+Suites: $SUITE $SUITE-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
 URIs: $security
-Suites: bookworm-security
+Suites: $SUITE-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
@@ -226,10 +243,22 @@ mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$ROOT/dev/shm"
 # A login-like environment: nothing from the host's shell leaks in, except a proxy if one is set.
 in_root() {
   local env=(HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+  [ -z "$CXX_PKG" ] || env+=("CXX=$CXX_PKG" "CC=gcc-${CXX_PKG#g++-}")
+  [ "$WERROR" -eq 0 ] || env+=(LLAMATRAIN_WERROR=ON)
   local v
   for v in http_proxy https_proxy no_proxy; do [ -z "${!v:-}" ] || env+=("$v=${!v}"); done
   chroot "$ROOT" /usr/bin/env -i "${env[@]}" /bin/bash -c "cd /llamatrain && $1" 9>&-  # not the lock
 }
+
+t_cxx=0
+if [ -n "$CXX_PKG" ]; then
+  t0=$SECONDS
+  log "installing $CXX_PKG and gcc-${CXX_PKG#g++-} in the root (log: $LOGS/cxx.log)"
+  in_root "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    $CXX_PKG gcc-${CXX_PKG#g++-}" >"$LOGS/cxx.log" 2>&1 ||
+    die "could not install $CXX_PKG in the $SUITE root (log: $LOGS/cxx.log)" "check that $SUITE has that package"
+  t_cxx=$((SECONDS - t0))
+fi
 
 JUNIT=build/release/test-results.xml
 t0=$SECONDS
@@ -237,6 +266,7 @@ log "running: bash scripts/demo.sh (log: $LOGS/demo.log)"
 demo_rc=0
 in_root "bash scripts/demo.sh" 2>&1 | tee "$LOGS/demo.log" || demo_rc=$?
 t_demo=$((SECONDS - t0))
+compiler=$(in_root "\${CXX:-g++} --version | head -n 1" 2>/dev/null || echo unknown)
 
 t0=$SECONDS
 test_rc=0
@@ -257,9 +287,11 @@ echo
 echo "==== fresh machine test: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "host:        $(uname -srm), $(nproc) cores, $(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-unknown OS}")"
 echo "checkout:    ${sha:0:10} (clean clone of HEAD$([ "$dirty" -eq 0 ] || echo "; $dirty uncommitted change(s) not included"))"
+echo "root:        Debian $SUITE; compiler: $compiler; warnings are errors: $([ "$WERROR" -eq 1 ] && echo yes || echo no)"
 echo "apt sources: $APT_SOURCES"
 if [ "$REUSE" -eq 1 ]; then echo "NOTE:        reused a kept root: NOT a fresh-machine result"; fi
 printf '%-32s %6d s  %s\n' "root" "$t_base" "$base_step"
+[ -z "$CXX_PKG" ] || printf '%-32s %6d s  %s\n' "install $CXX_PKG" "$t_cxx" ok
 printf '%-32s %6d s  %s\n' "bash scripts/demo.sh" "$t_demo" "$([ "$demo_rc" -eq 0 ] && echo ok || echo "FAILED (exit $demo_rc)")"
 if [ "$demo_rc" -eq 0 ]; then
   printf '%-32s %6d s  %s\n' "bash scripts/test.sh" "$t_test" "$([ "$test_rc" -eq 0 ] && echo ok || echo "FAILED (exit $test_rc)")"
