@@ -39,10 +39,13 @@ struct BenchOptions {
 };
 
 // Bytes a training job needs: state (weights, gradients, optimizer) + activations + lm-head scratch.
+// The operand form is the known choice, else the larger (no probe: this only sizes hints).
 int64_t job_bytes(const model::LlamaConfig& c, model::Precision p, int B, int T) {
   const auto ct = p == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
-  return model::LlamaModel::state_bytes(c, p) + model::LlamaModel::activation_bytes(c, p, B, T) +
-         cpu::lmhead_ce_scratch_bytes(B * T, c.dim, c.vocab_size, ct);
+  const bool floats = model::LlamaModel::float_operands_at(c, model::ShardPlan::single(c), p, int64_t(B) * T, false);
+  return model::LlamaModel::state_bytes(c, p, 1, floats) +
+         model::LlamaModel::activation_bytes(c, p, B, T, model::Recompute::none, -1, floats) +
+         cpu::lmhead_ce_scratch_bytes(B * T, c.dim, c.vocab_size, ct, floats);
 }
 
 // The changes of one option that would make the job fit in `avail` bytes, each checked by
@@ -66,7 +69,11 @@ std::string fitting_changes(const model::LlamaConfig& c, model::Precision p, int
     ways.push_back(fmt::format("--precision bf16-sr (bf16 weights and Adam states: {:.1f} GB of state instead of "
                                "{:.1f} GB)",
                                model::LlamaModel::state_bytes(c, model::Precision::bf16_sr) / 1e9,
-                               model::LlamaModel::state_bytes(c, p) / 1e9));
+                               model::LlamaModel::state_bytes(
+                                   c, p, 1,
+                                   model::LlamaModel::float_operands_at(c, model::ShardPlan::single(c), p,
+                                                                        int64_t(B) * T, false)) /
+                                   1e9));
   if (!ways.empty()) return fmt::format("{}; or pick a smaller model", fmt::join(ways, "; or "));
   const int64_t smallest = std::min(job_bytes(c, p, 1, 1), job_bytes(c, model::Precision::bf16_sr, 1, 1));
   if (smallest > avail)
@@ -92,9 +99,11 @@ void run_bench(const BenchOptions& o) {
   const auto precision = model::parse_precision(o.precision);
   const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
   const int B = o.batch, T = o.seq, N = B * T;
-  const int64_t state = model::LlamaModel::state_bytes(cfg, precision);
-  const int64_t activations = model::LlamaModel::activation_bytes(cfg, precision, B, T) +
-                              cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct);
+  const bool float_operands = model::LlamaModel::float_operands_at(cfg, model::ShardPlan::single(cfg), precision, N);
+  const int64_t state = model::LlamaModel::state_bytes(cfg, precision, 1, float_operands);
+  const int64_t activations =
+      model::LlamaModel::activation_bytes(cfg, precision, B, T, model::Recompute::none, -1, float_operands) +
+      cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct, float_operands);
   const int64_t avail = available_memory_bytes();
   check_memory_fits(state + activations,
                     fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),

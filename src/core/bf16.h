@@ -12,6 +12,14 @@ struct bf16 {
   uint16_t bits;
 };
 
+// A bf16 value held in a float (the low 16 bits zero): what oneDNN's fp32 matmul kernel multiplies
+// without a conversion pass where bf16 compute runs on that kernel (kernels/cpu/matmul.cpp). A type
+// of its own so that such storage is never mistaken for full fp32 values, and so templated kernels
+// that write float or bf16 write it too, rounded.
+struct bf16_in_f32 {
+  float value;
+};
+
 inline float to_float(bf16 h) {
   uint32_t u = uint32_t(h.bits) << 16;
   float f;
@@ -37,6 +45,7 @@ inline bf16 to_bf16_stochastic(float f, uint32_t random16) {
 }
 
 void bf16_from_float(bf16* out, const float* in, int64_t n);   // round to nearest even, OpenMP
+void bf16_from_float(bf16_in_f32* out, const float* in, int64_t n);  // the same values, kept in floats
 void float_from_bf16(float* out, const bf16* in, int64_t n);
 
 }  // namespace llamatrain

@@ -230,13 +230,43 @@ void LlamaModel::init_random(float std, float output_std) {
 
 void LlamaModel::params_changed() {
   if (precision_ == Precision::fp32) return;
+  if (!param_f32x_.empty()) {
+    bf16_from_float(param_f32x_.data(), param_arena_.data(), num_params_);
+    return;
+  }
   bf16_from_float(param_bf16_.data(), param_arena_.data(), num_params_);
   if (precision_ == Precision::bf16_sr) float_from_bf16(param_arena_.data(), param_bf16_.data(), num_params_);
 }
 
-const bf16* LlamaModel::bf16_of(const float* param) const {
+cpu::Bf16Weight LlamaModel::bf16_of(const float* param) const {
   if (precision_ == Precision::fp32) return nullptr;
-  return param_bf16_.data() + (param - param_arena_.data());
+  const int64_t i = param - param_arena_.data();
+  if (!float_operands_) return param_bf16_.data() + i;
+  if (precision_ == Precision::bf16_sr) return cpu::Bf16Weight::rounded_floats(param);  // holds bf16 values
+  return param_f32x_.data() + i;
+}
+
+void LlamaModel::choose_operand_form(int64_t N) {
+  const bool floats = float_operands_at(config_, plan_, precision_, N);
+  if (floats == float_operands_) return;
+  float_operands_ = floats;
+  if (precision_ != Precision::bf16_mixed) return;  // bf16-sr: the compute copy already is bf16_in_f32
+  if (floats) {  // the same values: the fp32 master rounded to nearest even
+    param_bf16_ = ArenaVector<bf16>();
+    param_f32x_.resize(size_t(num_params_));
+  } else {
+    param_f32x_ = ArenaVector<bf16_in_f32>();
+    param_bf16_.resize(size_t(num_params_));
+  }
+  params_changed();
+}
+
+bool LlamaModel::float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N, bool probe) {
+  const LocalDims d = local_dims(c, plan);
+  if (p == Precision::fp32 || d.L == 0) return false;
+  const int M = int(N), Nout = 2 * d.F, K = d.C;  // a layer's widest matmul: gate | up
+  if (probe) return cpu::bf16_operands_as_floats(M, Nout, K);
+  return cpu::bf16_operands_as_floats_known(M, Nout, K).value_or(true);
 }
 
 namespace {
@@ -316,18 +346,19 @@ PerLayer<T> at(T* arena, Slot s) {
 }  // namespace
 
 int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T, Recompute r,
-                                     int recompute_layers) {
-  return activation_bytes(c, ShardPlan::single(c), p, B, T, r, recompute_layers, 1);
+                                     int recompute_layers, bool float_operands) {
+  return activation_bytes(c, ShardPlan::single(c), p, B, T, r, recompute_layers, 1, float_operands);
 }
 
 int64_t LlamaModel::activation_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int B, int T,
-                                     Recompute r, int recompute_layers, int slots) {
+                                     Recompute r, int recompute_layers, int slots, bool float_operands) {
   const LocalDims d = local_dims(c, plan);
   const int64_t N = int64_t(B) * T, Nl = plan.sequence_parallel ? N / plan.tp_size : N;
   const ActivationLayout a = activation_layout(d, r, recompute_layers, B, T, Nl);
-  const int64_t matmul_input_bytes = p == Precision::fp32 ? 4 : 2;
+  const int64_t matmul_input_bytes = p == Precision::fp32 || float_operands ? 4 : 2;
+  const int64_t sp_norm = plan.tp_size > 1 && p != Precision::fp32 ? Nl * d.C : 0;  // in the matmul dtype
   return 4 * (a.floats * slots + scratch_floats(d, B, T, Nl, plan.tp_size > 1)) +
-         matmul_input_bytes * a.inputs * slots;
+         matmul_input_bytes * (a.inputs * slots + sp_norm);
 }
 
 void LlamaModel::set_recompute(Recompute r, int layers) {
@@ -373,13 +404,16 @@ void LlamaModel::ensure_activations(int B, int T) {
   slot_floats_ = lay.floats;
   slot_inputs_ = lay.inputs;
   act_arena_.assign(lay.floats * slots_, 0.0f);
-  if (precision_ == Precision::fp32) {
-    mm_arena_bf16_.clear();
+  choose_operand_form(N);
+  mm_arena_f32_.clear();
+  mm_arena_bf16_.clear();
+  mm_arena_f32x_.clear();
+  if (precision_ == Precision::fp32)
     mm_arena_f32_.assign(lay.inputs * slots_, 0.0f);
-  } else {
-    mm_arena_f32_.clear();
+  else if (float_operands_)
+    mm_arena_f32x_.assign(lay.inputs * slots_, bf16_in_f32{0.0f});
+  else
     mm_arena_bf16_.assign(lay.inputs * slots_, bf16{0});
-  }
   use_slot(0);
 
   pos_.resize(N);
@@ -393,7 +427,12 @@ void LlamaModel::ensure_activations(int B, int T) {
   tmp_.assign(N * C, 0.0f);
   if (plan_.tp_size > 1) {
     sp_ln_f32_.assign(Nl * C, 0.0f);  // float norm outputs (and the final norm's in every mode)
-    if (precision_ != Precision::fp32) sp_ln_bf16_.assign(Nl * C, bf16{0});
+    sp_ln_bf16_.clear();
+    sp_ln_f32x_.clear();
+    if (precision_ != Precision::fp32 && float_operands_)
+      sp_ln_f32x_.assign(Nl * C, bf16_in_f32{0.0f});
+    else if (precision_ != Precision::fp32)
+      sp_ln_bf16_.assign(Nl * C, bf16{0});
     sp_tmp_.assign(Nl * C, 0.0f);
     logits_.assign(N * d.V, 0.0f);
     row_max_.assign(size_t(N) * plan_.tp_size, 0.0f);
@@ -428,6 +467,8 @@ void LlamaModel::use_slot(int slot) {
   };
   if (precision_ == Precision::fp32)
     take_inputs(mm_arena_f32_, mm_f32_);
+  else if (float_operands_)
+    take_inputs(mm_arena_f32x_, mm_f32x_);
   else
     take_inputs(mm_arena_bf16_, mm_bf16_);
 }
@@ -438,6 +479,8 @@ template <typename A>
 A* LlamaModel::sp_norm_buffer() {
   if constexpr (std::is_same_v<A, float>)
     return sp_ln_f32_.data();
+  else if constexpr (std::is_same_v<A, bf16_in_f32>)
+    return sp_ln_f32x_.data();
   else
     return sp_ln_bf16_.data();
 }
@@ -451,11 +494,14 @@ void LlamaModel::norm_for_matmul(A* out, float* rstd, const float* x, const floa
     return;
   }
   // gather_from_sp: this rank's tokens, then all of them. bf16 travels as pairs packed in floats
-  // (a gather moves bits only; C is even).
+  // (a gather moves bits only; C is even), bf16_in_f32 as floats.
   A* local = sp_norm_buffer<A>();
   cpu::rmsnorm_forward(local, rstd, x, weight, int(Nl), C, config_.norm_eps);
   if constexpr (std::is_same_v<A, float>)
     parallel::gather_from_sp_forward(out, local, size_t(Nl), size_t(C), *tp_);
+  else if constexpr (std::is_same_v<A, bf16_in_f32>)
+    parallel::gather_from_sp_forward(reinterpret_cast<float*>(out), reinterpret_cast<const float*>(local), size_t(Nl),
+                                     size_t(C), *tp_);
   else
     tp_->all_gather(reinterpret_cast<float*>(out), reinterpret_cast<const float*>(local), size_t(Nl * C / 2));
 }
@@ -529,6 +575,8 @@ void LlamaModel::forward_body(const int32_t* tokens, const float* input, int B, 
   }
   if (precision_ == Precision::fp32)
     forward_layers(mm_f32_);
+  else if (float_operands_)
+    forward_layers(mm_f32x_);
   else
     forward_layers(mm_bf16_);
   if (!plan_.last_stage()) return;
@@ -756,6 +804,8 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   }
   if (precision_ == Precision::fp32)
     backward_layers(mm_f32_);
+  else if (float_operands_)
+    backward_layers(mm_f32x_);
   else
     backward_layers(mm_bf16_);
   if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
@@ -814,8 +864,15 @@ void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
     // dres now holds d(resid); resid = x + o_proj(att).
     cpu::matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, bf16_of(wo), N, HD, C, ct);  // o_proj
     cpu::attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D);
-    cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);              // rotate q, k
-    cpu::matmul_backward(dln, dwqkv, dqkv_.data(), m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);        // q, k, v
+    if constexpr (std::is_same_v<A, bf16_in_f32>) {
+      // dqkv's only use is this matmul: rounded to bf16 values in RoPE's pass, it is read as is.
+      cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta, true);     // rotate q, k
+      cpu::matmul_backward(dln, dwqkv, reinterpret_cast<const bf16_in_f32*>(dqkv_.data()), m.ln1[l], wqkv,
+                           bf16_of(wqkv), N, C, QKV, ct);                                                // q, k, v
+    } else {
+      cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);            // rotate q, k
+      cpu::matmul_backward(dln, dwqkv, dqkv_.data(), m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);      // q, k, v
+    }
     cpu::rmsnorm_backward(dres, g.attn_norm + int64_t(l) * C, own_tokens(dln), x, w.attn_norm + int64_t(l) * C,
                           a.ln1_rstd[l], Nl, C);                                                         // input_ln
     // dres now holds d(x), the gradient of this layer's input.
@@ -903,6 +960,9 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
       cpu::adamw_update_bf16_sr(param_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, lr,
                                 opt.beta1, opt.beta2, opt.eps, wd, step, scale, seed_, uint32_t(s.full_id),
                                 uint64_t(a - s.offset));
+    } else if (precision_ == Precision::bf16_mixed && float_operands_) {
+      cpu::adamw_update_bf16_copy(p, param_f32x_.data() + a, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr,
+                                  opt.beta1, opt.beta2, opt.eps, wd, step, scale);
     } else if (precision_ == Precision::bf16_mixed) {
       cpu::adamw_update_bf16_copy(p, param_bf16_.data() + a, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr,
                                   opt.beta1, opt.beta2, opt.eps, wd, step, scale);
@@ -964,13 +1024,8 @@ std::vector<StateTensor> LlamaModel::state_tensors() {
   return out;
 }
 
-int64_t LlamaModel::state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards) {
-  // fp32 weights (compute copy) and gradients always; fp32 Adam moments, or bf16 weights and moments
-  // in bf16-sr; bf16-mixed adds the bf16 weight copy to fp32's. ZeRO-1 keeps 1/shards of the moments.
-  const int64_t n = c.num_params();
-  const int64_t moments = p == Precision::bf16_sr ? 4 : 8;  // m and v, per parameter
-  const int64_t rest = p == Precision::fp32 ? 8 : 10;  // weights + gradients (+ the bf16 weights)
-  return n * rest + (n + optimizer_shards - 1) / optimizer_shards * moments;
+int64_t LlamaModel::state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards, bool float_operands) {
+  return state_bytes(c, ShardPlan::single(c), p, optimizer_shards, float_operands);
 }
 
 int64_t LlamaModel::num_params(const LlamaConfig& c, const ShardPlan& plan) {
@@ -978,11 +1033,15 @@ int64_t LlamaModel::num_params(const LlamaConfig& c, const ShardPlan& plan) {
   return specs.back().offset + specs.back().numel;
 }
 
-int64_t LlamaModel::state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards) {
+int64_t LlamaModel::state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
+                                bool float_operands) {
+  // fp32 weights (compute copy) and gradients always; fp32 Adam moments, or bf16 weights and moments
+  // in bf16-sr; bf16-mixed adds its matmul copy of the weights (bf16, or bf16_in_f32 with float
+  // operands). ZeRO-1 keeps 1/shards of the moments.
   const int64_t n = num_params(c, plan);
-  const int64_t moments = p == Precision::bf16_sr ? 4 : 8;
-  const int64_t rest = p == Precision::fp32 ? 8 : 10;
-  return n * rest + (n + optimizer_shards - 1) / optimizer_shards * moments;
+  const int64_t moments = p == Precision::bf16_sr ? 4 : 8;  // m and v, per parameter
+  const int64_t copy = p == Precision::fp32 ? 0 : p == Precision::bf16_mixed && float_operands ? 4 : 2;
+  return n * (8 + copy) + (n + optimizer_shards - 1) / optimizer_shards * moments;
 }
 
 int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {
@@ -990,7 +1049,8 @@ int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {
 }
 
 int64_t LlamaModel::state_bytes() const {
-  int64_t bytes = int64_t(param_arena_.size() + grad_arena_.size() + m_f32_.size() + v_f32_.size()) * 4;
+  int64_t bytes =
+      int64_t(param_arena_.size() + param_f32x_.size() + grad_arena_.size() + m_f32_.size() + v_f32_.size()) * 4;
   bytes += int64_t(param_bf16_.size() + m_bf16_.size() + v_bf16_.size()) * 2;
   return bytes;
 }

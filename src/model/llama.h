@@ -25,6 +25,9 @@
 namespace llamatrain::parallel {
 class Communicator;
 }
+namespace llamatrain::cpu {
+struct Bf16Weight;
+}
 
 namespace llamatrain::model {
 
@@ -169,6 +172,16 @@ class LlamaModel {
   const LocalDims& dims() const { return dims_; }
   bool is_sharded() const { return !plan_.is_single(); }
   Precision precision() const { return precision_; }
+  // bf16 modes: whether the matmul operands are kept as floats holding bf16 values (the fp32 kernel
+  // was the faster one at the first activations' size), not as bf16.
+  bool float_operands() const { return float_operands_; }
+  // Whether a model of this plan and precision keeps float operands at N tokens per micro-batch (the
+  // kernel choice for its widest matmul, made once per shape and cached: the same answer the model
+  // gets at its first forward).
+  // probe = false: no probe; the choice when already known (forced or cached), else true (what
+  // needs more memory), for estimates that must not run gemms.
+  static bool float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
+                                bool probe = true);
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   int64_t num_params() const { return num_params_; }
   ParameterTensors params() { return params_; }
@@ -267,15 +280,20 @@ class LlamaModel {
   // activations and backward scratch). state_bytes() counts what is allocated now (weights only until
   // the training state's first use); the static one is the full training figure.
   int64_t state_bytes() const;
-  static int64_t state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards = 1);
-  static int64_t state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards);
+  // float_operands: the bf16-mixed matmul copy is bf16_in_f32 (float_operands_at), not bf16.
+  static int64_t state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards = 1,
+                             bool float_operands = false);
+  static int64_t state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
+                             bool float_operands = false);
   static int64_t num_params(const LlamaConfig& c, const ShardPlan& plan);  // this rank's part
   static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T,
-                                  Recompute r = Recompute::none, int recompute_layers = -1);
-  // A model-parallel rank's activations, `slots` micro-batches of them.
+                                  Recompute r = Recompute::none, int recompute_layers = -1,
+                                  bool float_operands = false);
+  // A model-parallel rank's activations, `slots` micro-batches of them. float_operands: the
+  // matmul-only activations are bf16_in_f32 (float_operands_at), not bf16.
   static int64_t activation_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int B, int T,
-                                  Recompute r, int recompute_layers, int slots);
+                                  Recompute r, int recompute_layers, int slots, bool float_operands = false);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;
   // reset_cache(max_T) clears it. Returns logits (V) of the given token at position pos.
@@ -322,7 +340,12 @@ class LlamaModel {
   void backward_layers(const MatmulInputs<A>& m);            // layers L-1 .. 0
   int64_t count_valid(const int32_t* targets) const;       // checks target ids too
   float mean_loss(int64_t num_valid) const;
-  const bf16* bf16_of(const float* param) const;  // bf16 twin of a pointer into the param arena
+  // The bf16 values that bf16 compute multiplies for a pointer into the param arena: its bf16 copy,
+  // or its bf16_in_f32 copy when the operands are kept as floats (bf16-sr: the compute copy itself).
+  cpu::Bf16Weight bf16_of(const float* param) const;
+  // bf16 modes: keeps the matmul operands as floats holding bf16 values when the fp32 kernel is the
+  // faster one for N tokens (cpu::bf16_operands_as_floats), else as bf16; converts the weight copy.
+  void choose_operand_form(int64_t N);
   void ensure_training_state();                   // grads and AdamW moments, on first use
 
   LlamaConfig config_;  // the full model
@@ -341,6 +364,9 @@ class LlamaModel {
   ArenaVector<float> param_arena_;   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
   ArenaVector<float> grad_arena_;    // (num_params)
   ArenaVector<bf16> param_bf16_;     // (num_params) bf16 modes: matmul operands (master in bf16-sr)
+  // bf16-mixed with float operands: the matmul operands instead of param_bf16_ (which is then empty).
+  ArenaVector<bf16_in_f32> param_f32x_;
+  bool float_operands_ = false;      // bf16 modes: operands as bf16_in_f32 (choose_operand_form)
   ArenaVector<float> m_f32_, v_f32_; // (num_params) AdamW moments, fp32 / bf16-mixed
   ArenaVector<bf16> m_bf16_, v_bf16_;// (num_params) AdamW moments, bf16-sr
   ParameterTensors params_{}, grads_{};
@@ -353,13 +379,16 @@ class LlamaModel {
   ActivationTensors acts_{};
   ArenaVector<float> mm_arena_f32_;  // fp32 mode: MatmulInputs storage
   ArenaVector<bf16> mm_arena_bf16_;  // bf16 modes: MatmulInputs storage
+  ArenaVector<bf16_in_f32> mm_arena_f32x_;  // bf16 modes with float operands: MatmulInputs storage
   MatmulInputs<float> mm_f32_{};
   MatmulInputs<bf16> mm_bf16_{};
+  MatmulInputs<bf16_in_f32> mm_f32x_{};
   // Tensor/sequence parallelism scratch: the vocabulary-parallel logits (N, V/TP), a norm output on
   // this rank's tokens before the all-gather (Nl, C) in the matmul dtype, per-row statistics.
   ArenaVector<float> logits_;
   ArenaVector<float> sp_ln_f32_;
   ArenaVector<bf16> sp_ln_bf16_;
+  ArenaVector<bf16_in_f32> sp_ln_f32x_;
   ArenaVector<float> sp_tmp_;
   std::vector<float> row_max_, row_stats_;
   std::vector<int32_t> pos_;        // (N) positions 0..T-1 per sequence

@@ -193,6 +193,17 @@ TEST(CpuVsRef, Swiglu) {
                                        << " differ from the rounded fp32 output\n"
                                        << msg.str();
 }
+// The same for bf16 values held in floats: each is exactly the float of the rounded fp32 output.
+::testing::AssertionResult equals_rounded(const std::string& what, const std::vector<bf16_in_f32>& got,
+                                          const std::vector<float>& fp32) {
+  std::vector<bf16> bits(got.size());
+  for (size_t i = 0; i < got.size(); i++) {
+    bits[i] = to_bf16(got[i].value);
+    if (to_float(bits[i]) != got[i].value)
+      return ::testing::AssertionFailure() << what << ": [" << i << "] " << got[i].value << " is not a bf16 value";
+  }
+  return equals_rounded(what, bits, fp32);
+}
 
 TEST(CpuBf16Outputs, RmsnormAndSwigluRoundTheFp32Result) {
   for (auto [N, C] : kShapes) {
@@ -214,7 +225,31 @@ TEST(CpuBf16Outputs, RmsnormAndSwigluRoundTheFp32Result) {
     cpu::swiglu_backward(dh13.data(), dout.data(), h13.data(), N, F);
     cpu::swiglu_backward(dh13_b.data(), dout.data(), h13.data(), N, F);
     EXPECT_TRUE(equals_rounded("swiglu_backward bf16 " + shape(N, F), dh13_b, dh13));
+
+    // bf16_in_f32 outputs: the same rounded values, kept in floats
+    std::vector<bf16_in_f32> out_x(size_t(N) * C), hmid_x(size_t(N) * F), dh13_x(size_t(N) * 2 * F);
+    std::vector<float> rstd_x(N);
+    cpu::rmsnorm_forward(out_x.data(), rstd_x.data(), x.data(), w.data(), N, C, 1e-5f);
+    EXPECT_TRUE(equals_rounded("rmsnorm_forward bf16_in_f32 " + shape(N, C), out_x, out));
+    EXPECT_EQ(rstd_x, rstd);
+    cpu::swiglu_forward(hmid_x.data(), h13.data(), N, F);
+    EXPECT_TRUE(equals_rounded("swiglu_forward bf16_in_f32 " + shape(N, F), hmid_x, hmid));
+    cpu::swiglu_backward(dh13_x.data(), dout.data(), h13.data(), N, F);
+    EXPECT_TRUE(equals_rounded("swiglu_backward bf16_in_f32 " + shape(N, F), dh13_x, dh13));
   }
+}
+
+TEST(CpuBf16Outputs, RopeBackwardRoundsWholeRowsWhenAsked) {
+  // rotated q, k heads and the untouched heads after them, every element rounded to bf16 values
+  const int N = 33, n_heads = 5, extra = 3, D = 8, row_stride = (n_heads + extra) * D;
+  auto x = random_vec(size_t(N) * row_stride, 14, 3.0f);
+  auto pos = random_ints(N, 15, 0, 500);
+  auto plain = x, rounded = x;
+  cpu::rope_backward(plain.data(), pos.data(), N, n_heads, row_stride, D, 10000.0f);
+  cpu::rope_backward(rounded.data(), pos.data(), N, n_heads, row_stride, D, 10000.0f, true);
+  std::vector<bf16_in_f32> got(rounded.size());
+  for (size_t i = 0; i < got.size(); i++) got[i].value = rounded[i];
+  EXPECT_TRUE(equals_rounded("rope_backward round_rows", got, plain));
 }
 
 TEST(CpuVsRef, ResidualAndSumSquares) {
@@ -259,6 +294,7 @@ TEST(CpuVsRef, AdamwWithBf16CopyIsAdamwPlusRounding) {
     auto p = random_vec(n, 16), m = random_vec(n, 17, 0.01f), v = random_vec(n, 18, 0.01f);
     for (auto& x : v) x = x * x;
     auto p2 = p, m2 = m, v2 = v;
+    const auto p0 = p, m0 = m, v0 = v;
     std::vector<bf16> copy(n, bf16{0x7fc0});
     for (int step = 1; step <= 3; step++) {
       auto grad = random_vec(n, 100 + step, 0.1f);
@@ -270,6 +306,19 @@ TEST(CpuVsRef, AdamwWithBf16CopyIsAdamwPlusRounding) {
     EXPECT_EQ(m2, m) << "n=" << n;
     EXPECT_EQ(v2, v) << "n=" << n;
     EXPECT_TRUE(equals_rounded("adamw bf16 copy n=" + std::to_string(n), copy, p));
+
+    // the copy held as bf16_in_f32 (float operands): the same fp32 update, the same rounded values
+    auto p3 = p0, m3 = m0, v3 = v0;
+    std::vector<bf16_in_f32> copy_x(n, bf16_in_f32{-1.0f});
+    for (int step = 1; step <= 3; step++) {
+      auto grad = random_vec(n, 100 + step, 0.1f);
+      cpu::adamw_update_bf16_copy(p3.data(), copy_x.data(), m3.data(), v3.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f,
+                                  1e-8f, 0.1f, step, 0.5f);
+    }
+    EXPECT_EQ(p3, p) << "n=" << n;
+    EXPECT_EQ(m3, m) << "n=" << n;
+    EXPECT_EQ(v3, v) << "n=" << n;
+    EXPECT_TRUE(equals_rounded("adamw bf16_in_f32 copy n=" + std::to_string(n), copy_x, p));
   }
 }
 

@@ -190,6 +190,30 @@ void check_matmul_shape(int N, int IC, int OC) {
     EXPECT_EQ(dweight_b, dweight1) << "matmul_backward with bf16 dout and inp";
     EXPECT_EQ(dinp_m, dinp) << "matmul_backward with float dout, bf16 inp";
     EXPECT_EQ(dweight_m, dweight1) << "matmul_backward with float dout, bf16 inp";
+    // So do bf16 values held in floats (bf16_in_f32: what the model keeps where the fp32 kernel is the
+    // faster), as activations and as the weight copy, on either kernel.
+    std::vector<bf16_in_f32> inp_x(inp.size()), dout_x(dout.size()), weight_x(weight.size());
+    bf16_from_float(inp_x.data(), inp.data(), int64_t(inp.size()));
+    bf16_from_float(dout_x.data(), dout.data(), int64_t(dout.size()));
+    bf16_from_float(weight_x.data(), weight.data(), int64_t(weight.size()));
+    for (const cpu::Bf16Weight w : {cpu::Bf16Weight(weight_b.data()), cpu::Bf16Weight(weight_x.data())}) {
+      const std::string wtag = w.is_bf16 ? " (bf16 weight copy)" : " (bf16_in_f32 weight copy)";
+      std::vector<float> out_x(out.size(), -7.0f), out_f(out.size(), -7.0f);
+      cpu::matmul_forward(out_x.data(), inp_x.data(), weight.data(), w, N, IC, OC, ct);
+      cpu::matmul_forward(out_f.data(), inp.data(), weight.data(), w, N, IC, OC, ct);
+      EXPECT_EQ(out_x, out) << "matmul_forward with a bf16_in_f32 input" << wtag;
+      EXPECT_EQ(out_f, out) << "matmul_forward with a float input" << wtag;
+      std::vector<float> dinp_x(dinp.size(), -7.0f), dweight_x = dweight0, dinp_fx(dinp.size(), -7.0f),
+          dweight_fx = dweight0;
+      cpu::matmul_backward(dinp_x.data(), dweight_x.data(), dout_x.data(), inp_x.data(), weight.data(), w, N, IC, OC,
+                           ct);
+      cpu::matmul_backward(dinp_fx.data(), dweight_fx.data(), dout.data(), inp_x.data(), weight.data(), w, N, IC, OC,
+                           ct);
+      EXPECT_EQ(dinp_x, dinp) << "matmul_backward with bf16_in_f32 dout and inp" << wtag;
+      EXPECT_EQ(dweight_x, dweight1) << "matmul_backward with bf16_in_f32 dout and inp" << wtag;
+      EXPECT_EQ(dinp_fx, dinp) << "matmul_backward with float dout, bf16_in_f32 inp" << wtag;
+      EXPECT_EQ(dweight_fx, dweight1) << "matmul_backward with float dout, bf16_in_f32 inp" << wtag;
+    }
   }
   // Both kernels multiply the same bf16 values exactly and sum in fp32: each is within f32_sum_tol of
   // the bf16-rounded reference, so they differ by at most twice that.
@@ -361,6 +385,16 @@ LmResult check_lm_case(const LmCase& lc, const Mode& mode) {
   std::vector<float> losses_eval(size_t(N), -1.0f);
   cpu::lmhead_ce_fused(losses_eval.data(), nullptr, nullptr, x.data(), wout.data(), is_bf16 ? wout_b.data() : nullptr,
                        targets.data(), float(dloss), N, C, V, ct);
+  if (is_bf16) {  // the weight copy held as bf16_in_f32 gives bitwise the same results on either kernel
+    std::vector<bf16_in_f32> wout_x(wout.size());
+    bf16_from_float(wout_x.data(), wout.data(), int64_t(wout.size()));
+    std::vector<float> losses_x(size_t(N), -1.0f), dx_x(size_t(N) * C, -7.0f), dwout_x = dwout0;
+    cpu::lmhead_ce_fused(losses_x.data(), dx_x.data(), dwout_x.data(), x.data(), wout.data(), wout_x.data(),
+                         targets.data(), float(dloss), N, C, V, ct);
+    EXPECT_EQ(losses_x, losses) << "a bf16_in_f32 wout copy";
+    EXPECT_EQ(dx_x, dx) << "a bf16_in_f32 wout copy";
+    EXPECT_EQ(dwout_x, dwout) << "a bf16_in_f32 wout copy";
+  }
   cpu::detail::lmhead_chunk_rows_override() = 0;
 
   expect_within(losses, ref.losses, loss_tol, 1.0, "losses");

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/hf_checkpoint.h"
+#include "kernels/cpu/matmul_choice.h"
 #include "model/llama.h"
 
 namespace llamatrain {
@@ -34,6 +35,18 @@ std::vector<int32_t> random_tokens(int n, int V, uint32_t stream) {
   return t;
 }
 
+// Forces the process-wide matmul kernel choice (and so the bf16 modes' operand form) while alive.
+class ForcePolicy {
+ public:
+  explicit ForcePolicy(cpu::MatmulPolicy p) : old_(cpu::matmul_chooser().policy()) {
+    cpu::matmul_chooser().set_policy(p);
+  }
+  ~ForcePolicy() { cpu::matmul_chooser().set_policy(old_); }
+
+ private:
+  cpu::MatmulPolicy old_;
+};
+
 TEST(Llama, StateBytesFromTheConfigEqualTheModels) {
   // bench and the memory check size a job before building it; the figure must be the model's own.
   // Gradients and Adam state exist only once training starts.
@@ -48,6 +61,103 @@ TEST(Llama, StateBytesFromTheConfigEqualTheModels) {
       m.zero_grad();  // first use of the training state allocates it
       EXPECT_EQ(model::LlamaModel::state_bytes(cfg, p), m.state_bytes())
           << name << " " << model::precision_name(p);
+    }
+}
+
+TEST(Llama, FloatOperandsAreSizedByTheConfigToo) {
+  // Where the fp32 kernel runs the bf16 matmuls, the bf16 modes keep their operands as bf16 values in
+  // floats: bf16-mixed's weight copy and the matmul-only activations take 4 bytes, not 2.
+  const ForcePolicy force(cpu::MatmulPolicy::f32);
+  const model::LlamaConfig cfg = model::preset_config("tiny");
+  const int B = 2, T = 16;
+  for (auto p : {model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+    ASSERT_TRUE(model::LlamaModel::float_operands_at(cfg, model::ShardPlan::single(cfg), p, B * T));
+    model::LlamaModel m(cfg, p);
+    m.ensure_activations(B, T);
+    EXPECT_TRUE(m.float_operands()) << model::precision_name(p);
+    m.zero_grad();
+    EXPECT_EQ(model::LlamaModel::state_bytes(cfg, p, 1, true), m.state_bytes()) << model::precision_name(p);
+    const int64_t floats = model::LlamaModel::activation_bytes(cfg, p, B, T, model::Recompute::none, -1, true);
+    const int64_t halves = model::LlamaModel::activation_bytes(cfg, p, B, T, model::Recompute::none, -1, false);
+    EXPECT_GT(floats, halves) << model::precision_name(p);
+  }
+  EXPECT_EQ(model::LlamaModel::state_bytes(cfg, model::Precision::bf16_mixed, 1, true),
+            model::LlamaModel::state_bytes(cfg, model::Precision::bf16_mixed) + 2 * cfg.num_params());
+  EXPECT_EQ(model::LlamaModel::state_bytes(cfg, model::Precision::bf16_sr, 1, true),
+            model::LlamaModel::state_bytes(cfg, model::Precision::bf16_sr));  // its compute copy is that form
+}
+
+// Losses of `steps` training steps (lr 1e-2) of a bf16 model under a forced kernel policy.
+std::vector<float> bf16_training_losses(model::Precision p, cpu::MatmulPolicy policy, int steps, bool* floats) {
+  const ForcePolicy force(policy);
+  const auto c = small_config();
+  const int B = 2, T = 37;
+  const auto tokens = random_tokens(B * T, c.vocab_size, 21), targets = random_tokens(B * T, c.vocab_size, 22);
+  model::LlamaModel m(c, p, 5);
+  m.init_random(0.2f);
+  model::AdamWConfig opt;
+  std::vector<float> losses;
+  for (int step = 1; step <= steps; step++) {
+    m.zero_grad();
+    losses.push_back(m.forward_backward(tokens.data(), targets.data(), B, T).loss);
+    m.optimizer_step(opt, 1e-2f, step);
+  }
+  *floats = m.float_operands();
+  return losses;
+}
+
+TEST(Llama, Bf16OperandFormsTrainAlike) {
+  // bf16 operands on the bf16 kernel against bf16 values in floats on the fp32 kernel: the same
+  // products summed in another order, which can flip the rounding of a bf16 activation here and
+  // there, so the losses agree to ~1e-3 step after step (measured: at most 1.2e-3 relative). A
+  // weight copy the optimizer left stale would show from the second step: each step moves the loss
+  // by more than 0.3 here.
+  constexpr double kTol = 5e-3;
+  for (auto p : {model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+    bool floats16 = true, floats32 = false;
+    const auto l16 = bf16_training_losses(p, cpu::MatmulPolicy::bf16, 4, &floats16);
+    const auto l32 = bf16_training_losses(p, cpu::MatmulPolicy::f32, 4, &floats32);
+    EXPECT_FALSE(floats16);
+    EXPECT_TRUE(floats32);
+    for (size_t i = 0; i < l16.size(); i++) {
+      EXPECT_NEAR(l32[i], l16[i], kTol * std::abs(l16[i])) << model::precision_name(p) << " step " << i + 1;
+      if (i > 0) {  // the check bites only if a step moves the loss far more than the tolerance
+        EXPECT_GT(std::abs(l16[i] - l16[i - 1]), 20 * kTol * std::abs(l16[i])) << "step " << i + 1;
+      }
+    }
+  }
+}
+
+TEST(Llama, SwitchingTheOperandFormKeepsTheWeights) {
+  // The form is chosen per activation size; when it changes, the weight copy is rebuilt from the
+  // master weights: a trained model then computes bitwise what a fresh model with its weights does.
+  const auto c = small_config();
+  const int T = 21;
+  const auto tokens = random_tokens(3 * T, c.vocab_size, 31), targets = random_tokens(3 * T, c.vocab_size, 32);
+  for (auto p : {model::Precision::bf16_mixed, model::Precision::bf16_sr})
+    for (auto [first, second] : {std::pair{cpu::MatmulPolicy::f32, cpu::MatmulPolicy::bf16},
+                                 std::pair{cpu::MatmulPolicy::bf16, cpu::MatmulPolicy::f32}}) {
+      SCOPED_TRACE(testing::Message() << model::precision_name(p) << " " << cpu::matmul_policy_name(first) << " then "
+                                      << cpu::matmul_policy_name(second));
+      model::LlamaModel m(c, p, 9);
+      m.init_random(0.2f);
+      model::AdamWConfig opt;
+      {
+        const ForcePolicy force(first);
+        for (int step = 1; step <= 2; step++) {
+          m.zero_grad();
+          m.forward_backward(tokens.data(), targets.data(), 2, T);
+          m.optimizer_step(opt, 1e-2f, step);
+        }
+        EXPECT_EQ(m.float_operands(), first == cpu::MatmulPolicy::f32);
+      }
+      const ForcePolicy force(second);
+      const float loss = m.forward(tokens.data(), targets.data(), 3, T).loss;  // new size: the form is chosen again
+      EXPECT_EQ(m.float_operands(), second == cpu::MatmulPolicy::f32);
+      model::LlamaModel fresh(c, p, 9);
+      std::copy(m.param_data(), m.param_data() + m.num_params(), fresh.param_data());
+      fresh.params_changed();
+      EXPECT_EQ(fresh.forward(tokens.data(), targets.data(), 3, T).loss, loss);
     }
 }
 

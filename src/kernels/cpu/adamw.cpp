@@ -93,7 +93,8 @@ void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n
   for (int64_t i = 0; i < n; i++) adamw_element(param[i], m[i], v[i], grad[i], s);
 }
 
-void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, const float* grad, int64_t n,
+template <typename T>
+void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                             float grad_scale) {
   AdamwScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
@@ -103,6 +104,10 @@ void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, 
     put(param_bf16 + i, param[i]);
   }
 }
+template void adamw_update_bf16_copy(float*, bf16*, float*, float*, const float*, int64_t, float, float, float, float,
+                                     float, int, float);
+template void adamw_update_bf16_copy(float*, bf16_in_f32*, float*, float*, const float*, int64_t, float, float, float,
+                                     float, float, int, float);
 
 void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,

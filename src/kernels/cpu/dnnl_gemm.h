@@ -14,6 +14,7 @@
 #include "core/arena.h"
 #include "core/bf16.h"
 #include "kernels/cpu/matmul_choice.h"
+#include "kernels/cpu/ops.h"
 
 namespace llamatrain::cpu::detail {
 
@@ -48,6 +49,10 @@ struct Bf16Operand {
 };
 inline Bf16Operand bf16_operand(const float* x) { return {x, Bf16Operand::Form::f32}; }
 inline Bf16Operand bf16_operand(const bf16* x) { return {x, Bf16Operand::Form::bf16}; }
+inline Bf16Operand bf16_operand(const bf16_in_f32* x) { return {x, Bf16Operand::Form::f32_exact}; }
+inline Bf16Operand bf16_operand(Bf16Weight w) {
+  return {w.data, w.is_bf16 ? Bf16Operand::Form::bf16 : Bf16Operand::Form::f32_exact};
+}
 const char* form_name(Bf16Operand::Form f);  // "f32" | "bf16" | "f32exact"
 
 // Which per-thread scratch an operand is converted into: the same slot numbers as the bf16 kernel
@@ -113,12 +118,14 @@ class GemmProbe {
 int probe_rows(int M, int N, int K);
 
 // The kernel for a bf16-compute call of `shape` (M,N,K: its largest gemm): the policy's when forced;
-// bf16 without probing when 2*M*N*K is below 1e8 (too small to matter); else matmul_chooser()'s
-// choice, probing with time_call on first use (after which fp32-kernel scratch is released again if
-// no shape chose fp32).
+// `small` without probing when 2*M*N*K is below 1e8 (too small to matter: the kernel that reads the
+// call's weight without converting it); else matmul_chooser()'s choice, probing with time_call on
+// first use (after which fp32-kernel scratch is released again if no shape chose fp32).
 MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
-                           const std::function<double(MatmulKernel)>& time_call);
+                           const std::function<double(MatmulKernel)>& time_call,
+                           MatmulKernel small = MatmulKernel::bf16);
 // The kernel choose_kernel would return without probing, if known.
-std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N, int K);
+std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N, int K,
+                                         MatmulKernel small = MatmulKernel::bf16);
 
 }  // namespace llamatrain::cpu::detail

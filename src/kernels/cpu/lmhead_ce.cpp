@@ -12,7 +12,8 @@
 // the chunk. bf16 compute multiplies bf16 values (x, dlogits, wout_bf16) through the kernel chosen
 // for the call's shape (matmul_choice.h, one choice for all three gemms since they share dlogits):
 // oneDNN's bf16 kernel on bf16 x and dlogits, or its fp32 kernel on float x and dlogits rounded to
-// bf16 values and wout_bf16 widened to float (the fp32 layout, G for 4-byte dlogits). Softmax and
+// bf16 values and wout_bf16 widened to float, or read as is when held as bf16_in_f32 (the fp32
+// layout, G for 4-byte dlogits); a bf16_in_f32 wout_bf16 is narrowed for the bf16 kernel. Softmax and
 // accumulation are fp32. Each row's softmax is independent of the thread count. exp is
 // kernels/cpu/fast_exp.h.
 #include "kernels/cpu/lmhead_ce.h"
@@ -73,8 +74,8 @@ namespace {
 using detail::Bf16Operand;
 using detail::Scratch;
 
-std::string lmhead_shape(int N, int C, int V, bool backward) {
-  return fmt::format("lmhead N={} C={} V={} {}", N, C, V, backward ? "train" : "eval");
+std::string lmhead_shape(int N, int C, int V, bool backward, bool f32_weight = false) {
+  return fmt::format("lmhead N={} C={} V={} {}{}", N, C, V, backward ? "train" : "eval", f32_weight ? " w=f32exact" : "");
 }
 
 // Estimated seconds of one bf16-compute lmhead_ce_fused call through kernel k, from probes of its
@@ -84,12 +85,12 @@ std::string lmhead_shape(int N, int C, int V, bool backward) {
 // for both kernels, is left out.
 class LmheadProbe {
  public:
-  LmheadProbe(const float* x, const bf16* wout_bf16, int N, int C, int V, bool backward)
+  LmheadProbe(const float* x, Bf16Weight wout_bf16, int N, int C, int V, bool backward)
       : x_(x), wout_bf16_(wout_bf16), N_(N), C_(C), V_(V), backward_(backward) {}
 
   double seconds(MatmulKernel k) {
     const int ki = k == MatmulKernel::bf16 ? 0 : 1;
-    const Bf16Operand w{wout_bf16_, Bf16Operand::Form::bf16};
+    const Bf16Operand w = detail::bf16_operand(wout_bf16_);
     const auto t0 = std::chrono::steady_clock::now();
     const void* wk = detail::kernel_operand(k, w, int64_t(V_) * C_, Scratch::weight);  // (V,C)
     double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -126,7 +127,7 @@ class LmheadProbe {
 
  private:
   const float* x_;
-  const bf16* wout_bf16_;
+  Bf16Weight wout_bf16_;
   int N_, C_, V_;
   bool backward_;
   std::optional<detail::GemmProbe> logits_[2], dx_[2], dw_[2];  // per kernel: bf16, f32
@@ -136,30 +137,36 @@ class LmheadProbe {
 
 }  // namespace
 
-int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct) {
+int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct, bool float_weight) {
   const int64_t R = std::min(detail::lmhead_chunk_rows(V), std::max(N, 1));
   const int64_t G4 = std::min(detail::lmhead_block_rows(N, V, ComputeType::f32), std::max(N, 1));
   if (ct == ComputeType::f32) return 4 * G4 * V;  // the dlogits block doubles as the logits chunk
   const int64_t G2 = std::min(detail::lmhead_block_rows(N, V, ComputeType::bf16), std::max(N, 1));
-  const int64_t bf16_kernel = 4 * R * V + 2 * G2 * V + 2 * G2 * C;  // logits chunk, bf16 dlogits and x blocks
-  const int64_t f32_kernel = 4 * G4 * V + 4 * G4 * C + 4 * int64_t(V) * C;  // fp32 dlogits and x, widened wout
-  const auto k = detail::known_kernel(lmhead_shape(N, C, V, true), N, V, C);
+  // logits chunk, bf16 dlogits and x blocks (and wout narrowed from floats)
+  const int64_t bf16_kernel = 4 * R * V + 2 * G2 * V + 2 * G2 * C + (float_weight ? 2 * int64_t(V) * C : 0);
+  // fp32 dlogits and x (and wout widened from bf16)
+  const int64_t f32_kernel = 4 * G4 * V + 4 * G4 * C + (float_weight ? 0 : 4 * int64_t(V) * C);
+  const auto k = detail::known_kernel(lmhead_shape(N, C, V, true, float_weight), N, V, C,
+                                      float_weight ? MatmulKernel::f32 : MatmulKernel::bf16);
   if (!k) return std::max(bf16_kernel, f32_kernel);
   return *k == MatmulKernel::bf16 ? bf16_kernel : f32_kernel;
 }
 
 void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
-                     const float* wout /*(V,C)*/, const bf16* wout_bf16 /*(V,C)*/, const int32_t* targets /*(N)*/,
+                     const float* wout /*(V,C)*/, Bf16Weight wout_bf16 /*(V,C)*/, const int32_t* targets /*(N)*/,
                      float dloss, int N, int C, int V, ComputeType ct) {
   const bool backward = dx != nullptr;
   MatmulKernel k = MatmulKernel::f32;
   if (ct == ComputeType::bf16) {
-    CHECK(wout_bf16 != nullptr, "lmhead_ce_fused: bf16 compute needs wout_bf16");
+    CHECK(wout_bf16.data != nullptr, "lmhead_ce_fused: bf16 compute needs wout_bf16");
     std::optional<LmheadProbe> probe;
-    k = detail::choose_kernel(lmhead_shape(N, C, V, backward), N, V, C, [&](MatmulKernel kk) {
-      if (!probe) probe.emplace(x, wout_bf16, N, C, V, backward);
-      return probe->seconds(kk);
-    });
+    k = detail::choose_kernel(
+        lmhead_shape(N, C, V, backward, !wout_bf16.is_bf16), N, V, C,
+        [&](MatmulKernel kk) {
+          if (!probe) probe.emplace(x, wout_bf16, N, C, V, backward);
+          return probe->seconds(kk);
+        },
+        wout_bf16.is_bf16 ? MatmulKernel::bf16 : MatmulKernel::f32);
   }
   const bool is_bf16 = k == MatmulKernel::bf16;                          // bf16 operands
   const bool rounds = ct == ComputeType::bf16 && k == MatmulKernel::f32;  // fp32 operands holding bf16 values
@@ -167,9 +174,9 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
   const int R = std::min(detail::lmhead_chunk_rows(V), std::max(N, 1));
   const int G = backward ? std::min(detail::lmhead_block_rows(N, V, storage), std::max(N, 1)) : R;
   const int64_t elem = is_bf16 ? 2 : 4;
-  const void* w = is_bf16 ? static_cast<const void*>(wout_bf16)
-                  : rounds ? detail::kernel_operand(k, detail::bf16_operand(wout_bf16), int64_t(V) * C, Scratch::weight)
-                           : static_cast<const void*>(wout);
+  const void* w = is_bf16 || rounds
+                      ? detail::kernel_operand(k, detail::bf16_operand(wout_bf16), int64_t(V) * C, Scratch::weight)
+                      : static_cast<const void*>(wout);
   // fp32 dlogits: the logits gemm writes straight into the dlogits block, the softmax works in place.
   float* dlog_f = !is_bf16 && backward ? detail::f32_scratch(0, int64_t(G) * V) : nullptr;          // (G,V)
   float* logits = dlog_f != nullptr ? nullptr : detail::f32_scratch(0, int64_t(R) * V);             // (R,V)

@@ -364,9 +364,9 @@ double GemmProbe::seconds(MatmulKernel k, const void* b_kernel) {
 }
 
 MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
-                           const std::function<double(MatmulKernel)>& time_call) {
+                           const std::function<double(MatmulKernel)>& time_call, MatmulKernel small) {
   MatmulChooser& chooser = matmul_chooser();
-  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return MatmulKernel::bf16;
+  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return small;
   const double probed = chooser.probe_seconds();
   const MatmulKernel k = chooser.choose(shape, omp_get_max_threads(), time_call);
   const bool any_f32 = std::any_of(chooser.choices().begin(), chooser.choices().end(),
@@ -376,9 +376,9 @@ MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
   return k;
 }
 
-std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N, int K) {
+std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N, int K, MatmulKernel small) {
   MatmulChooser& chooser = matmul_chooser();
-  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return MatmulKernel::bf16;
+  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return small;
   return chooser.known(shape, omp_get_max_threads());
 }
 
@@ -387,9 +387,23 @@ std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N,
 using detail::Bf16Operand;
 using detail::Scratch;
 
+namespace {
+
+// The suffix a call's shape key gets when its weight is held as bf16_in_f32 (none for bf16, so the
+// keys cached before that form existed keep their meaning), and the kernel that reads such a weight
+// without a conversion: the unprobed choice of calls too small to probe.
+std::string weight_key(Bf16Operand w) { return w.form == Bf16Operand::Form::bf16 ? "" : " w=f32exact"; }
+MatmulKernel unconverted_kernel(Bf16Operand w) {
+  return w.form == Bf16Operand::Form::bf16 ? MatmulKernel::bf16 : MatmulKernel::f32;
+}
+// The key of bf16_operands_as_floats's choice.
+std::string operands_shape(int M, int N, int K) { return fmt::format("operands M={} N={} K={}", M, N, K); }
+
+}  // namespace
+
 template <typename TI>
 void matmul_forward(float* out /*(N,OC)*/, const TI* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
-                    const bf16* weight_bf16 /*(OC,IC)*/, int N, int IC, int OC, ComputeType ct) {
+                    Bf16Weight weight_bf16 /*(OC,IC)*/, int N, int IC, int OC, ComputeType ct) {
   if (ct == ComputeType::f32) {
     if constexpr (std::is_same_v<TI, float>) {
       detail::gemm(out, inp, false, weight, true, N, OC, IC, false, false);
@@ -397,15 +411,16 @@ void matmul_forward(float* out /*(N,OC)*/, const TI* inp /*(N,IC)*/, const float
     }
     CHECK(false, "matmul_forward: fp32 compute needs a float input");
   }
-  CHECK(weight_bf16 != nullptr, "matmul_forward: bf16 compute needs weight_bf16");
+  CHECK(weight_bf16.data != nullptr, "matmul_forward: bf16 compute needs weight_bf16");
   const Bf16Operand a = detail::bf16_operand(inp), w = detail::bf16_operand(weight_bf16);
   std::optional<detail::GemmProbe> probe;
   const MatmulKernel k = detail::choose_kernel(
-      fmt::format("fwd N={} IC={} OC={} inp={}", N, IC, OC, detail::form_name(a.form)), N, OC, IC,
+      fmt::format("fwd N={} IC={} OC={} inp={}{}", N, IC, OC, detail::form_name(a.form), weight_key(w)), N, OC, IC,
       [&](MatmulKernel kk) {
         if (!probe) probe.emplace(a, false, w, true, N, OC, IC, false, Scratch::act0, Scratch::weight, N);
         return probe->seconds(kk);
-      });
+      },
+      unconverted_kernel(w));
   detail::OperandBatch batch;
   const void* ak = batch.add(k, a, int64_t(N) * IC, Scratch::act0);    // (N,IC)
   const void* wk = batch.add(k, w, int64_t(OC) * IC, Scratch::weight);  // (OC,IC)
@@ -415,8 +430,8 @@ void matmul_forward(float* out /*(N,OC)*/, const TI* inp /*(N,IC)*/, const float
 
 template <typename TD, typename TI>
 void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const TD* dout /*(N,OC)*/,
-                     const TI* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
-                     const bf16* weight_bf16 /*(OC,IC)*/, int N, int IC, int OC, ComputeType ct) {
+                     const TI* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/, Bf16Weight weight_bf16 /*(OC,IC)*/,
+                     int N, int IC, int OC, ComputeType ct) {
   if (ct == ComputeType::f32) {
     if constexpr (std::is_same_v<TD, float> && std::is_same_v<TI, float>) {
       if (dinp != nullptr) detail::gemm(dinp, dout, false, weight, false, N, IC, OC, false, false);
@@ -425,7 +440,7 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
     }
     CHECK(false, "matmul_backward: fp32 compute needs float dout and inp");
   }
-  CHECK(dinp == nullptr || weight_bf16 != nullptr, "matmul_backward: bf16 compute needs weight_bf16");
+  CHECK(dinp == nullptr || weight_bf16.data != nullptr, "matmul_backward: bf16 compute needs weight_bf16");
   const Bf16Operand d = detail::bf16_operand(dout), in = detail::bf16_operand(inp),
                     w = detail::bf16_operand(weight_bf16);
   // Both kernels are chosen (and probed, which uses the conversion scratch) before either gemm runs.
@@ -433,20 +448,24 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
   if (dinp != nullptr) {
     std::optional<detail::GemmProbe> probe;
     k_dinp = detail::choose_kernel(
-        fmt::format("dinp N={} IC={} OC={} dout={}", N, IC, OC, detail::form_name(d.form)), N, IC, OC,
+        fmt::format("dinp N={} IC={} OC={} dout={}{}", N, IC, OC, detail::form_name(d.form), weight_key(w)), N, IC,
+        OC,
         [&](MatmulKernel kk) {
           if (!probe) probe.emplace(d, false, w, false, N, IC, OC, false, Scratch::act0, Scratch::weight, N);
           return probe->seconds(kk);
-        });
+        },
+        unconverted_kernel(w));
   }
   std::optional<detail::GemmProbe> probe;
   const MatmulKernel k_dw = detail::choose_kernel(
       fmt::format("dweight N={} IC={} OC={} dout={} inp={}", N, IC, OC, detail::form_name(d.form),
                   detail::form_name(in.form)),
-      OC, IC, N, [&](MatmulKernel kk) {
+      OC, IC, N,
+      [&](MatmulKernel kk) {
         if (!probe) probe.emplace(d, true, in, false, OC, IC, N, true, Scratch::act0, Scratch::act1, OC);
         return probe->seconds(kk);
-      });
+      },
+      in.form == Bf16Operand::Form::f32_exact ? MatmulKernel::f32 : MatmulKernel::bf16);
 
   // Every conversion in one batch: dout and the weight for dinp, inp (and dout once more when the
   // kernels differ) for dweight; the fp32 kernel reads one float copy of dout for both.
@@ -463,13 +482,53 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
   detail::gemm_bf16_values(k_dw, dweight, d_dw, true, ik, false, OC, IC, N, true, Scratch::act0);
 }
 
-template void matmul_forward(float*, const float*, const float*, const bf16*, int, int, int, ComputeType);
-template void matmul_forward(float*, const bf16*, const float*, const bf16*, int, int, int, ComputeType);
-template void matmul_backward(float*, float*, const float*, const float*, const float*, const bf16*, int, int, int,
+std::optional<bool> bf16_operands_as_floats_known(int M, int N, int K) {
+  const auto k = detail::known_kernel(operands_shape(M, N, K), M, N, K);
+  if (!k) return std::nullopt;
+  return *k == MatmulKernel::f32;
+}
+
+bool bf16_operands_as_floats(int M, int N, int K) {
+  CHECK(M > 0 && N > 0 && K > 0);
+  // Each kernel on operands in its own form, none converted: synthetic activations (the probe's) and
+  // a synthetic N x K weight, bf16 for the bf16 kernel, the same values in floats for the fp32 kernel.
+  ArenaVector<bf16> w_bf16;
+  ArenaVector<float> w_f32;
+  std::optional<detail::GemmProbe> probe[2];
+  const MatmulKernel k = detail::choose_kernel(
+      operands_shape(M, N, K), M, N, K, [&](MatmulKernel kk) {
+        const bool b16 = kk == MatmulKernel::bf16;
+        if (w_bf16.empty()) {
+          const int64_t n = int64_t(N) * K;
+          w_bf16.resize(size_t(n));
+          w_f32.resize(size_t(n));
+#pragma omp parallel for schedule(static)
+          for (int64_t i = 0; i < n; i++) {  // |v| <= 1/32, exact in bf16
+            w_f32[size_t(i)] = float(int((uint64_t(i) * 40503u >> 7) & 255) - 128) * (1.0f / 4096);
+            w_bf16[size_t(i)] = to_bf16(w_f32[size_t(i)]);
+          }
+        }
+        const Bf16Operand::Form form = b16 ? Bf16Operand::Form::bf16 : Bf16Operand::Form::f32_exact;
+        const void* wk = b16 ? static_cast<const void*>(w_bf16.data()) : w_f32.data();
+        if (!probe[b16]) probe[b16].emplace(Bf16Operand{nullptr, form}, false, Bf16Operand{wk, form}, true, M, N, K,
+                                            false, Scratch::act0, Scratch::weight, M);
+        return probe[b16]->seconds(kk, wk);
+      });
+  return k == MatmulKernel::f32;
+}
+
+template void matmul_forward(float*, const float*, const float*, Bf16Weight, int, int, int, ComputeType);
+template void matmul_forward(float*, const bf16*, const float*, Bf16Weight, int, int, int, ComputeType);
+template void matmul_forward(float*, const bf16_in_f32*, const float*, Bf16Weight, int, int, int, ComputeType);
+template void matmul_backward(float*, float*, const float*, const float*, const float*, Bf16Weight, int, int, int,
                               ComputeType);
-template void matmul_backward(float*, float*, const float*, const bf16*, const float*, const bf16*, int, int, int,
+template void matmul_backward(float*, float*, const float*, const bf16*, const float*, Bf16Weight, int, int, int,
                               ComputeType);
-template void matmul_backward(float*, float*, const bf16*, const bf16*, const float*, const bf16*, int, int, int,
+template void matmul_backward(float*, float*, const bf16*, const bf16*, const float*, Bf16Weight, int, int, int,
                               ComputeType);
+template void matmul_backward(float*, float*, const float*, const bf16_in_f32*, const float*, Bf16Weight, int, int,
+                              int, ComputeType);
+template void matmul_backward(float*, float*, const bf16_in_f32*, const bf16_in_f32*, const float*, Bf16Weight, int,
+                              int, int, ComputeType);
 
 }  // namespace llamatrain::cpu

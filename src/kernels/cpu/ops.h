@@ -9,18 +9,39 @@
 //     backward recomputes scores from q, k and the saved lse;
 //   - lmhead_ce_fused computes the lm head and cross-entropy in row chunks, so the (N,V) fp32 logits
 //     never exist whole; its backward keeps a bounded block of dlogits (bf16 in bf16 mode).
-//   - matmul operands (inp, dout) may be float or bf16 (template T, instantiated for both). In the
-//     bf16 modes the kernels that produce them (rmsnorm_forward, swiglu_forward/backward) write bf16
-//     directly, so no separate conversion pass runs; float operands are converted per call.
+//   - matmul operands (inp, dout) may be float, bf16 or bf16_in_f32 (template T, instantiated for
+//     each). In the bf16 modes the kernels that produce them (rmsnorm_forward, swiglu_forward/backward)
+//     write the form the matmul's kernel reads (bf16 for the bf16 kernel, bf16_in_f32 for the fp32
+//     kernel), so no separate conversion pass runs; float operands are rounded per call.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "core/bf16.h"
 
 namespace llamatrain::cpu {
 
 enum class ComputeType { f32, bf16 };
+
+// The bf16 values of a weight that bf16 compute multiplies: a bf16 copy, or a float copy holding bf16
+// values (which the fp32 kernel reads as is). Converts from either pointer, so `bf16_copy` and
+// `nullptr` (fp32 compute) read as before.
+struct Bf16Weight {
+  Bf16Weight(std::nullptr_t = nullptr) {}
+  Bf16Weight(const bf16* p) : data(p) {}
+  Bf16Weight(const bf16_in_f32* p) : data(p), is_bf16(false) {}
+  // A float array whose values are already bf16 values (bf16-sr's compute copy of its bf16 master).
+  static Bf16Weight rounded_floats(const float* p) {
+    Bf16Weight w;
+    w.data = p;
+    w.is_bf16 = false;
+    return w;
+  }
+  const void* data = nullptr;
+  bool is_bf16 = true;
+};
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C);
@@ -31,20 +52,34 @@ void rmsnorm_forward(T* out, float* rstd, const float* x, const float* weight, i
 void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
                       const float* rstd, int N, int C);
 
-// out (N,OC) = inp (N,IC) @ weight (OC,IC)^T. With ComputeType::bf16, weight_bf16 must be the bf16
-// copy of weight (the model keeps it in sync); a float inp is converted to bf16 internally, a bf16
-// inp is used as is. With f32, weight_bf16 may be nullptr and inp must be float.
+// out (N,OC) = inp (N,IC) @ weight (OC,IC)^T. With ComputeType::bf16, weight_bf16 must hold the bf16
+// values of weight (the model keeps them in sync); a float inp is rounded to bf16 values internally,
+// a bf16 or bf16_in_f32 inp is used as is (converted only when the kernel reads the other form).
+// With f32, weight_bf16 may be nullptr and inp must be float.
 template <typename TI>
-void matmul_forward(float* out, const TI* inp, const float* weight, const bf16* weight_bf16, int N, int IC, int OC,
+void matmul_forward(float* out, const TI* inp, const float* weight, Bf16Weight weight_bf16, int N, int IC, int OC,
                     ComputeType ct);
 // dinp (N,IC) = dout @ weight (skipped if nullptr); dweight (OC,IC) += dout^T @ inp.
-// dout and inp: float, or bf16 with ComputeType::bf16 (used without conversion).
+// dout and inp: float, or bf16 / bf16_in_f32 with ComputeType::bf16 (as inp above).
 template <typename TD, typename TI>
 void matmul_backward(float* dinp, float* dweight, const TD* dout, const TI* inp, const float* weight,
-                     const bf16* weight_bf16, int N, int IC, int OC, ComputeType ct);
+                     Bf16Weight weight_bf16, int N, int IC, int OC, ComputeType ct);
+
+// In bf16 compute, whether the model should keep its matmul operands (weight copies, matmul-only
+// activations) as bf16_in_f32 rather than bf16: true when the fp32 kernel runs an (M,N,K) gemm
+// (M = tokens, K = inputs, N = outputs of the model's widest matmul) faster than the bf16 kernel,
+// each on operands in its own form (synthetic values), so neither pays a conversion. Forced by the
+// policy (LLAMATRAIN_BF16_MATMUL), else probed once per shape and cached like every other choice;
+// false for gemms too small to probe.
+bool bf16_operands_as_floats(int M, int N, int K);
+// The same without probing: the answer when known (forced, cached or too small), else nothing.
+std::optional<bool> bf16_operands_as_floats_known(int M, int N, int K);
 
 void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta);
-void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta);
+// round_rows: then rounds each whole row (row_stride floats, the heads not rotated too) to bf16
+// values, for a gradient whose only use is as a bf16 matmul operand.
+void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+                   bool round_rows = false);
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
@@ -64,20 +99,23 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 //   dx (N,C) = dlogits @ wout (overwritten); dwout (V,C) += dlogits^T @ x.
 // With dx == nullptr only losses are computed (evaluation). wout_bf16 as in matmul_forward.
 void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
-                     const float* wout /*(V,C)*/, const bf16* wout_bf16, const int32_t* targets /*(N)*/, float dloss,
+                     const float* wout /*(V,C)*/, Bf16Weight wout_bf16, const int32_t* targets /*(N)*/, float dloss,
                      int N, int C, int V, ComputeType ct);
 // Bytes of scratch that a training call of lmhead_ce_fused at these sizes allocates and keeps for reuse
 // (per calling thread): bounded by 128 MiB of dlogits plus one chunk of fp32 logits, whatever N; the
 // fp32 kernel in bf16 compute adds a float copy of wout_bf16 (V,C) and of an x block. In bf16 compute,
 // the figure of the kernel chosen for these sizes when it is known (forced or cached), else the larger.
+// float_weight: wout_bf16 is bf16_in_f32 (read as is by the fp32 kernel, narrowed for the bf16 one).
 // Evaluation (dx == nullptr) needs only the chunk.
-int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct);
+int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct, bool float_weight = false);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int step, float grad_scale);
 // adamw_update, and param_bf16 (n) receives the new params rounded to nearest even in the same pass
 // (bf16-mixed: the matmul copy of the fp32 master weights).
-void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, const float* grad, int64_t n,
+// T = bf16, or bf16_in_f32 when the model keeps its matmul copy in that form.
+template <typename T>
+void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                             float grad_scale);
 // bf16-sr: param, m and v are bf16; the update is computed in fp32 and each result is rounded

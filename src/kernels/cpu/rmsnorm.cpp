@@ -1,6 +1,6 @@
 // Fast RMSNorm, OpenMP over rows, vectorized over C; must match ref::rmsnorm_* (fp64 row sums).
 // Forward: one pass for the fp64 sum of squares, one pass that scales (x * rstd * weight) and
-// writes float or bf16 (rounded to nearest even).
+// writes float, or bf16 values (rounded to nearest even) as bf16 or bf16_in_f32.
 // Backward: one pass for the fp64 dot(dout*weight, x), one fused pass writing dx (+=) and the
 // thread's private fp64 dweight partial; the partials are summed per column at the end, so there
 // are no races and the result depends only on the thread count.
@@ -33,6 +33,7 @@ void rmsnorm_forward(T* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,
 
 template void rmsnorm_forward(float*, float*, const float*, const float*, int, int, float);
 template void rmsnorm_forward(bf16*, float*, const float*, const float*, int, int, float);
+template void rmsnorm_forward(bf16_in_f32*, float*, const float*, const float*, int, int, float);
 
 void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* dout /*(N,C)*/,
                       const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/,

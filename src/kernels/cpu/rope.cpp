@@ -73,8 +73,14 @@ inline void rotate_row(float* row, const float* c /*(D/2)*/, const float* s /*(D
   }
 }
 
+// Rounds n floats to bf16 values (nearest even), in place.
+inline void round_row(float* x, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) x[i] = to_float(to_bf16(x[i]));
+}
+
 void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D, float theta,
-                float sign) {
+                float sign, bool round_rows) {
   if (N <= 0 || n_heads <= 0 || D < 2) return;
   int half = D / 2;
   int max_pos = 0;
@@ -86,9 +92,11 @@ void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int ro
   if ((int64_t(max_pos) + 1) * half <= kMaxTableEntries) {
     auto table = rope_table(theta, D, max_pos + 1);
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int n = 0; n < N; n++)
+    for (int n = 0; n < N; n++) {
       rotate_row(x + int64_t(n) * row_stride, table->cos_.data() + size_t(pos[n]) * half,
                  table->sin_.data() + size_t(pos[n]) * half, n_heads, D, sign);
+      if (round_rows) round_row(x + int64_t(n) * row_stride, row_stride);
+    }
     return;
   }
 #pragma omp parallel if (parallel)
@@ -98,6 +106,7 @@ void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int ro
     for (int n = 0; n < N; n++) {
       rope_angles(c.data(), s.data(), pos[n], D, theta);
       rotate_row(x + int64_t(n) * row_stride, c.data(), s.data(), n_heads, D, sign);
+      if (round_rows) round_row(x + int64_t(n) * row_stride, row_stride);
     }
   }
 }
@@ -105,11 +114,12 @@ void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int ro
 }  // namespace
 
 void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta) {
-  rope_apply(x, pos, N, n_heads, row_stride, D, theta, 1.0f);
+  rope_apply(x, pos, N, n_heads, row_stride, D, theta, 1.0f, false);
 }
 
-void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta) {
-  rope_apply(dx, pos, N, n_heads, row_stride, D, theta, -1.0f);
+void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+                   bool round_rows) {
+  rope_apply(dx, pos, N, n_heads, row_stride, D, theta, -1.0f, round_rows);
 }
 
 }  // namespace llamatrain::cpu

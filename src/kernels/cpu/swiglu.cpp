@@ -1,7 +1,7 @@
 // Fast SwiGLU on packed gate|up rows, OpenMP over rows, vectorized over F. sigmoid uses fast_exp
 // below (a polynomial that vectorizes, unlike libm's expf without -ffast-math), accurate to a few
 // fp32 ulps; results match ref::swiglu_* (fp64) to ~1e-6 relative. Outputs are float, or bf16
-// (rounded to nearest even) when they only feed bf16 matmuls.
+// (rounded to nearest even, stored as bf16 or bf16_in_f32) when they only feed bf16 matmuls.
 #include <bit>
 #include <cstdint>
 
@@ -55,5 +55,7 @@ template void swiglu_forward(float*, const float*, int, int);
 template void swiglu_forward(bf16*, const float*, int, int);
 template void swiglu_backward(float*, const float*, const float*, int, int);
 template void swiglu_backward(bf16*, const float*, const float*, int, int);
+template void swiglu_forward(bf16_in_f32*, const float*, int, int);
+template void swiglu_backward(bf16_in_f32*, const float*, const float*, int, int);
 
 }  // namespace llamatrain::cpu
