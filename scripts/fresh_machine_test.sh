@@ -20,7 +20,8 @@
 #                        release) or the standard SUITE, SUITE-updates and SUITE-security from --mirror
 #   --suite NAME         the Debian release of the root (default bookworm; e.g. trixie)
 #   --cxx g++-N          build with that GCC (installs Debian's g++-N and gcc-N in the root first and
-#                        sets CXX and CC), e.g. --cxx g++-13 on trixie, a newer compiler's warnings
+#                        sets CXX and CC), e.g. --cxx g++-13 on trixie, a newer compiler's warnings;
+#                        when it is not the release's default GCC, links against the default's libstdc++
 #   --werror             warnings are errors in both commands (LLAMATRAIN_WERROR=ON, as in CI)
 set -euo pipefail
 
@@ -244,6 +245,7 @@ mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$ROOT/dev/shm"
 in_root() {
   local env=(HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
   [ -z "$CXX_PKG" ] || env+=("CXX=$CXX_PKG" "CC=gcc-${CXX_PKG#g++-}")
+  [ -z "$LINK_DIR" ] || env+=("LDFLAGS=-L$LINK_DIR")
   [ "$WERROR" -eq 0 ] || env+=(LLAMATRAIN_WERROR=ON)
   local v
   for v in http_proxy https_proxy no_proxy; do [ -z "${!v:-}" ] || env+=("$v=${!v}"); done
@@ -251,12 +253,20 @@ in_root() {
 }
 
 t_cxx=0
+LINK_DIR=""
 if [ -n "$CXX_PKG" ]; then
   t0=$SECONDS
   log "installing $CXX_PKG and gcc-${CXX_PKG#g++-} in the root (log: $LOGS/cxx.log)"
   in_root "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    $CXX_PKG gcc-${CXX_PKG#g++-}" >"$LOGS/cxx.log" 2>&1 ||
+    $CXX_PKG gcc-${CXX_PKG#g++-} g++" >"$LOGS/cxx.log" 2>&1 ||
     die "could not install $CXX_PKG in the $SUITE root (log: $LOGS/cxx.log)" "check that $SUITE has that package"
+  # Debian builds its C++ libraries (oneDNN, ...) with the release's default GCC; an older g++-N's
+  # own libstdc++.so lacks the newer symbols they need, so link against the default's (the one the
+  # machine runs with anyway).
+  default_major=$(in_root "g++ -dumpversion" 2>/dev/null | cut -d. -f1)
+  if [ -n "$default_major" ] && [ "$default_major" != "${CXX_PKG#g++-}" ]; then
+    LINK_DIR=/usr/lib/gcc/x86_64-linux-gnu/$default_major
+  fi
   t_cxx=$((SECONDS - t0))
 fi
 
@@ -287,7 +297,7 @@ echo
 echo "==== fresh machine test: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "host:        $(uname -srm), $(nproc) cores, $(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-unknown OS}")"
 echo "checkout:    ${sha:0:10} (clean clone of HEAD$([ "$dirty" -eq 0 ] || echo "; $dirty uncommitted change(s) not included"))"
-echo "root:        Debian $SUITE; compiler: $compiler; warnings are errors: $([ "$WERROR" -eq 1 ] && echo yes || echo no)"
+echo "root:        Debian $SUITE; compiler: $compiler; warnings are errors: $([ "$WERROR" -eq 1 ] && echo yes || echo no)$([ -z "$LINK_DIR" ] || echo "; links libstdc++ from $LINK_DIR")"
 echo "apt sources: $APT_SOURCES"
 if [ "$REUSE" -eq 1 ]; then echo "NOTE:        reused a kept root: NOT a fresh-machine result"; fi
 printf '%-32s %6d s  %s\n' "root" "$t_base" "$base_step"
