@@ -99,12 +99,19 @@ void run_bench(const BenchOptions& o) {
   const auto precision = model::parse_precision(o.precision);
   const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
   const int B = o.batch, T = o.seq, N = B * T;
-  const bool float_operands = model::LlamaModel::float_operands_at(cfg, model::ShardPlan::single(cfg), precision, N);
-  const int64_t state = model::LlamaModel::state_bytes(cfg, precision, 1, float_operands);
-  const int64_t activations =
-      model::LlamaModel::activation_bytes(cfg, precision, B, T, model::Recompute::none, -1, float_operands) +
-      cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct, float_operands);
+  // The operand form of bf16 compute (bf16, or bf16 values in floats where the fp32 kernel is the
+  // faster): the known choice, else the larger figure, for the check; probed by the model below.
+  auto state_for = [&](bool floats) { return model::LlamaModel::state_bytes(cfg, precision, 1, floats); };
+  auto activations_for = [&](bool floats) {
+    return model::LlamaModel::activation_bytes(cfg, precision, B, T, model::Recompute::none, -1, floats) +
+           cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct, floats);
+  };
+  bool float_operands = model::LlamaModel::float_operands_at(cfg, model::ShardPlan::single(cfg), precision, N, false);
   const int64_t avail = available_memory_bytes();
+  if (float_operands && avail >= 0 && state_for(true) + activations_for(true) > avail &&
+      state_for(false) + activations_for(false) <= avail)  // the form decides: probe it
+    float_operands = model::LlamaModel::float_operands_at(cfg, model::ShardPlan::single(cfg), precision, N);
+  int64_t state = state_for(float_operands), activations = activations_for(float_operands);
   check_memory_fits(state + activations,
                     fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),
                     fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB",
@@ -142,6 +149,10 @@ void run_bench(const BenchOptions& o) {
   const double gflops = obs::step_flops(cfg, B, T) / median / 1e9;
   // parameters, gradients, optimizer state, bf16 copies, activations and backward scratch, and the
   // fused lm head's scratch
+  if (model.float_operands() != float_operands) {  // the form the model chose at its first step
+    state = state_for(model.float_operands());
+    activations = activations_for(model.float_operands());
+  }
   CHECK(model.state_bytes() == state, "state_bytes: {} from the model, {} from its config", model.state_bytes(),
         state);
   const double analytic = double(state + activations);
@@ -150,10 +161,11 @@ void run_bench(const BenchOptions& o) {
     std::printf(
         "{\"model\":\"%s\",\"params\":%lld,\"precision\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,"
         "\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"gflops\":%.1f,\"matmul_peak_gflops\":%.1f,\"mfu\":%.4f,"
-        "\"peak_rss_mb\":%.1f,\"analytic_mb\":%.1f,\"rss_over_analytic\":%.3f,\"matmul_kernels\":%s}\n",
+        "\"peak_rss_mb\":%.1f,\"analytic_mb\":%.1f,\"rss_over_analytic\":%.3f,\"float_operands\":%s,"
+        "\"matmul_kernels\":%s}\n",
         o.model.c_str(), (long long)model.num_params(), o.precision.c_str(), B, T, o.steps, median, tokens_per_s,
         gflops, peak_gflops, gflops / peak_gflops, rss / 1e6, analytic / 1e6, rss / analytic,
-        cpu::matmul_choices_json(cpu::matmul_chooser()).c_str());
+        model.float_operands() ? "true" : "false", cpu::matmul_choices_json(cpu::matmul_chooser()).c_str());
   } else {
     std::printf("model %s (%.1fM params), %s, batch %d x seq %d, median of %d steps\n", o.model.c_str(),
                 double(model.num_params()) / 1e6, o.precision.c_str(), B, T, o.steps);
@@ -161,6 +173,10 @@ void run_bench(const BenchOptions& o) {
     std::printf("  achieved       %.1f GFLOP/s  (matmul peak %.1f GFLOP/s at %dx%dx%d: MFU %.1f%%)\n", gflops,
                 peak_gflops, N, cfg.vocab_size, cfg.dim, 100.0 * gflops / peak_gflops);
     std::printf("  peak RSS       %.1f MB  (analytic %.1f MB: %.2fx)\n", rss / 1e6, analytic / 1e6, rss / analytic);
+    if (precision != model::Precision::fp32)
+      std::printf("  operands       %s\n", model.float_operands()
+                                                ? "bf16 values held in floats (the fp32 kernel is the faster here)"
+                                                : "bf16 (the bf16 kernel is the faster here)");
     std::printf("%s", cpu::matmul_choices_text(cpu::matmul_chooser(), "  ").c_str());
   }
 }

@@ -388,15 +388,25 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                              lay.pp_size > 1 ? cfg.model.pipeline_layers() : std::vector<int>{});
   // 1F1B keeps up to PP - stage micro-batches in flight on a stage.
   const int slots = ranks.pp ? parallel::pipeline_slots(lay.pp_size, lay.pp_rank, int(num_micro)) : 1;
-  // bf16 compute keeps its matmul operands as floats where the fp32 kernel is the faster (probed here
-  // once per shape and cached: the model's own choice at its first step).
-  const bool float_operands = model::LlamaModel::float_operands_at(mc, plan, precision, int64_t(B) * T);
-  const int64_t state = model::LlamaModel::state_bytes(mc, plan, precision, zero1 ? dp_size : 1, float_operands);
-  const int64_t activations =
-      model::LlamaModel::activation_bytes(mc, plan, precision, B, T, recompute, recompute_layers, slots,
-                                          float_operands) +
-      (plan.last_stage() && lay.tp_size == 1 ? cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct, float_operands)
-                                                       : 0);
+  // bf16 compute keeps its matmul operands as bf16 values in floats where the fp32 kernel is the faster
+  // (2 more bytes each). That choice is probed (once per shape, then cached) only when it decides
+  // whether the job fits; otherwise the known choice, else the larger figure, sizes the check.
+  auto state_for = [&](bool floats) {
+    return model::LlamaModel::state_bytes(mc, plan, precision, zero1 ? dp_size : 1, floats);
+  };
+  auto activations_for = [&](bool floats) {
+    return model::LlamaModel::activation_bytes(mc, plan, precision, B, T, recompute, recompute_layers, slots,
+                                                floats) +
+           (plan.last_stage() && lay.tp_size == 1
+                ? cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct, floats)
+                : 0);
+  };
+  bool float_operands = model::LlamaModel::float_operands_at(mc, plan, precision, int64_t(B) * T, false);
+  if (const int64_t avail = available_memory_bytes();
+      float_operands && avail >= 0 && state_for(true) + activations_for(true) > avail &&
+      state_for(false) + activations_for(false) <= avail)
+    float_operands = model::LlamaModel::float_operands_at(mc, plan, precision, int64_t(B) * T);
+  const int64_t state = state_for(float_operands), activations = activations_for(float_operands);
   check_memory_fits(state + activations,
                     fmt::format("training {} parameters in {} at micro batch {} x seq {}",
                                 obs::format_count(double(mc.num_params())), model::precision_name(precision), B, T),

@@ -211,6 +211,33 @@ TEST(CliErrors, BenchProgressWritesNoCarriageReturnIntoAFile) {
   EXPECT_NE(r.err.find("bench: step 2/2"), std::string::npos) << r.err;
 }
 
+TEST(CliErrors, BenchSaysWhichOperandFormItUses) {
+  // bf16 compute keeps its operands as bf16, or as bf16 values in floats where the fp32 kernel runs
+  // the matmuls; bench says which, and its memory figures (checked against the model's own inside
+  // bench) follow the form. Forced here through the policy variable, in a private cache folder.
+  const std::string cache = std::string(LLAMATRAIN_BINARY_DIR) + "/tmp_bench_cache";
+  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  for (const char* policy : {"fp32", "bf16"}) {
+    ::setenv("LLAMATRAIN_BF16_MATMUL", policy, 1);
+    const bool floats = std::string(policy) == "fp32";
+    for (const char* precision : {"bf16-mixed", "bf16-sr"}) {
+      auto r = run_cli({"bench", "--model", "tiny", "--seq", "16", "--batch", "2", "--steps", "1", "--precision",
+                        precision, "--json"});
+      ASSERT_TRUE(r.exited && r.code == 0) << policy << " " << precision << "\n" << testing::describe(r);
+      EXPECT_NE(r.out.find(floats ? "\"float_operands\":true" : "\"float_operands\":false"), std::string::npos)
+          << policy << " " << precision << ": " << r.out;
+    }
+    auto r = run_cli({"bench", "--model", "tiny", "--seq", "16", "--batch", "2", "--steps", "1"});
+    ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
+    EXPECT_NE(r.out.find(floats ? "operands       bf16 values held in floats" : "operands       bf16 (the bf16"),
+              std::string::npos)
+        << r.out;
+  }
+  ::unsetenv("LLAMATRAIN_BF16_MATMUL");
+  ::unsetenv("XDG_CACHE_HOME");
+  std::filesystem::remove_all(cache);
+}
+
 int64_t job_bytes(const model::LlamaConfig& c, model::Precision p, int B, int T) {
   const auto ct = p == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
   return model::LlamaModel::state_bytes(c, p) + model::LlamaModel::activation_bytes(c, p, B, T) +
