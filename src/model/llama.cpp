@@ -247,7 +247,14 @@ cpu::Bf16Weight LlamaModel::bf16_of(const float* param) const {
 }
 
 void LlamaModel::choose_operand_form(int64_t N) {
-  const bool floats = float_operands_at(config_, plan_, precision_, N);
+  bool floats = float_operands_at(config_, plan_, precision_, N);
+  if (plan_.tp_size > 1 && precision_ != Precision::fp32) {
+    // Sequence parallelism all-gathers the norm outputs in this form, so the TP group needs one form;
+    // each rank probed on its own (timings may differ near a tie): the majority's, bf16 on a tie.
+    float votes = floats ? 1.0f : 0.0f;
+    tp_->all_reduce(&votes, 1);
+    floats = 2 * votes > float(plan_.tp_size);
+  }
   if (floats == float_operands_) return;
   float_operands_ = floats;
   if (precision_ != Precision::bf16_mixed) return;  // bf16-sr: the compute copy already is bf16_in_f32
