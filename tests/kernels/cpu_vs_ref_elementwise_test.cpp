@@ -289,36 +289,31 @@ TEST(CpuVsRef, AdamwSeveralSteps) {
 
 TEST(CpuVsRef, AdamwWithBf16CopyIsAdamwPlusRounding) {
   // bf16-mixed's fused update: the fp32 results are bitwise those of cpu::adamw_update (same
-  // per-element code) and the bf16 copy is each new param rounded to nearest even.
+  // per-element code) and the copy is each new param rounded to nearest even, held as bf16 or (the
+  // float operand form) as bf16_in_f32.
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(40001)}) {
     auto p = random_vec(n, 16), m = random_vec(n, 17, 0.01f), v = random_vec(n, 18, 0.01f);
     for (auto& x : v) x = x * x;
-    auto p2 = p, m2 = m, v2 = v;
     const auto p0 = p, m0 = m, v0 = v;
-    std::vector<bf16> copy(n, bf16{0x7fc0});
     for (int step = 1; step <= 3; step++) {
       auto grad = random_vec(n, 100 + step, 0.1f);
       cpu::adamw_update(p.data(), m.data(), v.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
-      cpu::adamw_update_bf16_copy(p2.data(), copy.data(), m2.data(), v2.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f,
-                                  1e-8f, 0.1f, step, 0.5f);
     }
-    EXPECT_EQ(p2, p) << "n=" << n;
-    EXPECT_EQ(m2, m) << "n=" << n;
-    EXPECT_EQ(v2, v) << "n=" << n;
-    EXPECT_TRUE(equals_rounded("adamw bf16 copy n=" + std::to_string(n), copy, p));
-
-    // the copy held as bf16_in_f32 (float operands): the same fp32 update, the same rounded values
-    auto p3 = p0, m3 = m0, v3 = v0;
-    std::vector<bf16_in_f32> copy_x(n, bf16_in_f32{-1.0f});
-    for (int step = 1; step <= 3; step++) {
-      auto grad = random_vec(n, 100 + step, 0.1f);
-      cpu::adamw_update_bf16_copy(p3.data(), copy_x.data(), m3.data(), v3.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f,
-                                  1e-8f, 0.1f, step, 0.5f);
-    }
-    EXPECT_EQ(p3, p) << "n=" << n;
-    EXPECT_EQ(m3, m) << "n=" << n;
-    EXPECT_EQ(v3, v) << "n=" << n;
-    EXPECT_TRUE(equals_rounded("adamw bf16_in_f32 copy n=" + std::to_string(n), copy_x, p));
+    auto check_copy = [&](auto fill, const std::string& what) {
+      auto p2 = p0, m2 = m0, v2 = v0;
+      std::vector<decltype(fill)> copy(n, fill);
+      for (int step = 1; step <= 3; step++) {
+        auto grad = random_vec(n, 100 + step, 0.1f);
+        cpu::adamw_update_bf16_copy(p2.data(), copy.data(), m2.data(), v2.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f,
+                                    1e-8f, 0.1f, step, 0.5f);
+      }
+      EXPECT_EQ(p2, p) << what << " n=" << n;
+      EXPECT_EQ(m2, m) << what << " n=" << n;
+      EXPECT_EQ(v2, v) << what << " n=" << n;
+      EXPECT_TRUE(equals_rounded("adamw " + what + " n=" + std::to_string(n), copy, p));
+    };
+    check_copy(bf16{0x7fc0}, "bf16 copy");
+    check_copy(bf16_in_f32{-1.0f}, "bf16_in_f32 copy");
   }
 }
 
