@@ -174,9 +174,10 @@ void run_bench(const BenchOptions& o) {
                 peak_gflops, N, cfg.vocab_size, cfg.dim, 100.0 * gflops / peak_gflops);
     std::printf("  peak RSS       %.1f MB  (analytic %.1f MB: %.2fx)\n", rss / 1e6, analytic / 1e6, rss / analytic);
     if (precision != model::Precision::fp32)
-      std::printf("  operands       %s\n", model.float_operands()
-                                                ? "bf16 values held in floats (the fp32 kernel is the faster here)"
-                                                : "bf16 (the bf16 kernel is the faster here)");
+      std::printf("  operands       %s\n",
+                  !model.float_operands()                   ? "bf16 (the bf16 kernel is the faster here)"
+                  : cpu::matmul_chooser().bf16_available() ? "bf16 values held in floats (the fp32 kernel is the faster here)"
+                                                             : "bf16 values held in floats (oneDNN has no bf16 kernel on this CPU)");
     std::printf("%s", cpu::matmul_choices_text(cpu::matmul_chooser(), "  ").c_str());
   }
 }

@@ -15,6 +15,7 @@
 
 #include "test_util.h"
 #include "core/memory.h"
+#include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/ops.h"
 #include "model/config.h"
 #include "model/llama.h"
@@ -215,11 +216,23 @@ TEST(CliErrors, BenchSaysWhichOperandFormItUses) {
   // bf16 compute keeps its operands as bf16, or as bf16 values in floats where the fp32 kernel runs
   // the matmuls; bench says which, and its memory figures (checked against the model's own inside
   // bench) follow the form. Forced here through the policy variable, in a private cache folder.
+  // On a CPU without oneDNN's bf16 kernel (AVX2 only), the operands are always floats and forcing
+  // bf16 is a plain error that names the variable and the fix.
   const std::string cache = std::string(LLAMATRAIN_BINARY_DIR) + "/tmp_bench_cache";
   ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  const bool bf16_kernel = cpu::matmul_chooser().bf16_available();
   for (const char* policy : {"fp32", "bf16"}) {
     ::setenv("LLAMATRAIN_BF16_MATMUL", policy, 1);
-    const bool floats = std::string(policy) == "fp32";
+    const bool floats = std::string(policy) == "fp32" || !bf16_kernel;
+    if (!bf16_kernel && std::string(policy) == "bf16") {
+      auto r = run_cli({"bench", "--model", "tiny", "--seq", "16", "--batch", "2", "--steps", "1"});
+      EXPECT_TRUE(r.exited && r.code == 1) << testing::describe(r);
+      EXPECT_NE(r.err.find("LLAMATRAIN_BF16_MATMUL=bf16: oneDNN has no bf16 matmul kernel on this CPU"),
+                std::string::npos)
+          << r.err;
+      EXPECT_NE(r.err.find("hint: unset LLAMATRAIN_BF16_MATMUL"), std::string::npos) << r.err;
+      continue;
+    }
     for (const char* precision : {"bf16-mixed", "bf16-sr"}) {
       auto r = run_cli({"bench", "--model", "tiny", "--seq", "16", "--batch", "2", "--steps", "1", "--precision",
                         precision, "--json"});
@@ -232,6 +245,9 @@ TEST(CliErrors, BenchSaysWhichOperandFormItUses) {
     EXPECT_NE(r.out.find(floats ? "operands       bf16 values held in floats" : "operands       bf16 (the bf16"),
               std::string::npos)
         << r.out;
+    if (!bf16_kernel) {
+      EXPECT_NE(r.out.find("oneDNN has no bf16 kernel on this CPU"), std::string::npos) << r.out;
+    }
   }
   ::unsetenv("LLAMATRAIN_BF16_MATMUL");
   ::unsetenv("XDG_CACHE_HOME");

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 
 #include "core/bf16.h"
 #include "core/error.h"
@@ -238,6 +240,50 @@ TEST(MatmulChoice, ForcedPolicyNeverProbes) {
   EXPECT_NE(text.find("fp32 on bf16 values for 1 of 2 shapes"), std::string::npos) << text;
 }
 
+TEST(MatmulChoice, WithoutABf16KernelEveryShapeRunsOnFp32) {
+  // A CPU where oneDNN has no bf16 matmul (AVX2 only): no probe, no cache entry, every shape on the
+  // fp32 kernel, said in the report; forcing bf16 is an error that names the variable and the fix.
+  TempDir dir;
+  const std::string path = dir / "kernels.json";
+  write_file(path, cpu::format_matmul_cache({{kMachine, "fwd A", 1, MatmulKernel::bf16, 1.0, 2.0}}));
+  MatmulChooser c(kMachine, path, MatmulPolicy::automatic, false);
+  EXPECT_FALSE(c.bf16_available());
+  EXPECT_EQ(c.known("fwd A", 1), MatmulKernel::f32);  // not the cached bf16
+  EXPECT_EQ(c.known("fwd B", 1), MatmulKernel::f32);
+  EXPECT_EQ(c.choose("fwd A", 1, never_called()), MatmulKernel::f32);
+  EXPECT_EQ(c.choose("fwd B", 1, never_called()), MatmulKernel::f32);
+  EXPECT_EQ(c.choose("fwd B", 1, never_called()), MatmulKernel::f32);
+  ASSERT_EQ(c.choices().size(), 2u);
+  EXPECT_EQ(c.choices()[0].source, MatmulChoice::Source::only_f32);
+  EXPECT_EQ(c.probe_seconds(), 0.0);
+  const auto entries = cpu::parse_matmul_cache(read_file(path));
+  ASSERT_TRUE(entries.has_value());
+  EXPECT_EQ(entries->size(), 1u);  // nothing probed, nothing written
+  const std::string text = cpu::matmul_choices_text(c, "");
+  EXPECT_NE(text.find("fp32 on bf16 values for 2 of 2 shapes (oneDNN has no bf16 kernel on this CPU)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("only-fp32"), std::string::npos) << text;
+  EXPECT_NE(cpu::matmul_choices_json(c).find("\"bf16_kernel\":false"), std::string::npos);
+  c.set_policy(MatmulPolicy::f32);
+  EXPECT_EQ(c.choose("fwd C", 1, never_called()), MatmulKernel::f32);
+  c.set_policy(MatmulPolicy::bf16);
+  try {
+    c.choose("fwd A", 1, never_called());
+    ADD_FAILURE() << "forced bf16 on a CPU without the kernel";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("LLAMATRAIN_BF16_MATMUL=bf16: oneDNN has no bf16 matmul kernel on this CPU (" +
+                       std::string(kMachine) + ")"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("hint: unset LLAMATRAIN_BF16_MATMUL"), std::string::npos) << msg;
+  }
+  c.set_bf16_available(true);  // the same chooser on a CPU with both kernels: the cache again
+  c.set_policy(MatmulPolicy::automatic);
+  EXPECT_EQ(c.choose("fwd A", 1, never_called()), MatmulKernel::bf16);
+}
+
 TEST(MatmulChoice, PolicyNamesAndErrors) {
   EXPECT_EQ(cpu::parse_matmul_policy("auto", "x"), MatmulPolicy::automatic);
   EXPECT_EQ(cpu::parse_matmul_policy("bf16", "x"), MatmulPolicy::bf16);
@@ -327,8 +373,21 @@ struct Case {
   }
 };
 
+TEST(MatmulChoiceKernels, Bf16KernelIsFoundWhereOneDnnHasIt) {
+  // oneDNN 2.x (Debian 12's) has bf16 matmul kernels from avx512_core up only: none under
+  // ONEDNN_MAX_CPU_ISA=AVX2 (which the *.no_bf16_kernel tests set) or on a CPU without AVX-512.
+  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const bool avx2_only = isa != nullptr && std::string(isa) == "AVX2";
+  std::printf("this CPU: %s; bf16 kernel: %s\n", cpu::matmul_chooser().machine().c_str(),
+              cpu::matmul_chooser().bf16_available() ? "yes" : "no");
+  if (avx2_only && cpu::matmul_chooser().machine().find("oneDNN 2.") != std::string::npos) {
+    EXPECT_FALSE(cpu::matmul_chooser().bf16_available());
+  }
+}
+
 TEST(MatmulChoiceKernels, DinpAndDweightOnDifferentKernels) {
   cpu::MatmulChooser& chooser = cpu::matmul_chooser();
+  if (!chooser.bf16_available()) GTEST_SKIP() << "oneDNN has no bf16 matmul kernel on this CPU";
   ASSERT_EQ(chooser.policy(), MatmulPolicy::automatic);
   ASSERT_EQ(chooser.cache_path().rfind(kGlobalCacheDir, 0), 0u) << chooser.cache_path();
   const int threads = omp_get_max_threads();
@@ -341,7 +400,7 @@ TEST(MatmulChoiceKernels, DinpAndDweightOnDifferentKernels) {
     fs::create_directories(fs::path(chooser.cache_path()).parent_path());
     write_file(chooser.cache_path(), cpu::format_matmul_cache({{chooser.machine(), dinp, threads, k_dinp, 1, 1},
                                                                 {chooser.machine(), dw, threads, k_dw, 1, 1}}));
-    cpu::MatmulChooser fresh(chooser.machine(), chooser.cache_path(), MatmulPolicy::automatic);
+    cpu::MatmulChooser fresh(chooser.machine(), chooser.cache_path(), MatmulPolicy::automatic, true);
     ASSERT_EQ(fresh.known(dinp, threads), k_dinp);
     chooser = fresh;  // the kernels read the file as a new process would
 
@@ -360,7 +419,8 @@ TEST(MatmulChoiceKernels, DinpAndDweightOnDifferentKernels) {
 TEST(MatmulChoiceKernels, RealProbeGivesCorrectResults) {
   cpu::MatmulChooser& chooser = cpu::matmul_chooser();
   fs::remove(chooser.cache_path());
-  chooser = cpu::MatmulChooser(chooser.machine(), chooser.cache_path(), MatmulPolicy::automatic);
+  chooser = cpu::MatmulChooser(chooser.machine(), chooser.cache_path(), MatmulPolicy::automatic,
+                               chooser.bf16_available());
   const Case cs;
   std::vector<float> out(size_t(kN) * kOC, -7.0f);
   cpu::matmul_forward(out.data(), cs.inp.data(), cs.weight.data(), cs.weight_b.data(), kN, kIC, kOC,
@@ -369,11 +429,17 @@ TEST(MatmulChoiceKernels, RealProbeGivesCorrectResults) {
   ASSERT_EQ(chooser.choices().size(), 1u);
   const MatmulChoice& c = chooser.choices()[0];
   EXPECT_EQ(c.shape, "fwd N=256 IC=384 OC=640 inp=f32");
-  EXPECT_EQ(c.source, MatmulChoice::Source::probe);
-  EXPECT_GT(c.bf16_s, 0.0);
-  EXPECT_GT(c.f32_s, 0.0);
-  EXPECT_EQ(c.kernel, MatmulChooser::decide(c.bf16_s, c.f32_s));
-  if (c.settled) {
+  if (!chooser.bf16_available()) {  // the fp32 kernel, the only one: nothing probed or cached
+    EXPECT_EQ(c.source, MatmulChoice::Source::only_f32);
+    EXPECT_EQ(c.kernel, MatmulKernel::f32);
+    EXPECT_FALSE(fs::exists(chooser.cache_path()));
+  } else {
+    EXPECT_EQ(c.source, MatmulChoice::Source::probe);
+    EXPECT_GT(c.bf16_s, 0.0);
+    EXPECT_GT(c.f32_s, 0.0);
+    EXPECT_EQ(c.kernel, MatmulChooser::decide(c.bf16_s, c.f32_s));
+  }
+  if (c.source == MatmulChoice::Source::probe && c.settled) {
     const auto entries = cpu::parse_matmul_cache(read_file(chooser.cache_path()));
     ASSERT_TRUE(entries.has_value());
     EXPECT_EQ(entries->size(), 1u);

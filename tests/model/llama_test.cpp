@@ -113,6 +113,7 @@ TEST(Llama, Bf16OperandFormsTrainAlike) {
   // weight copy the optimizer left stale would show from the second step: each step moves the loss
   // by more than 0.3 here.
   constexpr double kTol = 5e-3;
+  if (!cpu::matmul_chooser().bf16_available()) GTEST_SKIP() << "oneDNN has no bf16 matmul kernel on this CPU";
   for (auto p : {model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
     bool floats16 = true, floats32 = false;
     const auto l16 = bf16_training_losses(p, cpu::MatmulPolicy::bf16, 4, &floats16);
@@ -134,6 +135,7 @@ TEST(Llama, SwitchingTheOperandFormKeepsTheWeights) {
   const auto c = small_config();
   const int T = 21;
   const auto tokens = random_tokens(3 * T, c.vocab_size, 31), targets = random_tokens(3 * T, c.vocab_size, 32);
+  if (!cpu::matmul_chooser().bf16_available()) GTEST_SKIP() << "oneDNN has no bf16 matmul kernel on this CPU";
   for (auto p : {model::Precision::bf16_mixed, model::Precision::bf16_sr})
     for (auto [first, second] : {std::pair{cpu::MatmulPolicy::f32, cpu::MatmulPolicy::bf16},
                                  std::pair{cpu::MatmulPolicy::bf16, cpu::MatmulPolicy::f32}}) {
@@ -159,6 +161,30 @@ TEST(Llama, SwitchingTheOperandFormKeepsTheWeights) {
       fresh.params_changed();
       EXPECT_EQ(fresh.forward(tokens.data(), targets.data(), 3, T).loss, loss);
     }
+}
+
+TEST(Llama, WithoutABf16KernelTheOperandsAreFloats) {
+  // A CPU where oneDNN has no bf16 matmul (AVX2 only): the bf16 modes hold their operands as bf16
+  // values in floats at every size (the tiny ones too, which are never probed) and compute what the
+  // same model does on the fp32 kernel with the bf16 kernel present.
+  const auto c = small_config();
+  const int T = 9;
+  const auto tokens = random_tokens(2 * T, c.vocab_size, 41), targets = random_tokens(2 * T, c.vocab_size, 42);
+  cpu::MatmulChooser& chooser = cpu::matmul_chooser();
+  const bool had = chooser.bf16_available();
+  for (auto p : {model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+    float loss[2];
+    for (int i = 0; i < 2; i++) {
+      chooser.set_bf16_available(i == 1 && had);
+      const ForcePolicy force(i == 0 ? cpu::MatmulPolicy::automatic : cpu::MatmulPolicy::f32);
+      model::LlamaModel m(c, p, 4);
+      m.init_random(0.2f);
+      loss[i] = m.forward(tokens.data(), targets.data(), 2, T).loss;
+      EXPECT_TRUE(m.float_operands()) << model::precision_name(p);
+    }
+    EXPECT_EQ(loss[0], loss[1]) << model::precision_name(p);
+  }
+  chooser.set_bf16_available(had);
 }
 
 TEST(Llama, DecodeWithKvCacheEqualsFullForward) {

@@ -61,10 +61,15 @@ TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {
     EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
     worst = std::max(worst, std::fabs(b.at(step) - loss) / loss);
   }
-  const double weights = weight_difference(dir / "one/checkpoints/step_20", dir / "two/checkpoints/step_20");
-  EXPECT_LE(weights, 1e-5);
-  std::printf("DP 2 against one process, 20 steps: worst relative loss difference %.2g, weights %.2g\n", worst,
-              weights);
+  // As in the model-parallel runs: the tensors as a whole (L2) within 1e-5. A single element may move
+  // further (Adam divides by sqrt(v): where an element's gradient is near zero, its order-of-summation
+  // difference is amplified, more on CPUs whose kernels block the sums differently).
+  const auto w = testing::weight_differences(dir / "one/checkpoints/step_20", dir / "two/checkpoints/step_20");
+  EXPECT_LE(w.l2, 1e-5);
+  EXPECT_LE(w.max_abs, 1e-4);
+  std::printf("DP 2 against one process, 20 steps: worst relative loss difference %.2g, weights %.2g (L2), %.2g "
+              "(largest element)\n",
+              worst, w.l2, w.max_abs);
   // Each step line and metrics row reports the time in collectives, a part of the step.
   EXPECT_NE(two.log.find("| comm "), std::string::npos) << two.log;
   EXPECT_EQ(one.log.find("| comm "), std::string::npos) << one.log;

@@ -117,7 +117,8 @@ class GemmProbe {
 // OpenMP thread), else fewer: a multiple of 16, at least min(M, 128).
 int probe_rows(int M, int N, int K);
 
-// The kernel for a bf16-compute call of `shape` (M,N,K: its largest gemm): the policy's when forced;
+// The kernel for a bf16-compute call of `shape` (M,N,K: its largest gemm): fp32 when the CPU has no
+// bf16 kernel (MatmulChooser::bf16_available); the policy's when forced;
 // `small` without probing when 2*M*N*K is below 1e8 (too small to matter: the kernel that reads the
 // call's weight without converting it); else matmul_chooser()'s choice, probing with time_call on
 // first use (after which fp32-kernel scratch is released again if no shape chose fp32).

@@ -103,12 +103,21 @@ const GemmPlan* gemm_plan(const GemmKey& key) {
     ops.append_sum(1.0f);
     attr.set_post_ops(ops);
   }
+  dnnl::matmul::primitive_desc pd;
+  try {
 #if DNNL_VERSION_MAJOR >= 3  // oneDNN 3 dropped the operation descriptors (dnnl::matmul::desc)
-  dnnl::matmul::primitive_desc pd(d.engine, plan->a_md, plan->b_md, plan->c_md, attr);
+    pd = dnnl::matmul::primitive_desc(d.engine, plan->a_md, plan->b_md, plan->c_md, attr);
 #else
-  dnnl::matmul::desc desc(plan->a_md, plan->b_md, plan->c_md);
-  dnnl::matmul::primitive_desc pd(desc, attr, d.engine);
+    dnnl::matmul::desc desc(plan->a_md, plan->b_md, plan->c_md);
+    pd = dnnl::matmul::primitive_desc(desc, attr, d.engine);
 #endif
+  } catch (const dnnl::error& e) {
+    const dnnl_version_t* v = dnnl::version();
+    fail("oneDNN {}.{}.{} has no {} matmul for {}x{}x{} on this CPU ({})\nhint: {}", v->major, v->minor, v->patch,
+         key.is_bf16 ? "bf16" : "fp32", key.M, key.N, key.K, e.what(),
+         key.is_bf16 ? fmt::format("set {}=fp32 to run bf16 compute on the fp32 kernel", kMatmulPolicyEnv)
+                     : std::string("check that oneDNN (libdnnl) is installed intact"));
+  }
   plan->prim = dnnl::matmul(pd);
   plan->pad_md = pd.scratchpad_desc();
   plan->impl = pd.impl_info_str();
@@ -186,12 +195,23 @@ std::string machine_description() {
   return fmt::format("{} | oneDNN {}.{}.{} {}", model, v->major, v->minor, v->patch, isa);
 }
 
+// Whether oneDNN creates a bf16 matmul on this CPU: not on one without AVX-512 (oneDNN 2.6 has bf16
+// kernels for avx512_core and up only; ONEDNN_MAX_CPU_ISA=AVX2 shows the same on any x86 CPU).
+bool bf16_matmul_available() {
+  try {
+    gemm_plan(GemmKey{16, 16, 16, true, false, true, false});
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 MatmulChooser make_chooser() {
   const char* env = std::getenv(kMatmulPolicyEnv);
   const MatmulPolicy policy = env == nullptr || env[0] == '\0'
                                   ? MatmulPolicy::automatic
                                   : parse_matmul_policy(env, std::string("environment variable ") + kMatmulPolicyEnv);
-  return MatmulChooser(machine_description(), default_matmul_cache_path(), policy);
+  return MatmulChooser(machine_description(), default_matmul_cache_path(), policy, bf16_matmul_available());
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -366,7 +386,8 @@ double GemmProbe::seconds(MatmulKernel k, const void* b_kernel) {
 MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
                            const std::function<double(MatmulKernel)>& time_call, MatmulKernel small) {
   MatmulChooser& chooser = matmul_chooser();
-  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return small;
+  if (chooser.bf16_available() && chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops)
+    return small;
   const double probed = chooser.probe_seconds();
   const MatmulKernel k = chooser.choose(shape, omp_get_max_threads(), time_call);
   const bool any_f32 = std::any_of(chooser.choices().begin(), chooser.choices().end(),
@@ -378,7 +399,8 @@ MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
 
 std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N, int K, MatmulKernel small) {
   MatmulChooser& chooser = matmul_chooser();
-  if (chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops) return small;
+  if (chooser.bf16_available() && chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops)
+    return small;
   return chooser.known(shape, omp_get_max_threads());
 }
 

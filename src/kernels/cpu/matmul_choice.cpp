@@ -37,6 +37,9 @@ std::optional<MatmulKernel> kernel_from_name(const std::string& s) {
   return std::nullopt;
 }
 
+// A choice made by timing (probed now or earlier, or cached), not imposed by the policy or the CPU.
+bool timed(MatmulChoice::Source s) { return s == MatmulChoice::Source::probe || s == MatmulChoice::Source::cache; }
+
 }  // namespace
 
 const char* matmul_kernel_name(MatmulKernel k) { return k == MatmulKernel::bf16 ? "bf16" : "fp32"; }
@@ -55,6 +58,7 @@ const char* matmul_choice_source_name(MatmulChoice::Source s) {
     case MatmulChoice::Source::probe: return "probe";
     case MatmulChoice::Source::cache: return "cache";
     case MatmulChoice::Source::forced: return "forced";
+    case MatmulChoice::Source::only_f32: return "only-fp32";
   }
   return "?";
 }
@@ -119,14 +123,15 @@ std::string matmul_choices_text(const MatmulChooser& chooser, const std::string&
   }
   std::string out = fmt::format("{}bf16 matmul kernels ({}={}): fp32 on bf16 values for {} of {} shapes", indent,
                                 kMatmulPolicyEnv, matmul_policy_name(chooser.policy()), n_f32, cs.size());
+  if (!chooser.bf16_available()) out += " (oneDNN has no bf16 kernel on this CPU)";
   if (chooser.probe_seconds() > 0) out += fmt::format(", probes {:.2f} s", chooser.probe_seconds());
   out += fmt::format(", cache {}\n", chooser.cache_path().empty() ? "none" : chooser.cache_path());
   out += fmt::format("{}  {:<{}}  kernel  bf16 ms  fp32 ms  from\n", indent, "shape", width);
   for (const auto& c : cs) {
-    const bool timed = c.source != MatmulChoice::Source::forced;
+    const bool by_time = timed(c.source);
     out += fmt::format("{}  {:<{}}  {:<6}  {:>7}  {:>7}  {}{}\n", indent, c.shape, width, matmul_kernel_name(c.kernel),
-                       timed ? fmt::format("{:.2f}", c.bf16_s * 1e3) : "-",
-                       timed ? fmt::format("{:.2f}", c.f32_s * 1e3) : "-", matmul_choice_source_name(c.source),
+                       by_time ? fmt::format("{:.2f}", c.bf16_s * 1e3) : "-",
+                       by_time ? fmt::format("{:.2f}", c.f32_s * 1e3) : "-", matmul_choice_source_name(c.source),
                        c.settled ? "" : " (noisy: not cached)");
   }
   return out;
@@ -142,6 +147,7 @@ std::string matmul_choices_json(const MatmulChooser& chooser) {
                       {"bf16_ms", c.bf16_s * 1e3},
                       {"fp32_ms", c.f32_s * 1e3}});
   nlohmann::json j = {{"policy", matmul_policy_name(chooser.policy())},
+                      {"bf16_kernel", chooser.bf16_available()},
                       {"cache", chooser.cache_path()},
                       {"probe_s", chooser.probe_seconds()},
                       {"shapes", shapes}};
@@ -161,8 +167,8 @@ std::string default_matmul_cache_path() {
   return (dir / "llamatrain" / "matmul_kernels.json").string();
 }
 
-MatmulChooser::MatmulChooser(std::string machine, std::string cache_path, MatmulPolicy policy)
-    : machine_(std::move(machine)), cache_path_(std::move(cache_path)), policy_(policy) {}
+MatmulChooser::MatmulChooser(std::string machine, std::string cache_path, MatmulPolicy policy, bool bf16_available)
+    : machine_(std::move(machine)), cache_path_(std::move(cache_path)), policy_(policy), bf16_available_(bf16_available) {}
 
 MatmulKernel MatmulChooser::decide(double bf16_s, double f32_s) {
   const bool valid = std::isfinite(bf16_s) && std::isfinite(f32_s) && bf16_s > 0 && f32_s > 0;
@@ -198,9 +204,10 @@ void MatmulChooser::record(const MatmulChoice& c, int threads) {
 
 std::optional<MatmulKernel> MatmulChooser::known(const std::string& shape, int threads) {
   std::lock_guard<std::recursive_mutex> lock(lock_.m);
+  if (!bf16_available_) return MatmulKernel::f32;
   if (policy_ == MatmulPolicy::bf16) return MatmulKernel::bf16;
   if (policy_ == MatmulPolicy::f32) return MatmulKernel::f32;
-  if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && c->source != MatmulChoice::Source::forced)
+  if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && timed(c->source))
     return c->kernel;
   if (const MatmulCacheEntry* e = find_cached(shape, threads)) return e->kernel;
   return std::nullopt;
@@ -209,6 +216,15 @@ std::optional<MatmulKernel> MatmulChooser::known(const std::string& shape, int t
 MatmulKernel MatmulChooser::choose(const std::string& shape, int threads,
                                    const std::function<double(MatmulKernel)>& time_call) {
   std::lock_guard<std::recursive_mutex> lock(lock_.m);
+  if (!bf16_available_) {
+    if (policy_ == MatmulPolicy::bf16)
+      fail("{}=bf16: oneDNN has no bf16 matmul kernel on this CPU ({})\nhint: unset {} (or set it to auto or "
+           "fp32): bf16 compute then runs on the fp32 kernel with the same bf16 values",
+           kMatmulPolicyEnv, machine_, kMatmulPolicyEnv);
+    if (const MatmulChoice* c = find_choice(shape, threads); c == nullptr || c->source != MatmulChoice::Source::only_f32)
+      record({shape, MatmulKernel::f32, MatmulChoice::Source::only_f32}, threads);
+    return MatmulKernel::f32;
+  }
   if (policy_ != MatmulPolicy::automatic) {
     const MatmulKernel k = policy_ == MatmulPolicy::bf16 ? MatmulKernel::bf16 : MatmulKernel::f32;
     const MatmulChoice* c = find_choice(shape, threads);
@@ -216,7 +232,7 @@ MatmulKernel MatmulChooser::choose(const std::string& shape, int threads,
       record({shape, k, MatmulChoice::Source::forced}, threads);
     return k;
   }
-  if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && c->source != MatmulChoice::Source::forced)
+  if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && timed(c->source))
     return c->kernel;
   if (const MatmulCacheEntry* e = find_cached(shape, threads)) {
     record({shape, e->kernel, MatmulChoice::Source::cache, e->bf16_s, e->f32_s}, threads);

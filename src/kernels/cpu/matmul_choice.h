@@ -5,6 +5,9 @@
 // This file holds the policy (auto / forced), the decision rule and the on-disk cache; it knows
 // nothing about oneDNN: callers pass a function that times one call of either kernel.
 //
+// A CPU on which oneDNN has no bf16 matmul (AVX2 without AVX-512, where oneDNN 2.6 offers none) has
+// one kernel only: every bf16-compute shape runs on the fp32 kernel, unprobed.
+//
 // Cache: one JSON file (magic "llamatrain-matmul-kernels", version 1) of entries keyed by CPU model,
 // oneDNN version and ISA, thread count and shape. A file that cannot be read as such (corrupt,
 // truncated, another program's) is ignored and rewritten; entries of other machines are kept.
@@ -32,7 +35,8 @@ MatmulPolicy parse_matmul_policy(const std::string& value, const std::string& wh
 inline constexpr const char* kMatmulPolicyEnv = "LLAMATRAIN_BF16_MATMUL";
 
 struct MatmulChoice {
-  enum class Source { probe, cache, forced };
+  // only_f32: the CPU has no bf16 kernel (MatmulChooser::bf16_available())
+  enum class Source { probe, cache, forced, only_f32 };
   std::string shape;    // e.g. "fwd N=2048 IC=768 OC=2304 inp=bf16"
   MatmulKernel kernel;
   Source source;
@@ -40,7 +44,7 @@ struct MatmulChoice {
   double f32_s = 0.0;
   bool settled = true;  // false: the probe's timings stayed too noisy to trust beyond this process
 };
-const char* matmul_choice_source_name(MatmulChoice::Source s);  // "probe" | "cache" | "forced"
+const char* matmul_choice_source_name(MatmulChoice::Source s);  // "probe" | "cache" | "forced" | "only-fp32"
 
 // One line of the cache file.
 struct MatmulCacheEntry {
@@ -68,15 +72,18 @@ class MatmulChooser {
   // The cache file keeps the most recent entries only.
   static constexpr size_t kMaxCacheEntries = 512;
 
-  // machine: the CPU model and the oneDNN version and ISA, as one text; cache_path: "" for no cache.
-  MatmulChooser(std::string machine, std::string cache_path, MatmulPolicy policy);
+  // machine: the CPU model and the oneDNN version and ISA, as one text; cache_path: "" for no cache;
+  // bf16_available: whether this CPU has a bf16 kernel at all.
+  MatmulChooser(std::string machine, std::string cache_path, MatmulPolicy policy, bool bf16_available = true);
 
-  // The kernel for `shape` at `threads` OpenMP threads: forced by the policy, or chosen earlier in
+  // The kernel for `shape` at `threads` OpenMP threads: fp32 when there is no bf16 kernel (an Error
+  // when the policy forces bf16), else forced by the policy, or chosen earlier in
   // this process, or read from the cache, or probed now by calling time_call(kernel) (which runs one
   // call and returns its seconds) as described above; a settled probe is written to the cache file
   // (best effort: an unwritable cache only costs a probe next time).
   MatmulKernel choose(const std::string& shape, int threads, const std::function<double(MatmulKernel)>& time_call);
-  // The kernel choose() would return without probing, if it is known (forced, chosen, or cached).
+  // The kernel choose() would return without probing, if it is known (the only one, forced, chosen,
+  // or cached).
   std::optional<MatmulKernel> known(const std::string& shape, int threads);
 
   // f32 when bf16_s > kSwitchMargin * f32_s (both finite and positive), else bf16.
@@ -86,6 +93,8 @@ class MatmulChooser {
 
   MatmulPolicy policy() const { return policy_; }
   void set_policy(MatmulPolicy p) { policy_ = p; }
+  bool bf16_available() const { return bf16_available_; }
+  void set_bf16_available(bool available) { bf16_available_ = available; }
   const std::string& cache_path() const { return cache_path_; }
   const std::string& machine() const { return machine_; }
   // The shapes chosen in this process, in order of first use, and the probes' total wall time.
@@ -100,6 +109,7 @@ class MatmulChooser {
 
   std::string machine_, cache_path_;
   MatmulPolicy policy_;
+  bool bf16_available_;
   bool cache_loaded_ = false;
   std::vector<MatmulCacheEntry> cached_;  // the cache file's entries (all machines)
   std::vector<MatmulChoice> choices_;     // this process's choices ...
@@ -115,14 +125,16 @@ class MatmulChooser {
 };
 
 // The process-wide chooser of cpu::matmul_forward / matmul_backward and lmhead_ce_fused (defined in
-// matmul.cpp): machine = CPU model + oneDNN version and ISA; policy from $LLAMATRAIN_BF16_MATMUL (auto
+// matmul.cpp): machine = CPU model + oneDNN version and ISA; bf16 available when oneDNN creates a
+// bf16 matmul on this CPU; policy from $LLAMATRAIN_BF16_MATMUL (auto
 // when unset or empty; any value other than auto, bf16, fp32 throws Error on first use); cache at
 // default_matmul_cache_path(). Used from one thread (the one that calls the kernels).
 MatmulChooser& matmul_chooser();
 
 // Reports of a chooser's choices (for `llamatrain bench`): a table, one line per shape under a
 // summary line, each line starting with `indent` ("" when nothing was chosen); and a JSON object
-// {"policy", "cache", "probe_s", "shapes": [{"shape", "kernel", "source", "bf16_ms", "fp32_ms"}]}.
+// {"policy", "bf16_kernel", "cache", "probe_s", "shapes": [{"shape", "kernel", "source", "settled", "bf16_ms",
+// "fp32_ms"}]}.
 std::string matmul_choices_text(const MatmulChooser& chooser, const std::string& indent);
 std::string matmul_choices_json(const MatmulChooser& chooser);
 
