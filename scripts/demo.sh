@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's main command: sets everything up (scripts/setup.sh), then runs the whole continued-
-# pretraining workflow on real text from Debian packages, in about ten minutes on 2 cores:
+# pretraining workflow on real text from Debian packages, in about ten minutes on 2 cores with
+# AVX-512 (about forty with AVX2 only):
 #   1. text       English fortunes (fortunes) and Chinese poems and sayings (fortunes-zh), terminal
 #                 escape codes stripped, one JSON document per fortune, every 20th held out
 #   2. tokenizer  SentencePiece BPE with byte fallback (Llama 2's settings), trained on both languages
