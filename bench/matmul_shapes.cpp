@@ -6,7 +6,8 @@
 // bf16 values) and through the automatic choice, whose probe estimates are printed next to the
 // measured calls (the probe times row slices and scales them up: this checks the scaling).
 // Usage: bench_matmul [M=2048] [seconds: 20 x it interleaved rounds per shape, at least 5] [all|matmul|lmhead].
-// Prints figures only. ONEDNN_MAX_CPU_ISA=AVX512_CORE simulates a CPU without native bf16.
+// Prints figures only. ONEDNN_MAX_CPU_ISA=AVX512_CORE simulates a CPU without native bf16. Needs
+// oneDNN's bf16 kernel (not on a CPU without AVX-512: it says so and exits with status 2).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -140,6 +141,14 @@ int main(int argc, char** argv) {
   const char* what = argc > 3 ? argv[3] : "all";
   const bool run_matmul = std::strcmp(what, "lmhead") != 0, run_lmhead = std::strcmp(what, "matmul") != 0;
   std::printf("bench_matmul: M=%d, %d OpenMP threads, %.2f s per figure\n", M, omp_get_max_threads(), seconds);
+  if (!cpu::matmul_chooser().bf16_available()) {
+    std::fprintf(stderr,
+                 "bench_matmul: oneDNN has no bf16 matmul kernel on this CPU (%s), so there are not two kernels to "
+                 "compare\nhint: bf16 compute runs on the fp32 kernel here; `llamatrain bench --precision fp32` and "
+                 "`--precision bf16-mixed` time training\n",
+                 cpu::matmul_chooser().machine().c_str());
+    return 2;
+  }
 
   struct Shape {
     const char* name;
