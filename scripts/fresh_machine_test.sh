@@ -274,7 +274,11 @@ JUNIT=build/release/test-results.xml
 t0=$SECONDS
 log "running: bash scripts/demo.sh (log: $LOGS/demo.log)"
 demo_rc=0
-in_root "bash scripts/demo.sh" 2>&1 | tee "$LOGS/demo.log" || demo_rc=$?
+# In the background and waited for: bash runs a trap only once a foreground command ends, so a TERM
+# sent to this script alone would wait out the whole step; `wait` returns at once (the pipeline's
+# status under pipefail), and the trap's cleanup stops what runs in the root.
+in_root "bash scripts/demo.sh" 2>&1 | tee "$LOGS/demo.log" &
+wait $! || demo_rc=$?
 t_demo=$((SECONDS - t0))
 compiler=$(in_root "\${CXX:-g++} --version | head -n 1" 2>/dev/null || echo unknown)
 
@@ -282,7 +286,8 @@ t0=$SECONDS
 test_rc=0
 if [ "$demo_rc" -eq 0 ]; then
   log "running: bash scripts/test.sh (log: $LOGS/test.log)"
-  in_root "bash scripts/test.sh" 2>&1 | tee "$LOGS/test.log" || test_rc=$?
+  in_root "bash scripts/test.sh" 2>&1 | tee "$LOGS/test.log" &
+  wait $! || test_rc=$?
 fi
 t_test=$((SECONDS - t0))
 
