@@ -106,11 +106,10 @@ void run_bench(const BenchOptions& o) {
     return model::LlamaModel::activation_bytes(cfg, precision, B, T, model::Recompute::none, -1, floats) +
            cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct, floats);
   };
-  bool float_operands = model::LlamaModel::float_operands_at(cfg, model::ShardPlan::single(cfg), precision, N, false);
   const int64_t avail = available_memory_bytes();
-  if (float_operands && avail >= 0 && state_for(true) + activations_for(true) > avail &&
-      state_for(false) + activations_for(false) <= avail)  // the form decides: probe it
-    float_operands = model::LlamaModel::float_operands_at(cfg, model::ShardPlan::single(cfg), precision, N);
+  const bool float_operands = model::LlamaModel::float_operands_for_check(
+      cfg, model::ShardPlan::single(cfg), precision, N, avail,
+      [&](bool floats) { return state_for(floats) + activations_for(floats); });
   int64_t state = state_for(float_operands), activations = activations_for(float_operands);
   check_memory_fits(state + activations,
                     fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),

@@ -276,6 +276,14 @@ bool LlamaModel::float_operands_at(const LlamaConfig& c, const ShardPlan& plan, 
   return cpu::bf16_operands_as_floats_known(M, Nout, K).value_or(true);
 }
 
+bool LlamaModel::float_operands_for_check(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
+                                          int64_t avail, const std::function<int64_t(bool)>& job_bytes) {
+  const bool floats = float_operands_at(c, plan, p, N, false);
+  if (floats && avail >= 0 && job_bytes(true) > avail && job_bytes(false) <= avail)  // the form decides: probe
+    return float_operands_at(c, plan, p, N);
+  return floats;
+}
+
 namespace {
 
 // Where each activation lives, in elements: offsets into the fp32 arena (or, for the matmul inputs,

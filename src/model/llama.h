@@ -182,6 +182,11 @@ class LlamaModel {
   // needs more memory), for estimates that must not run gemms.
   static bool float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
                                 bool probe = true);
+  // The form to size a memory check with, given job_bytes(form): the known choice, else the larger
+  // figure; probed (float_operands_at) only when the form decides whether the job fits in `avail`
+  // bytes (avail < 0: unknown).
+  static bool float_operands_for_check(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
+                                       int64_t avail, const std::function<int64_t(bool)>& job_bytes);
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   int64_t num_params() const { return num_params_; }
   ParameterTensors params() { return params_; }

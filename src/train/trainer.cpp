@@ -401,11 +401,9 @@ TrainResult run_training(const TrainConfig& cfg, const std::vector<std::string>&
                 ? cpu::lmhead_ce_scratch_bytes(B * T, mc.dim, mc.vocab_size, ct, floats)
                 : 0);
   };
-  bool float_operands = model::LlamaModel::float_operands_at(mc, plan, precision, int64_t(B) * T, false);
-  if (const int64_t avail = available_memory_bytes();
-      float_operands && avail >= 0 && state_for(true) + activations_for(true) > avail &&
-      state_for(false) + activations_for(false) <= avail)
-    float_operands = model::LlamaModel::float_operands_at(mc, plan, precision, int64_t(B) * T);
+  const bool float_operands = model::LlamaModel::float_operands_for_check(
+      mc, plan, precision, int64_t(B) * T, available_memory_bytes(),
+      [&](bool floats) { return state_for(floats) + activations_for(floats); });
   const int64_t state = state_for(float_operands), activations = activations_for(float_operands);
   check_memory_fits(state + activations,
                     fmt::format("training {} parameters in {} at micro batch {} x seq {}",
