@@ -383,11 +383,18 @@ double GemmProbe::seconds(MatmulKernel k, const void* b_kernel) {
   return t_b + seconds_since(t1) * double(M_) / Mp_;
 }
 
+namespace {
+// A call that choose_kernel and known_kernel give the caller's `small` kernel without asking the
+// chooser: automatic policy, a bf16 kernel to choose from, and too few flops to be worth a probe.
+bool too_small_to_probe(const MatmulChooser& chooser, int M, int N, int K) {
+  return chooser.bf16_available() && chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops;
+}
+}  // namespace
+
 MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
                            const std::function<double(MatmulKernel)>& time_call, MatmulKernel small) {
   MatmulChooser& chooser = matmul_chooser();
-  if (chooser.bf16_available() && chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops)
-    return small;
+  if (too_small_to_probe(chooser, M, N, K)) return small;
   const double probed = chooser.probe_seconds();
   const MatmulKernel k = chooser.choose(shape, omp_get_max_threads(), time_call);
   const bool any_f32 = std::any_of(chooser.choices().begin(), chooser.choices().end(),
@@ -399,8 +406,7 @@ MatmulKernel choose_kernel(const std::string& shape, int M, int N, int K,
 
 std::optional<MatmulKernel> known_kernel(const std::string& shape, int M, int N, int K, MatmulKernel small) {
   MatmulChooser& chooser = matmul_chooser();
-  if (chooser.bf16_available() && chooser.policy() == MatmulPolicy::automatic && 2.0 * M * N * K < kProbeMinFlops)
-    return small;
+  if (too_small_to_probe(chooser, M, N, K)) return small;
   return chooser.known(shape, omp_get_max_threads());
 }
 
