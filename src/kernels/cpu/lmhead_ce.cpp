@@ -233,3 +233,18 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
 }
 
 }  // namespace llamatrain::cpu
+
+namespace llamatrain::cpu {
+
+void lmhead_ce_forward(float* losses, const float* x, const float* wout, Bf16Weight wout_bf16, const int32_t* targets,
+                       int N, int C, int V, ComputeType ct) {
+  lmhead_ce_fused(losses, nullptr, nullptr, x, wout, wout_bf16, targets, 0.0f, N, C, V, ct);
+}
+
+void lmhead_ce_backward(float* losses, float* dx, float* dwout, const float* x, const float* wout, Bf16Weight wout_bf16,
+                        const int32_t* targets, float dloss, int N, int C, int V, ComputeType ct) {
+  CHECK(dx != nullptr && dwout != nullptr, "lmhead_ce_backward without dx or dwout");
+  lmhead_ce_fused(losses, dx, dwout, x, wout, wout_bf16, targets, dloss, N, C, V, ct);
+}
+
+}  // namespace llamatrain::cpu

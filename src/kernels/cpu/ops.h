@@ -1,14 +1,17 @@
 // Fast CPU kernels: the same ops as kernels/ref/ops.h, same names, same argument order and the same
 // accumulation rules, plus a ComputeType for matmuls. Each is tested against its ref:: twin on
-// awkward sizes (tests/kernels/cpu_vs_ref_test.cpp). OpenMP inside; callers never spawn threads.
+// awkward sizes (tests/kernels/cpu_vs_ref_*_test.cpp). OpenMP inside; callers never spawn threads.
+// This is the folder's only public header: the rest of kernels/cpu is internal to it, its tests and
+// benches, except matmul_choice.h and matmul_peak.h, which model/backend.h alone wraps.
 //   - matmuls go through oneDNN; ComputeType::bf16 multiplies bf16 values and accumulates in fp32,
 //     through oneDNN's bf16 kernel (AMX / AVX512-BF16 when the CPU has them) or its fp32 kernel on
 //     the same values, whichever a probe found faster for the shape on this CPU (matmul_choice.h;
 //     LLAMATRAIN_BF16_MATMUL=auto|bf16|fp32); primitives are created once per shape and reused;
 //   - attention is tiled with an online softmax and never materializes (B,H,T,T) scores;
 //     backward recomputes scores from q, k and the saved lse;
-//   - lmhead_ce_fused computes the lm head and cross-entropy in row chunks, so the (N,V) fp32 logits
-//     never exist whole; its backward keeps a bounded block of dlogits (bf16 in bf16 mode).
+//   - lmhead_ce_forward / lmhead_ce_backward compute the lm head and cross-entropy in row chunks, so
+//     the (N,V) fp32 logits never exist whole; the backward keeps a bounded block of dlogits (bf16 in
+//     bf16 mode).
 //   - matmul operands (inp, dout) may be float, bf16 or bf16_in_f32 (template T, instantiated for
 //     each). In the bf16 modes the kernels that produce them (rmsnorm_forward, swiglu_forward/backward)
 //     write the form the matmul's kernel reads (bf16 for the bf16 kernel, bf16_in_f32 for the fp32
@@ -45,6 +48,10 @@ struct Bf16Weight {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C);
+void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin, int V,
+                                      int N, int C);
+void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
+                                       int V, int N, int C);
 
 // out: float, or bf16 (rounded to nearest even) when it only feeds bf16 matmuls.
 template <typename T>
@@ -84,6 +91,8 @@ void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_st
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         int B, int T, int H, int Hkv, int D);
+void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
+                      int D);
 
 // out and dh13: float, or bf16 (rounded to nearest even) when they only feed bf16 matmuls.
 template <typename T>
@@ -93,20 +102,26 @@ void swiglu_backward(T* dh13, const float* dout, const float* h13, int N, int F)
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
-// Fused lm head + cross-entropy (+ its backward when dx != nullptr):
+// Fused lm head + cross-entropy, as ref::lmhead_ce_forward / lmhead_ce_backward:
 //   logits = x @ wout^T (chunk of rows at a time); losses[n] as ref::cross_entropy_forward;
-//   dlogits = dloss * (softmax - onehot) (0 for targets < 0);
+//   backward: also dlogits = dloss * (softmax - onehot) (0 for targets < 0),
 //   dx (N,C) = dlogits @ wout (overwritten); dwout (V,C) += dlogits^T @ x.
-// With dx == nullptr only losses are computed (evaluation). wout_bf16 as in matmul_forward.
+// wout_bf16 as in matmul_forward.
+void lmhead_ce_forward(float* losses /*(N)*/, const float* x /*(N,C)*/, const float* wout /*(V,C)*/,
+                       Bf16Weight wout_bf16, const int32_t* targets /*(N)*/, int N, int C, int V, ComputeType ct);
+void lmhead_ce_backward(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
+                        const float* wout /*(V,C)*/, Bf16Weight wout_bf16, const int32_t* targets /*(N)*/, float dloss,
+                        int N, int C, int V, ComputeType ct);
+// The former name of both (dx == nullptr: the forward), kept while its callers move.
 void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
                      const float* wout /*(V,C)*/, Bf16Weight wout_bf16, const int32_t* targets /*(N)*/, float dloss,
                      int N, int C, int V, ComputeType ct);
-// Bytes of scratch that a training call of lmhead_ce_fused at these sizes allocates and keeps for reuse
+// Bytes of scratch that lmhead_ce_backward at these sizes allocates and keeps for reuse
 // (per calling thread): bounded by 128 MiB of dlogits plus one chunk of fp32 logits, whatever N; the
 // fp32 kernel in bf16 compute adds a float copy of wout_bf16 (V,C) and of an x block. In bf16 compute,
 // the figure of the kernel chosen for these sizes when it is known (forced or cached), else the larger.
 // float_weight: wout_bf16 is bf16_in_f32 (read as is by the fp32 kernel, narrowed for the bf16 one).
-// Evaluation (dx == nullptr) needs only the chunk.
+// lmhead_ce_forward needs only the chunk.
 int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct, bool float_weight = false);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
@@ -129,5 +144,16 @@ void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const
                           uint64_t seed, uint32_t tensor_id, uint64_t first_element = 0);
 
 double sum_squares(const float* x, int64_t n);
+
+void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V);
+void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima, int P,
+                                const int32_t* targets, int64_t vocab_begin, int N, int V);
+void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials, const int32_t* targets,
+                               int N);
+void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_t* targets, int64_t vocab_begin,
+                                float dloss, int N, int V, bool bf16_values);
+
+void fill_constant(float* out, int64_t n, float value);
+void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first);
 
 }  // namespace llamatrain::cpu

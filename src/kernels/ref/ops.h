@@ -1,6 +1,7 @@
 // Reference kernels: plain, single-threaded loops in fp32 (accumulating in fp64 where a sum is
-// long), written to be obviously right. They are the oracle for the fast cpu:: kernels and are
-// themselves checked by fp64 finite differences (tests/kernels/ref_gradcheck_test.cpp). Never optimize.
+// long), written to be obviously right. They are the oracle for the fast cpu:: kernels (tests/kernels/
+// cpu_vs_ref_*_test.cpp) and are themselves checked by fp64 finite differences or against a
+// composition of other ref:: kernels (tests/kernels/ref_gradcheck_*_test.cpp). Never optimize.
 //
 // Dimension glossary: N = B*T rows, C model dim, H heads, Hkv kv heads, D head dim, F ffn dim,
 // V vocab. All tensors row-major. Argument order: outputs, inputs, saved state, sizes.
@@ -20,6 +21,15 @@ void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, cons
 // dwte[tokens[n], :] += dout[n, :]
 void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/,
                         int N, int C);
+
+// Vocabulary-parallel embedding (Megatron's VocabParallelEmbedding): this rank's table holds rows
+// [vocab_begin, vocab_begin + V) of the full one. out[n] = wte[tokens[n] - vocab_begin] for tokens in
+// that range, 0 for the others, so the sum over the ranks is the full embedding_forward. The
+// backward adds dout[n] into the rows of the tokens in range, in order of n.
+void vocab_parallel_embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/,
+                                      int64_t vocab_begin, int V, int N, int C);
+void vocab_parallel_embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/,
+                                       int64_t vocab_begin, int V, int N, int C);
 
 // HF LlamaRMSNorm: rstd = 1/sqrt(mean(x^2) + eps); out = x * rstd * weight.
 void rmsnorm_forward(float* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/,
@@ -65,6 +75,12 @@ void swiglu_backward(float* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const 
 // out = a + b (elementwise, n values). out may alias a or b.
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
+// Decode attention: one query per head at position pos over the cached keys and values of positions
+// 0..pos (what attention_forward computes for row pos of a causal sequence). q (H*D); cache rows are
+// (T_cache, 2*Hkv*D), each [k heads | v heads]; scores (H, pos + 1) is scratch. out (H*D).
+void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
+                      int D);
+
 // Cross-entropy from full logits. losses[n] = logsumexp(logits[n]) - logits[n, targets[n]];
 // targets[n] < 0 (ignore index -100) gives losses[n] = 0.
 void cross_entropy_forward(float* losses /*(N)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/,
@@ -73,6 +89,39 @@ void cross_entropy_forward(float* losses /*(N)*/, const float* logits /*(N,V)*/,
 // dloss is d(total loss)/d(losses[n]), the same for every row (e.g. 1/num_valid for a mean).
 void cross_entropy_backward(float* dlogits /*(N,V)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/,
                             float dloss, int N, int V);
+
+// The lm head and cross-entropy together: logits = x @ wout^T, then cross_entropy_forward; backward:
+// dlogits as cross_entropy_backward, dx = dlogits @ wout (overwritten), dwout += dlogits^T @ x. The
+// logits and their gradient are kept in fp64 (never rounded to fp32): the oracle of the fused kernels,
+// which never hold the (N,V) logits. The backward writes the losses too (the fused pass computes both).
+void lmhead_ce_forward(float* losses /*(N)*/, const float* x /*(N,C)*/, const float* wout /*(V,C)*/,
+                       const int32_t* targets /*(N)*/, int N, int C, int V);
+void lmhead_ce_backward(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
+                        const float* wout /*(V,C)*/, const int32_t* targets /*(N)*/, float dloss, int N, int C, int V);
+
+// Vocabulary-parallel cross-entropy (Megatron's): each of P ranks holds the logits of its V
+// vocabulary rows [vocab_begin, vocab_begin + V); row maxima, sums of exponentials and target logits
+// are combined over the ranks between the steps (by the caller's communication):
+//   max:      local_max[n] = max_v logits[n, v]                              -> all-gathered (P,N)
+//   partials: global_max[n] = max over the P maxima; logits[n] <- exp(logits[n] - global_max[n]) in
+//             place; partials[n] = (sum_v of those, logits[n, target - vocab_begin] or 0 when the
+//             target is another rank's or ignored)                          -> summed over the ranks
+//   forward:  losses[n] = global_max[n] + log(sum) - target logit (0 for targets < 0)
+//   backward: exps (what partials left in logits) <- dloss * (exp / sum - onehot), 0 for ignored rows;
+//             with bf16_values each result is rounded to a bf16 value (the bf16 matmul's operand).
+void vocab_parallel_ce_max(float* local_max /*(N)*/, const float* logits /*(N,V)*/, int N, int V);
+void vocab_parallel_ce_partials(float* partials /*(N,2)*/, float* global_max /*(N)*/, float* logits /*(N,V)*/,
+                                const float* maxima /*(P,N)*/, int P, const int32_t* targets /*(N)*/,
+                                int64_t vocab_begin, int N, int V);
+void vocab_parallel_ce_forward(float* losses /*(N)*/, const float* global_max /*(N)*/, const float* partials /*(N,2)*/,
+                               const int32_t* targets /*(N)*/, int N);
+void vocab_parallel_ce_backward(float* exps /*(N,V)*/, const float* partials /*(N,2)*/, const int32_t* targets /*(N)*/,
+                                int64_t vocab_begin, float dloss, int N, int V, bool bf16_values);
+
+// Parameter init: out[i] = value; out[i] = std * random_normal(seed, stream, first + i) (core/rng.h),
+// so each element's draw depends on its place in the full tensor only.
+void fill_constant(float* out, int64_t n, float value);
+void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first);
 
 // AdamW (torch.optim.AdamW semantics, decoupled weight decay, bias correction), one tensor:
 //   g = grad * grad_scale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2
