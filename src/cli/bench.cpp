@@ -4,7 +4,6 @@
 // side by side (bench/compare_pytorch.sh), never a lone absolute number.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,10 +18,9 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "io/hf_config.h"
-#include "kernels/cpu/matmul_choice.h"
-#include "kernels/cpu/matmul_peak.h"
-#include "kernels/cpu/ops.h"
+#include "model/backend.h"
 #include "model/llama.h"
+#include "model/memory.h"
 #include "obs/throughput.h"
 
 namespace llamatrain::cli {
@@ -38,14 +36,10 @@ struct BenchOptions {
   bool json = false;
 };
 
-// Bytes a training job needs: state (weights, gradients, optimizer) + activations + lm-head scratch.
-// The operand form is the known choice, else the larger (no probe: this only sizes hints).
+// Bytes a training job needs (model::MemoryPlan), the operand form the known choice, else the larger
+// (no probe: this only sizes hints).
 int64_t job_bytes(const model::LlamaConfig& c, model::Precision p, int B, int T) {
-  const auto ct = p == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
-  const bool floats = model::LlamaModel::float_operands_at(c, model::ShardPlan::single(c), p, int64_t(B) * T, false);
-  return model::LlamaModel::state_bytes(c, p, 1, floats) +
-         model::LlamaModel::activation_bytes(c, p, B, T, model::Recompute::none, -1, floats) +
-         cpu::lmhead_ce_scratch_bytes(B * T, c.dim, c.vocab_size, ct, floats);
+  return model::MemoryPlan::for_check(c, model::ShardPlan::single(c), {p, B, T}, -1).total();
 }
 
 // The changes of one option that would make the job fit in `avail` bytes, each checked by
@@ -69,10 +63,7 @@ std::string fitting_changes(const model::LlamaConfig& c, model::Precision p, int
     ways.push_back(fmt::format("--precision bf16-sr (bf16 weights and Adam states: {:.1f} GB of state instead of "
                                "{:.1f} GB)",
                                model::LlamaModel::state_bytes(c, model::Precision::bf16_sr) / 1e9,
-                               model::LlamaModel::state_bytes(
-                                   c, p, 1,
-                                   model::LlamaModel::float_operands_at(c, model::ShardPlan::single(c), p,
-                                                                        int64_t(B) * T, false)) /
+                               model::MemoryPlan::for_check(c, model::ShardPlan::single(c), {p, B, T}, -1).state /
                                    1e9));
   if (!ways.empty()) return fmt::format("{}; or pick a smaller model", fmt::join(ways, "; or "));
   const int64_t smallest = std::min(job_bytes(c, p, 1, 1), job_bytes(c, model::Precision::bf16_sr, 1, 1));
@@ -83,12 +74,6 @@ std::string fitting_changes(const model::LlamaConfig& c, model::Precision p, int
   return "lower --batch and --seq together (no single change is enough), or pick a smaller model";
 }
 
-double peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_maxrss) * 1024.0;
-}
-
 void run_bench(const BenchOptions& o) {
   model::LlamaConfig cfg = is_directory(o.model) || o.model.ends_with(".json") ? io::read_hf_config(o.model)
                                                                                 : model::preset_config(o.model);
@@ -97,28 +82,20 @@ void run_bench(const BenchOptions& o) {
          std::numeric_limits<int32_t>::max());
   cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);
   const auto precision = model::parse_precision(o.precision);
-  const auto ct = precision == model::Precision::fp32 ? cpu::ComputeType::f32 : cpu::ComputeType::bf16;
   const int B = o.batch, T = o.seq, N = B * T;
   // The operand form of bf16 compute (bf16, or bf16 values in floats where the fp32 kernel is the
   // faster): the known choice, else the larger figure, for the check; probed by the model below.
-  auto state_for = [&](bool floats) { return model::LlamaModel::state_bytes(cfg, precision, 1, floats); };
-  auto activations_for = [&](bool floats) {
-    return model::LlamaModel::activation_bytes(cfg, precision, B, T, model::Recompute::none, -1, floats) +
-           cpu::lmhead_ce_scratch_bytes(N, cfg.dim, cfg.vocab_size, ct, floats);
-  };
+  const model::ShardPlan whole = model::ShardPlan::single(cfg);
+  const model::TrainingShape shape{precision, B, T};
   const int64_t avail = available_memory_bytes();
-  const bool float_operands = model::LlamaModel::float_operands_for_check(
-      cfg, model::ShardPlan::single(cfg), precision, N, avail,
-      [&](bool floats) { return state_for(floats) + activations_for(floats); });
-  int64_t state = state_for(float_operands), activations = activations_for(float_operands);
-  check_memory_fits(state + activations,
-                    fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),
+  model::MemoryPlan mem = model::MemoryPlan::for_check(cfg, whole, shape, avail);
+  check_memory_fits(mem.total(), fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),
                     fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB",
-                                state / 1e9, activations / 1e9),
-                    avail >= 0 && state + activations > avail ? fitting_changes(cfg, precision, B, T, avail) : "");
+                                mem.state / 1e9, mem.activations / 1e9),
+                    avail >= 0 && mem.total() > avail ? fitting_changes(cfg, precision, B, T, avail) : "");
 
   // The largest matmul of the step is the lm head: (N, C) x (C, V).
-  const double peak_gflops = cpu::measure_matmul_gflops(N, cfg.vocab_size, cfg.dim, ct, 1.0);
+  const double peak_gflops = model::matmul_gflops(precision, N, cfg.vocab_size, cfg.dim, 1.0);
 
   model::LlamaModel model(cfg, precision);
   model.init_random();
@@ -148,13 +125,11 @@ void run_bench(const BenchOptions& o) {
   const double gflops = obs::step_flops(cfg, B, T) / median / 1e9;
   // parameters, gradients, optimizer state, bf16 copies, activations and backward scratch, and the
   // fused lm head's scratch
-  if (model.float_operands() != float_operands) {  // the form the model chose at its first step
-    state = state_for(model.float_operands());
-    activations = activations_for(model.float_operands());
-  }
-  CHECK(model.state_bytes() == state, "state_bytes: {} from the model, {} from its config", model.state_bytes(),
-        state);
-  const double analytic = double(state + activations);
+  if (model.float_operands() != mem.float_operands)  // the form the model chose at its first step
+    mem = model::MemoryPlan::of(cfg, whole, shape, model.float_operands());
+  CHECK(model.state_bytes() == mem.state, "state_bytes: {} from the model, {} from its config", model.state_bytes(),
+        mem.state);
+  const double analytic = double(mem.total());
   const double rss = peak_rss_bytes();
   if (o.json) {
     std::printf(
@@ -164,7 +139,7 @@ void run_bench(const BenchOptions& o) {
         "\"matmul_kernels\":%s}\n",
         o.model.c_str(), (long long)model.num_params(), o.precision.c_str(), B, T, o.steps, median, tokens_per_s,
         gflops, peak_gflops, gflops / peak_gflops, rss / 1e6, analytic / 1e6, rss / analytic,
-        model.float_operands() ? "true" : "false", cpu::matmul_choices_json(cpu::matmul_chooser()).c_str());
+        model.float_operands() ? "true" : "false", model::matmul_choices_json().c_str());
   } else {
     std::printf("model %s (%.1fM params), %s, batch %d x seq %d, median of %d steps\n", o.model.c_str(),
                 double(model.num_params()) / 1e6, o.precision.c_str(), B, T, o.steps);
@@ -175,9 +150,9 @@ void run_bench(const BenchOptions& o) {
     if (precision != model::Precision::fp32)
       std::printf("  operands       %s\n",
                   !model.float_operands()                   ? "bf16 (the bf16 kernel is the faster here)"
-                  : cpu::matmul_chooser().bf16_available() ? "bf16 values held in floats (the fp32 kernel is the faster here)"
+                  : model::bf16_matmul_available() ? "bf16 values held in floats (the fp32 kernel is the faster here)"
                                                              : "bf16 values held in floats (oneDNN has no bf16 kernel on this CPU)");
-    std::printf("%s", cpu::matmul_choices_text(cpu::matmul_chooser(), "  ").c_str());
+    std::printf("%s", model::matmul_choices_text("  ").c_str());
   }
 }
 

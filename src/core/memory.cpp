@@ -1,6 +1,8 @@
 // available_memory_bytes / check_memory_fits (core/memory.h): /proc/meminfo and cgroup v2 files.
 #include "core/memory.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -46,6 +48,12 @@ void check_memory_fits(int64_t need_bytes, const std::string& what, const std::s
   if (avail < 0 || need_bytes <= avail) return;
   fail("memory: {} needs {:.1f} GB ({}), but {:.1f} GB is available\nhint: {}", what, need_bytes / 1e9, detail,
        avail / 1e9, hint);
+}
+
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) * 1024.0;
 }
 
 }  // namespace llamatrain

@@ -1,5 +1,6 @@
 // How much memory this process can still take, to refuse a job that cannot fit with a clear message
-// before allocating (an allocation that overcommits would otherwise end in the OOM killer mid-run).
+// before allocating (an allocation that overcommits would otherwise end in the OOM killer mid-run),
+// and how much it has taken at most.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +16,8 @@ int64_t available_memory_bytes();
 // exceeds available_memory_bytes(); does nothing when that is unknown.
 void check_memory_fits(int64_t need_bytes, const std::string& what, const std::string& detail,
                        const std::string& hint);
+
+// The process's peak resident set size so far, in bytes (getrusage's ru_maxrss).
+double peak_rss_bytes();
 
 }  // namespace llamatrain

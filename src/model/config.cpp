@@ -36,18 +36,7 @@ void LlamaConfig::validate(const std::string& where) const {
   check_range(where, "n_kv_heads", n_kv_heads, 1, n_heads);
   check_range(where, "vocab_size", vocab_size, 1, kMaxVocab);
   check_range(where, "max_seq_len", max_seq_len, 1, kMaxSeqLen);
-  if (dim % n_heads != 0)
-    fail("config {}: dim {} is not divisible by n_heads {}, expected dim = n_heads * head_dim\n"
-         "hint: choose n_heads among the divisors of dim",
-         where, dim, n_heads);
-  if (n_heads % n_kv_heads != 0)
-    fail("config {}: n_heads {} is not divisible by n_kv_heads {}, expected each kv head to serve "
-         "the same number of query heads\nhint: choose n_kv_heads among the divisors of n_heads",
-         where, n_heads, n_kv_heads);
-  if (head_dim() % 2 != 0)
-    fail("config {}: head_dim (dim / n_heads) is {}, expected an even number (RoPE rotates pairs)\n"
-         "hint: change dim or n_heads",
-         where, head_dim());
+  check_heads(FieldNames("config " + where + ": "));
   if (!(norm_eps > 0.0f && norm_eps < 1.0f))
     fail("config {}: norm_eps is {}, expected a value in (0, 1)\nhint: Llama uses 1e-5 or 1e-6",
          where, norm_eps);
@@ -60,6 +49,24 @@ void LlamaConfig::validate(const std::string& where) const {
   if (eos_id < 0 || eos_id >= vocab_size)
     fail("config {}: eos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids",
          where, eos_id, vocab_size);
+}
+
+void LlamaConfig::check_heads(const FieldNames& names) const {
+  if (dim % n_heads != 0)
+    fail("{}: got {}, expected a divisor of {} {}\nhint: head dim = {} / {}", names.head("n_heads"), n_heads,
+         names("dim"), dim, names("dim"), names("n_heads"));
+  if (head_dim() % 2 != 0)
+    fail("{}: gives head dim {} ({} {} / {}), expected an even head dim (RoPE rotates pairs)\nhint: change {} or {}",
+         names.head("n_heads"), head_dim(), names("dim"), dim, n_heads, names("dim"), names("n_heads"));
+  if (n_kv_heads < 1 || n_kv_heads > n_heads || n_heads % n_kv_heads != 0)
+    fail("{}: got {}, expected a divisor of {} {}\nhint: each key/value head serves the same number of query heads",
+         names.head("n_kv_heads"), n_kv_heads, names("n_heads"), n_heads);
+}
+
+void LlamaConfig::check_seq_len(int64_t T, const FieldNames& names) const {
+  if (T > max_seq_len)
+    fail("{}: got {}, expected at most {} ({})\nhint: shorten the sequences, or use a model with a longer context",
+         names.head("seq_len"), T, names("max_seq_len"), max_seq_len);
 }
 
 int64_t LlamaConfig::num_params() const {

@@ -1,10 +1,14 @@
 // Llama architecture hyperparameters, as Hugging Face's LlamaConfig names them (short names here,
 // HF names in io/hf_config.cpp, the only place they appear). validate() rejects inconsistent
-// values with an Error naming the field; derived sizes are methods, never stored twice.
+// values with an Error naming the field; derived sizes are methods, never stored twice. The shape
+// rules are stated here once; callers with names of their own (the YAML config) pass FieldNames
+// (core/names.h), so the same rule speaks in their keys.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "core/names.h"
 
 namespace llamatrain::model {
 
@@ -28,6 +32,11 @@ struct LlamaConfig {
   // Throws Error("config <where>: <field> ...") for non-positive sizes, heads not dividing dim,
   // kv heads not dividing heads, odd head dim (RoPE pairs), eps/theta out of range.
   void validate(const std::string& where) const;
+  // The heads rule, part of validate(): n_heads divides dim with an even head_dim, n_kv_heads divides
+  // n_heads. Fields: dim, n_heads, n_kv_heads.
+  void check_heads(const FieldNames& names = FieldNames()) const;
+  // A sequence of T tokens fits the context: T <= max_seq_len. Fields: seq_len, max_seq_len.
+  void check_seq_len(int64_t T, const FieldNames& names = FieldNames()) const;
   // Total parameter count (embedding, layers, final norm, lm head unless tied).
   int64_t num_params() const;
 };

@@ -20,6 +20,7 @@
 #include "core/arena.h"
 #include "core/bf16.h"
 #include "model/config.h"
+#include "model/modes.h"
 #include "model/shard.h"
 
 namespace llamatrain::parallel {
@@ -30,14 +31,6 @@ struct Bf16Weight;
 }
 
 namespace llamatrain::model {
-
-enum class Precision {
-  fp32,        // fp32 weights, compute, optimizer state
-  bf16_mixed,  // bf16 matmul operands, fp32 master weights and Adam states
-  bf16_sr,     // bf16 weights and Adam states, every update rounded stochastically
-};
-Precision parse_precision(const std::string& name);  // "fp32" | "bf16-mixed" | "bf16-sr"; throws Error
-const char* precision_name(Precision p);
 
 // One parameter tensor of the arena (all layers stacked in one tensor, llm.c style).
 struct ParamSpec {
@@ -71,20 +64,6 @@ struct ParameterTensors {
   float* norm;       // (C)         final norm
   float* wout;       // (V, C)      lm_head; == wte when tied
 };
-
-// Activation recomputation (NeMo's activations_checkpoint_granularity): what the forward keeps for
-// the backward, and what the backward recomputes layer by layer from what was kept.
-//   none:      every activation is saved.
-//   selective: the core attention (output and lse) and the norm / SwiGLU outputs that feed matmuls
-//              are recomputed (no matmul runs twice): Megatron's "selective" idea, for this model.
-//   full:      only each layer's input (the residual stream) is saved; the backward reruns the
-//              layer's forward (all but its last matmul) before its backward.
-// Recomputation runs the same kernels on the same inputs, so gradients are bitwise those of none.
-// It applies to the first `recompute_layers` layers (all by default; Megatron's "block" method
-// recomputes only the first few and keeps the rest).
-enum class Recompute { none, selective, full };
-Recompute parse_recompute(const std::string& name);  // "none" | "selective" | "full"; throws Error
-const char* recompute_name(Recompute r);
 
 // One activation tensor of every layer: layers [0, first_saved) share one (n) scratch that the
 // backward refills by recomputation; layers [first_saved, L) are stacked, stride n apart.
@@ -182,11 +161,6 @@ class LlamaModel {
   // needs more memory), for estimates that must not run gemms.
   static bool float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
                                 bool probe = true);
-  // The form to size a memory check with, given job_bytes(form): the known choice, else the larger
-  // figure; probed (float_operands_at) only when the form decides whether the job fits in `avail`
-  // bytes (avail < 0: unknown).
-  static bool float_operands_for_check(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
-                                       int64_t avail, const std::function<int64_t(bool)>& job_bytes);
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   int64_t num_params() const { return num_params_; }
   ParameterTensors params() { return params_; }
@@ -266,9 +240,10 @@ class LlamaModel {
   std::vector<StateTensor> state_tensors();
 
   // ZeRO-1: AdamW moments for the flat range [begin, end) of the parameter arena only, so that
-  // optimizer_update updates that range, and a gradient arena of grad_elements (>= num_params(); the
-  // padding stays zero) that a reduce-scatter can work on in place. Before the training state's first
-  // use. The default is the whole arena.
+  // optimizer_update updates that range, and gradient and weight arenas of grad_elements
+  // (>= num_params(); the padding stays zero) that a reduce-scatter and an all-gather can work on in
+  // place. Before the training state's first use and before the weights are set. The default is the
+  // whole arena.
   void set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_elements);
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_ < 0 ? num_params_ : shard_end_; }

@@ -137,25 +137,47 @@ ShardPlan ShardPlan::single(const LlamaConfig& full) {
   return p;
 }
 
+void check_tensor_parallel(const LlamaConfig& full, int tp, const FieldNames& names) {
+  CHECK(tp >= 1);
+  if (full.n_heads % tp != 0 || (full.n_kv_heads % tp != 0 && tp % full.n_kv_heads != 0))
+    fail("{}: got {}, expected a divisor of {} {}, and a divisor or a multiple of the key/value heads {}\nhint: "
+         "tensor parallelism splits heads (with fewer kv heads than ranks, each kv head is replicated)",
+         names.head("tp_size"), tp, names("n_heads"), full.n_heads, full.n_kv_heads);
+  if (full.ffn_dim % tp != 0)
+    fail("{}: got {}, expected a divisor of {} {}", names.head("tp_size"), tp, names("ffn_dim"), full.ffn_dim);
+  if (full.vocab_size > 0 && full.vocab_size % tp != 0)
+    fail("{}: got {}, expected a divisor of {} {}\nhint: pad the vocabulary to a multiple of the tensor parallel size",
+         names.head("tp_size"), tp, names("vocab_size"), full.vocab_size);
+}
+
+std::optional<std::vector<int>> try_pipeline_split(int L, int pp, int first, int last) {
+  CHECK(L >= 1 && pp >= 1 && first >= 0 && last >= 0);
+  if (pp > L) return std::nullopt;
+  if (pp == 1) return std::vector<int>{L};
+  const int middle = pp - (first > 0) - (last > 0), rest = L - first - last;
+  if (rest < middle || (middle == 0 ? rest != 0 : rest % middle != 0)) return std::nullopt;
+  std::vector<int> split(size_t(pp), middle > 0 ? rest / middle : 0);
+  if (first > 0) split.front() = first;
+  if (last > 0) split.back() = last;
+  return split;
+}
+
+std::vector<int> pipeline_split(int L, int pp, int first, int last, const FieldNames& names) {
+  if (auto split = try_pipeline_split(L, pp, first, last)) return *split;
+  if (pp > L)
+    fail("{}: got {}, expected at most {} {} (a stage holds at least one layer)", names.head("pp_size"), pp,
+         names("n_layers"), L);
+  fail("{}: got {} stages for {} {} (first stage {}, last stage {}), expected the other stages to split the "
+       "remaining {} layers evenly, at least one each\nhint: change the pipeline size or set {} / {}",
+       names.head("pp_size"), pp, names("n_layers"), L, first ? std::to_string(first) : "even",
+       last ? std::to_string(last) : "even", L - first - last, names("first_stage_layers"),
+       names("last_stage_layers"));
+}
+
 ShardPlan ShardPlan::make(const LlamaConfig& full, int tp_size, int tp_rank, int pp_size, int pp_rank,
                           bool sequence_parallel, const std::vector<int>& layers_per_stage) {
   CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size && pp_size >= 1 && pp_rank >= 0 && pp_rank < pp_size);
-  auto divides = [&](const char* what, int n, const char* hint) {
-    if (n % tp_size != 0)
-      fail("model.tensor_model_parallel_size {}: {} is {}, expected a multiple of it (each rank takes an equal "
-           "part)\nhint: {}",
-           tp_size, what, n, hint);
-  };
-  divides("num_attention_heads", full.n_heads, "choose a tensor parallel size that divides the heads");
-  if (full.n_kv_heads % tp_size != 0 && tp_size % full.n_kv_heads != 0)
-    fail("model.tensor_model_parallel_size {}: num_key_value_heads is {}, expected a multiple or a divisor of it "
-         "(kv heads are split over the ranks, or each replicated on TP / num_key_value_heads of them)\nhint: choose "
-         "a tensor parallel size that divides or is divided by the key/value heads",
-         tp_size, full.n_kv_heads);
-  divides("intermediate_size", full.ffn_dim, "choose a tensor parallel size that divides the FFN size");
-  divides("vocab_size", full.vocab_size,
-          "set model.make_vocab_size_divisible_by so the padded vocabulary splits evenly, or another tensor "
-          "parallel size");
+  check_tensor_parallel(full, tp_size);
   if (sequence_parallel && tp_size == 1) sequence_parallel = false;  // nothing to split
   ShardPlan p;
   p.tp_size = tp_size, p.tp_rank = tp_rank, p.pp_size = pp_size, p.pp_rank = pp_rank;
@@ -163,11 +185,7 @@ ShardPlan ShardPlan::make(const LlamaConfig& full, int tp_size, int tp_rank, int
   const int L = full.n_layers;
   std::vector<int> split = layers_per_stage;
   if (split.empty()) {
-    if (pp_size > L)
-      fail("model.pipeline_model_parallel_size {} exceeds num_hidden_layers {}, expected at most one stage per "
-           "layer\nhint: lower the pipeline parallel size",
-           pp_size, L);
-    for (int s = 0; s < pp_size; s++) split.push_back(L / pp_size + (s < L % pp_size ? 1 : 0));
+    split = pipeline_split(L, pp_size);
   } else {
     int sum = 0;
     for (int n : split) {
@@ -175,13 +193,19 @@ ShardPlan ShardPlan::make(const LlamaConfig& full, int tp_size, int tp_rank, int
       sum += n;
     }
     if (int(split.size()) != pp_size || sum != L)
-      fail("pipeline layer split: {} stages holding {} layers, expected {} stages (pipeline_model_parallel_size) "
-           "holding all {} layers",
+      fail("pipeline layer split: {} stages holding {} layers, expected {} stages (pp_size) holding all {} layers",
            split.size(), sum, pp_size, L);
   }
   for (int s = 0; s < pp_rank; s++) p.layer_begin += split[size_t(s)];
   p.layer_end = p.layer_begin + split[size_t(pp_rank)];
   return p;
+}
+
+void ShardPlan::check_micro_batch(int64_t B, int64_t T, const FieldNames& names) const {
+  if (sequence_parallel && (B * T) % tp_size != 0)
+    fail("{}: micro batch {} x seq {} = {} tokens, expected a multiple of the {} {} (sequence parallelism splits "
+         "the tokens over the ranks)\nhint: choose a sequence length divisible by the {}",
+         names.head("seq_len"), B, T, B * T, names("tp_size"), tp_size, names("tp_size"));
 }
 
 LocalDims local_dims(const LlamaConfig& full, const ShardPlan& plan) {

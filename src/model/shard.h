@@ -12,10 +12,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/names.h"
 #include "model/config.h"
 
 namespace llamatrain::model {
@@ -59,10 +61,8 @@ struct ShardPlan {
   int layer_begin = 0, layer_end = 0;  // this stage's layers [begin, end) of the full model
   bool sequence_parallel = false;
 
-  // Validates the split against the model (heads, ffn and vocabulary divisible by TP, kv heads
-  // divisible by TP or dividing it; at least one layer per stage; B*T divisible by TP under sequence
-  // parallelism is checked by the model) with Errors naming the config keys. layers_per_stage: explicit split (empty: balanced,
-  // earlier stages taking the extra layers).
+  // Validates the split against the model (check_tensor_parallel; explicit layers_per_stage: one
+  // count >= 1 per stage, all layers; empty: pipeline_split's even split), in model terms.
   static ShardPlan make(const LlamaConfig& full, int tp_size, int tp_rank, int pp_size, int pp_rank,
                         bool sequence_parallel, const std::vector<int>& layers_per_stage = {});
   static ShardPlan single(const LlamaConfig& full);  // the whole model on one rank
@@ -73,7 +73,23 @@ struct ShardPlan {
   bool is_single() const { return tp_size == 1 && pp_size == 1; }
   // The stage holds the token embedding: the first, and the last when it is tied to the lm head.
   bool holds_embedding(const LlamaConfig& full) const { return first_stage() || (full.tie_embeddings && last_stage()); }
+  // Sequence parallelism splits a micro-batch's B*T tokens over the TP ranks: they must divide evenly.
+  // Fields: seq_len, tp_size.
+  void check_micro_batch(int64_t B, int64_t T, const FieldNames& names = FieldNames()) const;
 };
+
+// The model-parallel rules, each stated once (callers pass their names; see core/names.h).
+// Tensor parallelism over tp ranks splits the heads (tp divides n_heads; the kv heads are split, or
+// each replicated when tp is a multiple of them), the FFN rows and the vocabulary (when
+// vocab_size > 0; 0: not known yet). Fields: tp_size, n_heads, ffn_dim, vocab_size.
+void check_tensor_parallel(const LlamaConfig& full, int tp_size, const FieldNames& names = FieldNames());
+// The layers of each of pp stages, Megatron-core's rule: the first and last stage hold `first` and
+// `last` layers when those are > 0, the other stages an equal share of the rest, at least one each;
+// nothing when that is impossible (pp > n_layers, or a remainder that does not split evenly).
+std::optional<std::vector<int>> try_pipeline_split(int n_layers, int pp_size, int first = 0, int last = 0);
+// The same, or an Error saying why not. Fields: pp_size, n_layers, first_stage_layers, last_stage_layers.
+std::vector<int> pipeline_split(int n_layers, int pp_size, int first = 0, int last = 0,
+                                const FieldNames& names = FieldNames());
 
 // The local sizes of a rank's part: heads, kv heads, ffn rows and vocabulary divided by TP, the
 // stage's layers. head_dim stays the full model's.

@@ -1,11 +1,12 @@
-// The training loop of `llamatrain train CONFIG`: one process, layout-agnostic (the data position is
-// a global sample index and the model sees micro-batches), so data, tensor and pipeline parallelism
-// wrap around it rather than into it. In order: run directory and resolved config, tokenizer, model
-// (from model.init_from, a checkpoint, or random init), data, resume, then steps of gradient
-// accumulation over micro-batches, a non-finite guard (skip; after K in a row roll back to the last
-// checkpoint and skip that data window), AdamW with the LR schedule, logging (console,
-// TensorBoard, metrics.jsonl), validation, checkpoints (every N steps or seconds, at the end, on
-// SIGTERM/SIGINT), and a Hugging Face export at the end (convert_to_hf).
+// The training loop of `llamatrain train CONFIG`: layout-agnostic (the data position is a global
+// sample index and the model sees micro-batches), so data, tensor and pipeline parallelism wrap around
+// it rather than into it. In order: the plan (train/run_plan.h: layout, model, shapes, memory, checked
+// before anything is written), the run directory and resolved config, the model (from
+// model.init_from, a checkpoint, or random init), data, then steps of gradient accumulation over
+// micro-batches, a non-finite guard (skip; after K in a row roll back to the last checkpoint and skip
+// that data window), AdamW with the LR schedule, the record (console, TensorBoard, metrics.jsonl:
+// train/run_log.h), validation, checkpoints (every N steps or seconds, at the end, on SIGTERM/SIGINT:
+// train/signals.h), and a Hugging Face export at the end (convert_to_hf).
 #pragma once
 
 #include <cstdint>
@@ -14,18 +15,13 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/run_plan.h"
 
 namespace llamatrain::parallel {
 class Communicator;
 }
 
 namespace llamatrain::train {
-
-// The run's directory, as NeMo's exp_manager names it: explicit_log_dir, or
-// exp_dir (default ./nemo_experiments) / name / version, where version is exp_manager.version,
-// else $NEMO_EXPM_VERSION, else $SLURM_JOB_ID, else none when resume_if_exists is set (so a rerun
-// finds its checkpoints), else the start time.
-std::string resolve_log_dir(const TrainConfig& config);
 
 struct TrainResult {
   std::string log_dir;

@@ -193,12 +193,12 @@ TEST_F(HfConfigTest, NotJsonOrNotAnObject) {
 
 TEST_F(HfConfigTest, HeadsNotDividingHiddenSize) {
   std::string msg = error_of(patched({{"num_attention_heads", 30}, {"num_key_value_heads", 30}}));
-  EXPECT_HAS(msg, "not divisible by n_heads 30");
+  EXPECT_HAS(msg, "n_heads: got 30, expected a divisor of dim 4096");
 }
 
 TEST_F(HfConfigTest, KvHeadsNotDividingHeads) {
   std::string msg = error_of(patched({{"num_key_value_heads", 5}}));
-  EXPECT_HAS(msg, "not divisible by n_kv_heads 5");
+  EXPECT_HAS(msg, "n_kv_heads: got 5, expected a divisor of n_heads 32");
 }
 
 TEST_F(HfConfigTest, UnsupportedFeaturesAreRefusedByName) {
@@ -307,10 +307,10 @@ TEST(LlamaConfigTest, ValidateRejectsEachInconsistency) {
   EXPECT_HAS(error_of(c), "config test: dim is 0");
   c = base;
   c.n_heads = 3;
-  EXPECT_HAS(error_of(c), "not divisible by n_heads 3");
+  EXPECT_HAS(error_of(c), "config test: n_heads: got 3, expected a divisor of dim 64");
   c = base;
   c.n_kv_heads = 3;
-  EXPECT_HAS(error_of(c), "not divisible by n_kv_heads 3");
+  EXPECT_HAS(error_of(c), "config test: n_kv_heads: got 3, expected a divisor of n_heads 4");
   c = base;
   c.n_kv_heads = 8;
   EXPECT_HAS(error_of(c), "n_kv_heads is 8");
@@ -318,7 +318,7 @@ TEST(LlamaConfigTest, ValidateRejectsEachInconsistency) {
   c.dim = 48;
   c.n_heads = 16;
   c.n_kv_heads = 16;
-  EXPECT_HAS(error_of(c), "head_dim (dim / n_heads) is 3");
+  EXPECT_HAS(error_of(c), "n_heads: gives head dim 3 (dim 48 / 16), expected an even head dim");
   c = base;
   c.norm_eps = 0;
   EXPECT_HAS(error_of(c), "norm_eps");

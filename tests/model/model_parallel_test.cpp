@@ -202,9 +202,11 @@ TEST(ShardPlan, RejectsSplitsThatDoNotDivide) {
   c.vocab_size = 129;
   EXPECT_THROW(model::ShardPlan::make(c, 2, 0, 1, 0, false), Error);  // vocabulary
   EXPECT_THROW(model::ShardPlan::make(config(false), 1, 0, 5, 0, false), Error);  // 5 stages, 4 layers
-  const auto p = model::ShardPlan::make(config(false), 1, 0, 3, 0, false);
+  // Without an explicit split the stages share the layers evenly (Megatron's rule, model::pipeline_split).
+  EXPECT_THROW(model::ShardPlan::make(config(false), 1, 0, 3, 0, false), Error);  // 3 stages, 4 layers
+  const auto p = model::ShardPlan::make(config(false), 1, 0, 3, 0, false, {2, 1, 1});
   EXPECT_EQ(p.layer_begin, 0);
-  EXPECT_EQ(p.layer_end, 2);  // 2 + 1 + 1: the earlier stages take the extra layer
+  EXPECT_EQ(p.layer_end, 2);
   const auto q = model::ShardPlan::make(config(false), 1, 0, 2, 1, false, {1, 3});
   EXPECT_EQ(q.layer_begin, 1);
   EXPECT_EQ(q.layer_end, 4);

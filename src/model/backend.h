@@ -1,0 +1,31 @@
+// What the model's kernels do on this machine, for the layers above the model (train, cli): the
+// matmul rate MFU is measured against, which kernel each matmul shape runs on, and the compute type
+// a precision means. The only model header that names the CPU backend's types; everything above
+// reaches kernels/ through it, never directly (tests/architecture/check_layers.sh).
+#pragma once
+
+#include <string>
+
+#include "model/modes.h"
+
+namespace llamatrain::cpu {
+enum class ComputeType;
+}
+
+namespace llamatrain::model {
+
+// The kernels' compute type of a precision: fp32, or bf16 operands with fp32 accumulation.
+cpu::ComputeType compute_type(Precision p);
+
+// GFLOP/s (2*M*N*K flop per call) of an (M,N,K) matmul in the precision's compute type, timed for
+// about `seconds` of wall time (the fastest of at least 3 calls).
+double matmul_gflops(Precision p, int M, int N, int K, double seconds);
+
+// The kernel chosen for each matmul shape so far: lines under a summary line, each starting with
+// indent ("" when nothing was chosen); or as one JSON object.
+std::string matmul_choices_text(const std::string& indent);
+std::string matmul_choices_json();
+// Whether the matmul library has a bf16 kernel on this CPU (else bf16 compute runs on fp32 kernels).
+bool bf16_matmul_available();
+
+}  // namespace llamatrain::model

@@ -1,0 +1,238 @@
+// Where a micro-batch's activations live (ActivationLayout: one layout both sizes the arenas and
+// answers activation_bytes(), so the analytic figure is the allocation), the arenas' allocation per
+// (B, T), recompute and pipeline slots, and MemoryPlan (model/memory.h).
+#include <algorithm>
+
+#include "core/error.h"
+#include "kernels/cpu/ops.h"
+#include "model/backend.h"
+#include "model/llama.h"
+#include "model/memory.h"
+
+namespace llamatrain::model {
+
+namespace {
+
+// Where each activation lives, in elements: offsets into the fp32 arena (or, for the matmul inputs,
+// into the arena of their dtype) of a one-layer scratch for the recomputed layers [0, R) and of the
+// stacked copies of the layers that keep it. The one layout both sizes the arenas and answers
+// activation_bytes(), so the analytic figure is the allocation.
+struct Slot {
+  int64_t scratch = 0, base = 0, stride = 0;
+  int first_saved = 0;
+};
+struct ActivationLayout {
+  Slot x0, ln1_rstd, qkv, att, lse, resid, ln2_rstd, h13, out, lnf, lnf_rstd, losses;  // fp32 arena
+  Slot ln1, ln2, hmid, dh13;                                                           // matmul inputs
+  int64_t floats = 0, inputs = 0;
+};
+
+// N tokens per micro-batch, Nl of them on this rank's residual stream (N / TP under sequence
+// parallelism); local sizes d.
+ActivationLayout activation_layout(const LocalDims& d, Recompute r, int R, int B, int T, int64_t Nl) {
+  const int64_t N = int64_t(B) * T, C = d.C, L = d.L, F = d.F;
+  const int64_t HD = d.HD(), QKV = d.QKV();
+  if (r == Recompute::none || R < 0 || R > L) R = r == Recompute::none ? 0 : int(L);
+  // In the recomputed layers, selective drops the attention core and the norm / SwiGLU outputs, full
+  // drops everything but the layer output (the next layer's input).
+  const bool drop_all = r == Recompute::full;
+  ActivationLayout a;
+  auto layers = [&](int64_t& used, int64_t n, bool dropped) {
+    const int first_saved = dropped ? R : 0;
+    Slot s{used, 0, n, first_saved};
+    if (first_saved > 0) used += n;  // the scratch
+    s.base = used;
+    used += (L - first_saved) * n;
+    return s;
+  };
+  auto once = [&](int64_t& used, int64_t n) {
+    Slot s{used, used, 0, 0};
+    used += n;
+    return s;
+  };
+  a.x0 = once(a.floats, Nl * C);
+  a.ln1_rstd = layers(a.floats, Nl, drop_all);
+  a.qkv = layers(a.floats, N * QKV, drop_all);
+  a.att = layers(a.floats, N * HD, true);
+  a.lse = layers(a.floats, int64_t(B) * d.H * T, true);
+  a.resid = layers(a.floats, Nl * C, drop_all);
+  a.ln2_rstd = layers(a.floats, Nl, drop_all);
+  a.h13 = layers(a.floats, N * 2 * F, drop_all);
+  a.out = layers(a.floats, Nl * C, false);
+  a.lnf = once(a.floats, N * C);
+  a.lnf_rstd = once(a.floats, Nl);
+  a.losses = once(a.floats, N);
+  a.ln1 = layers(a.inputs, N * C, true);
+  a.ln2 = layers(a.inputs, N * C, true);
+  a.hmid = layers(a.inputs, N * F, true);
+  a.dh13 = once(a.inputs, N * 2 * F);
+  return a;
+}
+
+// Floats of the backward's one-layer scratch (dres_, dln_, dqkv_, datt_, dhmid_), tmp_ and, under
+// tensor parallelism, the sequence-parallel and vocabulary-parallel scratch.
+int64_t scratch_floats(const LocalDims& d, int B, int T, int64_t Nl, bool tp) {
+  const int64_t N = int64_t(B) * T, C = d.C, F = d.F;
+  const int64_t HD = d.HD(), QKV = d.QKV();
+  const int64_t widest = std::max({C, QKV, HD, 2 * F});
+  int64_t n = Nl * C /*dres*/ + N * widest /*dln*/ + N * QKV + N * HD + N * F /*dhmid*/ + N * C /*tmp*/;
+  if (tp) n += Nl * C /*sp_ln*/ + N * d.V /*logits*/ + 4 * N /*row stats*/;
+  return n;
+}
+
+template <typename T>
+PerLayer<T> at(T* arena, Slot s) {
+  return PerLayer<T>{arena + s.scratch, arena + s.base, s.stride, s.first_saved};
+}
+
+}  // namespace
+
+int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T, Recompute r,
+                                     int recompute_layers, bool float_operands) {
+  return activation_bytes(c, ShardPlan::single(c), p, B, T, r, recompute_layers, 1, float_operands);
+}
+
+int64_t LlamaModel::activation_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int B, int T,
+                                     Recompute r, int recompute_layers, int slots, bool float_operands) {
+  const LocalDims d = local_dims(c, plan);
+  const int64_t N = int64_t(B) * T, Nl = plan.sequence_parallel ? N / plan.tp_size : N;
+  const ActivationLayout a = activation_layout(d, r, recompute_layers, B, T, Nl);
+  const int64_t matmul_input_bytes = p == Precision::fp32 || float_operands ? 4 : 2;
+  const int64_t sp_norm = plan.tp_size > 1 && p != Precision::fp32 ? Nl * d.C : 0;  // in the matmul dtype
+  return 4 * (a.floats * slots + scratch_floats(d, B, T, Nl, plan.tp_size > 1)) +
+         matmul_input_bytes * (a.inputs * slots + sp_norm);
+}
+
+void LlamaModel::set_recompute(Recompute r, int layers) {
+  const int L = config_.n_layers;
+  const int R = r == Recompute::none ? 0 : layers < 0 || layers > L ? L : layers;
+  if (r == recompute_ && R == recompute_layers_) return;
+  recompute_ = r;
+  recompute_layers_ = R;
+  B_ = T_ = 0;  // re-laid out at the next forward
+}
+
+void LlamaModel::set_activation_slots(int slots) {
+  CHECK(slots >= 1);
+  if (slots == slots_) return;
+  slots_ = slots;
+  B_ = T_ = 0;  // re-laid out at the next forward
+}
+
+int64_t LlamaModel::stage_tokens(int B, int T) const {
+  const int64_t N = int64_t(B) * T;
+  return plan_.sequence_parallel ? N / plan_.tp_size : N;
+}
+
+void LlamaModel::ensure_activations(int B, int T) {
+  if (B == B_ && T == T_) return;
+  CHECK(B > 0 && T > 0);
+  config_.check_seq_len(T);
+  plan_.check_micro_batch(B, T);
+  const int64_t N = int64_t(B) * T;
+  B_ = B;
+  T_ = T;
+  const LocalDims& d = dims_;
+  const int64_t Nl = stage_tokens(B, T), C = d.C, F = d.F;
+  const int64_t HD = d.HD(), QKV = d.QKV();
+  const ActivationLayout lay = activation_layout(d, recompute_, recompute_layers_, B, T, Nl);
+  slot_floats_ = lay.floats;
+  slot_inputs_ = lay.inputs;
+  act_arena_.assign(lay.floats * slots_, 0.0f);
+  choose_operand_form(N);
+  mm_arena_f32_.clear();
+  mm_arena_bf16_.clear();
+  mm_arena_f32x_.clear();
+  if (precision_ == Precision::fp32)
+    mm_arena_f32_.assign(lay.inputs * slots_, 0.0f);
+  else if (float_operands_)
+    mm_arena_f32x_.assign(lay.inputs * slots_, bf16_in_f32{0.0f});
+  else
+    mm_arena_bf16_.assign(lay.inputs * slots_, bf16{0});
+  use_slot(0);
+
+  pos_.resize(N);
+  for (int64_t n = 0; n < N; n++) pos_[n] = int32_t(n % T);
+  const int64_t widest = std::max({C, QKV, HD, 2 * F});
+  dres_.assign(Nl * C, 0.0f);
+  dln_.assign(N * widest, 0.0f);
+  dqkv_.assign(N * QKV, 0.0f);
+  datt_.assign(N * HD, 0.0f);
+  dhmid_.assign(N * F, 0.0f);
+  tmp_.assign(N * C, 0.0f);
+  if (plan_.tp_size > 1) {
+    sp_ln_f32_.assign(Nl * C, 0.0f);  // float norm outputs (and the final norm's in every mode)
+    sp_ln_bf16_.clear();
+    sp_ln_f32x_.clear();
+    if (precision_ != Precision::fp32 && float_operands_)
+      sp_ln_f32x_.assign(Nl * C, bf16_in_f32{0.0f});
+    else if (precision_ != Precision::fp32)
+      sp_ln_bf16_.assign(Nl * C, bf16{0});
+    sp_tmp_.assign(Nl * C, 0.0f);
+    logits_.assign(N * d.V, 0.0f);
+    row_max_.assign(size_t(N) * plan_.tp_size, 0.0f);
+    row_stats_.assign(3 * size_t(N), 0.0f);
+  }
+}
+
+void LlamaModel::use_slot(int slot) {
+  CHECK(slot >= 0 && slot < slots_ && B_ > 0, "activation slot {} of {}", slot, slots_);
+  const ActivationLayout lay =
+      activation_layout(dims_, recompute_, recompute_layers_, B_, T_, stage_tokens(B_, T_));
+  float* f = act_arena_.data() + int64_t(slot) * slot_floats_;
+  acts_.x0 = f + lay.x0.base;
+  acts_.ln1_rstd = at(f, lay.ln1_rstd);
+  acts_.qkv = at(f, lay.qkv);
+  acts_.att = at(f, lay.att);
+  acts_.lse = at(f, lay.lse);
+  acts_.resid = at(f, lay.resid);
+  acts_.ln2_rstd = at(f, lay.ln2_rstd);
+  acts_.h13 = at(f, lay.h13);
+  acts_.out = at(f, lay.out);
+  acts_.lnf = f + lay.lnf.base;
+  acts_.lnf_rstd = f + lay.lnf_rstd.base;
+  acts_.losses = f + lay.losses.base;
+  // The matmul-only tensors, in the dtype the matmuls read (one of the two arenas stays empty).
+  auto take_inputs = [&](auto& arena, auto& m) {
+    auto* q = arena.data() + int64_t(slot) * slot_inputs_;
+    m.ln1 = at(q, lay.ln1);
+    m.ln2 = at(q, lay.ln2);
+    m.hmid = at(q, lay.hmid);
+    m.dh13 = q + lay.dh13.base;
+  };
+  if (precision_ == Precision::fp32)
+    take_inputs(mm_arena_f32_, mm_f32_);
+  else if (float_operands_)
+    take_inputs(mm_arena_f32x_, mm_f32x_);
+  else
+    take_inputs(mm_arena_bf16_, mm_bf16_);
+}
+
+const float* LlamaModel::stage_output(int slot) const {
+  CHECK(B_ > 0 && slot >= 0 && slot < slots_);
+  const ActivationLayout lay =
+      activation_layout(dims_, recompute_, recompute_layers_, B_, T_, stage_tokens(B_, T_));
+  return at(const_cast<float*>(act_arena_.data()) + int64_t(slot) * slot_floats_, lay.out)[dims_.L - 1];
+}
+
+MemoryPlan MemoryPlan::of(const LlamaConfig& c, const ShardPlan& plan, const TrainingShape& s, bool float_operands) {
+  MemoryPlan m;
+  m.float_operands = float_operands;
+  m.state = LlamaModel::state_bytes(c, plan, s.precision, s.optimizer_shards, float_operands);
+  m.activations = LlamaModel::activation_bytes(c, plan, s.precision, s.B, s.T, s.recompute, s.recompute_layers,
+                                               s.slots, float_operands);
+  if (plan.last_stage() && plan.tp_size == 1)  // the vocabulary-parallel head's scratch is in the arenas
+    m.activations += cpu::lmhead_ce_scratch_bytes(s.B * s.T, c.dim, c.vocab_size, compute_type(s.precision),
+                                                  float_operands);
+  return m;
+}
+
+MemoryPlan MemoryPlan::for_check(const LlamaConfig& c, const ShardPlan& plan, const TrainingShape& s, int64_t avail) {
+  const int64_t N = int64_t(s.B) * s.T;
+  bool floats = LlamaModel::float_operands_at(c, plan, s.precision, N, false);
+  if (floats && avail >= 0 && of(c, plan, s, true).total() > avail && of(c, plan, s, false).total() <= avail)
+    floats = LlamaModel::float_operands_at(c, plan, s.precision, N);  // the form decides: probe
+  return of(c, plan, s, floats);
+}
+
+}  // namespace llamatrain::model

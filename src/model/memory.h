@@ -1,0 +1,42 @@
+// What one rank of a training job holds, in bytes, before it starts: the one estimate that train,
+// bench and plan check against the machine's memory. The model's state (weights, gradients, AdamW
+// moments, the bf16 matmul copy; LlamaModel::state_bytes) plus its activations (saved activations and
+// backward scratch, LlamaModel::activation_bytes, and the fused lm head's scratch). In bf16 compute
+// the operand form (bf16, or bf16 values in floats where the fp32 kernel is the faster) changes both;
+// it is chosen per shape by a probe that runs matmuls, so an estimate probes only when the form
+// decides whether the job fits.
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.h"
+#include "model/modes.h"
+#include "model/shard.h"
+
+namespace llamatrain::model {
+
+// The job as memory sees it: one micro-batch of B sequences of T tokens on one rank.
+struct TrainingShape {
+  Precision precision = Precision::fp32;
+  int B = 1, T = 1;
+  Recompute recompute = Recompute::none;
+  int recompute_layers = -1;  // -1: all layers (see LlamaModel::set_recompute)
+  int slots = 1;              // micro-batches in flight on a pipeline stage
+  int optimizer_shards = 1;   // ZeRO-1: the data-parallel ranks sharing the AdamW moments
+};
+
+struct MemoryPlan {
+  int64_t state = 0;        // weights, gradients, optimizer state (+ the bf16 copy)
+  int64_t activations = 0;  // saved activations, backward scratch, lm head scratch
+  bool float_operands = false;  // the bf16 modes' operand form the figures assume
+  int64_t total() const { return state + activations; }
+
+  // The figures for a given operand form.
+  static MemoryPlan of(const LlamaConfig& c, const ShardPlan& plan, const TrainingShape& s, bool float_operands);
+  // The figures a memory check of `avail` bytes (< 0: unknown) should use: the form already known
+  // (forced or cached), else the larger figure; the form is probed only when it decides whether the
+  // job fits. With avail < 0 nothing is probed.
+  static MemoryPlan for_check(const LlamaConfig& c, const ShardPlan& plan, const TrainingShape& s, int64_t avail);
+};
+
+}  // namespace llamatrain::model

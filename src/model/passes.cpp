@@ -1,0 +1,383 @@
+// Llama forward / backward over the cpu:: kernels, one kernel call per line. Forward and backward are
+// mirror images: backward calls the same layers in exact reverse order. The residual-stream gradient
+// dres_ flows through in place (rmsnorm_backward accumulates into it). Tensor and sequence
+// parallelism enter only through the steps at the top (identity on one rank), at the points
+// Megatron puts its communication pairs (parallel/comm_pairs.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "core/error.h"
+#include "kernels/cpu/ops.h"
+#include "model/backend.h"
+#include "model/llama.h"
+#include "parallel/comm_pairs.h"
+#include "parallel/communicator.h"
+
+namespace llamatrain::model {
+
+// ---- tensor / sequence parallel steps (identity on a single rank) ----
+
+template <typename A>
+A* LlamaModel::sp_norm_buffer() {
+  if constexpr (std::is_same_v<A, float>)
+    return sp_ln_f32_.data();
+  else if constexpr (std::is_same_v<A, bf16_in_f32>)
+    return sp_ln_f32x_.data();
+  else
+    return sp_ln_bf16_.data();
+}
+
+template <typename A>
+void LlamaModel::norm_for_matmul(A* out, float* rstd, const float* x, const float* weight) {
+  const int64_t N = int64_t(B_) * T_, Nl = stage_tokens(B_, T_);
+  const int C = dims_.C;
+  if (!plan_.sequence_parallel) {  // copy_to_tp: the replicated norm output feeds the column-parallel matmul
+    cpu::rmsnorm_forward(out, rstd, x, weight, int(N), C, config_.norm_eps);
+    return;
+  }
+  // gather_from_sp: this rank's tokens, then all of them. bf16 travels as pairs packed in floats
+  // (a gather moves bits only; C is even), bf16_in_f32 as floats.
+  A* local = sp_norm_buffer<A>();
+  cpu::rmsnorm_forward(local, rstd, x, weight, int(Nl), C, config_.norm_eps);
+  if constexpr (std::is_same_v<A, float>)
+    parallel::gather_from_sp_forward(out, local, size_t(Nl), size_t(C), *tp_);
+  else if constexpr (std::is_same_v<A, bf16_in_f32>)
+    parallel::gather_from_sp_forward(reinterpret_cast<float*>(out), reinterpret_cast<const float*>(local), size_t(Nl),
+                                     size_t(C), *tp_);
+  else
+    tp_->all_gather(reinterpret_cast<float*>(out), reinterpret_cast<const float*>(local), size_t(Nl * C / 2));
+}
+
+void LlamaModel::add_to_residual(float* out, const float* x, float* partial) {
+  const int64_t N = int64_t(B_) * T_, Nl = stage_tokens(B_, T_), C = dims_.C;
+  if (plan_.tp_size == 1) {
+    cpu::residual_forward(out, x, partial, N * C);
+  } else if (plan_.sequence_parallel) {
+    parallel::reduce_scatter_to_sp_forward(sp_tmp_.data(), partial, size_t(Nl), size_t(C), *tp_);
+    cpu::residual_forward(out, x, sp_tmp_.data(), Nl * C);
+  } else {
+    parallel::reduce_from_tp_forward(partial, partial, size_t(N * C), *tp_);
+    cpu::residual_forward(out, x, partial, N * C);
+  }
+}
+
+const float* LlamaModel::all_tokens(const float* dres) {
+  if (!plan_.sequence_parallel) return dres;  // reduce_from_tp's backward: identity
+  const int64_t Nl = stage_tokens(B_, T_);
+  parallel::reduce_scatter_to_sp_backward(tmp_.data(), dres, size_t(Nl), size_t(dims_.C), *tp_);
+  return tmp_.data();
+}
+
+const float* LlamaModel::own_tokens(float* dln) {
+  const int64_t N = int64_t(B_) * T_, Nl = stage_tokens(B_, T_), C = dims_.C;
+  if (plan_.tp_size == 1) return dln;
+  if (plan_.sequence_parallel) {
+    parallel::gather_from_sp_backward(sp_tmp_.data(), dln, size_t(Nl), size_t(C), *tp_);
+    return sp_tmp_.data();
+  }
+  parallel::copy_to_tp_backward(dln, dln, size_t(N * C), *tp_);
+  return dln;
+}
+
+void LlamaModel::check_tokens(const int32_t* tokens) const {
+  const int64_t N = int64_t(B_) * T_;
+  for (int64_t n = 0; n < N; n++)
+    if (tokens[n] < 0 || tokens[n] >= config_.vocab_size)
+      fail("token id at position {}: got {}, expected 0 <= id < vocab_size {}\nhint: the data was tokenized "
+           "with a different tokenizer than the model's",
+           n, tokens[n], config_.vocab_size);
+}
+
+void LlamaModel::forward_body(const int32_t* tokens, const float* input, int B, int T) {
+  ensure_activations(B, T);
+  const int64_t N = int64_t(B) * T, Nl = stage_tokens(B, T), C = dims_.C;
+  if (!plan_.first_stage()) {
+    std::memcpy(acts_.x0, input, sizeof(float) * size_t(Nl * C));  // the previous stage's output
+  } else {
+    check_tokens(tokens);
+    if (plan_.tp_size == 1) {
+      cpu::embedding_forward(acts_.x0, tokens, params_.wte, int(N), int(C));  // x = embed_tokens(input_ids)
+    } else {
+      // Vocabulary-parallel embedding: this rank's rows, zeros for the others' tokens, summed over TP.
+      float* part = tmp_.data();
+      cpu::vocab_parallel_embedding_forward(part, tokens, params_.wte, dims_.vocab_begin, dims_.V, int(N), int(C));
+      if (plan_.sequence_parallel)
+        parallel::reduce_scatter_to_sp_forward(acts_.x0, part, size_t(Nl), size_t(C), *tp_);
+      else
+        parallel::reduce_from_tp_forward(acts_.x0, part, size_t(N * C), *tp_);
+    }
+  }
+  if (precision_ == Precision::fp32)
+    forward_layers(mm_f32_);
+  else if (float_operands_)
+    forward_layers(mm_f32x_);
+  else
+    forward_layers(mm_bf16_);
+  if (!plan_.last_stage()) return;
+  const float* last = acts_.out[dims_.L - 1];
+  norm_for_matmul(acts_.lnf, acts_.lnf_rstd, last, params_.norm);  // final norm (all tokens: the lm head's input)
+}
+
+template <typename A>
+void LlamaModel::forward_layers(const MatmulInputs<A>& m) {
+  for (int l = 0; l < dims_.L; l++) forward_layer(l, m, false);
+}
+
+template <typename A>
+void LlamaModel::forward_layer(int l, const MatmulInputs<A>& m, bool for_backward) {
+  const LocalDims& d = dims_;
+  const int B = B_, T = T_;
+  const int N = B * T, C = d.C, F = d.F, H = d.H, Hkv = d.Hkv, D = d.D;
+  const int HD = d.HD(), QKV = d.QKV();
+  const auto ct = compute_type(precision_);
+  const ParameterTensors& w = params_;
+  const ActivationTensors& a = acts_;
+  const float* x = l == 0 ? a.x0 : a.out[l - 1];  // (Nl, C) layer input
+  const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
+  const float* wo = w.wo + int64_t(l) * C * HD;
+  const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
+  const float* w2 = w.w2 + int64_t(l) * C * F;
+
+  norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);                         // input_ln
+  cpu::matmul_forward(a.qkv[l], m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);                       // q, k, v
+  cpu::rope_forward(a.qkv[l], pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);                  // rotate q, k
+  cpu::attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D);                             // causal GQA
+  cpu::matmul_forward(tmp_.data(), a.att[l], wo, bf16_of(wo), N, HD, C, ct);                         // o_proj
+  add_to_residual(a.resid[l], x, tmp_.data());                                                       // h = x + attn
+  norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);                 // post_attn_ln
+  cpu::matmul_forward(a.h13[l], m.ln2[l], w13, bf16_of(w13), N, C, 2 * F, ct);                      // gate | up
+  cpu::swiglu_forward(m.hmid[l], a.h13[l], N, F);                                                    // silu(g) * u
+  if (for_backward) return;  // the backward needs nothing past this point (out is saved)
+  cpu::matmul_forward(tmp_.data(), m.hmid[l], w2, bf16_of(w2), N, F, C, ct);                         // down_proj
+  add_to_residual(a.out[l], a.resid[l], tmp_.data());                                                // h + mlp
+}
+
+template <typename A>
+void LlamaModel::recompute_layer(int l, const MatmulInputs<A>& m) {
+  if (l >= recompute_layers_) return;
+  if (recompute_ == Recompute::full) {
+    forward_layer(l, m, true);
+    return;
+  }
+  if (recompute_ != Recompute::selective) return;
+  // The saved matmul outputs (qkv with RoPE, resid, h13) feed the same kernels as in the forward.
+  const LocalDims& d = dims_;
+  const int N = B_ * T_, C = d.C;
+  const ParameterTensors& w = params_;
+  const ActivationTensors& a = acts_;
+  const float* x = l == 0 ? a.x0 : a.out[l - 1];
+  norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);
+  cpu::attention_forward(a.att[l], a.lse[l], a.qkv[l], B_, T_, d.H, d.Hkv, d.D);
+  norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);
+  cpu::swiglu_forward(m.hmid[l], a.h13[l], N, d.F);
+}
+
+int64_t LlamaModel::count_valid(const int32_t* targets) const {
+  const int64_t N = int64_t(B_) * T_;
+  int64_t valid = 0;
+  for (int64_t n = 0; n < N; n++) {
+    if (targets[n] >= config_.vocab_size)
+      fail("target id at position {}: got {}, expected < vocab_size {} (or -100 to ignore)", n, targets[n],
+           config_.vocab_size);
+    if (targets[n] >= 0) valid++;
+  }
+  return valid;
+}
+
+float LlamaModel::mean_loss(int64_t num_valid) const {
+  const int64_t N = int64_t(B_) * T_;
+  double sum = 0;
+  for (int64_t n = 0; n < N; n++) sum += acts_.losses[n];
+  return num_valid > 0 ? float(sum / double(num_valid)) : 0.0f;
+}
+
+StepStats LlamaModel::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  CHECK(plan_.pp_size == 1, "forward() on a pipeline stage: use stage_forward / stage_loss");
+  forward_body(tokens, nullptr, B, T);
+  StepStats stats;
+  if (targets == nullptr) return stats;
+  return stage_loss(0, targets);
+}
+
+StepStats LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                                       float grad_scale) {
+  CHECK(plan_.pp_size == 1, "forward_backward() on a pipeline stage: use stage_forward / stage_backward");
+  stage_forward(0, tokens, nullptr, B, T);
+  return stage_backward(0, tokens, targets, nullptr, grad_scale);
+}
+
+void LlamaModel::stage_forward(int slot, const int32_t* tokens, const float* input, int B, int T) {
+  CHECK(plan_.first_stage() ? tokens != nullptr : input != nullptr);
+  ensure_activations(B, T);
+  use_slot(slot);
+  forward_body(tokens, input, B, T);
+}
+
+
+const float* LlamaModel::stage_input_grad() const { return dres_.data(); }
+
+StepStats LlamaModel::stage_loss(int slot, const int32_t* targets) {
+  CHECK(plan_.last_stage() && B_ > 0);
+  use_slot(slot);
+  StepStats stats;
+  stats.num_valid = count_valid(targets);
+  lmhead_ce(targets, 0.0f, false);
+  stats.loss = mean_loss(stats.num_valid);
+  return stats;
+}
+
+StepStats LlamaModel::stage_backward(int slot, const int32_t* tokens, const int32_t* targets, const float* doutput,
+                                     float grad_scale) {
+  CHECK(B_ > 0);
+  CHECK(plan_.last_stage() ? targets != nullptr : doutput != nullptr);
+  use_slot(slot);
+  ensure_training_state();
+  StepStats stats;
+  float dloss = 0;
+  if (plan_.last_stage()) {
+    stats.num_valid = count_valid(targets);
+    dloss = stats.num_valid > 0 ? grad_scale / float(stats.num_valid) : 0.0f;
+  }
+  backward(tokens, targets, dloss, doutput);  // the lm head computes the losses on its way
+  if (plan_.last_stage()) stats.loss = mean_loss(stats.num_valid);
+  return stats;
+}
+
+void LlamaModel::lmhead_ce(const int32_t* targets, float dloss, bool backward) {
+  const int N = B_ * T_;
+  if (plan_.tp_size > 1) {
+    vocab_parallel_lmhead_ce(targets, dloss, backward);
+    return;
+  }
+  // lm head + cross-entropy (+ their gradient) in one pass over row chunks.
+  const auto ct = compute_type(precision_);
+  if (backward)
+    cpu::lmhead_ce_backward(acts_.losses, dln_.data(), grads_.wout, acts_.lnf, params_.wout, bf16_of(params_.wout),
+                            targets, dloss, N, config_.dim, config_.vocab_size, ct);
+  else
+    cpu::lmhead_ce_forward(acts_.losses, acts_.lnf, params_.wout, bf16_of(params_.wout), targets, N, config_.dim,
+                           config_.vocab_size, ct);
+}
+
+void LlamaModel::vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, bool backward) {
+  // Megatron's vocab-parallel cross-entropy: each rank has the logits of its V/TP vocabulary rows;
+  // the row maxima, the sums of exponentials and the target logits are combined over TP
+  // (kernels: ref::vocab_parallel_ce_*).
+  const int N = B_ * T_, V = dims_.V, C = dims_.C;
+  const int64_t v0 = dims_.vocab_begin;
+  const auto ct = compute_type(precision_);
+  float* logits = logits_.data();  // (N, V/TP), then their exponentials, then dlogits
+  cpu::matmul_forward(logits, acts_.lnf, params_.wout, bf16_of(params_.wout), N, C, V, ct);
+  float* local_max = row_max_.data() + int64_t(tp_->rank()) * N;
+  cpu::vocab_parallel_ce_max(local_max, logits, N, V);
+  tp_->all_gather(row_max_.data(), local_max, size_t(N));  // in place: (TP, N)
+  float* partials = row_stats_.data();                     // (N, 2) sum of exponentials, target logit
+  float* global_max = row_stats_.data() + 2 * int64_t(N);  // (N)
+  cpu::vocab_parallel_ce_partials(partials, global_max, logits, row_max_.data(), plan_.tp_size, targets, v0, N, V);
+  tp_->all_reduce(partials, size_t(2 * N));
+  cpu::vocab_parallel_ce_forward(acts_.losses, global_max, partials, targets, N);
+  if (!backward) return;
+  // dlogits in place of the exponentials (bf16 values in bf16 compute, as the fused kernel's); then the
+  // lm head's backward, whose input gradient is this rank's part of the sum over the vocabulary
+  // (own_tokens reduces it).
+  cpu::vocab_parallel_ce_backward(logits, partials, targets, v0, dloss, N, V, precision_ != Precision::fp32);
+  cpu::matmul_backward(dln_.data(), grads_.wout, logits, acts_.lnf, params_.wout, bf16_of(params_.wout), N, C, V, ct);
+}
+
+void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput) {
+  const int64_t N = int64_t(B_) * T_, Nl = stage_tokens(B_, T_);
+  const int C = dims_.C;
+  const ParameterTensors& w = params_;
+  ParameterTensors& g = grads_;
+  ActivationTensors& a = acts_;
+
+  if (plan_.last_stage()) {
+    // lm head + cross-entropy + their gradient, then the final norm.
+    lmhead_ce(targets, dloss, true);
+    std::fill(dres_.begin(), dres_.end(), 0.0f);
+    const float* last = a.out[dims_.L - 1];
+    const float* dlnf = own_tokens(dln_.data());
+    cpu::rmsnorm_backward(dres_.data(), g.norm, dlnf, last, w.norm, a.lnf_rstd, int(Nl), C);
+    report_ready(-1);
+  } else {
+    std::memcpy(dres_.data(), doutput, sizeof(float) * size_t(Nl * C));  // from the next stage
+  }
+  if (precision_ == Precision::fp32)
+    backward_layers(mm_f32_);
+  else if (float_operands_)
+    backward_layers(mm_f32x_);
+  else
+    backward_layers(mm_bf16_);
+  if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
+  if (plan_.tp_size == 1) {
+    cpu::embedding_backward(g.wte, dres_.data(), tokens, int(N), C);
+    report_ready(dims_.L);
+    return;
+  }
+  const float* dx = all_tokens(dres_.data());  // this rank's vocabulary rows of the embedding
+  cpu::vocab_parallel_embedding_backward(g.wte, dx, tokens, dims_.vocab_begin, dims_.V, int(N), C);
+  report_ready(dims_.L);
+}
+
+template <typename A>
+void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
+  const LocalDims& d = dims_;
+  const int B = B_, T = T_;
+  const int N = B * T, Nl = int(stage_tokens(B, T)), C = d.C, F = d.F, H = d.H, Hkv = d.Hkv, D = d.D;
+  const int HD = d.HD(), QKV = d.QKV();
+  const auto ct = compute_type(precision_);
+  const ParameterTensors& w = params_;
+  ParameterTensors& g = grads_;
+  const ActivationTensors& a = acts_;
+  float* dres = dres_.data();  // (Nl, C) gradient of the residual stream, flowing backward
+  float* dln = dln_.data();
+  A* dh13 = m.dh13;            // (N, 2F)
+
+  for (int l = d.L - 1; l >= 0; l--) {
+    recompute_layer(l, m);
+    const float* x = l == 0 ? a.x0 : a.out[l - 1];
+    const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
+    const float* wo = w.wo + int64_t(l) * C * HD;
+    const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
+    const float* w2 = w.w2 + int64_t(l) * C * F;
+    float* dwqkv = g.wqkv + int64_t(l) * QKV * C;
+    float* dwo = g.wo + int64_t(l) * C * HD;
+    float* dw13 = g.w13 + int64_t(l) * 2 * F * C;
+    float* dw2 = g.w2 + int64_t(l) * C * F;
+
+    // dres holds d(out); out = resid + down(hmid), so d(resid) = dres + (MLP branch gradient).
+    cpu::matmul_backward(dhmid_.data(), dw2, all_tokens(dres), m.hmid[l], w2, bf16_of(w2), N, F, C, ct);  // down_proj
+    cpu::swiglu_backward(dh13, dhmid_.data(), a.h13[l], N, F);                                           // silu(g) * u
+    cpu::matmul_backward(dln, dw13, dh13, m.ln2[l], w13, bf16_of(w13), N, C, 2 * F, ct);                 // gate | up
+    cpu::rmsnorm_backward(dres, g.ffn_norm + int64_t(l) * C, own_tokens(dln), a.resid[l],
+                          w.ffn_norm + int64_t(l) * C, a.ln2_rstd[l], Nl, C);                            // post_attn_ln
+    // dres now holds d(resid); resid = x + o_proj(att).
+    cpu::matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, bf16_of(wo), N, HD, C, ct);  // o_proj
+    cpu::attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D);
+    if constexpr (std::is_same_v<A, bf16_in_f32>) {
+      // dqkv's only use is this matmul: rounded to bf16 values in RoPE's pass, it is read as is.
+      cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta, true);     // rotate q, k
+      cpu::matmul_backward(dln, dwqkv, reinterpret_cast<const bf16_in_f32*>(dqkv_.data()), m.ln1[l], wqkv,
+                           bf16_of(wqkv), N, C, QKV, ct);                                                // q, k, v
+    } else {
+      cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);            // rotate q, k
+      cpu::matmul_backward(dln, dwqkv, dqkv_.data(), m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);      // q, k, v
+    }
+    cpu::rmsnorm_backward(dres, g.attn_norm + int64_t(l) * C, own_tokens(dln), x, w.attn_norm + int64_t(l) * C,
+                          a.ln1_rstd[l], Nl, C);                                                         // input_ln
+    // dres now holds d(x), the gradient of this layer's input.
+    report_ready(l);
+  }
+}
+
+void LlamaModel::logits(float* out) {
+  CHECK(B_ > 0, "logits() before forward()");
+  CHECK(!is_sharded(), "logits() of a model-parallel rank");
+  const int N = B_ * T_;
+  cpu::matmul_forward(out, acts_.lnf, params_.wout, bf16_of(params_.wout), N, config_.dim, config_.vocab_size,
+                      compute_type(precision_));
+}
+
+}  // namespace llamatrain::model

@@ -1,0 +1,81 @@
+// StepRecord and RunLog (train/run_log.h).
+#include "train/run_log.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "obs/throughput.h"
+
+namespace llamatrain::train {
+
+std::vector<StepRecord::Metric> StepRecord::metrics(bool multi_rank) const {
+  return {
+      {"loss", "reduced_train_loss", loss},
+      {"lr", "lr", lr},
+      {"grad_norm", "grad_norm", grad_norm},
+      {"consumed_samples", "consumed_samples", double(consumed_samples), true},
+      {"step_time_s", "train_step_timing in s", step_s},
+      {"tokens_per_s", "tokens_per_s", tokens_per_s},
+      {"mfu", "mfu", mfu},
+      {"comm_time_s", multi_rank ? "comm_time_s" : nullptr, comm_s},
+      {"peak_rss_bytes", nullptr, peak_rss},
+  };
+}
+
+RunLog::RunLog(const Console& console, const std::string& log_dir, bool active, bool tensorboard, bool multi_rank)
+    : console_(console), multi_rank_(multi_rank) {
+  if (!active) return;
+  metrics_.emplace((std::filesystem::path(log_dir) / "metrics.jsonl").string());
+  if (tensorboard) tb_ = std::make_unique<obs::TensorBoardWriter>(log_dir);
+}
+
+void RunLog::step(const StepRecord& r) {
+  const std::string comm =
+      multi_rank_ ? fmt::format("| comm {} ({:.1f}%) ",
+                                r.comm_s < 1 ? fmt::format("{:.1f}ms", 1e3 * r.comm_s) : obs::format_duration(r.comm_s),
+                                100 * r.comm_s / r.step_s)
+                  : "";
+  console_.say(fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.2f} seq/s | {} tok/s | MFU "
+                           "{:.1f}% {}| mem {} | ETA {}",
+                           r.step, r.max_steps, r.loss, r.lr, r.grad_norm, r.seq_per_s, obs::format_count(r.tokens_per_s),
+                           100 * r.mfu, comm, obs::format_bytes(r.peak_rss), obs::format_duration(r.eta_s)));
+  const auto metrics = r.metrics(multi_rank_);
+  if (metrics_) {
+    nlohmann::ordered_json line{{"step", r.step}};
+    for (const auto& m : metrics) {
+      if (m.integer)
+        line[m.key] = int64_t(m.value);
+      else
+        line[m.key] = m.value;
+    }
+    metrics_->write(line);
+  }
+  if (tb_) {
+    for (const auto& m : metrics)
+      if (m.tag) tb_->add_scalar(m.tag, float(m.value), r.step);
+    tb_->flush();
+  }
+}
+
+void RunLog::validation(int64_t step, double loss, int64_t batches, double seconds) {
+  console_.say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f} ({} batches, {})", step, loss,
+                           std::exp(loss), batches, obs::format_duration(seconds)));
+  if (metrics_) metrics_->write(nlohmann::ordered_json{{"step", step}, {"val_loss", loss}, {"val_ppl", std::exp(loss)}});
+  if (tb_) {
+    tb_->add_scalar("val_loss", float(loss), step);
+    tb_->flush();
+  }
+}
+
+void RunLog::rollback(int64_t step, int64_t to_step, int64_t skipped_begin, int64_t skipped_end) {
+  if (metrics_)
+    metrics_->write(nlohmann::ordered_json{{"step", step},
+                                           {"event", "rollback"},
+                                           {"to_step", to_step},
+                                           {"skipped_samples_begin", skipped_begin},
+                                           {"skipped_samples_end", skipped_end}});
+}
+
+}  // namespace llamatrain::train

@@ -1,0 +1,55 @@
+// The run's record: every logged step as one StepRecord, which makes the console line, a line of
+// metrics.jsonl and TensorBoard scalars (metrics() lists each value once with its jsonl key and its
+// TensorBoard tag, NeMo's where it has one: adding a metric is a field and one line there); and the
+// validation results and rollback events. metrics.jsonl and the event files are rank 0's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "obs/metrics.h"
+#include "obs/tensorboard.h"
+#include "train/console.h"
+
+namespace llamatrain::train {
+
+struct StepRecord {
+  int64_t step = 0, max_steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  int64_t consumed_samples = 0;
+  double step_s = 0;          // mean over the steps since the last record
+  double seq_per_s = 0, tokens_per_s = 0, mfu = 0;
+  double comm_s = 0;          // per step, blocked in communication (any group)
+  double peak_rss = 0;        // bytes
+  double eta_s = 0;
+
+  struct Metric {
+    const char* key;          // metrics.jsonl
+    const char* tag;          // TensorBoard (nullptr: not there)
+    double value;
+    bool integer = false;
+  };
+  std::vector<Metric> metrics(bool multi_rank) const;
+};
+
+class RunLog {
+ public:
+  // active: this rank writes the files (rank 0); tensorboard: exp_manager.create_tensorboard_logger.
+  RunLog(const Console& console, const std::string& log_dir, bool active, bool tensorboard, bool multi_rank);
+
+  void step(const StepRecord& r);
+  void validation(int64_t step, double loss, int64_t batches, double seconds);
+  // A rollback at `step` to the checkpoint of `to_step`, skipping samples [begin, end).
+  void rollback(int64_t step, int64_t to_step, int64_t skipped_begin, int64_t skipped_end);
+
+ private:
+  const Console& console_;
+  bool multi_rank_;
+  std::optional<obs::MetricsWriter> metrics_;
+  std::unique_ptr<obs::TensorBoardWriter> tb_;
+};
+
+}  // namespace llamatrain::train

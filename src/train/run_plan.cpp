@@ -1,0 +1,203 @@
+// preflight (train/run_plan.h): each check in the order a job would hit it, with the config key in
+// its message; the model's and the layout's own rules (model/shard.h, model/config.h) are called with
+// the config's names for their fields.
+#include "train/run_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/memory.h"
+#include "io/hf_config.h"
+#include "io/hf_export.h"
+#include "obs/progress.h"
+#include "obs/throughput.h"
+#include "parallel/pipeline.h"
+
+namespace llamatrain::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The job's processes must be the ones the config describes.
+void check_world(const TrainConfig& c, int world_size) {
+  if (c.world_size() != world_size)
+    fail("trainer.devices x trainer.num_nodes = {} x {} = {}, but the job has {} process{}, expected them to agree\n"
+         "hint: set trainer.devices to the processes per node and trainer.num_nodes to the nodes (mpirun -np N: "
+         "trainer.devices=N trainer.num_nodes=1)",
+         c.trainer.devices, c.trainer.num_nodes, c.world_size(), world_size, world_size == 1 ? "" : "es");
+}
+
+// The run's folder can be made, and the data files exist (before the model loads).
+void check_files(const TrainConfig& cfg, const std::string& log_dir) {
+  const char* log_key = cfg.exp_manager.explicit_log_dir ? "exp_manager.explicit_log_dir" : "exp_manager.exp_dir";
+  if (path_exists(log_dir) && !is_directory(log_dir))
+    fail("{}: {} is a file, expected a folder for the run's logs and checkpoints\nhint: choose another path", log_key,
+         log_dir);
+  const DataConfig& dc = cfg.model.data;
+  if (!dc.fine_tuning) {
+    for (const auto* items : {&dc.data_prefix.train, &dc.data_prefix.validation, &dc.data_prefix.test})
+      if (!items->empty())
+        for (const auto& prefix : data::parse_data_prefix(*items).prefixes)
+          for (const char* ext : {".idx", ".bin"})
+            if (!is_regular_file(prefix + ext))
+              fail("model.data.data_prefix: {}{} does not exist\nhint: data_prefix entries are the output prefix of "
+                   "`llamatrain preprocess` plus _<key>_document, without .bin/.idx (e.g. data/corpus_text_document)",
+                   prefix, ext);
+  } else {
+    for (const auto* ds : {&dc.train_ds, &dc.validation_ds, &dc.test_ds})
+      for (const auto& f : ds->file_names)
+        if (!is_regular_file(f)) fail("model.data.*_ds.file_names: {} does not exist\nhint: check the path", f);
+  }
+}
+
+// The tokenizer (the configured one, or model.init_from's tokenizer.model when that folder has one;
+// pretraining on indexed data needs none, and checkpoints and exports then carry none) and the model.
+void plan_model(const TrainConfig& cfg, RunPlan& p) {
+  p.tokenizer_path = cfg.model.tokenizer_model_path();
+  const bool tok_from_init =
+      cfg.model.init_from && p.tokenizer_path == (fs::path(*cfg.model.init_from) / "tokenizer.model").string();
+  if (tok_from_init && !is_regular_file(p.tokenizer_path)) p.tokenizer_path.clear();
+  if (!p.tokenizer_path.empty()) p.tokenizer = std::make_shared<const data::Tokenizer>(p.tokenizer_path);
+  const data::Tokenizer* tok = p.tokenizer.get();
+  if (cfg.model.init_from) {
+    p.model = io::read_hf_config(*cfg.model.init_from);
+  } else {
+    if (!tok)
+      fail("model vocabulary: no tokenizer and no model.init_from, expected one of them\nhint: set "
+           "model.tokenizer.model=/path/tokenizer.model (the tokenizer the data was preprocessed with)");
+    p.model = cfg.model.llama_config(int(cfg.model.padded_vocab_size(tok->vocab_size())));
+  }
+  if (tok && tok->vocab_size() > p.model.vocab_size)
+    fail("tokenizer {} has {} pieces, but the model's vocab_size is {}, expected at most that\nhint: use the "
+         "tokenizer of model.init_from",
+         p.tokenizer_path, tok->vocab_size(), p.model.vocab_size);
+}
+
+// The micro-batch: its tokens index the kernels with int, and the sequence fits the model.
+void plan_shapes(const TrainConfig& cfg, RunPlan& p) {
+  const ModelConfig& m = cfg.model;
+  if (m.micro_batch_size * m.data.seq_length >= (int64_t(1) << 31))
+    fail("model.micro_batch_size {} x model.data.seq_length {} = {} tokens per micro-batch, expected fewer than "
+         "2^31\nhint: lower model.micro_batch_size (gradient accumulation keeps the global batch)",
+         m.micro_batch_size, m.data.seq_length, m.micro_batch_size * m.data.seq_length);
+  p.model.check_seq_len(m.data.seq_length, FieldNames("", {{"seq_len", "model.data.seq_length"},
+                                                           {"max_seq_len", "the model's max_position_embeddings"}}));
+  p.B = int(m.micro_batch_size);
+  p.T = int(m.data.seq_length);
+  p.global_batch = m.global_batch_size;
+  p.micro_batches = cfg.num_micro_batches();
+  p.precision = cfg.trainer.precision;
+  // NeMo's activations_checkpoint_*: granularity null | selective | full; with full, method block
+  // recomputes the first num_layers layers only, uniform recomputes every layer (each from its own
+  // input; a larger num_layers would only keep more layers' activations at once here).
+  p.recompute = model::parse_recompute(m.activations_checkpoint_granularity.value_or("none"));
+  p.recompute_layers = p.recompute == model::Recompute::full && m.activations_checkpoint_method.value_or("uniform") == "block"
+                           ? int(m.activations_checkpoint_num_layers.value_or(1))
+                           : -1;
+}
+
+// This rank's part of the model, and what it will hold.
+void plan_memory(const TrainConfig& cfg, RunPlan& p) {
+  const parallel::ParallelLayout& lay = p.layout;
+  p.zero1 = cfg.model.distributed_optimizer && lay.dp_size > 1;
+  p.pipeline_split = cfg.model.pipeline_layers();
+  p.shard = model::ShardPlan::make(p.model, lay.tp_size, lay.tp_rank, lay.pp_size, lay.pp_rank,
+                                   cfg.model.sequence_parallel && lay.tp_size > 1,
+                                   lay.pp_size > 1 ? p.pipeline_split : std::vector<int>{});
+  p.slots = lay.pp_size > 1 ? parallel::pipeline_slots(lay.pp_size, lay.pp_rank, int(p.micro_batches)) : 1;
+  const model::TrainingShape shape{p.precision, p.B,     p.T, p.recompute, p.recompute_layers,
+                                   p.slots,     p.zero1 ? lay.dp_size : 1};
+  p.memory = model::MemoryPlan::for_check(p.model, p.shard, shape, available_memory_bytes());
+  check_memory_fits(p.memory.total(),
+                    fmt::format("training {} parameters in {} at micro batch {} x seq {}",
+                                obs::format_count(double(p.model.num_params())), model::precision_name(p.precision),
+                                p.B, p.T),
+                    fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB",
+                                p.memory.state / 1e9, p.memory.activations / 1e9),
+                    p.recompute == model::Recompute::full
+                        ? "lower model.micro_batch_size (gradient accumulation keeps the global batch), or use a "
+                          "machine with more memory"
+                        : "set model.activations_checkpoint_granularity=full, lower model.micro_batch_size, or use "
+                          "a machine with more memory");
+}
+
+}  // namespace
+
+std::string resolve_log_dir(const TrainConfig& c) {
+  const ExpManagerConfig& e = c.exp_manager;
+  if (e.explicit_log_dir && !e.explicit_log_dir->empty()) return *e.explicit_log_dir;
+  const fs::path base = fs::path(e.exp_dir && !e.exp_dir->empty() ? *e.exp_dir : "nemo_experiments") / e.name;
+  std::string version;
+  if (e.version && !e.version->empty())
+    version = *e.version;
+  else if (const char* v = std::getenv("NEMO_EXPM_VERSION"); v && *v)
+    version = v;
+  else if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j)
+    version = j;
+  else if (!e.resume_if_exists) {
+    char buf[32];
+    const std::time_t t = std::time(nullptr);
+    std::strftime(buf, sizeof buf, "%Y-%m-%d_%H-%M-%S", std::localtime(&t));
+    version = buf;
+  }
+  return (version.empty() ? base : base / version).string();
+}
+
+RunPlan preflight(const TrainConfig& cfg, int world_size, int rank) {
+  check_world(cfg, world_size);
+  RunPlan p;
+  // TP innermost, then DP, then PP (Megatron's order): a replica's TP x PP ranks read the same
+  // samples; the data-parallel rank chooses which.
+  p.layout = parallel::ParallelLayout::make(world_size, std::max(1, cfg.model.tensor_model_parallel_size),
+                                            std::max(1, cfg.model.pipeline_model_parallel_size), rank);
+  p.log_dir = resolve_log_dir(cfg);
+  const auto& dirpath = cfg.exp_manager.checkpoint_callback_params.dirpath;
+  p.checkpoint_dir = dirpath ? *dirpath : (fs::path(p.log_dir) / "checkpoints").string();
+  check_files(cfg, p.log_dir);
+  plan_model(cfg, p);
+  plan_shapes(cfg, p);
+  plan_memory(cfg, p);
+  if (cfg.convert_to_hf) {
+    p.export_dir = cfg.model.output_dir ? *cfg.model.output_dir : (fs::path(p.log_dir) / "hf").string();
+    io::check_export_target(p.export_dir);
+  }
+  return p;
+}
+
+double RunPlan::busiest_stage_share(const std::vector<int>& split) const {
+  std::vector<double> work;
+  for (int s = 0; s < layout.pp_size; s++)
+    work.push_back(obs::stage_flops(model, 1, T, split[size_t(s)], s == layout.pp_size - 1));
+  return *std::max_element(work.begin(), work.end()) / std::accumulate(work.begin(), work.end(), 0.0);
+}
+
+std::string RunPlan::pipeline_stages() const {
+  std::string stages;
+  for (int s = 0, l0 = 0; s < layout.pp_size; l0 += pipeline_split[size_t(s)], s++) {
+    const int n = pipeline_split[size_t(s)];
+    stages += fmt::format("{}{}{}", s ? ", " : "",
+                          n == 1 ? fmt::format("layer {}", l0) : fmt::format("layers {}-{}", l0, l0 + n - 1),
+                          s == layout.pp_size - 1 ? " + lm head" : "");
+  }
+  return stages;
+}
+
+std::vector<int> RunPlan::better_pipeline_split() const {
+  const std::vector<int> better = obs::balanced_pipeline_split(model, layout.pp_size, T);
+  return busiest_stage_share(better) < 0.95 * busiest_stage_share(pipeline_split) ? better : std::vector<int>{};
+}
+
+std::string RunPlan::recompute_text() const {
+  return recompute_layers < 0 || recompute_layers >= model.n_layers
+             ? std::string(model::recompute_name(recompute))
+             : fmt::format("{} in layers 0-{}", model::recompute_name(recompute), recompute_layers - 1);
+}
+
+}  // namespace llamatrain::train
