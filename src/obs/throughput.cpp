@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/shard.h"
 
 namespace llamatrain::obs {
 
@@ -30,29 +31,25 @@ double stage_flops(const model::LlamaConfig& c, int64_t B, int64_t T, int layers
 std::vector<int> balanced_pipeline_split(const model::LlamaConfig& c, int pipeline_stages, int64_t T) {
   const int P = pipeline_stages, L = c.n_layers;
   CHECK(P >= 1 && P <= L, "pipeline of {} stages over {} layers", P, L);
-  auto even = [&] {
-    std::vector<int> s(static_cast<size_t>(P));
-    for (int i = 0; i < P; i++) s[size_t(i)] = L / P + (i < L % P ? 1 : 0);
-    return s;
-  };
   auto busiest = [&](const std::vector<int>& s) {
     double m = 0;
     for (int i = 0; i < P; i++) m = std::max(m, stage_flops(c, 1, T, s[size_t(i)], i == P - 1));
     return m;
   };
-  std::vector<int> best = even();
-  double best_f = busiest(best);
-  if (P == 1) return best;
-  // first and last stage sizes; the P - 2 others share the rest evenly
-  for (int first = 1; first <= L; first++)
-    for (int last = 1; first + last <= L; last++) {
-      const int rest = L - first - last, middle = P - 2;
-      if (middle == 0 ? rest != 0 : (rest < middle || rest % middle != 0)) continue;
-      std::vector<int> s(size_t(P), middle > 0 ? rest / middle : 0);
-      s.front() = first, s.back() = last;
-      const double f = busiest(s);
-      if (f < best_f * (1 - 1e-9)) best = s, best_f = f;
-    }
+  // The even split when it exists, then every first and last stage size (model::pipeline_split's rule).
+  std::vector<int> best;
+  double best_f = std::numeric_limits<double>::infinity();
+  auto consider = [&](int first, int last) {
+    const auto s = model::try_pipeline_split(L, P, first, last);
+    if (!s) return;
+    const double f = busiest(*s);
+    if (best.empty() || f < best_f * (1 - 1e-9)) best = *s, best_f = f;
+  };
+  consider(0, 0);
+  if (P > 1)
+    for (int first = 1; first <= L; first++)
+      for (int last = 1; first + last <= L; last++) consider(first, last);
+  CHECK(!best.empty(), "no pipeline split of {} layers over {} stages", L, P);
   return best;
 }
 

@@ -21,9 +21,9 @@ double step_flops(const model::LlamaConfig& c, int64_t B, int64_t T);
 // on the last stage (the embedding lookup is no matmul). The stages of a split sum to step_flops.
 double stage_flops(const model::LlamaConfig& c, int64_t B, int64_t T, int layers, bool lm_head);
 
-// Pipeline balance: the layers of each stage (model.num_layers_in_first/last_pipeline_stage, the
-// others even) that make the busiest stage's stage_flops at sequence length T smallest, among the
-// splits those two keys can express; the even split when nothing is better. 1 <= stages <= layers.
+// Pipeline balance: the layers of each stage that make the busiest stage's stage_flops at sequence
+// length T smallest, among the splits model::pipeline_split can make (sizes of the first and last
+// stage, the others even); the even split when it exists and nothing is better. 1 <= stages <= layers.
 std::vector<int> balanced_pipeline_split(const model::LlamaConfig& c, int pipeline_stages, int64_t T);
 
 // Model FLOPs utilization: achieved FLOP/s over the peak FLOP/s (a fraction, not a percentage).
