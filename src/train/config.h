@@ -1,6 +1,6 @@
 // The trainer's configuration: a YAML file with the key names of NeMo's megatron_llama_config.yaml,
 // plus Hydra-style `key=value` overrides, resolved into a typed TrainConfig. One schema table
-// (config.cpp) lists every key with its type, default, allowed values and a one-line doc, and drives
+// (config_schema.cpp) lists every key with its type, default, allowed values and a one-line doc, and drives
 // parsing, validation, help text and to_yaml(). NeMo keys that change nothing here are accepted and
 // reported as notes; NeMo values we cannot honour are Errors that say why. Interpolations `${.x}`,
 // `${a.b}` and `${multiply:...}` resolve after the overrides, as in OmegaConf. Defaults are the values
