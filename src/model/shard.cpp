@@ -146,8 +146,8 @@ void check_tensor_parallel(const LlamaConfig& full, int tp, const FieldNames& na
   if (full.ffn_dim % tp != 0)
     fail("{}: got {}, expected a divisor of {} {}", names.head("tp_size"), tp, names("ffn_dim"), full.ffn_dim);
   if (full.vocab_size > 0 && full.vocab_size % tp != 0)
-    fail("{}: got {}, expected a divisor of {} {}\nhint: pad the vocabulary to a multiple of the tensor parallel size",
-         names.head("tp_size"), tp, names("vocab_size"), full.vocab_size);
+    fail("{}: got {}, expected a divisor of {} {}\nhint: choose a {} that divides it, or pad the vocabulary",
+         names.head("tp_size"), tp, names("vocab_size"), full.vocab_size, names("tp_size"));
 }
 
 std::optional<std::vector<int>> try_pipeline_split(int L, int pp, int first, int last) {

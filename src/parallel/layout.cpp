@@ -6,20 +6,32 @@
 
 namespace llamatrain::parallel {
 
-ParallelLayout ParallelLayout::make(int world_size, int tp_size, int pp_size, int rank) {
-  CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank {} of a world of {}", rank, world_size);
+FieldNames ParallelLayout::default_names() {
+  return FieldNames("", {{"tp_size", "model.tensor_model_parallel_size"},
+                         {"pp_size", "model.pipeline_model_parallel_size"},
+                         {"world_size", "processes of this job"},
+                         {"layout", "parallel layout"}});
+}
+
+void ParallelLayout::check(int world_size, int tp_size, int pp_size, const FieldNames& names) {
   if (tp_size < 1)
-    fail("model.tensor_model_parallel_size: got {}, expected a positive integer\nhint: 1 means no tensor "
-         "parallelism", tp_size);
+    fail("{}: got {}, expected a positive integer\nhint: 1 means no tensor parallelism", names.head("tp_size"),
+         tp_size);
   if (pp_size < 1)
-    fail("model.pipeline_model_parallel_size: got {}, expected a positive integer\nhint: 1 means no pipeline "
-         "parallelism", pp_size);
+    fail("{}: got {}, expected a positive integer\nhint: 1 means no pipeline parallelism", names.head("pp_size"),
+         pp_size);
   const int64_t mp = int64_t(tp_size) * pp_size;
   if (world_size % mp != 0)
-    fail("parallel layout: model.tensor_model_parallel_size {} x model.pipeline_model_parallel_size {} = {} does "
-         "not divide the {} processes of this job, expected a divisor of {}\nhint: start a multiple of {} "
+    fail("{}: {} {} x {} {} = {} does not divide the {} {}, expected a divisor of {}\nhint: start a multiple of {} "
          "processes (mpirun -np N, srun --ntasks N), or choose TP and PP whose product divides {}",
-         tp_size, pp_size, mp, world_size, world_size, mp, world_size);
+         names.head("layout"), names("tp_size"), tp_size, names("pp_size"), pp_size, mp, world_size,
+         names("world_size"), world_size, mp, world_size);
+}
+
+ParallelLayout ParallelLayout::make(int world_size, int tp_size, int pp_size, int rank) {
+  CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank {} of a world of {}", rank, world_size);
+  check(world_size, tp_size, pp_size);
+  const int64_t mp = int64_t(tp_size) * pp_size;
   ParallelLayout l;
   l.world_size = world_size;
   l.tp_size = tp_size;

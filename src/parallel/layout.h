@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/names.h"
 #include "parallel/communicator.h"
 
 namespace llamatrain::parallel {
@@ -18,9 +19,13 @@ struct ParallelLayout {
   int rank = 0;
   int tp_rank = 0, pp_rank = 0, dp_rank = 0;  // this rank's coordinates
 
-  // Throws Error when TP or PP is not a positive divisor pattern of world_size (naming
-  // model.tensor_model_parallel_size / model.pipeline_model_parallel_size).
+  // The rule (check) and the layout it allows (make): TP and PP positive, their product dividing
+  // world_size. Errors name model.tensor_model_parallel_size and model.pipeline_model_parallel_size
+  // and "the N processes of this job" unless names says otherwise (fields tp_size, pp_size and
+  // world_size; the divisibility message opens with head("layout"), by default "parallel layout").
+  static void check(int world_size, int tp_size, int pp_size, const FieldNames& names = default_names());
   static ParallelLayout make(int world_size, int tp_size, int pp_size, int rank);
+  static FieldNames default_names();
 
   int rank_of(int tp, int pp, int dp) const { return (pp * dp_size + dp) * tp_size + tp; }
 

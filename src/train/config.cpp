@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/shard.h"
 #include "train/config_schema.h"
 
 namespace llamatrain::train {
@@ -211,16 +212,10 @@ model::LlamaConfig ModelConfig::llama_config(int vocab_size) const {
   return c;
 }
 
-std::vector<int> ModelConfig::pipeline_layers() const {
-  const int pp = std::max(1, pipeline_model_parallel_size);
-  if (pp == 1) return {num_layers};
-  const int first = num_layers_in_first_pipeline_stage.value_or(0), last = num_layers_in_last_pipeline_stage.value_or(0);
-  const int middle = pp - (first > 0) - (last > 0);
-  const int each = middle > 0 ? (num_layers - first - last) / middle : 0;
-  std::vector<int> split(size_t(pp), each);
-  if (first) split.front() = first;
-  if (last) split.back() = last;
-  return split;
+std::vector<int> ModelConfig::pipeline_layers(const FieldNames& names) const {
+  return model::pipeline_split(num_layers, std::max(1, pipeline_model_parallel_size),
+                               num_layers_in_first_pipeline_stage.value_or(0),
+                               num_layers_in_last_pipeline_stage.value_or(0), names);
 }
 
 int64_t ModelConfig::padded_vocab_size(int64_t vocab_size) const {

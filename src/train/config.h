@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/names.h"
 #include "data/blend.h"
 #include "data/sft.h"
 #include "model/config.h"
@@ -169,8 +170,9 @@ struct ModelConfig {
   // The architecture for a vocabulary of vocab_size (the tokenizer's, or init_from's config.json).
   model::LlamaConfig llama_config(int vocab_size) const;
   // Megatron's _vocab_size_with_padding: next multiple of make_vocab_size_divisible_by * TP.
-  // Layers of each pipeline stage (num_layers_in_first/last_pipeline_stage, the rest even).
-  std::vector<int> pipeline_layers() const;
+  // Layers of each pipeline stage (num_layers_in_first/last_pipeline_stage, the rest even:
+  // model::pipeline_split); an Error in the terms of names when the keys allow none.
+  std::vector<int> pipeline_layers(const FieldNames& names = FieldNames()) const;
   int64_t padded_vocab_size(int64_t vocab_size) const;
   // The SentencePiece model file: tokenizer.model, <tokenizer.type>/tokenizer.model or
   // <init_from>/tokenizer.model.

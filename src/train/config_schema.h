@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/names.h"
 #include "train/config.h"
 
 namespace llamatrain::train::config_detail {
@@ -179,6 +180,12 @@ struct Context {
     return it != entries.end() && it->second.given;
   }
 };
+
+// "key (where it was set)": what opens an error about a key.
+std::string key_head(const Context& ctx, const std::string& key);
+// The config's keys for the fields of the model's and the layout's rules (model/config.h,
+// model/shard.h), so those rules speak in keys; seq_len_key names the sequence length a check is about.
+FieldNames model_key_names(const Context& ctx, const std::string& seq_len_key = "");
 
 // The cross-key checks; fills what follows from other keys (model.init_from) and adds notes.
 void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* notes);

@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/names.h"
 #include "io/hf_config.h"
+#include "model/shard.h"
+#include "parallel/layout.h"
 #include "train/config_convert.h"
 #include "train/config_schema.h"
 
@@ -117,9 +120,7 @@ void check_sft_dataset(const Context& ctx, const SftDatasetConfig& ds, const std
   } catch (const Error& e) {
     fail_key(ctx, p + "prompt_template", "{}", e.what());
   }
-  if (ds.max_seq_length > m.max_position_embeddings)
-    fail_key(ctx, p + "max_seq_length", "got {}, expected at most model.max_position_embeddings ({})",
-             ds.max_seq_length, m.max_position_embeddings);
+  m.llama_config(0).check_seq_len(ds.max_seq_length, model_key_names(ctx, p + "max_seq_length"));
 }
 
 void check_data_prefix(const Context& ctx, const std::vector<std::string>& items, const char* part) {
@@ -130,6 +131,36 @@ void check_data_prefix(const Context& ctx, const std::vector<std::string>& items
     fail_key(ctx, "model.data.data_prefix", "{}{}", part, e.what());
   }
 }
+
+}  // namespace
+
+std::string key_head(const Context& ctx, const std::string& key) { return key + " (" + ctx.where(key) + ")"; }
+
+FieldNames model_key_names(const Context& ctx, const std::string& seq_len_key) {
+  // field -> (its key, its name in a sentence)
+  static const std::map<std::string, std::pair<std::string, std::string>> kKeys = {
+      {"dim", {"model.hidden_size", "hidden_size"}},
+      {"n_heads", {"model.num_attention_heads", "num_attention_heads"}},
+      {"n_kv_heads", {"model.num_query_groups", "num_query_groups"}},
+      {"ffn_dim", {"model.ffn_hidden_size", "ffn_hidden_size"}},
+      {"n_layers", {"model.num_layers", "num_layers"}},
+      {"max_seq_len", {"model.max_position_embeddings", "model.max_position_embeddings"}},
+      {"tp_size", {"model.tensor_model_parallel_size", "tensor_model_parallel_size"}},
+      {"pp_size", {"model.pipeline_model_parallel_size", "pipeline_model_parallel_size"}},
+      {"first_stage_layers", {"model.num_layers_in_first_pipeline_stage", "model.num_layers_in_first_pipeline_stage"}},
+      {"last_stage_layers", {"model.num_layers_in_last_pipeline_stage", "num_layers_in_last_pipeline_stage"}},
+      {"vocab_size", {"model.make_vocab_size_divisible_by", "the padded vocabulary"}},
+  };
+  std::map<std::string, std::string> names;
+  for (const auto& [field, key] : kKeys) names[field] = key.second;
+  names["seq_len"] = seq_len_key;
+  return FieldNames("", names, [&ctx, seq_len_key](const std::string& field) {
+    const auto it = kKeys.find(field);
+    return key_head(ctx, field == "seq_len" ? seq_len_key : it == kKeys.end() ? field : it->second.first);
+  });
+}
+
+namespace {
 
 // Adds "(file:line)" after the first key a lower-level message names (e.g. make_schedule's).
 std::string locate(std::string msg, const Context& ctx) {
@@ -152,13 +183,16 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
              "got 0, expected -1 (keep all) or K >= 1 (keep the newest K)\nhint: to write no checkpoints set "
              "exp_manager.create_checkpoint_callback=false");
 
-  // Layout.
-  const int64_t mp = int64_t(m.tensor_model_parallel_size) * m.pipeline_model_parallel_size;
-  if (cfg.world_size() % mp != 0)
-    fail_key(ctx, "model.tensor_model_parallel_size",
-             "TP {} x PP {} = {} does not divide the {} ranks (trainer.devices {} x trainer.num_nodes {}), expected a "
-             "divisor\nhint: change TP, PP or the number of processes",
-             m.tensor_model_parallel_size, m.pipeline_model_parallel_size, mp, cfg.world_size(), t.devices, t.num_nodes);
+  // Layout: the rank layout's rule (parallel/layout.h), in the config's words.
+  parallel::ParallelLayout::check(
+      int(cfg.world_size()), m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
+      FieldNames("", {{"tp_size", "TP"}, {"pp_size", "PP"},
+                      {"world_size", fmt::format("ranks (trainer.devices {} x trainer.num_nodes {})", t.devices,
+                                                 t.num_nodes)}},
+                 [&](const std::string& field) {
+                   return field == "pp_size" ? key_head(ctx, "model.pipeline_model_parallel_size")
+                                             : key_head(ctx, "model.tensor_model_parallel_size");
+                 }));
   const int64_t dp = cfg.data_parallel_size();
   if (m.global_batch_size % (m.micro_batch_size * dp) != 0)
     fail_key(ctx, "model.global_batch_size",
@@ -171,50 +205,21 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
 
   // Architecture.
   if (m.init_from) apply_init_from(cfg, ctx);
-  if (m.hidden_size % m.num_attention_heads != 0)
-    fail_key(ctx, "model.num_attention_heads", "got {}, expected a divisor of hidden_size {}\nhint: head dim = "
-             "hidden_size / num_attention_heads", m.num_attention_heads, m.hidden_size);
-  const int head_dim = m.hidden_size / m.num_attention_heads;
-  if (head_dim % 2 != 0)
-    fail_key(ctx, "model.num_attention_heads", "gives head dim {} (hidden_size {} / {}), expected an even head dim "
-             "(RoPE rotates pairs)", head_dim, m.hidden_size, m.num_attention_heads);
+  // The model's shape, tensor-parallel and pipeline rules (model/config.h, model/shard.h), in keys.
+  const FieldNames names = model_key_names(ctx);
+  const model::LlamaConfig shape = m.llama_config(0);  // the vocabulary is the tokenizer's, known later
+  shape.check_heads(names);
+  const int head_dim = shape.head_dim();
   if (m.kv_channels && *m.kv_channels != head_dim)
     fail_key(ctx, "model.kv_channels", "got {}, expected null or hidden_size / num_attention_heads = {}\nhint: a head "
              "dim other than hidden/heads is not supported", *m.kv_channels, head_dim);
-  if (m.kv_heads() > m.num_attention_heads || m.num_attention_heads % m.kv_heads() != 0)
-    fail_key(ctx, "model.num_query_groups", "got {}, expected a divisor of num_attention_heads {}\nhint: each key/value "
-             "head serves the same number of query heads", m.kv_heads(), m.num_attention_heads);
-  const int tp = m.tensor_model_parallel_size;
-  if (m.num_attention_heads % tp != 0 || (m.kv_heads() % tp != 0 && tp % m.kv_heads() != 0))
-    fail_key(ctx, "model.tensor_model_parallel_size", "got {}, expected a divisor of num_attention_heads {}, and a "
-             "divisor or a multiple of the key/value heads {}\nhint: tensor parallelism splits heads (with fewer kv "
-             "heads than ranks, each kv head is replicated)", tp, m.num_attention_heads, m.kv_heads());
-  if (m.ffn_hidden_size % tp != 0)
-    fail_key(ctx, "model.tensor_model_parallel_size", "got {}, expected a divisor of ffn_hidden_size {}", tp,
-             m.ffn_hidden_size);
-  {
-    const int pp = m.pipeline_model_parallel_size;
-    const int first = m.num_layers_in_first_pipeline_stage.value_or(0), last = m.num_layers_in_last_pipeline_stage.value_or(0);
-    const int fixed = (first > 0) + (last > 0 && pp > 1);
-    const int rest = m.num_layers - first - (pp > 1 ? last : 0), middle = pp - fixed;
-    if (pp > m.num_layers)
-      fail_key(ctx, "model.pipeline_model_parallel_size", "got {}, expected at most num_layers {} (a stage holds at "
-               "least one layer)", pp, m.num_layers);
-    if ((first || last) && pp == 1)
-      notes->push_back("model.num_layers_in_*_pipeline_stage has no effect with pipeline_model_parallel_size 1");
-    else if (rest < middle || (middle == 0 ? rest != 0 : rest % middle != 0))
-      fail_key(ctx, "model.pipeline_model_parallel_size",
-               "got {} stages for num_layers {} (first stage {}, last stage {}), expected the other stages to split "
-               "the remaining {} layers evenly, at least one each\nhint: change the pipeline size or set "
-               "model.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage",
-               pp, m.num_layers, first ? std::to_string(first) : "even", last ? std::to_string(last) : "even", rest);
-  }
-  if (m.encoder_seq_length > m.max_position_embeddings)
-    fail_key(ctx, "model.encoder_seq_length", "got {}, expected at most model.max_position_embeddings ({})",
-             m.encoder_seq_length, m.max_position_embeddings);
-  if (m.data.seq_length > m.max_position_embeddings)
-    fail_key(ctx, "model.data.seq_length", "got {}, expected at most model.max_position_embeddings ({})\nhint: raise "
-             "max_position_embeddings or shorten the sequences", m.data.seq_length, m.max_position_embeddings);
+  model::check_tensor_parallel(shape, m.tensor_model_parallel_size, names);
+  if ((m.num_layers_in_first_pipeline_stage || m.num_layers_in_last_pipeline_stage) &&
+      m.pipeline_model_parallel_size == 1)
+    notes->push_back("model.num_layers_in_*_pipeline_stage has no effect with pipeline_model_parallel_size 1");
+  m.pipeline_layers(names);
+  shape.check_seq_len(m.encoder_seq_length, model_key_names(ctx, "model.encoder_seq_length"));
+  shape.check_seq_len(m.data.seq_length, model_key_names(ctx, "model.data.seq_length"));
   if (m.activations_checkpoint_granularity == "full" && !m.activations_checkpoint_method)
     fail_key(ctx, "model.activations_checkpoint_method", "is null with granularity full, expected uniform or block");
   if (m.activations_checkpoint_granularity == "full" && !m.activations_checkpoint_num_layers)

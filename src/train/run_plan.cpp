@@ -108,6 +108,9 @@ void plan_memory(const TrainConfig& cfg, RunPlan& p) {
   const parallel::ParallelLayout& lay = p.layout;
   p.zero1 = cfg.model.distributed_optimizer && lay.dp_size > 1;
   p.pipeline_split = cfg.model.pipeline_layers();
+  // The vocabulary is known now: the tensor-parallel rule again, with it, in the config's words.
+  model::check_tensor_parallel(p.model, lay.tp_size,
+                               FieldNames("", {{"tp_size", "model.tensor_model_parallel_size"}}));
   p.shard = model::ShardPlan::make(p.model, lay.tp_size, lay.tp_rank, lay.pp_size, lay.pp_rank,
                                    cfg.model.sequence_parallel && lay.tp_size > 1,
                                    lay.pp_size > 1 ? p.pipeline_split : std::vector<int>{});
