@@ -291,6 +291,17 @@ class LlamaModel {
   void recompute_layer(int l, const MatmulInputs<A>& m);     // refills what recompute_ dropped
   void backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput);
   void use_slot(int slot);  // points acts_ and the matmul inputs at slot `slot`
+  // f(matmul inputs) in the operand form the precision uses: float (fp32), bf16, or bf16 values held
+  // in floats (bf16 compute where the fp32 kernel is the faster).
+  template <typename F>
+  void with_matmul_inputs(F&& f) {
+    if (precision_ == Precision::fp32)
+      f(mm_f32_);
+    else if (float_operands_)
+      f(mm_f32x_);
+    else
+      f(mm_bf16_);
+  }
   // The grad_ready_order() ranges completed at one point of the backward: the head (layer -1), layer
   // l, or the embedding (layer L).
   std::vector<std::pair<int64_t, int64_t>> ready_ranges(int layer) const;

@@ -109,12 +109,7 @@ void LlamaModel::forward_body(const int32_t* tokens, const float* input, int B, 
         parallel::reduce_from_tp_forward(acts_.x0, part, size_t(N * C), *tp_);
     }
   }
-  if (precision_ == Precision::fp32)
-    forward_layers(mm_f32_);
-  else if (float_operands_)
-    forward_layers(mm_f32x_);
-  else
-    forward_layers(mm_bf16_);
+  with_matmul_inputs([&](const auto& m) { forward_layers(m); });
   if (!plan_.last_stage()) return;
   const float* last = acts_.out[dims_.L - 1];
   norm_for_matmul(acts_.lnf, acts_.lnf_rstd, last, params_.norm);  // final norm (all tokens: the lm head's input)
@@ -304,12 +299,7 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   } else {
     std::memcpy(dres_.data(), doutput, sizeof(float) * size_t(Nl * C));  // from the next stage
   }
-  if (precision_ == Precision::fp32)
-    backward_layers(mm_f32_);
-  else if (float_operands_)
-    backward_layers(mm_f32x_);
-  else
-    backward_layers(mm_bf16_);
+  with_matmul_inputs([&](const auto& m) { backward_layers(m); });
   if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
   if (plan_.tp_size == 1) {
     cpu::embedding_backward(g.wte, dres_.data(), tokens, int(N), C);

@@ -3,6 +3,7 @@
 // whole sequence, which tests/kernels/ref_gradcheck_attention_test.cpp checks.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/ref/ops.h"
 
@@ -14,26 +15,25 @@ void attention_decode(float* out, float* scores, const float* q, const float* kv
   const int group = H / Hkv;                // query heads per kv head
   const float scale = 1.0f / std::sqrt(float(D));
   for (int h = 0; h < H; h++) {
-    const float* qh = q + int64_t(h) * D;
     const int kvh = h / group;
+    const float* k = kv_cache + int64_t(kvh) * D;                   // row t at k + t * KV
+    const float* v = kv_cache + int64_t(Hkv) * D + int64_t(kvh) * D;
     float* s = scores + int64_t(h) * (pos + 1);
-    // torch: s = (q @ k[:pos+1].T) * scale; p = softmax(s); out = p @ v[:pos+1]
-    float mx = -INFINITY;
+    // torch: s = (q @ k[:pos+1].T) * scale
     for (int t = 0; t <= pos; t++) {
-      const float* k = kv_cache + t * KV + int64_t(kvh) * D;
       float dot = 0;
-      for (int d = 0; d < D; d++) dot += qh[d] * k[d];
+      for (int d = 0; d < D; d++) dot += q[int64_t(h) * D + d] * k[t * KV + d];
       s[t] = dot * scale;
-      mx = std::max(mx, s[t]);
     }
+    // p = softmax(s), in fp64; out = p @ v[:pos+1]
+    const double mx = *std::max_element(s, s + pos + 1);
+    std::vector<double> p(size_t(pos) + 1);
     double sum = 0;
-    for (int t = 0; t <= pos; t++) sum += std::exp(double(s[t]) - mx);
-    float* o = out + int64_t(h) * D;
+    for (int t = 0; t <= pos; t++) sum += p[size_t(t)] = std::exp(double(s[t]) - mx);
     for (int d = 0; d < D; d++) {
       double acc = 0;
-      for (int t = 0; t <= pos; t++)
-        acc += std::exp(double(s[t]) - mx) / sum * kv_cache[t * KV + int64_t(Hkv) * D + int64_t(kvh) * D + d];
-      o[d] = float(acc);
+      for (int t = 0; t <= pos; t++) acc += p[size_t(t)] / sum * v[t * KV + d];
+      out[int64_t(h) * D + d] = float(acc);
     }
   }
 }

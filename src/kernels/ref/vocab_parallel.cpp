@@ -10,29 +10,24 @@
 
 namespace llamatrain::ref {
 
-namespace {
-// The local row of a token, or -1 when another rank holds it.
-int64_t local_row(int32_t token, int64_t vocab_begin, int V) {
-  const int64_t t = int64_t(token) - vocab_begin;
-  return t >= 0 && t < V ? t : -1;
-}
-}  // namespace
-
 void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin, int V,
                                       int N, int C) {
-  for (int n = 0; n < N; n++) {
-    // torch (Megatron): mask = out of range; out = wte[tokens - begin] * ~mask
-    const int64_t t = local_row(tokens[n], vocab_begin, V);
-    for (int c = 0; c < C; c++) out[int64_t(n) * C + c] = t < 0 ? 0.0f : wte[t * C + c];
-  }
+  // torch (Megatron): mask = (tokens < begin) | (tokens >= begin + V); out = wte[tokens - begin]; out[mask] = 0
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      const int64_t row = int64_t(tokens[n]) - vocab_begin;
+      const bool masked = row < 0 || row >= V;
+      out[int64_t(n) * C + c] = masked ? 0.0f : wte[row * C + c];
+    }
 }
 
 void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
                                        int V, int N, int C) {
+  // torch: dwte.index_add_(0, tokens[~mask] - begin, dout[~mask]), in order of n
   for (int n = 0; n < N; n++) {
-    const int64_t t = local_row(tokens[n], vocab_begin, V);
-    if (t < 0) continue;
-    for (int c = 0; c < C; c++) dwte[t * C + c] += dout[int64_t(n) * C + c];
+    const int64_t row = int64_t(tokens[n]) - vocab_begin;
+    if (row < 0 || row >= V) continue;
+    for (int c = 0; c < C; c++) dwte[row * C + c] += dout[int64_t(n) * C + c];
   }
 }
 
@@ -51,8 +46,8 @@ void vocab_parallel_ce_partials(float* partials, float* global_max, float* logit
     for (int p = 1; p < P; p++) mx = std::fmax(mx, maxima[int64_t(p) * N + n]);
     global_max[n] = mx;
     float* row = logits + int64_t(n) * V;
-    const int64_t t = targets[n] < 0 ? -1 : local_row(targets[n], vocab_begin, V);
-    partials[2 * n + 1] = t < 0 ? 0.0f : row[t];  // before the row turns into exponentials
+    const int64_t t = int64_t(targets[n]) - vocab_begin;  // the target's local row, if this rank holds it
+    partials[2 * n + 1] = targets[n] >= 0 && t >= 0 && t < V ? row[t] : 0.0f;  // before the row turns into exps
     double sum = 0;
     for (int v = 0; v < V; v++) {
       row[v] = float(std::exp(double(row[v]) - mx));
@@ -74,7 +69,7 @@ void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_
                                 float dloss, int N, int V, bool bf16_values) {
   for (int n = 0; n < N; n++) {
     float* row = exps + int64_t(n) * V;
-    const int64_t t = targets[n] < 0 ? -1 : local_row(targets[n], vocab_begin, V);
+    const int64_t t = int64_t(targets[n]) - vocab_begin;  // onehot(target) is 0 where t is not in [0, V)
     for (int v = 0; v < V; v++) {
       // dlogits = dloss * (softmax - onehot), softmax = exp(logit - max) / sum
       float d = targets[n] < 0 ? 0.0f : float(double(dloss) * (double(row[v]) / partials[2 * n] - (v == t ? 1.0 : 0.0)));
