@@ -13,11 +13,13 @@
 // central differences, and the element-by-element comparisons, which on failure say how many of how
 // many elements are off and print the first few as [index] got, want:
 //   EXPECT_TRUE(all_close("rmsnorm dx", dx_cpu, dx_ref, 2e-6, 1e-5));
-// Tests only.
+// A file-size limit for the disk-full tests. Tests only.
 #pragma once
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -416,5 +418,29 @@ Difference max_difference(const G& got, const W& want) {
   }
   return d;
 }
+
+// ---- a file-size limit ----
+
+// While alive, writes past `bytes` fail with EFBIG (as on a full disk) instead of raising SIGXFSZ.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &old_), 0);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  struct rlimit old_;
+  void (*old_handler_)(int);
+};
 
 }  // namespace llamatrain::testing

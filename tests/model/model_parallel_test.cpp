@@ -10,11 +10,11 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "core/rng.h"
 #include "model/llama.h"
 #include "parallel/collective_checks.h"
 #include "parallel/layout.h"
 #include "parallel/local_communicator.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
@@ -22,24 +22,15 @@ namespace {
 using parallel::Communicator;
 
 model::LlamaConfig config(bool tied) {
-  model::LlamaConfig c;
-  c.dim = 64;
-  c.ffn_dim = 96;
-  c.n_layers = 4;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 128;
-  c.max_seq_len = 64;
-  c.norm_eps = 1e-5f;
-  c.tie_embeddings = tied;
-  return c;
+  return {.dim = 64, .ffn_dim = 96, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 128,
+          .max_seq_len = 64, .norm_eps = 1e-5f, .tie_embeddings = tied};
 }
 
 constexpr int B = 2, T = 12;
 
+// B*T token ids in [0, V) from the Philox stream `stream` of seed 7; two of them -100 (ignored) if asked.
 std::vector<int32_t> ids(int V, uint32_t stream, bool some_ignored) {
-  std::vector<int32_t> t(B * T);
-  for (int i = 0; i < B * T; i++) t[size_t(i)] = int32_t(random_u32(7, 0, stream, uint64_t(i)) % uint32_t(V));
+  std::vector<int32_t> t = testing::philox_tokens(B * T, V, 7, stream);
   if (some_ignored) t[3] = t[17] = -100;
   return t;
 }

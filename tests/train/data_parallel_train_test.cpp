@@ -37,9 +37,7 @@ std::vector<std::string> train_argv(int ranks, const std::string& log_dir, std::
 }
 
 RunResult train(int ranks, const std::string& log_dir, const std::vector<std::string>& extra) {
-  fs::create_directories(log_dir);
-  const std::string log = log_dir + "/stdout.txt";
-  return wait_for(spawn(train_argv(ranks, log_dir, extra), log), log);
+  return testing::run_in(log_dir, train_argv(ranks, log_dir, extra));
 }
 
 TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {

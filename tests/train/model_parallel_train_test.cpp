@@ -35,10 +35,8 @@ const std::vector<std::string> kModel = {"model.num_layers=4", "model.make_vocab
                                          "model.optim.eps=1e-5"};
 
 RunResult train(int ranks, const std::string& log_dir, std::vector<std::string> extra) {
-  fs::create_directories(log_dir);
   extra.insert(extra.begin(), kModel.begin(), kModel.end());
-  const std::string log = log_dir + "/stdout.txt";
-  return testing::wait_for(testing::spawn(testing::mpi_train_argv(MPIEXEC, ranks, log_dir, extra), log), log);
+  return testing::run_in(log_dir, testing::mpi_train_argv(MPIEXEC, ranks, log_dir, extra));
 }
 
 struct Layout {

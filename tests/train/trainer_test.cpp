@@ -38,9 +38,7 @@ using testing::wait_for;
 
 RunResult run_train(const std::string& log_dir, const std::vector<std::string>& extra,
                     const std::vector<std::string>& env = {}) {
-  fs::create_directories(log_dir);
-  const std::string log = log_dir + "/stdout.txt";
-  return wait_for(spawn(train_args(log_dir, extra), log, env), log);
+  return testing::run_in(log_dir, train_args(log_dir, extra), env);
 }
 
 std::vector<float> tensor_f32(const std::string& file, const std::string& name) {
@@ -79,13 +77,8 @@ TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {
   const std::string mb = dir / "b/checkpoints/step_5/model.safetensors";
   for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight",
                            "lm_head.weight", "model.norm.weight"}) {
-    const auto wa = tensor_f32(ma, name), wb = tensor_f32(mb, name);
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < wa.size(); i++) {
-      worst = std::max(worst, double(std::fabs(wa[i] - wb[i])));
-      scale = std::max(scale, double(std::fabs(wa[i])));
-    }
-    EXPECT_LE(worst, 1e-4 * scale) << name;
+    const auto d = testing::max_difference(tensor_f32(mb, name), tensor_f32(ma, name));
+    EXPECT_LE(d.max_abs, 1e-4 * d.scale) << name << ", worst element " << d.worst;
   }
 }
 
