@@ -229,12 +229,36 @@ TEST(CpuVsRefMatmul, AwkwardShapes) {
       }
 }
 
-TEST(CpuVsRefMatmul, PeakProbeReturnsAThroughput) {
+TEST(CpuVsRefMatmul, PeakProbeTimesACorrectProductAndReportsItsFastestCall) {
+  // What the probe measured, checked without depending on the timings themselves: the figure is the
+  // FLOP count of one call over the fastest call, the calls ran for at least the requested time (and
+  // at least 3 of them), the fastest call fits in that time, and what was timed is the product
+  // out (M,N) = inp (M,K) @ weight (N,K)^T, within the tolerances above.
+  const int M = 48, N = 40, K = 56;
+  const double seconds = 0.01;
   for (const Mode& mode : kModes) {
     if (!runs_here(mode)) continue;
     const ComputeType ct = mode.ct;
     const ForceKernel force(mode.kernel);
-    const double gflops = cpu::measure_matmul_gflops(48, 40, 56, ct, 0.01);
+    const bool is_bf16 = ct == ComputeType::bf16;
+    SCOPED_TRACE(mode.tag());
+    const cpu::MatmulPeakProbe p = cpu::probe_matmul_peak(M, N, K, ct, seconds);
+    EXPECT_EQ(p.flop_per_call, 2.0 * M * N * K);
+    EXPECT_GE(p.calls, 3);
+    EXPECT_GE(p.elapsed_s, seconds);
+    EXPECT_GT(p.fastest_s, 0.0);
+    EXPECT_LE(p.fastest_s * double(p.calls), p.elapsed_s) << "the fastest call is slower than the mean";
+    EXPECT_EQ(p.gflops, 2.0 * M * N * double(K) / p.fastest_s * 1e-9);
+
+    ASSERT_EQ(p.inp.size(), size_t(M) * K);
+    ASSERT_EQ(p.weight.size(), size_t(N) * K);
+    const auto inp = is_bf16 ? bf16_rounded(p.inp) : p.inp, weight = is_bf16 ? bf16_rounded(p.weight) : p.weight;
+    std::vector<float> want(size_t(M) * N), scale(size_t(M) * N);
+    ref::matmul_forward(want.data(), inp.data(), weight.data(), M, K, N);
+    ref::matmul_forward(scale.data(), abs_values(inp).data(), abs_values(weight).data(), M, K, N);
+    EXPECT_TRUE(all_within("the product the probe timed", p.out, want, scale, f32_sum_tol(K), 2 * kU32));
+
+    const double gflops = cpu::measure_matmul_gflops(M, N, K, ct, seconds);  // the same probe's figure
     EXPECT_TRUE(std::isfinite(gflops));
     EXPECT_GT(gflops, 0.0);
   }
