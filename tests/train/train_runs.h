@@ -1,6 +1,7 @@
 // Runs of the llamatrain binary's `train` on the tiny config and the fixture corpus, for the trainer's
 // end-to-end tests: the corpus preprocessed once per test binary, the command line of a run, starting
-// it with its output in a log file, waiting for it, reading its loss curve back, and how far two
+// it with its output in a log file, waiting for it, reading its loss curve back (and the steps it
+// logged: comparing two curves proves nothing unless each has the steps it should), and how far two
 // checkpoints' weights are apart.
 #pragma once
 
@@ -105,6 +106,19 @@ inline std::map<int64_t, double> losses(const std::string& log_dir) {
   for (const auto& r : obs::read_metrics(log_dir + "/metrics.jsonl"))
     if (r.contains("loss")) out[r["step"].get<int64_t>()] = obs::metric_value(r, "loss");
   return out;
+}
+
+// The steps of a curve, and the steps first..last: a run that logged each of its steps 1..n has
+//   ASSERT_EQ(steps_of(losses(dir)), step_range(1, n));
+inline std::vector<int64_t> steps_of(const std::map<int64_t, double>& curve) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, loss] : curve) steps.push_back(step);
+  return steps;
+}
+inline std::vector<int64_t> step_range(int64_t first, int64_t last) {
+  std::vector<int64_t> steps;
+  for (int64_t s = first; s <= last; s++) steps.push_back(s);
+  return steps;
 }
 
 // argv of one run on the tiny config with 8 samples per step in micro-batches of 2: `mpiexec -np

@@ -32,6 +32,8 @@ using testing::fixture_prefix;
 using testing::losses;
 using testing::RunResult;
 using testing::spawn;
+using testing::step_range;
+using testing::steps_of;
 using testing::TempDir;
 using testing::train_args;
 using testing::wait_for;
@@ -290,6 +292,7 @@ TEST(Trainer, RecomputeModesGiveTheSameRun) {
       EXPECT_NE(r.log.find("recompute full in layers 0-0"), std::string::npos) << r.log;
     }
     l[g] = losses(dir / g);
+    ASSERT_EQ(steps_of(l[g]), step_range(1, 6)) << g << ": not every step logged\n" << r.log;
   }
   EXPECT_EQ(l["selective"], l["null"]);
   EXPECT_EQ(l["full"], l["null"]);
