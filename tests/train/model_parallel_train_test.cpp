@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -65,7 +66,8 @@ double curve_difference(const std::map<int64_t, double>& a, const std::map<int64
       ADD_FAILURE() << "step " << step << " is not in the reference curve";
       continue;
     }
-    worst = std::max(worst, std::fabs(loss - it->second) / it->second);
+    const double rel = std::fabs(loss - it->second) / it->second;  // a NaN loss is infinitely far
+    worst = std::max(worst, std::isnan(rel) ? std::numeric_limits<double>::infinity() : rel);
   }
   return worst;
 }
