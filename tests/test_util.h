@@ -6,24 +6,43 @@
 // else the reason to skip, naming the Debian package that provides it:
 //   if (auto why = python_missing({"numpy"}); !why.empty()) GTEST_SKIP() << why;
 // scripts/setup.sh installs everything these look for, and scripts/fresh_machine_test.sh checks that
-// nothing skips there. Tests only.
+// nothing skips there.
+// Then the numerics of the kernel, model and parallel tests: random inputs (std::mt19937 streams and
+// counter-based Philox ones, each helper reproducing exactly the draws of the loop it replaced, so a
+// test's inputs are a function of its seed and tensor id alone), bf16 and |x| copies of a vector,
+// central differences, and the element-by-element comparisons, which on failure say how many of how
+// many elements are off and print the first few as [index] got, want:
+//   EXPECT_TRUE(all_close("rmsnorm dx", dx_cpu, dx_ref, 2e-6, 1e-5));
+// A file-size limit for the disk-full tests. Tests only.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <map>
+#include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include "core/bf16.h"
+#include "core/rng.h"
 
 namespace llamatrain::testing {
 
@@ -214,5 +233,214 @@ inline std::string program_missing(std::string_view program, std::string_view de
   return "needs `" + std::string(program) + "`, which is not on PATH\nhint: install with `bash scripts/setup.sh` "
          "(Debian/Ubuntu package: " + std::string(debian_package) + ")";
 }
+
+// ---- random inputs ----
+// Each returns n values; the same arguments give the same values in every build and on every machine
+// (std::mt19937 and the Philox of core/rng.h are specified bit for bit; the distributions are those
+// of libstdc++, the only standard library the build supports).
+
+// n draws of `dist` over std::mt19937(seed), in order.
+template <typename T, typename Dist>
+std::vector<T> mt19937_draws(size_t n, uint32_t seed, Dist dist) {
+  std::mt19937 rng(seed);
+  std::vector<T> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// U(lo, hi) from std::uniform_real_distribution<float>.
+inline std::vector<float> mt19937_uniform(size_t n, uint32_t seed, float lo, float hi) {
+  return mt19937_draws<float>(n, seed, std::uniform_real_distribution<float>(lo, hi));
+}
+
+// N(0, stddev^2) from std::normal_distribution<float>.
+inline std::vector<float> mt19937_normal(size_t n, uint32_t seed, float stddev = 1.0f) {
+  return mt19937_draws<float>(n, seed, std::normal_distribution<float>(0.0f, stddev));
+}
+
+// Integers uniform in [lo, hi] from std::uniform_int_distribution<int>.
+inline std::vector<int32_t> mt19937_ints(size_t n, uint32_t seed, int lo, int hi) {
+  return mt19937_draws<int32_t>(n, seed, std::uniform_int_distribution<int>(lo, hi));
+}
+
+// U(lo, hi): element i is lo + (hi - lo) * random_uniform(seed, 0, tensor_id, i), the counter-based
+// stream of core/rng.h (24 random bits per value).
+inline std::vector<float> philox_uniform(size_t n, uint64_t seed, uint32_t tensor_id, float lo, float hi) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * random_uniform(seed, 0, tensor_id, i);
+  return v;
+}
+
+// Token ids in [0, V): element i is random_u32(seed, 0, stream, i) % V.
+inline std::vector<int32_t> philox_tokens(size_t n, int V, uint64_t seed, uint32_t stream) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; i++) t[i] = int32_t(random_u32(seed, 0, stream, uint64_t(i)) % uint32_t(V));
+  return t;
+}
+
+// ---- copies of a vector ----
+
+inline std::vector<float> abs_values(const std::vector<float>& v) {
+  std::vector<float> a(v.size());
+  for (size_t i = 0; i < v.size(); i++) a[i] = std::abs(v[i]);
+  return a;
+}
+
+// Each value rounded to nearest-even bf16 and held as bf16 ...
+inline std::vector<bf16> to_bf16_vector(const std::vector<float>& v) {
+  std::vector<bf16> r(v.size());
+  for (size_t i = 0; i < v.size(); i++) r[i] = to_bf16(v[i]);
+  return r;
+}
+
+// ... or back in a float (what a kernel computing on the bf16 values sees).
+inline std::vector<float> bf16_rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); i++) r[i] = to_float(to_bf16(v[i]));
+  return r;
+}
+
+// ---- central differences ----
+
+// d f / d x[i] for every i by central differences: x[i] is set to x0 + h and x0 - h (rounded to float,
+// then restored), and the difference of f's values is divided by the step actually taken. f: () ->
+// double, reading x. h may be float (the step is added in float) or double (added in double).
+template <typename Step, typename F>
+std::vector<double> central_differences(std::vector<float>& x, Step h, F f) {
+  std::vector<double> grad(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const float x0 = x[i];
+    const float xp = float(x0 + h), xm = float(x0 - h);
+    x[i] = xp;
+    const double fp = f();
+    x[i] = xm;
+    const double fm = f();
+    x[i] = x0;
+    grad[i] = (fp - fm) / (double(xp) - double(xm));
+  }
+  return grad;
+}
+
+// ---- comparing tensors ----
+// got and want: std::vector (or anything with size() and []) of float or double, compared in double.
+// A failure names `what`, counts the elements off and prints the first kShownMismatches of them.
+
+inline constexpr size_t kShownMismatches = 5;
+
+// |got[i] - want[i]| <= bound(i) for every i (a NaN on either side never is). *worst, when given,
+// receives the largest |got - want| / bound (for printing how close a passing test came).
+template <typename G, typename W, typename Bound>
+::testing::AssertionResult all_within_bound(const std::string& what, const G& got, const W& want, Bound bound,
+                                            double* worst = nullptr) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " values, want " << want.size();
+  size_t bad = 0;
+  double largest = 0.0;
+  std::string shown;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double g = double(got[i]), w = double(want[i]);
+    const double err = std::abs(g - w), lim = double(bound(i));
+    if (lim > 0) largest = std::max(largest, err / lim);
+    if (err <= lim) continue;
+    if (bad < kShownMismatches)
+      shown += fmt::format("  [{}] got {:.9g}, want {:.9g}, |err| {:.3g} > {:.3g}\n", i, g, w, err, lim);
+    bad++;
+  }
+  if (worst) *worst = largest;
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size()
+                                       << " outside the tolerance; the first:\n"
+                                       << shown;
+}
+
+// |got - want| <= atol + rtol * |want| everywhere.
+template <typename G, typename W>
+::testing::AssertionResult all_close(const std::string& what, const G& got, const W& want, double atol, double rtol) {
+  return all_within_bound(what, got, want, [&](size_t i) { return atol + rtol * std::abs(double(want[i])); });
+}
+
+// |got - want| <= tol * scale[i] + slack * |want| + 1e-30: an error bound per element, e.g. tol = the
+// relative error of a dot product and scale = sum_k |a_k||b_k| of each output.
+template <typename G, typename W, typename S>
+::testing::AssertionResult all_within(const std::string& what, const G& got, const W& want, const S& scale, double tol,
+                                      double slack) {
+  if (scale.size() != got.size())
+    return ::testing::AssertionFailure() << what << ": " << scale.size() << " scales for " << got.size() << " values";
+  return all_within_bound(what, got, want,
+                          [&](size_t i) { return tol * double(scale[i]) + slack * std::abs(double(want[i])) + 1e-30; });
+}
+
+// The same bits in every element (so +0 and -0 differ, and a NaN equals the same NaN). T: float or double.
+template <typename T>
+::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<T>& got,
+                                         const std::vector<T>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " values, want " << want.size();
+  size_t bad = 0;
+  std::string shown;
+  for (size_t i = 0; i < got.size(); i++) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) == 0) continue;
+    if (bad < kShownMismatches)
+      shown += fmt::format("  [{}] got {:.9g}, want {:.9g}\n", i, double(got[i]), double(want[i]));
+    bad++;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size()
+                                       << " differ in their bits; the first:\n"
+                                       << shown;
+}
+
+// The largest |got - want| (at element `worst`) and the largest |want|: a tensor's error measured
+// against its scale (relative(); elementwise relative error means nothing for entries near 0).
+// A NaN difference or vectors of different sizes give max_abs = infinity, which no bound admits.
+struct Difference {
+  double max_abs = 0;  // max_i |got[i] - want[i]|, in double
+  double scale = 0;    // max_i |want[i]|
+  size_t worst = 0;    // an i where max_abs is reached
+  double relative() const { return scale > 0 ? max_abs / scale : max_abs; }
+};
+
+template <typename G, typename W>
+Difference max_difference(const G& got, const W& want) {
+  Difference d;
+  if (got.size() != want.size()) {
+    d.max_abs = std::numeric_limits<double>::infinity();
+    return d;
+  }
+  for (size_t i = 0; i < want.size(); i++) {
+    double e = std::abs(double(got[i]) - double(want[i]));
+    if (std::isnan(e)) e = std::numeric_limits<double>::infinity();
+    if (e > d.max_abs) {
+      d.max_abs = e;
+      d.worst = i;
+    }
+    d.scale = std::max(d.scale, std::abs(double(want[i])));
+  }
+  return d;
+}
+
+// ---- a file-size limit ----
+
+// While alive, writes past `bytes` fail with EFBIG (as on a full disk) instead of raising SIGXFSZ.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &old_), 0);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  struct rlimit old_;
+  void (*old_handler_)(int);
+};
 
 }  // namespace llamatrain::testing

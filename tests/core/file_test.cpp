@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
@@ -111,15 +112,11 @@ TEST_F(FileTest, AtomicFileFailureKeepsThePreviousFile) {
 
 TEST_F(FileTest, FileSizeLimitIsAnErrorNamingTheFile) {
   write_file_atomic(path("f"), "previous");
-  struct rlimit old;
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-  auto old_handler = signal(SIGXFSZ, SIG_IGN);
-  struct rlimit lim = old;
-  lim.rlim_cur = 4096;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
-  const std::string msg = error_of([&] { write_file_atomic(path("f"), std::string(1 << 20, 'y')); });
-  setrlimit(RLIMIT_FSIZE, &old);
-  signal(SIGXFSZ, old_handler);
+  std::string msg;
+  {
+    const testing::FileSizeLimit limit(4096);
+    msg = error_of([&] { write_file_atomic(path("f"), std::string(1 << 20, 'y')); });
+  }
   EXPECT_HAS(msg, "writing " + path("f") + " failed: File too large");
   EXPECT_HAS(msg, "hint: the disk is full");
   EXPECT_EQ(read(path("f")), "previous");

@@ -17,23 +17,15 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "test_util.h"
 
 namespace llamatrain::io {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
+using llamatrain::testing::read_file;
+using llamatrain::testing::write_file;
 
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
@@ -59,7 +51,7 @@ class SafetensorsTest : public ::testing::Test {
   // Writes `bytes` to a file, opens it and returns the Error message (fails if it opens).
   std::string open_error(const std::string& bytes, const std::string& name = "bad.safetensors") {
     const std::string p = path(name);
-    write_bytes(p, bytes);
+    write_file(p, bytes);
     try {
       SafetensorsFile f(p);
     } catch (const Error& e) {
@@ -83,7 +75,7 @@ TEST_F(SafetensorsTest, EmptyDictMatchesReferenceBytes) {
   const std::string expected = le64(8) + "{}      ";
   EXPECT_EQ(as_string(serialize_safetensors({}, {})), expected);
   write_safetensors(path("empty.safetensors"), {}, {});
-  EXPECT_EQ(read_bytes(path("empty.safetensors")), expected);
+  EXPECT_EQ(read_file(path("empty.safetensors")), expected);
   SafetensorsFile f(path("empty.safetensors"));
   EXPECT_TRUE(f.tensors().empty());
   EXPECT_TRUE(f.metadata().empty());
@@ -97,7 +89,7 @@ TEST_F(SafetensorsTest, OneF32TensorMatchesReferenceBytes) {
   const std::string expected = le64(64) + header + std::string(reinterpret_cast<const char*>(v), 24);
   EXPECT_EQ(as_string(serialize_safetensors(t, {})), expected);
   write_safetensors(path("one.safetensors"), t, {});
-  EXPECT_EQ(read_bytes(path("one.safetensors")), expected);
+  EXPECT_EQ(read_file(path("one.safetensors")), expected);
   for (const auto& e : fs::directory_iterator(dir_)) EXPECT_EQ(e.path().filename().string(), "one.safetensors");
 }
 
@@ -131,7 +123,7 @@ TEST_F(SafetensorsTest, WriterEscapesNamesAndRejectsBadInput) {
   write_safetensors(path("esc.safetensors"), {{"a\"b\\c\n\x01", DType::U8, {4}, buf}}, {});
   SafetensorsFile f(path("esc.safetensors"));
   ASSERT_NE(f.find("a\"b\\c\n\x01"), nullptr);
-  EXPECT_NE(read_bytes(path("esc.safetensors")).find(R"("a\"b\\c\n\u0001")"), std::string::npos);
+  EXPECT_NE(read_file(path("esc.safetensors")).find(R"("a\"b\\c\n\u0001")"), std::string::npos);
   EXPECT_THROW(serialize_safetensors({{"x", DType::U8, {1}, buf}, {"x", DType::U8, {1}, buf}}, {}), Error);
   EXPECT_THROW(serialize_safetensors({{"__metadata__", DType::U8, {1}, buf}}, {}), Error);
   EXPECT_THROW(serialize_safetensors({{"x", DType::U8, {-1}, buf}}, {}), Error);
@@ -180,7 +172,7 @@ TEST_F(SafetensorsTest, RoundTripsEveryDtypeScalarsAndZeroSizeTensors) {
   // Rewriting what was read gives the same bytes.
   std::vector<TensorToWrite> again;
   for (const TensorView& v : f.tensors()) again.push_back({v.name, v.dtype, v.shape, v.data});
-  EXPECT_EQ(as_string(serialize_safetensors(again, meta)), read_bytes(path("all.safetensors")));
+  EXPECT_EQ(as_string(serialize_safetensors(again, meta)), read_file(path("all.safetensors")));
 }
 
 TEST_F(SafetensorsTest, ReadsLegacyUnpaddedHeaderInAnyKeyOrder) {
@@ -190,7 +182,7 @@ TEST_F(SafetensorsTest, ReadsLegacyUnpaddedHeaderInAnyKeyOrder) {
   ASSERT_NE(header.size() % 8, 0u);
   uint16_t bf[2] = {0x3f80, 0xc000};  // 1.0, -2.0
   std::string data = "xyz" + std::string(reinterpret_cast<const char*>(bf), 4);
-  write_bytes(path("legacy.safetensors"), raw_file(header, data));
+  write_file(path("legacy.safetensors"), raw_file(header, data));
   SafetensorsCheckpoint ck(path("legacy.safetensors"));
   EXPECT_EQ(ck.names(), (std::vector<std::string>{"a", "b"}));
   float out[2];
@@ -214,7 +206,7 @@ TEST_F(SafetensorsTest, ShardedWriteFollowsHfRulesAndReadsBack) {
   for (size_t i = 0; i < data.size(); ++i) t.push_back({names[i], DType::F32, {int64_t(data[i].size())}, data[i].data()});
   const std::string d = path("sharded");
   write_safetensors_sharded(d, t, 100);
-  const std::string idx = read_bytes(d + "/model.safetensors.index.json");
+  const std::string idx = read_file(d + "/model.safetensors.index.json");
   const std::string expected_index = R"({
   "metadata": {
     "total_size": 428
@@ -250,7 +242,7 @@ TEST_F(SafetensorsTest, ShardedWriteWithOneShardWritesModelSafetensors) {
   float v[4] = {1, 2, 3, 4};
   const std::string d = path("single");
   fs::create_directories(d);
-  write_bytes(d + "/model.safetensors.index.json", "{}");  // stale index must not shadow the file
+  write_file(d + "/model.safetensors.index.json", "{}");  // stale index must not shadow the file
   write_safetensors_sharded(d, {{"w", DType::F32, {2, 2}, v}}, int64_t(5) * 1000 * 1000 * 1000);
   EXPECT_TRUE(fs::exists(d + "/model.safetensors"));
   EXPECT_FALSE(fs::exists(d + "/model.safetensors.index.json"));
@@ -380,7 +372,7 @@ TEST_F(SafetensorsTest, EveryTruncationIsAnError) {
     std::string msg = open_error(full.substr(0, n));
     EXPECT_FALSE(msg.empty()) << "prefix " << n;
   }
-  write_bytes(path("full.safetensors"), full);
+  write_file(path("full.safetensors"), full);
   EXPECT_NO_THROW(SafetensorsFile f(path("full.safetensors")));
 }
 
@@ -513,7 +505,7 @@ class ShardedBadTest : public SafetensorsTest {
     ASSERT_TRUE(fs::exists(d_ + "/model-00002-of-00002.safetensors"));
   }
   std::string error_with_index(const std::string& index) {
-    write_bytes(d_ + "/model.safetensors.index.json", index);
+    write_file(d_ + "/model.safetensors.index.json", index);
     try {
       SafetensorsCheckpoint ck(d_);
     } catch (const Error& e) {
@@ -530,7 +522,7 @@ class ShardedBadTest : public SafetensorsTest {
 
 TEST_F(ShardedBadTest, MissingShardFile) {
   fs::remove(d_ + "/model-00002-of-00002.safetensors");
-  std::string msg = error_with_index(read_bytes(d_ + "/model.safetensors.index.json"));
+  std::string msg = error_with_index(read_file(d_ + "/model.safetensors.index.json"));
   EXPECT_HAS(msg, "model-00002-of-00002.safetensors");
   EXPECT_HAS(msg, "does not exist");
   EXPECT_HAS(msg, "\"b\"");
@@ -555,8 +547,8 @@ TEST_F(ShardedBadTest, MalformedIndex) {
 
 TEST_F(ShardedBadTest, CorruptShardNamesTheShard) {
   const std::string shard = d_ + "/model-00002-of-00002.safetensors";
-  std::string bytes = read_bytes(shard);
-  write_bytes(shard, bytes.substr(0, bytes.size() - 1));
+  std::string bytes = read_file(shard);
+  write_file(shard, bytes.substr(0, bytes.size() - 1));
   try {
     SafetensorsCheckpoint ck(d_);
     ADD_FAILURE() << "expected Error";
@@ -608,20 +600,15 @@ TEST_F(SafetensorsTest, WriteIntoMissingFolderNamesThePath) {
 TEST_F(SafetensorsTest, DiskFullIsAnErrorAndLeavesNoFile) {
   // Simulate a full disk with a file-size limit: write() then fails with EFBIG.
   std::vector<float> big(1 << 16, 1.0f);
-  struct rlimit old;
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-  auto old_handler = signal(SIGXFSZ, SIG_IGN);
-  struct rlimit lim = old;
-  lim.rlim_cur = 4096;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
   std::string msg;
-  try {
-    write_safetensors(path("full.safetensors"), {{"w", DType::F32, {int64_t(big.size())}, big.data()}}, {});
-  } catch (const Error& e) {
-    msg = e.what();
+  {
+    const llamatrain::testing::FileSizeLimit limit(4096);
+    try {
+      write_safetensors(path("full.safetensors"), {{"w", DType::F32, {int64_t(big.size())}, big.data()}}, {});
+    } catch (const Error& e) {
+      msg = e.what();
+    }
   }
-  setrlimit(RLIMIT_FSIZE, &old);
-  signal(SIGXFSZ, old_handler);
   EXPECT_HAS(msg, path("full.safetensors"));
   EXPECT_HAS(msg, "failed");
   EXPECT_FALSE(fs::exists(path("full.safetensors")));

@@ -9,59 +9,22 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
-#include <sstream>
 #include <vector>
 
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/ops.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-std::vector<int32_t> random_ints(size_t n, uint32_t seed, int lo, int hi) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> dist(lo, hi);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-// |got - want| <= atol + rtol * |want| everywhere (NaN fails); prints the first 5 mismatches.
-::testing::AssertionResult all_close(const std::string& what, const float* got, const float* want, size_t n,
-                                     double atol, double rtol) {
-  size_t bad = 0;
-  double worst = 0.0;
-  std::ostringstream msg;
-  for (size_t i = 0; i < n; i++) {
-    double err = std::fabs(double(got[i]) - double(want[i]));
-    if (!(err <= atol + rtol * std::fabs(double(want[i])))) {
-      if (bad < 5) msg << "  [" << i << "] cpu " << got[i] << " ref " << want[i] << " diff " << err << "\n";
-      bad++;
-    }
-    if (err > worst || std::isnan(err)) worst = err;
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << n << " mismatches (atol " << atol
-                                       << ", rtol " << rtol << ", worst " << worst << ")\n"
-                                       << msg.str();
-}
-
-::testing::AssertionResult all_close(const std::string& what, const std::vector<float>& got,
-                                     const std::vector<float>& want, double atol, double rtol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": size mismatch";
-  return all_close(what, got.data(), want.data(), got.size(), atol, rtol);
-}
+using testing::all_close;
+using testing::bitwise_equal;
+using testing::mt19937_ints;
+using testing::mt19937_normal;
+using testing::to_bf16_vector;
 
 std::string shape(int N, int C) { return "N=" + std::to_string(N) + " C=" + std::to_string(C); }
 
@@ -72,13 +35,13 @@ const std::vector<std::pair<int, int>> kShapes = {{1, 1},  {1, 40},   {17, 107},
 TEST(CpuVsRef, Embedding) {
   for (auto [N, C] : kShapes) {
     const int V = 13;
-    auto wte = random_vec(size_t(V) * C, 1), dout = random_vec(size_t(N) * C, 2);
-    auto tokens = random_ints(N, 3, 0, V - 1);  // repeats when N > V
+    auto wte = mt19937_normal(size_t(V) * C, 1), dout = mt19937_normal(size_t(N) * C, 2);
+    auto tokens = mt19937_ints(N, 3, 0, V - 1);  // repeats when N > V
     std::vector<float> out_ref(size_t(N) * C), out_cpu(size_t(N) * C, -1.0f);
     ref::embedding_forward(out_ref.data(), tokens.data(), wte.data(), N, C);
     cpu::embedding_forward(out_cpu.data(), tokens.data(), wte.data(), N, C);
     EXPECT_TRUE(all_close("embedding_forward " + shape(N, C), out_cpu, out_ref, 0, 0));
-    auto dwte_ref = random_vec(size_t(V) * C, 4), dwte_cpu = dwte_ref;  // accumulated into
+    auto dwte_ref = mt19937_normal(size_t(V) * C, 4), dwte_cpu = dwte_ref;  // accumulated into
     ref::embedding_backward(dwte_ref.data(), dout.data(), tokens.data(), N, C);
     cpu::embedding_backward(dwte_cpu.data(), dout.data(), tokens.data(), N, C);
     // same per-element summation order as ref: bitwise equal
@@ -88,15 +51,15 @@ TEST(CpuVsRef, Embedding) {
 
 TEST(CpuVsRef, Rmsnorm) {
   for (auto [N, C] : kShapes) {
-    auto x = random_vec(size_t(N) * C, 5, 2.0f), w = random_vec(C, 6), dout = random_vec(size_t(N) * C, 7);
+    auto x = mt19937_normal(size_t(N) * C, 5, 2.0f), w = mt19937_normal(C, 6), dout = mt19937_normal(size_t(N) * C, 7);
     std::vector<float> out_ref(size_t(N) * C), out_cpu(size_t(N) * C), rstd_ref(N), rstd_cpu(N);
     ref::rmsnorm_forward(out_ref.data(), rstd_ref.data(), x.data(), w.data(), N, C, 1e-5f);
     cpu::rmsnorm_forward(out_cpu.data(), rstd_cpu.data(), x.data(), w.data(), N, C, 1e-5f);
     // both sum in fp64 and round rstd once: equal up to an fp32 ulp
     EXPECT_TRUE(all_close("rmsnorm_forward rstd " + shape(N, C), rstd_cpu, rstd_ref, 0, 2e-7));
     EXPECT_TRUE(all_close("rmsnorm_forward out " + shape(N, C), out_cpu, out_ref, 1e-7, 4e-7));
-    auto dx_ref = random_vec(size_t(N) * C, 8), dx_cpu = dx_ref;  // accumulated into
-    auto dw_ref = random_vec(C, 9), dw_cpu = dw_ref;
+    auto dx_ref = mt19937_normal(size_t(N) * C, 8), dx_cpu = dx_ref;  // accumulated into
+    auto dw_ref = mt19937_normal(C, 9), dw_cpu = dw_ref;
     ref::rmsnorm_backward(dx_ref.data(), dw_ref.data(), dout.data(), x.data(), w.data(), rstd_ref.data(), N, C);
     cpu::rmsnorm_backward(dx_cpu.data(), dw_cpu.data(), dout.data(), x.data(), w.data(), rstd_ref.data(), N, C);
     // dx: cpu evaluates r*w*dout - k*x in fp32 (ref in fp64): a few ulps of O(1) terms
@@ -117,8 +80,8 @@ TEST(CpuVsRef, Rope) {
                                    {33, 12, 4, 64, 2047}, {9, 3, 2, 128, 4095}, {5, 2, 1, 4, 3000000}};
   for (const auto& cs : cases) {
     int row_stride = (cs.n_heads + cs.extra_heads) * cs.D;
-    auto x = random_vec(size_t(cs.N) * row_stride, 10, 2.0f);
-    auto pos = random_ints(cs.N, 11, 0, cs.max_pos);
+    auto x = mt19937_normal(size_t(cs.N) * row_stride, 10, 2.0f);
+    auto pos = mt19937_ints(cs.N, 11, 0, cs.max_pos);
     pos[0] = cs.max_pos;
     std::string what = "rope N=" + std::to_string(cs.N) + " D=" + std::to_string(cs.D) +
                        " max_pos=" + std::to_string(cs.max_pos);
@@ -158,7 +121,7 @@ TEST(CpuVsRef, RopeHandValueD4) {
 TEST(CpuVsRef, Swiglu) {
   for (auto [N, F] : kShapes) {
     // gates up to ~+-20 (|4 sigma|) reach both saturated ends of the sigmoid
-    auto h13 = random_vec(size_t(N) * 2 * F, 12, 5.0f), dout = random_vec(size_t(N) * F, 13);
+    auto h13 = mt19937_normal(size_t(N) * 2 * F, 12, 5.0f), dout = mt19937_normal(size_t(N) * F, 13);
     std::vector<float> out_ref(size_t(N) * F), out_cpu(size_t(N) * F);
     ref::swiglu_forward(out_ref.data(), h13.data(), N, F);
     cpu::swiglu_forward(out_cpu.data(), h13.data(), N, F);
@@ -179,19 +142,15 @@ TEST(CpuVsRef, Swiglu) {
 
 // The bf16 outputs (what the bf16 modes store for matmuls) are exactly the fp32 outputs rounded to
 // nearest even: same arithmetic, one rounding at the store.
+std::vector<float> to_float_vec(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = to_float(x[i]);
+  return out;
+}
 ::testing::AssertionResult equals_rounded(const std::string& what, const std::vector<bf16>& got,
                                           const std::vector<float>& fp32) {
-  size_t bad = 0;
-  std::ostringstream msg;
-  for (size_t i = 0; i < fp32.size(); i++)
-    if (got[i].bits != to_bf16(fp32[i]).bits) {
-      if (bad < 5) msg << "  [" << i << "] bf16 " << to_float(got[i]) << " fp32 " << fp32[i] << "\n";
-      bad++;
-    }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << fp32.size()
-                                       << " differ from the rounded fp32 output\n"
-                                       << msg.str();
+  // two bf16 have the same bits exactly when their floats (the bits shifted up) have
+  return bitwise_equal(what + " (want: the fp32 output rounded)", to_float_vec(got), testing::bf16_rounded(fp32));
 }
 // The same for bf16 values held in floats: each is exactly the float of the rounded fp32 output.
 ::testing::AssertionResult equals_rounded(const std::string& what, const std::vector<bf16_in_f32>& got,
@@ -207,7 +166,7 @@ TEST(CpuVsRef, Swiglu) {
 
 TEST(CpuBf16Outputs, RmsnormAndSwigluRoundTheFp32Result) {
   for (auto [N, C] : kShapes) {
-    auto x = random_vec(size_t(N) * C, 5, 2.0f), w = random_vec(C, 6);
+    auto x = mt19937_normal(size_t(N) * C, 5, 2.0f), w = mt19937_normal(C, 6);
     std::vector<float> out(size_t(N) * C), rstd(N), rstd_b(N);
     std::vector<bf16> out_b(size_t(N) * C);
     cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
@@ -216,7 +175,7 @@ TEST(CpuBf16Outputs, RmsnormAndSwigluRoundTheFp32Result) {
     EXPECT_EQ(rstd, rstd_b);
 
     const int F = C;
-    auto h13 = random_vec(size_t(N) * 2 * F, 12, 5.0f), dout = random_vec(size_t(N) * F, 13);
+    auto h13 = mt19937_normal(size_t(N) * 2 * F, 12, 5.0f), dout = mt19937_normal(size_t(N) * F, 13);
     std::vector<float> hmid(size_t(N) * F), dh13(size_t(N) * 2 * F);
     std::vector<bf16> hmid_b(size_t(N) * F), dh13_b(size_t(N) * 2 * F);
     cpu::swiglu_forward(hmid.data(), h13.data(), N, F);
@@ -242,8 +201,8 @@ TEST(CpuBf16Outputs, RmsnormAndSwigluRoundTheFp32Result) {
 TEST(CpuBf16Outputs, RopeBackwardRoundsWholeRowsWhenAsked) {
   // rotated q, k heads and the untouched heads after them, every element rounded to bf16 values
   const int N = 33, n_heads = 5, extra = 3, D = 8, row_stride = (n_heads + extra) * D;
-  auto x = random_vec(size_t(N) * row_stride, 14, 3.0f);
-  auto pos = random_ints(N, 15, 0, 500);
+  auto x = mt19937_normal(size_t(N) * row_stride, 14, 3.0f);
+  auto pos = mt19937_ints(N, 15, 0, 500);
   auto plain = x, rounded = x;
   cpu::rope_backward(plain.data(), pos.data(), N, n_heads, row_stride, D, 10000.0f);
   cpu::rope_backward(rounded.data(), pos.data(), N, n_heads, row_stride, D, 10000.0f, true);
@@ -254,7 +213,7 @@ TEST(CpuBf16Outputs, RopeBackwardRoundsWholeRowsWhenAsked) {
 
 TEST(CpuVsRef, ResidualAndSumSquares) {
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(100003)}) {
-    auto a = random_vec(n, 14), b = random_vec(n, 15);
+    auto a = mt19937_normal(n, 14), b = mt19937_normal(n, 15);
     std::vector<float> out_ref(n), out_cpu(n);
     ref::residual_forward(out_ref.data(), a.data(), b.data(), n);
     cpu::residual_forward(out_cpu.data(), a.data(), b.data(), n);
@@ -270,10 +229,10 @@ TEST(CpuVsRef, ResidualAndSumSquares) {
 
 TEST(CpuVsRef, AdamwSeveralSteps) {
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(40001)}) {
-    auto p_ref = random_vec(n, 16), m_ref = std::vector<float>(n, 0.0f), v_ref = std::vector<float>(n, 0.0f);
+    auto p_ref = mt19937_normal(n, 16), m_ref = std::vector<float>(n, 0.0f), v_ref = std::vector<float>(n, 0.0f);
     auto p_cpu = p_ref, m_cpu = m_ref, v_cpu = v_ref;
     for (int step = 1; step <= 5; step++) {
-      auto grad = random_vec(n, 100 + step, 0.1f);
+      auto grad = mt19937_normal(n, 100 + step, 0.1f);
       ref::adamw_update(p_ref.data(), m_ref.data(), v_ref.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
                         step, 0.5f);
       cpu::adamw_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
@@ -292,18 +251,18 @@ TEST(CpuVsRef, AdamwWithBf16CopyIsAdamwPlusRounding) {
   // per-element code) and the copy is each new param rounded to nearest even, held as bf16 or (the
   // float operand form) as bf16_in_f32.
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(40001)}) {
-    auto p = random_vec(n, 16), m = random_vec(n, 17, 0.01f), v = random_vec(n, 18, 0.01f);
+    auto p = mt19937_normal(n, 16), m = mt19937_normal(n, 17, 0.01f), v = mt19937_normal(n, 18, 0.01f);
     for (auto& x : v) x = x * x;
     const auto p0 = p, m0 = m, v0 = v;
     for (int step = 1; step <= 3; step++) {
-      auto grad = random_vec(n, 100 + step, 0.1f);
+      auto grad = mt19937_normal(n, 100 + step, 0.1f);
       cpu::adamw_update(p.data(), m.data(), v.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
     }
     auto check_copy = [&](auto fill, const std::string& what) {
       auto p2 = p0, m2 = m0, v2 = v0;
       std::vector<decltype(fill)> copy(n, fill);
       for (int step = 1; step <= 3; step++) {
-        auto grad = random_vec(n, 100 + step, 0.1f);
+        auto grad = mt19937_normal(n, 100 + step, 0.1f);
         cpu::adamw_update_bf16_copy(p2.data(), copy.data(), m2.data(), v2.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f,
                                     1e-8f, 0.1f, step, 0.5f);
       }
@@ -367,27 +326,15 @@ bool is_bf16_neighbour(bf16 got, float x) {
   return got.bits == down || got.bits == uint16_t(down + 1);
 }
 
-std::vector<bf16> to_bf16_vec(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); i++) out[i] = to_bf16(x[i]);
-  return out;
-}
-
-std::vector<float> to_float_vec(const std::vector<bf16>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); i++) out[i] = to_float(x[i]);
-  return out;
-}
-
 struct Bf16State {
   std::vector<bf16> p, m, v;
   std::vector<float> p32;
 };
 
 Bf16State random_bf16_state(int64_t n, uint32_t seed) {
-  auto m = random_vec(n, seed + 1, 0.01f), v = random_vec(n, seed + 2, 1e-4f);
+  auto m = mt19937_normal(n, seed + 1, 0.01f), v = mt19937_normal(n, seed + 2, 1e-4f);
   for (auto& x : v) x = std::fabs(x);
-  return {to_bf16_vec(random_vec(n, seed)), to_bf16_vec(m), to_bf16_vec(v), std::vector<float>(n)};
+  return {to_bf16_vector(mt19937_normal(n, seed)), to_bf16_vector(m), to_bf16_vector(v), std::vector<float>(n)};
 }
 
 void run_bf16_sr(Bf16State& s, const std::vector<float>& grad, int step, uint64_t seed, uint32_t tensor_id) {
@@ -400,7 +347,7 @@ TEST(AdamwBf16Sr, BitwiseEqualForOneAndTwoThreads) {
   int saved = omp_get_max_threads();
   Bf16State s1 = random_bf16_state(n, 20), s2 = s1;
   for (int step = 1; step <= 3; step++) {
-    auto grad = random_vec(n, 30 + step, 0.1f);
+    auto grad = mt19937_normal(n, 30 + step, 0.1f);
     omp_set_num_threads(1);
     run_bf16_sr(s1, grad, step, 1234, 7);
     omp_set_num_threads(2);
@@ -413,7 +360,7 @@ TEST(AdamwBf16Sr, BitwiseEqualForOneAndTwoThreads) {
   EXPECT_EQ(std::memcmp(s1.p32.data(), s2.p32.data(), n * sizeof(float)), 0) << "param_f32 differs";
   // and the run is not trivially a no-op: another seed gives other roundings
   Bf16State s3 = random_bf16_state(n, 20);
-  for (int step = 1; step <= 3; step++) run_bf16_sr(s3, random_vec(n, 30 + step, 0.1f), step, 999, 7);
+  for (int step = 1; step <= 3; step++) run_bf16_sr(s3, mt19937_normal(n, 30 + step, 0.1f), step, 999, 7);
   EXPECT_NE(std::memcmp(s1.p.data(), s3.p.data(), n * sizeof(bf16)), 0) << "seed has no effect";
 }
 
@@ -422,7 +369,7 @@ TEST(AdamwBf16Sr, ATensorUpdatedInPiecesRoundsAsInOneCall) {
   // bits as one call over the whole tensor.
   const int64_t n = 40003, cut1 = 12345, cut2 = 30001;
   Bf16State whole = random_bf16_state(n, 50), parts = whole;
-  auto grad = random_vec(n, 60, 0.1f);
+  auto grad = mt19937_normal(n, 60, 0.1f);
   run_bf16_sr(whole, grad, 3, 77, 5);
   for (auto [a, b] : {std::pair<int64_t, int64_t>{0, cut1}, {cut1, cut2}, {cut2, n}})
     cpu::adamw_update_bf16_sr(parts.p.data() + a, parts.m.data() + a, parts.v.data() + a, parts.p32.data() + a,
@@ -442,7 +389,7 @@ TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32UpdateWithPhiloxBits) {
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(20011)}) {
     Bf16State s = random_bf16_state(n, 40);
     auto p = to_float_vec(s.p), m = to_float_vec(s.m), v = to_float_vec(s.v);
-    auto grad = random_vec(n, 41, 0.1f);
+    auto grad = mt19937_normal(n, 41, 0.1f);
     // the exact fp32 update: cpu::adamw_update runs the same per-element code on fp32 copies
     cpu::adamw_update(p.data(), m.data(), v.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
     run_bf16_sr(s, grad, 3, 5, 11);
@@ -508,7 +455,7 @@ TEST(AdamwBf16Sr, MatchesTorchFirstStepUpToRounding) {
   // Start from the torch example (param0 is exactly representable in bf16, m = v = 0): after one
   // step every stored value must be one of the two bf16 neighbours of torch's fp32 result.
   TorchAdamwExample ex;
-  Bf16State s{to_bf16_vec(ex.param0), std::vector<bf16>(4, bf16{0}), std::vector<bf16>(4, bf16{0}),
+  Bf16State s{to_bf16_vector(ex.param0), std::vector<bf16>(4, bf16{0}), std::vector<bf16>(4, bf16{0}),
               std::vector<float>(4)};
   cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), ex.grads[0].data(), 4, 0.1f, 0.9f,
                             0.99f, 1e-8f, 0.1f, 1, 1.0f, 77, 0);

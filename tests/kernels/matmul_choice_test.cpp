@@ -31,6 +31,9 @@ using cpu::MatmulChoice;
 using cpu::MatmulChooser;
 using cpu::MatmulKernel;
 using cpu::MatmulPolicy;
+using testing::abs_values;
+using testing::bf16_rounded;
+using testing::philox_uniform;
 using testing::read_file;
 using testing::TempDir;
 using testing::write_file;
@@ -320,28 +323,10 @@ TEST(MatmulChoice, DefaultCachePathFollowsXdg) {
 // ---------------------------------------------------------------------------------------------
 // Through the process-wide chooser (its cache lives in kGlobalCacheDir).
 
-std::vector<float> random_vec(size_t n, uint32_t id) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = 2.0f * random_uniform(7, 0, id, i) - 1.0f;
-  return v;
-}
-std::vector<float> bf16_rounded(const std::vector<float>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); i++) r[i] = to_float(to_bf16(v[i]));
-  return r;
-}
-
 // got vs want (from bf16-rounded operands): |diff| <= u32 * (8 sqrt(K) + 16) * sum_k |a||b| + 2 u32 |want|
-void expect_f32_sum_close(const std::vector<float>& got, const std::vector<float>& want,
-                          const std::vector<float>& abs_sum, int K, const char* what) {
-  const double tol = 0x1p-24 * (8.0 * std::sqrt(double(K)) + 16.0);
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); i++) {
-    const double lim = tol * abs_sum[i] + 0x1p-23 * std::abs(want[i]) + 1e-30;
-    if (!(std::abs(double(got[i]) - want[i]) <= lim) && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
-  }
-  EXPECT_EQ(bad, 0) << what;
+::testing::AssertionResult f32_sum_close(const char* what, const std::vector<float>& got,
+                                         const std::vector<float>& want, const std::vector<float>& abs_sum, int K) {
+  return testing::all_within(what, got, want, abs_sum, 0x1p-24 * (8.0 * std::sqrt(double(K)) + 16.0), 0x1p-23);
 }
 
 // dinp N x IC x OC large enough to be probed (2*N*IC*OC >= 1e8), with a float dout.
@@ -351,8 +336,11 @@ struct Case {
   std::vector<float> inp, weight, dout;
   std::vector<bf16> weight_b;
   std::vector<float> want_dinp, want_dw, sum_dinp, sum_dw, want_out, sum_out;
-  Case() : inp(random_vec(size_t(kN) * kIC, 1)), weight(random_vec(size_t(kOC) * kIC, 2)),
-           dout(random_vec(size_t(kN) * kOC, 3)) {
+  // U(-1, 1) operands from the Philox streams of seed 7, tensor ids 1, 2, 3
+  Case()
+      : inp(philox_uniform(size_t(kN) * kIC, 7, 1, -1, 1)),
+        weight(philox_uniform(size_t(kOC) * kIC, 7, 2, -1, 1)),
+        dout(philox_uniform(size_t(kN) * kOC, 7, 3, -1, 1)) {
     for (float w : weight) weight_b.push_back(to_bf16(w));
     const auto inp_r = bf16_rounded(inp), w_r = bf16_rounded(weight), d_r = bf16_rounded(dout);
     want_out.resize(size_t(kN) * kOC);
@@ -360,16 +348,12 @@ struct Case {
     want_dw.assign(size_t(kOC) * kIC, 0.0f);
     ref::matmul_forward(want_out.data(), inp_r.data(), w_r.data(), kN, kIC, kOC);
     ref::matmul_backward(want_dinp.data(), want_dw.data(), d_r.data(), inp_r.data(), w_r.data(), kN, kIC, kOC);
-    auto abs = [](std::vector<float> v) {
-      for (float& x : v) x = std::abs(x);
-      return v;
-    };
     sum_out.resize(want_out.size());
     sum_dinp.resize(want_dinp.size());
     sum_dw.assign(want_dw.size(), 0.0f);
-    ref::matmul_forward(sum_out.data(), abs(inp_r).data(), abs(w_r).data(), kN, kIC, kOC);
-    ref::matmul_backward(sum_dinp.data(), sum_dw.data(), abs(d_r).data(), abs(inp_r).data(), abs(w_r).data(), kN,
-                         kIC, kOC);
+    ref::matmul_forward(sum_out.data(), abs_values(inp_r).data(), abs_values(w_r).data(), kN, kIC, kOC);
+    ref::matmul_backward(sum_dinp.data(), sum_dw.data(), abs_values(d_r).data(), abs_values(inp_r).data(),
+                         abs_values(w_r).data(), kN, kIC, kOC);
   }
 };
 
@@ -416,8 +400,8 @@ TEST(MatmulChoiceKernels, DinpAndDweightOnDifferentKernels) {
     EXPECT_EQ(chooser.choices()[0].kernel, k_dinp);
     EXPECT_EQ(chooser.choices()[0].source, MatmulChoice::Source::cache);
     EXPECT_EQ(chooser.choices()[1].kernel, k_dw);
-    expect_f32_sum_close(got_dinp, cs.want_dinp, cs.sum_dinp, kOC, "dinp");
-    expect_f32_sum_close(got_dw, cs.want_dw, cs.sum_dw, kN, "dweight");
+    EXPECT_TRUE(f32_sum_close("dinp", got_dinp, cs.want_dinp, cs.sum_dinp, kOC));
+    EXPECT_TRUE(f32_sum_close("dweight", got_dw, cs.want_dw, cs.sum_dw, kN));
   }
 }
 
@@ -430,7 +414,7 @@ TEST(MatmulChoiceKernels, RealProbeGivesCorrectResults) {
   std::vector<float> out(size_t(kN) * kOC, -7.0f);
   cpu::matmul_forward(out.data(), cs.inp.data(), cs.weight.data(), cs.weight_b.data(), kN, kIC, kOC,
                       cpu::ComputeType::bf16);
-  expect_f32_sum_close(out, cs.want_out, cs.sum_out, kIC, "out");
+  EXPECT_TRUE(f32_sum_close("out", out, cs.want_out, cs.sum_out, kIC));
   ASSERT_EQ(chooser.choices().size(), 1u);
   const MatmulChoice& c = chooser.choices()[0];
   EXPECT_EQ(c.shape, "fwd N=256 IC=384 OC=640 inp=f32");

@@ -8,13 +8,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "kernels/ref/ops.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
+
+using testing::mt19937_uniform;
 
 struct Shape {
   int B, T, H, Hkv, D;
@@ -22,14 +24,6 @@ struct Shape {
   int64_t qkv_size() const { return int64_t(B) * T * width(); }
   int64_t out_size() const { return int64_t(B) * T * H * D; }
 };
-
-std::vector<float> random_vector(int64_t n, float amplitude, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-amplitude, amplitude);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
 
 // Naive attention in fp64: full scores S (B,H,T,T) with -inf above the diagonal, softmax, P @ V.
 void naive_attention(std::vector<double>& out /*(B,T,H*D)*/, std::vector<double>& lse /*(B,H,T)*/,
@@ -84,7 +78,7 @@ class RefAttention : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(RefAttention, ForwardMatchesNaiveFullScores) {
   const Shape s = GetParam();
-  const auto qkv = random_vector(s.qkv_size(), 2.0f, 1);
+  const auto qkv = mt19937_uniform(size_t(s.qkv_size()), 1, -2.0f, 2.0f);
   std::vector<float> out(s.out_size(), NAN), lse(size_t(s.B) * s.H * s.T, NAN);
   ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
   std::vector<double> out_n, lse_n;
@@ -105,8 +99,8 @@ TEST_P(RefAttention, ForwardMatchesNaiveFullScores) {
 
 TEST_P(RefAttention, BackwardMatchesFiniteDifferences) {
   const Shape s = GetParam();
-  const auto qkv = random_vector(s.qkv_size(), 2.0f, 2);
-  const auto dout = random_vector(s.out_size(), 1.0f, 3);
+  const auto qkv = mt19937_uniform(size_t(s.qkv_size()), 2, -2.0f, 2.0f);
+  const auto dout = mt19937_uniform(size_t(s.out_size()), 3, -1.0f, 1.0f);
   std::vector<float> out(s.out_size()), lse(size_t(s.B) * s.H * s.T);
   ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
   std::vector<float> dqkv(s.qkv_size(), 123.0f);  // must be overwritten, not accumulated

@@ -7,22 +7,16 @@
 
 #include <cmath>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/ref/ops.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::mt19937_normal;
 
 double dot(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0.0;
@@ -30,32 +24,12 @@ double dot(const std::vector<float>& a, const std::vector<float>& b) {
   return s;
 }
 
-// Central difference of objective() w.r.t. buf[i], divided by the fp32 step actually taken.
-double central_diff(std::vector<float>& buf, size_t i, float h, const std::function<double()>& objective) {
-  float x0 = buf[i], xp = x0 + h, xm = x0 - h;
-  buf[i] = xp;
-  double fp = objective();
-  buf[i] = xm;
-  double fm = objective();
-  buf[i] = x0;
-  return (fp - fm) / (double(xp) - double(xm));
-}
-
-// Checks every element of `analytic` against the central difference w.r.t. `input`.
+// Checks every element of `analytic` against the central difference of objective() w.r.t. `input`.
 void expect_gradient(const char* what, std::vector<float>& input, const std::vector<float>& analytic, float h,
                      double atol, double rtol, const std::function<double()>& objective) {
-  ASSERT_EQ(input.size(), analytic.size());
-  int bad = 0;
-  double worst = 0.0;
-  for (size_t i = 0; i < input.size(); i++) {
-    double fd = central_diff(input, i, h, objective);
-    double err = std::fabs(fd - analytic[i]);
-    worst = std::max(worst, err);
-    if (!(err <= atol + rtol * std::fabs(fd)) && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << " vs finite difference " << fd;
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << input.size() << " gradients off";
-  std::printf("%-24s max |fd - analytic| = %.3g\n", what, worst);
+  const std::vector<double> fd = testing::central_differences(input, h, objective);
+  EXPECT_TRUE(testing::all_close(std::string(what) + " (want: central differences)", analytic, fd, atol, rtol));
+  std::printf("%-24s max |fd - analytic| = %.3g\n", what, testing::max_difference(analytic, fd).max_abs);
 }
 
 // Tolerances. ref rounds every output once to fp32 (rel. error ~6e-8), so the fp64 objective of
@@ -68,13 +42,13 @@ constexpr double kAtol = 1e-3, kRtol = 1e-3;
 TEST(RefGradcheck, Embedding) {
   const int N = 5, C = 4, V = 3;
   std::vector<int32_t> tokens = {2, 0, 2, 1, 2};  // token 2 repeats: its gradient rows must add up
-  auto wte = random_vec(V * C, 1), dout = random_vec(N * C, 2);
+  auto wte = mt19937_normal(V * C, 1), dout = mt19937_normal(N * C, 2);
   std::vector<float> out(N * C);
   auto objective = [&] {
     ref::embedding_forward(out.data(), tokens.data(), wte.data(), N, C);
     return dot(out, dout);
   };
-  auto dwte0 = random_vec(V * C, 3);  // accumulated into: start from non-zero
+  auto dwte0 = mt19937_normal(V * C, 3);  // accumulated into: start from non-zero
   auto dwte = dwte0;
   ref::embedding_backward(dwte.data(), dout.data(), tokens.data(), N, C);
   for (size_t i = 0; i < dwte.size(); i++) dwte[i] -= dwte0[i];
@@ -85,7 +59,7 @@ TEST(RefGradcheck, Embedding) {
 TEST(RefGradcheck, RmsnormInputAndWeight) {
   const int N = 3, C = 5;
   const float eps = 1e-5f;
-  auto x = random_vec(N * C, 4), weight = random_vec(C, 5), dout = random_vec(N * C, 6);
+  auto x = mt19937_normal(N * C, 4), weight = mt19937_normal(C, 5), dout = mt19937_normal(N * C, 6);
   for (auto& w : weight) w += 1.0f;  // near HF's init of ones
   std::vector<float> out(N * C), rstd(N);
   auto objective = [&] {
@@ -93,7 +67,7 @@ TEST(RefGradcheck, RmsnormInputAndWeight) {
     return dot(out, dout);
   };
   objective();
-  auto dx0 = random_vec(N * C, 7), dw0 = random_vec(C, 8);  // both accumulated into
+  auto dx0 = mt19937_normal(N * C, 7), dw0 = mt19937_normal(C, 8);  // both accumulated into
   auto dx = dx0, dw = dw0;
   ref::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), weight.data(), rstd.data(), N, C);
   for (size_t i = 0; i < dx.size(); i++) dx[i] -= dx0[i];
@@ -109,7 +83,7 @@ TEST(RefGradcheck, RopeRotatesOnlyTheFirstHeads) {
   const int N = 3, D = 4, n_heads = 2, row_stride = 3 * D + 2;
   const float theta = 10000.0f;
   std::vector<int32_t> pos = {0, 5, 17};
-  auto x = random_vec(N * row_stride, 9), dout = random_vec(N * row_stride, 10);
+  auto x = mt19937_normal(N * row_stride, 9), dout = mt19937_normal(N * row_stride, 10);
   std::vector<float> out;
   auto objective = [&] {
     out = x;
@@ -124,7 +98,7 @@ TEST(RefGradcheck, RopeRotatesOnlyTheFirstHeads) {
 
 TEST(RefGradcheck, Swiglu) {
   const int N = 3, F = 4;
-  auto h13 = random_vec(N * 2 * F, 11, 2.0f), dout = random_vec(N * F, 12);
+  auto h13 = mt19937_normal(N * 2 * F, 11, 2.0f), dout = mt19937_normal(N * F, 12);
   std::vector<float> out(N * F);
   auto objective = [&] {
     ref::swiglu_forward(out.data(), h13.data(), N, F);
@@ -140,7 +114,7 @@ TEST(RefGradcheck, CrossEntropyWithIgnoredRow) {
   const int N = 4, V = 7;
   const float dloss = 1.0f / 3.0f;  // mean over the 3 valid rows
   std::vector<int32_t> targets = {3, -100, 0, 6};
-  auto logits = random_vec(N * V, 13, 2.0f);
+  auto logits = mt19937_normal(N * V, 13, 2.0f);
   std::vector<float> losses(N);
   auto objective = [&] {
     ref::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);

@@ -9,17 +9,18 @@
 #include <cmath>
 #include <vector>
 
-#include "core/rng.h"
 #include "kernels/ref/ops.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t tensor_id, float lo, float hi) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * random_uniform(7, 0, tensor_id, i);
-  return v;
-}
+using testing::all_close;
+using testing::central_differences;
+using testing::philox_uniform;
+
+// Inputs: U(lo, hi) from the Philox streams of this seed, one per tensor id.
+constexpr uint64_t kSeed = 7;
 
 // sum_{n,o} out[n,o] * g[n,o], out = ref::matmul_forward(inp, weight)
 double linear_objective(const std::vector<float>& inp, const std::vector<float>& weight, const std::vector<float>& g,
@@ -31,52 +32,24 @@ double linear_objective(const std::vector<float>& inp, const std::vector<float>&
   return s;
 }
 
-// Central difference of f with respect to every element of x (modified in place, then restored).
-template <typename F>
-std::vector<double> numeric_grad(std::vector<float>& x, double h, F f) {
-  std::vector<double> grad(x.size());
-  for (size_t i = 0; i < x.size(); i++) {
-    const float x0 = x[i];
-    const float xp = float(x0 + h), xm = float(x0 - h);  // the step actually taken, after fp32 rounding
-    x[i] = xp;
-    const double fp = f();
-    x[i] = xm;
-    const double fm = f();
-    x[i] = x0;
-    grad[i] = (fp - fm) / (double(xp) - double(xm));
-  }
-  return grad;
-}
-
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, double atol, double rtol,
-                  const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); i++) {
-    if (std::abs(got[i] - want[i]) > atol + rtol * std::abs(want[i]) && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << got[i] << ", numeric " << want[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " mismatches";
-}
-
 TEST(RefGradcheckMatmul, LinearObjective) {
   const int N = 3, IC = 5, OC = 4;
-  auto inp = random_vec(size_t(N) * IC, 1, -1, 1);     // (N,IC)
-  auto weight = random_vec(size_t(OC) * IC, 2, -1, 1);  // (OC,IC)
-  auto g = random_vec(size_t(N) * OC, 3, -1, 1);       // (N,OC) = dL/dout
+  auto inp = philox_uniform(size_t(N) * IC, kSeed, 1, -1, 1);      // (N,IC)
+  auto weight = philox_uniform(size_t(OC) * IC, kSeed, 2, -1, 1);  // (OC,IC)
+  auto g = philox_uniform(size_t(N) * OC, kSeed, 3, -1, 1);        // (N,OC) = dL/dout
 
   std::vector<float> dinp(size_t(N) * IC, 123.0f);  // overwritten
-  auto dweight0 = random_vec(size_t(OC) * IC, 4, -1, 1);
+  auto dweight0 = philox_uniform(size_t(OC) * IC, kSeed, 4, -1, 1);
   std::vector<float> dweight = dweight0;  // accumulated
   ref::matmul_backward(dinp.data(), dweight.data(), g.data(), inp.data(), weight.data(), N, IC, OC);
 
   auto f = [&] { return linear_objective(inp, weight, g, N, IC, OC); };
   const double h = 1e-2;
-  auto num_dinp = numeric_grad(inp, h, f);
-  auto num_dweight = numeric_grad(weight, h, f);
+  auto num_dinp = central_differences(inp, h, f);
+  auto num_dweight = central_differences(weight, h, f);
   for (size_t i = 0; i < num_dweight.size(); i++) num_dweight[i] += dweight0[i];
-  expect_close(dinp, num_dinp, 1e-4, 1e-4, "dinp");
-  expect_close(dweight, num_dweight, 1e-4, 1e-4, "dweight");
+  EXPECT_TRUE(all_close("dinp (want: central differences)", dinp, num_dinp, 1e-4, 1e-4));
+  EXPECT_TRUE(all_close("dweight (want: central differences)", dweight, num_dweight, 1e-4, 1e-4));
 
   // dinp == nullptr skips the input gradient and still accumulates dweight
   std::vector<float> dweight2 = dweight0;
@@ -104,8 +77,8 @@ TEST(RefGradcheckMatmul, LmHeadCrossEntropy) {
   const int N = 4, C = 6, V = 7;
   const double dloss = 1.0 / 3.0;  // mean over the 3 valid rows
   const std::vector<int32_t> targets = {2, -100, 6, 0};
-  auto x = random_vec(size_t(N) * C, 11, -1, 1);      // (N,C)
-  auto wout = random_vec(size_t(V) * C, 12, -1, 1);   // (V,C)
+  auto x = philox_uniform(size_t(N) * C, kSeed, 11, -1, 1);     // (N,C)
+  auto wout = philox_uniform(size_t(V) * C, kSeed, 12, -1, 1);  // (V,C)
 
   // objective = sum_n dloss * loss_n, logits = ref matmul
   auto f = [&] {
@@ -128,10 +101,10 @@ TEST(RefGradcheckMatmul, LmHeadCrossEntropy) {
   ref::matmul_backward(dx.data(), dwout.data(), dlogits.data(), x.data(), wout.data(), N, C, V);
 
   const double h = 1e-3;
-  auto num_dx = numeric_grad(x, h, f);
-  auto num_dwout = numeric_grad(wout, h, f);
-  expect_close(dx, num_dx, 2e-4, 1e-3, "dx");
-  expect_close(dwout, num_dwout, 2e-4, 1e-3, "dwout");
+  auto num_dx = central_differences(x, h, f);
+  auto num_dwout = central_differences(wout, h, f);
+  EXPECT_TRUE(all_close("dx (want: central differences)", dx, num_dx, 2e-4, 1e-3));
+  EXPECT_TRUE(all_close("dwout (want: central differences)", dwout, num_dwout, 2e-4, 1e-3));
   // the ignored row has no gradient at all
   for (int c = 0; c < C; c++) EXPECT_EQ(dx[size_t(1) * C + c], 0.0f);
 }

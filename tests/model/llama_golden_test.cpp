@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
@@ -50,18 +52,11 @@ struct Golden {
   }
 };
 
-// max|a-b| / max|b|, with the index of the worst element.
+// max|got - want| / max|want| of want.size() values from got, with the index of the worst element.
 double rel_err(const float* got, const std::vector<float>& want, size_t* worst = nullptr) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < want.size(); i++) {
-    const double d = std::abs(double(got[i]) - want[i]);
-    if (d > max_diff) {
-      max_diff = d;
-      if (worst) *worst = i;
-    }
-    max_ref = std::max(max_ref, std::abs(double(want[i])));
-  }
-  return max_ref > 0 ? max_diff / max_ref : max_diff;
+  const auto d = testing::max_difference(std::span<const float>(got, want.size()), want);
+  if (worst) *worst = d.worst;
+  return d.relative();
 }
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};

@@ -7,39 +7,30 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <mutex>
 
 #include "core/error.h"
-#include "core/rng.h"
 #include "model/llama.h"
 #include "parallel/collective_checks.h"
 #include "parallel/layout.h"
 #include "parallel/local_communicator.h"
+#include "test_util.h"
 
 namespace llamatrain {
 namespace {
 
 using parallel::Communicator;
+using testing::bitwise_equal;
 
 model::LlamaConfig config(bool tied) {
-  model::LlamaConfig c;
-  c.dim = 64;
-  c.ffn_dim = 96;
-  c.n_layers = 4;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 128;
-  c.max_seq_len = 64;
-  c.norm_eps = 1e-5f;
-  c.tie_embeddings = tied;
-  return c;
+  return {.dim = 64, .ffn_dim = 96, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 128,
+          .max_seq_len = 64, .norm_eps = 1e-5f, .tie_embeddings = tied};
 }
 
 constexpr int B = 2, T = 12;
 
+// B*T token ids in [0, V) from the Philox stream `stream` of seed 7; two of them -100 (ignored) if asked.
 std::vector<int32_t> ids(int V, uint32_t stream, bool some_ignored) {
-  std::vector<int32_t> t(B * T);
-  for (int i = 0; i < B * T; i++) t[size_t(i)] = int32_t(random_u32(7, 0, stream, uint64_t(i)) % uint32_t(V));
+  std::vector<int32_t> t = testing::philox_tokens(B * T, V, 7, stream);
   if (some_ignored) t[3] = t[17] = -100;
   return t;
 }
@@ -75,12 +66,20 @@ Reference reference(const model::LlamaConfig& c, model::Precision p, const std::
   return r;
 }
 
-// Runs the layout on threads; each rank compares its loss (last stage) and gradients with ref.
-void check_layout(const model::LlamaConfig& c, const Layout& lay, const Reference& ref,
-                  const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, float tol) {
+// What one rank of a layout computed in the micro-step: its loss (meaningful on the last pipeline
+// stage), its local gradient arena (after the model-parallel sums) and the specs that place it.
+struct RankResult {
+  bool last_stage = false;
+  float loss = 0;
+  std::vector<float> grads;
+  std::vector<model::ParamSpec> specs;
+};
+
+// Runs one micro-step of the layout on threads; the ranks' results, by world rank.
+std::vector<RankResult> run_layout(const model::LlamaConfig& c, const Layout& lay, const std::vector<int32_t>& tokens,
+                                   const std::vector<int32_t>& targets) {
   const int world = lay.tp * lay.pp;
-  std::mutex mu;
-  int64_t compared = 0;
+  std::vector<RankResult> results(static_cast<size_t>(world));  // each rank writes its own element
   parallel::run_local_ranks(
       world,
       [&](Communicator& w) {
@@ -111,42 +110,58 @@ void check_layout(const model::LlamaConfig& c, const Layout& lay, const Referenc
         const auto stats = m.stage_backward(0, tokens.data(), targets.data(), dout, 1.0f);
         if (!plan.first_stage()) pp.isend(m.stage_input_grad(), act * 4, pp.rank() - 1, 1).wait();
         m.reduce_model_parallel_grads(groups.embedding.get());
-        if (plan.last_stage()) {
-          EXPECT_NEAR(stats.loss, ref.loss, tol * std::abs(ref.loss)) << name_of(lay);
-        }
-
-        // Every local gradient element against the reference's element at the same full position.
-        int64_t n = 0;
-        double worst = 0;
-        for (const auto& s : m.param_specs()) {
-          const model::ParamSpec* full = nullptr;
-          for (const auto& f : ref.specs) {
-            if (f.name == s.name) full = &f;
-          }
-          if (!full) {
-            ADD_FAILURE() << s.name << " not in the single model";
-            continue;
-          }
-          double scale = 0;
-          for (int64_t i = 0; i < full->numel; i++)
-            scale = std::max(scale, double(std::abs(ref.grads[size_t(full->offset + i)])));
-          const float* g = m.grad_data() + s.offset;
-          s.shard.for_each_run([&](int64_t local, int64_t f, int64_t len) {
-            for (int64_t i = 0; i < len; i++) {
-              const double d = std::abs(double(g[local + i]) - ref.grads[size_t(full->offset + f + i)]);
-              worst = std::max(worst, d / std::max(scale, 1e-30));
-            }
-            n += len;
-          });
-        }
-        EXPECT_LE(worst, tol) << name_of(lay) << " rank " << w.rank() << ": worst gradient difference, relative to "
-                              << "the tensor's largest";
-        std::lock_guard<std::mutex> lock(mu);
-        compared += n;
+        RankResult& r = results[size_t(w.rank())];
+        r.last_stage = plan.last_stage();
+        r.loss = stats.loss;
+        r.grads.assign(m.grad_data(), m.grad_data() + m.num_params());
+        r.specs = m.param_specs();
       },
       parallel::testing::test_options());
+  return results;
+}
+
+// The last stage's loss within tol of the single rank's, and every local gradient element against the
+// reference's element at the same full position, within tol of that tensor's largest.
+void expect_matches_one_rank(const std::vector<RankResult>& ranks, const Reference& ref, float tol,
+                             const std::string& name) {
+  int64_t compared = 0;
+  for (size_t rank = 0; rank < ranks.size(); rank++) {
+    const RankResult& r = ranks[rank];
+    if (r.last_stage) {
+      EXPECT_NEAR(r.loss, ref.loss, tol * std::abs(ref.loss)) << name;
+    }
+    double worst = 0;
+    for (const auto& s : r.specs) {
+      const model::ParamSpec* full = nullptr;
+      for (const auto& f : ref.specs) {
+        if (f.name == s.name) full = &f;
+      }
+      if (!full) {
+        ADD_FAILURE() << s.name << " not in the single model";
+        continue;
+      }
+      double scale = 0;
+      for (int64_t i = 0; i < full->numel; i++)
+        scale = std::max(scale, double(std::abs(ref.grads[size_t(full->offset + i)])));
+      const float* g = r.grads.data() + s.offset;
+      s.shard.for_each_run([&](int64_t local, int64_t f, int64_t len) {
+        for (int64_t i = 0; i < len; i++) {
+          const double d = std::abs(double(g[local + i]) - ref.grads[size_t(full->offset + f + i)]);
+          worst = std::max(worst, d / std::max(scale, 1e-30));
+        }
+        compared += len;
+      });
+    }
+    EXPECT_LE(worst, tol) << name << " rank " << rank << ": worst gradient difference, relative to "
+                          << "the tensor's largest";
+  }
   // Every parameter was compared at least once (replicas count again).
-  EXPECT_GE(compared, int64_t(ref.grads.size())) << name_of(lay);
+  EXPECT_GE(compared, int64_t(ref.grads.size())) << name;
+}
+
+void check_layout(const model::LlamaConfig& c, const Layout& lay, const Reference& ref,
+                  const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, float tol) {
+  expect_matches_one_rank(run_layout(c, lay, tokens, targets), ref, tol, name_of(lay));
 }
 
 class ModelParallel : public ::testing::TestWithParam<bool> {};
@@ -163,11 +178,34 @@ TEST_P(ModelParallel, StepEqualsOneRank) {
 }
 
 TEST_P(ModelParallel, RecomputeUnderTensorAndSequenceParallelism) {
+  // Recomputation reruns the same kernels on the same inputs (model/llama.h), under TP and SP too: each
+  // rank's loss and every gradient are bitwise those of the same layout saving everything. Each run
+  // also matches the single rank, within the tolerance of the split's summation order.
   const auto c = config(GetParam());
   const auto tokens = ids(c.vocab_size, 3, false), targets = ids(c.vocab_size, 4, false);
   const Reference ref = reference(c, model::Precision::fp32, tokens, targets);
-  for (auto r : {model::Recompute::selective, model::Recompute::full})
-    check_layout(c, Layout{2, 2, true, r}, ref, tokens, targets, 2e-5f);
+  const Layout saved{2, 2, true, model::Recompute::none};
+  const std::vector<RankResult> want = run_layout(c, saved, tokens, targets);
+  expect_matches_one_rank(want, ref, 2e-5f, name_of(saved));
+  for (auto r : {model::Recompute::selective, model::Recompute::full}) {
+    const Layout lay{2, 2, true, r};
+    const std::vector<RankResult> got = run_layout(c, lay, tokens, targets);
+    expect_matches_one_rank(got, ref, 2e-5f, name_of(lay));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t rank = 0; rank < got.size(); rank++) {
+      const std::string where = name_of(lay) + " rank " + std::to_string(rank);
+      const std::string against = " (want: " + name_of(saved) + ")";
+      EXPECT_TRUE(bitwise_equal(where + " loss" + against, std::vector<float>{got[rank].loss},
+                                std::vector<float>{want[rank].loss}));
+      ASSERT_EQ(got[rank].specs.size(), want[rank].specs.size()) << where;
+      ASSERT_FALSE(got[rank].specs.empty()) << where;
+      for (const auto& s : got[rank].specs) {
+        const auto begin = got[rank].grads.begin() + s.offset, wbegin = want[rank].grads.begin() + s.offset;
+        EXPECT_TRUE(bitwise_equal(where + " d" + s.name + against, std::vector<float>(begin, begin + s.numel),
+                                  std::vector<float>(wbegin, wbegin + s.numel)));
+      }
+    }
+  }
 }
 
 TEST_P(ModelParallel, Bf16MixedAgreesWithItsSingleRank) {

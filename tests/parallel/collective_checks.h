@@ -22,6 +22,7 @@
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "parallel/layout.h"
+#include "test_util.h"
 
 namespace llamatrain::parallel::testing {
 
@@ -231,14 +232,10 @@ inline std::vector<float> cols_of(const std::vector<float>& a, size_t rows, size
   return out;
 }
 
+// got == want within 2e-5 (1 + |want|) everywhere (a NaN, such as a poisoned receive buffer read, never is).
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int shown = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double tol = 2e-5 * (1.0 + std::fabs(want[i]));
-    if (std::fabs(double(got[i]) - want[i]) > tol && shown++ < 5)
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
-  }
+  EXPECT_TRUE(llamatrain::testing::all_within_bound(what, got, want,
+                                                    [&](size_t i) { return 2e-5 * (1.0 + std::fabs(want[i])); }));
 }
 
 // Each pair alone, forward and backward, against its definition. n_local rows per rank, c columns.

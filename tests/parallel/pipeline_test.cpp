@@ -27,18 +27,10 @@ void PrintTo(const PipelineAction& a, std::ostream* os) { *os << schedule_string
 
 namespace {
 
+using testing::expect_close;
 using testing::noise;
 using testing::noise_vector;
 using testing::test_options;
-
-// got == want within 2e-5 relative, and a NaN (a poisoned receive buffer read) is a mismatch.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int shown = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::fabs(double(got[i]) - want[i]) <= 2e-5 * (1.0 + std::fabs(want[i]))) && shown++ < 5)
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
-}
 
 // ---- schedules ----
 

@@ -37,17 +37,8 @@ using testing::TempDir;
 constexpr uint64_t kSeed = 11;
 
 model::LlamaConfig config(bool tied) {
-  model::LlamaConfig c;
-  c.dim = 64;
-  c.ffn_dim = 128;
-  c.n_layers = 4;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 256;
-  c.max_seq_len = 64;
-  c.norm_eps = 1e-5f;
-  c.tie_embeddings = tied;
-  return c;
+  return {.dim = 64, .ffn_dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 256,
+          .max_seq_len = 64, .norm_eps = 1e-5f, .tie_embeddings = tied};
 }
 
 struct Layout {

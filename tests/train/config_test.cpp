@@ -122,15 +122,9 @@ TEST(Config, SeventyBillionUsesNeMosGqaSpelling) {
 // The shapes in configs/ are the real models': loading each with model.init_from pointing at the
 // model's config.json (built from model::preset_config, or docs/formats.md 4.1 for 70B) must agree.
 TEST(Config, ShapesAgreeWithHuggingFaceConfigs) {
-  llamatrain::model::LlamaConfig l70;
-  l70.dim = 8192;
-  l70.ffn_dim = 28672;
-  l70.n_layers = 80;
-  l70.n_heads = 64;
-  l70.n_kv_heads = 8;
-  l70.vocab_size = 32000;
-  l70.max_seq_len = 4096;
-  l70.norm_eps = 1e-5f;
+  const llamatrain::model::LlamaConfig l70 = {.dim = 8192, .ffn_dim = 28672, .n_layers = 80, .n_heads = 64,
+                                              .n_kv_heads = 8, .vocab_size = 32000, .max_seq_len = 4096,
+                                              .norm_eps = 1e-5f};
   const std::vector<std::pair<std::string, llamatrain::model::LlamaConfig>> models = {
       {"llama2_7b.yaml", llamatrain::model::preset_config("llama2-7b")},
       {"llama2_13b.yaml", llamatrain::model::preset_config("llama2-13b")},

@@ -27,6 +27,8 @@ namespace fs = std::filesystem;
 using testing::losses;
 using testing::RunResult;
 using testing::spawn;
+using testing::step_range;
+using testing::steps_of;
 using testing::TempDir;
 using testing::train_args;
 using testing::wait_for;
@@ -37,9 +39,7 @@ std::vector<std::string> train_argv(int ranks, const std::string& log_dir, std::
 }
 
 RunResult train(int ranks, const std::string& log_dir, const std::vector<std::string>& extra) {
-  fs::create_directories(log_dir);
-  const std::string log = log_dir + "/stdout.txt";
-  return wait_for(spawn(train_argv(ranks, log_dir, extra), log), log);
+  return testing::run_in(log_dir, train_argv(ranks, log_dir, extra));
 }
 
 TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {
@@ -73,12 +73,15 @@ TEST(DataParallelTrain, Dp2ReproducesTheSingleRankCurveAndWeights) {
   // Each step line and metrics row reports the time in collectives, a part of the step.
   EXPECT_NE(two.log.find("| comm "), std::string::npos) << two.log;
   EXPECT_EQ(one.log.find("| comm "), std::string::npos) << one.log;
+  int timed = 0;
   for (const auto& r : obs::read_metrics(dir / "two/metrics.jsonl"))
     if (r.contains("loss")) {
       const double comm = obs::metric_value(r, "comm_time_s"), step = obs::metric_value(r, "step_time_s");
       EXPECT_GT(comm, 0.0) << r.dump();
       EXPECT_LT(comm, step) << r.dump();
+      timed++;
     }
+  EXPECT_EQ(timed, 20) << "training records in two/metrics.jsonl";
 }
 
 TEST(DataParallelTrain, Zero1EqualsPlainDataParallelBitForBit) {
@@ -97,7 +100,9 @@ TEST(DataParallelTrain, Zero1EqualsPlainDataParallelBitForBit) {
     ASSERT_EQ(plain.status, 0) << plain.log;
     ASSERT_EQ(zero.status, 0) << zero.log;
     EXPECT_NE(zero.log.find("optimizer state sharded (ZeRO-1)"), std::string::npos) << zero.log;
-    EXPECT_EQ(losses(dir / (std::string("plain") + precision)), losses(dir / (std::string("zero") + precision)));
+    const auto plain_curve = losses(dir / (std::string("plain") + precision));
+    ASSERT_EQ(steps_of(plain_curve), step_range(1, 12)) << plain.log;
+    EXPECT_EQ(losses(dir / (std::string("zero") + precision)), plain_curve);
     const std::string a = dir / (std::string("plain") + precision + "/checkpoints/step_12");
     const std::string b = dir / (std::string("zero") + precision + "/checkpoints/step_12");
     EXPECT_EQ(testing::read_file(a + "/model.safetensors"), testing::read_file(b + "/model.safetensors"));
@@ -157,6 +162,7 @@ TEST(DataParallelTrain, Dp2Zero1CheckpointResumesOnOneRankOnTheSameCurve) {
   const auto stopped = wait_for(mpirun, moved + "/stdout.txt");
   EXPECT_NE(stopped.status, 0) << stopped.log;
   EXPECT_NE(stopped.log.find("checkpoint (stop signal)"), std::string::npos) << stopped.log;
+  ASSERT_FALSE(losses(moved).empty()) << stopped.log;
   const auto saved = losses(moved).rbegin()->first;
   ASSERT_LT(saved, 300) << "the run finished before the signal";
   std::printf("the ranks stopped after step %lld of 300\n", static_cast<long long>(saved));
@@ -168,6 +174,7 @@ TEST(DataParallelTrain, Dp2Zero1CheckpointResumesOnOneRankOnTheSameCurve) {
   ASSERT_EQ(second.status, 0) << second.log;
   EXPECT_NE(second.log.find("resumed at step " + std::to_string(saved)), std::string::npos) << second.log;
   const auto a = losses(dir / "full"), b = losses(moved);
+  ASSERT_EQ(steps_of(a), step_range(1, 300)) << full.log;
   ASSERT_EQ(b.size(), 300u);
   for (const auto& [step, loss] : a) EXPECT_NEAR(b.at(step), loss, 1e-5 * loss) << "step " << step;
   EXPECT_LE(weight_difference(dir / "full/checkpoints/step_300", moved + "/checkpoints/step_300"), 1e-5);
@@ -189,6 +196,7 @@ TEST(DataParallelTrain, SigtermToMpirunSavesACheckpoint) {
   const auto r = wait_for(mpirun, run + "/stdout.txt");
   EXPECT_NE(r.status, 0) << r.log;
   const auto log = testing::read_file(run + "/train_log.txt");
+  ASSERT_FALSE(losses(run).empty()) << r.log;
   const auto saved = losses(run).rbegin()->first;
   EXPECT_NE(log.find("checkpoint (stop signal): " + run + "/checkpoints/step_" + std::to_string(saved)),
             std::string::npos)

@@ -1,6 +1,8 @@
 // Runs of the llamatrain binary's `train` on the tiny config and the fixture corpus, for the trainer's
 // end-to-end tests: the corpus preprocessed once per test binary, the command line of a run, starting
-// it with its output in a log file, waiting for it, and reading its loss curve back.
+// it with its output in a log file, waiting for it, reading its loss curve back (and the steps it
+// logged: comparing two curves proves nothing unless each has the steps it should), and how far two
+// checkpoints' weights are apart.
 #pragma once
 
 #include <fcntl.h>
@@ -8,12 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <algorithm>
-#include <cmath>
 
 #include "io/safetensors.h"
 #include "obs/metrics.h"
@@ -89,6 +91,14 @@ inline RunResult wait_for(pid_t pid, const std::string& log) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), read_file(log)};
 }
 
+// Runs argv to its end, its stdout and stderr in log_dir/stdout.txt (log_dir is created first).
+inline RunResult run_in(const std::string& log_dir, const std::vector<std::string>& argv,
+                        const std::vector<std::string>& env = {}) {
+  std::filesystem::create_directories(log_dir);
+  const std::string log = log_dir + "/stdout.txt";
+  return wait_for(spawn(argv, log, env), log);
+}
+
 // step -> loss of the training records of metrics.jsonl (the last record of a step wins: a resumed
 // run repeats the steps after its checkpoint).
 inline std::map<int64_t, double> losses(const std::string& log_dir) {
@@ -96,6 +106,19 @@ inline std::map<int64_t, double> losses(const std::string& log_dir) {
   for (const auto& r : obs::read_metrics(log_dir + "/metrics.jsonl"))
     if (r.contains("loss")) out[r["step"].get<int64_t>()] = obs::metric_value(r, "loss");
   return out;
+}
+
+// The steps of a curve, and the steps first..last: a run that logged each of its steps 1..n has
+//   ASSERT_EQ(steps_of(losses(dir)), step_range(1, n));
+inline std::vector<int64_t> steps_of(const std::map<int64_t, double>& curve) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, loss] : curve) steps.push_back(step);
+  return steps;
+}
+inline std::vector<int64_t> step_range(int64_t first, int64_t last) {
+  std::vector<int64_t> steps;
+  for (int64_t s = first; s <= last; s++) steps.push_back(s);
+  return steps;
 }
 
 // argv of one run on the tiny config with 8 samples per step in micro-batches of 2: `mpiexec -np
@@ -124,14 +147,12 @@ inline WeightDifference weight_differences(const std::string& a, const std::stri
     std::vector<float> x(size_t(t.numel())), y(x.size());
     ca.read_f32(name, t.shape, x.data());
     cb.read_f32(name, t.shape, y.data());
-    double scale = 0, diff = 0, sq = 0, dsq = 0;
+    double sq = 0, dsq = 0;
     for (size_t i = 0; i < x.size(); i++) {
-      scale = std::max(scale, double(std::fabs(x[i])));
-      diff = std::max(diff, double(std::fabs(x[i] - y[i])));
       sq += double(x[i]) * x[i];
       dsq += double(x[i] - y[i]) * (x[i] - y[i]);
     }
-    w.max_abs = std::max(w.max_abs, diff / scale);
+    w.max_abs = std::max(w.max_abs, max_difference(y, x).relative());
     w.l2 = std::max(w.l2, std::sqrt(dsq / sq));
   }
   return w;

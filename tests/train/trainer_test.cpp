@@ -32,15 +32,15 @@ using testing::fixture_prefix;
 using testing::losses;
 using testing::RunResult;
 using testing::spawn;
+using testing::step_range;
+using testing::steps_of;
 using testing::TempDir;
 using testing::train_args;
 using testing::wait_for;
 
 RunResult run_train(const std::string& log_dir, const std::vector<std::string>& extra,
                     const std::vector<std::string>& env = {}) {
-  fs::create_directories(log_dir);
-  const std::string log = log_dir + "/stdout.txt";
-  return wait_for(spawn(train_args(log_dir, extra), log, env), log);
+  return testing::run_in(log_dir, train_args(log_dir, extra), env);
 }
 
 std::vector<float> tensor_f32(const std::string& file, const std::string& name) {
@@ -79,13 +79,8 @@ TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {
   const std::string mb = dir / "b/checkpoints/step_5/model.safetensors";
   for (const char* name : {"model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight",
                            "lm_head.weight", "model.norm.weight"}) {
-    const auto wa = tensor_f32(ma, name), wb = tensor_f32(mb, name);
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < wa.size(); i++) {
-      worst = std::max(worst, double(std::fabs(wa[i] - wb[i])));
-      scale = std::max(scale, double(std::fabs(wa[i])));
-    }
-    EXPECT_LE(worst, 1e-4 * scale) << name;
+    const auto d = testing::max_difference(tensor_f32(mb, name), tensor_f32(ma, name));
+    EXPECT_LE(d.max_abs, 1e-4 * d.scale) << name << ", worst element " << d.worst;
   }
 }
 
@@ -297,6 +292,7 @@ TEST(Trainer, RecomputeModesGiveTheSameRun) {
       EXPECT_NE(r.log.find("recompute full in layers 0-0"), std::string::npos) << r.log;
     }
     l[g] = losses(dir / g);
+    ASSERT_EQ(steps_of(l[g]), step_range(1, 6)) << g << ": not every step logged\n" << r.log;
   }
   EXPECT_EQ(l["selective"], l["null"]);
   EXPECT_EQ(l["full"], l["null"]);
