@@ -1,5 +1,5 @@
 // bench_matmul: GFLOP/s of cpu::matmul_forward / matmul_backward (fp32 and bf16) on the stories110m
-// shapes at M = B*T rows, and cpu::lmhead_ce_fused side by side with its earlier chunked algorithm
+// shapes at M = B*T rows, and cpu::lmhead_ce_forward / lmhead_ce_backward side by side with its earlier chunked algorithm
 // (lmhead_ce_chunked_v1, kept here only as the baseline), interleaved in one process.
 // "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call operand conversions.
 // bf16 compute is timed through each kernel (matmul_choice.h: oneDNN's bf16 kernel, its fp32 kernel on
@@ -86,7 +86,7 @@ void row_softmax_v1(bf16* __restrict d, const float* __restrict l, float lse, fl
   for (int j = 0; j < V; j++) bits[j] = to_bf16(cpu::fast_exp(l[j] - lse) * scale).bits;
 }
 
-// The lm head + CE as cpu::lmhead_ce_fused computed it before the whole-batch backward (kept here
+// The lm head + CE as cpu::lmhead_ce_backward computed it before the whole-batch backward (kept here
 // only as the bench's baseline): per chunk of 256 rows, logits gemm, softmax into a chunk of dlogits,
 // then dx_c = dlogits @ wout and dwout += dlogits^T @ x_c (K = 256: dwout streamed once per chunk).
 void lmhead_ce_chunked_v1(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
   }
 
   // fused lm head + CE: the earlier chunked algorithm (lmhead_ce_chunked_v1 above) against
-  // cpu::lmhead_ce_fused, interleaved in one process; 3 matmuls of 2*M*C*V flop each, plus the softmax.
+  // cpu::lmhead_ce_backward, interleaved in one process; 3 matmuls of 2*M*C*V flop each, plus the softmax.
   if (!run_lmhead) return 0;
   const int C = 768, V = 32000;
   const auto x = random_vec(size_t(M) * C, 4, 1.0f);       // (M,C)
@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
   std::vector<float> losses(static_cast<size_t>(M)), dx(size_t(M) * C), dwout(wout.size(), 0.0f);
   const double flop = 2.0 * M * C * double(V);
   const int reps = std::max(5, int(seconds * 20));  // rounds of old + new
-  std::printf("lmhead_ce_fused M=%d C=%d V=%d: old = chunked v1 (R=256), new = cpu::lmhead_ce_fused (R=%d, G=%d bf16 / "
+  std::printf("lmhead_ce M=%d C=%d V=%d: old = chunked v1 (R=256), new = cpu::lmhead_ce_* (R=%d, G=%d bf16 / "
               "%d f32),\n  %d interleaved repetitions: median seconds (effective GFLOP/s), new/old ratio of medians\n",
               M, C, V, cpu::detail::lmhead_chunk_rows(V), cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::bf16),
               cpu::detail::lmhead_block_rows(M, V, cpu::ComputeType::f32), reps);
@@ -278,8 +278,11 @@ int main(int argc, char** argv) {
                                  1.0f / M, M, C, V, ct);
           },
           [&] {
-            cpu::lmhead_ce_fused(losses.data(), dxp, dwp, x.data(), wout.data(), wout_b.data(), targets.data(),
-                                 1.0f / M, M, C, V, ct);
+            if (backward)
+              cpu::lmhead_ce_backward(losses.data(), dxp, dwp, x.data(), wout.data(), wout_b.data(), targets.data(),
+                                      1.0f / M, M, C, V, ct);
+            else
+              cpu::lmhead_ce_forward(losses.data(), x.data(), wout.data(), wout_b.data(), targets.data(), M, C, V, ct);
           }};
       const auto t = median_times(calls, reps);
       const double f = backward ? 3 * flop : flop;
@@ -294,8 +297,8 @@ int main(int argc, char** argv) {
     std::fill(dwout.begin(), dwout.end(), 0.0f);
     lmhead_ce_chunked_v1(losses_old.data(), dx_old.data(), dw_old.data(), x.data(), wout.data(), wout_b.data(),
                          targets.data(), 1.0f / M, M, C, V, ct);
-    cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(), targets.data(),
-                         1.0f / M, M, C, V, ct);
+    cpu::lmhead_ce_backward(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(), targets.data(),
+                            1.0f / M, M, C, V, ct);
     const auto rel_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
       double diff = 0.0, scale = 0.0;
       for (size_t i = 0; i < a.size(); i++) {
@@ -315,8 +318,8 @@ int main(int argc, char** argv) {
     for (cpu::MatmulPolicy p : {cpu::MatmulPolicy::bf16, cpu::MatmulPolicy::f32, cpu::MatmulPolicy::automatic})
       calls.push_back([&, p] {
         const Policy forced(p);
-        cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(),
-                             targets.data(), 1.0f / M, M, C, V, cpu::ComputeType::bf16);
+        cpu::lmhead_ce_backward(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(),
+                                targets.data(), 1.0f / M, M, C, V, cpu::ComputeType::bf16);
       });
     const auto t = median_times(calls, reps);
     const auto k = cpu::detail::known_kernel(fmt::format("lmhead N={} C={} V={} train", M, C, V), M, V, C);

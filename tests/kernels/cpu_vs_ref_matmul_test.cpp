@@ -1,5 +1,5 @@
-// cpu::matmul_* against ref::matmul_*, and cpu::lmhead_ce_fused against an fp64 lm-head + CE computed
-// here with plain loops, on awkward shapes, in f32 and bf16.
+// cpu::matmul_* against ref::matmul_*, and cpu::lmhead_ce_forward / lmhead_ce_backward against
+// ref::lmhead_ce_backward (fp64 logits and gradients), on awkward shapes, in f32 and bf16.
 // Tolerances are error bounds scaled by S = sum_k |a_k||b_k| of each output (the same sum over
 // absolute values, computed by the reference on |operands|), so they hold whatever the cancellation:
 //   fp32: oneDNN's blocked fp32 sums differ from the fp64 reference by ~u32*sqrt(K)*S; we allow
@@ -273,10 +273,11 @@ struct LmCase {
   float w_scale;   // wout ~ U(-w_scale, w_scale); large values give peaked softmaxes
 };
 
-// fp64 lm head + CE + backward, plus the absolute-value sums the tolerances are scaled by.
+// ref::lmhead_ce_backward's values (dwout from zero), plus the absolute-value sums the tolerances are
+// scaled by (from the same fp64 logits and softmax).
 struct LmRef {
-  std::vector<double> losses;               // (N)
-  std::vector<double> dx, dwout;            // (N,C), (V,C) (dwout from zero)
+  std::vector<float> losses;                // (N)
+  std::vector<float> dx, dwout;             // (N,C), (V,C) (dwout from zero)
   std::vector<double> logit_scale;          // (N) max_v sum_c |x||w|
   std::vector<double> dx_p, dx_d;           // (N,C) dloss * sum_v p|w|, sum_v |dlogit||w|
   std::vector<double> dw_p, dw_d;           // (V,C) sum_n dloss * p|x|, sum_n |dlogit||x|
@@ -285,9 +286,11 @@ struct LmRef {
 LmRef lm_reference(const std::vector<float>& x, const std::vector<float>& wout, const std::vector<int32_t>& targets,
                    double dloss, int N, int C, int V) {
   LmRef r;
-  r.losses.assign(size_t(N), 0.0);
-  r.dx.assign(size_t(N) * C, 0.0);
-  r.dwout.assign(size_t(V) * C, 0.0);
+  r.losses.assign(size_t(N), 0.0f);
+  r.dx.assign(size_t(N) * C, 0.0f);
+  r.dwout.assign(size_t(V) * C, 0.0f);
+  ref::lmhead_ce_backward(r.losses.data(), r.dx.data(), r.dwout.data(), x.data(), wout.data(), targets.data(),
+                          float(dloss), N, C, V);
   r.logit_scale.assign(size_t(N), 0.0);
   r.dx_p.assign(size_t(N) * C, 0.0);
   r.dx_d.assign(size_t(N) * C, 0.0);
@@ -296,7 +299,6 @@ LmRef lm_reference(const std::vector<float>& x, const std::vector<float>& wout, 
   std::vector<double> l(static_cast<size_t>(V)), p(static_cast<size_t>(V)), d(static_cast<size_t>(V));
   for (int n = 0; n < N; n++) {
     const float* xn = &x[size_t(n) * C];
-    // logits = x @ wout^T
     for (int v = 0; v < V; v++) {
       double s = 0.0, sa = 0.0;
       for (int c = 0; c < C; c++) {
@@ -307,26 +309,21 @@ LmRef lm_reference(const std::vector<float>& x, const std::vector<float>& wout, 
       r.logit_scale[size_t(n)] = std::max(r.logit_scale[size_t(n)], sa);
     }
     const int t = targets[size_t(n)];
-    if (t < 0) continue;  // ignored: loss 0, no gradient
-    // loss = logsumexp(l) - l[t]; dlogits = dloss * (softmax - onehot)
+    if (t < 0) continue;  // ignored: no gradient
     double mx = l[0];
     for (int v = 1; v < V; v++) mx = std::max(mx, l[size_t(v)]);
     double s = 0.0;
     for (int v = 0; v < V; v++) s += std::exp(l[size_t(v)] - mx);
     const double lse = mx + std::log(s);
-    r.losses[size_t(n)] = lse - l[size_t(t)];
     for (int v = 0; v < V; v++) {
       p[size_t(v)] = std::exp(l[size_t(v)] - lse);
       d[size_t(v)] = dloss * (p[size_t(v)] - (v == t ? 1.0 : 0.0));
     }
-    // dx = dlogits @ wout; dwout += dlogits^T @ x
     for (int v = 0; v < V; v++) {
       for (int c = 0; c < C; c++) {
         const double w = wout[size_t(v) * C + c];
-        r.dx[size_t(n) * C + c] += d[size_t(v)] * w;
         r.dx_p[size_t(n) * C + c] += dloss * p[size_t(v)] * std::abs(w);
         r.dx_d[size_t(n) * C + c] += std::abs(d[size_t(v)] * w);
-        r.dwout[size_t(v) * C + c] += d[size_t(v)] * xn[c];
         r.dw_p[size_t(v) * C + c] += dloss * p[size_t(v)] * std::abs(double(xn[c]));
         r.dw_d[size_t(v) * C + c] += std::abs(d[size_t(v)] * xn[c]);
       }
@@ -397,17 +394,17 @@ LmResult check_lm_case(const LmCase& lc, const Mode& mode) {
 
   cpu::detail::lmhead_chunk_rows_override() = lc.chunk_rows;
   std::vector<float> losses(size_t(N), -1.0f), dx(size_t(N) * C, -7.0f), dwout = dwout0;
-  cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(),
-                       is_bf16 ? wout_b.data() : nullptr, targets.data(), float(dloss), N, C, V, ct);
+  cpu::lmhead_ce_backward(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(),
+                          is_bf16 ? wout_b.data() : nullptr, targets.data(), float(dloss), N, C, V, ct);
   std::vector<float> losses_eval(size_t(N), -1.0f);
-  cpu::lmhead_ce_fused(losses_eval.data(), nullptr, nullptr, x.data(), wout.data(), is_bf16 ? wout_b.data() : nullptr,
-                       targets.data(), float(dloss), N, C, V, ct);
+  cpu::lmhead_ce_forward(losses_eval.data(), x.data(), wout.data(), is_bf16 ? wout_b.data() : nullptr, targets.data(), N,
+                         C, V, ct);
   if (is_bf16) {  // the weight copy held as bf16_in_f32 gives bitwise the same results on either kernel
     std::vector<bf16_in_f32> wout_x(wout.size());
     bf16_from_float(wout_x.data(), wout.data(), int64_t(wout.size()));
     std::vector<float> losses_x(size_t(N), -1.0f), dx_x(size_t(N) * C, -7.0f), dwout_x = dwout0;
-    cpu::lmhead_ce_fused(losses_x.data(), dx_x.data(), dwout_x.data(), x.data(), wout.data(), wout_x.data(),
-                         targets.data(), float(dloss), N, C, V, ct);
+    cpu::lmhead_ce_backward(losses_x.data(), dx_x.data(), dwout_x.data(), x.data(), wout.data(), wout_x.data(),
+                            targets.data(), float(dloss), N, C, V, ct);
     EXPECT_EQ(losses_x, losses) << "a bf16_in_f32 wout copy";
     EXPECT_EQ(dx_x, dx) << "a bf16_in_f32 wout copy";
     EXPECT_EQ(dwout_x, dwout) << "a bf16_in_f32 wout copy";
@@ -415,7 +412,7 @@ LmResult check_lm_case(const LmCase& lc, const Mode& mode) {
   cpu::detail::lmhead_chunk_rows_override() = 0;
 
   EXPECT_TRUE(all_within("losses", losses, ref.losses, loss_tol, 1.0, 2 * kU32));
-  EXPECT_EQ(losses_eval, losses) << "dx == nullptr (evaluation) must give the same losses";
+  EXPECT_EQ(losses_eval, losses) << "the forward (evaluation) must give the backward's losses";
   for (int n = 0; n < N; n++)
     if (targets[size_t(n)] < 0) {
       EXPECT_EQ(losses[size_t(n)], 0.0f) << "ignored row " << n;
@@ -517,8 +514,8 @@ TEST(CpuVsRefLmHeadCe, KernelsAgreeToSummationOrderOnExactLogits) {
   for (int i = 0; i < 2; i++) {
     const ForceKernel force(i == 0 ? MatmulKernel::bf16 : MatmulKernel::f32);
     r[i] = {std::vector<float>(size_t(N)), std::vector<float>(size_t(N) * C), std::vector<float>(wout.size(), 0.0f)};
-    cpu::lmhead_ce_fused(r[i].losses.data(), r[i].dx.data(), r[i].dwout.data(), x.data(), wout.data(), wout_b.data(),
-                         targets.data(), float(dloss), N, C, V, ComputeType::bf16);
+    cpu::lmhead_ce_backward(r[i].losses.data(), r[i].dx.data(), r[i].dwout.data(), x.data(), wout.data(),
+                            wout_b.data(), targets.data(), float(dloss), N, C, V, ComputeType::bf16);
   }
   cpu::detail::lmhead_chunk_rows_override() = 0;
   cpu::detail::lmhead_block_rows_override() = 0;
@@ -540,8 +537,8 @@ TEST(CpuVsRefLmHeadCe, HugeLogitsStayFinite) {
   for (size_t i = 0; i < wout.size(); i++) wout[i] = float(int(i % 7) - 3) * 10.0f;
   const std::vector<int32_t> targets = {1, 4, 0};
   std::vector<float> losses(3), dx(size_t(N) * C), dwout(size_t(V) * C, 0.0f);
-  cpu::lmhead_ce_fused(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), nullptr, targets.data(), 1.0f,
-                       N, C, V, ComputeType::f32);
+  cpu::lmhead_ce_backward(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), nullptr, targets.data(), 1.0f,
+                          N, C, V, ComputeType::f32);
   const LmRef ref = lm_reference(x, wout, targets, 1.0, N, C, V);
   for (int n = 0; n < N; n++) EXPECT_NEAR(losses[size_t(n)], ref.losses[size_t(n)], 1e-3 * (1 + ref.losses[size_t(n)]));
   for (size_t i = 0; i < dx.size(); i++) EXPECT_NEAR(dx[i], ref.dx[i], 1e-3 * (1 + std::abs(ref.dx[i]))) << i;

@@ -3,7 +3,7 @@
 // h. The matmul is linear, so the only error is fp32 rounding of the forward output (~1e-7 relative)
 // divided by h; through cross-entropy add O(h^2) curvature. The CE here is a local fp64 one (the test
 // must not depend on ref::cross_entropy, written elsewhere), so this also pins down the lm-head math
-// that cpu::lmhead_ce_fused implements.
+// of ref::lmhead_ce_backward, checked against the same differences, the oracle of the fused kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,6 +107,12 @@ TEST(RefGradcheckMatmul, LmHeadCrossEntropy) {
   EXPECT_TRUE(all_close("dwout (want: central differences)", dwout, num_dwout, 2e-4, 1e-3));
   // the ignored row has no gradient at all
   for (int c = 0; c < C; c++) EXPECT_EQ(dx[size_t(1) * C + c], 0.0f);
+
+  std::vector<float> losses(static_cast<size_t>(N)), dx_lm(size_t(N) * C), dwout_lm(size_t(V) * C, 0.0f);
+  ref::lmhead_ce_backward(losses.data(), dx_lm.data(), dwout_lm.data(), x.data(), wout.data(), targets.data(),
+                          float(dloss), N, C, V);
+  EXPECT_TRUE(all_close("ref::lmhead_ce_backward dx (want: central differences)", dx_lm, num_dx, 2e-4, 1e-3));
+  EXPECT_TRUE(all_close("ref::lmhead_ce_backward dwout (want: central differences)", dwout_lm, num_dwout, 2e-4, 1e-3));
 }
 
 }  // namespace

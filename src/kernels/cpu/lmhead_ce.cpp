@@ -78,7 +78,7 @@ std::string lmhead_shape(int N, int C, int V, bool backward, bool f32_weight = f
   return fmt::format("lmhead N={} C={} V={} {}{}", N, C, V, backward ? "train" : "eval", f32_weight ? " w=f32exact" : "");
 }
 
-// Estimated seconds of one bf16-compute lmhead_ce_fused call through kernel k, from probes of its
+// Estimated seconds of one bf16-compute lmhead_ce_forward / lmhead_ce_backward call through kernel k, from probes of its
 // gemms on row slices (detail::GemmProbe): wout converted to k's form once, the logits of all N rows
 // (x converted on the way), and for training dx and dwout from synthetic dlogits (which do not exist
 // before the softmax) at the block size G that k's dlogits dtype gives. The softmax, the same work
@@ -152,13 +152,14 @@ int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct, bool float_
   return *k == MatmulKernel::bf16 ? bf16_kernel : f32_kernel;
 }
 
-void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
-                     const float* wout /*(V,C)*/, Bf16Weight wout_bf16 /*(V,C)*/, const int32_t* targets /*(N)*/,
-                     float dloss, int N, int C, int V, ComputeType ct) {
+// The one pass behind lmhead_ce_forward (dx == nullptr) and lmhead_ce_backward.
+static void lmhead_ce_pass(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
+                           const float* wout /*(V,C)*/, Bf16Weight wout_bf16 /*(V,C)*/, const int32_t* targets /*(N)*/,
+                           float dloss, int N, int C, int V, ComputeType ct) {
   const bool backward = dx != nullptr;
   MatmulKernel k = MatmulKernel::f32;
   if (ct == ComputeType::bf16) {
-    CHECK(wout_bf16.data != nullptr, "lmhead_ce_fused: bf16 compute needs wout_bf16");
+    CHECK(wout_bf16.data != nullptr, "lmhead_ce: bf16 compute needs wout_bf16");
     std::optional<LmheadProbe> probe;
     k = detail::choose_kernel(
         lmhead_shape(N, C, V, backward, !wout_bf16.is_bf16), N, V, C,
@@ -198,7 +199,7 @@ void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*
         float* l = lc + int64_t(i) * V;  // (V)
         const int n = r0 + i;
         const int32_t t = targets[n];
-        CHECK(t < V, "lmhead_ce_fused: target {} at row {} is out of range for vocab {}", t, n, V);
+        CHECK(t < V, "lmhead_ce: target {} at row {} is out of range for vocab {}", t, n, V);
         // one exp per logit; evaluation takes the same steps, so its losses are bitwise the same
         const float mx = detail::row_max(l, V);
         const float lt = t >= 0 ? l[t] : 0.0f;
@@ -238,13 +239,13 @@ namespace llamatrain::cpu {
 
 void lmhead_ce_forward(float* losses, const float* x, const float* wout, Bf16Weight wout_bf16, const int32_t* targets,
                        int N, int C, int V, ComputeType ct) {
-  lmhead_ce_fused(losses, nullptr, nullptr, x, wout, wout_bf16, targets, 0.0f, N, C, V, ct);
+  lmhead_ce_pass(losses, nullptr, nullptr, x, wout, wout_bf16, targets, 0.0f, N, C, V, ct);
 }
 
 void lmhead_ce_backward(float* losses, float* dx, float* dwout, const float* x, const float* wout, Bf16Weight wout_bf16,
                         const int32_t* targets, float dloss, int N, int C, int V, ComputeType ct) {
   CHECK(dx != nullptr && dwout != nullptr, "lmhead_ce_backward without dx or dwout");
-  lmhead_ce_fused(losses, dx, dwout, x, wout, wout_bf16, targets, dloss, N, C, V, ct);
+  lmhead_ce_pass(losses, dx, dwout, x, wout, wout_bf16, targets, dloss, N, C, V, ct);
 }
 
 }  // namespace llamatrain::cpu

@@ -124,7 +124,7 @@ class MatmulChooser {
   } lock_;
 };
 
-// The process-wide chooser of cpu::matmul_forward / matmul_backward and lmhead_ce_fused (defined in
+// The process-wide chooser of cpu::matmul_forward / matmul_backward and lmhead_ce_* (defined in
 // matmul.cpp): machine = CPU model + oneDNN version and ISA; bf16 available when oneDNN creates a
 // bf16 matmul on this CPU; policy from $LLAMATRAIN_BF16_MATMUL (auto
 // when unset or empty; any value other than auto, bf16, fp32 throws Error on first use); cache at

@@ -112,10 +112,6 @@ void lmhead_ce_forward(float* losses /*(N)*/, const float* x /*(N,C)*/, const fl
 void lmhead_ce_backward(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
                         const float* wout /*(V,C)*/, Bf16Weight wout_bf16, const int32_t* targets /*(N)*/, float dloss,
                         int N, int C, int V, ComputeType ct);
-// The former name of both (dx == nullptr: the forward), kept while its callers move.
-void lmhead_ce_fused(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
-                     const float* wout /*(V,C)*/, Bf16Weight wout_bf16, const int32_t* targets /*(N)*/, float dloss,
-                     int N, int C, int V, ComputeType ct);
 // Bytes of scratch that lmhead_ce_backward at these sizes allocates and keeps for reuse
 // (per calling thread): bounded by 128 MiB of dlogits plus one chunk of fp32 logits, whatever N; the
 // fp32 kernel in bf16 compute adds a float copy of wout_bf16 (V,C) and of an x block. In bf16 compute,

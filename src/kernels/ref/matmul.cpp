@@ -1,6 +1,6 @@
 // Reference matmul (nn.Linear without bias): out = inp @ weight^T and its backward.
 // Plain triple loops, every dot product accumulated in fp64, single-threaded: the oracle for
-// cpu::matmul_* and cpu::lmhead_ce_fused. Slow on purpose; only small shapes are meant to go here.
+// cpu::matmul_*. Slow on purpose; only small shapes are meant to go here.
 #include "kernels/ref/ops.h"
 
 namespace llamatrain::ref {
