@@ -410,6 +410,57 @@ TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32UpdateWithPhiloxBits) {
   }
 }
 
+TEST(CpuVsRef, AdamwBf16VariantsFollowTheirReferences) {
+  // ref::adamw_update_bf16_copy / _sr are ref::adamw_update and the mode's rounding. The cpu:: fp32
+  // updates may differ from ref's in an ulp (contracted FMAs), so: where cpu::adamw_update and
+  // ref::adamw_update agree bitwise on an element, the bf16 results must too (same rounding, same
+  // Philox words); elsewhere they are at most one bf16 step apart.
+  for (int64_t n : {int64_t(1), int64_t(17), int64_t(20011)}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    Bf16State cs = random_bf16_state(n, 50), rs = cs;
+    const auto grad = mt19937_normal(n, 51, 0.1f);
+    auto p_cpu = to_float_vec(cs.p), m_cpu = to_float_vec(cs.m), v_cpu = to_float_vec(cs.v);
+    auto p_ref = p_cpu, m_ref = m_cpu, v_ref = v_cpu;
+    cpu::adamw_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+    ref::adamw_update(p_ref.data(), m_ref.data(), v_ref.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+    cpu::adamw_update_bf16_sr(cs.p.data(), cs.m.data(), cs.v.data(), cs.p32.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f,
+                              1e-8f, 0.1f, 3, 1.0f, 5, 11, 1000);
+    ref::adamw_update_bf16_sr(rs.p.data(), rs.m.data(), rs.v.data(), rs.p32.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f,
+                              1e-8f, 0.1f, 3, 1.0f, 5, 11, 1000);
+    int64_t same = 0, bad = 0;
+    auto check = [&](const char* what, bf16 c, bf16 r, float fc, float fr, int64_t i) {
+      const bool agree = fc == fr;
+      same += agree;
+      const bool ok = agree ? c.bits == r.bits : std::abs(int(c.bits) - int(r.bits)) <= 1;
+      if (!ok && bad++ < 5)
+        ADD_FAILURE() << what << "[" << i << "]: cpu " << to_float(c) << " ref " << to_float(r) << " (fp32 " << fc
+                      << " / " << fr << ")";
+    };
+    for (int64_t i = 0; i < n; i++) {
+      check("param", cs.p[i], rs.p[i], p_cpu[i], p_ref[i], i);
+      check("m", cs.m[i], rs.m[i], m_cpu[i], m_ref[i], i);
+      check("v", cs.v[i], rs.v[i], v_cpu[i], v_ref[i], i);
+      EXPECT_EQ(rs.p32[i], to_float(rs.p[i]));
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_GT(same, 3 * n * 9 / 10) << "the fp32 updates should mostly agree bitwise";
+    // bf16-mixed: the copy is the new param rounded to nearest even.
+    auto pc = to_float_vec(cs.p), pr = pc, mc = m_cpu, mr = mc, vc = v_cpu, vr = vc;
+    std::vector<bf16> cc(static_cast<size_t>(n)), rc(static_cast<size_t>(n));
+    cpu::adamw_update_bf16_copy(pc.data(), cc.data(), mc.data(), vc.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                0.1f, 4, 0.5f);
+    ref::adamw_update_bf16_copy(pr.data(), rc.data(), mr.data(), vr.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                0.1f, 4, 0.5f);
+    EXPECT_TRUE(all_close("bf16-mixed param", pc, pr, 1e-7, 1e-6));
+    for (int64_t i = 0; i < n; i++) {
+      EXPECT_EQ(rc[size_t(i)].bits, to_bf16(pr[i]).bits) << i;
+      if (pc[i] == pr[i]) {
+        EXPECT_EQ(cc[size_t(i)].bits, rc[size_t(i)].bits) << i;
+      }
+    }
+  }
+}
+
 TEST(AdamwBf16Sr, UnbiasedAndIndependentDraws) {
   // Every element gets the same state and gradient, so each sees the same fp32 update x and only
   // its random bits differ; the mean of the roundings must be x within 5 standard errors, and

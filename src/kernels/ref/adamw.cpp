@@ -1,8 +1,12 @@
 // Reference AdamW in torch.optim.AdamW's order of operations (decoupled weight decay first, then
 // the bias-corrected Adam step), fp32 state, scalars (bias corrections, step size) in fp64.
-// Also sum_squares for global grad-norm clipping. Derivation and torch mapping:
+// The bf16 modes' variants are adamw_update on widened values followed by the rounding the mode
+// prescribes. Also sum_squares for global grad-norm clipping. Derivation and torch mapping:
 // docs/derivations.md#adamw.
 #include <cmath>
+#include <vector>
+
+#include "core/rng.h"
 
 #include "kernels/ref/ops.h"
 
@@ -30,6 +34,27 @@ void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n
     float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
     // torch: param.addcdiv_(exp_avg, denom, value=-step_size)
     param[i] = param[i] - step_size * (m[i] / denom);
+  }
+}
+
+void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, const float* grad, int64_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale) {
+  adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+  for (int64_t i = 0; i < n; i++) param_bf16[i] = to_bf16(param[i]);
+}
+
+void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                          uint64_t seed, uint32_t tensor_id, uint64_t first_element) {
+  std::vector<float> p(static_cast<size_t>(n)), mf(static_cast<size_t>(n)), vf(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) p[size_t(i)] = to_float(param[i]), mf[size_t(i)] = to_float(m[i]), vf[size_t(i)] = to_float(v[i]);
+  adamw_update(p.data(), mf.data(), vf.data(), grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+  for (int64_t i = 0; i < n; i++) {
+    const auto bits = random_u32x4(seed, uint32_t(step), tensor_id, first_element + uint64_t(i));
+    param[i] = to_bf16_stochastic(p[size_t(i)], bits[0]);
+    m[i] = to_bf16_stochastic(mf[size_t(i)], bits[1]);
+    v[i] = to_bf16_stochastic(vf[size_t(i)], bits[2]);
+    if (param_f32) param_f32[i] = to_float(param[i]);
   }
 }
 

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "core/bf16.h"
+
 namespace llamatrain::ref {
 
 // out[n, :] = wte[tokens[n], :]
@@ -129,6 +131,16 @@ void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t strea
 // step t is 1-based. grad_scale folds in global-norm clipping.
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int step, float grad_scale);
+
+// adamw_update, then param_bf16 (n) = each new param rounded to nearest even (bf16-mixed's matmul copy).
+void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, const float* grad, int64_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale);
+// bf16-sr: param, m and v held in bf16; each is widened, updated by adamw_update in fp32, and rounded
+// stochastically (to_bf16_stochastic) with words 0, 1 and 2 of random_u32x4(seed, step, tensor_id,
+// first_element + i) (core/rng.h). param_f32 (may be nullptr) receives the new bf16 params widened.
+void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                          uint64_t seed, uint32_t tensor_id, uint64_t first_element = 0);
 
 // sum of squares of n values, in fp64 (for global grad-norm clipping).
 double sum_squares(const float* x, int64_t n);
