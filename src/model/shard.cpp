@@ -203,8 +203,8 @@ ShardPlan ShardPlan::make(const LlamaConfig& full, int tp_size, int tp_rank, int
 
 void ShardPlan::check_micro_batch(int64_t B, int64_t T, const FieldNames& names) const {
   if (sequence_parallel && (B * T) % tp_size != 0)
-    fail("{}: micro batch {} x seq {} = {} tokens, expected a multiple of the {} {} (sequence parallelism splits "
-         "the tokens over the ranks)\nhint: choose a sequence length divisible by the {}",
+    fail("{}: micro batch {} x seq {} = {} tokens, expected a multiple of {} {} (sequence parallelism splits the "
+         "tokens over the ranks)\nhint: choose a sequence length divisible by {}",
          names.head("seq_len"), B, T, B * T, names("tp_size"), tp_size, names("tp_size"));
 }
 

@@ -114,6 +114,8 @@ void plan_memory(const TrainConfig& cfg, RunPlan& p) {
   p.shard = model::ShardPlan::make(p.model, lay.tp_size, lay.tp_rank, lay.pp_size, lay.pp_rank,
                                    cfg.model.sequence_parallel && lay.tp_size > 1,
                                    lay.pp_size > 1 ? p.pipeline_split : std::vector<int>{});
+  p.shard.check_micro_batch(p.B, p.T, FieldNames("", {{"seq_len", "model.data.seq_length"},
+                                                       {"tp_size", "model.tensor_model_parallel_size"}}));
   p.slots = lay.pp_size > 1 ? parallel::pipeline_slots(lay.pp_size, lay.pp_rank, int(p.micro_batches)) : 1;
   const model::TrainingShape shape{p.precision, p.B,     p.T, p.recompute, p.recompute_layers,
                                    p.slots,     p.zero1 ? lay.dp_size : 1};
