@@ -4,18 +4,22 @@
 // points of saves never leaves the run without a loadable checkpoint; a corrupt newest checkpoint is
 // skipped with a warning naming the file; injected non-finite gradients are skipped, then rolled
 // back; a full disk during a save is a clear error that keeps the last good checkpoint; the HF export
-// reloads; bf16 modes end within 2% of fp32; recompute modes give bitwise the same run.
+// reloads; bf16 modes end within 2% of fp32; recompute modes give bitwise the same run; every logged
+// value reaches metrics.jsonl and TensorBoard (under NeMo's tag) with the same value.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
+#include <fmt/format.h>
 
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "test_util.h"
@@ -49,6 +53,60 @@ std::vector<float> tensor_f32(const std::string& file, const std::string& name) 
   std::vector<float> v(size_t(t.numel()));
   ck.read_f32(name, t.shape, v.data());
   return v;
+}
+
+TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
+  if (auto why = testing::python_missing({}); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  const auto r = run_train(dir / "run", {"trainer.max_steps=4", "trainer.log_every_n_steps=1",
+                                         "trainer.val_check_interval=2", "trainer.limit_val_batches=1"});
+  ASSERT_EQ(r.status, 0) << r.log;
+  // metrics.jsonl: key -> step -> value
+  std::map<std::string, std::map<int64_t, double>> jsonl;
+  std::istringstream lines(testing::read_file(dir / "run/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    for (const auto& [key, v] : j.items())
+      if (key != "step" && v.is_number()) jsonl[key][j["step"].get<int64_t>()] = v.get<double>();
+  }
+  // the event file, read by the independent reader: tag -> step -> float bits
+  std::string events;
+  for (const auto& e : fs::directory_iterator(dir / "run"))
+    if (e.path().filename().string().starts_with("events.out.tfevents")) events = e.path().string();
+  ASSERT_FALSE(events.empty()) << "no event file in " << dir / "run";
+  std::string out;
+  ASSERT_EQ(testing::run_capture(std::string(SYSTEM_PYTHON) + " " + testing::source_path("tests/obs/read_tfevents.py") +
+                                     " " + events, &out),
+            0)
+      << out;
+  std::map<std::string, std::map<int64_t, std::string>> tb;
+  std::istringstream records(out);
+  for (std::string line; std::getline(records, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("values"))
+      for (const auto& v : j["values"])
+        if (v.contains("value_bits")) tb[v["tag"]][j["step"].get<int64_t>()] = v["value_bits"];
+  }
+  auto bits = [](double v) {
+    const float f = float(v);
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return fmt::format("{:08x}", b);
+  };
+  const std::map<std::string, std::string> tag_of = {
+      {"loss", "reduced_train_loss"},  {"lr", "lr"},     {"grad_norm", "grad_norm"},
+      {"consumed_samples", "consumed_samples"}, {"step_time_s", "train_step_timing in s"},
+      {"tokens_per_s", "tokens_per_s"}, {"mfu", "mfu"}, {"val_loss", "val_loss"}};
+  for (const auto& [key, tag] : tag_of) {
+    SCOPED_TRACE(key + " / " + tag);
+    const auto want_steps = key == "val_loss" ? std::vector<int64_t>{2, 4} : step_range(1, 4);
+    ASSERT_EQ(steps_of(jsonl[key]), want_steps) << "metrics.jsonl";
+    ASSERT_EQ(tb[tag].size(), want_steps.size()) << "TensorBoard";
+    for (int64_t step : want_steps) EXPECT_EQ(tb[tag][step], bits(jsonl[key][step])) << "step " << step;
+  }
+  EXPECT_EQ(steps_of(jsonl["peak_rss_bytes"]), step_range(1, 4));
+  EXPECT_EQ(jsonl["consumed_samples"][4], 4.0 * 8) << "global batch 8";
+  EXPECT_FALSE(tb.count("comm_time_s")) << "one process: no communication time in TensorBoard";
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {
