@@ -1,6 +1,7 @@
 // bench_matmul: GFLOP/s of cpu::matmul_forward / matmul_backward (fp32 and bf16) on the stories110m
-// shapes at M = B*T rows, and cpu::lmhead_ce_forward / lmhead_ce_backward side by side with its earlier chunked algorithm
-// (lmhead_ce_chunked_v1, kept here only as the baseline), interleaved in one process.
+// shapes at M = B*T rows, and cpu::lmhead_ce_forward / lmhead_ce_backward side by side with their
+// earlier chunked algorithm (lmhead_ce_chunked_v1, kept here only as the baseline), interleaved in
+// one process.
 // "gemm" figures time the oneDNN matmuls alone; "api" figures include the per-call operand conversions.
 // bf16 compute is timed through each kernel (matmul_choice.h: oneDNN's bf16 kernel, its fp32 kernel on
 // bf16 values) and through the automatic choice, whose probe estimates are printed next to the

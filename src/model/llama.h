@@ -7,7 +7,9 @@
 // model-parallel layout (model/shard.h): its heads, FFN rows and vocabulary under tensor parallelism
 // (the TP communicator's pairs, parallel/comm_pairs.h, at the points Megatron puts them), its
 // layers under pipeline parallelism (stage_forward / stage_backward; the schedule lives in
-// parallel/pipeline.h). MPI itself never appears here.
+// parallel/pipeline.h). MPI itself never appears here. The class is defined over four files: the
+// passes (passes.cpp, read first), the state and optimizer (llama.cpp), where activations live
+// (memory.cpp) and decoding (decode.cpp).
 #pragma once
 
 #include <cstdint>

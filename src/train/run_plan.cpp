@@ -98,9 +98,9 @@ void plan_shapes(const TrainConfig& cfg, RunPlan& p) {
   // recomputes the first num_layers layers only, uniform recomputes every layer (each from its own
   // input; a larger num_layers would only keep more layers' activations at once here).
   p.recompute = model::parse_recompute(m.activations_checkpoint_granularity.value_or("none"));
-  p.recompute_layers = p.recompute == model::Recompute::full && m.activations_checkpoint_method.value_or("uniform") == "block"
-                           ? int(m.activations_checkpoint_num_layers.value_or(1))
-                           : -1;
+  const bool block = m.activations_checkpoint_method.value_or("uniform") == "block";
+  p.recompute_layers =
+      p.recompute == model::Recompute::full && block ? int(m.activations_checkpoint_num_layers.value_or(1)) : -1;
 }
 
 // This rank's part of the model, and what it will hold.

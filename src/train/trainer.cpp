@@ -586,7 +586,8 @@ void Trainer::save(const char* why) {
   if (!rank0()) return;
   int64_t bytes = 0;
   for (const auto& e : fs::directory_iterator(path)) bytes += int64_t(e.file_size());
-  const auto removed = prune_checkpoints(plan_.checkpoint_dir, int(cfg_.exp_manager.checkpoint_callback_params.save_top_k));
+  const auto removed =
+      prune_checkpoints(plan_.checkpoint_dir, int(cfg_.exp_manager.checkpoint_callback_params.save_top_k));
   const double dt = now_s() - t0;
   say(fmt::format("checkpoint ({}): {} ({}, {}, {}/s){}", why, path, obs::format_bytes(double(bytes)),
                   obs::format_duration(dt), obs::format_bytes(bytes / std::max(dt, 1e-9)),

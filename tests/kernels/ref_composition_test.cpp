@@ -71,7 +71,8 @@ TEST(RefComposition, VocabParallelCrossEntropyIsCrossEntropyOverTheWholeVocabula
     for (int p = 0; p < P; p++) {
       const auto [begin, n] = parts[size_t(p)];
       for (int r = 0; r < N; r++)
-        local[size_t(p)].insert(local[size_t(p)].end(), logits.begin() + r * V + begin, logits.begin() + r * V + begin + n);
+        local[size_t(p)].insert(local[size_t(p)].end(), logits.begin() + r * V + begin,
+                                logits.begin() + r * V + begin + n);
       ref::vocab_parallel_ce_max(maxima.data() + size_t(p) * N, local[size_t(p)].data(), N, n);
     }
     for (int p = 0; p < P; p++) {

@@ -78,11 +78,11 @@ std::string lmhead_shape(int N, int C, int V, bool backward, bool f32_weight = f
   return fmt::format("lmhead N={} C={} V={} {}{}", N, C, V, backward ? "train" : "eval", f32_weight ? " w=f32exact" : "");
 }
 
-// Estimated seconds of one bf16-compute lmhead_ce_forward / lmhead_ce_backward call through kernel k, from probes of its
-// gemms on row slices (detail::GemmProbe): wout converted to k's form once, the logits of all N rows
-// (x converted on the way), and for training dx and dwout from synthetic dlogits (which do not exist
-// before the softmax) at the block size G that k's dlogits dtype gives. The softmax, the same work
-// for both kernels, is left out.
+// Estimated seconds of one bf16-compute lmhead_ce_forward / lmhead_ce_backward call through kernel
+// k, from probes of its gemms on row slices (detail::GemmProbe): wout converted to k's form once,
+// the logits of all N rows (x converted on the way), and for training dx and dwout from synthetic
+// dlogits (which do not exist before the softmax) at the block size G that k's dlogits dtype gives.
+// The softmax, the same work for both kernels, is left out.
 class LmheadProbe {
  public:
   LmheadProbe(const float* x, Bf16Weight wout_bf16, int N, int C, int V, bool backward)

@@ -1,5 +1,6 @@
-// Internal to kernels/cpu (and its tests and benches): the blocking of cpu::lmhead_ce_forward / lmhead_ce_backward and their
-// per-row softmax helpers (shared with the bench's copy of the earlier chunked algorithm).
+// Internal to kernels/cpu (and its tests and benches): the blocking of cpu::lmhead_ce_forward /
+// lmhead_ce_backward and their per-row softmax helpers (shared with the vocabulary-parallel
+// cross-entropy and the bench's copy of the earlier chunked algorithm).
 // Forward chunks hold R rows of fp32 logits (R*V floats); backward blocks hold G rows of dlogits
 // (G*V, bf16 or fp32); see lmhead_ce.cpp for why R and G are what they are.
 #pragma once

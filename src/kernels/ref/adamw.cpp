@@ -47,7 +47,11 @@ void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const
                           float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
                           uint64_t seed, uint32_t tensor_id, uint64_t first_element) {
   std::vector<float> p(static_cast<size_t>(n)), mf(static_cast<size_t>(n)), vf(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; i++) p[size_t(i)] = to_float(param[i]), mf[size_t(i)] = to_float(m[i]), vf[size_t(i)] = to_float(v[i]);
+  for (int64_t i = 0; i < n; i++) {
+    p[size_t(i)] = to_float(param[i]);
+    mf[size_t(i)] = to_float(m[i]);
+    vf[size_t(i)] = to_float(v[i]);
+  }
   adamw_update(p.data(), mf.data(), vf.data(), grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   for (int64_t i = 0; i < n; i++) {
     const auto bits = random_u32x4(seed, uint32_t(step), tensor_id, first_element + uint64_t(i));
