@@ -6,6 +6,7 @@
 #include "train/config.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>

@@ -5,6 +5,7 @@
 #include "train/config_convert.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>

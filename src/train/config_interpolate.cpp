@@ -160,7 +160,9 @@ class Resolver {
       int64_t i;
       double d;
       if (v.IsScalar() && parse_int64(v.Scalar(), &i)) {
-        iprod *= i;
+        if (__builtin_mul_overflow(iprod, i, &iprod))
+          fail("{} ({}): multiply overflows a 64-bit integer at the factor {}\nhint: check the factors", key,
+               where, describe(YAML::Node(a)));
         dprod *= double(i);
       } else if (v.IsScalar() && parse_double(v.Scalar(), &d)) {
         all_int = false;

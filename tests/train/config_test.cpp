@@ -343,6 +343,8 @@ TEST(Config, InterpolationsResolveAfterOverrides) {
   EXPECT_EQ(c.config.model.global_batch_size, 16);
   EXPECT_EQ(c.config.exp_manager.name, "run_1234_megatron_llama");
   EXPECT_EQ(load(kBase, {"model.optim.lr=${multiply:2e-4,0.5}"}).config.model.optim.lr, 1e-4);
+  EXPECT_CONTAINS(error_of(kBase, {"model.global_batch_size=${multiply:9223372036854775807,2}"}),
+                  "multiply overflows a 64-bit integer at the factor '2'");
   // A literal "${" is written as "\${".
   EXPECT_EQ(load(kBase, {"exp_manager.name=a\\${b}"}).config.exp_manager.name, "a${b}");
   EXPECT_CONTAINS(error_of(kBase, {"model.encoder_seq_length=${model.data.seq_length}"}), "interpolation cycle");
