@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/bf16.h"
@@ -144,7 +145,7 @@ void vocab_parallel_ce(benchmark::State& state) {
   const auto t = tokens(kV);
   std::vector<float> logits = logits0, maxima(2 * size_t(N)), partials(2 * size_t(N)), gmax(N), losses(N);
   for (auto _ : state) {
-    logits = logits0;
+    std::memcpy(logits.data(), logits0.data(), sizeof(float) * logits.size());  // (g++ 13 misreads a vector copy here)
     cpu::vocab_parallel_ce_max(maxima.data(), logits.data(), N, V);
     std::copy(maxima.begin(), maxima.begin() + N, maxima.begin() + N);
     cpu::vocab_parallel_ce_partials(partials.data(), gmax.data(), logits.data(), maxima.data(), 2, t.data(), 0, N, V);
