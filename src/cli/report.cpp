@@ -40,6 +40,7 @@ void run_report(const ReportArgs& a) {
     if (!r.has_steps()) std::fprintf(stderr, "note: %s: no step logged yet\n", r.dir.c_str());
     steps += r.has_steps() ? int64_t(r.series.at("loss").size()) : 0;
   }
+  if (a.labels.empty()) obs::disambiguate_labels(runs);
   obs::ReportOptions o;
   o.title = a.title;
   o.log_loss = a.log_loss;
@@ -69,9 +70,11 @@ void register_report(CLI::App& app) {
       "  llamatrain report runs/cpt                                  # writes ./report.html\n"
       "  llamatrain report runs/base runs/cpt -o cpt.html --label before --label after\n"
       "  llamatrain report nemo_experiments/llama2_7b/* --log-loss -o all.html --title \"7B layouts\"\n");
-  cmd->add_option("runs", a->runs, "run folders")->required();
+  cmd->add_option("RUN_DIR", a->runs, "run folders, one or more")->required();
   cmd->add_option("-o,--output", a->out, "HTML file to write")->capture_default_str();
-  cmd->add_option("--label", a->labels, "name of each run in the legend, in the order of RUN_DIR (default: the folder's name)");
+  cmd->add_option("--label", a->labels,
+                  "name of a run in the legend: once per RUN_DIR, in their order (default: the folder's name)")
+      ->allow_extra_args(false);
   cmd->add_option("--title", a->title, "page title")->capture_default_str();
   cmd->add_flag("--log-loss", a->log_loss, "draw the loss on a log axis");
   cmd->callback([a] { run_report(*a); });

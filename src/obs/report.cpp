@@ -298,6 +298,32 @@ RunData read_run(const std::string& dir, const std::string& label) {
   return run;
 }
 
+void disambiguate_labels(std::vector<RunData>& runs) {
+  auto duplicated = [&](const std::string& label) {
+    return std::count_if(runs.begin(), runs.end(), [&](const RunData& r) { return r.label == label; }) > 1;
+  };
+  for (int depth = 2; depth <= 4; depth++) {
+    std::vector<bool> dup;
+    for (const auto& r : runs) dup.push_back(duplicated(r.label));
+    for (size_t i = 0; i < runs.size(); i++) {
+      if (!dup[i]) continue;
+      std::error_code ec;
+      const fs::path p = fs::absolute(fs::path(runs[i].dir), ec).lexically_normal();
+      std::vector<std::string> parts;
+      for (const auto& part : p)
+        if (!part.empty() && part != "/") parts.push_back(part.string());
+      std::string label;
+      for (size_t k = parts.size() > size_t(depth) ? parts.size() - size_t(depth) : 0; k < parts.size(); k++)
+        label += (label.empty() ? "" : "/") + parts[k];
+      runs[i].label = label;
+    }
+  }
+  std::vector<bool> dup;
+  for (const auto& r : runs) dup.push_back(duplicated(r.label));
+  for (size_t i = 0; i < runs.size(); i++)
+    if (dup[i]) runs[i].label += fmt::format(" #{}", i + 1);
+}
+
 // ---- HTML ----
 
 std::string html_escape(const std::string& text) {
@@ -400,6 +426,30 @@ std::vector<double> log_ticks(double lo, double hi) {
 
 // Layout of one chart in SVG units.
 constexpr double kWidth = 640, kHeight = 330, kLeft = 72, kRight = 18, kBottom = 46;
+constexpr int64_t kMaxDrawn = 2400;  // points of a curve drawn as they are; more are thinned by envelope()
+
+// Per column (column(step), non-decreasing along pts): the first, lowest, highest and last finite point
+// in step order; gaps (NaN) are kept.
+template <typename Column>
+std::vector<std::pair<double, double>> envelope(const std::vector<std::pair<double, double>>& pts, Column column) {
+  std::vector<std::pair<double, double>> out;
+  for (size_t i = 0; i < pts.size();) {
+    if (!std::isfinite(pts[i].second)) {
+      out.push_back(pts[i++]);
+      continue;
+    }
+    size_t j = i, lo = i, hi = i;
+    const int64_t col = column(pts[i].first);
+    for (; j < pts.size() && std::isfinite(pts[j].second) && column(pts[j].first) == col; j++) {
+      if (pts[j].second < pts[lo].second) lo = j;
+      if (pts[j].second > pts[hi].second) hi = j;
+    }
+    std::set<size_t> keep = {i, lo, hi, j - 1};
+    for (size_t k : keep) out.push_back(pts[k]);
+    i = j;
+  }
+  return out;
+}
 
 struct Curve {
   size_t run;
@@ -504,25 +554,32 @@ std::string render_chart(const ChartSpec& spec, const std::vector<RunData>& runs
   }
   svg_text(out, kLeft + plot_w / 2, kHeight - 8, "middle", "axis-label", "step");
 
-  // Curves: one point per logged step, a gap where a value is not finite (or not positive on a log axis).
+  // Curves: one point per logged step, a gap where a value is not finite (or not positive on a log
+  // axis). A curve of more points than the plot has room for keeps, per pixel column, the first, lowest,
+  // highest and last point: the same envelope, a page of bounded size.
   for (const auto& c : curves) {
+    std::vector<std::pair<double, double>> pts;  // (step, value); NaN value: a gap
+    for (const auto& [step, v] : *c.points) pts.emplace_back(double(step), std::isfinite(v) && !(y.log && v <= 0) ? v : kNaN);
+    const int64_t n = std::count_if(pts.begin(), pts.end(), [](const auto& p) { return std::isfinite(p.second); });
+    if (n == 0) continue;
+    if (n > kMaxDrawn) pts = envelope(pts, [&](double step) { return int64_t(px(step) - kLeft); });
     std::string d;
-    int64_t n = 0;
+    int64_t drawn = 0;
     bool pen_down = false;
-    for (const auto& [step, v] : *c.points) {
-      if (!std::isfinite(v) || (y.log && v <= 0)) {
+    for (const auto& [step, v] : pts) {
+      if (!std::isfinite(v)) {
         pen_down = false;
         continue;
       }
-      d += fmt::format("{}{:.1f},{:.1f} ", pen_down ? 'L' : 'M', px(double(step)), py(v));
+      d += fmt::format("{}{:.1f},{:.1f} ", pen_down ? 'L' : 'M', px(step), py(v));
       pen_down = true;
-      n++;
+      drawn++;
     }
-    if (n == 0) continue;
-    if (!d.empty()) d.pop_back();
-    out += fmt::format("<path class=\"curve\" data-run=\"{}\" data-metric=\"{}\" data-points=\"{}\" d=\"{}\" "
+    d.pop_back();
+    out += fmt::format("<path class=\"curve\" data-run=\"{}\" data-metric=\"{}\" data-points=\"{}\" d=\"{}\"{} "
                        "stroke=\"{}\"{}/>",
-                       html_escape(runs[c.run].label), html_escape(c.key), n, d, run_colour(c.run),
+                       html_escape(runs[c.run].label), html_escape(c.key), n, d,
+                       drawn == n ? "" : fmt::format(" data-drawn=\"{}\"", drawn), run_colour(c.run),
                        c.dashed ? " stroke-dasharray=\"6 4\"" : "");
     if (n == 1 || c.dashed)
       for (const auto& [step, v] : *c.points)
@@ -604,9 +661,15 @@ std::string swatch(size_t r) { return fmt::format("<span class=\"swatch\" style=
 
 std::string summary_table(const std::vector<RunData>& runs) {
   std::string out =
-      "<table class=\"summary\"><thead><tr><th>run</th><th>folder</th><th>steps</th><th>last loss</th>"
-      "<th>best val loss</th><th>tokens</th><th>mean tokens/s</th><th>mean MFU</th><th>peak memory</th>"
-      "<th>train time</th><th>wall time</th><th>events</th></tr></thead><tbody>\n";
+      "<table class=\"summary\"><thead><tr><th>run</th><th>folder</th>"
+      "<th title=\"last step logged (and how many steps were logged)\">steps</th><th>last loss</th>"
+      "<th title=\"lowest validation loss and its step\">best val loss</th>"
+      "<th title=\"consumed samples at the last step x seq_length\">tokens</th>"
+      "<th title=\"mean over the logged steps\">mean tokens/s</th><th title=\"mean over the logged steps\">mean MFU"
+      "</th><th title=\"largest peak RSS of rank 0\">peak memory</th>"
+      "<th title=\"sum of the step times\">train time</th>"
+      "<th title=\"first to last line of train_log.txt (stops and restarts included)\">wall time</th>"
+      "<th>events</th></tr></thead><tbody>\n";
   for (size_t r = 0; r < runs.size(); r++) {
     const RunData& run = runs[r];
     out += fmt::format("<tr><td class=\"name\">{}{}</td><td class=\"path\">{}</td>", swatch(r), html_escape(run.label),
@@ -690,7 +753,7 @@ body{font-family:"DejaVu Sans",system-ui,sans-serif;margin:24px auto;max-width:1
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:22px 0 4px} .sub{color:#666;margin:0 0 16px;font-size:13px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f4} .summary td{white-space:nowrap}
+th{background:#f4f4f4} .summary td,.summary th{white-space:nowrap}
 .path{color:#555;font-family:"DejaVu Sans Mono",monospace;font-size:12px;word-break:break-all;white-space:normal}
 .swatch{display:inline-block;width:12px;height:12px;border-radius:2px;margin-right:6px;vertical-align:-1px}
 .none{color:#888;font-style:italic}

@@ -56,13 +56,19 @@ struct RunData {
 // yet reads fine: has_steps() is false and a note says so. label "" takes the folder's name.
 RunData read_run(const std::string& dir, const std::string& label = "");
 
+// Runs named alike (two runs/*/version_0) are named by more of their path ("a/version_0"), then by
+// their position ("x #2"), so that each legend entry is one run.
+void disambiguate_labels(std::vector<RunData>& runs);
+
 struct ReportOptions {
   std::string title = "llamatrain runs";
   bool log_loss = false;  // the loss chart on a log axis (the gradient norm takes one when it spans 10x)
 };
 
 // The HTML page. Each curve is an SVG <path class="curve" data-run="LABEL" data-metric="KEY"
-// data-points="N"> with one point per logged step (N of them); a chart's legend names every run.
+// data-points="N"> with one point per logged step (N of them; a curve of more than 2400 is drawn as
+// its envelope, one column of points per pixel, and says how many it draws in data-drawn); a chart's
+// legend names every run drawn on it.
 std::string render_report(const std::vector<RunData>& runs, const ReportOptions& options = {});
 
 // &, <, >, " and ' as HTML entities: safe in text and in quoted attributes.

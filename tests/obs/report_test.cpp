@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <regex>
 #include <string>
@@ -300,6 +301,55 @@ TEST_F(Report, MistakesArePlainErrorsNamingTheFileAndTheFix) {
   expect_plain_error(run_cli({"report", a_, b_, "--label", "one", "-o", out}), {"1 --label for 2 run folders"});
   expect_plain_error(run_cli({"report", a_, "-o", dir / "no/such/dir/r.html"}), {"-o", "no/such/dir"});
   EXPECT_FALSE(exists(dir / "no/such/dir/r.html"));
+}
+
+// ---- the page from RunData built in memory: long curves, gaps, names ----
+
+obs::RunData synthetic_run(const std::string& dir, int64_t steps) {
+  obs::RunData run;
+  run.dir = dir;
+  run.label = fs::path(dir).filename().string();
+  for (int64_t s = 1; s <= steps; s++) run.series["loss"][s] = 3 + std::sin(0.01 * double(s));
+  return run;
+}
+
+TEST(ReportPage, LongCurveIsDrawnAsItsEnvelope) {
+  obs::RunData run = synthetic_run("/runs/long", 50000);
+  run.series["loss"][25000] = 100;  // one spike must survive the thinning
+  const std::string html = obs::render_report({run});
+  EXPECT_LT(html.size(), size_t(1) << 20);
+  const auto curves = curves_of(html);
+  const Curve& c = curves.at({"long", "loss"});
+  EXPECT_EQ(c.declared, 50000);
+  EXPECT_GT(c.points.size(), 500u);
+  EXPECT_LE(c.points.size(), 4u * 640);
+  EXPECT_NE(html.find("data-drawn=\"" + std::to_string(c.points.size()) + "\""), std::string::npos);
+  std::vector<double> ys;
+  for (const auto& p : c.points) ys.push_back(p.second);
+  std::sort(ys.begin(), ys.end());
+  EXPECT_LT(ys.front(), ys[ys.size() / 2] - 100) << "the spike at step 25000 is not drawn";
+}
+
+TEST(ReportPage, NonFiniteValuesLeaveAGapAndOnePointIsADot) {
+  obs::RunData run = synthetic_run("/runs/gap", 10);
+  run.series["loss"][5] = std::numeric_limits<double>::quiet_NaN();  // a skipped step: null in metrics.jsonl
+  obs::RunData one = synthetic_run("/runs/one", 1);
+  const std::string html = obs::render_report({run, one});
+  const auto curves = curves_of(html);
+  EXPECT_EQ(curves.at({"gap", "loss"}).points.size(), 9u);
+  const std::regex gap_re(R"re(data-run="gap" data-metric="loss" data-points="9" d="M[^M"]*M[^M"]*")re");
+  EXPECT_TRUE(std::regex_search(html, gap_re)) << "the curve should be two pieces";
+  EXPECT_EQ(curves.at({"one", "loss"}).points.size(), 1u);
+  EXPECT_NE(html.find("<title>one step 1: loss"), std::string::npos) << "a one-point curve is drawn as a dot";
+}
+
+TEST(ReportPage, RunsNamedAlikeGetDistinctNames) {
+  std::vector<obs::RunData> runs = {synthetic_run("/x/a/version_0", 3), synthetic_run("/x/b/version_0", 3),
+                                    synthetic_run("/x/c", 3), synthetic_run("/x/c", 3)};
+  obs::disambiguate_labels(runs);
+  std::vector<std::string> labels;
+  for (const auto& r : runs) labels.push_back(r.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"a/version_0", "b/version_0", "x/c #3", "x/c #4"}));
 }
 
 }  // namespace
