@@ -91,8 +91,12 @@ void read_metrics_file(RunData& run, const std::string& path) {
       continue;
     }
     if (r.contains("loss")) {
-      if (*step <= previous_train_step)
+      if (*step <= previous_train_step) {
         for (auto& [key, curve] : run.series) curve.erase(curve.lower_bound(*step), curve.end());
+        run.events.push_back({"", "restart", *step,
+                              nlohmann::json{{"event", "restart"}, {"step", *step}, {"after_step", previous_train_step}},
+                              fmt::format("metrics.jsonl:{}", line_no)});
+      }
       if (!train_steps.insert(*step).second) run.repeated_steps++;
       previous_train_step = *step;
     }
@@ -121,9 +125,9 @@ void read_train_log(RunData& run, const std::string& path) {
   int64_t bad = 0;
   for (size_t i = 0; i < lines.size(); i++) {
     const std::string time = log_time(lines[i]);
-    if (!time.empty()) {
-      if (run.first_time.empty()) run.first_time = time;
-      run.last_time = time;
+    if (!time.empty()) {  // the stamps sort as text
+      if (run.first_time.empty() || time < run.first_time) run.first_time = time;
+      if (time > run.last_time) run.last_time = time;
     }
     const size_t at = lines[i].find("@event ");
     if (at == std::string::npos) continue;
@@ -608,7 +612,7 @@ std::string render_chart(const ChartSpec& spec, const std::vector<RunData>& runs
           out += fmt::format("<path class=\"marker\" data-kind=\"skip\" d=\"M{0:.1f},{1:.1f} l8,8 m0,-8 l-8,8\" "
                              "stroke=\"{2}\" stroke-width=\"2\">{3}</path>",
                              ex - 4, base - 12, colour, tip);
-        else if (e.kind == "rollback" || e.kind == "signal" || e.kind == "error" || e.kind == "checkpoint_loaded" ||
+        else if (e.kind == "rollback" || e.kind == "restart" || e.kind == "signal" || e.kind == "error" ||
                  (e.kind == "start" && e.fields.contains("resumed_from") && !e.fields["resumed_from"].is_null() &&
                   e.fields["resumed_from"] != ""))
           out += fmt::format("<line class=\"marker\" data-kind=\"{}\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" "

@@ -15,9 +15,10 @@
 
 namespace llamatrain::obs {
 
-// One event of a run: an `@event {...}` line of train_log.txt (docs/training.md lists the kinds), or a
-// rollback record of metrics.jsonl, or a checkpoint folder found on disk when the log has no
-// checkpoint events. Unknown kinds and fields are kept as they are.
+// One event of a run: an `@event {...}` line of train_log.txt (docs/training.md lists the kinds), a
+// rollback record of metrics.jsonl, a "restart" where metrics.jsonl's steps go back (a resume), or
+// a checkpoint folder found on disk when the log has no checkpoint events. Unknown kinds and fields
+// are kept as they are.
 struct RunEvent {
   std::string time;             // the log line's UTC time ("2026-12-01 16:30:00"); "" when unknown
   std::string kind;             // "checkpoint_saved", "rollback", "validation", ...
@@ -36,7 +37,7 @@ struct RunData {
   std::string config_text;     // train_config.yaml; "" when the folder has none
   int64_t seq_length = 0;      // from the config (tokens per sample); 0 when unknown
   std::vector<RunEvent> events;
-  std::string first_time, last_time;  // first and last time stamp of train_log.txt ("" when none)
+  std::string first_time, last_time;  // earliest and latest time stamp of train_log.txt ("" when none)
   std::vector<std::string> notes;     // what the page says about the run (no steps yet, a line skipped)
 
   bool has_steps() const;

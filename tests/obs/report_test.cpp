@@ -209,6 +209,11 @@ TEST_F(Report, ResumedRunShowsTheLastValueOfEachStep) {
     EXPECT_TRUE(strictly_increasing_x(c)) << metric << ": the curve goes back on itself";
   }
   EXPECT_NE(html.find("3 training records repeated an earlier step"), std::string::npos);
+  // the restart is an event at step 4, marked on the loss chart
+  ASSERT_FALSE(data.events.empty());
+  EXPECT_EQ(data.events[0].kind, "restart");
+  EXPECT_EQ(data.events[0].step, 4);
+  EXPECT_NE(html.find("data-kind=\"restart\""), std::string::npos);
 }
 
 // A run that stops before its first step (resume_if_exists with no checkpoint) leaves its folder
