@@ -626,8 +626,9 @@ std::string render_chart(const ChartSpec& spec, const std::vector<RunData>& runs
   }
   out += "</svg>";
   if (loss_chart)
-    out += "<figcaption>solid: train loss; dashed with dots: validation loss; &#9660; checkpoint; dashed line: "
-           "rollback, resume, signal or error (hover for details)</figcaption>";
+    out += "<figcaption>solid: train loss; dashed with dots: validation loss; &#9660; checkpoint saved or loaded; "
+           "&#215; skipped step; dotted line: rollback, restart (a resume: the steps after it were logged again), "
+           "signal or error (hover for details)</figcaption>";
   out += "</figure>\n";
   return out;
 }
