@@ -1,9 +1,11 @@
 // `llamatrain report RUN_DIR... [-o report.html]`: one self-contained HTML page of the curves of one
 // or more training runs overlaid (loss, validation loss, learning rate, gradient norm, tokens/s, MFU,
 // step time, memory), a summary table, each run's events and resolved configuration (obs/report.h).
-#include <CLI/CLI.hpp>
+#include "obs/report.h"
+
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -12,7 +14,6 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "obs/report.h"
 
 namespace llamatrain::cli {
 
@@ -28,9 +29,10 @@ struct ReportArgs {
 
 void run_report(const ReportArgs& a) {
   if (!a.labels.empty() && a.labels.size() != a.runs.size())
-    fail("report: got {} --label for {} run folders, expected one per folder, in the same order\nhint: give "
-         "--label once for each RUN_DIR, or leave it out to name each run by its folder",
-         a.labels.size(), a.runs.size());
+    fail(
+        "report: got {} --label for {} run folders, expected one per folder, in the same order\nhint: give "
+        "--label once for each RUN_DIR, or leave it out to name each run by its folder",
+        a.labels.size(), a.runs.size());
   check_output_file(a.out, "-o");
   std::vector<obs::RunData> runs;
   int64_t steps = 0;

@@ -72,13 +72,14 @@ void read_metrics_file(RunData& run, const std::string& path) {
     nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!r.is_object()) {
       if (i + 1 == lines.size() && !ends_in_newline) {
-        run.notes.push_back(fmt::format("{}:{}: an unfinished last line was left out (the run may be writing it)",
-                                        path, line_no));
+        run.notes.push_back(
+            fmt::format("{}:{}: an unfinished last line was left out (the run may be writing it)", path, line_no));
         continue;
       }
-      fail("report: {}:{}: not a JSON object, got \"{}\"\nhint: each line of metrics.jsonl is one JSON object "
-           "as the trainer writes it; remove or repair that line",
-           path, line_no, line.substr(0, 80));
+      fail(
+          "report: {}:{}: not a JSON object, got \"{}\"\nhint: each line of metrics.jsonl is one JSON object "
+          "as the trainer writes it; remove or repair that line",
+          path, line_no, line.substr(0, 80));
     }
     run.records++;
     const std::optional<int64_t> step = integer_field(r, {"step"});
@@ -93,9 +94,10 @@ void read_metrics_file(RunData& run, const std::string& path) {
     if (r.contains("loss")) {
       if (*step <= previous_train_step) {
         for (auto& [key, curve] : run.series) curve.erase(curve.lower_bound(*step), curve.end());
-        run.events.push_back({"", "restart", *step,
-                              nlohmann::json{{"event", "restart"}, {"step", *step}, {"after_step", previous_train_step}},
-                              fmt::format("metrics.jsonl:{}", line_no)});
+        run.events.push_back(
+            {"", "restart", *step,
+             nlohmann::json{{"event", "restart"}, {"step", *step}, {"after_step", previous_train_step}},
+             fmt::format("metrics.jsonl:{}", line_no)});
       }
       if (!train_steps.insert(*step).second) run.repeated_steps++;
       previous_train_step = *step;
@@ -109,8 +111,8 @@ void read_metrics_file(RunData& run, const std::string& path) {
     }
   }
   if (no_step > 0)
-    run.notes.push_back(fmt::format("{}: {} record{} without an integer \"step\" left out", path, no_step,
-                                    no_step == 1 ? "" : "s"));
+    run.notes.push_back(
+        fmt::format("{}: {} record{} without an integer \"step\" left out", path, no_step, no_step == 1 ? "" : "s"));
 }
 
 // "[2026-12-01 16:30:00] text" -> the time; "" when the line has no such prefix.
@@ -141,8 +143,8 @@ void read_train_log(RunData& run, const std::string& path) {
                           fmt::format("train_log.txt:{}", i + 1)});
   }
   if (bad > 0)
-    run.notes.push_back(fmt::format("{}: {} @event line{} that {} not one JSON object with an \"event\" left out",
-                                    path, bad, bad == 1 ? "" : "s", bad == 1 ? "is" : "are"));
+    run.notes.push_back(fmt::format("{}: {} @event line{} that {} not one JSON object with an \"event\" left out", path,
+                                    bad, bad == 1 ? "" : "s", bad == 1 ? "is" : "are"));
 }
 
 // The first "seq_length: N" of the resolved config (model.data.seq_length), else encoder_seq_length.
@@ -198,7 +200,8 @@ void dedupe_events(RunData& run) {
     const bool from_metrics = e.source.starts_with("metrics.jsonl");
     bool twin = false;
     if (from_metrics)
-      for (const auto& o : run.events) twin |= !o.source.starts_with("metrics.jsonl") && o.kind == e.kind && o.step == e.step;
+      for (const auto& o : run.events)
+        twin |= !o.source.starts_with("metrics.jsonl") && o.kind == e.kind && o.step == e.step;
     if (!twin) kept.push_back(e);
   }
   run.events = std::move(kept);
@@ -279,9 +282,10 @@ RunData read_run(const std::string& dir, const std::string& label) {
   if (has_metrics) read_metrics_file(run, metrics);
   if (has_log) read_train_log(run, log);
   if (run.records == 0 && !has_log)
-    fail("report: {} is empty and {} has no train_log.txt: no run has logged anything there\n{}; a run logs its "
-         "first step at step 1",
-         metrics, dir, kRunHint);
+    fail(
+        "report: {} is empty and {} has no train_log.txt: no run has logged anything there\n{}; a run logs its "
+        "first step at step 1",
+        metrics, dir, kRunHint);
   if (fs::is_regular_file(config, ec)) {
     run.config_text = read_small_file(config, size_t(64) << 20, "train_config.yaml");
     run.seq_length = config_seq_length(run.config_text);
@@ -293,12 +297,13 @@ RunData read_run(const std::string& dir, const std::string& label) {
   dedupe_events(run);
   if (!run.has_steps())
     run.notes.insert(run.notes.begin(),
-                     fmt::format("no step logged yet: {}", has_metrics ? metrics + " has no training record"
-                                                                       : metrics + " does not exist yet"));
+                     fmt::format("no step logged yet: {}",
+                                 has_metrics ? metrics + " has no training record" : metrics + " does not exist yet"));
   if (run.repeated_steps > 0)
-    run.notes.push_back(fmt::format("{} training record{} repeated an earlier step (a resume or a rollback); each "
-                                    "step shows its last value",
-                                    run.repeated_steps, run.repeated_steps == 1 ? "" : "s"));
+    run.notes.push_back(
+        fmt::format("{} training record{} repeated an earlier step (a resume or a rollback); each "
+                    "step shows its last value",
+                    run.repeated_steps, run.repeated_steps == 1 ? "" : "s"));
   return run;
 }
 
@@ -335,12 +340,23 @@ std::string html_escape(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -365,11 +381,16 @@ struct ChartSpec {
 std::string format_value(double v, Unit unit) {
   if (!std::isfinite(v)) return "&#8212;";
   switch (unit) {
-    case Unit::kRate: return format_rate(std::fabs(v));
-    case Unit::kPercent: return fmt::format("{:.1f}%", 100 * v);
-    case Unit::kBytes: return format_bytes(v);
-    case Unit::kSeconds: return v < 1 ? fmt::format("{:.3g}s", v) : format_duration(v);
-    case Unit::kPlain: break;
+    case Unit::kRate:
+      return format_rate(std::fabs(v));
+    case Unit::kPercent:
+      return fmt::format("{:.1f}%", 100 * v);
+    case Unit::kBytes:
+      return format_bytes(v);
+    case Unit::kSeconds:
+      return v < 1 ? fmt::format("{:.3g}s", v) : format_duration(v);
+    case Unit::kPlain:
+      break;
   }
   if (v != 0 && (std::fabs(v) < 1e-2 || std::fabs(v) >= 1e6)) return fmt::format("{:.2e}", v);
   return fmt::format("{:.4g}", v);
@@ -535,10 +556,10 @@ std::string render_chart(const ChartSpec& spec, const std::vector<RunData>& runs
   svg_text(out, kLeft, 22, "start", "title", html_escape(spec.title) + (y.log ? " (log scale)" : ""));
   out += "<g class=\"legend\">";
   for (const auto& e : entries)
-    out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
-                       "stroke-width=\"3\"/><text x=\"{4:.1f}\" y=\"{5:.1f}\" class=\"legend-label\">{6}</text>",
-                       e.x, e.y - 4, e.x + 22, run_colour(e.run), e.x + 27, e.y,
-                       html_escape(truncate_label(runs[e.run].label, 30)));
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
+        "stroke-width=\"3\"/><text x=\"{4:.1f}\" y=\"{5:.1f}\" class=\"legend-label\">{6}</text>",
+        e.x, e.y - 4, e.x + 22, run_colour(e.run), e.x + 27, e.y, html_escape(truncate_label(runs[e.run].label, 30)));
   out += "</g>";
   // Grid, ticks and labels.
   out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" class=\"plot\"/>", kLeft, top,
@@ -563,7 +584,8 @@ std::string render_chart(const ChartSpec& spec, const std::vector<RunData>& runs
   // highest and last point: the same envelope, a page of bounded size.
   for (const auto& c : curves) {
     std::vector<std::pair<double, double>> pts;  // (step, value); NaN value: a gap
-    for (const auto& [step, v] : *c.points) pts.emplace_back(double(step), std::isfinite(v) && !(y.log && v <= 0) ? v : kNaN);
+    for (const auto& [step, v] : *c.points)
+      pts.emplace_back(double(step), std::isfinite(v) && !(y.log && v <= 0) ? v : kNaN);
     const int64_t n = std::count_if(pts.begin(), pts.end(), [](const auto& p) { return std::isfinite(p.second); });
     if (n == 0) continue;
     if (n > kMaxDrawn) pts = envelope(pts, [&](double step) { return int64_t(px(step) - kLeft); });
@@ -580,18 +602,20 @@ std::string render_chart(const ChartSpec& spec, const std::vector<RunData>& runs
       drawn++;
     }
     d.pop_back();
-    out += fmt::format("<path class=\"curve\" data-run=\"{}\" data-metric=\"{}\" data-points=\"{}\" d=\"{}\"{} "
-                       "stroke=\"{}\"{}/>",
-                       html_escape(runs[c.run].label), html_escape(c.key), n, d,
-                       drawn == n ? "" : fmt::format(" data-drawn=\"{}\"", drawn), run_colour(c.run),
-                       c.dashed ? " stroke-dasharray=\"6 4\"" : "");
+    out += fmt::format(
+        "<path class=\"curve\" data-run=\"{}\" data-metric=\"{}\" data-points=\"{}\" d=\"{}\"{} "
+        "stroke=\"{}\"{}/>",
+        html_escape(runs[c.run].label), html_escape(c.key), n, d,
+        drawn == n ? "" : fmt::format(" data-drawn=\"{}\"", drawn), run_colour(c.run),
+        c.dashed ? " stroke-dasharray=\"6 4\"" : "");
     if (n == 1 || c.dashed)
       for (const auto& [step, v] : *c.points)
         if (std::isfinite(v) && !(y.log && v <= 0))
-          out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\" class=\"point\"><title>{} "
-                             "step {}: {} {}</title></circle>",
-                             px(double(step)), py(v), run_colour(c.run), html_escape(runs[c.run].label), step,
-                             html_escape(c.key), format_value(v, spec.unit));
+          out += fmt::format(
+              "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\" class=\"point\"><title>{} "
+              "step {}: {} {}</title></circle>",
+              px(double(step)), py(v), run_colour(c.run), html_escape(runs[c.run].label), step, html_escape(c.key),
+              format_value(v, spec.unit));
   }
 
   // Event markers on the loss chart: triangles for checkpoints, dashed lines for what changes the
@@ -601,34 +625,39 @@ std::string render_chart(const ChartSpec& spec, const std::vector<RunData>& runs
       for (const auto& e : runs[r].events) {
         if (!e.step || double(*e.step) < x.lo || double(*e.step) > x.hi) continue;
         const double ex = px(double(*e.step)), base = top + plot_h;
-        const std::string tip = fmt::format("<title>{}: {} at step {}</title>", html_escape(runs[r].label),
-                                            html_escape(e.kind), *e.step);
+        const std::string tip =
+            fmt::format("<title>{}: {} at step {}</title>", html_escape(runs[r].label), html_escape(e.kind), *e.step);
         const std::string colour = run_colour(r);
         if (e.kind.starts_with("checkpoint"))
-          out += fmt::format("<path class=\"marker\" data-kind=\"{}\" d=\"M{:.1f},{:.1f} l-5,-9 h10 z\" fill=\"{}\">{}"
-                             "</path>",
-                             html_escape(e.kind), ex, base - 2, colour, tip);
+          out += fmt::format(
+              "<path class=\"marker\" data-kind=\"{}\" d=\"M{:.1f},{:.1f} l-5,-9 h10 z\" fill=\"{}\">{}"
+              "</path>",
+              html_escape(e.kind), ex, base - 2, colour, tip);
         else if (e.kind == "skip")
-          out += fmt::format("<path class=\"marker\" data-kind=\"skip\" d=\"M{0:.1f},{1:.1f} l8,8 m0,-8 l-8,8\" "
-                             "stroke=\"{2}\" stroke-width=\"2\">{3}</path>",
-                             ex - 4, base - 12, colour, tip);
+          out += fmt::format(
+              "<path class=\"marker\" data-kind=\"skip\" d=\"M{0:.1f},{1:.1f} l8,8 m0,-8 l-8,8\" "
+              "stroke=\"{2}\" stroke-width=\"2\">{3}</path>",
+              ex - 4, base - 12, colour, tip);
         else if (e.kind == "rollback" || e.kind == "restart" || e.kind == "signal" || e.kind == "error" ||
                  (e.kind == "start" && e.fields.contains("resumed_from") && !e.fields["resumed_from"].is_null() &&
                   e.fields["resumed_from"] != ""))
-          out += fmt::format("<line class=\"marker\" data-kind=\"{}\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" "
-                             "y2=\"{:.1f}\" stroke=\"{}\" stroke-dasharray=\"3 3\" stroke-width=\"1.5\">{}</line>",
-                             html_escape(e.kind), ex, top, ex, base, colour, tip);
+          out += fmt::format(
+              "<line class=\"marker\" data-kind=\"{}\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" "
+              "y2=\"{:.1f}\" stroke=\"{}\" stroke-dasharray=\"3 3\" stroke-width=\"1.5\">{}</line>",
+              html_escape(e.kind), ex, top, ex, base, colour, tip);
         else if (e.kind == "validation" && !runs[r].series.contains("val_loss"))
-          out += fmt::format("<circle class=\"marker\" data-kind=\"validation\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" "
-                             "fill=\"none\" stroke=\"{}\">{}</circle>",
-                             ex, base - 6, colour, tip);
+          out += fmt::format(
+              "<circle class=\"marker\" data-kind=\"validation\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" "
+              "fill=\"none\" stroke=\"{}\">{}</circle>",
+              ex, base - 6, colour, tip);
       }
   }
   out += "</svg>";
   if (loss_chart)
-    out += "<figcaption>solid: train loss; dashed with dots: validation loss; &#9660; checkpoint saved or loaded; "
-           "&#215; skipped step; dotted line: rollback, restart (a resume: the steps after it were logged again), "
-           "signal or error (hover for details)</figcaption>";
+    out +=
+        "<figcaption>solid: train loss; dashed with dots: validation loss; &#9660; checkpoint saved or loaded; "
+        "&#215; skipped step; dotted line: rollback, restart (a resume: the steps after it were logged again), "
+        "signal or error (hover for details)</figcaption>";
   out += "</figure>\n";
   return out;
 }
@@ -662,7 +691,9 @@ std::vector<ChartSpec> chart_specs(const std::vector<RunData>& runs) {
   return specs;
 }
 
-std::string swatch(size_t r) { return fmt::format("<span class=\"swatch\" style=\"background:{}\"></span>", run_colour(r)); }
+std::string swatch(size_t r) {
+  return fmt::format("<span class=\"swatch\" style=\"background:{}\"></span>", run_colour(r));
+}
 
 std::string summary_table(const std::vector<RunData>& runs) {
   std::string out =
@@ -698,8 +729,7 @@ std::string summary_table(const std::vector<RunData>& runs) {
         wall = format_duration(std::difftime(timegm(&b), timegm(&a)));
       out += fmt::format(
           "<td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
-          run.last_step(),
-          int64_t(loss.size()) == run.last_step() ? "" : fmt::format(" ({} logged)", loss.size()),
+          run.last_step(), int64_t(loss.size()) == run.last_step() ? "" : fmt::format(" ({} logged)", loss.size()),
           format_value(run.last("loss"), Unit::kPlain), best,
           std::isfinite(run.tokens()) ? format_count(run.tokens()) : "&#8212;",
           format_value(run.mean("tokens_per_s"), Unit::kRate), format_value(run.mean("mfu"), Unit::kPercent),
@@ -717,8 +747,9 @@ std::string event_details(const RunEvent& e) {
   for (const auto& [key, value] : e.fields.items()) {
     if (key == "event" || key == "step" || key == "time") continue;
     if (!out.empty()) out += "  ";
-    out += key + "=" + (value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false,
-                                                                                 nlohmann::json::error_handler_t::replace));
+    out += key + "=" +
+           (value.is_string() ? value.get<std::string>()
+                              : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   return out;
 }
@@ -732,17 +763,20 @@ std::string run_section(const RunData& run, size_t r) {
     out += "</ul>\n";
   }
   if (run.events.empty()) {
-    out += "<p class=\"none\">No events recorded (no <code>@event</code> lines in train_log.txt, no rollback, no "
-           "checkpoint folder).</p>\n";
+    out +=
+        "<p class=\"none\">No events recorded (no <code>@event</code> lines in train_log.txt, no rollback, no "
+        "checkpoint folder).</p>\n";
   } else {
-    out += fmt::format("<details{}><summary>events ({})</summary><table class=\"events\"><thead><tr><th>time (UTC)"
-                       "</th><th>step</th><th>event</th><th>details</th><th>from</th></tr></thead><tbody>\n",
-                       run.events.size() <= 40 ? " open" : "", run.events.size());
+    out += fmt::format(
+        "<details{}><summary>events ({})</summary><table class=\"events\"><thead><tr><th>time (UTC)"
+        "</th><th>step</th><th>event</th><th>details</th><th>from</th></tr></thead><tbody>\n",
+        run.events.size() <= 40 ? " open" : "", run.events.size());
     for (const auto& e : run.events)
-      out += fmt::format("<tr class=\"event-{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"details\">{}</td>"
-                         "<td class=\"path\">{}</td></tr>\n",
-                         html_escape(e.kind), html_escape(e.time), e.step ? std::to_string(*e.step) : "",
-                         html_escape(e.kind), html_escape(event_details(e)), html_escape(e.source));
+      out += fmt::format(
+          "<tr class=\"event-{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"details\">{}</td>"
+          "<td class=\"path\">{}</td></tr>\n",
+          html_escape(e.kind), html_escape(e.time), e.step ? std::to_string(*e.step) : "", html_escape(e.kind),
+          html_escape(event_details(e)), html_escape(e.source));
     out += "</tbody></table></details>\n";
   }
   if (run.config_text.empty())
@@ -754,7 +788,8 @@ std::string run_section(const RunData& run, size_t r) {
 }
 
 const char* const kStyle = R"(
-body{font-family:"DejaVu Sans",system-ui,sans-serif;margin:24px auto;max-width:1340px;padding:0 16px;color:#222;background:#fff}
+body{font-family:"DejaVu Sans",system-ui,sans-serif;margin:24px auto;max-width:1340px;padding:0 16px;
+color:#222;background:#fff}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:22px 0 4px} .sub{color:#666;margin:0 0 16px;font-size:13px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}

@@ -46,8 +46,8 @@ struct RunData {
   double last(const std::string& key) const;
   double mean(const std::string& key) const;  // over the logged steps, finite values only
   double max(const std::string& key) const;
-  double tokens() const;        // consumed samples at the last step x seq_length
-  double train_seconds() const; // sum of step_time_s over the steps each record stands for
+  double tokens() const;         // consumed samples at the last step x seq_length
+  double train_seconds() const;  // sum of step_time_s over the steps each record stands for
 };
 
 // Reads a run folder. Throws Error naming the file and the fix for a folder that is missing or holds

@@ -4,8 +4,8 @@
 // colour on many pixels spread over the charts. chromium's process group is killed on every way out
 // of the test, and a render that takes more than 120 s fails. The screenshot is kept in the build
 // folder (report_browser_test.png) to look at.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -176,12 +176,12 @@ TEST(ReportBrowser, ChromiumShowsEveryRunsCurves) {
 
   const std::string shot = dir / "shot.png", log = dir / "chromium.log";
   fs::create_directories(dir / "home");
-  Chromium browser({"env", "HOME=" + (dir / "home"), "XDG_CONFIG_HOME=" + (dir / "home"), "chromium", "--headless",
-                    "--no-sandbox", "--disable-gpu", "--no-proxy-server", "--no-first-run", "--disable-extensions",
-                    "--disable-background-networking", "--disable-sync", "--disable-crash-reporter",
-                    "--hide-scrollbars", "--user-data-dir=" + (dir / "profile"), "--window-size=1400,2000",
-                    "--screenshot=" + shot, "file://" + html},
-                   log);
+  Chromium browser(
+      {"env", "HOME=" + (dir / "home"), "XDG_CONFIG_HOME=" + (dir / "home"), "chromium", "--headless", "--no-sandbox",
+       "--disable-gpu", "--no-proxy-server", "--no-first-run", "--disable-extensions",
+       "--disable-background-networking", "--disable-sync", "--disable-crash-reporter", "--hide-scrollbars",
+       "--user-data-dir=" + (dir / "profile"), "--window-size=1400,2000", "--screenshot=" + shot, "file://" + html},
+      log);
   ASSERT_TRUE(browser.started()) << "cannot start chromium";
   const int status = browser.wait(120);
   ASSERT_NE(status, -1) << "chromium took more than 120 s\n" << read_file(log);
@@ -195,8 +195,7 @@ TEST(ReportBrowser, ChromiumShowsEveryRunsCurves) {
   ASSERT_EQ(img.height, 2000);
   const size_t n = size_t(img.width) * size_t(img.height);
   size_t ink = 0;
-  for (size_t p = 0; p < n; p++)
-    ink += img.rgb[p * 3] < 240 || img.rgb[p * 3 + 1] < 240 || img.rgb[p * 3 + 2] < 240;
+  for (size_t p = 0; p < n; p++) ink += img.rgb[p * 3] < 240 || img.rgb[p * 3 + 1] < 240 || img.rgb[p * 3 + 2] < 240;
   EXPECT_GT(ink, n / 50) << "the screenshot is (nearly) blank";
   for (size_t run = 0; run < runs.size(); run++) {
     const Rgb c = parse_colour(obs::run_colour(run));
@@ -212,8 +211,8 @@ TEST(ReportBrowser, ChromiumShowsEveryRunsCurves) {
     // 7 charts of ~550 px wide curves, 2 px strokes: thousands of pixels of each run's colour, from the
     // first row of charts to the last.
     EXPECT_GT(hits, 4000u) << "run " << run << " (" << obs::run_colour(run) << ")";
-    EXPECT_GT(last_row - first_row, img.height / 2) << "run " << run << ": its colour is only in rows " << first_row
-                                                    << "-" << last_row;
+    EXPECT_GT(last_row - first_row, img.height / 2)
+        << "run " << run << ": its colour is only in rows " << first_row << "-" << last_row;
   }
 }
 

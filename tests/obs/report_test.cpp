@@ -4,6 +4,8 @@
 // drawn with each step's last value; a run that failed before its first step shown as such; and the
 // mistakes a user can make (missing, empty or corrupt metrics, a file for a folder, --label count,
 // an unwritable output), each a plain error naming the file and the fix.
+#include "obs/report.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "obs/report.h"
 #include "test_util.h"
 #include "train/train_runs.h"
 
@@ -35,7 +36,8 @@ struct Curve {
 };
 std::map<std::pair<std::string, std::string>, Curve> curves_of(const std::string& html) {
   std::map<std::pair<std::string, std::string>, Curve> out;
-  const std::regex path_re(R"re(<path class="curve" data-run="([^"]*)" data-metric="([^"]*)" data-points="(\d+)" d="([^"]*)")re");
+  const std::regex path_re(
+      R"re(<path class="curve" data-run="([^"]*)" data-metric="([^"]*)" data-points="(\d+)" d="([^"]*)")re");
   const std::regex point_re(R"re([ML](-?[0-9.]+),(-?[0-9.]+))re");
   for (auto it = std::sregex_iterator(html.begin(), html.end(), path_re); it != std::sregex_iterator(); ++it) {
     Curve c;
@@ -122,7 +124,7 @@ TEST_F(Report, TwoRunsEveryCurveHasOnePointPerStepAndTheLegendNamesBoth) {
   for (size_t i = 1; i < drawn.size(); i++) {
     const double dl = loss.at(int64_t(i + 1)) - loss.at(int64_t(i));
     if (std::fabs(dl) > 1e-3) {
-      EXPECT_EQ(drawn[i].second < drawn[i - 1].second, dl > 0) << "step " << i + 1;
+      EXPECT_EQ(drawn[i].second<drawn[i - 1].second, dl> 0) << "step " << i + 1;
     }
   }
   // Every chart's legend names both runs; no chart for communication on one process.
@@ -221,8 +223,8 @@ TEST_F(Report, ResumedRunShowsTheLastValueOfEachStep) {
 TEST_F(Report, RunWithoutStepsIsShownAsSuch) {
   TempDir dir;
   const std::string run = dir / "early";
-  auto r = run_in(run, train_args(run, {"exp_manager.resume_if_exists=true",
-                                        "exp_manager.resume_ignore_no_checkpoint=false"}));
+  auto r = run_in(
+      run, train_args(run, {"exp_manager.resume_if_exists=true", "exp_manager.resume_ignore_no_checkpoint=false"}));
   ASSERT_NE(r.status, 0) << r.log;
   ASSERT_TRUE(fs::exists(run + "/train_log.txt"));
   ASSERT_FALSE(fs::exists(run + "/metrics.jsonl"));
@@ -249,7 +251,8 @@ TEST_F(Report, EventLinesBecomeATableAndMarkers) {
   TempDir dir;
   const std::string run = dir / "events";
   fs::create_directories(run);
-  for (const char* f : {"metrics.jsonl", "train_config.yaml", "train_log.txt"}) fs::copy_file(a_ + "/" + f, run + "/" + f);
+  for (const char* f : {"metrics.jsonl", "train_config.yaml", "train_log.txt"})
+    fs::copy_file(a_ + "/" + f, run + "/" + f);
   std::string log = read_file(run + "/train_log.txt");
   log += "[2026-12-01 10:00:01] @event {\"event\":\"checkpoint_saved\",\"step\":3,\"path\":\"ck/step_3\"}\n";
   log += "[2026-12-01 10:00:02] @event {\"event\":\"rollback\",\"step\":5,\"to_step\":3,\"why\":\"<nan>\"}\n";
