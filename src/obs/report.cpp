@@ -16,6 +16,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -58,12 +59,42 @@ std::optional<int64_t> integer_field(const nlohmann::json& j, std::initializer_l
   return std::nullopt;
 }
 
-// The steps a training record stands for end at its step; the history restarts where a step goes back.
+// Adds records to a run's series in the order written. A training record (one with "loss") whose
+// step is not past the previous one restarts the history there: the later steps' values are dropped
+// and a "restart" event is added.
+class SeriesBuilder {
+ public:
+  explicit SeriesBuilder(RunData& run) : run_(run) {}
+  void add(const nlohmann::json& r, int64_t step, const std::string& source) {
+    if (r.contains("loss")) {
+      if (step <= previous_) {
+        for (auto& [key, curve] : run_.series) curve.erase(curve.lower_bound(step), curve.end());
+        run_.events.push_back({"", "restart", step,
+                               nlohmann::json{{"event", "restart"}, {"step", step}, {"after_step", previous_}},
+                               source});
+      }
+      if (!train_steps_.insert(step).second) run_.repeated_steps++;
+      previous_ = step;
+    }
+    for (const auto& [key, value] : r.items()) {
+      if (key == "step" || key == "event") continue;
+      if (value.is_number())
+        run_.series[key][step] = value.get<double>();
+      else if (value.is_null())
+        run_.series[key][step] = kNaN;
+    }
+  }
+
+ private:
+  RunData& run_;
+  int64_t previous_ = std::numeric_limits<int64_t>::min();
+  std::set<int64_t> train_steps_;  // every step a training record has named
+};
+
 void read_metrics_file(RunData& run, const std::string& path) {
   bool ends_in_newline = true;
   const std::vector<std::string> lines = read_lines(path, &ends_in_newline);
-  int64_t previous_train_step = std::numeric_limits<int64_t>::min();
-  std::set<int64_t> train_steps;  // every step a training record has named
+  SeriesBuilder series(run);
   int64_t no_step = 0;
   for (size_t i = 0; i < lines.size(); i++) {
     const std::string& line = lines[i];
@@ -87,28 +118,10 @@ void read_metrics_file(RunData& run, const std::string& path) {
       no_step++;
       continue;
     }
-    if (const auto ev = r.find("event"); ev != r.end() && ev->is_string()) {
+    if (const auto ev = r.find("event"); ev != r.end() && ev->is_string())
       run.events.push_back({"", ev->get<std::string>(), step, r, fmt::format("metrics.jsonl:{}", line_no)});
-      continue;
-    }
-    if (r.contains("loss")) {
-      if (*step <= previous_train_step) {
-        for (auto& [key, curve] : run.series) curve.erase(curve.lower_bound(*step), curve.end());
-        run.events.push_back(
-            {"", "restart", *step,
-             nlohmann::json{{"event", "restart"}, {"step", *step}, {"after_step", previous_train_step}},
-             fmt::format("metrics.jsonl:{}", line_no)});
-      }
-      if (!train_steps.insert(*step).second) run.repeated_steps++;
-      previous_train_step = *step;
-    }
-    for (const auto& [key, value] : r.items()) {
-      if (key == "step") continue;
-      if (value.is_number())
-        run.series[key][*step] = value.get<double>();
-      else if (value.is_null())
-        run.series[key][*step] = kNaN;
-    }
+    else
+      series.add(r, *step, fmt::format("metrics.jsonl:{}", line_no));
   }
   if (no_step > 0)
     run.notes.push_back(
@@ -125,6 +138,7 @@ void read_train_log(RunData& run, const std::string& path) {
   bool ends_in_newline = true;
   const std::vector<std::string> lines = read_lines(path, &ends_in_newline);
   int64_t bad = 0;
+  std::vector<std::tuple<nlohmann::json, int64_t, std::string>> steps;  // the step and validation events
   for (size_t i = 0; i < lines.size(); i++) {
     const std::string time = log_time(lines[i]);
     if (!time.empty()) {  // the stamps sort as text
@@ -139,12 +153,28 @@ void read_train_log(RunData& run, const std::string& path) {
       bad++;
       continue;
     }
-    run.events.push_back({time, kind->get<std::string>(), integer_field(e, {"step", "from_step", "at_step"}), e,
-                          fmt::format("train_log.txt:{}", i + 1)});
+    const std::string source = fmt::format("train_log.txt:{}", i + 1);
+    // metrics.jsonl's records again: "step" is a curve, not a table row; "validation" is both
+    if (kind->get<std::string>() == "step" || kind->get<std::string>() == "validation")
+      if (const auto step = integer_field(e, {"step"})) steps.emplace_back(e, *step, source);
+    if (kind->get<std::string>() == "step") continue;
+    run.events.push_back(
+        {time, kind->get<std::string>(),
+         integer_field(e, {"step", "from_step", "at_step", kind->get<std::string>() == "end" ? "steps" : "step"}), e,
+         source});
   }
   if (bad > 0)
     run.notes.push_back(fmt::format("{}: {} @event line{} that {} not one JSON object with an \"event\" left out", path,
                                     bad, bad == 1 ? "" : "s", bad == 1 ? "is" : "are"));
+  // No training record in metrics.jsonl (missing, or a copy of the log alone): the step events draw the curves.
+  if (!run.has_steps() && !steps.empty()) {
+    SeriesBuilder series(run);
+    for (const auto& [e, step, source] : steps) series.add(e, step, source);
+    run.notes.push_back(
+        fmt::format("the curves come from the step events of {} (metrics.jsonl has no training "
+                    "record)",
+                    path));
+  }
 }
 
 // The first "seq_length: N" of the resolved config (model.data.seq_length), else encoder_seq_length.
@@ -193,8 +223,9 @@ void find_checkpoints(RunData& run) {
                           fmt::format("checkpoints/step_{}", s)});
 }
 
-// Drops metrics.jsonl rollback records that the log also has as events.
-void dedupe_events(RunData& run) {
+// Drops metrics.jsonl rollback records that the log also has as events, then orders the events by
+// step (an event without one goes with the event before it from the same file).
+void dedupe_and_sort_events(RunData& run) {
   std::vector<RunEvent> kept;
   for (const auto& e : run.events) {
     const bool from_metrics = e.source.starts_with("metrics.jsonl");
@@ -204,7 +235,18 @@ void dedupe_events(RunData& run) {
         twin |= !o.source.starts_with("metrics.jsonl") && o.kind == e.kind && o.step == e.step;
     if (!twin) kept.push_back(e);
   }
-  run.events = std::move(kept);
+  std::vector<std::pair<int64_t, size_t>> order;  // (step, position)
+  int64_t last = 0;
+  std::string last_file;
+  for (size_t i = 0; i < kept.size(); i++) {
+    const std::string file = kept[i].source.substr(0, kept[i].source.find(':'));
+    if (file != last_file) last = 0, last_file = file;
+    last = kept[i].step.value_or(last);
+    order.emplace_back(last, i);
+  }
+  std::stable_sort(order.begin(), order.end());
+  run.events.clear();
+  for (const auto& [step, i] : order) run.events.push_back(std::move(kept[i]));
 }
 
 }  // namespace
@@ -294,7 +336,7 @@ RunData read_run(const std::string& dir, const std::string& label) {
     if (e.kind == "start")
       if (const auto t = integer_field(e.fields, {"seq_length"})) run.seq_length = *t;
   find_checkpoints(run);
-  dedupe_events(run);
+  dedupe_and_sort_events(run);
   if (!run.has_steps())
     run.notes.insert(run.notes.begin(),
                      fmt::format("no step logged yet: {}",

@@ -212,9 +212,10 @@ TEST_F(Report, ResumedRunShowsTheLastValueOfEachStep) {
   }
   EXPECT_NE(html.find("3 training records repeated an earlier step"), std::string::npos);
   // the restart is an event at step 4, marked on the loss chart
-  ASSERT_FALSE(data.events.empty());
-  EXPECT_EQ(data.events[0].kind, "restart");
-  EXPECT_EQ(data.events[0].step, 4);
+  const auto restart =
+      std::find_if(data.events.begin(), data.events.end(), [](const obs::RunEvent& e) { return e.kind == "restart"; });
+  ASSERT_NE(restart, data.events.end());
+  EXPECT_EQ(restart->step, 4);
   EXPECT_NE(html.find("data-kind=\"restart\""), std::string::npos);
 }
 
@@ -263,10 +264,11 @@ TEST_F(Report, EventLinesBecomeATableAndMarkers) {
   const obs::RunData data = obs::read_run(run);
   std::vector<std::string> kinds;
   for (const auto& e : data.events) kinds.push_back(e.kind);
-  EXPECT_EQ(kinds, (std::vector<std::string>{"checkpoint_saved", "rollback", "error", "future_kind"}));
-  EXPECT_EQ(data.events[1].time, "2026-12-01 10:00:02");
-  EXPECT_EQ(data.events[1].step, 5);
-  EXPECT_FALSE(data.events[3].step.has_value());
+  // by step; one without a step goes with the one before it in the log
+  EXPECT_EQ(kinds, (std::vector<std::string>{"checkpoint_saved", "error", "future_kind", "rollback"}));
+  EXPECT_EQ(data.events[3].time, "2026-12-01 10:00:02");
+  EXPECT_EQ(data.events[3].step, 5);
+  EXPECT_FALSE(data.events[2].step.has_value());
   TempDir out;
   const auto r = run_cli({"report", run, "-o", out / "r.html"});
   ASSERT_EQ(r.code, 0) << describe(r);
@@ -277,6 +279,23 @@ TEST_F(Report, EventLinesBecomeATableAndMarkers) {
   EXPECT_NE(html.find("why=&lt;nan&gt;"), std::string::npos);
   EXPECT_NE(html.find("code=oom"), std::string::npos);
   EXPECT_NE(html.find("1 @event line that is not one JSON object"), std::string::npos);
+
+  // A folder with the log alone, whose step events carry metrics.jsonl's records: the curves come from
+  // them, and they are not table rows.
+  const std::string log_only = dir / "log_only";
+  fs::create_directories(log_only);
+  std::string steps_log = read_file(a_ + "/train_log.txt");
+  for (const auto& rec : obs::read_metrics(a_ + "/metrics.jsonl")) {
+    nlohmann::json e = rec;
+    e["event"] = rec.contains("loss") ? "step" : "validation";
+    steps_log += "[2026-12-01 10:00:05] @event " + e.dump() + "\n";
+  }
+  write_file(log_only + "/train_log.txt", steps_log);
+  const obs::RunData from_log = obs::read_run(log_only);
+  EXPECT_EQ(from_log.series.at("loss"), losses(a_));
+  EXPECT_EQ(from_log.series.at("val_loss"), obs::read_run(a_).series.at("val_loss"));
+  for (const auto& e : from_log.events) EXPECT_NE(e.kind, "step");
+  EXPECT_NE(from_log.notes.back().find("the curves come from the step events"), std::string::npos);
 }
 
 TEST_F(Report, MistakesArePlainErrorsNamingTheFileAndTheFix) {
