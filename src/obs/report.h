@@ -17,10 +17,9 @@ namespace llamatrain::obs {
 
 // One event of a run: an `@event {...}` line of train_log.txt (docs/training.md lists the kinds; the
 // per-step "step" events are curves, not events: they draw the run when metrics.jsonl has no
-// training record), a
-// rollback record of metrics.jsonl, a "restart" where metrics.jsonl's steps go back (a resume), or
-// a checkpoint folder found on disk when the log has no checkpoint events. Unknown kinds and fields
-// are kept as they are.
+// training record), a rollback record of metrics.jsonl, a "restart" where metrics.jsonl's steps go
+// back (a resume), or a checkpoint folder found on disk when the log has no checkpoint events.
+// Unknown kinds and fields are kept as they are.
 struct RunEvent {
   std::string time;             // the log line's UTC time ("2026-12-01 16:30:00"); "" when unknown
   std::string kind;             // "checkpoint_saved", "rollback", "validation", ...
