@@ -154,14 +154,15 @@ void read_train_log(RunData& run, const std::string& path) {
       continue;
     }
     const std::string source = fmt::format("train_log.txt:{}", i + 1);
-    // metrics.jsonl's records again: "step" is a curve, not a table row; "validation" is both
-    if (kind->get<std::string>() == "step" || kind->get<std::string>() == "validation")
-      if (const auto step = integer_field(e, {"step"})) steps.emplace_back(e, *step, source);
+    // metrics.jsonl's records again: "step" is a curve, not a table row; "validation" is both (its
+    // loss only: its batch count and time are no curves)
+    const auto step = integer_field(e, {"step"});
+    if (step && kind->get<std::string>() == "step") steps.emplace_back(e, *step, source);
+    if (step && kind->get<std::string>() == "validation" && e.contains("val_loss"))
+      steps.emplace_back(nlohmann::json{{"val_loss", e["val_loss"]}}, *step, source);
     if (kind->get<std::string>() == "step") continue;
     run.events.push_back(
-        {time, kind->get<std::string>(),
-         integer_field(e, {"step", "from_step", "at_step", kind->get<std::string>() == "end" ? "steps" : "step"}), e,
-         source});
+        {time, kind->get<std::string>(), integer_field(e, {"step", "from_step", "at_step"}), e, source});
   }
   if (bad > 0)
     run.notes.push_back(fmt::format("{}: {} @event line{} that {} not one JSON object with an \"event\" left out", path,
@@ -716,7 +717,7 @@ std::vector<ChartSpec> chart_specs(const std::vector<RunData>& runs) {
       {"comm_time_s", "time blocked in communication per step", Unit::kSeconds, false},
   };
   // Keys nobody draws: the validation loss is on the loss chart; the rest are counters or derived.
-  std::set<std::string> known = {"step", "val_loss", "val_ppl", "consumed_samples"};
+  std::set<std::string> known = {"step", "max_steps", "val_loss", "val_ppl", "consumed_samples"};
   for (const auto& s : specs) known.insert(s.key);
   std::set<std::string> extra;
   for (const auto& run : runs)

@@ -286,8 +286,9 @@ TEST_F(Report, EventLinesBecomeATableAndMarkers) {
   fs::create_directories(log_only);
   std::string steps_log = read_file(a_ + "/train_log.txt");
   for (const auto& rec : obs::read_metrics(a_ + "/metrics.jsonl")) {
-    nlohmann::json e = rec;
+    nlohmann::json e = rec;  // the trainer's step and validation events: the record and a few more fields
     e["event"] = rec.contains("loss") ? "step" : "validation";
+    e[rec.contains("loss") ? "max_steps" : "batches"] = 1;
     steps_log += "[2026-12-01 10:00:05] @event " + e.dump() + "\n";
   }
   write_file(log_only + "/train_log.txt", steps_log);
@@ -295,6 +296,7 @@ TEST_F(Report, EventLinesBecomeATableAndMarkers) {
   EXPECT_EQ(from_log.series.at("loss"), losses(a_));
   EXPECT_EQ(from_log.series.at("val_loss"), obs::read_run(a_).series.at("val_loss"));
   for (const auto& e : from_log.events) EXPECT_NE(e.kind, "step");
+  EXPECT_FALSE(from_log.series.contains("batches"));
   EXPECT_NE(from_log.notes.back().find("the curves come from the step events"), std::string::npos);
 }
 
