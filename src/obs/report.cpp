@@ -850,6 +850,7 @@ svg .plot{fill:none;stroke:#bbb} svg .grid{stroke:#ececec}
 svg .curve{fill:none;stroke-width:2;stroke-linejoin:round}
 pre{background:#f7f7f7;border:1px solid #e2e2e2;padding:8px;font-size:12px;overflow:auto;max-height:480px}
 .details{font-family:"DejaVu Sans Mono",monospace;font-size:12px;word-break:break-all}
+.events td:first-child,.events td:last-child{white-space:nowrap;word-break:normal}
 .event-error td,.event-rollback td{background:#fff1f0} summary{cursor:pointer;font-size:14px;margin:6px 0}
 )";
 
