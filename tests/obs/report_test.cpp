@@ -383,6 +383,44 @@ TEST(ReportPage, NonFiniteValuesLeaveAGapAndOnePointIsADot) {
   EXPECT_NE(html.find("<title>one step 1: loss"), std::string::npos) << "a one-point curve is drawn as a dot";
 }
 
+// The tick labels of the chart of `metric` (y first, then x).
+std::vector<std::string> ticks_of(const std::string& html, const std::string& metric) {
+  const size_t start = html.find("<figure class=\"chart\" data-metric=\"" + metric + "\"");
+  if (start == std::string::npos) return {};
+  const std::string chart = html.substr(start, html.find("</figure>", start) - start);
+  std::vector<std::string> out;
+  const std::regex re(R"re(class="tick">([^<]*)<)re");
+  for (auto it = std::sregex_iterator(chart.begin(), chart.end(), re); it != std::sregex_iterator(); ++it)
+    out.push_back((*it)[1]);
+  return out;
+}
+
+TEST(ReportPage, AxesHaveNumberedTicksAndLogScaleWhereAsked) {
+  obs::RunData run = synthetic_run("/runs/axes", 200);
+  for (int64_t s = 1; s <= 200; s++) run.series["grad_norm"][s] = 50.0 / double(s);  // 0.25 .. 50: 200x
+  for (int64_t s = 1; s <= 200; s++) run.series["lr"][s] = 3e-4;                     // flat
+  std::string html = obs::render_report({run});
+  std::vector<std::string> loss_ticks = ticks_of(html, "loss");
+  EXPECT_NE(std::find(loss_ticks.begin(), loss_ticks.end(), "3.0"), loss_ticks.end())
+      << ::testing::PrintToString(loss_ticks);
+  for (const char* step : {"50", "100", "150", "200"})
+    EXPECT_NE(std::find(loss_ticks.begin(), loss_ticks.end(), step), loss_ticks.end()) << step;
+  const std::vector<std::string> grad_ticks = ticks_of(html, "grad_norm");
+  for (const char* decade : {"1", "10"})
+    EXPECT_NE(std::find(grad_ticks.begin(), grad_ticks.end(), decade), grad_ticks.end())
+        << ::testing::PrintToString(grad_ticks);
+  EXPECT_NE(html.find("gradient norm (before clipping) (log scale)"), std::string::npos);
+  EXPECT_EQ(html.find("loss (log scale)"), std::string::npos);
+  // a flat curve still gets distinct tick labels
+  const std::vector<std::string> lr_ticks = ticks_of(html, "lr");
+  ASSERT_GE(lr_ticks.size(), 3u);
+  EXPECT_NE(lr_ticks[0], lr_ticks[1]) << ::testing::PrintToString(lr_ticks);
+  obs::ReportOptions o;
+  o.log_loss = true;
+  html = obs::render_report({run}, o);
+  EXPECT_NE(html.find("loss (log scale)"), std::string::npos);
+}
+
 TEST(ReportPage, RunsNamedAlikeGetDistinctNames) {
   std::vector<obs::RunData> runs = {synthetic_run("/x/a/version_0", 3), synthetic_run("/x/b/version_0", 3),
                                     synthetic_run("/x/c", 3), synthetic_run("/x/c", 3)};
