@@ -137,7 +137,7 @@ class Chromium {
   }
   ~Chromium() {
     if (pid_ <= 0) return;
-    ::kill(-pid_, SIGKILL);  // the group: the browser and every helper process it started
+    ::kill(-pid_, SIGKILL);  // the group: the browser and every process it started
     if (running_) ::waitpid(pid_, nullptr, 0);
   }
   // The exit status, or -1 when it ran past timeout_s (then the group is killed).
