@@ -310,11 +310,10 @@ RunData read_run(const std::string& dir, const std::string& label) {
   RunData run;
   run.dir = dir;
   run.label = label;
-  if (run.label.empty()) {
-    fs::path p = fs::path(dir).lexically_normal();
+  if (run.label.empty()) {  // "runs/cpt/", "." and "../cpt" are named by the folder itself
+    fs::path p = fs::absolute(dir, ec).lexically_normal();
     if (p.filename().empty()) p = p.parent_path();
-    run.label = p.filename().string();
-    if (run.label.empty() || run.label == ".") run.label = fs::absolute(p, ec).filename().string();
+    run.label = p.filename().empty() ? dir : p.filename().string();
   }
   const std::string metrics = (fs::path(dir) / "metrics.jsonl").string();
   const std::string log = (fs::path(dir) / "train_log.txt").string();

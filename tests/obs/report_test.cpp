@@ -154,6 +154,8 @@ TEST_F(Report, TwoRunsEveryCurveHasOnePointPerStepAndTheLegendNamesBoth) {
   for (const char* external : {"<script", "src=", "href=", "url(", "@import", "<link"})
     EXPECT_EQ(html.find(external), std::string::npos) << external;
   // The library reads what the trainer wrote.
+  EXPECT_EQ(obs::read_run(a_ + "/").label, "base");
+  EXPECT_EQ(obs::read_run(a_ + "/checkpoints/..").label, "base");
   const obs::RunData run = obs::read_run(a_);
   EXPECT_EQ(run.series.at("loss"), loss);
   EXPECT_EQ(run.last_step(), kSteps);
