@@ -31,6 +31,14 @@ bool has_line(const std::string& text, const std::string& start) {
   return text.rfind(start, 0) == 0 || text.find("\n" + start) != std::string::npos;
 }
 
+// The table row that starts with `start` ("PASS  config files"), or "".
+std::string row(const std::string& text, const std::string& start) {
+  size_t at = text.rfind(start, 0) == 0 ? 0 : text.find("\n" + start);
+  if (at == std::string::npos) return "";
+  if (text[at] == '\n') at++;
+  return text.substr(at, text.find('\n', at) - at);
+}
+
 TEST(Doctor, OneProcessPassesWithEveryCheck) {
   TempDir dir;
   const auto r = run_cli({"doctor", "--run-dir", dir / "run"});
@@ -50,8 +58,8 @@ TEST(Doctor, ConfigFilesReadable) {
   const auto r = run_cli(args);
   ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
   // .bin and .idx of the prefix, and the tokenizer.
-  EXPECT_TRUE(has_line(r.out, "PASS  config files    3 files readable")) << r.out;
-  EXPECT_TRUE(has_line(r.out, "PASS  run folder      " + (dir / "run"))) << r.out;
+  EXPECT_NE(row(r.out, "PASS  config files").find("3 files readable"), std::string::npos) << r.out;
+  EXPECT_NE(row(r.out, "PASS  run folder").find(dir / "run"), std::string::npos) << r.out;
 }
 
 TEST(Doctor, MissingDataPrefixFails) {
@@ -88,7 +96,7 @@ TEST(Doctor, TwoRanksUnderMpirun) {
   const auto r = mpi_doctor(dir, args);
   ASSERT_EQ(r.status, 0) << r.log;
   EXPECT_NE(r.log.find("2 ranks answered on 1 node"), std::string::npos) << r.log;
-  EXPECT_TRUE(has_line(r.log, "PASS  allreduce     sum of 2 ranks exact")) << r.log;
+  EXPECT_NE(row(r.log, "PASS  allreduce").find("sum of 2 ranks exact"), std::string::npos) << r.log;
   EXPECT_NE(r.log.find("written by all 2 ranks and seen by rank 0"), std::string::npos) << r.log;
   EXPECT_TRUE(has_line(r.log, "PASS  config files")) << r.log;
   // One table (rank 0's), not one per rank.
@@ -101,10 +109,10 @@ TEST(Doctor, TwoRanksUnderMpirun) {
 
 TEST(Doctor, RanksThatDoNotMatchTheConfigFailUnderMpirun) {
   TempDir dir;
-  const auto r = mpi_doctor(dir, tiny_config(dir / "run", {"trainer.devices=4"}));
+  const auto r = mpi_doctor(dir, tiny_config(dir / "run", {"trainer.devices=1"}));
   EXPECT_NE(r.status, 0) << r.log;
   EXPECT_TRUE(has_line(r.log, "FAIL  ranks")) << r.log;
-  EXPECT_NE(r.log.find("trainer.devices x trainer.num_nodes = 4 x 1 = 4, expected the job's 2 ranks"), std::string::npos)
+  EXPECT_NE(r.log.find("trainer.devices x trainer.num_nodes = 1 x 1 = 1, expected the job's 2 ranks"), std::string::npos)
       << r.log;
   EXPECT_NE(r.log.find("error: doctor: 1 check failed (ranks)"), std::string::npos) << r.log;
 }
