@@ -30,9 +30,15 @@ struct DoctorArgs {
 };
 
 void run(const DoctorArgs& a) {
+  // A config that does not load is one FAIL row: the other checks still run, on every rank, and the
+  // table (rank 0's) says why, instead of each rank printing the error on its own.
   std::optional<train::LoadedConfig> loaded;
-  if (!a.config.empty()) loaded = train::load_config(a.config, a.overrides);
   train::DoctorOptions o;
+  try {
+    if (!a.config.empty()) loaded = train::load_config(a.config, a.overrides);
+  } catch (const Error& e) {
+    o.config_error = e.what();
+  }
   o.config = loaded ? &loaded->config : nullptr;
   o.run_dir = a.run_dir;
   o.allreduce_mib = a.allreduce_mib;

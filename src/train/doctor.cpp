@@ -451,6 +451,11 @@ std::vector<DoctorRow> run_doctor(const DoctorOptions& o, parallel::Communicator
   rows.push_back(agree(w, check_allreduce(w, o.allreduce_mib)));
   rows.push_back(agree(w, check_run_dir(w, run_dir, hosts)));
   if (o.config) rows.push_back(agree(w, check_config_files(*o.config)));
+  if (!o.config_error.empty()) {
+    std::string one_line = o.config_error;
+    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+    rows.push_back(agree(w, {"config", CheckStatus::fail, one_line}));
+  }
   return rows;
 }
 

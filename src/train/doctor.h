@@ -27,6 +27,7 @@ struct DoctorRow {
 
 struct DoctorOptions {
   const TrainConfig* config = nullptr;  // the config's files and run folder are checked when given
+  std::string config_error;             // the config did not load: this message, as a FAIL row
   std::string run_dir;                  // the folder checked for writing (default: the config's run
                                         // folder, else the current folder)
   double allreduce_mib = 16;            // bytes per rank of the timed all-reduce

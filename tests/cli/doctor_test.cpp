@@ -82,6 +82,15 @@ TEST(Doctor, RunFolderThatCannotBeMadeFails) {
   EXPECT_NE(r.out.find("cannot make " + (dir / "a_file/run")), std::string::npos) << r.out;
 }
 
+TEST(Doctor, ConfigThatDoesNotLoadFails) {
+  TempDir dir;
+  std::vector<std::string> args = {"doctor"};
+  for (const auto& a : tiny_config(dir / "run", {"model.tensor_model_parallel_size=3"})) args.push_back(a);
+  const auto r = run_cli(args);
+  testing::expect_plain_error(r, {"doctor: 1 check failed (config)"});
+  EXPECT_NE(row(r.out, "FAIL  config ").find("tensor_model_parallel_size"), std::string::npos) << r.out;
+}
+
 // Runs `mpiexec -np 2 llamatrain doctor --all-ranks ARGS` with its output in dir/out.txt.
 testing::RunResult mpi_doctor(const TempDir& dir, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2",

@@ -34,11 +34,11 @@ export LLAMATRAIN_RUN_DIR=$WORK/run-tp3
 status=0
 job=$(TP=3 submit --wait --nodes 2 "$SRC/launch/slurm/preflight.slurm" "$model") || status=$?
 [ "$status" != 0 ] || fail "a preflight with tensor_model_parallel_size=3 passed"
-job=${job:-$(squeue -h -o %i | tail -n 1)}
 log=$WORK/slurm-llamatrain-preflight-$job.out
 [ "$(slurm_job_field "$job" JobState)" = FAILED ] || fail "job $job is $(slurm_job_field "$job" JobState)"
 expect_in "$log" "preflight.slurm: failed"
 expect_in "$log" "error: "
+expect_in "$log" "FAIL  config "
 expect_in "$log" "tensor_model_parallel_size"
 [ $plan_available = 0 ] || expect_in "$log" "preflight.slurm: plan: FAILED"
 
