@@ -9,6 +9,8 @@
 #
 # As a library (tests source it):
 #   source tests/slurm/cluster.sh
+#   SLURM_CLUSTER_OWNER=$$           # optional: stop the cluster when this process is gone, even
+#                                     # if it is killed with SIGKILL (a detached guard watches it)
 #   slurm_cluster_start 2 "$dir"      # exports SLURM_CONF (and the cluster's other variables)
 #   trap slurm_cluster_stop EXIT      # stops every daemon it started, by pid
 #   sbatch --wait ...; slurm_job_field "$jobid" JobState
@@ -134,6 +136,8 @@ slurm_cluster_start() {
     echo "export SLURM_CLUSTER_NODES=$nodes"
   } >"$dir/env"
 
+  [ -z "${SLURM_CLUSTER_OWNER:-}" ] || slurm_cluster_guard "$SLURM_CLUSTER_OWNER" "$dir"
+
   # Ready when sinfo lists every node idle.
   local idle
   for ((i = 0; i < 300; i++)); do
@@ -157,6 +161,15 @@ slurm_cluster_processes() {
     { tr '\0' '\n' <"$e"; } 2>/dev/null | grep -qxF "SLURM_CONF=$dir/slurm.conf" && echo "$pid"
   done
   return 0
+}
+
+# slurm_cluster_guard OWNER_PID DIR: a detached process (not a child of the caller, so a test runner
+# that kills the test's process tree on a timeout does not reach it) that stops the cluster once
+# OWNER_PID is gone, and ends by itself once the cluster has been stopped.
+slurm_cluster_guard() {
+  ( env -u SLURM_CONF setsid bash -c 'source "$1"
+      while kill -0 "$2" 2>/dev/null && [ -s "$3/pids" ]; do sleep 1; done
+      slurm_cluster_stop "$3"' slurm-cluster-guard "${BASH_SOURCE[0]}" "$1" "$2" </dev/null >/dev/null 2>&1 & )
 }
 
 # slurm_cluster_stop [DIR]: cancels the cluster's jobs, then ends the daemons started in DIR

@@ -25,7 +25,8 @@ slurm_test_setup() {
   "$BIN" preprocess --quiet --input "$SRC/tests/data/fixtures/corpus.jsonl" \
     --tokenizer-model "$SRC/tests/data/fixtures/tokenizer.model" --output-prefix "$WORK/fx" --append-eod
   FIXTURE=$WORK/fx_text_document
-  slurm_cluster_start "$1" "$WORK/cluster"
+  # The cluster also stops if this test is killed outright (a ctest timeout): a guard watches $$.
+  SLURM_CLUSTER_OWNER=$$ slurm_cluster_start "$1" "$WORK/cluster"
   # What the jobs inherit (sbatch exports the submitting environment).
   export LLAMATRAIN=$BIN DATASET_PATH=$FIXTURE OMP_NUM_THREADS=1
   export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl=self,vader,tcp
