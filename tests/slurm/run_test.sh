@@ -35,6 +35,22 @@ wait_steps() {  # RUN_DIR N JOB: until the run logged N steps
   fail "run $1 did not reach step $2 in 60 s"
 }
 
+# SLURM holds a requeued job for 120 s before it may start again: time for the last start's step
+# daemons to end (a step of the same id cannot start while they hold its PMIx socket) and for its
+# revoked job credential to age (a start within the same second is refused). The test waits for
+# those instead (both nodes idle, no step socket, 2 s), then lets the job start.
+start_requeued() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    if [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" = 2 ] && ! ls "$SLURM_CLUSTER_DIR"/spool/*/stepd.* >/dev/null 2>&1; then
+      break
+    fi
+    sleep 0.1
+  done
+  sleep 2
+  scontrol update JobId="$1" StartTime=now
+}
+
 # 1. Uninterrupted.
 export LLAMATRAIN_RUN_DIR=$WORK/full
 job=$(submit --wait --nodes 2 "$SRC/launch/slurm/run.slurm" "$model") || fail "the training job failed"
@@ -86,17 +102,8 @@ for ((i = 0; i < 600; i++)); do
   sleep 0.2
 done
 [ "$(slurm_job_field "$job" Restarts)" = 1 ] || fail "job $job was not requeued after SIGTERM"
-# SLURM holds a requeued job for 120 s before it may start again, time for the last start's step
-# daemons to end (a new step of the same id cannot start while they hold its PMIx socket). The test
-# waits for them instead: the job pending, both nodes idle, the sockets gone.
 slurm_wait_job_state "$job" PENDING 60 || fail "the requeued job $job is $(slurm_job_field "$job" JobState), expected PENDING"
-for ((i = 0; i < 300; i++)); do
-  if [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" = 2 ] && ! ls "$SLURM_CLUSTER_DIR"/spool/*/stepd.* >/dev/null 2>&1; then
-    break
-  fi
-  sleep 0.1
-done
-scontrol update JobId="$job" StartTime=now
+start_requeued "$job"
 state=$(slurm_wait_job "$job" 240) || fail "the requeued job $job did not finish"
 [ "$state" = COMPLETED ] || fail "the requeued job $job is $state, expected COMPLETED"
 log=$WORK/slurm-llamatrain-$job.out
@@ -105,4 +112,22 @@ expect_in "$log" "run.slurm: job $job (start 2 of at most 4)"
 curve "$WORK/requeued" >"$WORK/requeued.curve"
 diff "$WORK/full.curve" "$WORK/requeued.curve" >"$WORK/requeued.diff" \
   || fail "stopped by SIGTERM and requeued, the loss curve differs from the uninterrupted one: $(head "$WORK/requeued.diff")"
+# 4. A step that fails to launch on every node (a stale PMIx socket where each node's step daemon
+# must create its own): srun reports success for it; run.slurm notices that no rank started and
+# requeues.
+export LLAMATRAIN_RUN_DIR=$WORK/relaunched
+job=$(TRAIN_ITERS=4 submit --begin=now+3 --nodes 2 "$SRC/launch/slurm/run.slurm" "$model")
+touch "$SLURM_CLUSTER_DIR/spool/n1/stepd.slurm.pmix.$job.0" "$SLURM_CLUSTER_DIR/spool/n2/stepd.slurm.pmix.$job.0"
+for ((i = 0; i < 300; i++)); do
+  [ "$(slurm_job_field "$job" Restarts)" -ge 1 ] 2>/dev/null && break
+  sleep 0.2
+done
+expect_in "$WORK/slurm-llamatrain-$job.out" "run.slurm: srun reported success, but ranks 0 1 never started"
+expect_in "$WORK/slurm-llamatrain-$job.out" "run.slurm: requeueing job $job (restart 1 of 3)"
+rm -f "$SLURM_CLUSTER_DIR"/spool/n*/stepd.slurm.pmix.$job.0
+slurm_wait_job_state "$job" PENDING 60 || fail "job $job is $(slurm_job_field "$job" JobState) after a failed launch, expected PENDING (requeued)"
+start_requeued "$job"
+state=$(slurm_wait_job "$job" 240) || fail "the requeued job $job did not finish"
+[ "$state" = COMPLETED ] || fail "the job requeued after a failed launch is $state, expected COMPLETED"
+[ "$(steps_logged "$WORK/relaunched")" = 4 ] || fail "the relaunched job logged $(steps_logged "$WORK/relaunched") steps, expected 4"
 echo "PASS"
