@@ -7,7 +7,7 @@
 #   LLAMATRAIN_MODE=doctor  (preflight.slurm)    llamatrain doctor --all-ranks CONFIG OVERRIDES...
 #   LLAMATRAIN_MODE=print   the command line of `train`, one argument a line, and nothing run
 # Environment it reads (all optional):
-#   LLAMATRAIN           the program (default: llamatrain on PATH)
+#   LLAMATRAIN           the program (default: llamatrain on PATH, else build/release/llamatrain)
 #   LLAMATRAIN_RUN_DIR   the run folder (exp_manager.explicit_log_dir); default: NeMo's
 #                        <exp_dir>/<name>/<SLURM_JOB_ID>, which a requeued job keeps
 #   LLAMATRAIN_OVERRIDES more key=value overrides, space-separated; they win over the script's
@@ -17,7 +17,11 @@
 # Arguments after the model script's name are more overrides, last of all.
 
 : "${CONFIG:?the model script sets CONFIG (a YAML file) before sourcing task.sh}"
-LLAMATRAIN=${LLAMATRAIN:-llamatrain}
+# The program: $LLAMATRAIN, else llamatrain on PATH, else this checkout's release build.
+if [ -z "${LLAMATRAIN:-}" ]; then
+  LLAMATRAIN=$(command -v llamatrain || true)
+  [ -n "$LLAMATRAIN" ] || LLAMATRAIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/release/llamatrain
+fi
 mode=${LLAMATRAIN_MODE:-train}
 
 # The job's shape: SLURM's when there is a job, else one process.

@@ -5,13 +5,15 @@
 #   sbatch --nodes N launch/slurm/preflight.slurm launch/models/tinyllama_1.1b.sh   # checks, before the job
 #   sbatch --nodes N --ntasks-per-node 32 launch/slurm/run.slurm launch/models/tinyllama_1.1b.sh
 # Variables (`: ${X:=v}`: a value exported before wins): DATASET_PATH (a preprocessed prefix, no
-# .bin/.idx), INIT_FROM (a Hugging Face folder; its tokenizer.model is used), TRAIN_ITERS, GBS, UBS,
-# TP, PP, WARMUP_STEPS, SEQ_LENGTH; launch/task.sh lists the job-wide ones.
+# .bin/.idx), INIT_FROM (a Hugging Face folder to start from; its tokenizer.model is used),
+# TOKENIZER_MODEL (a tokenizer.model, without INIT_FROM: pretraining from scratch), TRAIN_ITERS, GBS,
+# UBS, TP, PP, WARMUP_STEPS, SEQ_LENGTH; launch/task.sh lists the job-wide ones.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 CONFIG=$repo/configs/tinyllama_1.1b.yaml
 : "${DATASET_PATH:=$HOME/examples_datasets/book_text_document}"
 : "${INIT_FROM:=}"
+: "${TOKENIZER_MODEL:=}"
 : "${TRAIN_ITERS:=10000}"
 : "${GBS:=1024}"
 : "${UBS:=1}"
@@ -31,4 +33,5 @@ OVERRIDES=(
   "model.encoder_seq_length=$SEQ_LENGTH"
 )
 [ -z "$INIT_FROM" ] || OVERRIDES+=("model.init_from=$INIT_FROM")
+[ -z "$TOKENIZER_MODEL" ] || OVERRIDES+=("model.tokenizer.model=$TOKENIZER_MODEL")
 source "$repo/launch/task.sh"
