@@ -126,5 +126,27 @@ TEST(Doctor, RanksThatDoNotMatchTheConfigFailUnderMpirun) {
   EXPECT_NE(r.log.find("error: doctor: 1 check failed (ranks)"), std::string::npos) << r.log;
 }
 
+// Rank 1 sees its own private folder at the run folder's path (a tmpfs mounted in a mount namespace
+// of its own), as a rank on a node without the shared filesystem would: rank 0 misses its file.
+TEST(Doctor, RunFolderNotSharedFailsUnderMpirun) {
+  if (auto why = testing::program_missing("unshare", "util-linux"); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  const std::string run = dir / "run";
+  fs::create_directories(run);
+  std::string probe;
+  if (testing::run_capture("unshare --mount sh -c 'mount -t tmpfs tmpfs " + run + "'", &probe) != 0)
+    GTEST_SKIP() << "needs root to mount a tmpfs in a mount namespace of its own: " << probe;
+  const std::string doctor = testing::llamatrain_bin() + " doctor --all-ranks --run-dir " + run;
+  const std::string per_rank = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec unshare --mount sh -c 'mount -t tmpfs "
+                               "tmpfs " + run + " && exec " + doctor + "'; else exec " + doctor + "; fi";
+  const auto r = testing::run_in(dir.path(), {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2", "/bin/sh",
+                                              "-c", per_rank},
+                                 {"OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo"});
+  EXPECT_NE(r.status, 0) << r.log;
+  EXPECT_NE(row(r.log, "FAIL  run folder").find("rank 0 does not see the files of ranks 1"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("error: doctor: 1 check failed (run folder)"), std::string::npos) << r.log;
+  EXPECT_TRUE(fs::is_empty(run)) << "probe files left in " << run;
+}
+
 }  // namespace
 }  // namespace llamatrain
