@@ -439,6 +439,8 @@ std::vector<DoctorRow> run_doctor(const DoctorOptions& o, parallel::Communicator
   const bool has_amx = cpuinfo_first_cpu()["flags"].find("amx_bf16") != std::string::npos;
   std::string run_dir = o.run_dir;
   if (run_dir.empty()) run_dir = o.config ? resolve_log_dir(*o.config) : fs::current_path().string();
+  std::error_code ec;
+  if (const fs::path abs = fs::absolute(run_dir, ec); !ec) run_dir = abs.lexically_normal().string();
   run_dir = broadcast_string(w, run_dir, 0);  // a name made from the time: rank 0's
 
   std::vector<DoctorRow> rows;
