@@ -61,3 +61,13 @@ expect_in() {
 submit() {
   sbatch --parsable --chdir="$WORK" "$@"
 }
+
+# submit_wait ARGS...: submit, then wait for the job's end (polling more often than sbatch --wait,
+# whose first poll can come 10 s late); prints the job id; fails unless the job COMPLETED.
+submit_wait() {
+  local job
+  job=$(submit "$@") || return 1
+  echo "$job"
+  slurm_wait_job "$job" 600 >/dev/null || return 1
+  [ "$(slurm_job_field "$job" JobState)" = COMPLETED ]
+}

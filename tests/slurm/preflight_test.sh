@@ -16,7 +16,7 @@ fi
 
 # 1. The tiny model on 2 nodes x 1 rank: passes.
 export LLAMATRAIN_RUN_DIR=$WORK/run-ok
-job=$(submit --wait --nodes 2 "$SRC/launch/slurm/preflight.slurm" "$model") || fail "the preflight job failed"
+job=$(submit_wait --nodes 2 "$SRC/launch/slurm/preflight.slurm" "$model") || fail "the preflight job failed"
 log=$WORK/slurm-llamatrain-preflight-$job.out
 [ "$(slurm_job_field "$job" JobState)" = COMPLETED ] || fail "job $job is $(slurm_job_field "$job" JobState)"
 expect_in "$log" "preflight.slurm: passed"
@@ -32,7 +32,7 @@ grep -q '^FAIL' "$log" && fail "a FAIL row in a passing preflight"
 # 2. Tensor parallel 3 does not divide the 4 heads: the job fails and its log says why.
 export LLAMATRAIN_RUN_DIR=$WORK/run-tp3
 status=0
-job=$(TP=3 submit --wait --nodes 2 "$SRC/launch/slurm/preflight.slurm" "$model") || status=$?
+job=$(TP=3 submit_wait --nodes 2 "$SRC/launch/slurm/preflight.slurm" "$model") || status=$?
 [ "$status" != 0 ] || fail "a preflight with tensor_model_parallel_size=3 passed"
 log=$WORK/slurm-llamatrain-preflight-$job.out
 [ "$(slurm_job_field "$job" JobState)" = FAILED ] || fail "job $job is $(slurm_job_field "$job" JobState)"
@@ -45,7 +45,7 @@ expect_in "$log" "tensor_model_parallel_size"
 # 3. A data prefix that does not exist: doctor's config check fails on every rank.
 export LLAMATRAIN_RUN_DIR=$WORK/run-nodata
 status=0
-job=$(DATASET_PATH=$WORK/missing_text_document submit --wait --nodes 2 "$SRC/launch/slurm/preflight.slurm" "$model") \
+job=$(DATASET_PATH=$WORK/missing_text_document submit_wait --nodes 2 "$SRC/launch/slurm/preflight.slurm" "$model") \
   || status=$?
 [ "$status" != 0 ] || fail "a preflight with a missing data prefix passed"
 log=$WORK/slurm-llamatrain-preflight-$job.out

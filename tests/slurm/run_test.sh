@@ -53,7 +53,7 @@ start_requeued() {
 
 # 1. Uninterrupted.
 export LLAMATRAIN_RUN_DIR=$WORK/full
-job=$(submit --wait --nodes 2 "$SRC/launch/slurm/run.slurm" "$model") || fail "the training job failed"
+job=$(submit_wait --nodes 2 "$SRC/launch/slurm/run.slurm" "$model") || fail "the training job failed"
 log=$WORK/slurm-llamatrain-$job.out
 [ "$(slurm_job_field "$job" JobState)" = COMPLETED ] || fail "job $job is $(slurm_job_field "$job" JobState)"
 expect_in "$log" "run.slurm: job $job (start 1 of at most 4) on 2 nodes (n[1-2]), 2 ranks"
@@ -86,7 +86,7 @@ saved=$(ls "$WORK/cancelled/checkpoints" 2>/dev/null | sed -n 's/^step_\([0-9]*\
 [ -n "$saved" ] || fail "scancel left no checkpoint in $WORK/cancelled/checkpoints"
 [ "$saved" -lt "$TRAIN_ITERS" ] || fail "the cancelled job reached the last step ($saved) before scancel: a longer run is needed"
 expect_in "$WORK/slurm-llamatrain-$job.out" "run.slurm: the job was cancelled; not retrying"
-job=$(submit --wait --nodes 2 "$SRC/launch/slurm/run.slurm" "$model") || fail "the resubmitted job failed"
+job=$(submit_wait --nodes 2 "$SRC/launch/slurm/run.slurm" "$model") || fail "the resubmitted job failed"
 expect_in "$WORK/cancelled/train_log.txt" "step_$saved"
 curve "$WORK/cancelled" >"$WORK/cancelled.curve"
 diff "$WORK/full.curve" "$WORK/cancelled.curve" >"$WORK/cancelled.diff" \

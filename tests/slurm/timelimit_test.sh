@@ -9,7 +9,7 @@ slurm_test_setup 1
 export LLAMATRAIN_RUN_DIR=$WORK/run LLAMATRAIN_MAX_RESTARTS=0
 # Far more steps than fit in the minute: the signal surely comes mid-run.
 export TRAIN_ITERS=100000 SAVE_EVERY=1000000 GBS=64
-job=$(submit --wait --nodes 1 --ntasks-per-node 2 --time=1 --signal=TERM@55 \
+job=$(submit_wait --nodes 1 --ntasks-per-node 2 --time=1 --signal=TERM@55 \
   "$SRC/launch/slurm/run.slurm" "$SRC/launch/models/tiny.sh") && fail "the job succeeded, expected it stopped by the time limit's signal"
 log=$WORK/slurm-llamatrain-$job.out
 [ "$(slurm_job_field "$job" JobState)" = FAILED ] || fail "job $job is $(slurm_job_field "$job" JobState), expected FAILED"
