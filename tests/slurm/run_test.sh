@@ -69,11 +69,6 @@ for f in config.json model.safetensors tokenizer.model; do
   [ -s "$WORK/full/hf/$f" ] || fail "the Hugging Face export lacks $f: $(ls "$WORK/full/hf" 2>&1)"
 done
 expect_in "$WORK/full/train_log.txt" "parallel layout: 2 ranks"
-# `llamatrain report` where this build has it (CLI11 answers --help of an unknown command with the
-# main help, whose usage line names no command).
-if "$BIN" report --help 2>&1 | grep -q '^Usage: .* report '; then
-  "$BIN" report "$WORK/full" >"$WORK/report.txt" 2>&1 || fail "llamatrain report failed: $(cat "$WORK/report.txt")"
-fi
 
 # 2. scancel mid-run, then the same command again.
 export LLAMATRAIN_RUN_DIR=$WORK/cancelled
@@ -112,6 +107,15 @@ expect_in "$log" "run.slurm: job $job (start 2 of at most 4)"
 curve "$WORK/requeued" >"$WORK/requeued.curve"
 diff "$WORK/full.curve" "$WORK/requeued.curve" >"$WORK/requeued.diff" \
   || fail "stopped by SIGTERM and requeued, the loss curve differs from the uninterrupted one: $(head "$WORK/requeued.diff")"
+# The uninterrupted, the cancelled and the requeued run on one `llamatrain report` page, where this
+# build has the command (CLI11 answers --help of an unknown command with the main help, whose usage
+# line names no command).
+if "$BIN" report --help 2>&1 | grep -q '^Usage: .* report '; then
+  "$BIN" report "$WORK/full" "$WORK/cancelled" "$WORK/requeued" -o "$WORK/report.html" >"$WORK/report.txt" 2>&1 \
+    || fail "llamatrain report failed: $(cat "$WORK/report.txt")"
+  for want in "<svg" cancelled requeued; do expect_in "$WORK/report.html" "$want"; done
+fi
+
 # 4. A step that fails to launch on every node (a stale PMIx socket where each node's step daemon
 # must create its own): srun reports success for it; run.slurm notices that no rank started and
 # requeues.
