@@ -89,8 +89,8 @@ int64_t communication_bytes(const TrainConfig& cfg, const RunPlan& p) {
   return bytes;
 }
 
-// OpenMPI's own memory in each rank of a job of several (shared-memory segments, buffers): measured
-// with OpenMPI 4.1, two ranks on one node (docs/performance.md, "Planned memory").
+// OpenMPI's own memory in each training process (every one initializes MPI, a single process too:
+// shared-memory segments, buffers), measured with OpenMPI 4.1 on one and two ranks of a node.
 constexpr int64_t kMpiRuntimeBytes = 16'000'000;
 
 RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime) {
@@ -101,7 +101,7 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   m.optimizer = p.memory.optimizer;
   m.activations = p.memory.activations;
   m.communication = communication_bytes(cfg, p);
-  m.runtime = runtime + (runtime > 0 && p.layout.world_size > 1 ? kMpiRuntimeBytes : 0);
+  m.runtime = runtime > 0 ? runtime + kMpiRuntimeBytes : 0;
   return m;
 }
 
