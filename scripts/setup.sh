@@ -18,6 +18,8 @@ PACKAGES=(
   zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin                   # MPI: the parallel runtime's communicator, mpirun
+  libpmix-dev           # srun --mpi=pmix starts OpenMPI ranks under SLURM (the PMIx library it loads)
+  slurmctld slurmd slurm-client munge   # a real SLURM cluster on this machine for the slurm tests (tests only)
   python3-torch python3-numpy python3-sentencepiece   # PyTorch reference (tests and bench only)
   python3-protobuf      # decodes our TensorBoard event files in tests (tests only)
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)

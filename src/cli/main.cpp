@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   llamatrain::cli::register_eval(app);
   llamatrain::cli::register_plan(app);
   llamatrain::cli::register_report(app);
+  llamatrain::cli::register_doctor(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

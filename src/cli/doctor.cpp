@@ -1,0 +1,102 @@
+// `llamatrain doctor [--all-ranks] [CONFIG [overrides]]`: argument wiring for train::run_doctor
+// (train/doctor.h). Rank 0 prints the table; the exit status is 1 on every rank when any check
+// failed, so that a batch job (launch/slurm/preflight.slurm) fails with the reasons in its log.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/backend.h"
+#include "parallel/mpi_communicator.h"
+#include "train/config.h"
+#include "train/doctor.h"
+
+namespace llamatrain::cli {
+
+namespace {
+
+struct DoctorArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool all_ranks = false;
+  std::string run_dir;
+  double allreduce_mib = 16;
+};
+
+void run(const DoctorArgs& a) {
+  // A config that does not load is one FAIL row: the other checks still run, on every rank, and the
+  // table (rank 0's) says why, instead of each rank printing the error on its own.
+  std::optional<train::LoadedConfig> loaded;
+  train::DoctorOptions o;
+  try {
+    if (!a.config.empty()) loaded = train::load_config(a.config, a.overrides);
+  } catch (const Error& e) {
+    o.config_error = e.what();
+  }
+  o.config = loaded ? &loaded->config : nullptr;
+  o.run_dir = a.run_dir;
+  o.allreduce_mib = a.allreduce_mib;
+
+  int rank = 0;
+  std::vector<train::DoctorRow> rows;
+  {
+    std::unique_ptr<parallel::Communicator> world;
+    if (a.all_ranks) world = parallel::make_mpi_world();
+    rank = world ? world->rank() : 0;
+    rows = train::run_doctor(o, world.get());
+  }  // MPI is finalized here, on every rank, before any rank exits
+  std::vector<std::string> failed;
+  size_t warned = 0;
+  for (const auto& r : rows) {
+    if (r.status == train::CheckStatus::fail) failed.push_back(r.check);
+    warned += r.status == train::CheckStatus::warn;
+  }
+  if (rank == 0) {
+    std::fputs(train::doctor_table(rows).c_str(), stdout);
+    const std::string choices = model::matmul_choices_text("  ");
+    if (!choices.empty()) std::fputs(choices.c_str(), stdout);
+    std::printf("doctor: %zu checks, %zu failed, %zu warnings\n", rows.size(), failed.size(), warned);
+    std::fflush(stdout);
+  }
+  if (failed.empty()) return;
+  if (rank != 0) std::exit(1);
+  std::string names;
+  for (const auto& f : failed) names += (names.empty() ? "" : ", ") + f;
+  fail("doctor: {} check{} failed ({}), expected none\nhint: the FAIL rows above say what is wrong and how to fix it",
+       failed.size(), failed.size() == 1 ? "" : "s", names);
+}
+
+}  // namespace
+
+void register_doctor(CLI::App& app) {
+  auto a = std::make_shared<DoctorArgs>();
+  auto* cmd = app.add_subcommand("doctor", "Check the nodes and ranks of a job before training (PASS/WARN/FAIL table)");
+  cmd->footer(
+      "Checks: CPU features and the matmul kernels oneDNN runs, threads per rank against cores, memory and\n"
+      "disk free, every rank answering, an all-reduce's sums and bandwidth, the run folder written by every\n"
+      "rank and seen by rank 0 (a shared filesystem), and the config's files readable. Exit status 1 when a\n"
+      "check fails.\n\n"
+      "Examples:\n"
+      "  llamatrain doctor                                   # this machine\n"
+      "  llamatrain doctor configs/tiny.yaml model.data.data_prefix=[1.0,/tmp/fixture_text_document]\n"
+      "  mpirun -np 2 llamatrain doctor --all-ranks configs/tiny.yaml \\\n"
+      "      model.data.data_prefix=[1.0,/tmp/fixture_text_document] trainer.devices=2\n"
+      "  srun --mpi=pmix llamatrain doctor --all-ranks     # every rank of a SLURM allocation\n"
+      "  sbatch --nodes 2 launch/slurm/preflight.slurm launch/models/tiny.sh   # plan and doctor as a job");
+  cmd->add_option("config", a->config, "YAML config: its files and run folder are checked too");
+  cmd->add_option("overrides", a->overrides, "key=value overrides, as for train");
+  cmd->add_flag("--all-ranks", a->all_ranks,
+                "Check every rank of the mpirun/srun job together (ranks, all-reduce, shared run folder)");
+  cmd->add_option("--run-dir", a->run_dir, "Folder to check for writing (default: the config's run folder, else .)");
+  cmd->add_option("--allreduce-mib", a->allreduce_mib, "MiB per rank of the timed all-reduce")
+      ->check(CLI::Range(0.001, 4096.0));
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace llamatrain::cli
