@@ -33,12 +33,20 @@ struct TrainResult {
   int stop_signal = 0;               // SIGTERM / SIGINT that stopped the run after its checkpoint; 0 if none
 };
 
+// How the run was started, for its start event: a tool repeats it to resume.
+struct RunCommand {
+  std::string config;                  // the YAML path as given
+  std::vector<std::string> overrides;  // key=value, in order
+};
+
 // Runs the training described by config (notes: the loader's "ignored: ..." lines, printed at start).
 // world: the job's ranks (mpirun / srun), split into data-, tensor- and pipeline-parallel groups as
 // the config's model.*_parallel_size say; nullptr or one rank: a single process. Every rank calls it;
 // rank 0 prints, logs, writes the run folder and exports.
+// A failure (Error, std::bad_alloc, a filesystem error) prints its error event (train/events.h) on
+// the failing rank before it propagates.
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {},
-                         parallel::Communicator* world = nullptr);
+                         parallel::Communicator* world = nullptr, const RunCommand& command = {});
 
 // Mean loss over the first `batches` global batches of a split (forward only), as validation
 // computes it: the mean of micro-batch losses. Exposed for `llamatrain eval`.
