@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   llamatrain::cli::register_data(app);
   llamatrain::cli::register_export(app);
   llamatrain::cli::register_eval(app);
+  llamatrain::cli::register_diagnose(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

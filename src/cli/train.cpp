@@ -69,7 +69,8 @@ void register_train(CLI::App& app) {
     try {
       loaded = train::load_config(o->config, o->overrides);
     } catch (const Error& e) {
-      train::print_error_event(*e.code() ? e.code() : "config", e.what(), train::rank_from_environment());
+      train::print_error_event(*e.code() ? e.code() : "config", e.what(), train::rank_from_environment(),
+                               train::command_fields({o->config, o->overrides}, train::ranks_from_environment()));
       throw;
     }
     // One process, or a parallel job under mpirun / srun (an MPI singleton without a launcher).

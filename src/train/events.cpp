@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <new>
@@ -71,12 +72,31 @@ std::string error_code(const std::exception& e, const char* context) {
   return context;
 }
 
-std::string error_event(const std::string& code, const std::string& message, int rank) {
-  return event_line("error", {{"code", code}, {"rank", rank}, {"message", message}});
+nlohmann::ordered_json command_fields(const RunCommand& command, int ranks) {
+  std::error_code ec;
+  return {{"config", command.config},
+          {"overrides", command.overrides},
+          {"cwd", std::filesystem::current_path(ec).string()},
+          {"ranks", ranks},
+          {"launcher", job_from_environment().launcher}};
 }
 
-void print_error_event(const std::string& code, const std::string& message, int rank) {
-  const std::string line = error_event(code, message, rank);
+int ranks_from_environment() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const std::string v = env(name); !v.empty()) return std::max(1, std::atoi(v.c_str()));
+  return 1;
+}
+
+std::string error_event(const std::string& code, const std::string& message, int rank,
+                        const nlohmann::ordered_json& extra) {
+  nlohmann::ordered_json fields{{"code", code}, {"rank", rank}, {"message", message}};
+  for (const auto& [k, v] : extra.items()) fields[k] = v;
+  return event_line("error", fields);
+}
+
+void print_error_event(const std::string& code, const std::string& message, int rank,
+                       const nlohmann::ordered_json& extra) {
+  const std::string line = error_event(code, message, rank, extra);
   if (rank == 0) {
     std::fprintf(stdout, "%s\n", line.c_str());
     std::fflush(stdout);

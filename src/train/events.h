@@ -33,13 +33,26 @@ JobInfo job_from_environment();
 int rank_from_environment();
 std::string host_name();
 
+// How the run was started, for its start event: a tool repeats it to resume.
+struct RunCommand {
+  std::string config;                  // the YAML path as given
+  std::vector<std::string> overrides;  // key=value, in order
+};
+// The fields of the start event that say how to run it again: config, overrides, cwd, ranks, launcher.
+nlohmann::ordered_json command_fields(const RunCommand& command, int ranks);
+// The job's number of ranks as the launcher says it before MPI starts, 1 without one.
+int ranks_from_environment();
+
 // A failure's stable kind: Error::code when set; std::bad_alloc "oom"; a filesystem error "disk_full"
 // when the disk is full, else "io"; otherwise `context` (the trainer's step that failed).
 std::string error_code(const std::exception& e, const char* context);
-// The error event of a failure on `rank`.
-std::string error_event(const std::string& code, const std::string& message, int rank);
+// The error event of a failure on `rank`; `extra`: more fields (command_fields() of a run that
+// failed before its start event).
+std::string error_event(const std::string& code, const std::string& message, int rank,
+                        const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
 // Prints an error event where a failure before the run's console exists belongs: rank 0's stdout,
 // other ranks' stderr behind "[rank N] ".
-void print_error_event(const std::string& code, const std::string& message, int rank);
+void print_error_event(const std::string& code, const std::string& message, int rank,
+                       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
 
 }  // namespace llamatrain::train

@@ -761,8 +761,9 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
     const std::string message = dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory: an allocation failed" : e.what();
     if (trainer && rank == 0)
       trainer->console().say(error_event(code, message, rank));
-    else
-      print_error_event(code, message, rank);
+    else  // before the start event (the plan failed): how to run it again, once fixed
+      print_error_event(code, message, rank,
+                        trainer ? nlohmann::ordered_json::object() : command_fields(command, world ? world->size() : 1));
   };
   try {
     trainer.emplace(config, notes, command, world);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/events.h"
 #include "train/run_plan.h"
 
 namespace llamatrain::parallel {
@@ -31,12 +32,6 @@ struct TrainResult {
   std::string last_checkpoint;       // "" when none was saved
   std::string hf_export;             // "" when convert_to_hf is off
   int stop_signal = 0;               // SIGTERM / SIGINT that stopped the run after its checkpoint; 0 if none
-};
-
-// How the run was started, for its start event: a tool repeats it to resume.
-struct RunCommand {
-  std::string config;                  // the YAML path as given
-  std::vector<std::string> overrides;  // key=value, in order
 };
 
 // Runs the training described by config (notes: the loader's "ignored: ..." lines, printed at start).
