@@ -60,6 +60,7 @@ struct Findings {
   std::vector<Evidence> host_oom, time_limit, cancelled, killed, watchdog, comm, internal, plain_error, mpi_abort,
       skips, rollbacks, damaged_checkpoint;
   std::optional<int> killed_rank, killed_signal, comm_rank, internal_rank, abort_rank;
+  std::string killed_ranks_text;  // srun's task list ("0-2,5") when it names several
   std::set<int> watchdog_ranks;
   std::string watchdog_what;
   std::set<int64_t> skip_steps, rollback_steps;
@@ -139,7 +140,7 @@ void scan(const LogText& log, Findings& f) {
     } else if (std::regex_search(line, m, srun_oom)) {
       f.host_oom.push_back(ev);
       if (f.oom_detail.empty()) f.oom_detail = "SLURM's memory limit (the job's cgroup)";
-      if (!f.killed_rank) f.killed_rank = std::atoi(m[1].str().c_str());
+      if (!f.killed_rank) f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_ranks_text = m[1].str();
     } else if (std::regex_search(line, m, kernel_oom)) {
       f.host_oom.push_back(ev);
       if (f.oom_detail.empty())
@@ -341,8 +342,11 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
 
   if (!f.host_oom.empty()) {
     d.cause = "host_oom";
+    const bool several = f.killed_ranks_text.find_first_of(",-") != std::string::npos;
     d.summary = "the host ran out of memory: " + f.oom_detail + " killed " +
-                (f.killed_rank ? fmt::format("rank {}", *f.killed_rank) : std::string("a rank"));
+                (several         ? "ranks " + f.killed_ranks_text
+                 : f.killed_rank ? fmt::format("rank {}", *f.killed_rank)
+                                 : std::string("a rank"));
     d.rank = f.killed_rank;
     d.evidence = f.host_oom;
     for (const auto& k : f.killed) d.evidence.push_back(k);
