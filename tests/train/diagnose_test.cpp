@@ -163,6 +163,25 @@ TEST(Diagnose, ARankKilledBySigkill) {
   expect_resumes(d, run);
 }
 
+TEST(Diagnose, SigtermStopsAndSaves) {
+  // What scancel and a preemption deliver, without SLURM's own line: the run's signal event.
+  TempDir dir;
+  const std::string run = dir / "term";
+  Reaper reaper;
+  const pid_t mpirun = start_job(run, {}, 3);
+  const auto ranks = ranks_of(mpirun);
+  ASSERT_EQ(ranks.size(), 2u) << llamatrain::testing::read_file(run + "/job.out");
+  reaper.pids = ranks;
+  for (pid_t p : ranks) ::kill(p, SIGTERM);
+  const auto r = wait_for(mpirun, run + "/job.out");
+  EXPECT_NE(r.status, 0);
+  const auto d = diagnose({run});
+  EXPECT_EQ(d.j.value("cause", ""), "stopped_by_signal") << d.out;
+  EXPECT_EQ(d.j["signal"], 15) << d.out;
+  EXPECT_TRUE(has(d.j.value("last_checkpoint", ""), run + "/checkpoints/step_")) << d.out;
+  expect_resumes(d, run);
+}
+
 TEST(Diagnose, AStoppedRankIsNamedByTheWatchdog) {
   // SIGSTOP freezes rank 1 inside its step; rank 0's watchdog (2 s here) ends the job and the
   // diagnosis names the rank that never joined.
@@ -341,6 +360,23 @@ TEST(Diagnose, AMissingDataPath) {
   EXPECT_TRUE(has(resume_of(d), "mpirun -np 2 llamatrain train ")) << d.out;
   EXPECT_TRUE(has(resume_of(d), "missing_text_document")) << d.out;
   EXPECT_FALSE(has(resume_of(d), "resume_if_exists")) << d.out;
+}
+
+TEST(Diagnose, TruncatedData) {
+  // The .bin cut short after preprocessing: the data reader's error, named data by the step it
+  // happened in.
+  TempDir dir;
+  const std::string prefix = dir / "cut_text_document";
+  fs::copy_file(llamatrain::testing::fixture_prefix() + ".idx", prefix + ".idx");
+  fs::copy_file(llamatrain::testing::fixture_prefix() + ".bin", prefix + ".bin");
+  fs::resize_file(prefix + ".bin", fs::file_size(prefix + ".bin") / 2);
+  const std::string run = dir / "cut";
+  const auto r = run_job(run, {"trainer.max_steps=4", "model.data.data_prefix=[1.0," + prefix + "]"});
+  EXPECT_NE(r.status, 0);
+  const auto d = diagnose({run});
+  EXPECT_EQ(d.j.value("cause", ""), "data") << d.out;
+  EXPECT_TRUE(has(d.j.value("summary", ""), "cut_text_document")) << d.out;
+  expect_resumes(d, run);
 }
 
 TEST(Diagnose, AConfigError) {
