@@ -1,15 +1,15 @@
 // `llamatrain diagnose LOG_OR_RUN_DIR...`: why a training job ended, from its logs (train/diagnose.h):
 // the cause, the lines that show it, the fix and the command that resumes; --json for scripts.
 // Exit 0 when it named a cause (a finished run included); unreadable input is an error (exit 1).
-#include <CLI/CLI.hpp>
+#include "train/diagnose.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
-#include "train/diagnose.h"
 
 namespace llamatrain::cli {
 

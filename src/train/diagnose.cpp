@@ -1,8 +1,8 @@
 // The job-log classifier (train/diagnose.h). One pass over every line of every log collects what
 // each rule needs (the first line that shows it); then the rules are asked in order of how directly
-// they name a cause: the scheduler's and the kernel's records, the failing rank's error event, a clean
-// stop on a signal, a rank the launcher saw die, the watchdog, the communication layer, and last the
-// run's own start and end.
+// they name a cause: the scheduler's and the kernel's records, the failing rank's error event, the
+// watchdog, a cancellation, a clean stop on a signal, a rank the launcher saw die, the communication
+// layer, and last the run's own start and end.
 #include "train/diagnose.h"
 
 #include <fmt/format.h>
@@ -70,24 +70,32 @@ struct Findings {
   std::string last_checkpoint;
   std::string oom_detail;  // which mechanism killed for memory
   std::string cancel_detail;
+  bool job_cancelled = false;  // the whole job, not only a step (srun cancels a step whose task died)
 };
 
 int signal_number(const std::string& name) {
-  static const std::map<std::string, int> names = {{"Killed", 9},          {"Terminated", 15}, {"Aborted", 6},
-                                                    {"Segmentation fault", 11}, {"Bus error", 7},   {"Interrupt", 2},
-                                                    {"Floating point exception", 8}, {"Hangup", 1}};
+  static const std::map<std::string, int> names = {{"Killed", 9},
+                                                   {"Terminated", 15},
+                                                   {"Aborted", 6},
+                                                   {"Segmentation fault", 11},
+                                                   {"Bus error", 7},
+                                                   {"Interrupt", 2},
+                                                   {"Floating point exception", 8},
+                                                   {"Hangup", 1}};
   const auto it = names.find(name);
   return it == names.end() ? 0 : it->second;
 }
 
 void scan(const LogText& log, Findings& f) {
-  static const std::regex slurm_oom(R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)");
+  static const std::regex slurm_oom(
+      R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)");
   static const std::regex srun_oom(R"(srun: error: \S+: tasks? ([0-9,\-]+): Out Of Memory)");
   static const std::regex kernel_oom(R"((Memory cgroup out of memory|Out of memory): Killed process \d+ \(([^)]*)\))");
   static const std::regex slurm_cancel(R"(\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*)\*\*\*)");
   static const std::regex mpirun_signal(
       R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))");
-  static const std::regex srun_signal(R"(srun: error: (\S+): tasks? (\d+)[0-9,\-]*: (Killed|Segmentation fault|Aborted|Bus error|Terminated))");
+  static const std::regex srun_signal(
+      R"(srun: error: (\S+): tasks? (\d+)[0-9,\-]*: (Killed|Segmentation fault|Aborted|Bus error|Terminated))");
   static const std::regex watchdog(R"(\[rank (\d+)\] watchdog: (.*) has not completed after)");
   static const std::regex our_mpi(R"(\[rank (\d+)\] (MPI_\w+ failed in .*))");
   static const std::regex comm_text(
@@ -113,7 +121,9 @@ void scan(const LogText& log, Findings& f) {
         f.end = *e, f.end_ev = ev;
       } else if (kind == "error") {
         // the first failure; the same failure on every rank is told as rank 0's (the lowest)
-        auto rank_of = [](const nlohmann::json& j) { return j.contains("rank") && j["rank"].is_number() ? j["rank"].get<int>() : 1 << 30; };
+        auto rank_of = [](const nlohmann::json& j) {
+          return j.contains("rank") && j["rank"].is_number() ? j["rank"].get<int>() : 1 << 30;
+        };
         if (!f.error || ((*f.error).value("message", "") == e->value("message", "") && rank_of(*e) < rank_of(*f.error)))
           f.error = *e, f.error_ev = ev;
       } else if (kind == "signal" && !f.stop_signal) {
@@ -145,7 +155,7 @@ void scan(const LogText& log, Findings& f) {
       f.host_oom.push_back(ev);
       if (f.oom_detail.empty())
         f.oom_detail = m[1].str() == "Memory cgroup out of memory" ? "the kernel's OOM killer (a cgroup memory limit)"
-                                                                  : "the kernel's OOM killer (the machine ran out)";
+                                                                   : "the kernel's OOM killer (the machine ran out)";
     } else if (std::regex_search(line, m, slurm_cancel)) {
       const std::string why = m[5].str();
       if (why.find("DUE TO TIME LIMIT") != std::string::npos)
@@ -154,10 +164,12 @@ void scan(const LogText& log, Findings& f) {
         f.comm.push_back(ev);
       else {
         f.cancelled.push_back(ev);
+        f.job_cancelled |= m[1].str() == "JOB";
         if (why.find("PREEMPTION") != std::string::npos) f.cancel_detail = "preempted by a job of higher priority";
       }
     } else if (std::regex_search(line, m, mpirun_signal)) {
-      if (!f.killed_rank) f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
+      if (!f.killed_rank)
+        f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
       f.killed.push_back(ev);
     } else if (std::regex_search(line, m, srun_signal)) {
       if (!f.killed_signal) f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
@@ -205,8 +217,8 @@ std::string resume_command(const Findings& f, const std::vector<std::string>& ex
     for (const auto& o : s["overrides"])
       if (o.is_string()) overrides.push_back(o.get<std::string>());
   auto replaced = [&](const std::string& o) {
-    for (const char* key : {"exp_manager.resume_if_exists=", "model.resume_from_checkpoint=",
-                            "exp_manager.resume_ignore_no_checkpoint="})
+    for (const char* key :
+         {"exp_manager.resume_if_exists=", "model.resume_from_checkpoint=", "exp_manager.resume_ignore_no_checkpoint="})
       if (starts_with(o, key)) return true;
     for (const auto& e : extra)
       if (starts_with(o, e.substr(0, e.find('=') + 1))) return true;
@@ -235,15 +247,24 @@ std::string hint_of(const std::string& s) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case 1: return "SIGHUP";
-    case 2: return "SIGINT";
-    case 6: return "SIGABRT";
-    case 7: return "SIGBUS";
-    case 8: return "SIGFPE";
-    case 9: return "SIGKILL";
-    case 11: return "SIGSEGV";
-    case 15: return "SIGTERM";
-    default: return "a signal";
+    case 1:
+      return "SIGHUP";
+    case 2:
+      return "SIGINT";
+    case 6:
+      return "SIGABRT";
+    case 7:
+      return "SIGBUS";
+    case 8:
+      return "SIGFPE";
+    case 9:
+      return "SIGKILL";
+    case 11:
+      return "SIGSEGV";
+    case 15:
+      return "SIGTERM";
+    default:
+      return "a signal";
   }
 }
 
@@ -267,23 +288,25 @@ void error_cause(const Findings& f, Diagnosis& d) {
     d.fix = kMemoryFix;
   } else if (code == "nonfinite") {
     d.summary = fmt::format("training diverged{}: the loss or gradient norm was not finite from step {}; {}", where,
-                            f.first_skip, f.rollback_count ? fmt::format("{} rollback(s) ran", f.rollback_count)
-                                                           : "no rollback ran (no checkpoint to roll back to)");
+                            f.first_skip,
+                            f.rollback_count ? fmt::format("{} rollback(s) ran", f.rollback_count)
+                                             : "no rollback ran (no checkpoint to roll back to)");
     for (const auto& s : f.skips) d.evidence.push_back(s);
     for (const auto& r : f.rollbacks) d.evidence.push_back(r);
     d.fix = hint.empty() ? "lower model.optim.lr or lengthen the warmup, and check the data" : hint;
   } else if (code == "checkpoint") {
     d.summary = "a checkpoint is missing or damaged" + where + ": " + first_line(message);
     for (const auto& w : f.damaged_checkpoint) d.evidence.push_back(w);
-    d.fix = hint.empty() ? "point model.resume_from_checkpoint at a complete checkpoint, or remove the damaged one"
-                         : hint;
+    d.fix =
+        hint.empty() ? "point model.resume_from_checkpoint at a complete checkpoint, or remove the damaged one" : hint;
     if (message.find("no usable checkpoint") != std::string::npos)
       d.resume = resume_command(f, {"exp_manager.resume_ignore_no_checkpoint=true"});
   } else if (code == "disk_full") {
     d.summary = "the disk is full" + where + ": " + first_line(message);
-    d.fix = "free space where the run writes (df -h on that folder), lower "
-            "exp_manager.checkpoint_callback_params.save_top_k, or move the checkpoints with "
-            "exp_manager.checkpoint_callback_params.dirpath";
+    d.fix =
+        "free space where the run writes (df -h on that folder), lower "
+        "exp_manager.checkpoint_callback_params.save_top_k, or move the checkpoints with "
+        "exp_manager.checkpoint_callback_params.dirpath";
   } else if (code == "data") {
     d.summary = "the training data is missing or unreadable" + where + ": " + first_line(message);
     d.fix = hint.empty() ? "check model.data.data_prefix (the output prefix of `llamatrain preprocess`)" : hint;
@@ -299,7 +322,10 @@ void error_cause(const Findings& f, Diagnosis& d) {
 }  // namespace
 
 std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
-  if (paths.empty()) fail("diagnose: no log given, expected a job log or a run folder\nhint: llamatrain diagnose slurm-1234.out runs/cpt");
+  if (paths.empty())
+    fail(
+        "diagnose: no log given, expected a job log or a run folder\nhint: llamatrain diagnose slurm-1234.out "
+        "runs/cpt");
   std::vector<LogText> logs;
   for (const auto& p : paths) {
     std::error_code ec;
@@ -336,10 +362,16 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
                                   f.skip_steps.size(), f.first_skip, f.rollback_count));
   if (!f.damaged_checkpoint.empty())
     d.notes.push_back("a damaged checkpoint was skipped: " + f.damaged_checkpoint.front().text);
-  const int ranks = f.start && f.start->contains("ranks") && (*f.start)["ranks"].is_number()
-                        ? (*f.start)["ranks"].get<int>()
-                        : 0;
+  const int ranks =
+      f.start && f.start->contains("ranks") && (*f.start)["ranks"].is_number() ? (*f.start)["ranks"].get<int>() : 0;
 
+  // A rank the launcher saw killed that is also the one the watchdog's waiting ranks miss: the kill
+  // is the cause, the hang its consequence (srun without --kill-on-bad-exit). Kills of waiting ranks
+  // are the launcher ending the job after the watchdog's abort.
+  const bool killed_missing_rank = f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank);
+  // The order: the scheduler's and the kernel's records, the failing rank's own error event, the
+  // watchdog, a cancellation (srun also cancels a step whose task failed: after the two before), a
+  // clean stop on a signal, a rank seen killed, communication failures.
   if (!f.host_oom.empty()) {
     d.cause = "host_oom";
     const bool several = f.killed_ranks_text.find_first_of(",-") != std::string::npos;
@@ -356,10 +388,28 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     d.cause = "time_limit";
     d.summary = "the job reached its time limit and SLURM stopped it";
     d.evidence = f.time_limit;
-    d.fix = "ask for more time (sbatch --time) or resume in another job; save more often with "
-            "exp_manager.checkpoint_callback_params.train_time_interval so less is lost";
+    d.fix =
+        "ask for more time (sbatch --time) or resume in another job; save more often with "
+        "exp_manager.checkpoint_callback_params.train_time_interval so less is lost";
     d.resume = resume_command(f);
-  } else if (!f.cancelled.empty()) {
+  } else if (f.error) {
+    error_cause(f, d);
+  } else if (!f.watchdog.empty() && !killed_missing_rank) {
+    d.cause = "watchdog";
+    std::vector<int> missing;
+    for (int r = 0; r < ranks; r++)
+      if (!f.watchdog_ranks.count(r)) missing.push_back(r);
+    if (!missing.empty()) d.rank = missing.front();
+    std::string who;
+    for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    d.summary = fmt::format("a hang: {} never joined {} and the watchdog ended the job",
+                            missing.empty() ? std::string("a rank") : "rank " + who, f.watchdog_what);
+    d.evidence = f.watchdog;
+    d.fix =
+        "the rank that never joined was stuck (stopped, blocked in I/O, a dead node or a deadlock): check its node "
+        "(`llamatrain doctor`); if the operation is legitimately that slow, raise LLAMATRAIN_WATCHDOG_TIMEOUT";
+    d.resume = resume_command(f);
+  } else if (!f.cancelled.empty() && (f.job_cancelled || f.killed.empty())) {
     d.cause = "cancelled";
     d.summary = f.cancel_detail.empty() ? "the job was cancelled (scancel, or an administrator)"
                                         : "the job was " + f.cancel_detail;
@@ -367,12 +417,11 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
     d.fix = "nothing failed in the run; resume it when wanted";
     d.resume = resume_command(f);
-  } else if (f.error) {
-    error_cause(f, d);
   } else if (f.stop_signal) {
     const nlohmann::json& s = *f.stop_signal;
     d.cause = "stopped_by_signal";
-    d.signal = s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
+    d.signal =
+        s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
     d.summary = fmt::format("the run was stopped by {} and saved a checkpoint (a cancellation, a preemption or Ctrl-C)",
                             d.signal ? signal_name(*d.signal) : "a signal");
     d.evidence.push_back(f.stop_signal_ev);
@@ -390,20 +439,6 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
             : sig == 11 || sig == 7 || sig == 6
                 ? "the program crashed: report it with this log; the run resumes from its last checkpoint"
                 : "find who sent the signal (the scheduler, a person, a node agent)";
-    d.resume = resume_command(f);
-  } else if (!f.watchdog.empty()) {
-    d.cause = "watchdog";
-    std::vector<int> missing;
-    for (int r = 0; r < ranks; r++)
-      if (!f.watchdog_ranks.count(r)) missing.push_back(r);
-    if (!missing.empty()) d.rank = missing.front();
-    std::string who;
-    for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
-    d.summary = fmt::format("a hang: {} never joined {} and the watchdog ended the job",
-                            missing.empty() ? std::string("a rank") : "rank " + who, f.watchdog_what);
-    d.evidence = f.watchdog;
-    d.fix = "the rank that never joined was stuck (stopped, blocked in I/O, a dead node or a deadlock): check its node "
-            "(`llamatrain doctor`); if the operation is legitimately that slow, raise LLAMATRAIN_WATCHDOG_TIMEOUT";
     d.resume = resume_command(f);
   } else if (!f.comm.empty()) {
     d.cause = "comm";
@@ -436,8 +471,9 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     d.cause = "vanished";
     d.summary = fmt::format("the run started, then its log stops without an error (last step {})", f.last_step);
     d.evidence = {f.start_ev};
-    d.fix = "the process was killed without a trace (SIGKILL: the kernel's OOM killer, the scheduler) or its node "
-            "failed: give diagnose the SLURM job log and `dmesg` of its nodes";
+    d.fix =
+        "the process was killed without a trace (SIGKILL: the kernel's OOM killer, the scheduler) or its node "
+        "failed: give diagnose the SLURM job log and `dmesg` of its nodes";
     d.resume = resume_command(f);
   } else {
     d.cause = "never_started";

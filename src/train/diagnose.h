@@ -41,8 +41,8 @@ struct Diagnosis {
   std::string resume;       // a shell command that resumes the run; "" when there is none to give
   std::optional<int> rank;  // the first failing rank where the logs name it
   std::optional<int> signal;
-  int64_t last_step = -1;        // the last step logged, -1 when none
-  std::string last_checkpoint;   // the newest checkpoint saved or loaded, "" when none
+  int64_t last_step = -1;             // the last step logged, -1 when none
+  std::string last_checkpoint;        // the newest checkpoint saved or loaded, "" when none
   int64_t nonfinite_first_step = -1;  // the first step skipped as non-finite, -1 when none
   int64_t rollbacks = 0;              // rollbacks to a checkpoint after non-finite steps
   std::vector<std::string> notes;     // what else happened (non-finite steps skipped, rollbacks)

@@ -129,7 +129,9 @@ class Trainer {
  private:
   bool rank0() const { return plan_.layout.rank == 0; }
   void say(const std::string& line) const { console_.say(line); }
-  void event(const char* kind, nlohmann::ordered_json fields) const { console_.say(event_line(kind, std::move(fields))); }
+  void event(const char* kind, nlohmann::ordered_json fields) const {
+    console_.say(event_line(kind, std::move(fields)));
+  }
   void start();
   std::optional<std::string> find_resume(std::vector<std::string>* warnings, std::string* error);
   void describe_run(const std::optional<std::string>& resume);
@@ -204,7 +206,8 @@ TrainResult Trainer::run() {
     maybe_save(signal != 0);
     if (signal != 0) {
       result_.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
-      event("signal", {{"signal", result_.stop_signal}, {"name", sigabbrev_np(result_.stop_signal)}, {"step", st_.step}});
+      event("signal",
+            {{"signal", result_.stop_signal}, {"name", sigabbrev_np(result_.stop_signal)}, {"step", st_.step}});
       say(fmt::format("stopped by signal {} after step {}{}", result_.stop_signal, st_.step,
                       cfg_.exp_manager.create_checkpoint_callback ? "; run the same command to resume" : ""));
       break;
@@ -300,9 +303,11 @@ void Trainer::describe_run(const std::optional<std::string>& resume) {
   if (nodes.empty())
     for (const auto& h : hosts) nodes += (nodes.empty() ? "" : ",") + h;
   const std::string job_text =
-      job.job_id.empty() ? "" : fmt::format("job {}{} ", job.job_id, job.job_name.empty() ? "" : " (" + job.job_name + ")");
-  say(fmt::format("llamatrain train: {}on {}: {} rank{} = data {} x tensor {} x pipeline {}; log dir {}", job_text, nodes,
-                  lay.world_size, lay.world_size == 1 ? "" : "s", lay.dp_size, lay.tp_size, lay.pp_size, plan_.log_dir));
+      job.job_id.empty() ? ""
+                         : fmt::format("job {}{} ", job.job_id, job.job_name.empty() ? "" : " (" + job.job_name + ")");
+  say(fmt::format("llamatrain train: {}on {}: {} rank{} = data {} x tensor {} x pipeline {}; log dir {}", job_text,
+                  nodes, lay.world_size, lay.world_size == 1 ? "" : "s", lay.dp_size, lay.tp_size, lay.pp_size,
+                  plan_.log_dir));
   event("start", {{"job_id", job.job_id},
                   {"job_name", job.job_name},
                   {"nodes", nodes},
@@ -369,7 +374,8 @@ std::optional<std::string> Trainer::find_resume(std::vector<std::string>* warnin
   } else if (cfg_.model.resume_from_checkpoint) {
     const std::string why = verify_checkpoint(*cfg_.model.resume_from_checkpoint);
     if (!why.empty())
-      *error = fmt::format("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)", why);
+      *error = fmt::format("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)",
+                           why);
     else
       resume = *cfg_.model.resume_from_checkpoint;
   } else if (cfg_.exp_manager.resume_if_exists) {
@@ -590,10 +596,11 @@ void Trainer::rollback(const StepResult& s) {
     if (!chosen.empty()) ck = CheckpointInfo{chosen, 0};
   }
   if (!ck)
-    fail_as("nonfinite", "training diverged: {} steps in a row had a non-finite loss or gradient norm (up to step {}), and "
-         "there is no checkpoint to roll back to\nhint: lower model.optim.lr or raise warmup, check the data, "
-         "or save checkpoints earlier (exp_manager.checkpoint_callback_params.every_n_train_steps)",
-         nonfinite_run_, s.step);
+    fail_as("nonfinite",
+            "training diverged: {} steps in a row had a non-finite loss or gradient norm (up to step {}), and "
+            "there is no checkpoint to roll back to\nhint: lower model.optim.lr or raise warmup, check the data, "
+            "or save checkpoints earlier (exp_manager.checkpoint_callback_params.every_n_train_steps)",
+            nonfinite_run_, s.step);
   const TrainerState keep = st_;
   st_ = load_checkpoint(ck->path, *model_);
   say(fmt::format("rollback: {} non-finite steps in a row; restored {} (step {}); steps {}-{} discarded and "
@@ -758,12 +765,14 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
   auto report = [&](const std::exception& e) {
     const int rank = trainer ? trainer->rank() : world ? world->rank() : 0;
     const std::string code = error_code(e, trainer ? trainer->context() : "config");
-    const std::string message = dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory: an allocation failed" : e.what();
+    const std::string message =
+        dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory: an allocation failed" : e.what();
     if (trainer && rank == 0)
       trainer->console().say(error_event(code, message, rank));
     else  // before the start event (the plan failed): how to run it again, once fixed
       print_error_event(code, message, rank,
-                        trainer ? nlohmann::ordered_json::object() : command_fields(command, world ? world->size() : 1));
+                        trainer ? nlohmann::ordered_json::object()
+                                : command_fields(command, world ? world->size() : 1));
   };
   try {
     trainer.emplace(config, notes, command, world);

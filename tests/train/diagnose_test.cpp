@@ -18,11 +18,11 @@
 #include "train/train_runs.h"
 
 namespace fs = std::filesystem;
-using llamatrain::testing::RunResult;
-using llamatrain::testing::TempDir;
 using llamatrain::testing::llamatrain_bin;
 using llamatrain::testing::losses;
+using llamatrain::testing::RunResult;
 using llamatrain::testing::spawn;
+using llamatrain::testing::TempDir;
 using llamatrain::testing::wait_for;
 
 namespace {
@@ -224,8 +224,10 @@ TEST(Diagnose, TheKernelsOomKillerFromDmesg) {
   // kills one. mpirun sees a rank killed by signal 9; the dmesg lines say why.
   std::string cg;
   std::string limit_file;
-  for (const auto& [root, file] : {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
-                                   {"/sys/fs/cgroup", "memory.max"}, {"/sys/fs/cgroup/unified", "memory.max"}}) {
+  for (const auto& [root, file] :
+       {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
+        {"/sys/fs/cgroup", "memory.max"},
+        {"/sys/fs/cgroup/unified", "memory.max"}}) {
     const std::string c = root + "/llamatrain_diagnose_" + std::to_string(::getpid());
     std::error_code ec;
     if (fs::create_directory(c, ec) && fs::exists(c + "/" + file)) {
@@ -238,7 +240,8 @@ TEST(Diagnose, TheKernelsOomKillerFromDmesg) {
   struct RemoveCgroup {
     std::string path;
     ~RemoveCgroup() {
-      for (int i = 0; i < 50 && ::rmdir(path.c_str()) != 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 50 && ::rmdir(path.c_str()) != 0; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   } remove_cgroup{cg};
   llamatrain::testing::write_file(cg + "/" + limit_file, "300000000");
@@ -277,8 +280,9 @@ TEST(Diagnose, NonFiniteStepsRolledBackThenFinished) {
   // run finishes and the diagnosis says so with the first non-finite step and the rollback.
   TempDir dir;
   const std::string run = dir / "rollback";
-  const auto r = run_job(run, {"trainer.max_steps=8", "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
-                               "exp_manager.checkpoint_callback_params.save_top_k=3"},
+  const auto r = run_job(run,
+                         {"trainer.max_steps=8", "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
+                          "exp_manager.checkpoint_callback_params.save_top_k=3"},
                          {"LLAMATRAIN_INJECT_NONFINITE=5,6,7"});
   ASSERT_EQ(r.status, 0) << r.log;
   ASSERT_TRUE(has(r.log, "@event {\"event\":\"rollback\"")) << r.log;
@@ -350,7 +354,8 @@ TEST(Diagnose, AFullDiskForTheCheckpoints) {
 TEST(Diagnose, AMissingDataPath) {
   TempDir dir;
   const std::string run = dir / "nodata";
-  const auto r = run_job(run, {"trainer.max_steps=4", "model.data.data_prefix=[1.0," + (dir / "missing_text_document") + "]"});
+  const auto r =
+      run_job(run, {"trainer.max_steps=4", "model.data.data_prefix=[1.0," + (dir / "missing_text_document") + "]"});
   EXPECT_NE(r.status, 0);
   const auto d = diagnose({run});
   EXPECT_EQ(d.j.value("cause", ""), "data") << d.out;
