@@ -115,8 +115,10 @@ void scan(const LogText& log, Findings& f) {
     if (auto e = parse_event_line(line)) {
       const std::string kind = (*e)["event"].get<std::string>();
       if (kind == "start") {
+        // A later attempt of the same run (a resume) starts the story again. (Not the first start:
+        // another rank's error may reach the log before rank 0's start line.)
+        if (f.start) f.end.reset(), f.error.reset(), f.stop_signal.reset();
         f.start = *e, f.start_ev = ev;
-        f.end.reset();  // a later attempt of the same run (a resume) starts the story again
       } else if (kind == "end") {
         f.end = *e, f.end_ev = ev;
       } else if (kind == "error") {

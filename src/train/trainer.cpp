@@ -3,7 +3,8 @@
 // step train_step (micro-batches, gradient reduction, the global norm, the update), the non-finite
 // guard and rollback, the record, validation, checkpoints and the stop signal, and at the end the
 // Hugging Face export. Data, tensor and pipeline parallelism enter through the groups of Ranks and the
-// micro-batch loop; the model itself is layout-agnostic.
+// micro-batch loop; the model itself is layout-agnostic. Each step that tools care about also prints
+// its @event line (train/events.h); a failure prints the error event on its rank (run_training).
 #include "train/trainer.h"
 
 #include <algorithm>
@@ -758,7 +759,8 @@ double evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split sp
 }
 
 // A failure prints its error event before it leaves: rank 0 on its console (stdout and
-// train_log.txt), the other ranks on stderr with their rank.
+// train_log.txt), the other ranks on stderr with their rank. (The catches are by type so that each
+// rethrow keeps it for main's messages.)
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes,
                          parallel::Communicator* world, const RunCommand& command) {
   std::optional<Trainer> trainer;
@@ -784,6 +786,9 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
     report(e);
     throw;
   } catch (const std::filesystem::filesystem_error& e) {
+    report(e);
+    throw;
+  } catch (const std::exception& e) {  // a library's exception: named by the step it came from
     report(e);
     throw;
   }

@@ -38,8 +38,8 @@ struct TrainResult {
 // world: the job's ranks (mpirun / srun), split into data-, tensor- and pipeline-parallel groups as
 // the config's model.*_parallel_size say; nullptr or one rank: a single process. Every rank calls it;
 // rank 0 prints, logs, writes the run folder and exports.
-// A failure (Error, std::bad_alloc, a filesystem error) prints its error event (train/events.h) on
-// the failing rank before it propagates.
+// A failure (Error, std::bad_alloc, a filesystem error, any std::exception) prints its error event
+// (train/events.h) on the failing rank before it propagates.
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {},
                          parallel::Communicator* world = nullptr, const RunCommand& command = {});
 
