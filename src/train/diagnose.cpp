@@ -57,6 +57,7 @@ struct Findings {
   Evidence start_ev, end_ev, error_ev;
   std::optional<nlohmann::json> stop_signal;
   Evidence stop_signal_ev;
+  std::vector<std::pair<nlohmann::json, Evidence>> outcomes;  // start, end, error and signal events, as read
   std::vector<Evidence> host_oom, time_limit, cancelled, killed, watchdog, comm, internal, plain_error, mpi_abort,
       skips, rollbacks, damaged_checkpoint;
   std::optional<int> killed_rank, killed_signal, comm_rank, internal_rank, abort_rank;
@@ -114,22 +115,8 @@ void scan(const LogText& log, Findings& f) {
     const Evidence ev{log.path, n, line};
     if (auto e = parse_event_line(line)) {
       const std::string kind = (*e)["event"].get<std::string>();
-      if (kind == "start") {
-        // A later attempt of the same run (a resume) starts the story again. (Not the first start:
-        // another rank's error may reach the log before rank 0's start line.)
-        if (f.start) f.end.reset(), f.error.reset(), f.stop_signal.reset();
-        f.start = *e, f.start_ev = ev;
-      } else if (kind == "end") {
-        f.end = *e, f.end_ev = ev;
-      } else if (kind == "error") {
-        // the first failure; the same failure on every rank is told as rank 0's (the lowest)
-        auto rank_of = [](const nlohmann::json& j) {
-          return j.contains("rank") && j["rank"].is_number() ? j["rank"].get<int>() : 1 << 30;
-        };
-        if (!f.error || ((*f.error).value("message", "") == e->value("message", "") && rank_of(*e) < rank_of(*f.error)))
-          f.error = *e, f.error_ev = ev;
-      } else if (kind == "signal" && !f.stop_signal) {
-        f.stop_signal = *e, f.stop_signal_ev = ev;
+      if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
+        f.outcomes.push_back({*e, ev});  // sorted out by attempt once every log is read (choose_attempt)
       } else if (kind == "step" && e->contains("step") && (*e)["step"].is_number()) {
         f.last_step = std::max(f.last_step, (*e)["step"].get<int64_t>());
       } else if ((kind == "checkpoint_saved" || kind == "checkpoint_loaded") && e->contains("path") &&
@@ -195,6 +182,35 @@ void scan(const LogText& log, Findings& f) {
       f.damaged_checkpoint.push_back(ev);
     } else if (starts_with(line, "error: ")) {
       f.plain_error.push_back(ev);
+    }
+  }
+}
+
+std::string time_of(const nlohmann::json& e) {
+  return e.contains("time") && e["time"].is_string() ? e["time"].get<std::string>() : "";
+}
+
+// The latest attempt of the run (a resumed run's train_log.txt holds every attempt, a job log maybe
+// only one): its start event, and its outcome, the events timed at or after that start. Its error is
+// the first one; the same failure on several ranks is told as the lowest rank's.
+void choose_attempt(Findings& f) {
+  for (const auto& [e, ev] : f.outcomes)
+    if (e["event"] == "start" && (!f.start || time_of(e) >= time_of(*f.start))) f.start = e, f.start_ev = ev;
+  const std::string since = f.start ? time_of(*f.start) : "";
+  auto rank_of = [](const nlohmann::json& j) {
+    return j.contains("rank") && j["rank"].is_number() ? j["rank"].get<int>() : 1 << 30;
+  };
+  for (const auto& [e, ev] : f.outcomes) {
+    const std::string t = time_of(e);
+    if (!t.empty() && t < since) continue;
+    const std::string kind = e["event"].get<std::string>();
+    if (kind == "end") {
+      f.end = e, f.end_ev = ev;
+    } else if (kind == "error") {
+      if (!f.error || (f.error->value("message", "") == e.value("message", "") && rank_of(e) < rank_of(*f.error)))
+        f.error = e, f.error_ev = ev;
+    } else if (kind == "signal" && !f.stop_signal) {
+      f.stop_signal = e, f.stop_signal_ev = ev;
     }
   }
 }
@@ -354,6 +370,7 @@ std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
 Diagnosis diagnose(const std::vector<LogText>& logs) {
   Findings f;
   for (const auto& log : logs) scan(log, f);
+  choose_attempt(f);
   Diagnosis d;
   d.last_step = f.last_step;
   d.last_checkpoint = f.last_checkpoint;

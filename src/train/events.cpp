@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <new>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -21,8 +25,19 @@ std::string env(const char* name) {
 }
 }  // namespace
 
+std::string utc_time_ms() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", stamp, int(ms));
+}
+
 std::string event_line(const char* kind, nlohmann::ordered_json fields) {
-  nlohmann::ordered_json e{{"event", kind}};
+  nlohmann::ordered_json e{{"event", kind}, {"time", utc_time_ms()}};
   for (auto& [k, v] : fields.items()) e[k] = std::move(v);
   // dump() writes NaN and infinities as null; invalid UTF-8 in a message is replaced, never thrown
   return std::string(kEventMarker) + e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

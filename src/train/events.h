@@ -17,7 +17,10 @@ namespace llamatrain::train {
 
 inline constexpr std::string_view kEventMarker = "@event ";
 
-// `@event {"event": kind, ...fields}` on one line (non-finite numbers become null).
+// Now in UTC with milliseconds, "2026-12-01T16:59:12.345Z" (sorts as text in time order).
+std::string utc_time_ms();
+
+// `@event {"event": kind, "time": utc_time_ms(), ...fields}` on one line (non-finite numbers become null).
 std::string event_line(const char* kind, nlohmann::ordered_json fields = nlohmann::ordered_json::object());
 // The event of a line that holds one after any prefix (a time stamp, "[rank N] "); nullopt for any
 // other line, a JSON object without "event" included.

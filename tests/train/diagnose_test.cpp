@@ -180,6 +180,22 @@ TEST(Diagnose, SigtermStopsAndSaves) {
   EXPECT_EQ(d.j["signal"], 15) << d.out;
   EXPECT_TRUE(has(d.j.value("last_checkpoint", ""), run + "/checkpoints/step_")) << d.out;
   expect_resumes(d, run);
+
+  // The resume command itself, run by the shell as a user would (two steps more than were done):
+  // it resumes from the checkpoint, and the diagnosis of the folder is now that attempt's.
+  const int64_t saved = d.j.value("last_step", int64_t(-1));
+  ASSERT_GT(saved, 0) << d.out;
+  const std::string bin_dir = fs::path(llamatrain_bin()).parent_path().string();
+  const std::vector<std::string> env = {"PATH=" + bin_dir + ":" + std::getenv("PATH"), "OMPI_ALLOW_RUN_AS_ROOT=1",
+                                        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_rmaps_base_oversubscribe=1"};
+  const auto again = wait_for(spawn({"/bin/sh", "-c", resume_of(d) + " trainer.max_steps=" + std::to_string(saved + 2)},
+                                    run + "/job2.out", env),
+                              run + "/job2.out");
+  ASSERT_EQ(again.status, 0) << again.log;
+  EXPECT_TRUE(has(again.log, "resumed at step " + std::to_string(saved))) << again.log;
+  const auto after = diagnose({run});
+  EXPECT_EQ(after.j.value("cause", ""), "success") << after.out;
+  EXPECT_EQ(after.j.value("last_step", -1), saved + 2) << after.out;
 }
 
 TEST(Diagnose, AStoppedRankIsNamedByTheWatchdog) {
