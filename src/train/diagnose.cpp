@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -189,6 +191,17 @@ void scan(const LogText& log, Findings& f) {
 std::string time_of(const nlohmann::json& e) {
   return e.contains("time") && e["time"].is_string() ? e["time"].get<std::string>() : "";
 }
+// An event's time in milliseconds since 1970 (events.h's utc_time_ms), or nullopt.
+std::optional<int64_t> ms_of(const nlohmann::json& e) {
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(time_of(e).c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                  &tm.tm_min, &tm.tm_sec, &ms) != 7)
+    return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return int64_t(timegm(&tm)) * 1000 + ms;
+}
 
 // The latest attempt of the run (a resumed run's train_log.txt holds every attempt, a job log maybe
 // only one): its start event, and its outcome, the events timed at or after that start. Its error is
@@ -196,13 +209,14 @@ std::string time_of(const nlohmann::json& e) {
 void choose_attempt(Findings& f) {
   for (const auto& [e, ev] : f.outcomes)
     if (e["event"] == "start" && (!f.start || time_of(e) >= time_of(*f.start))) f.start = e, f.start_ev = ev;
-  const std::string since = f.start ? time_of(*f.start) : "";
+  // (another node's clock may run a little behind rank 0's: a second of slack)
+  const std::optional<int64_t> since = f.start ? ms_of(*f.start) : std::nullopt;
   auto rank_of = [](const nlohmann::json& j) {
     return j.contains("rank") && j["rank"].is_number() ? j["rank"].get<int>() : 1 << 30;
   };
   for (const auto& [e, ev] : f.outcomes) {
-    const std::string t = time_of(e);
-    if (!t.empty() && t < since) continue;
+    const std::optional<int64_t> t = ms_of(e);
+    if (t && since && *t < *since - 1000) continue;
     const std::string kind = e["event"].get<std::string>();
     if (kind == "end") {
       f.end = e, f.end_ev = ev;

@@ -326,6 +326,8 @@ void Trainer::describe_run(const std::optional<std::string>& resume) {
                   {"checkpoint_dir", plan_.checkpoint_dir},
                   {"resumed_from", resume ? nlohmann::ordered_json(*resume) : nlohmann::ordered_json()},
                   {"max_steps", cfg_.trainer.max_steps}});
+  // No rank goes on (and may fail, and abort the job) before the start line is out.
+  if (ranks_.world) ranks_.world->barrier();
   for (const auto& n : notes_) say("  note: " + n);
   if (ranks_.world)
     say(fmt::format("parallel layout: {} ranks = data {} x tensor {} x pipeline {}{}; {} micro-batches of {} per data-"
