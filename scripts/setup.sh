@@ -21,6 +21,7 @@ PACKAGES=(
   python3-torch python3-numpy python3-sentencepiece   # PyTorch reference (tests and bench only)
   python3-protobuf      # decodes our TensorBoard event files in tests (tests only)
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
+  chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test (tests only)
   fortunes fortunes-zh jq   # the demo's English and Chinese text, and its JSONL conversion (scripts/demo.sh)
 )
 

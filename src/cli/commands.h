@@ -17,6 +17,8 @@ void register_data(CLI::App& app);
 void register_export(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_diagnose(CLI::App& app);
+void register_plan(CLI::App& app);
+void register_report(CLI::App& app);
 void register_data_samples(CLI::App& data_cmd);  // `data samples`, added by register_data
 
 }  // namespace llamatrain::cli

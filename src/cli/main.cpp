@@ -24,8 +24,11 @@ int main(int argc, char** argv) {
       "  llamatrain preprocess --input corpus.jsonl --tokenizer-model tokenizer.model \\\n"
       "                        --output-prefix data/corpus --append-eod --workers 8\n"
       "  llamatrain data inspect data/corpus_text_document\n"
+      "  llamatrain plan configs/llama2_7b.yaml model.data.data_prefix=[1.0,data/corpus_text_document] \\\n"
+      "                  --nodes 4 --hardware trn1.32xlarge\n"
       "  llamatrain train configs/llama2_7b.yaml model.init_from=/models/Llama-2-7b-hf \\\n"
       "                   model.data.data_prefix=[1.0,data/corpus_text_document] exp_manager.explicit_log_dir=runs/cpt\n"
+      "  llamatrain report runs/cpt -o cpt.html\n"
       "  llamatrain export runs/cpt/checkpoints/step_500 --hf out/cpt-step500\n"
       "  llamatrain generate out/cpt-step500 --prompt \"The capital of France is\"\n"
       "  llamatrain bench --model stories110m --seq 256 --batch 8 --precision bf16-mixed\n"};
@@ -40,6 +43,8 @@ int main(int argc, char** argv) {
   llamatrain::cli::register_export(app);
   llamatrain::cli::register_eval(app);
   llamatrain::cli::register_diagnose(app);
+  llamatrain::cli::register_plan(app);
+  llamatrain::cli::register_report(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

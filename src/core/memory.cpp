@@ -2,6 +2,7 @@
 #include "core/memory.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -48,6 +49,13 @@ void check_memory_fits(int64_t need_bytes, const std::string& what, const std::s
   if (avail < 0 || need_bytes <= avail) return;
   fail("memory: {} needs {:.1f} GB ({}), but {:.1f} GB is available\nhint: {}", what, need_bytes / 1e9, detail,
        avail / 1e9, hint);
+}
+
+int64_t current_rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(f >> size >> resident)) return -1;
+  return resident * int64_t(sysconf(_SC_PAGESIZE));
 }
 
 double peak_rss_bytes() {

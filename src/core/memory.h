@@ -19,5 +19,7 @@ void check_memory_fits(int64_t need_bytes, const std::string& what, const std::s
 
 // The process's peak resident set size so far, in bytes (getrusage's ru_maxrss).
 double peak_rss_bytes();
+// Its resident set size now, in bytes (/proc/self/statm); -1 if that cannot be read.
+int64_t current_rss_bytes();
 
 }  // namespace llamatrain

@@ -2,6 +2,10 @@
 // process-wide kernel chooser's reports (kernels/cpu/matmul_choice.h).
 #include "model/backend.h"
 
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
 #include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/matmul_peak.h"
 #include "kernels/cpu/ops.h"
@@ -14,6 +18,44 @@ cpu::ComputeType compute_type(Precision p) {
 
 double matmul_gflops(Precision p, int M, int N, int K, double seconds) {
   return cpu::measure_matmul_gflops(M, N, K, compute_type(p), seconds);
+}
+
+// The fastest of at least 3 calls of f, timed until `seconds` have passed (after one warm-up call).
+template <typename F>
+double fastest_call_s(F&& f, double seconds) {
+  f();
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  double fastest = 1e30;
+  for (int calls = 0; calls < 3 || std::chrono::duration<double>(clock::now() - start).count() < seconds; calls++) {
+    const auto t0 = clock::now();
+    f();
+    fastest = std::min(fastest, std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  return fastest;
+}
+
+double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds) {
+  const size_t qkv = size_t(B) * T * (H + 2 * Hkv) * D, out = size_t(B) * T * H * D;
+  std::vector<float> q(qkv), dq(qkv), o(out), dout(out), lse(size_t(B) * H * T);
+  for (size_t i = 0; i < qkv; i++) q[i] = float(i % 17) * 0.01f - 0.08f;
+  for (size_t i = 0; i < out; i++) dout[i] = float(i % 13) * 0.01f - 0.06f;
+  const double s = fastest_call_s(
+      [&] {
+        cpu::attention_forward(o.data(), lse.data(), q.data(), B, T, H, Hkv, D);
+        cpu::attention_backward(dq.data(), dout.data(), q.data(), o.data(), lse.data(), B, T, H, Hkv, D);
+      },
+      seconds);
+  return 3.0 * 2.0 * B * H * double(T) * T * D / s;
+}
+
+double memory_bytes_per_s(double seconds) {
+  const int64_t n = int64_t(1) << 22;  // 4 arrays of 16 MB
+  std::vector<float> param(size_t(n), 0.5f), m(size_t(n), 0.0f), v(size_t(n), 0.0f), grad(size_t(n), 0.25f);
+  const double fastest = fastest_call_s(
+      [&] { cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); },
+      seconds);
+  return double(n) * 28 / fastest;  // reads weights, moments, gradient; writes weights and moments
 }
 
 std::string matmul_choices_text(const std::string& indent) {

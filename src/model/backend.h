@@ -21,6 +21,14 @@ cpu::ComputeType compute_type(Precision p);
 // about `seconds` of wall time (the fastest of at least 3 calls).
 double matmul_gflops(Precision p, int M, int N, int K, double seconds);
 
+// FLOP/s (causal: obs::step_flops's attention term) of the attention kernel's forward and backward
+// on B sequences of T tokens with H query and Hkv key/value heads of D, timed for about `seconds`.
+double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds);
+
+// Bytes per second the AdamW kernel moves (its reads and writes) over arrays far larger than the
+// caches: the rate of the memory-bound kernels, timed for about `seconds` (the fastest of 3 calls).
+double memory_bytes_per_s(double seconds);
+
 // The kernel chosen for each matmul shape so far: lines under a summary line, each starting with
 // indent ("" when nothing was chosen); or as one JSON object.
 std::string matmul_choices_text(const std::string& indent);

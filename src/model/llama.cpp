@@ -328,33 +328,53 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
   }
 }
 
-std::vector<std::pair<int64_t, int64_t>> LlamaModel::ready_ranges(int layer) const {
+namespace {
+
+// The gradient ranges of `specs` complete at one point of the backward: the head (layer -1), layer l,
+// or the embedding (layer L), leaving out those a model-parallel sum still changes.
+std::vector<std::pair<int64_t, int64_t>> ready_ranges_of(const std::vector<ParamSpec>& specs, const LlamaConfig& c,
+                                                         const ShardPlan& plan, const LocalDims& d, int layer) {
   std::vector<std::pair<int64_t, int64_t>> out;
-  const bool head = layer < 0, embedding = layer >= dims_.L;
-  for (const ParamSpec& s : specs_) {
-    if (plan_.sequence_parallel && !s.decay) continue;  // norm weights: summed over TP after the backward
-    if (dims_.kv_replicas > 1 && s.name == "wqkv") continue;  // replicated kv rows: likewise
+  const bool head = layer < 0, embedding = layer >= d.L;
+  for (const ParamSpec& s : specs) {
+    if (plan.sequence_parallel && !s.decay) continue;  // norm weights: summed over TP after the backward
+    if (d.kv_replicas > 1 && s.name == "wqkv") continue;  // replicated kv rows: likewise
     const bool stacked = s.name != "wte" && s.name != "wout" && s.name != "norm";
     if (stacked && !head && !embedding) {
-      const int64_t per = s.numel / dims_.L;
+      const int64_t per = s.numel / d.L;
       out.emplace_back(s.offset + layer * per, s.offset + (layer + 1) * per);
     } else if (head && (s.name == "norm" || s.name == "wout")) {
       out.emplace_back(s.offset, s.offset + s.numel);
-    } else if (embedding && s.name == "wte" && !(config_.tie_embeddings && plan_.pp_size > 1)) {
+    } else if (embedding && s.name == "wte" && !(c.tie_embeddings && plan.pp_size > 1)) {
       out.emplace_back(s.offset, s.offset + s.numel);  // a tied embedding: also complete only here
     }
   }
   return out;
 }
 
-std::vector<std::pair<int64_t, int64_t>> LlamaModel::grad_ready_order() const {
+std::vector<std::pair<int64_t, int64_t>> ready_order_of(const std::vector<ParamSpec>& specs, const LlamaConfig& c,
+                                                        const ShardPlan& plan, const LocalDims& d) {
   std::vector<std::pair<int64_t, int64_t>> out;
-  for (int l = dims_.L; l >= -1; l--) {
-    const int layer = l == dims_.L ? -1 : l == -1 ? dims_.L : l;  // head, L-1 .. 0, embedding
-    const auto r = ready_ranges(layer);
+  for (int l = d.L; l >= -1; l--) {
+    const int layer = l == d.L ? -1 : l == -1 ? d.L : l;  // head, L-1 .. 0, embedding
+    const auto r = ready_ranges_of(specs, c, plan, d, layer);
     out.insert(out.end(), r.begin(), r.end());
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> LlamaModel::ready_ranges(int layer) const {
+  return ready_ranges_of(specs_, config_, plan_, dims_, layer);
+}
+
+std::vector<std::pair<int64_t, int64_t>> LlamaModel::grad_ready_order() const {
+  return ready_order_of(specs_, config_, plan_, dims_);
+}
+
+std::vector<std::pair<int64_t, int64_t>> LlamaModel::grad_ready_order(const LlamaConfig& c, const ShardPlan& plan) {
+  return ready_order_of(build_param_specs(c, plan), c, plan, local_dims(c, plan));
 }
 
 std::vector<StateTensor> LlamaModel::state_tensors() {
@@ -390,13 +410,18 @@ int64_t LlamaModel::num_params(const LlamaConfig& c, const ShardPlan& plan) {
 
 int64_t LlamaModel::state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
                                 bool float_operands) {
+  return state_parts(c, plan, p, optimizer_shards, float_operands).total();
+}
+
+LlamaModel::StateBytes LlamaModel::state_parts(const LlamaConfig& c, const ShardPlan& plan, Precision p,
+                                               int optimizer_shards, bool float_operands) {
   // fp32 weights (compute copy) and gradients always; fp32 Adam moments, or bf16 weights and moments
   // in bf16-sr; bf16-mixed adds its matmul copy of the weights (bf16, or bf16_in_f32 with float
   // operands). ZeRO-1 keeps 1/shards of the moments.
   const int64_t n = num_params(c, plan);
   const int64_t moments = p == Precision::bf16_sr ? 4 : 8;  // m and v, per parameter
   const int64_t copy = p == Precision::fp32 ? 0 : p == Precision::bf16_mixed && float_operands ? 4 : 2;
-  return n * (8 + copy) + (n + optimizer_shards - 1) / optimizer_shards * moments;
+  return {n * (4 + copy), n * 4, (n + optimizer_shards - 1) / optimizer_shards * moments};
 }
 
 int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {

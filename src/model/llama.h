@@ -234,6 +234,8 @@ class LlamaModel {
   // weights under SP, a tied embedding split over stages). While a hook is set, every backward calls
   // it with each of these ranges as soon as it is complete: set it for a step's last micro-batch only.
   std::vector<std::pair<int64_t, int64_t>> grad_ready_order() const;
+  // The same ranges for the rank `plan` describes, without a model (what a plan sizes buckets from).
+  static std::vector<std::pair<int64_t, int64_t>> grad_ready_order(const LlamaConfig& c, const ShardPlan& plan);
   void set_grad_ready_hook(std::function<void(int64_t begin, int64_t end)> hook) { grad_ready_ = std::move(hook); }
 
   // Weights and AdamW moments as a table of named tensors (allocates the training state). With an
@@ -267,6 +269,13 @@ class LlamaModel {
                              bool float_operands = false);
   static int64_t state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
                              bool float_operands = false);
+  // The same figure in its parts: fp32 weights with the bf16 copy, fp32 gradients, AdamW's moments.
+  struct StateBytes {
+    int64_t weights = 0, gradients = 0, optimizer = 0;
+    int64_t total() const { return weights + gradients + optimizer; }
+  };
+  static StateBytes state_parts(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
+                                bool float_operands = false);
   static int64_t num_params(const LlamaConfig& c, const ShardPlan& plan);  // this rank's part
   static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T,

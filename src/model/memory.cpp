@@ -218,7 +218,11 @@ const float* LlamaModel::stage_output(int slot) const {
 MemoryPlan MemoryPlan::of(const LlamaConfig& c, const ShardPlan& plan, const TrainingShape& s, bool float_operands) {
   MemoryPlan m;
   m.float_operands = float_operands;
-  m.state = LlamaModel::state_bytes(c, plan, s.precision, s.optimizer_shards, float_operands);
+  const LlamaModel::StateBytes st = LlamaModel::state_parts(c, plan, s.precision, s.optimizer_shards, float_operands);
+  m.weights = st.weights;
+  m.gradients = st.gradients;
+  m.optimizer = st.optimizer;
+  m.state = st.total();
   m.activations = LlamaModel::activation_bytes(c, plan, s.precision, s.B, s.T, s.recompute, s.recompute_layers,
                                                s.slots, float_operands);
   if (plan.last_stage() && plan.tp_size == 1)  // the vocabulary-parallel head's scratch is in the arenas

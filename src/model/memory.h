@@ -26,7 +26,10 @@ struct TrainingShape {
 };
 
 struct MemoryPlan {
-  int64_t state = 0;        // weights, gradients, optimizer state (+ the bf16 copy)
+  int64_t state = 0;        // weights, gradients, optimizer state (+ the bf16 copy): their sum
+  int64_t weights = 0;      // fp32 weights and the bf16 copy (matmul operands, or bf16-sr's weights)
+  int64_t gradients = 0;    // fp32 gradients
+  int64_t optimizer = 0;    // AdamW's two moments (this rank's ZeRO-1 shard)
   int64_t activations = 0;  // saved activations, backward scratch, lm head scratch
   bool float_operands = false;  // the bf16 modes' operand form the figures assume
   int64_t total() const { return state + activations; }

@@ -8,17 +8,16 @@
 
 namespace llamatrain::parallel {
 
-GradReducer::GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements,
-                         const std::vector<GradRange>& order)
-    : dp_(dp), grads_(grads), n_(n) {
-  CHECK(grads_ || n_ == 0, "gradient arena of {} elements is null", n_);
-  const size_t cap = bucket_elements == 0 ? std::max<size_t>(n_, 1) : bucket_elements;
+std::vector<std::vector<GradRange>> GradReducer::cut_buckets(size_t n, size_t bucket_elements,
+                                                             const std::vector<GradRange>& order) {
+  const size_t cap = bucket_elements == 0 ? std::max<size_t>(n, 1) : bucket_elements;
+  std::vector<std::vector<GradRange>> buckets;
   // Buckets along `order`: consecutive ranges until a bucket holds cap elements (a longer range is cut).
   std::vector<GradRange> pieces;
   size_t size = 0;
   std::vector<GradRange> in_order;
   for (const GradRange& r : order) {
-    CHECK(r.begin <= r.end && r.end <= n_, "gradient range [{}, {}) of an arena of {}", r.begin, r.end, n_);
+    CHECK(r.begin <= r.end && r.end <= n, "gradient range [{}, {}) of an arena of {}", r.begin, r.end, n);
     if (r.begin < r.end) in_order.push_back(r);
   }
   for (GradRange r : in_order)
@@ -28,12 +27,12 @@ GradReducer::GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket
       size += take;
       r.begin += take;
       if (size == cap) {
-        add_bucket(std::move(pieces));
+        buckets.push_back(std::move(pieces));
         pieces.clear();
         size = 0;
       }
     }
-  if (!pieces.empty()) add_bucket(std::move(pieces));
+  if (!pieces.empty()) buckets.push_back(std::move(pieces));
   // The elements no range covers, in arena order, as buckets of their own that finish() reduces.
   std::vector<GradRange> sorted = in_order;
   std::sort(sorted.begin(), sorted.end(), [](const GradRange& a, const GradRange& b) { return a.begin < b.begin; });
@@ -44,9 +43,25 @@ GradReducer::GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket
     if (r.begin > at) rest.push_back({at, r.begin});
     at = r.end;
   }
-  if (at < n_) rest.push_back({at, n_});
+  if (at < n) rest.push_back({at, n});
   for (GradRange r : rest)
-    for (size_t b = r.begin; b < r.end; b += cap) add_bucket({{b, std::min(r.end, b + cap)}});
+    for (size_t b = r.begin; b < r.end; b += cap) buckets.push_back({{b, std::min(r.end, b + cap)}});
+  return buckets;
+}
+
+size_t GradReducer::staging_elements(size_t n, size_t bucket_elements, const std::vector<GradRange>& order) {
+  size_t staged = 0;
+  for (const auto& pieces : cut_buckets(n, bucket_elements, order))
+    if (pieces.size() > 1)
+      for (const GradRange& p : pieces) staged += p.end - p.begin;
+  return staged;
+}
+
+GradReducer::GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements,
+                         const std::vector<GradRange>& order)
+    : dp_(dp), grads_(grads), n_(n) {
+  CHECK(grads_ || n_ == 0, "gradient arena of {} elements is null", n_);
+  for (auto& pieces : cut_buckets(n_, bucket_elements, order)) add_bucket(std::move(pieces));
   std::sort(pieces_.begin(), pieces_.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
 }
 

@@ -40,6 +40,8 @@ class GradReducer {
   void finish();
 
   size_t bucket_count() const { return buckets_.size(); }
+  // The elements a reducer of these arguments copies into staging buffers (the memory it adds).
+  static size_t staging_elements(size_t n, size_t bucket_elements, const std::vector<GradRange>& order);
   size_t started_count() const { return start_order_.size(); }  // buckets ready() has started this step
 
  private:
@@ -55,6 +57,9 @@ class GradReducer {
   void start(size_t bucket);
   float* stage(Bucket& b);  // the bucket's contiguous data: in the arena, or copied to its staging buffer
   void add_bucket(std::vector<GradRange> pieces);
+  // The buckets' pieces: `order` cut into buckets, then the elements no range covers.
+  static std::vector<std::vector<GradRange>> cut_buckets(size_t n, size_t bucket_elements,
+                                                         const std::vector<GradRange>& order);
 
   Communicator& dp_;
   float* grads_;  // (n)

@@ -448,9 +448,12 @@ TrainerState read_trainer_state(const std::string& path) {
   return s;
 }
 
-TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, const io::BytesDone& progress) {
+int64_t checkpoint_disk_bytes(const model::LlamaConfig& c, model::Precision p) {
+  return c.num_params() * 3 * (p == model::Precision::bf16_sr ? 2 : 4);  // weights and the two moments
+}
+
+void check_checkpoint_compatible(const std::string& path, const model::LlamaConfig& c) {
   const model::LlamaConfig saved = io::read_hf_config(path);
-  const model::LlamaConfig& c = model.config();
   auto differ = [&](const char* what, auto a, auto b) {
     if (a != b)
       fail("checkpoint {}: {} is {}, but the configured model has {}\nhint: resume with the model settings the "
@@ -464,7 +467,10 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
   differ("num_key_value_heads", saved.n_kv_heads, c.n_kv_heads);
   differ("vocab_size", saved.vocab_size, c.vocab_size);
   differ("tie_word_embeddings", saved.tie_embeddings, c.tie_embeddings);
+}
 
+TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, const io::BytesDone& progress) {
+  check_checkpoint_compatible(path, model.config());
   TrainerState state = read_trainer_state(path);
   io::load_hf_weights(model, path, progress);
   // Moments: every optimizer*.safetensors file holds element ranges of some rank's local tensors,

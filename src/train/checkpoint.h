@@ -83,6 +83,13 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
 // weights on world rank 0 (full_weights).
 int64_t checkpoint_tensor_bytes(const model::LlamaModel& model, bool full_weights = false);
 
+// Bytes a whole checkpoint of the model takes on disk (weights and AdamW moments, all ranks' files).
+int64_t checkpoint_disk_bytes(const model::LlamaConfig& c, model::Precision p);
+
+// Throws Error naming the first model setting (hidden size, layers, heads, vocabulary, tying) in which
+// the checkpoint at path differs from c; the check load_checkpoint makes before reading anything.
+void check_checkpoint_compatible(const std::string& path, const model::LlamaConfig& c);
+
 // Complete checkpoints (a trainer_state.json present) in CHECKPOINTS_DIR, oldest first. Temporary
 // directories of interrupted saves are not listed.
 std::vector<CheckpointInfo> list_checkpoints(const std::string& checkpoints_dir);

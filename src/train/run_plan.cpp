@@ -106,7 +106,7 @@ void plan_shapes(const TrainConfig& cfg, RunPlan& p) {
 }
 
 // This rank's part of the model, and what it will hold.
-void plan_memory(const TrainConfig& cfg, RunPlan& p) {
+void plan_memory(const TrainConfig& cfg, RunPlan& p, bool check_memory) {
   const parallel::ParallelLayout& lay = p.layout;
   p.zero1 = cfg.model.distributed_optimizer && lay.dp_size > 1;
   p.pipeline_split = cfg.model.pipeline_layers();
@@ -121,7 +121,8 @@ void plan_memory(const TrainConfig& cfg, RunPlan& p) {
   p.slots = lay.pp_size > 1 ? parallel::pipeline_slots(lay.pp_size, lay.pp_rank, int(p.micro_batches)) : 1;
   const model::TrainingShape shape{p.precision, p.B,     p.T, p.recompute, p.recompute_layers,
                                    p.slots,     p.zero1 ? lay.dp_size : 1};
-  p.memory = model::MemoryPlan::for_check(p.model, p.shard, shape, available_memory_bytes());
+  p.memory = model::MemoryPlan::for_check(p.model, p.shard, shape, check_memory ? available_memory_bytes() : -1);
+  if (!check_memory) return;
   check_memory_fits(p.memory.total(),
                     fmt::format("training {} parameters in {} at micro batch {} x seq {}",
                                 obs::format_count(double(p.model.num_params())), model::precision_name(p.precision),
@@ -157,7 +158,7 @@ std::string resolve_log_dir(const TrainConfig& c) {
   return (version.empty() ? base : base / version).string();
 }
 
-RunPlan preflight(const TrainConfig& cfg, int world_size, int rank) {
+RunPlan preflight(const TrainConfig& cfg, int world_size, int rank, bool check_memory) {
   check_world(cfg, world_size);
   RunPlan p;
   // TP innermost, then DP, then PP (Megatron's order): a replica's TP x PP ranks read the same
@@ -170,7 +171,7 @@ RunPlan preflight(const TrainConfig& cfg, int world_size, int rank) {
   check_files(cfg, p.log_dir);
   plan_model(cfg, p);
   plan_shapes(cfg, p);
-  plan_memory(cfg, p);
+  plan_memory(cfg, p, check_memory);
   if (cfg.convert_to_hf) {
     p.export_dir = cfg.model.output_dir ? *cfg.model.output_dir : (fs::path(p.log_dir) / "hf").string();
     io::check_export_target(p.export_dir);

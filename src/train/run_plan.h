@@ -5,6 +5,7 @@
 // expensive work fails here, with the config key in the message. Nothing is written.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +20,9 @@
 #include "train/config.h"
 
 namespace llamatrain::train {
+
+// Elements of fp32 gradients per data-parallel all-reduce bucket (16 MB).
+constexpr size_t kDpBucketElements = size_t(1) << 22;
 
 struct RunPlan {
   parallel::ParallelLayout layout;  // this rank's place: data x tensor x pipeline
@@ -55,7 +59,8 @@ struct RunPlan {
 std::string resolve_log_dir(const TrainConfig& config);
 
 // The plan of rank `rank` of a job of world_size processes; throws Error for anything that would make
-// the job fail later.
-RunPlan preflight(const TrainConfig& config, int world_size, int rank);
+// the job fail later. check_memory: refuse a plan that does not fit this machine's free memory (off
+// when planning for other machines: `llamatrain plan` compares with theirs).
+RunPlan preflight(const TrainConfig& config, int world_size, int rank, bool check_memory = true);
 
 }  // namespace llamatrain::train

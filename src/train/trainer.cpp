@@ -44,7 +44,6 @@ using LongWait = parallel::Communicator::LongWait;
 
 namespace {
 
-constexpr size_t kDpBucketElements = size_t(1) << 22;  // 16 MB of fp32 gradients per all-reduce
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

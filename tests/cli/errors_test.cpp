@@ -129,11 +129,16 @@ TEST(CliErrors, TrainWithoutConfigSaysWhatToGiveAndSpeaksOfNoPlans) {
 TEST(CliErrors, HelpTextsSpeakOfNoIssuesOrPlans) {
   for (std::vector<std::string> cmd : std::vector<std::vector<std::string>>{
            {"--help"}, {"train", "--help"}, {"generate", "--help"}, {"bench", "--help"}, {"preprocess", "--help"},
-           {"data", "--help"}, {"data", "inspect", "--help"}, {"data", "merge", "--help"}}) {
+           {"data", "--help"}, {"data", "inspect", "--help"}, {"data", "merge", "--help"}, {"plan", "--help"}}) {
     auto r = run_cli(cmd);
     EXPECT_TRUE(r.exited && r.code == 0) << testing::describe(r);
-    const std::regex words("\\b(issue|plan|planned|later|not yet|for now|session)\\b", std::regex::icase);
-    EXPECT_FALSE(std::regex_search(r.out, words)) << cmd[0] << ":\n" << r.out;
+    // The usage lines name the binary by its path, which may say anything: leave it out. `plan` is a
+    // command's name; plans as intentions are what may not appear.
+    std::string text = r.out;
+    for (size_t at; (at = text.find(testing::llamatrain_bin())) != std::string::npos;)
+      text.erase(at, testing::llamatrain_bin().size());
+    const std::regex words("\\b(issue|planned|plans|plan to|later|not yet|for now|session)\\b", std::regex::icase);
+    EXPECT_FALSE(std::regex_search(text, words)) << cmd[0] << ":\n" << r.out;
   }
 }
 

@@ -1,0 +1,63 @@
+// What `llamatrain plan` works out about a training job before it is submitted: the preflight of the
+// first rank of every pipeline stage (train/run_plan.h) for the job's nodes and ranks, every check
+// that can fail before the first step, each as PASS / WARN / FAIL with its reason (layout, data files
+// and their token ids against the tokenizer, tokenizer against the model, the checkpoint a resume
+// would load, output folders writable, disk for the checkpoints kept, memory per rank), the memory
+// of a rank in its parts, and a predicted step time (obs/step_model.h) on this CPU, from short probes
+// of its matmul and memory rates, or on a named accelerator. Nothing is written.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "obs/step_model.h"
+#include "train/config.h"
+#include "train/run_plan.h"
+
+namespace llamatrain::train {
+
+// The job's nodes and ranks per node are the config's trainer.num_nodes and trainer.devices.
+struct JobTarget {
+  std::string hardware;     // "" or "cpu": this CPU, else an obs::accelerators() name
+  double probe_seconds = 0.02;  // time per matmul shape probed on this CPU
+};
+
+struct PlanCheck {
+  enum class Status { pass, warn, fail };
+  Status status = Status::pass;
+  std::string what;    // "layout", "data", "memory", ...
+  std::string detail;  // the finding, or the error and its hint
+};
+const char* status_name(PlanCheck::Status s);  // "PASS", "WARN", "FAIL"
+
+// One rank's memory in its parts, in bytes.
+struct RankMemory {
+  int stage = 0;
+  int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
+  int64_t communication = 0;  // pipeline send/receive buffers
+  int64_t runtime = 0;        // libraries, kernels and MPI (this CPU: measured in this process)
+  int64_t total() const { return weights + gradients + optimizer + activations + communication + runtime; }
+};
+
+struct JobPlan {
+  std::string hardware;        // what the figures are for: "this CPU (...)", or the accelerator's name
+  int nodes = 1, ranks_per_node = 1;
+  bool planned = false;        // the preflight passed: the figures below are filled
+  RunPlan plan;                // rank 0's
+  std::vector<RankMemory> stages;  // the first rank of each pipeline stage
+  // A rank's activations under each recompute mode ("none", "selective", "full"), the rest unchanged.
+  std::vector<std::pair<std::string, int64_t>> activations_by_recompute;
+  int64_t memory_per_rank = -1;    // what a rank can have (-1 unknown)
+  obs::StepPrediction prediction;
+  int64_t max_steps = 0;
+  std::vector<PlanCheck> checks;
+  std::vector<std::string> suggestions;  // overrides that make the job fit, when memory does not
+  bool ok() const;
+  int64_t peak_rank_bytes() const;
+};
+
+// config: as loaded (with overrides); target: the job's shape and hardware.
+JobPlan plan_job(TrainConfig config, const JobTarget& target);
+
+}  // namespace llamatrain::train

@@ -1,0 +1,262 @@
+// `llamatrain plan`: every check on the tiny config and the fixture corpus, each failure caused for
+// real (a layout the heads do not divide, token ids beyond the vocabulary, a checkpoint of another
+// shape, an output path under a file, a model whose checkpoints cannot fit any disk, memory that an
+// accelerator does not have, then the override the plan suggests), the figures against their
+// definitions, the calibrated trn1 prediction, and that planning writes nothing.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "obs/throughput.h"
+#include "test_util.h"
+#include "train/train_runs.h"
+
+namespace llamatrain::testing {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<std::string> plan_args(const std::string& log_dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {"plan",
+                                source_path("configs/tiny.yaml"),
+                                "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                                "model.tokenizer.model=" + fixture("tokenizer.model"),
+                                "exp_manager.explicit_log_dir=" + log_dir};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+json plan_json(const CliResult& r) {
+  EXPECT_TRUE(r.exited) << describe(r);
+  try {
+    return json::parse(r.out);
+  } catch (const json::exception& e) {
+    ADD_FAILURE() << "not JSON: " << e.what() << "\n" << describe(r);
+    return json::object();
+  }
+}
+
+json check(const json& plan, const std::string& what) {
+  if (plan.contains("checks"))
+    for (const json& c : plan["checks"])
+      if (c["what"] == what) return c;
+  ADD_FAILURE() << "no check '" << what << "' in " << plan.dump(1);
+  return json::object();
+}
+
+// A Hugging Face folder with only a config.json (plan reads nothing else of init_from).
+// eps and max_positions as the config file on top states them (tiny: 1e-6, 256; Llama 2: 1e-5, 4096).
+std::string hf_folder(const TempDir& dir, const std::string& name, int hidden, int ffn, int layers, int heads,
+                      int kv_heads, int vocab, double eps = 1e-5, int max_positions = 4096) {
+  const std::string path = dir / name;
+  std::filesystem::create_directories(path);
+  json c = {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", hidden},
+            {"intermediate_size", ffn},
+            {"num_hidden_layers", layers},
+            {"num_attention_heads", heads},
+            {"num_key_value_heads", kv_heads},
+            {"vocab_size", vocab},
+            {"max_position_embeddings", max_positions},
+            {"rms_norm_eps", eps},
+            {"rope_theta", 10000.0},
+            {"tie_word_embeddings", false},
+            {"bos_token_id", 1},
+            {"eos_token_id", 2}};
+  write_file(path + "/config.json", c.dump(1));
+  return path;
+}
+
+TEST(Plan, TinyPassesWithFiguresThatAddUpAndWritesNothing) {
+  TempDir dir;
+  const std::string run = dir / "run";
+  const CliResult r = run_cli(plan_args(run, {"--json"}));
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const json p = plan_json(r);
+  EXPECT_TRUE(p["ok"].get<bool>());
+  EXPECT_EQ(p["layout"]["dp"], 1);
+  EXPECT_EQ(p["layout"]["tp"], 1);
+  for (const char* what : {"layout", "model", "data", "resume", "outputs", "disk", "memory"})
+    EXPECT_EQ(check(p, what).value("status", ""), "PASS") << what << ": " << check(p, what).dump();
+  ASSERT_EQ(p["memory_per_rank"].size(), 1u);
+  const json& m = p["memory_per_rank"][0];
+  int64_t sum = 0;
+  for (const char* part : {"weights", "gradients", "optimizer", "activations", "communication", "runtime"}) {
+    EXPECT_GE(m[part].get<int64_t>(), 0) << part;
+    sum += m[part].get<int64_t>();
+  }
+  EXPECT_EQ(sum, m["total"].get<int64_t>());
+  EXPECT_GT(m["runtime"].get<int64_t>(), 1'000'000) << "this process's libraries were not counted";
+  // tiny: bf16-mixed, 2 layers of width 64; the model's state from its parameter count (fp32 weights
+  // and the bf16 copy, fp32 gradients, two fp32 moments).
+  model::LlamaConfig c;
+  c.dim = 64, c.ffn_dim = 176, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.vocab_size = 504;
+  EXPECT_EQ(m["gradients"].get<int64_t>(), c.num_params() * 4);
+  EXPECT_EQ(m["optimizer"].get<int64_t>(), c.num_params() * 8);
+  EXPECT_EQ(m["weights"].get<int64_t>(), c.num_params() * 6);
+  const json& q = p["prediction"];
+  EXPECT_DOUBLE_EQ(q["flops_per_step"].get<double>(), obs::step_flops(c, 8, 64));
+  double parts = 0;
+  for (const char* part : {"matmul_s", "attention_s", "elementwise_s", "tensor_parallel_s", "pipeline_s",
+                           "data_parallel_s", "optimizer_s"})
+    parts += q[part].get<double>();
+  EXPECT_GT(q["step_s"].get<double>(), 0);
+  EXPECT_NEAR(parts, q["step_s"].get<double>(), 1e-9 * parts);
+  EXPECT_NEAR(q["tokens_per_s"].get<double>(), 8 * 64 / q["step_s"].get<double>(), 1e-6 * q["tokens_per_s"].get<double>());
+  EXPECT_FALSE(exists(run)) << "plan created the run folder";
+
+  const CliResult text = run_cli(plan_args(run, {}));
+  ASSERT_EQ(text.code, 0) << describe(text);
+  for (const char* s : {"memory per rank", "weights", "activations by recompute mode", "predicted step",
+                        "PASS data", "plan: the job can run"})
+    EXPECT_NE(text.out.find(s), std::string::npos) << s << "\n" << text.out;
+}
+
+TEST(Plan, EveryPipelineStageOfATensorAndPipelineParallelJob) {
+  TempDir dir;
+  const CliResult r =
+      run_cli(plan_args(dir / "run", {"--nodes", "2", "--ranks-per-node", "2", "model.tensor_model_parallel_size=2",
+                                      "model.pipeline_model_parallel_size=2", "--json"}));
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const json p = plan_json(r);
+  EXPECT_EQ(p["nodes"], 2);
+  EXPECT_EQ(p["layout"]["tp"], 2);
+  EXPECT_EQ(p["layout"]["pp"], 2);
+  EXPECT_EQ(p["layout"]["dp"], 1);
+  ASSERT_EQ(p["memory_per_rank"].size(), 2u);
+  // The last stage holds the lm head and receives activations; the first, the embedding and gradients.
+  EXPECT_NE(p["memory_per_rank"][0]["weights"], p["memory_per_rank"][1]["weights"]);
+  EXPECT_GT(p["memory_per_rank"][1]["communication"].get<int64_t>(), 0);
+  EXPECT_GT(p["prediction"]["pipeline_s"].get<double>(), 0);
+  EXPECT_GT(p["prediction"]["tensor_parallel_s"].get<double>(), 0);
+}
+
+TEST(Plan, ALayoutThatCannotRunFailsWithTheKey) {
+  TempDir dir;
+  // 4 heads over 3 tensor-parallel ranks
+  const CliResult heads = run_cli(plan_args(dir / "run", {"--ranks-per-node", "3", "model.tensor_model_parallel_size=3"}));
+  expect_plain_error(heads, {"model.tensor_model_parallel_size"});
+  // 3 ranks cannot hold tensor parallel 2
+  const CliResult ranks = run_cli(plan_args(dir / "run", {"--ranks-per-node", "3", "model.tensor_model_parallel_size=2"}));
+  EXPECT_EQ(ranks.code, 1) << describe(ranks);
+  EXPECT_NE((ranks.out + ranks.err).find("tensor_model_parallel_size"), std::string::npos) << describe(ranks);
+  EXPECT_FALSE(exists(dir / "run"));
+}
+
+TEST(Plan, TokenIdsTheModelCannotHoldFailTheDataCheck) {
+  TempDir dir;
+  // The fixture corpus has ids up to 499 (a 500-piece tokenizer); a model of 300 ids cannot train on it.
+  const std::string small = hf_folder(dir, "small", 64, 176, 2, 4, 2, 300, 1e-6, 256);
+  const CliResult r = run_cli(plan_args(dir / "run", {"model.init_from=" + small, "model.tokenizer.model=null", "--json"}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  const json p = plan_json(r);
+  EXPECT_EQ(check(p, "data").value("status", ""), "FAIL");
+  EXPECT_NE(check(p, "data").value("detail", "").find("token id 499"), std::string::npos) << check(p, "data");
+  EXPECT_NE(check(p, "data").value("detail", "").find(fixture_prefix()), std::string::npos) << check(p, "data");
+  EXPECT_EQ(check(p, "memory").value("status", ""), "PASS") << "one failure must not hide the other checks";
+  // A vocabulary beyond uint16: the corpus was tokenized with another tokenizer.
+  const std::string wide = hf_folder(dir, "wide", 64, 176, 2, 4, 2, 70000, 1e-6, 256);
+  const CliResult w = run_cli(plan_args(dir / "run", {"model.init_from=" + wide, "model.tokenizer.model=null", "--json"}));
+  EXPECT_EQ(w.code, 1) << describe(w);
+  EXPECT_NE(check(plan_json(w), "data").value("detail", "").find("uint16"), std::string::npos) << describe(w);
+}
+
+TEST(Plan, AResumeChecksTheCheckpointItWouldLoad) {
+  TempDir dir;
+  const std::string run = dir / "run";
+  const RunResult trained = run_in(run, train_args(run, {"trainer.max_steps=3"}));
+  ASSERT_EQ(trained.status, 0) << trained.log;
+  const CliResult same = run_cli(plan_args(run, {"trainer.precision=32", "exp_manager.resume_if_exists=true", "--json"}));
+  ASSERT_EQ(same.code, 0) << describe(same);
+  const std::string detail = check(plan_json(same), "resume").value("detail", "");
+  EXPECT_NE(detail.find("resumes from"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("step 3 of"), std::string::npos) << detail;
+  const CliResult other =
+      run_cli(plan_args(run, {"exp_manager.resume_if_exists=true", "model.hidden_size=128", "--json"}));
+  EXPECT_EQ(other.code, 1) << describe(other);
+  const json c = check(plan_json(other), "resume");
+  EXPECT_EQ(c.value("status", ""), "FAIL");
+  EXPECT_NE(c.value("detail", "").find("hidden_size is 64"), std::string::npos) << c;
+}
+
+TEST(Plan, OutputsThatCannotBeCreatedFail) {
+  TempDir dir;
+  write_file(dir / "file", "x");
+  const CliResult r = run_cli(plan_args(dir / "file/run", {"--json"}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  const json c = check(plan_json(r), "outputs");
+  EXPECT_EQ(c.value("status", ""), "FAIL");
+  EXPECT_NE(c.value("detail", "").find("not a writable folder"), std::string::npos) << c;
+}
+
+TEST(Plan, CheckpointsNoDiskHoldsAndMemoryNoMachineHasFail) {
+  TempDir dir;
+  // About a trillion parameters: 12 TB per checkpoint.
+  const CliResult r = run_cli(plan_args(dir / "run", {"model.hidden_size=32768", "model.ffn_hidden_size=131072",
+                                                      "model.num_layers=80", "model.num_attention_heads=256",
+                                                      "model.num_query_groups=8", "model.micro_batch_size=1",
+                                                      "model.global_batch_size=8", "--json"}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  const json p = plan_json(r);
+  EXPECT_EQ(check(p, "disk").value("status", ""), "FAIL") << check(p, "disk");
+  EXPECT_NE(check(p, "disk").value("detail", "").find("save_top_k"), std::string::npos);
+  EXPECT_EQ(check(p, "memory").value("status", ""), "FAIL") << check(p, "memory");
+  EXPECT_NE(r.out.find("\"ok\": false"), std::string::npos);
+}
+
+TEST(Plan, MemoryThatDoesNotFitSuggestsAnOverrideThatDoes) {
+  TempDir dir;
+  // Llama-2-7B's shape on one H100 node without recompute at micro batch 4 x 4096 does not fit 80 GB.
+  const std::string seven = hf_folder(dir, "7b", 4096, 11008, 32, 32, 32, 32000);
+  std::vector<std::string> a = {"plan", source_path("configs/llama2_7b.yaml"), "model.init_from=" + seven,
+                                "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                                "exp_manager.explicit_log_dir=" + (dir / "run"), "--hardware", "H100",
+                                "model.activations_checkpoint_granularity=null", "model.micro_batch_size=4",
+                                "model.global_batch_size=128", "model.tensor_model_parallel_size=1",
+                                "model.sequence_parallel=false", "trainer.precision=bf16-mixed", "--json"};
+  const CliResult r = run_cli(a);
+  EXPECT_EQ(r.code, 1) << describe(r);
+  const json p = plan_json(r);
+  EXPECT_EQ(p["ranks_per_node"], 8) << "an H100 node has 8 GPUs";
+  EXPECT_EQ(check(p, "memory").value("status", ""), "FAIL") << check(p, "memory");
+  ASSERT_FALSE(p["suggestions"].empty()) << p.dump(1);
+  // The first suggestion's overrides, applied, fit.
+  const std::string s = p["suggestions"][0];
+  const std::string overrides = s.substr(0, s.find(" (a rank"));
+  size_t at = 0;
+  while (at < overrides.size()) {
+    const size_t end = std::min(overrides.find(' ', at), overrides.size());
+    a.push_back(overrides.substr(at, end - at));
+    at = end + 1;
+  }
+  const CliResult fixed = run_cli(a);
+  EXPECT_EQ(check(plan_json(fixed), "memory").value("status", ""), "PASS") << s << "\n" << describe(fixed);
+}
+
+TEST(Plan, TheTrainiumPredictionReproducesItsCalibration) {
+  TempDir dir;
+  // The seeds' Llama-2-7B on one trn1.32xlarge: TP 8, DP 4, seq 4096, global batch 256: 3.7 seq/s.
+  const std::string seven = hf_folder(dir, "7b", 4096, 11008, 32, 32, 32, 32000);
+  const CliResult r = run_cli({"plan", source_path("configs/llama2_7b.yaml"), "model.init_from=" + seven,
+                               "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                               "exp_manager.explicit_log_dir=" + (dir / "run"), "--hardware", "trn1.32xlarge",
+                               "--nodes", "1", "--json"});
+  const json p = plan_json(r);
+  EXPECT_EQ(p["ranks_per_node"], 32);
+  EXPECT_EQ(p["layout"]["tp"], 8);
+  EXPECT_EQ(p["layout"]["dp"], 4);
+  EXPECT_NEAR(p["prediction"]["seq_per_s"].get<double>(), 3.7, 0.2) << p["prediction"].dump(1);
+  EXPECT_EQ(check(p, "memory").value("status", ""), "PASS") << check(p, "memory");
+}
+
+TEST(Plan, UnknownHardwareIsAPlainError) {
+  TempDir dir;
+  expect_plain_error(run_cli(plan_args(dir / "run", {"--hardware", "tpu9"})), {"--hardware tpu9", "H100", "trn1.32xlarge"});
+}
+
+}  // namespace
+}  // namespace llamatrain::testing

@@ -1,0 +1,72 @@
+// `llamatrain plan`'s memory per rank against the peak resident memory the same job then reaches,
+// for a small model (stories15m's shape on the fixture corpus) on one process and under mpirun on two
+// with data, tensor and pipeline parallelism: within 10% of rank 0's peak RSS as metrics.jsonl
+// records it.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "obs/metrics.h"
+#include "test_util.h"
+#include "train/train_runs.h"
+
+namespace llamatrain::testing {
+namespace {
+
+// stories15m's shape (6 layers of 288, 6 heads, seq 256, micro batch 8), bf16-mixed.
+std::vector<std::string> shape(int ranks, std::vector<std::string> extra) {
+  std::vector<std::string> a = {"trainer.devices=" + std::to_string(ranks),
+                                "trainer.precision=bf16-mixed",
+                                "trainer.max_steps=3",
+                                "model.hidden_size=288",
+                                "model.ffn_hidden_size=768",
+                                "model.num_layers=6",
+                                "model.num_attention_heads=6",
+                                "model.num_query_groups=6",
+                                "model.encoder_seq_length=256",
+                                "model.max_position_embeddings=256",
+                                "model.micro_batch_size=8",
+                                "model.global_batch_size=16"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+void expect_planned_memory(const std::string& name, int ranks, const std::vector<std::string>& extra) {
+  // The plan measures its own process as a rank's runtime: give it the ranks' thread count.
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  TempDir dir;
+  const std::string run = dir / "run";
+  std::vector<std::string> plan = train_args(run, shape(ranks, extra));
+  plan[1] = "plan";
+  plan.push_back("--json");
+  plan.erase(plan.begin());
+  const CliResult planned = run_cli(plan);
+  ASSERT_EQ(planned.code, 0) << name << "\n" << describe(planned);
+  const nlohmann::json p = nlohmann::json::parse(planned.out);
+  const double predicted = p["memory_per_rank"][0]["total"].get<double>();
+
+  std::vector<std::string> argv;
+  if (ranks > 1) argv = {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", std::to_string(ranks)};
+  const std::vector<std::string> train = train_args(run, shape(ranks, extra));
+  argv.insert(argv.end(), train.begin(), train.end());
+  const RunResult trained = run_in(run, argv, {"OMP_NUM_THREADS=1"});
+  ASSERT_EQ(trained.status, 0) << name << "\n" << trained.log;
+  double measured = 0;
+  for (const auto& r : obs::read_metrics(run + "/metrics.jsonl"))
+    if (r.contains("peak_rss_bytes")) measured = std::max(measured, obs::metric_value(r, "peak_rss_bytes"));
+  ASSERT_GT(measured, 0) << name;
+  EXPECT_NEAR(predicted / measured, 1.0, 0.10)
+      << name << ": planned " << predicted / 1e6 << " MB, rank 0 reached " << measured / 1e6 << " MB\n"
+      << planned.out;
+}
+
+TEST(PlanMemory, OneProcess) { expect_planned_memory("one process", 1, {}); }
+TEST(PlanMemory, DataParallel2) { expect_planned_memory("DP2", 2, {}); }
+TEST(PlanMemory, TensorParallel2) { expect_planned_memory("TP2", 2, {"model.tensor_model_parallel_size=2"}); }
+TEST(PlanMemory, PipelineParallel2) { expect_planned_memory("PP2", 2, {"model.pipeline_model_parallel_size=2"}); }
+
+}  // namespace
+}  // namespace llamatrain::testing
