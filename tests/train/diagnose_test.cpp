@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -263,9 +264,19 @@ TEST(Diagnose, TheKernelsOomKillerFromDmesg) {
   llamatrain::testing::write_file(cg + "/" + limit_file, "300000000");
   if (fs::exists(cg + "/memory.memsw.limit_in_bytes"))  // no swapping out of the limit either
     llamatrain::testing::write_file(cg + "/memory.memsw.limit_in_bytes", "300000000");
+  // The kernel's lines from now on: those stamped later than its last one now (the ring buffer
+  // drops old lines, so counting them would not do).
+  auto stamp = [](const std::string& line) {
+    const size_t open = line.find('[');
+    return open == std::string::npos ? -1.0 : std::atof(line.c_str() + open + 1);
+  };
   std::string kmsg_before;
   llamatrain::testing::run_capture("dmesg", &kmsg_before);
-  const size_t seen = std::count(kmsg_before.begin(), kmsg_before.end(), '\n');
+  double last_stamp = -1;
+  {
+    std::istringstream in(kmsg_before);
+    for (std::string line; std::getline(in, line);) last_stamp = std::max(last_stamp, stamp(line));
+  }
 
   TempDir dir;
   const std::string run = dir / "kernel_oom";
@@ -280,10 +291,14 @@ TEST(Diagnose, TheKernelsOomKillerFromDmesg) {
   std::string kmsg;
   ASSERT_EQ(llamatrain::testing::run_capture("dmesg", &kmsg), 0) << kmsg;
   // the lines since the job started: the kernel's record of what it killed
-  size_t at = 0;
-  for (size_t i = 0; i < seen && at != std::string::npos; i++) at = kmsg.find('\n', at) + 1;
-  llamatrain::testing::write_file(run + "/dmesg.log", at == std::string::npos ? kmsg : kmsg.substr(at));
-  if (!has(kmsg.substr(at == std::string::npos ? 0 : at), "Killed process"))
+  std::string since;
+  {
+    std::istringstream in(kmsg);
+    for (std::string line; std::getline(in, line);)
+      if (stamp(line) > last_stamp) since += line + "\n";
+  }
+  llamatrain::testing::write_file(run + "/dmesg.log", since);
+  if (!has(since, "Killed process"))
     GTEST_SKIP() << "the kernel killed nothing (the allocation failed first, or dmesg is not readable):\n" << r.log;
   const auto d = diagnose({run});
   EXPECT_EQ(d.j.value("cause", ""), "host_oom") << d.out;
