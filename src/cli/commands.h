@@ -16,6 +16,7 @@ void register_preprocess(CLI::App& app);
 void register_data(CLI::App& app);
 void register_export(CLI::App& app);
 void register_eval(CLI::App& app);
+void register_diagnose(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_report(CLI::App& app);
 void register_doctor(CLI::App& app);

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   llamatrain::cli::register_data(app);
   llamatrain::cli::register_export(app);
   llamatrain::cli::register_eval(app);
+  llamatrain::cli::register_diagnose(app);
   llamatrain::cli::register_plan(app);
   llamatrain::cli::register_report(app);
   llamatrain::cli::register_doctor(app);

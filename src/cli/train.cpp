@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "parallel/mpi_communicator.h"
 #include "train/config.h"
+#include "train/events.h"
 #include "train/trainer.h"
 
 namespace llamatrain::cli {
@@ -63,12 +64,20 @@ void register_train(CLI::App& app) {
     if (o->config.empty())
       fail("train: no config given, expected a YAML file\nhint: llamatrain train configs/tiny.yaml "
            "model.data.data_prefix=[1.0,data/corpus_text_document]; `llamatrain train --help` has examples");
-    const auto loaded = train::load_config(o->config, o->overrides);
+    // A config error ends every rank before MPI starts: its error event on each (rank 0's stdout).
+    train::LoadedConfig loaded;
+    try {
+      loaded = train::load_config(o->config, o->overrides);
+    } catch (const Error& e) {
+      train::print_error_event(*e.code() ? e.code() : "config", e.what(), train::rank_from_environment(),
+                               train::command_fields({o->config, o->overrides}, train::ranks_from_environment()));
+      throw;
+    }
     // One process, or a parallel job under mpirun / srun (an MPI singleton without a launcher).
     const auto world = parallel::make_mpi_world();
     train::TrainResult result;
     try {
-      result = train::run_training(loaded.config, loaded.notes, world.get());
+      result = train::run_training(loaded.config, loaded.notes, world.get(), {o->config, o->overrides});
     } catch (const std::exception& e) {
       // The other ranks may be waiting in a collective: end the whole job, not this rank alone.
       if (world->size() > 1) world->abort(std::string("error: ") + e.what());

@@ -11,15 +11,27 @@
 
 namespace llamatrain {
 
+// code: the failure's kind where the thrower knows it better than its caller, one of the stable names
+// of the trainer's error event (docs/training.md: "data", "disk_full", "nonfinite", ...); "" leaves
+// the kind to the caller's context (the trainer names it by the step that failed).
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message, const char* code = "") : std::runtime_error(message), code_(code) {}
+  const char* code() const { return code_; }
+
+ private:
+  const char* code_;
 };
 
 // Throws Error with a fmt::format message. Use for every user-facing failure.
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+// The same with the failure's kind (Error::code).
+template <typename... Args>
+[[noreturn]] void fail_as(const char* code, fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(fmt::format(f, std::forward<Args>(args)...), code);
 }
 
 // Rank printed by CHECK failures; set by the parallel runtime (0 in a single process).

@@ -60,6 +60,10 @@ std::string write_failure(const std::string& path, int e) {
   return msg + "\nhint: check the folder's permissions and free space";
 }
 
+[[noreturn]] void fail_write(const std::string& path, int e) {
+  throw Error(write_failure(path, e), e == ENOSPC || e == EDQUOT || e == EFBIG ? "disk_full" : "");
+}
+
 void fsync_folder(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -267,8 +271,9 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     if (e == EEXIST && attempt < 100) continue;
     if (e == ENOENT && !is_directory(folder))
       fail("cannot create {}: folder {} does not exist\nhint: create it first (mkdir -p {})", path_, folder, folder);
-    fail("cannot create {} (as {}): {}\nhint: check that the folder {} is writable and has free space", path_, temp_,
-         errno_text(e), folder);
+    fail_as(e == ENOSPC || e == EDQUOT ? "disk_full" : "",
+            "cannot create {} (as {}): {}\nhint: check that the folder {} is writable and has free space", path_, temp_,
+            errno_text(e), folder);
   }
   registration_ = register_temporary(temp_, false);
 }
@@ -283,7 +288,7 @@ void AtomicFile::write_direct(const uint8_t* p, size_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd_, p, std::min(n, size_t(1) << 30));
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("{}", write_failure(path_, w < 0 ? errno : ENOSPC));
+    if (w <= 0) fail_write(path_, w < 0 ? errno : ENOSPC);
     p += w;
     n -= size_t(w);
   }
@@ -310,10 +315,10 @@ void AtomicFile::write(const void* data, size_t n) {
 void AtomicFile::commit() {
   CHECK(!committed_ && fd_ >= 0, "{} committed twice", path_);
   flush();
-  if (::fsync(fd_) != 0) fail("{}", write_failure(path_, errno));
+  if (::fsync(fd_) != 0) fail_write(path_, errno);
   const int rc = ::close(fd_);
   fd_ = -1;
-  if (rc != 0) fail("{}", write_failure(path_, errno));
+  if (rc != 0) fail_write(path_, errno);
   if (::rename(temp_.c_str(), path_.c_str()) != 0) {
     const int e = errno;
     fail("cannot rename {} to {}: {}\nhint: check the permissions of the folder", temp_, path_, errno_text(e));
@@ -368,7 +373,7 @@ void AtomicDir::commit() {
     const int rc = ::fsync(fd);
     const int e = errno;
     ::close(fd);
-    if (rc != 0) fail("{}", write_failure(it->path().string(), e));
+    if (rc != 0) fail_write(it->path().string(), e);
   }
   fsync_folder(temp_);
 

@@ -56,10 +56,19 @@ void Watchdog::run() {
   // Checking 4 times per timeout (at most once a second) bounds the detection delay by 1.25x.
   const auto period = duration_cast<steady_clock::duration>(duration<double>(std::min(timeout_s_ / 4, 1.0)));
   std::unique_lock lock(mutex_);
+  auto last_wake = steady_clock::now();
   while (!stop_) {
     wake_.wait_for(lock, period, [this] { return stop_; });
     if (stop_) break;
     const auto now = steady_clock::now();
+    // Woken far later than asked: this process itself was frozen (SIGSTOP, a debugger, a paused
+    // machine). Its waits did not run meanwhile, so the frozen time does not count against them: the
+    // peers that waited for it are the ones to report.
+    const auto gap = now - last_wake;
+    last_wake = now;
+    if (gap > 2 * period + seconds(1))
+      for (Slot& s : slots_)
+        if (s.busy) s.since += gap - period;
     const Slot* late = nullptr;
     for (const Slot& s : slots_)
       if (s.busy && duration<double>(now - s.since).count() > s.limit_s && (!late || s.since < late->since)) late = &s;

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "obs/throughput.h"
+#include "train/events.h"
 
 namespace llamatrain::train {
 
@@ -42,6 +43,14 @@ void RunLog::step(const StepRecord& r) {
                            r.step, r.max_steps, r.loss, r.lr, r.grad_norm, r.seq_per_s, obs::format_count(r.tokens_per_s),
                            100 * r.mfu, comm, obs::format_bytes(r.peak_rss), obs::format_duration(r.eta_s)));
   const auto metrics = r.metrics(multi_rank_);
+  nlohmann::ordered_json fields{{"step", r.step}, {"max_steps", r.max_steps}};
+  for (const auto& m : metrics) {
+    if (m.integer)
+      fields[m.key] = int64_t(m.value);
+    else
+      fields[m.key] = m.value;
+  }
+  console_.say(event_line("step", fields));
   if (metrics_) {
     nlohmann::ordered_json line{{"step", r.step}};
     for (const auto& m : metrics) {
@@ -62,6 +71,8 @@ void RunLog::step(const StepRecord& r) {
 void RunLog::validation(int64_t step, double loss, int64_t batches, double seconds) {
   console_.say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f} ({} batches, {})", step, loss,
                            std::exp(loss), batches, obs::format_duration(seconds)));
+  console_.say(event_line("validation", {{"step", step}, {"val_loss", loss}, {"val_ppl", std::exp(loss)},
+                                         {"batches", batches}, {"seconds", seconds}}));
   if (metrics_) metrics_->write(nlohmann::ordered_json{{"step", step}, {"val_loss", loss}, {"val_ppl", std::exp(loss)}});
   if (tb_) {
     tb_->add_scalar("val_loss", float(loss), step);

@@ -47,13 +47,15 @@ void check_files(const TrainConfig& cfg, const std::string& log_dir) {
         for (const auto& prefix : data::parse_data_prefix(*items).prefixes)
           for (const char* ext : {".idx", ".bin"})
             if (!is_regular_file(prefix + ext))
-              fail("model.data.data_prefix: {}{} does not exist\nhint: data_prefix entries are the output prefix of "
-                   "`llamatrain preprocess` plus _<key>_document, without .bin/.idx (e.g. data/corpus_text_document)",
-                   prefix, ext);
+              fail_as("data",
+                      "model.data.data_prefix: {}{} does not exist\nhint: data_prefix entries are the output prefix of "
+                      "`llamatrain preprocess` plus _<key>_document, without .bin/.idx (e.g. data/corpus_text_document)",
+                      prefix, ext);
   } else {
     for (const auto* ds : {&dc.train_ds, &dc.validation_ds, &dc.test_ds})
       for (const auto& f : ds->file_names)
-        if (!is_regular_file(f)) fail("model.data.*_ds.file_names: {} does not exist\nhint: check the path", f);
+        if (!is_regular_file(f))
+          fail_as("data", "model.data.*_ds.file_names: {} does not exist\nhint: check the path", f);
   }
 }
 

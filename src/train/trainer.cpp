@@ -3,13 +3,15 @@
 // step train_step (micro-batches, gradient reduction, the global norm, the update), the non-finite
 // guard and rollback, the record, validation, checkpoints and the stop signal, and at the end the
 // Hugging Face export. Data, tensor and pipeline parallelism enter through the groups of Ranks and the
-// micro-batch loop; the model itself is layout-agnostic.
+// micro-batch loop; the model itself is layout-agnostic. Each step that tools care about also prints
+// its @event line (train/events.h); a failure prints the error event on its rank (run_training).
 #include "train/trainer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -30,6 +32,7 @@
 #include "train/checkpoint.h"
 #include "train/console.h"
 #include "train/data.h"
+#include "train/events.h"
 #include "train/gather_weights.h"
 #include "train/run_log.h"
 #include "train/signals.h"
@@ -107,23 +110,33 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& cfg, const std::vector<std::string>& notes, parallel::Communicator* world)
+  Trainer(const TrainConfig& cfg, const std::vector<std::string>& notes, const RunCommand& command,
+          parallel::Communicator* world)
       : cfg_(cfg),
         notes_(notes),
+        command_(command),
         plan_(preflight(cfg, world ? world->size() : 1, world ? world->rank() : 0)),
         ranks_(plan_.layout, world),
         console_(plan_.layout.rank != 0),
         long_wait_s_(ranks_.world ? parallel::resolve_long_wait_timeout() : 0) {}
 
   TrainResult run();
+  // The kind of failure an Error without its own code means at the step now running (events.h).
+  const char* context() const { return context_; }
+  int rank() const { return plan_.layout.rank; }
+  const Console& console() const { return console_; }
 
  private:
   bool rank0() const { return plan_.layout.rank == 0; }
   void say(const std::string& line) const { console_.say(line); }
+  void event(const char* kind, nlohmann::ordered_json fields) const {
+    console_.say(event_line(kind, std::move(fields)));
+  }
   void start();
-  void describe_run() const;
+  std::optional<std::string> find_resume(std::vector<std::string>* warnings, std::string* error);
+  void describe_run(const std::optional<std::string>& resume);
   void make_model();
-  void choose_starting_point();
+  void choose_starting_point(const std::optional<std::string>& resume);
   void open_data();
   void prepare_steps();
   StepResult train_step();
@@ -139,6 +152,8 @@ class Trainer {
 
   const TrainConfig& cfg_;
   const std::vector<std::string>& notes_;
+  const RunCommand& command_;
+  const char* context_ = "config";
   const RunPlan plan_;
   const Ranks ranks_;
   Console console_;
@@ -172,6 +187,7 @@ TrainResult Trainer::run() {
   StopSignalScope signals(ranks_.world != nullptr);
   prepare_steps();
   const double t_loop = now_s();
+  context_ = "train";
   const int64_t max_steps = cfg_.trainer.max_steps;
   while (st_.step < max_steps) {
     const StepResult s = train_step();
@@ -190,6 +206,8 @@ TrainResult Trainer::run() {
     maybe_save(signal != 0);
     if (signal != 0) {
       result_.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
+      event("signal",
+            {{"signal", result_.stop_signal}, {"name", sigabbrev_np(result_.stop_signal)}, {"step", st_.step}});
       say(fmt::format("stopped by signal {} after step {}{}", result_.stop_signal, st_.step,
                       cfg_.exp_manager.create_checkpoint_callback ? "; run the same command to resume" : ""));
       break;
@@ -206,6 +224,15 @@ TrainResult Trainer::run() {
   if (!plan_.export_dir.empty() && result_.stop_signal == 0) export_hf();
   say(fmt::format("done: {} steps, last loss {:.4f}, total time {}", result_.steps, result_.last_loss,
                   obs::format_duration(now_s() - t_start)));
+  event("end", {{"reason", result_.stop_signal ? "signal" : "max_steps"},
+                {"steps", result_.steps},
+                {"max_steps", max_steps},
+                {"last_loss", result_.last_loss},
+                {"last_val_loss", result_.last_val_loss},
+                {"checkpoint", result_.last_checkpoint},
+                {"skipped_steps", st_.skipped_steps},
+                {"rollbacks", st_.rollbacks},
+                {"seconds", now_s() - t_start}});
   return result_;
 }
 
@@ -225,9 +252,18 @@ void Trainer::start() {
     write_file_atomic((fs::path(plan_.log_dir) / "train_config.yaml").string(), config_yaml_);
     console_.open_log((fs::path(plan_.log_dir) / "train_log.txt").string());
   }
-  describe_run();
+  context_ = "checkpoint";
+  std::vector<std::string> warnings;
+  std::string resume_error;
+  const std::optional<std::string> resume = find_resume(&warnings, &resume_error);
+  describe_run(resume);
+  for (const auto& w : warnings) say(w);
+  if (!resume_error.empty()) throw Error(resume_error, "checkpoint");
+  context_ = "config";
   make_model();
-  choose_starting_point();
+  context_ = "checkpoint";
+  choose_starting_point(resume);
+  context_ = "data";
   open_data();
   log_.emplace(console_, plan_.log_dir, rank0(), cfg_.exp_manager.create_tensorboard_logger, ranks_.world != nullptr);
   sched_.emplace(cfg_.lr_schedule());
@@ -249,9 +285,48 @@ void Trainer::start() {
                   cfg_.model.optim.sched.name));
 }
 
-void Trainer::describe_run() const {
+// The first line names the job, its hosts, ranks and layout; the start event says the same and
+// how the run was started, for a tool to repeat it.
+void Trainer::describe_run(const std::optional<std::string>& resume) {
   const parallel::ParallelLayout& lay = plan_.layout;
-  say(fmt::format("llamatrain train: log dir {}", plan_.log_dir));
+  const JobInfo job = job_from_environment();
+  // Every rank's host in rank order (SLURM's node list says it without asking the ranks).
+  std::vector<std::string> hosts{host_name()};
+  if (ranks_.world && job.node_list.empty()) {
+    std::vector<std::string> all;
+    for (int r = 0; r < ranks_.world->size(); r++) all.push_back(broadcast_string(ranks_.world, hosts[0]));
+    hosts.clear();
+    for (const auto& h : all)
+      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  std::string nodes = job.node_list;
+  if (nodes.empty())
+    for (const auto& h : hosts) nodes += (nodes.empty() ? "" : ",") + h;
+  const std::string job_text =
+      job.job_id.empty() ? ""
+                         : fmt::format("job {}{} ", job.job_id, job.job_name.empty() ? "" : " (" + job.job_name + ")");
+  say(fmt::format("llamatrain train: {}on {}: {} rank{} = data {} x tensor {} x pipeline {}; log dir {}", job_text,
+                  nodes, lay.world_size, lay.world_size == 1 ? "" : "s", lay.dp_size, lay.tp_size, lay.pp_size,
+                  plan_.log_dir));
+  event("start", {{"job_id", job.job_id},
+                  {"job_name", job.job_name},
+                  {"nodes", nodes},
+                  {"hosts", hosts},
+                  {"ranks", lay.world_size},
+                  {"dp", lay.dp_size},
+                  {"tp", lay.tp_size},
+                  {"pp", lay.pp_size},
+                  {"launcher", job.launcher},
+                  {"precision", model::precision_name(plan_.precision)},
+                  {"config", command_.config},
+                  {"overrides", command_.overrides},
+                  {"cwd", fs::current_path().string()},
+                  {"run_dir", plan_.log_dir},
+                  {"checkpoint_dir", plan_.checkpoint_dir},
+                  {"resumed_from", resume ? nlohmann::ordered_json(*resume) : nlohmann::ordered_json()},
+                  {"max_steps", cfg_.trainer.max_steps}});
+  // No rank goes on (and may fail, and abort the job) before the start line is out.
+  if (ranks_.world) ranks_.world->barrier();
   for (const auto& n : notes_) say("  note: " + n);
   if (ranks_.world)
     say(fmt::format("parallel layout: {} ranks = data {} x tensor {} x pipeline {}{}; {} micro-batches of {} per data-"
@@ -292,18 +367,19 @@ void Trainer::make_model() {
                   obs::format_bytes(double(mem.activations)), sharded ? " on rank 0" : ""));
 }
 
-// A checkpoint of this run, an explicit one, model.init_from, or random weights. Rank 0 chooses the
-// checkpoint and tells the others.
-void Trainer::choose_starting_point() {
-  st_.seed = uint64_t(cfg_.model.seed);
-  st_.precision = model::precision_name(plan_.precision);
+// The checkpoint to resume from, if any: an explicit one or the newest of this run that verifies.
+// Rank 0 chooses and tells the others. What it finds wrong is returned, to be said after the first
+// line: warnings (a damaged checkpoint skipped) and the error that stops the run.
+std::optional<std::string> Trainer::find_resume(std::vector<std::string>* warnings, std::string* error) {
   std::optional<std::string> resume;
   if (!rank0()) {
   } else if (cfg_.model.resume_from_checkpoint) {
     const std::string why = verify_checkpoint(*cfg_.model.resume_from_checkpoint);
     if (!why.empty())
-      fail("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)", why);
-    resume = *cfg_.model.resume_from_checkpoint;
+      *error = fmt::format("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)",
+                           why);
+    else
+      resume = *cfg_.model.resume_from_checkpoint;
   } else if (cfg_.exp_manager.resume_if_exists) {
     // The newest checkpoint that verifies (each file's size and CRC32C), newest first.
     const auto all = list_checkpoints(plan_.checkpoint_dir);
@@ -313,18 +389,27 @@ void Trainer::choose_starting_point() {
       if (why.empty())
         resume = it->path;
       else
-        say(fmt::format("warning: skipping checkpoint {}: {}", it->path, why));
+        warnings->push_back(fmt::format("warning: skipping checkpoint {}: {}", it->path, why));
     }
     if (!resume && !cfg_.exp_manager.resume_ignore_no_checkpoint)
-      fail("exp_manager.resume_if_exists: no usable checkpoint in {}, and resume_ignore_no_checkpoint is false\n"
-           "hint: set exp_manager.resume_ignore_no_checkpoint=true to start fresh",
-           plan_.checkpoint_dir);
+      *error = fmt::format(
+          "exp_manager.resume_if_exists: no usable checkpoint in {}, and resume_ignore_no_checkpoint is false\n"
+          "hint: set exp_manager.resume_ignore_no_checkpoint=true to start fresh",
+          plan_.checkpoint_dir);
   }
   if (ranks_.world) {
     LongWait wait(ranks_.world, long_wait_s_, "rank 0 verifying checkpoints");
+    // (on an error rank 0 stops the job; the others wait at the next collective until then)
     const std::string chosen = broadcast_string(ranks_.world, resume.value_or(""));
     resume = chosen.empty() ? std::nullopt : std::optional<std::string>(chosen);
   }
+  return resume;
+}
+
+// A checkpoint of this run (find_resume), model.init_from, or random weights.
+void Trainer::choose_starting_point(const std::optional<std::string>& resume) {
+  st_.seed = uint64_t(cfg_.model.seed);
+  st_.precision = model::precision_name(plan_.precision);
   const double t0 = now_s();
   if (resume) {
     say(fmt::format("resuming from {} ...", *resume));
@@ -332,6 +417,7 @@ void Trainer::choose_starting_point() {
     st_ = load_checkpoint(*resume, *model_, bar.callback());
     say(fmt::format("resumed at step {} ({} samples consumed) in {}", st_.step, st_.consumed_samples,
                     obs::format_duration(now_s() - t0)));
+    event("checkpoint_loaded", {{"step", st_.step}, {"path", *resume}, {"consumed_samples", st_.consumed_samples}});
   } else if (cfg_.model.init_from) {
     say(fmt::format("loading weights from {} ...", *cfg_.model.init_from));
     int64_t bytes = 0;
@@ -490,6 +576,12 @@ bool Trainer::skip(const StepResult& s) {
   say(fmt::format("step {}: loss {:.4f} / grad norm {:.4f} is not finite: update skipped (samples {}-{}; {} in a row, "
                   "rollback after {})",
                   s.step, s.loss, s.grad_norm, s.first_sample, st_.consumed_samples - 1, nonfinite_run_, limit));
+  event("skip", {{"step", s.step},
+                 {"loss", s.loss},
+                 {"grad_norm", s.grad_norm},
+                 {"samples", {s.first_sample, st_.consumed_samples - 1}},
+                 {"in_a_row", nonfinite_run_},
+                 {"rollback_after", limit}});
   if (nonfinite_run_ < limit) return false;
   rollback(s);
   return true;
@@ -506,10 +598,11 @@ void Trainer::rollback(const StepResult& s) {
     if (!chosen.empty()) ck = CheckpointInfo{chosen, 0};
   }
   if (!ck)
-    fail("training diverged: {} steps in a row had a non-finite loss or gradient norm (up to step {}), and "
-         "there is no checkpoint to roll back to\nhint: lower model.optim.lr or raise warmup, check the data, "
-         "or save checkpoints earlier (exp_manager.checkpoint_callback_params.every_n_train_steps)",
-         nonfinite_run_, s.step);
+    fail_as("nonfinite",
+            "training diverged: {} steps in a row had a non-finite loss or gradient norm (up to step {}), and "
+            "there is no checkpoint to roll back to\nhint: lower model.optim.lr or raise warmup, check the data, "
+            "or save checkpoints earlier (exp_manager.checkpoint_callback_params.every_n_train_steps)",
+            nonfinite_run_, s.step);
   const TrainerState keep = st_;
   st_ = load_checkpoint(ck->path, *model_);
   say(fmt::format("rollback: {} non-finite steps in a row; restored {} (step {}); steps {}-{} discarded and "
@@ -517,6 +610,10 @@ void Trainer::rollback(const StepResult& s) {
                   nonfinite_run_, ck->path, st_.step, st_.step + 1, s.step, st_.consumed_samples,
                   keep.consumed_samples - 1));
   log_->rollback(s.step, st_.step, st_.consumed_samples, keep.consumed_samples);
+  event("rollback", {{"from_step", s.step},
+                     {"to_step", st_.step},
+                     {"checkpoint", ck->path},
+                     {"skipped_samples", {st_.consumed_samples, keep.consumed_samples - 1}}});
   st_.consumed_samples = keep.consumed_samples;
   st_.skipped_steps = keep.skipped_steps;
   st_.rollbacks = keep.rollbacks + 1;
@@ -572,6 +669,8 @@ void Trainer::maybe_save(bool stop) {
 }
 
 void Trainer::save(const char* why) {
+  const char* context = context_;
+  context_ = "checkpoint";
   const double t0 = now_s();
   std::string path;
   {
@@ -582,6 +681,7 @@ void Trainer::save(const char* why) {
                            SaveGroups{ranks_.world, ranks_.mp, plan_.layout});
   }
   result_.last_checkpoint = path;
+  context_ = context;
   if (!rank0()) return;
   int64_t bytes = 0;
   for (const auto& e : fs::directory_iterator(path)) bytes += int64_t(e.file_size());
@@ -591,10 +691,12 @@ void Trainer::save(const char* why) {
   say(fmt::format("checkpoint ({}): {} ({}, {}, {}/s){}", why, path, obs::format_bytes(double(bytes)),
                   obs::format_duration(dt), obs::format_bytes(bytes / std::max(dt, 1e-9)),
                   removed.empty() ? "" : fmt::format("; removed {} older", removed.size())));
+  event("checkpoint_saved", {{"step", st_.step}, {"path", path}, {"reason", why}, {"bytes", bytes}, {"seconds", dt}});
 }
 
 // One replica's weights gathered onto rank 0 (the same bytes whatever the layout), exported there.
 void Trainer::export_hf() {
+  context_ = "export";
   std::unique_ptr<model::LlamaModel> whole;
   if (model_->is_sharded() && plan_.layout.dp_rank == 0) {
     LongWait wait(ranks_.mp, long_wait_s_, "rank 0 exporting");
@@ -616,6 +718,7 @@ void Trainer::export_hf() {
                   rep.dir, obs::format_bytes(double(rep.bytes)), rep.num_shards, rep.num_shards == 1 ? "" : "s",
                   obs::format_duration(now_s() - t0), rep.max_abs_logit_diff, rep.tolerance));
   result_.hf_export = rep.dir;
+  event("export", {{"path", rep.dir}, {"bytes", rep.bytes}, {"shards", rep.num_shards}});
 }
 
 }  // namespace
@@ -656,9 +759,40 @@ double evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split sp
   return count ? dp_mean(dp, sum / double(count)) : NAN;
 }
 
+// A failure prints its error event before it leaves: rank 0 on its console (stdout and
+// train_log.txt), the other ranks on stderr with their rank. (The catches are by type so that each
+// rethrow keeps it for main's messages.)
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes,
-                         parallel::Communicator* world) {
-  return Trainer(config, notes, world).run();
+                         parallel::Communicator* world, const RunCommand& command) {
+  std::optional<Trainer> trainer;
+  auto report = [&](const std::exception& e) {
+    const int rank = trainer ? trainer->rank() : world ? world->rank() : 0;
+    const std::string code = error_code(e, trainer ? trainer->context() : "config");
+    const std::string message =
+        dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory: an allocation failed" : e.what();
+    if (trainer && rank == 0)
+      trainer->console().say(error_event(code, message, rank));
+    else  // before the start event (the plan failed): how to run it again, once fixed
+      print_error_event(code, message, rank,
+                        trainer ? nlohmann::ordered_json::object()
+                                : command_fields(command, world ? world->size() : 1));
+  };
+  try {
+    trainer.emplace(config, notes, command, world);
+    return trainer->run();
+  } catch (const Error& e) {
+    report(e);
+    throw;
+  } catch (const std::bad_alloc& e) {
+    report(e);
+    throw;
+  } catch (const std::filesystem::filesystem_error& e) {
+    report(e);
+    throw;
+  } catch (const std::exception& e) {  // a library's exception: named by the step it came from
+    report(e);
+    throw;
+  }
 }
 
 }  // namespace llamatrain::train

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/events.h"
 #include "train/run_plan.h"
 
 namespace llamatrain::parallel {
@@ -37,8 +38,10 @@ struct TrainResult {
 // world: the job's ranks (mpirun / srun), split into data-, tensor- and pipeline-parallel groups as
 // the config's model.*_parallel_size say; nullptr or one rank: a single process. Every rank calls it;
 // rank 0 prints, logs, writes the run folder and exports.
+// A failure (Error, std::bad_alloc, a filesystem error, any std::exception) prints its error event
+// (train/events.h) on the failing rank before it propagates.
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {},
-                         parallel::Communicator* world = nullptr);
+                         parallel::Communicator* world = nullptr, const RunCommand& command = {});
 
 // Mean loss over the first `batches` global batches of a split (forward only), as validation
 // computes it: the mean of micro-batch losses. Exposed for `llamatrain eval`.

@@ -1,0 +1,39 @@
+// `llamatrain diagnose LOG_OR_RUN_DIR...`: why a training job ended, from its logs (train/diagnose.h):
+// the cause, the lines that show it, the fix and the command that resumes; --json for scripts.
+// Exit 0 when it named a cause (a finished run included); unreadable input is an error (exit 1).
+#include "train/diagnose.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace llamatrain::cli {
+
+void register_diagnose(CLI::App& app) {
+  auto paths = std::make_shared<std::vector<std::string>>();
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand("diagnose", "Name why a training job ended, from its logs, and how to resume it");
+  cmd->footer(
+      "The logs given together are one job's: SLURM's job log (slurm-<id>.out), the run folder (its\n"
+      "train_log.txt and the *.out, *.err and *.log files beside it), `dmesg` text of its nodes.\n\n"
+      "Examples:\n"
+      "  llamatrain diagnose slurm-1234.out\n"
+      "  llamatrain diagnose nemo_experiments/llama2_7b/1234 slurm-1234.out\n"
+      "  ssh node07 dmesg > node07.dmesg.log; llamatrain diagnose slurm-1234.out node07.dmesg.log\n"
+      "  llamatrain diagnose --json runs/cpt | jq -r .resume");
+  cmd->add_option("logs", *paths, "Job logs and run folders of one job")->required();
+  cmd->add_flag("--json", *json, "One JSON object: cause, summary, rank, signal, evidence, fix, resume, ...");
+  cmd->callback([paths, json] {
+    const auto d = train::diagnose(train::read_job_logs(*paths));
+    if (*json)
+      std::printf("%s\n", d.to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    else
+      std::fputs(d.to_text().c_str(), stdout);
+  });
+}
+
+}  // namespace llamatrain::cli

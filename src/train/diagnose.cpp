@@ -1,0 +1,547 @@
+// The job-log classifier (train/diagnose.h). One pass over every line of every log collects what
+// each rule needs (the first line that shows it); then the rules are asked in order of how directly
+// they name a cause: the scheduler's and the kernel's records, the failing rank's error event, the
+// watchdog, a cancellation, a clean stop on a signal, a rank the launcher saw die, the communication
+// layer, and last the run's own start and end.
+#include "train/diagnose.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "train/events.h"
+
+namespace llamatrain::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail("diagnose: cannot read {}\nhint: check the path and its permissions", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail("diagnose: reading {} failed\nhint: check the file", p.string());
+  return ss.str();
+}
+
+bool is_job_log(const fs::path& p) {
+  const std::string name = p.filename().string(), ext = p.extension().string();
+  return name == "train_log.txt" || ext == ".out" || ext == ".err" || ext == ".log";
+}
+
+// A shell word: quoted unless it is plain.
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=:,@%+-") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+// What the pass over the lines found: the first line of each kind, and the events.
+struct Findings {
+  std::optional<nlohmann::json> start, end;
+  std::optional<nlohmann::json> error;  // the first error event
+  Evidence start_ev, end_ev, error_ev;
+  std::optional<nlohmann::json> stop_signal;
+  Evidence stop_signal_ev;
+  std::vector<std::pair<nlohmann::json, Evidence>> outcomes;  // start, end, error and signal events, as read
+  std::vector<Evidence> host_oom, time_limit, cancelled, killed, watchdog, comm, internal, plain_error, mpi_abort,
+      skips, rollbacks, damaged_checkpoint;
+  std::optional<int> killed_rank, killed_signal, comm_rank, internal_rank, abort_rank;
+  std::string killed_ranks_text;  // srun's task list ("0-2,5") when it names several
+  std::set<int> watchdog_ranks;
+  std::string watchdog_what;
+  std::set<int64_t> skip_steps, rollback_steps;
+  int64_t first_skip = -1;
+  int64_t rollback_count = 0;
+  int64_t last_step = -1;
+  std::string last_checkpoint;
+  std::string oom_detail;  // which mechanism killed for memory
+  std::string cancel_detail;
+  bool job_cancelled = false;  // the whole job, not only a step (srun cancels a step whose task died)
+};
+
+int signal_number(const std::string& name) {
+  static const std::map<std::string, int> names = {{"Killed", 9},
+                                                   {"Terminated", 15},
+                                                   {"Aborted", 6},
+                                                   {"Segmentation fault", 11},
+                                                   {"Bus error", 7},
+                                                   {"Interrupt", 2},
+                                                   {"Floating point exception", 8},
+                                                   {"Hangup", 1}};
+  const auto it = names.find(name);
+  return it == names.end() ? 0 : it->second;
+}
+
+void scan(const LogText& log, Findings& f) {
+  static const std::regex slurm_oom(
+      R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)");
+  static const std::regex srun_oom(R"(srun: error: \S+: tasks? ([0-9,\-]+): Out Of Memory)");
+  static const std::regex kernel_oom(R"((Memory cgroup out of memory|Out of memory): Killed process \d+ \(([^)]*)\))");
+  static const std::regex slurm_cancel(R"(\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*)\*\*\*)");
+  static const std::regex mpirun_signal(
+      R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))");
+  static const std::regex srun_signal(
+      R"(srun: error: (\S+): tasks? (\d+)[0-9,\-]*: (Killed|Segmentation fault|Aborted|Bus error|Terminated))");
+  static const std::regex watchdog(R"(\[rank (\d+)\] watchdog: (.*) has not completed after)");
+  static const std::regex our_mpi(R"(\[rank (\d+)\] (MPI_\w+ failed in .*))");
+  static const std::regex comm_text(
+      R"(ORTE has lost communication|PRTE has lost communication|lost communication with|PMIX ERROR|PMIx_\w+ failed|DUE TO NODE FAILURE|Connection reset by peer|btl_tcp.*(error|failed)|MPI_ERR_PROC_FAILED)");
+  static const std::regex check_failed(R"(\[rank (\d+)\] CHECK failed at)");
+  static const std::regex mpi_abort(R"(MPI_ABORT was invoked on rank (\d+))");
+  static const std::regex damaged(R"(warning: skipping checkpoint )");
+
+  std::istringstream in(log.text);
+  std::string line;
+  int64_t n = 0;
+  std::smatch m;
+  while (std::getline(in, line)) {
+    n++;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const Evidence ev{log.path, n, line};
+    if (auto e = parse_event_line(line)) {
+      const std::string kind = (*e)["event"].get<std::string>();
+      if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
+        f.outcomes.push_back({*e, ev});  // sorted out by attempt once every log is read (choose_attempt)
+      } else if (kind == "step" && e->contains("step") && (*e)["step"].is_number()) {
+        f.last_step = std::max(f.last_step, (*e)["step"].get<int64_t>());
+      } else if ((kind == "checkpoint_saved" || kind == "checkpoint_loaded") && e->contains("path") &&
+                 (*e)["path"].is_string()) {
+        f.last_checkpoint = (*e)["path"].get<std::string>();
+      } else if (kind == "skip" && e->contains("step") && (*e)["step"].is_number()) {
+        const int64_t step = (*e)["step"].get<int64_t>();
+        if (f.skip_steps.insert(step).second && f.skips.size() < 3) f.skips.push_back(ev);
+        if (f.first_skip < 0) f.first_skip = step;
+      } else if (kind == "rollback") {
+        // (train_log.txt and the job's stdout hold the same events: each rollback once)
+        if (f.rollback_steps.insert(e->value("from_step", int64_t(-1))).second) f.rollback_count++;
+        if (f.rollbacks.size() < 2) f.rollbacks.push_back(ev);
+      }
+      continue;
+    }
+    if (std::regex_search(line, m, slurm_oom)) {
+      f.host_oom.push_back(ev);
+      f.oom_detail = "SLURM's memory limit (the job's cgroup)";
+    } else if (std::regex_search(line, m, srun_oom)) {
+      f.host_oom.push_back(ev);
+      if (f.oom_detail.empty()) f.oom_detail = "SLURM's memory limit (the job's cgroup)";
+      if (!f.killed_rank) f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_ranks_text = m[1].str();
+    } else if (std::regex_search(line, m, kernel_oom)) {
+      f.host_oom.push_back(ev);
+      if (f.oom_detail.empty())
+        f.oom_detail = m[1].str() == "Memory cgroup out of memory" ? "the kernel's OOM killer (a cgroup memory limit)"
+                                                                   : "the kernel's OOM killer (the machine ran out)";
+    } else if (std::regex_search(line, m, slurm_cancel)) {
+      const std::string why = m[5].str();
+      if (why.find("DUE TO TIME LIMIT") != std::string::npos)
+        f.time_limit.push_back(ev);
+      else if (why.find("DUE TO NODE FAILURE") != std::string::npos)
+        f.comm.push_back(ev);
+      else {
+        f.cancelled.push_back(ev);
+        f.job_cancelled |= m[1].str() == "JOB";
+        if (why.find("PREEMPTION") != std::string::npos) f.cancel_detail = "preempted by a job of higher priority";
+      }
+    } else if (std::regex_search(line, m, mpirun_signal)) {
+      if (!f.killed_rank)
+        f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
+      f.killed.push_back(ev);
+    } else if (std::regex_search(line, m, srun_signal)) {
+      if (!f.killed_signal) f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
+      f.killed.push_back(ev);
+    } else if (std::regex_search(line, m, watchdog)) {
+      f.watchdog_ranks.insert(std::atoi(m[1].str().c_str()));
+      if (f.watchdog.empty()) f.watchdog_what = m[2].str();
+      f.watchdog.push_back(ev);
+    } else if (std::regex_search(line, m, our_mpi)) {
+      if (!f.comm_rank) f.comm_rank = std::atoi(m[1].str().c_str());
+      f.comm.push_back(ev);
+    } else if (std::regex_search(line, m, comm_text)) {
+      f.comm.push_back(ev);
+    } else if (std::regex_search(line, m, check_failed)) {
+      if (!f.internal_rank) f.internal_rank = std::atoi(m[1].str().c_str());
+      f.internal.push_back(ev);
+    } else if (std::regex_search(line, m, mpi_abort)) {
+      if (!f.abort_rank) f.abort_rank = std::atoi(m[1].str().c_str());
+      f.mpi_abort.push_back(ev);
+    } else if (std::regex_search(line, m, damaged)) {
+      f.damaged_checkpoint.push_back(ev);
+    } else if (starts_with(line, "error: ")) {
+      f.plain_error.push_back(ev);
+    }
+  }
+}
+
+std::string time_of(const nlohmann::json& e) {
+  return e.contains("time") && e["time"].is_string() ? e["time"].get<std::string>() : "";
+}
+// An event's time in milliseconds since 1970 (events.h's utc_time_ms), or nullopt.
+std::optional<int64_t> ms_of(const nlohmann::json& e) {
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(time_of(e).c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                  &tm.tm_min, &tm.tm_sec, &ms) != 7)
+    return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return int64_t(timegm(&tm)) * 1000 + ms;
+}
+
+// The latest attempt of the run (a resumed run's train_log.txt holds every attempt, a job log maybe
+// only one): its start event, and its outcome, the events timed at or after that start. Its error is
+// the first one; the same failure on several ranks is told as the lowest rank's.
+void choose_attempt(Findings& f) {
+  for (const auto& [e, ev] : f.outcomes)
+    if (e["event"] == "start" && (!f.start || time_of(e) >= time_of(*f.start))) f.start = e, f.start_ev = ev;
+  // (another node's clock may run a little behind rank 0's: a second of slack)
+  const std::optional<int64_t> since = f.start ? ms_of(*f.start) : std::nullopt;
+  auto rank_of = [](const nlohmann::json& j) {
+    return j.contains("rank") && j["rank"].is_number() ? j["rank"].get<int>() : 1 << 30;
+  };
+  for (const auto& [e, ev] : f.outcomes) {
+    const std::optional<int64_t> t = ms_of(e);
+    if (t && since && *t < *since - 1000) continue;
+    const std::string kind = e["event"].get<std::string>();
+    if (kind == "end") {
+      f.end = e, f.end_ev = ev;
+    } else if (kind == "error") {
+      if (!f.error || (f.error->value("message", "") == e.value("message", "") && rank_of(e) < rank_of(*f.error)))
+        f.error = e, f.error_ev = ev;
+    } else if (kind == "signal" && !f.stop_signal) {
+      f.stop_signal = e, f.stop_signal_ev = ev;
+    }
+  }
+}
+
+// The start event's command, resuming: the same config and overrides (a previous resume choice
+// replaced), in the same log folder, under the same launcher. Without a start event, the command of
+// an error event from before it, as it was (nothing was saved to resume from).
+std::string resume_command(const Findings& f, const std::vector<std::string>& extra = {}) {
+  const bool started = f.start.has_value();
+  if (!started && !(f.error && f.error->contains("config"))) return "";
+  const nlohmann::json& s = started ? *f.start : *f.error;
+  auto str = [&](const char* k) { return s.contains(k) && s[k].is_string() ? s[k].get<std::string>() : std::string(); };
+  const std::string config = str("config"), cwd = str("cwd"), run_dir = str("run_dir"), launcher = str("launcher");
+  if (config.empty()) return "";
+  const int ranks = s.contains("ranks") && s["ranks"].is_number() ? s["ranks"].get<int>() : 1;
+  std::string cmd;
+  if (!cwd.empty() && !fs::path(config).is_absolute()) cmd += "cd " + shell_word(cwd) + " && ";
+  if (ranks > 1) cmd += launcher == "srun" ? "srun " : fmt::format("mpirun -np {} ", ranks);
+  cmd += "llamatrain train " + shell_word(config);
+  std::vector<std::string> overrides;
+  if (s.contains("overrides") && s["overrides"].is_array())
+    for (const auto& o : s["overrides"])
+      if (o.is_string()) overrides.push_back(o.get<std::string>());
+  auto replaced = [&](const std::string& o) {
+    for (const char* key :
+         {"exp_manager.resume_if_exists=", "model.resume_from_checkpoint=", "exp_manager.resume_ignore_no_checkpoint="})
+      if (starts_with(o, key)) return true;
+    for (const auto& e : extra)
+      if (starts_with(o, e.substr(0, e.find('=') + 1))) return true;
+    return false;
+  };
+  bool has_dir = false;
+  for (const auto& o : overrides) {
+    if (started && replaced(o)) continue;
+    has_dir |= starts_with(o, "exp_manager.explicit_log_dir=");
+    cmd += " " + shell_word(o);
+  }
+  if (!started) return cmd;
+  // The folder the checkpoints are in, whatever named it (a version from the time or the job id).
+  if (!has_dir && !run_dir.empty()) cmd += " " + shell_word("exp_manager.explicit_log_dir=" + run_dir);
+  cmd += " exp_manager.resume_if_exists=true";
+  for (const auto& e : extra) cmd += " " + shell_word(e);
+  return cmd;
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+// The "hint: ..." part of an error message.
+std::string hint_of(const std::string& s) {
+  const size_t at = s.find("hint: ");
+  return at == std::string::npos ? "" : first_line(s.substr(at + 6));
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case 1:
+      return "SIGHUP";
+    case 2:
+      return "SIGINT";
+    case 6:
+      return "SIGABRT";
+    case 7:
+      return "SIGBUS";
+    case 8:
+      return "SIGFPE";
+    case 9:
+      return "SIGKILL";
+    case 11:
+      return "SIGSEGV";
+    case 15:
+      return "SIGTERM";
+    default:
+      return "a signal";
+  }
+}
+
+constexpr const char* kMemoryFix =
+    "give the job more memory (sbatch --mem / --mem-per-cpu, or fewer ranks per node) or make it need less: "
+    "model.activations_checkpoint_granularity=full, a smaller model.micro_batch_size, "
+    "model.distributed_optimizer=true, more tensor or pipeline parallelism";
+
+void error_cause(const Findings& f, Diagnosis& d) {
+  const nlohmann::json& e = *f.error;
+  const std::string code = e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "error";
+  const std::string message = e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : "";
+  if (e.contains("rank") && e["rank"].is_number()) d.rank = e["rank"].get<int>();
+  d.evidence.push_back(f.error_ev);
+  const std::string hint = hint_of(message);
+  const std::string where = d.rank ? fmt::format(" on rank {}", *d.rank) : "";
+  d.cause = code;
+  d.resume = resume_command(f);
+  if (code == "oom") {
+    d.summary = "out of memory" + where + ": an allocation failed (the process's memory limit or the machine's)";
+    d.fix = kMemoryFix;
+  } else if (code == "nonfinite") {
+    d.summary = fmt::format("training diverged{}: the loss or gradient norm was not finite from step {}; {}", where,
+                            f.first_skip,
+                            f.rollback_count ? fmt::format("{} rollback(s) ran", f.rollback_count)
+                                             : "no rollback ran (no checkpoint to roll back to)");
+    for (const auto& s : f.skips) d.evidence.push_back(s);
+    for (const auto& r : f.rollbacks) d.evidence.push_back(r);
+    d.fix = hint.empty() ? "lower model.optim.lr or lengthen the warmup, and check the data" : hint;
+  } else if (code == "checkpoint") {
+    d.summary = "a checkpoint is missing or damaged" + where + ": " + first_line(message);
+    for (const auto& w : f.damaged_checkpoint) d.evidence.push_back(w);
+    d.fix =
+        hint.empty() ? "point model.resume_from_checkpoint at a complete checkpoint, or remove the damaged one" : hint;
+    if (message.find("no usable checkpoint") != std::string::npos)
+      d.resume = resume_command(f, {"exp_manager.resume_ignore_no_checkpoint=true"});
+  } else if (code == "disk_full") {
+    d.summary = "the disk is full" + where + ": " + first_line(message);
+    d.fix =
+        "free space where the run writes (df -h on that folder), lower "
+        "exp_manager.checkpoint_callback_params.save_top_k, or move the checkpoints with "
+        "exp_manager.checkpoint_callback_params.dirpath";
+  } else if (code == "data") {
+    d.summary = "the training data is missing or unreadable" + where + ": " + first_line(message);
+    d.fix = hint.empty() ? "check model.data.data_prefix (the output prefix of `llamatrain preprocess`)" : hint;
+  } else if (code == "config") {
+    d.summary = "a configuration error" + where + ": " + first_line(message);
+    d.fix = hint.empty() ? "correct the key the message names (llamatrain train --help-config lists every key)" : hint;
+  } else {
+    d.summary = fmt::format("the run failed{} ({}): {}", where, code, first_line(message));
+    d.fix = hint.empty() ? "see the message" : hint;
+  }
+}
+
+}  // namespace
+
+std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
+  if (paths.empty())
+    fail(
+        "diagnose: no log given, expected a job log or a run folder\nhint: llamatrain diagnose slurm-1234.out "
+        "runs/cpt");
+  std::vector<LogText> logs;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      std::vector<fs::path> files;
+      for (auto it = fs::directory_iterator(p, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+        if (it->is_regular_file(ec) && is_job_log(it->path())) files.push_back(it->path());
+      if (ec) fail("diagnose: cannot list {}: {}\nhint: check its permissions", p, ec.message());
+      // train_log.txt first (the run's own record), then the job logs by name
+      std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+        const bool ta = a.filename() == "train_log.txt", tb = b.filename() == "train_log.txt";
+        return ta != tb ? ta : a < b;
+      });
+      for (const auto& f : files) logs.push_back({f.string(), read_text(f)});
+    } else if (fs::exists(p, ec)) {
+      logs.push_back({p, read_text(p)});
+    } else {
+      fail("diagnose: {} does not exist, expected a job log or a run folder\nhint: check the path", p);
+    }
+  }
+  return logs;
+}
+
+Diagnosis diagnose(const std::vector<LogText>& logs) {
+  Findings f;
+  for (const auto& log : logs) scan(log, f);
+  choose_attempt(f);
+  Diagnosis d;
+  d.last_step = f.last_step;
+  d.last_checkpoint = f.last_checkpoint;
+  d.nonfinite_first_step = f.first_skip;
+  d.rollbacks = f.rollback_count;
+  if (!f.skip_steps.empty())
+    d.notes.push_back(fmt::format("{} non-finite step(s) skipped, the first at step {}; {} rollback(s)",
+                                  f.skip_steps.size(), f.first_skip, f.rollback_count));
+  if (!f.damaged_checkpoint.empty())
+    d.notes.push_back("a damaged checkpoint was skipped: " + f.damaged_checkpoint.front().text);
+  const int ranks =
+      f.start && f.start->contains("ranks") && (*f.start)["ranks"].is_number() ? (*f.start)["ranks"].get<int>() : 0;
+
+  // A rank the launcher saw killed that is also the one the watchdog's waiting ranks miss: the kill
+  // is the cause, the hang its consequence (srun without --kill-on-bad-exit). Kills of waiting ranks
+  // are the launcher ending the job after the watchdog's abort.
+  const bool killed_missing_rank = f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank);
+  // The order: the scheduler's and the kernel's records, the failing rank's own error event, the
+  // watchdog, a cancellation (srun also cancels a step whose task failed: after the two before), a
+  // clean stop on a signal, a rank seen killed, communication failures.
+  if (!f.host_oom.empty()) {
+    d.cause = "host_oom";
+    const bool several = f.killed_ranks_text.find_first_of(",-") != std::string::npos;
+    d.summary = "the host ran out of memory: " + f.oom_detail + " killed " +
+                (several         ? "ranks " + f.killed_ranks_text
+                 : f.killed_rank ? fmt::format("rank {}", *f.killed_rank)
+                                 : std::string("a rank"));
+    d.rank = f.killed_rank;
+    d.evidence = f.host_oom;
+    for (const auto& k : f.killed) d.evidence.push_back(k);
+    d.fix = kMemoryFix;
+    d.resume = resume_command(f);
+  } else if (!f.time_limit.empty()) {
+    d.cause = "time_limit";
+    d.summary = "the job reached its time limit and SLURM stopped it";
+    d.evidence = f.time_limit;
+    d.fix =
+        "ask for more time (sbatch --time) or resume in another job; save more often with "
+        "exp_manager.checkpoint_callback_params.train_time_interval so less is lost";
+    d.resume = resume_command(f);
+  } else if (f.error) {
+    error_cause(f, d);
+  } else if (!f.watchdog.empty() && !killed_missing_rank) {
+    d.cause = "watchdog";
+    std::vector<int> missing;
+    for (int r = 0; r < ranks; r++)
+      if (!f.watchdog_ranks.count(r)) missing.push_back(r);
+    if (!missing.empty()) d.rank = missing.front();
+    std::string who;
+    for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    d.summary = fmt::format("a hang: {} never joined {} and the watchdog ended the job",
+                            missing.empty() ? std::string("a rank") : "rank " + who, f.watchdog_what);
+    d.evidence = f.watchdog;
+    d.fix =
+        "the rank that never joined was stuck (stopped, blocked in I/O, a dead node or a deadlock): check its node "
+        "(`llamatrain doctor`); if the operation is legitimately that slow, raise LLAMATRAIN_WATCHDOG_TIMEOUT";
+    d.resume = resume_command(f);
+  } else if (!f.cancelled.empty() && (f.job_cancelled || f.killed.empty())) {
+    d.cause = "cancelled";
+    d.summary = f.cancel_detail.empty() ? "the job was cancelled (scancel, or an administrator)"
+                                        : "the job was " + f.cancel_detail;
+    d.evidence = f.cancelled;
+    if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
+    d.fix = "nothing failed in the run; resume it when wanted";
+    d.resume = resume_command(f);
+  } else if (f.stop_signal) {
+    const nlohmann::json& s = *f.stop_signal;
+    d.cause = "stopped_by_signal";
+    d.signal =
+        s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
+    d.summary = fmt::format("the run was stopped by {} and saved a checkpoint (a cancellation, a preemption or Ctrl-C)",
+                            d.signal ? signal_name(*d.signal) : "a signal");
+    d.evidence.push_back(f.stop_signal_ev);
+    d.fix = "nothing failed in the run; resume it when wanted";
+    d.resume = resume_command(f);
+  } else if (!f.killed.empty()) {
+    d.cause = "killed_by_signal";
+    d.rank = f.killed_rank;
+    d.signal = f.killed_signal;
+    const int sig = f.killed_signal.value_or(0);
+    d.summary = fmt::format("rank {} was killed by signal {} ({})", f.killed_rank.value_or(-1), sig, signal_name(sig));
+    d.evidence = f.killed;
+    d.fix = sig == 9 ? "something outside the program killed it: the kernel's OOM killer (give diagnose the output of "
+                       "`dmesg` from that node), the scheduler, or a person; check that node's memory and logs"
+            : sig == 11 || sig == 7 || sig == 6
+                ? "the program crashed: report it with this log; the run resumes from its last checkpoint"
+                : "find who sent the signal (the scheduler, a person, a node agent)";
+    d.resume = resume_command(f);
+  } else if (!f.comm.empty()) {
+    d.cause = "comm";
+    d.rank = f.comm_rank;
+    d.summary = "an MPI or network failure" + (f.comm_rank ? fmt::format(", first on rank {}", *f.comm_rank) : "");
+    d.evidence = f.comm;
+    d.fix = "check the nodes' network and MPI setup (`llamatrain doctor`); rerun on healthy nodes";
+    d.resume = resume_command(f);
+  } else if (!f.internal.empty()) {
+    d.cause = "internal";
+    d.rank = f.internal_rank;
+    d.summary = "an internal check failed" + (f.internal_rank ? fmt::format(" on rank {}", *f.internal_rank) : "");
+    d.evidence = f.internal;
+    d.fix = "a bug: report it with this log";
+    d.resume = resume_command(f);
+  } else if (!f.plain_error.empty()) {
+    d.cause = "error";
+    d.summary = "the program stopped with an error: " + f.plain_error.front().text.substr(7);
+    d.evidence = {f.plain_error.front()};
+    d.fix = "see the message and its hint";
+    d.resume = resume_command(f);
+  } else if (f.end) {
+    const nlohmann::json& e = *f.end;
+    const std::string reason = e.contains("reason") && e["reason"].is_string() ? e["reason"].get<std::string>() : "";
+    d.cause = "success";
+    d.summary = fmt::format("the run finished: {} steps", e.contains("steps") ? e["steps"].dump() : "?");
+    d.evidence = {f.end_ev};
+    d.fix = "nothing to fix";
+  } else if (f.start) {
+    d.cause = "vanished";
+    d.summary = fmt::format("the run started, then its log stops without an error (last step {})", f.last_step);
+    d.evidence = {f.start_ev};
+    d.fix =
+        "the process was killed without a trace (SIGKILL: the kernel's OOM killer, the scheduler) or its node "
+        "failed: give diagnose the SLURM job log and `dmesg` of its nodes";
+    d.resume = resume_command(f);
+  } else {
+    d.cause = "never_started";
+    d.summary = "no training log: the job never started training";
+    d.fix = "check the compute nodes with `llamatrain doctor` and the scheduler's own log of the job";
+  }
+  if (d.cause != "success" && !f.mpi_abort.empty() && d.evidence.size() < 6) d.evidence.push_back(f.mpi_abort.front());
+  return d;
+}
+
+nlohmann::ordered_json Diagnosis::to_json() const {
+  nlohmann::ordered_json j{{"cause", cause}, {"summary", summary}};
+  j["rank"] = rank ? nlohmann::ordered_json(*rank) : nlohmann::ordered_json();
+  j["signal"] = signal ? nlohmann::ordered_json(*signal) : nlohmann::ordered_json();
+  auto& ev = j["evidence"] = nlohmann::ordered_json::array();
+  for (const auto& e : evidence) ev.push_back({{"file", e.file}, {"line", e.line}, {"text", e.text}});
+  j["fix"] = fix;
+  j["resume"] = resume;
+  j["last_step"] = last_step;
+  j["last_checkpoint"] = last_checkpoint;
+  j["nonfinite_first_step"] = nonfinite_first_step;
+  j["rollbacks"] = rollbacks;
+  j["notes"] = notes;
+  return j;
+}
+
+std::string Diagnosis::to_text() const {
+  std::string s = fmt::format("cause: {} ({})\n", summary, cause);
+  for (const auto& e : evidence) s += fmt::format("  {}:{}: {}\n", e.file, e.line, e.text);
+  for (const auto& n : notes) s += "note: " + n + "\n";
+  if (last_step >= 0) s += fmt::format("last step logged: {}\n", last_step);
+  if (!last_checkpoint.empty()) s += "last checkpoint: " + last_checkpoint + "\n";
+  s += "fix: " + fix + "\n";
+  if (!resume.empty()) s += "resume: " + resume + "\n";
+  return s;
+}
+
+}  // namespace llamatrain::train

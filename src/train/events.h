@@ -1,0 +1,61 @@
+// The training log's event lines: `@event ` and one single-line JSON object with at least "event"
+// (its kind), printed by the trainer beside its human lines so that tools (`llamatrain diagnose`,
+// `llamatrain report`) read a run's log without parsing prose. docs/training.md lists the kinds and
+// their fields; readers ignore kinds and fields they do not know and tolerate missing ones.
+// Also here: what the first line says about the job (SLURM's names, the hosts) and the error event
+// of a failure, whose code names its kind.
+#pragma once
+
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llamatrain::train {
+
+inline constexpr std::string_view kEventMarker = "@event ";
+
+// Now in UTC with milliseconds, "2026-12-01T16:59:12.345Z" (sorts as text in time order).
+std::string utc_time_ms();
+
+// `@event {"event": kind, "time": utc_time_ms(), ...fields}` on one line (non-finite numbers become null).
+std::string event_line(const char* kind, nlohmann::ordered_json fields = nlohmann::ordered_json::object());
+// The event of a line that holds one after any prefix (a time stamp, "[rank N] "); nullopt for any
+// other line, a JSON object without "event" included.
+std::optional<nlohmann::json> parse_event_line(std::string_view line);
+
+// The job as the scheduler or the launcher names it: SLURM's job id and name and node list when set.
+struct JobInfo {
+  std::string job_id, job_name, node_list;  // "" when not under SLURM
+  std::string launcher;                     // "srun", "mpirun" or "" (a single process started directly)
+};
+JobInfo job_from_environment();
+// This process's rank as the launcher says it before MPI starts (OpenMPI, PMIx, SLURM), 0 without one.
+int rank_from_environment();
+std::string host_name();
+
+// How the run was started, for its start event: a tool repeats it to resume.
+struct RunCommand {
+  std::string config;                  // the YAML path as given
+  std::vector<std::string> overrides;  // key=value, in order
+};
+// The fields of the start event that say how to run it again: config, overrides, cwd, ranks, launcher.
+nlohmann::ordered_json command_fields(const RunCommand& command, int ranks);
+// The job's number of ranks as the launcher says it before MPI starts, 1 without one.
+int ranks_from_environment();
+
+// A failure's stable kind: Error::code when set; std::bad_alloc "oom"; a filesystem error "disk_full"
+// when the disk is full, else "io"; otherwise `context` (the trainer's step that failed).
+std::string error_code(const std::exception& e, const char* context);
+// The error event of a failure on `rank`; `extra`: more fields (command_fields() of a run that
+// failed before its start event).
+std::string error_event(const std::string& code, const std::string& message, int rank,
+                        const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
+// Prints an error event where a failure before the run's console exists belongs: rank 0's stdout,
+// other ranks' stderr behind "[rank N] ".
+void print_error_event(const std::string& code, const std::string& message, int rank,
+                       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
+
+}  // namespace llamatrain::train
