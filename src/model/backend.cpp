@@ -2,6 +2,8 @@
 // process-wide kernel chooser's reports (kernels/cpu/matmul_choice.h).
 #include "model/backend.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -48,6 +50,16 @@ double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds
       seconds);
   return 3.0 * 2.0 * B * H * double(T) * T * D / s;
 }
+
+double kernel_call_seconds(double seconds) {
+  const int64_t n = 4096;
+  std::vector<float> param(size_t(n), 0.5f), m(size_t(n), 0.0f), v(size_t(n), 0.0f), grad(size_t(n), 0.25f);
+  return fastest_call_s(
+      [&] { cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); },
+      seconds);
+}
+
+int compute_threads() { return std::max(1, omp_get_max_threads()); }
 
 double memory_bytes_per_s(double seconds) {
   const int64_t n = int64_t(1) << 22;  // 4 arrays of 16 MB

@@ -25,6 +25,12 @@ double matmul_gflops(Precision p, int M, int N, int K, double seconds);
 // on B sequences of T tokens with H query and Hkv key/value heads of D, timed for about `seconds`.
 double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds);
 
+// Seconds of one call of a small elementwise kernel: the fixed cost (a parallel region's start and
+// end) every kernel call pays, which dominates a small model's step.
+double kernel_call_seconds(double seconds);
+// The threads the kernels run on in this process (OpenMP's).
+int compute_threads();
+
 // Bytes per second the AdamW kernel moves (its reads and writes) over arrays far larger than the
 // caches: the rate of the memory-bound kernels, timed for about `seconds` (the fastest of 3 calls).
 double memory_bytes_per_s(double seconds);

@@ -30,6 +30,11 @@ double layer_floats_per_token(const model::LlamaConfig& c, int tp, bool sequence
   return 3 * forward;
 }
 
+// Elementwise kernel calls of a layer per micro-batch, forward and backward (norms, RoPE, attention,
+// residuals, SwiGLU and their gradients, conversions), of the lm head and loss, and per step (the
+// gradient norm, clipping, AdamW, zeroing).
+constexpr int kLayerKernelCalls = 24, kHeadKernelCalls = 6, kStepKernelCalls = 4;
+
 }  // namespace
 
 StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
@@ -49,8 +54,8 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
                                  forward_matmul(2 * F / t, C) + forward_matmul(C, F / t);
   const double layer_attention_flops = 3.0 * 2.0 * double(w.B) * (double(c.n_heads) / t) * double(w.T) * w.T *
                                        c.head_dim();
-  const double act_bytes = w.precision == model::Precision::fp32 ? 4 : 2;  // what the TP all-reduces carry
-  const double layer_tp_bytes = 4 * double(N) * C * act_bytes;             // 2 forward, 2 backward
+  const double act_bytes = w.precision == model::Precision::fp32 ? 4 : m.activation_bytes;
+  const double layer_tp_bytes = 4 * double(N) * C * act_bytes;  // 2 all-reduces forward, 2 backward
   const std::vector<int> split = w.split.empty() ? std::vector<int>{c.n_layers} : w.split;
 
   // The busiest stage, per micro-batch.
@@ -65,12 +70,14 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
       matmul += layer_matmuls + (recomputed ? layer_recompute : 0);
       attention += layer_attention_flops * (recomputed || selective ? 4.0 / 3.0 : 1.0) / m.attention_flops_per_s;
       elementwise += layer_floats_per_token(c, t, w.sequence_parallel) * 4 * double(N) * (recomputed ? 4.0 / 3.0 : 1.0) /
-                     m.memory_bytes_per_s;
+                         m.memory_bytes_per_s +
+                     kLayerKernelCalls * (recomputed ? 4.0 / 3.0 : 1.0) * m.kernel_call_s;
       tp_s += all_reduce_s(layer_tp_bytes * (recomputed ? 1.5 : 1.0), t, m.intra_node_bytes_per_s);
     }
     if (last) {
       matmul += three_matmuls(double(c.vocab_size) / t, C);
-      elementwise += 3.0 * double(c.vocab_size) / t * 4 * double(N) / m.memory_bytes_per_s;  // softmax, its gradient
+      elementwise += 3.0 * double(c.vocab_size) / t * 4 * double(N) / m.memory_bytes_per_s +  // softmax, its gradient
+                     kHeadKernelCalls * m.kernel_call_s;
     }
     const double total = matmul + attention + elementwise + tp_s;
     if (total > busiest) {
@@ -106,7 +113,7 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
   p.data_parallel_s = all_reduce_s(params * 4, dp, dp_bw);
   // AdamW reads weights, gradient and both moments and writes three of them (bf16 copies aside).
   const double adam_bytes = w.precision == model::Precision::bf16_sr ? 18 : w.precision == model::Precision::fp32 ? 28 : 30;
-  p.optimizer_s = params / (w.zero1 ? dp : 1) * adam_bytes / m.memory_bytes_per_s;
+  p.optimizer_s = params / (w.zero1 ? dp : 1) * adam_bytes / m.memory_bytes_per_s + kStepKernelCalls * m.kernel_call_s;
 
   p.step_s = p.matmul_s + p.attention_s + p.elementwise_s + p.tensor_parallel_s + p.pipeline_s + p.data_parallel_s +
              p.optimizer_s;

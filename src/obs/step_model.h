@@ -39,6 +39,8 @@ struct MachineRates {
   std::function<double(int64_t M, int64_t N, int64_t K)> matmul_seconds;
   double attention_flops_per_s = 0;  // the attention kernel's rate on one rank
   double memory_bytes_per_s = 0;     // elementwise kernels' and the optimizer's traffic on one rank
+  double kernel_call_s = 0;          // the fixed cost of one elementwise kernel call
+  double activation_bytes = 2;       // bytes per activation value the tensor-parallel all-reduces carry
   double intra_node_bytes_per_s = 0; // all-reduce bus bandwidth between ranks of a node
   double inter_node_bytes_per_s = 0; // network bandwidth of a node, shared by its ranks
   int64_t memory_per_rank = -1;      // bytes; -1 unknown
@@ -48,7 +50,7 @@ struct StepPrediction {
   double flops = 0;             // model FLOPs of the step (obs::step_flops of the global batch)
   double matmul_s = 0;          // the busiest stage's, per step (recompute included)
   double attention_s = 0;
-  double elementwise_s = 0;
+  double elementwise_s = 0;     // their memory traffic and the fixed cost of each call
   double tensor_parallel_s = 0; // all-reduces of activations inside the layers
   double pipeline_s = 0;        // the 1F1B fill and drain (bubble) plus the stage boundaries' transfers
   double data_parallel_s = 0;   // the gradient all-reduce (or ZeRO-1's reduce-scatter + all-gather)

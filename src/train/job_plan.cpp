@@ -237,13 +237,18 @@ PlanCheck check_disk(const TrainConfig& cfg, const RunPlan& p) {
 }
 
 // This CPU's rates for the step model: each matmul shape probed once (a large one at fewer rows: the
-// rate hardly changes with them), the attention kernel at the matmul rate of its head shape, the
-// memory-bound kernels at the AdamW kernel's, all divided among the node's ranks.
-obs::MachineRates this_cpu_rates(model::Precision prec, int ranks_per_node, double probe_seconds) {
+// rate hardly changes with them), the attention kernel at the rank's head shape, the memory-bound
+// kernels at the AdamW kernel's rate, and a small kernel call's fixed cost, all measured with this
+// process's threads; a rank runs with its share of the node's cores, which scales the rates when
+// that is fewer threads than the probes had.
+obs::MachineRates this_cpu_rates(const RunPlan& p, int ranks_per_node, double probe_seconds) {
+  const model::Precision prec = p.precision;
   obs::MachineRates m;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   m.name = fmt::format("this CPU ({} core{})", cores, cores == 1 ? "" : "s");
-  const double share = 1.0 / std::max(1, ranks_per_node);
+  const int threads = model::compute_threads();
+  const int rank_threads = std::max(1, int(cores) / std::max(1, ranks_per_node));
+  const double share = double(std::min(threads, rank_threads)) / threads;
   auto cache = std::make_shared<std::map<std::tuple<int64_t, int64_t, int64_t>, double>>();
   m.matmul_seconds = [=](int64_t M, int64_t N, int64_t K) {
     const int64_t Mp = std::clamp<int64_t>(int64_t(4e8 / std::max<double>(1.0, double(N) * double(K))), 16, M);
@@ -258,7 +263,13 @@ obs::MachineRates this_cpu_rates(model::Precision prec, int ranks_per_node, doub
     return 2.0 * double(M) * double(N) * double(K) / (it->second * share);
   };
   m.memory_bytes_per_s = model::memory_bytes_per_s(probe_seconds * 5) * share;
+  m.kernel_call_s = model::kernel_call_seconds(probe_seconds);
+  const int t = p.layout.tp_size;  // attention at one sequence of the rank's heads (B hardly changes the rate)
+  m.attention_flops_per_s = model::attention_flops_per_s(1, p.T, p.model.n_heads / t, std::max(1, p.model.n_kv_heads / t),
+                                                         p.model.head_dim(), probe_seconds) *
+                            share;
   m.intra_node_bytes_per_s = m.memory_bytes_per_s / 4;  // MPI's shared memory: a copy in, a copy out
+  m.activation_bytes = 4;                               // the CPU ranks exchange fp32 activations
   m.inter_node_bytes_per_s = 10e9 / 8;                  // assumed 10 Gb/s Ethernet between nodes
   return m;
 }
@@ -365,14 +376,8 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   jp.planned = true;
   jp.plan = stages.front();
   const RunPlan& p = jp.plan;
-  obs::MachineRates rates =
-      acc ? obs::machine_rates(*acc, p.precision) : this_cpu_rates(p.precision, jp.ranks_per_node, target.probe_seconds);
-  if (!acc) {  // the attention kernel at one sequence of the rank's heads (the rate hardly changes with B)
-    const int t = p.layout.tp_size;
-    rates.attention_flops_per_s = model::attention_flops_per_s(1, p.T, p.model.n_heads / t, std::max(1, p.model.n_kv_heads / t),
-                                                               p.model.head_dim(), target.probe_seconds) /
-                                  std::max(1, jp.ranks_per_node);
-  }
+  const obs::MachineRates rates =
+      acc ? obs::machine_rates(*acc, p.precision) : this_cpu_rates(p, jp.ranks_per_node, target.probe_seconds);
   jp.hardware = acc ? acc->description : rates.name;
   jp.prediction = obs::predict_step(step_work(p, stages, jp.ranks_per_node), rates);
   // This process's resident memory now, its kernels probed: the libraries and the kernels' own state,
