@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "train/events.h"
 
 namespace llamatrain::train {
 
@@ -19,11 +20,17 @@ void Console::open_log(const std::string& path) {
   if (!log_) fail("cannot write {}: {}", path, std::strerror(errno));
 }
 
-void Console::say(const std::string& line) const {
+void Console::say(const std::string& line) const { write(line, true); }
+
+void Console::event(const std::string& line) const { write(line, events_on_stdout()); }
+
+void Console::write(const std::string& line, bool to_stdout) const {
   if (quiet_) return;
-  std::fputs(line.c_str(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  if (to_stdout) {
+    std::fputs(line.c_str(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
   if (log_) {
     const std::time_t t = std::time(nullptr);
     char stamp[32];

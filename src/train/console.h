@@ -25,8 +25,12 @@ class Console {
   // From now on every line also goes to `path` (opened for appending); throws Error naming it.
   void open_log(const std::string& path);
   void say(const std::string& line) const;
+  // An event line (train/events.h): always in the log file, on stdout unless stdout is a terminal
+  // (events_on_stdout()), where the human lines say the same.
+  void event(const std::string& line) const;
 
  private:
+  void write(const std::string& line, bool to_stdout) const;
   bool quiet_;
   std::FILE* log_ = nullptr;
 };

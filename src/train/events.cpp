@@ -109,10 +109,16 @@ std::string error_event(const std::string& code, const std::string& message, int
   return event_line("error", fields);
 }
 
+bool events_on_stdout() {
+  static const bool yes = ::isatty(STDOUT_FILENO) == 0;
+  return yes;
+}
+
 void print_error_event(const std::string& code, const std::string& message, int rank,
                        const nlohmann::ordered_json& extra) {
   const std::string line = error_event(code, message, rank, extra);
   if (rank == 0) {
+    if (!events_on_stdout()) return;
     std::fprintf(stdout, "%s\n", line.c_str());
     std::fflush(stdout);
   } else {

@@ -20,6 +20,11 @@ inline constexpr std::string_view kEventMarker = "@event ";
 // Now in UTC with milliseconds, "2026-12-01T16:59:12.345Z" (sorts as text in time order).
 std::string utc_time_ms();
 
+// Whether event lines go to stdout: yes when it is a file or a pipe (a SLURM job log, mpirun's ranks,
+// a tee), no when it is a terminal, where they would only repeat the human lines. The run folder's
+// train_log.txt has them either way.
+bool events_on_stdout();
+
 // `@event {"event": kind, "time": utc_time_ms(), ...fields}` on one line (non-finite numbers become null).
 std::string event_line(const char* kind, nlohmann::ordered_json fields = nlohmann::ordered_json::object());
 // The event of a line that holds one after any prefix (a time stamp, "[rank N] "); nullopt for any

@@ -50,7 +50,7 @@ void RunLog::step(const StepRecord& r) {
     else
       fields[m.key] = m.value;
   }
-  console_.say(event_line("step", fields));
+  console_.event(event_line("step", fields));
   if (metrics_) {
     nlohmann::ordered_json line{{"step", r.step}};
     for (const auto& m : metrics) {
@@ -71,7 +71,7 @@ void RunLog::step(const StepRecord& r) {
 void RunLog::validation(int64_t step, double loss, int64_t batches, double seconds) {
   console_.say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f} ({} batches, {})", step, loss,
                            std::exp(loss), batches, obs::format_duration(seconds)));
-  console_.say(event_line("validation", {{"step", step}, {"val_loss", loss}, {"val_ppl", std::exp(loss)},
+  console_.event(event_line("validation", {{"step", step}, {"val_loss", loss}, {"val_ppl", std::exp(loss)},
                                          {"batches", batches}, {"seconds", seconds}}));
   if (metrics_) metrics_->write(nlohmann::ordered_json{{"step", step}, {"val_loss", loss}, {"val_ppl", std::exp(loss)}});
   if (tb_) {

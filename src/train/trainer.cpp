@@ -130,7 +130,7 @@ class Trainer {
   bool rank0() const { return plan_.layout.rank == 0; }
   void say(const std::string& line) const { console_.say(line); }
   void event(const char* kind, nlohmann::ordered_json fields) const {
-    console_.say(event_line(kind, std::move(fields)));
+    console_.event(event_line(kind, std::move(fields)));
   }
   void start();
   std::optional<std::string> find_resume(std::vector<std::string>* warnings, std::string* error);
@@ -771,7 +771,7 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
     const std::string message =
         dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory: an allocation failed" : e.what();
     if (trainer && rank == 0)
-      trainer->console().say(error_event(code, message, rank));
+      trainer->console().event(error_event(code, message, rank));
     else  // before the start event (the plan failed): how to run it again, once fixed
       print_error_event(code, message, rank,
                         trainer ? nlohmann::ordered_json::object()
