@@ -110,7 +110,8 @@ std::string error_event(const std::string& code, const std::string& message, int
 }
 
 bool events_on_stdout() {
-  static const bool yes = ::isatty(STDOUT_FILENO) == 0;
+  // mpirun gives its ranks a pseudo-terminal: a rank's stdout is the job's log whatever it looks like.
+  static const bool yes = !job_from_environment().launcher.empty() || ::isatty(STDOUT_FILENO) == 0;
   return yes;
 }
 

@@ -20,9 +20,9 @@ inline constexpr std::string_view kEventMarker = "@event ";
 // Now in UTC with milliseconds, "2026-12-01T16:59:12.345Z" (sorts as text in time order).
 std::string utc_time_ms();
 
-// Whether event lines go to stdout: yes when it is a file or a pipe (a SLURM job log, mpirun's ranks,
-// a tee), no when it is a terminal, where they would only repeat the human lines. The run folder's
-// train_log.txt has them either way.
+// Whether event lines go to stdout: yes under a launcher (srun, mpirun: the job's log) or when it is
+// a file or a pipe, no for a single process on a terminal, where they would only repeat the human
+// lines. The run folder's train_log.txt has them either way.
 bool events_on_stdout();
 
 // `@event {"event": kind, "time": utc_time_ms(), ...fields}` on one line (non-finite numbers become null).
