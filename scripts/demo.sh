@@ -96,9 +96,14 @@ for prompt in "床前明月光，" "A fool and his money"; do
   "$BIN" generate "$DEMO/zh/hf" --prompt "$prompt" --max-new-tokens 48 --temperature 0.7 --top-p 0.9 --seed 3
 done
 
+# Both runs' curves on one page, to open in any browser (nothing is fetched).
+"$BIN" report "$DEMO/base" "$DEMO/zh" --label "pretrained on English" --label "continued on Chinese+English" \
+  --title "llamatrain demo" -o "$DEMO/report.html"
+
 printf '\ndemo done in %dm%02ds. Outputs in %s:\n' $(((SECONDS - t_start) / 60)) $(((SECONDS - t_start) % 60)) "$DEMO"
 echo "  checkpoints  $DEMO/{base,zh}/checkpoints/step_N   (resume by rerunning the same train command)"
 echo "  exports      $DEMO/{base,zh}/hf                     (Hugging Face folders: config, safetensors, tokenizer)"
 echo "  metrics      $DEMO/{base,zh}/metrics.jsonl"
+echo "  report       $DEMO/report.html                      (both runs' curves on one page)"
 echo "To watch the training curves (TensorBoard reads the event files as they are):"
 echo "  tensorboard --logdir $DEMO"
