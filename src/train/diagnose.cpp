@@ -59,6 +59,7 @@ struct Findings {
   Evidence start_ev, end_ev, error_ev;
   std::optional<nlohmann::json> stop_signal;
   Evidence stop_signal_ev;
+  std::optional<nlohmann::json> batch;  // the batch script's event (launch/slurm/run.slurm): how to resubmit
   std::vector<std::pair<nlohmann::json, Evidence>> outcomes;  // start, end, error and signal events, as read
   std::vector<Evidence> host_oom, time_limit, cancelled, killed, watchdog, comm, internal, plain_error, mpi_abort,
       skips, rollbacks, damaged_checkpoint;
@@ -74,6 +75,10 @@ struct Findings {
   std::string oom_detail;  // which mechanism killed for memory
   std::string cancel_detail;
   bool job_cancelled = false;  // the whole job, not only a step (srun cancels a step whose task died)
+  std::vector<Evidence> bad_exit;  // srun's "task N: Exited with exit code C" (C != 0)
+  // srun saw a task fail before the first kill, in the same log: with --kill-on-bad-exit the kill is
+  // srun ending the step, a consequence (a watchdog's abort, an error), not the cause.
+  bool kill_after_bad_exit = false;
 };
 
 int signal_number(const std::string& name) {
@@ -106,6 +111,8 @@ void scan(const LogText& log, Findings& f) {
   static const std::regex check_failed(R"(\[rank (\d+)\] CHECK failed at)");
   static const std::regex mpi_abort(R"(MPI_ABORT was invoked on rank (\d+))");
   static const std::regex damaged(R"(warning: skipping checkpoint )");
+  static const std::regex srun_exit(R"(srun: error: \S+: tasks? [0-9,\-]+: Exited with exit code (\d+))");
+  bool bad_exit_here = false;  // in this log, so far
 
   std::istringstream in(log.text);
   std::string line;
@@ -114,10 +121,15 @@ void scan(const LogText& log, Findings& f) {
   while (std::getline(in, line)) {
     n++;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // the diagnosis launch/slurm/run.slurm printed into the job log: it quotes the lines it names
+    if (starts_with(line, "run.slurm: diagnosis: ")) continue;
     const Evidence ev{log.path, n, line};
     if (auto e = parse_event_line(line)) {
       const std::string kind = (*e)["event"].get<std::string>();
-      if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
+      if (kind == "batch") {
+        // the latest start of the job (a requeued job's log holds every start)
+        if (!f.batch || e->value("time", "") >= f.batch->value("time", "")) f.batch = *e;
+      } else if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
         f.outcomes.push_back({*e, ev});  // sorted out by attempt once every log is read (choose_attempt)
       } else if (kind == "step" && e->contains("step") && (*e)["step"].is_number()) {
         f.last_step = std::max(f.last_step, (*e)["step"].get<int64_t>());
@@ -163,8 +175,16 @@ void scan(const LogText& log, Findings& f) {
         f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
       f.killed.push_back(ev);
     } else if (std::regex_search(line, m, srun_signal)) {
-      if (!f.killed_signal) f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
+      if (!f.killed_signal) {
+        f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
+        f.kill_after_bad_exit = bad_exit_here;
+      }
       f.killed.push_back(ev);
+    } else if (std::regex_search(line, m, srun_exit)) {
+      if (m[1].str() != "0") {
+        bad_exit_here = true;
+        f.bad_exit.push_back(ev);
+      }
     } else if (std::regex_search(line, m, watchdog)) {
       f.watchdog_ranks.insert(std::atoi(m[1].str().c_str()));
       if (f.watchdog.empty()) f.watchdog_what = m[2].str();
@@ -229,11 +249,34 @@ void choose_attempt(Findings& f) {
   }
 }
 
+std::string json_str(const nlohmann::json& j, const char* k) {
+  return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
+}
+
+// A job of a batch script (launch/slurm/run.slurm) resumes as a new job of the same script: its sbatch
+// command, from the folder it was submitted from, with LLAMATRAIN_RUN_DIR naming the run folder the
+// checkpoints are in (a new job has a new id; the script resumes from the newest checkpoint there).
+std::string resubmit_command(const Findings& f, const std::vector<std::string>& extra) {
+  const nlohmann::json& b = *f.batch;
+  std::string run_dir = f.start ? json_str(*f.start, "run_dir") : "";
+  if (run_dir.empty()) run_dir = json_str(b, "run_dir");
+  std::string cmd;
+  if (const std::string cwd = json_str(b, "cwd"); !cwd.empty()) cmd += "cd " + shell_word(cwd) + " && ";
+  if (!run_dir.empty()) cmd += "LLAMATRAIN_RUN_DIR=" + shell_word(run_dir) + " ";
+  cmd += "sbatch";
+  if (b.contains("sbatch") && b["sbatch"].is_array())
+    for (const auto& a : b["sbatch"])
+      if (a.is_string()) cmd += " " + shell_word(a.get<std::string>());
+  for (const auto& e : extra) cmd += " " + shell_word(e);
+  return cmd;
+}
+
 // The start event's command, resuming: the same config and overrides (a previous resume choice
 // replaced), in the same log folder, under the same launcher. Without a start event, the command of
 // an error event from before it, as it was (nothing was saved to resume from).
 std::string resume_command(const Findings& f, const std::vector<std::string>& extra = {}) {
   const bool started = f.start.has_value();
+  if (f.batch) return resubmit_command(f, extra);
   if (!started && !(f.error && f.error->contains("config"))) return "";
   const nlohmann::json& s = started ? *f.start : *f.error;
   auto str = [&](const char* k) { return s.contains(k) && s[k].is_string() ? s[k].get<std::string>() : std::string(); };
@@ -401,7 +444,8 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
   // A rank the launcher saw killed that is also the one the watchdog's waiting ranks miss: the kill
   // is the cause, the hang its consequence (srun without --kill-on-bad-exit). Kills of waiting ranks
   // are the launcher ending the job after the watchdog's abort.
-  const bool killed_missing_rank = f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank);
+  const bool killed_missing_rank =
+      f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank) && !f.kill_after_bad_exit;
   // The order: the scheduler's and the kernel's records, the failing rank's own error event, the
   // watchdog, a cancellation (srun also cancels a step whose task failed: after the two before), a
   // clean stop on a signal, a rank seen killed, communication failures.
@@ -442,22 +486,12 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
         "the rank that never joined was stuck (stopped, blocked in I/O, a dead node or a deadlock): check its node "
         "(`llamatrain doctor`); if the operation is legitimately that slow, raise LLAMATRAIN_WATCHDOG_TIMEOUT";
     d.resume = resume_command(f);
-  } else if (!f.cancelled.empty() && (f.job_cancelled || f.killed.empty())) {
+  } else if (!f.cancelled.empty() && (f.job_cancelled || (f.killed.empty() && f.bad_exit.empty()))) {
     d.cause = "cancelled";
     d.summary = f.cancel_detail.empty() ? "the job was cancelled (scancel, or an administrator)"
                                         : "the job was " + f.cancel_detail;
     d.evidence = f.cancelled;
     if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
-    d.fix = "nothing failed in the run; resume it when wanted";
-    d.resume = resume_command(f);
-  } else if (f.stop_signal) {
-    const nlohmann::json& s = *f.stop_signal;
-    d.cause = "stopped_by_signal";
-    d.signal =
-        s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
-    d.summary = fmt::format("the run was stopped by {} and saved a checkpoint (a cancellation, a preemption or Ctrl-C)",
-                            d.signal ? signal_name(*d.signal) : "a signal");
-    d.evidence.push_back(f.stop_signal_ev);
     d.fix = "nothing failed in the run; resume it when wanted";
     d.resume = resume_command(f);
   } else if (!f.killed.empty()) {
@@ -473,6 +507,17 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
                 ? "the program crashed: report it with this log; the run resumes from its last checkpoint"
                 : "find who sent the signal (the scheduler, a person, a node agent)";
     d.resume = resume_command(f);
+  } else if (f.stop_signal) {
+    const nlohmann::json& s = *f.stop_signal;
+    d.cause = "stopped_by_signal";
+    d.signal =
+        s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
+    d.summary = fmt::format("the run was stopped by {} and saved a checkpoint (a cancellation, the time limit's --signal "
+                            "warning, a preemption or Ctrl-C)",
+                            d.signal ? signal_name(*d.signal) : "a signal");
+    d.evidence.push_back(f.stop_signal_ev);
+    d.fix = "nothing failed in the run; resume it when wanted";
+    d.resume = resume_command(f);
   } else if (!f.comm.empty()) {
     d.cause = "comm";
     d.rank = f.comm_rank;
@@ -486,6 +531,16 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     d.summary = "an internal check failed" + (f.internal_rank ? fmt::format(" on rank {}", *f.internal_rank) : "");
     d.evidence = f.internal;
     d.fix = "a bug: report it with this log";
+    d.resume = resume_command(f);
+  } else if (!f.plain_error.empty() && !f.start) {
+    // An error before the trainer's start event, and not the trainer's own (which has an error
+    // event): the model script, the launcher or the job's set-up stopped it.
+    d.cause = "never_started";
+    d.summary = "the job never started training: " + f.plain_error.front().text.substr(7);
+    d.evidence = {f.plain_error.front()};
+    d.fix =
+        "see the message and its hint; `llamatrain doctor` (launch/slurm/preflight.slurm on the job's nodes) checks "
+        "the nodes, the layout and the config's files before a training job";
     d.resume = resume_command(f);
   } else if (!f.plain_error.empty()) {
     d.cause = "error";
@@ -511,6 +566,7 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
   } else {
     d.cause = "never_started";
     d.summary = "no training log: the job never started training";
+    d.resume = resume_command(f);
     d.fix = "check the compute nodes with `llamatrain doctor` and the scheduler's own log of the job";
   }
   if (d.cause != "success" && !f.mpi_abort.empty() && d.evidence.size() < 6) d.evidence.push_back(f.mpi_abort.front());
