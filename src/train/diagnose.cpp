@@ -76,8 +76,9 @@ struct Findings {
   std::string cancel_detail;
   bool job_cancelled = false;  // the whole job, not only a step (srun cancels a step whose task died)
   std::vector<Evidence> bad_exit;  // srun's "task N: Exited with exit code C" (C != 0)
-  // srun saw a task fail before the first kill, in the same log: with --kill-on-bad-exit the kill is
-  // srun ending the step, a consequence (a watchdog's abort, an error), not the cause.
+  // The first kill srun saw came after, in the same log, a task's failure or the step's cancellation:
+  // srun or SLURM ending the step (--kill-on-bad-exit after an error, MPI_Abort after the watchdog,
+  // scancel) killed it, a consequence and not the cause.
   bool kill_after_bad_exit = false;
 };
 
@@ -112,7 +113,7 @@ void scan(const LogText& log, Findings& f) {
   static const std::regex mpi_abort(R"(MPI_ABORT was invoked on rank (\d+))");
   static const std::regex damaged(R"(warning: skipping checkpoint )");
   static const std::regex srun_exit(R"(srun: error: \S+: tasks? [0-9,\-]+: Exited with exit code (\d+))");
-  bool bad_exit_here = false;  // in this log, so far
+  bool step_ending_here = false;  // in this log, so far: a task failed or the step was cancelled
 
   std::istringstream in(log.text);
   std::string line;
@@ -160,6 +161,7 @@ void scan(const LogText& log, Findings& f) {
         f.oom_detail = m[1].str() == "Memory cgroup out of memory" ? "the kernel's OOM killer (a cgroup memory limit)"
                                                                    : "the kernel's OOM killer (the machine ran out)";
     } else if (std::regex_search(line, m, slurm_cancel)) {
+      step_ending_here = true;
       const std::string why = m[5].str();
       if (why.find("DUE TO TIME LIMIT") != std::string::npos)
         f.time_limit.push_back(ev);
@@ -177,12 +179,12 @@ void scan(const LogText& log, Findings& f) {
     } else if (std::regex_search(line, m, srun_signal)) {
       if (!f.killed_signal) {
         f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
-        f.kill_after_bad_exit = bad_exit_here;
+        f.kill_after_bad_exit = step_ending_here;
       }
       f.killed.push_back(ev);
     } else if (std::regex_search(line, m, srun_exit)) {
       if (m[1].str() != "0") {
-        bad_exit_here = true;
+        step_ending_here = true;
         f.bad_exit.push_back(ev);
       }
     } else if (std::regex_search(line, m, watchdog)) {
@@ -494,7 +496,7 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
     d.fix = "nothing failed in the run; resume it when wanted";
     d.resume = resume_command(f);
-  } else if (!f.killed.empty()) {
+  } else if (!f.killed.empty() && !f.kill_after_bad_exit) {
     d.cause = "killed_by_signal";
     d.rank = f.killed_rank;
     d.signal = f.killed_signal;
