@@ -79,7 +79,7 @@ struct Findings {
   // The first kill srun saw came after, in the same log, a task's failure or the step's cancellation:
   // srun or SLURM ending the step (--kill-on-bad-exit after an error, MPI_Abort after the watchdog,
   // scancel) killed it, a consequence and not the cause.
-  bool kill_after_bad_exit = false;
+  bool kill_while_step_ending = false;
 };
 
 int signal_number(const std::string& name) {
@@ -179,7 +179,7 @@ void scan(const LogText& log, Findings& f) {
     } else if (std::regex_search(line, m, srun_signal)) {
       if (!f.killed_signal) {
         f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
-        f.kill_after_bad_exit = step_ending_here;
+        f.kill_while_step_ending = step_ending_here;
       }
       f.killed.push_back(ev);
     } else if (std::regex_search(line, m, srun_exit)) {
@@ -447,10 +447,11 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
   // is the cause, the hang its consequence (srun without --kill-on-bad-exit). Kills of waiting ranks
   // are the launcher ending the job after the watchdog's abort.
   const bool killed_missing_rank =
-      f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank) && !f.kill_after_bad_exit;
+      f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank) && !f.kill_while_step_ending;
   // The order: the scheduler's and the kernel's records, the failing rank's own error event, the
   // watchdog, a cancellation (srun also cancels a step whose task failed: after the two before), a
-  // clean stop on a signal, a rank seen killed, communication failures.
+  // rank seen killed (srun's --kill-on-bad-exit then sends SIGTERM to the others, which save and
+  // stop: before that clean stop), a clean stop on a signal, communication failures.
   if (!f.host_oom.empty()) {
     d.cause = "host_oom";
     const bool several = f.killed_ranks_text.find_first_of(",-") != std::string::npos;
@@ -496,7 +497,7 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
     d.fix = "nothing failed in the run; resume it when wanted";
     d.resume = resume_command(f);
-  } else if (!f.killed.empty() && !f.kill_after_bad_exit) {
+  } else if (!f.killed.empty() && !f.kill_while_step_ending) {
     d.cause = "killed_by_signal";
     d.rank = f.killed_rank;
     d.signal = f.killed_signal;
