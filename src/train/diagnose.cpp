@@ -95,7 +95,26 @@ int signal_number(const std::string& name) {
   return it == names.end() ? 0 : it->second;
 }
 
-void scan(const LogText& log, Findings& f) {
+// The time of the latest batch event (launch/slurm/run.slurm's, one per start of a job) in the logs,
+// "" when there is none.
+std::string latest_batch_time(const std::vector<LogText>& logs) {
+  std::string latest;
+  for (const auto& log : logs) {
+    for (size_t at = log.text.find("\"event\":\"batch\""); at != std::string::npos;
+         at = log.text.find("\"event\":\"batch\"", at + 1)) {
+      const size_t begin = log.text.rfind('\n', at), end = log.text.find('\n', at);
+      const size_t from = begin == std::string::npos ? 0 : begin + 1;
+      if (auto e = parse_event_line(std::string_view(log.text).substr(from, end == std::string::npos ? end : end - from)))
+        if ((*e)["event"] == "batch") latest = std::max(latest, e->value("time", std::string()));
+    }
+  }
+  return latest;
+}
+
+// `latest_start`: latest_batch_time(). In a job log that holds several starts of a requeued job, the
+// lines of the earlier starts (after their batch events) are passed over but for the events, which
+// choose_attempt sorts out by their times.
+void scan(const LogText& log, Findings& f, const std::string& latest_start) {
   static const std::regex slurm_oom(
       R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)");
   static const std::regex srun_oom(R"(srun: error: \S+: tasks? ([0-9,\-]+): Out Of Memory)");
@@ -114,6 +133,7 @@ void scan(const LogText& log, Findings& f) {
   static const std::regex damaged(R"(warning: skipping checkpoint )");
   static const std::regex srun_exit(R"(srun: error: \S+: tasks? [0-9,\-]+: Exited with exit code (\d+))");
   bool step_ending_here = false;  // in this log, so far: a task failed or the step was cancelled
+  bool earlier_start = false;     // the lines since an earlier start's batch event
 
   std::istringstream in(log.text);
   std::string line;
@@ -128,6 +148,7 @@ void scan(const LogText& log, Findings& f) {
     if (auto e = parse_event_line(line)) {
       const std::string kind = (*e)["event"].get<std::string>();
       if (kind == "batch") {
+        earlier_start = e->value("time", std::string()) < latest_start;
         // the latest start of the job (a requeued job's log holds every start)
         if (!f.batch || e->value("time", "") >= f.batch->value("time", "")) f.batch = *e;
       } else if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
@@ -148,6 +169,7 @@ void scan(const LogText& log, Findings& f) {
       }
       continue;
     }
+    if (earlier_start) continue;
     if (std::regex_search(line, m, slurm_oom)) {
       f.host_oom.push_back(ev);
       f.oom_detail = "SLURM's memory limit (the job's cgroup)";
@@ -428,7 +450,8 @@ std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
 
 Diagnosis diagnose(const std::vector<LogText>& logs) {
   Findings f;
-  for (const auto& log : logs) scan(log, f);
+  const std::string latest_start = latest_batch_time(logs);
+  for (const auto& log : logs) scan(log, f, latest_start);
   choose_attempt(f);
   Diagnosis d;
   d.last_step = f.last_step;

@@ -3,12 +3,14 @@
 # one rank per node) and what `llamatrain diagnose` makes of each one's job log and run folder, and
 # what run.slurm then does:
 # 1. rank 1 killed by SIGKILL: srun (--kill-on-bad-exit) ends the step; killed_by_signal, rank 1,
-#    signal 9; worth retrying;
+#    signal 9; worth retrying: run.slurm requeues the job (one restart allowed here), which then
+#    finishes;
 # 2. rank 1 frozen by SIGSTOP: rank 0's watchdog (LLAMATRAIN_WATCHDOG_TIMEOUT=2) aborts the job
 #    (MPI_Abort: srun's status is 1, as for a config error); watchdog, rank 1; worth retrying;
 # 3. a model script that fails before llamatrain starts (3 tasks on 2 nodes): never_started, pointing
 #    to `llamatrain doctor`; not retried.
-# No restart is allowed here (LLAMATRAIN_MAX_RESTARTS=0): run_test covers a requeue and its resume.
+# The first job may restart once (LLAMATRAIN_MAX_RESTARTS=1), the others not at all (0); run_test
+# checks that a requeued job resumes on the same loss curve.
 source "$(dirname "$0")/lib.sh"
 slurm_test_setup 2
 model=$SRC/launch/models/tiny.sh
@@ -25,24 +27,44 @@ wait_steps() {  # RUN_DIR N JOB
   fail "run $1 did not reach step $2 in 60 s"
 }
 
-# 1. SIGKILL
+# 1. SIGKILL (60 steps: the requeued start finishes in seconds)
 export LLAMATRAIN_RUN_DIR=$WORK/killed
-job=$(submit --nodes 2 "$script" "$model")
+job=$(TRAIN_ITERS=60 LLAMATRAIN_MAX_RESTARTS=1 submit --nodes 2 "$script" "$model")
 wait_steps "$LLAMATRAIN_RUN_DIR" 3 "$job"
 pid=$(rank_pid "$job" 1) || fail "no process of rank 1 of job $job"
 kill -KILL "$pid"
-[ "$(slurm_wait_job "$job" 120)" = FAILED ] || fail "job $job is $(slurm_job_field "$job" JobState) after a rank's SIGKILL, expected FAILED"
+for ((i = 0; i < 600; i++)); do
+  [ "$(slurm_job_field "$job" Restarts)" -ge 1 ] 2>/dev/null && break
+  sleep 0.2
+done
+[ "$(slurm_job_field "$job" Restarts)" = 1 ] || fail "job $job was not requeued after a rank's SIGKILL"
 log=slurm-llamatrain-$job.out
-diagnose_job killed "$log" killed
-expect_diagnosis killed killed_by_signal
-[ "$(diag_field killed .rank)" = 1 ] && [ "$(diag_field killed .signal)" = 9 ] || fail "not rank 1 and signal 9: $(cat "$WORK/killed.diag")"
-grep -q "^cause: rank 1 was killed by signal 9 (SIGKILL)" "$WORK/killed.diag" || fail "$(cat "$WORK/killed.diag")"
-expect_evidence killed "$log" "^srun: error: n2: task 1: Killed$"
-expect_resume killed "cd $WORK && LLAMATRAIN_RUN_DIR=$WORK/killed sbatch --nodes 2 --ntasks-per-node 1 $script $model"
-[ "$(diag_field killed .last_step)" -ge 3 ] || fail "last step $(diag_field killed .last_step), expected 3 or more"
+expect_in "$WORK/$log" "run.slurm: killed_by_signal is worth retrying"
+expect_in "$WORK/$log" "run.slurm: requeueing job $job (restart 1 of 1)"
+slurm_wait_job_state "$job" PENDING 60 || fail "the requeued job $job is $(slurm_job_field "$job" JobState), expected PENDING"
+# Before the job starts again: its log and run folder, and the start's own log folder as run.slurm read it.
+for name in killed killed-start; do
+  if [ $name = killed ]; then
+    diagnose_job $name "$log" killed
+    expect_evidence $name "$log" "^srun: error: n2: task 1: Killed$"
+  else
+    diagnose_job $name "logs/$job/0"
+    expect_evidence $name "logs/$job/0/srun.log" "^srun: error: n2: task 1: Killed$"
+  fi
+  expect_diagnosis $name killed_by_signal
+  [ "$(diag_field $name .rank)" = 1 ] && [ "$(diag_field $name .signal)" = 9 ] || fail "not rank 1 and signal 9: $(cat "$WORK/$name.diag")"
+  grep -q "^cause: rank 1 was killed by signal 9 (SIGKILL)" "$WORK/$name.diag" || fail "$(cat "$WORK/$name.diag")"
+  expect_resume $name "cd $WORK && LLAMATRAIN_RUN_DIR=$WORK/killed sbatch --nodes 2 --ntasks-per-node 1 $script $model"
+done
 grep -q "^run.slurm: diagnosis: cause: rank 1 was killed by signal 9 (SIGKILL) (killed_by_signal)$" "$WORK/$log" \
   || fail "run.slurm printed no diagnosis of the kill"
-expect_in "$WORK/$log" "run.slurm: killed_by_signal is worth retrying, but the job exceeded the retry limit (0 restarts"
+start_requeued "$job"
+[ "$(slurm_wait_job "$job" 240)" = COMPLETED ] || fail "the requeued job $job is $(slurm_job_field "$job" JobState), expected COMPLETED"
+expect_in "$WORK/$log" "run.slurm: job $job (start 2 of at most 2)"
+# The job log now holds both starts: the latest is diagnosed.
+diagnose_job killed-finished "$log" killed
+expect_diagnosis killed-finished success
+[ "$(diag_field killed-finished .last_step)" = 60 ] || fail "the requeued job ended at step $(diag_field killed-finished .last_step), expected 60"
 
 # 2. SIGSTOP: the watchdog
 export LLAMATRAIN_RUN_DIR=$WORK/hung

@@ -127,3 +127,20 @@ expected
   $2"
   grep -qxF -- "resume: $2" "$WORK/$1.diag" || fail "the text diagnosis lacks 'resume: $2'"
 }
+
+# SLURM holds a requeued job for 120 s before it may start again: time for the last start's step
+# daemons to end (a step of the same id cannot start while they hold its PMIx socket) and for its
+# revoked job credential to age (a start within the same second is refused). The test waits for
+# those instead (every node idle, no step socket, 2 s), then lets the job start:
+# start_requeued JOBID.
+start_requeued() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    if [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" = "$SLURM_CLUSTER_NODES" ] && ! ls "$SLURM_CLUSTER_DIR"/spool/*/stepd.* >/dev/null 2>&1; then
+      break
+    fi
+    sleep 0.1
+  done
+  sleep 2
+  scontrol update JobId="$1" StartTime=now
+}

@@ -38,22 +38,6 @@ wait_steps() {  # RUN_DIR N JOB: until the run logged N steps
   fail "run $1 did not reach step $2 in 60 s"
 }
 
-# SLURM holds a requeued job for 120 s before it may start again: time for the last start's step
-# daemons to end (a step of the same id cannot start while they hold its PMIx socket) and for its
-# revoked job credential to age (a start within the same second is refused). The test waits for
-# those instead (both nodes idle, no step socket, 2 s), then lets the job start.
-start_requeued() {
-  local i
-  for ((i = 0; i < 300; i++)); do
-    if [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" = 2 ] && ! ls "$SLURM_CLUSTER_DIR"/spool/*/stepd.* >/dev/null 2>&1; then
-      break
-    fi
-    sleep 0.1
-  done
-  sleep 2
-  scontrol update JobId="$1" StartTime=now
-}
-
 # 1. Uninterrupted.
 export LLAMATRAIN_RUN_DIR=$WORK/full
 job=$(submit_wait --nodes 2 "$SRC/launch/slurm/run.slurm" "$model") || fail "the training job failed"
@@ -124,6 +108,8 @@ grep -q "^run.slurm: diagnosis: cause: the run was stopped by SIGTERM .*(stopped
   || fail "run.slurm printed no diagnosis before the requeue"
 expect_in "$log" "run.slurm: requeueing job $job (restart 1 of 3)"
 expect_in "$log" "run.slurm: job $job (start 2 of at most 4)"
+diagnose_job requeued "slurm-llamatrain-$job.out" requeued  # both starts in it: the latest is diagnosed
+expect_diagnosis requeued success
 curve "$WORK/requeued" >"$WORK/requeued.curve"
 diff "$WORK/full.curve" "$WORK/requeued.curve" >"$WORK/requeued.diff" \
   || fail "stopped by SIGTERM and requeued, the loss curve differs from the uninterrupted one: $(head "$WORK/requeued.diff")"
