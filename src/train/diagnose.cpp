@@ -104,7 +104,9 @@ std::string latest_batch_time(const std::vector<LogText>& logs) {
          at = log.text.find("\"event\":\"batch\"", at + 1)) {
       const size_t begin = log.text.rfind('\n', at), end = log.text.find('\n', at);
       const size_t from = begin == std::string::npos ? 0 : begin + 1;
-      if (auto e = parse_event_line(std::string_view(log.text).substr(from, end == std::string::npos ? end : end - from)))
+      const std::string_view line =
+          std::string_view(log.text).substr(from, end == std::string::npos ? end : end - from);
+      if (auto e = parse_event_line(line))
         if ((*e)["event"] == "batch") latest = std::max(latest, e->value("time", std::string()));
     }
   }
@@ -538,9 +540,10 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     d.cause = "stopped_by_signal";
     d.signal =
         s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
-    d.summary = fmt::format("the run was stopped by {} and saved a checkpoint (a cancellation, the time limit's --signal "
-                            "warning, a preemption or Ctrl-C)",
-                            d.signal ? signal_name(*d.signal) : "a signal");
+    d.summary = fmt::format(
+        "the run was stopped by {} and saved a checkpoint (a cancellation, the time limit's --signal warning, a "
+        "preemption or Ctrl-C)",
+        d.signal ? signal_name(*d.signal) : "a signal");
     d.evidence.push_back(f.stop_signal_ev);
     d.fix = "nothing failed in the run; resume it when wanted";
     d.resume = resume_command(f);
