@@ -444,7 +444,11 @@ std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
     } else if (fs::exists(p, ec)) {
       logs.push_back({p, read_text(p)});
     } else {
-      fail("diagnose: {} does not exist, expected a job log or a run folder\nhint: check the path", p);
+      fail(
+          "diagnose: {} does not exist, expected a job log or a run folder\nhint: check the path; a job that never "
+          "started (cancelled or failed while pending) wrote no log: `scontrol show job ID` or `sacct -j ID` says "
+          "why, and `llamatrain doctor` checks the nodes",
+          p);
     }
   }
   return logs;

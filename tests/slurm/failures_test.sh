@@ -8,7 +8,9 @@
 # 2. rank 1 frozen by SIGSTOP: rank 0's watchdog (LLAMATRAIN_WATCHDOG_TIMEOUT=2) aborts the job
 #    (MPI_Abort: srun's status is 1, as for a config error); watchdog, rank 1; worth retrying;
 # 3. a model script that fails before llamatrain starts (3 tasks on 2 nodes): never_started, pointing
-#    to `llamatrain doctor`; not retried.
+#    to `llamatrain doctor`; not retried;
+# 4. a job cancelled while pending: no log at all; diagnose's error says where to look and points to
+#    `llamatrain doctor`.
 # The first job may restart once (LLAMATRAIN_MAX_RESTARTS=1), the others not at all (0); run_test
 # checks that a requeued job resumes on the same loss curve.
 source "$(dirname "$0")/lib.sh"
@@ -101,4 +103,16 @@ diag_field unstarted .fix | grep -qF "llamatrain doctor" || fail "the fix does n
 expect_resume unstarted "cd $WORK && LLAMATRAIN_RUN_DIR=$WORK/unstarted sbatch --nodes 2 --ntasks 3 $script $model"
 expect_in "$WORK/$log" "run.slurm: never_started is not worth retrying"
 [ "$(slurm_job_field "$job" Restarts)" = 0 ] || fail "job $job was requeued"
+
+# 4. Cancelled while pending: no job log, no run folder; diagnose says where to look instead.
+job=$(LLAMATRAIN_RUN_DIR=$WORK/pending submit --begin=now+600 --nodes 2 "$script" "$model")
+scancel "$job"
+[ "$(slurm_wait_job "$job" 30)" = CANCELLED ] || fail "job $job is $(slurm_job_field "$job" JobState), expected CANCELLED"
+[ ! -e "$WORK/slurm-llamatrain-$job.out" ] || fail "the job cancelled while pending wrote a log"
+status=0
+(cd "$WORK" && "$BIN" diagnose "slurm-llamatrain-$job.out" pending) >"$WORK/pending.diag" 2>&1 || status=$?
+[ "$status" = 1 ] || fail "diagnose of a job that never started exited $status: $(cat "$WORK/pending.diag")"
+expect_in "$WORK/pending.diag" "error: diagnose: slurm-llamatrain-$job.out does not exist"
+expect_in "$WORK/pending.diag" "a job that never started (cancelled or failed while pending) wrote no log"
+expect_in "$WORK/pending.diag" "llamatrain doctor"
 echo "PASS"
