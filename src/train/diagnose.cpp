@@ -185,8 +185,10 @@ void scan(const LogText& log, Findings& f, const std::string& latest_start) {
         f.oom_detail = m[1].str() == "Memory cgroup out of memory" ? "the kernel's OOM killer (a cgroup memory limit)"
                                                                    : "the kernel's OOM killer (the machine ran out)";
     } else if (std::regex_search(line, m, slurm_cancel)) {
-      step_ending_here = true;
       const std::string why = m[5].str();
+      // `scontrol requeue` (run.slurm's retry) ends the start it follows: not a cause of its own
+      if (why.find("DUE TO JOB REQUEUE") != std::string::npos) continue;
+      step_ending_here = true;
       if (why.find("DUE TO TIME LIMIT") != std::string::npos)
         f.time_limit.push_back(ev);
       else if (why.find("DUE TO NODE FAILURE") != std::string::npos)
