@@ -3,7 +3,10 @@
 # on every exit path, the fixture corpus preprocessed, and the environment the launch scripts read.
 # Usage: source tests/slurm/lib.sh; slurm_test_setup NODES
 # Provides: $SRC (repository), $BIN (llamatrain), $WORK (the folder), $FIXTURE (data prefix),
-# fail MESSAGE (prints the job logs and exits 1), expect_in FILE TEXT.
+# fail MESSAGE (prints the job logs and exits 1), expect_in FILE TEXT, submit / submit_wait ARGS,
+# rank_pid JOB RANK, start_requeued JOB, and for `llamatrain diagnose` of a job's logs:
+# diagnose_job NAME PATHS, diag_field NAME FILTER, expect_diagnosis NAME CAUSE,
+# expect_evidence NAME FILE PATTERN, expect_resume NAME COMMAND.
 set -euo pipefail
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIN=${LLAMATRAIN_BIN:-$SRC/build/release/llamatrain}
