@@ -59,6 +59,7 @@ struct Findings {
   Evidence start_ev, end_ev, error_ev;
   std::optional<nlohmann::json> stop_signal;
   Evidence stop_signal_ev;
+  std::optional<nlohmann::json> batch;  // the batch script's event (launch/slurm/run.slurm): how to resubmit
   std::vector<std::pair<nlohmann::json, Evidence>> outcomes;  // start, end, error and signal events, as read
   std::vector<Evidence> host_oom, time_limit, cancelled, killed, watchdog, comm, internal, plain_error, mpi_abort,
       skips, rollbacks, damaged_checkpoint;
@@ -74,6 +75,11 @@ struct Findings {
   std::string oom_detail;  // which mechanism killed for memory
   std::string cancel_detail;
   bool job_cancelled = false;  // the whole job, not only a step (srun cancels a step whose task died)
+  std::vector<Evidence> bad_exit;  // srun's "task N: Exited with exit code C" (C != 0)
+  // The first kill srun saw came after, in the same log, a task's failure or the step's cancellation:
+  // srun or SLURM ending the step (--kill-on-bad-exit after an error, MPI_Abort after the watchdog,
+  // scancel) killed it, a consequence and not the cause.
+  bool kill_while_step_ending = false;
 };
 
 int signal_number(const std::string& name) {
@@ -89,7 +95,28 @@ int signal_number(const std::string& name) {
   return it == names.end() ? 0 : it->second;
 }
 
-void scan(const LogText& log, Findings& f) {
+// The time of the latest batch event (launch/slurm/run.slurm's, one per start of a job) in the logs,
+// "" when there is none.
+std::string latest_batch_time(const std::vector<LogText>& logs) {
+  std::string latest;
+  for (const auto& log : logs) {
+    for (size_t at = log.text.find("\"event\":\"batch\""); at != std::string::npos;
+         at = log.text.find("\"event\":\"batch\"", at + 1)) {
+      const size_t begin = log.text.rfind('\n', at), end = log.text.find('\n', at);
+      const size_t from = begin == std::string::npos ? 0 : begin + 1;
+      const std::string_view line =
+          std::string_view(log.text).substr(from, end == std::string::npos ? end : end - from);
+      if (auto e = parse_event_line(line))
+        if ((*e)["event"] == "batch") latest = std::max(latest, e->value("time", std::string()));
+    }
+  }
+  return latest;
+}
+
+// `latest_start`: latest_batch_time(). In a job log that holds several starts of a requeued job, the
+// lines of the earlier starts (after their batch events) are passed over but for the events, which
+// choose_attempt sorts out by their times.
+void scan(const LogText& log, Findings& f, const std::string& latest_start) {
   static const std::regex slurm_oom(
       R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)");
   static const std::regex srun_oom(R"(srun: error: \S+: tasks? ([0-9,\-]+): Out Of Memory)");
@@ -106,6 +133,9 @@ void scan(const LogText& log, Findings& f) {
   static const std::regex check_failed(R"(\[rank (\d+)\] CHECK failed at)");
   static const std::regex mpi_abort(R"(MPI_ABORT was invoked on rank (\d+))");
   static const std::regex damaged(R"(warning: skipping checkpoint )");
+  static const std::regex srun_exit(R"(srun: error: \S+: tasks? [0-9,\-]+: Exited with exit code (\d+))");
+  bool step_ending_here = false;  // in this log, so far: a task failed or the step was cancelled
+  bool earlier_start = false;     // the lines since an earlier start's batch event
 
   std::istringstream in(log.text);
   std::string line;
@@ -114,10 +144,16 @@ void scan(const LogText& log, Findings& f) {
   while (std::getline(in, line)) {
     n++;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // the diagnosis launch/slurm/run.slurm printed into the job log: it quotes the lines it names
+    if (starts_with(line, "run.slurm: diagnosis: ")) continue;
     const Evidence ev{log.path, n, line};
     if (auto e = parse_event_line(line)) {
       const std::string kind = (*e)["event"].get<std::string>();
-      if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
+      if (kind == "batch") {
+        earlier_start = e->value("time", std::string()) < latest_start;
+        // the latest start of the job (a requeued job's log holds every start)
+        if (!f.batch || e->value("time", "") >= f.batch->value("time", "")) f.batch = *e;
+      } else if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
         f.outcomes.push_back({*e, ev});  // sorted out by attempt once every log is read (choose_attempt)
       } else if (kind == "step" && e->contains("step") && (*e)["step"].is_number()) {
         f.last_step = std::max(f.last_step, (*e)["step"].get<int64_t>());
@@ -135,6 +171,7 @@ void scan(const LogText& log, Findings& f) {
       }
       continue;
     }
+    if (earlier_start) continue;
     if (std::regex_search(line, m, slurm_oom)) {
       f.host_oom.push_back(ev);
       f.oom_detail = "SLURM's memory limit (the job's cgroup)";
@@ -149,6 +186,9 @@ void scan(const LogText& log, Findings& f) {
                                                                    : "the kernel's OOM killer (the machine ran out)";
     } else if (std::regex_search(line, m, slurm_cancel)) {
       const std::string why = m[5].str();
+      // `scontrol requeue` (run.slurm's retry) ends the start it follows: not a cause of its own
+      if (why.find("DUE TO JOB REQUEUE") != std::string::npos) continue;
+      step_ending_here = true;
       if (why.find("DUE TO TIME LIMIT") != std::string::npos)
         f.time_limit.push_back(ev);
       else if (why.find("DUE TO NODE FAILURE") != std::string::npos)
@@ -163,8 +203,16 @@ void scan(const LogText& log, Findings& f) {
         f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
       f.killed.push_back(ev);
     } else if (std::regex_search(line, m, srun_signal)) {
-      if (!f.killed_signal) f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
+      if (!f.killed_signal) {
+        f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
+        f.kill_while_step_ending = step_ending_here;
+      }
       f.killed.push_back(ev);
+    } else if (std::regex_search(line, m, srun_exit)) {
+      if (m[1].str() != "0") {
+        step_ending_here = true;
+        f.bad_exit.push_back(ev);
+      }
     } else if (std::regex_search(line, m, watchdog)) {
       f.watchdog_ranks.insert(std::atoi(m[1].str().c_str()));
       if (f.watchdog.empty()) f.watchdog_what = m[2].str();
@@ -229,11 +277,34 @@ void choose_attempt(Findings& f) {
   }
 }
 
+std::string json_str(const nlohmann::json& j, const char* k) {
+  return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
+}
+
+// A job of a batch script (launch/slurm/run.slurm) resumes as a new job of the same script: its sbatch
+// command, from the folder it was submitted from, with LLAMATRAIN_RUN_DIR naming the run folder the
+// checkpoints are in (a new job has a new id; the script resumes from the newest checkpoint there).
+std::string resubmit_command(const Findings& f, const std::vector<std::string>& extra) {
+  const nlohmann::json& b = *f.batch;
+  std::string run_dir = f.start ? json_str(*f.start, "run_dir") : "";
+  if (run_dir.empty()) run_dir = json_str(b, "run_dir");
+  std::string cmd;
+  if (const std::string cwd = json_str(b, "cwd"); !cwd.empty()) cmd += "cd " + shell_word(cwd) + " && ";
+  if (!run_dir.empty()) cmd += "LLAMATRAIN_RUN_DIR=" + shell_word(run_dir) + " ";
+  cmd += "sbatch";
+  if (b.contains("sbatch") && b["sbatch"].is_array())
+    for (const auto& a : b["sbatch"])
+      if (a.is_string()) cmd += " " + shell_word(a.get<std::string>());
+  for (const auto& e : extra) cmd += " " + shell_word(e);
+  return cmd;
+}
+
 // The start event's command, resuming: the same config and overrides (a previous resume choice
 // replaced), in the same log folder, under the same launcher. Without a start event, the command of
 // an error event from before it, as it was (nothing was saved to resume from).
 std::string resume_command(const Findings& f, const std::vector<std::string>& extra = {}) {
   const bool started = f.start.has_value();
+  if (f.batch) return resubmit_command(f, extra);
   if (!started && !(f.error && f.error->contains("config"))) return "";
   const nlohmann::json& s = started ? *f.start : *f.error;
   auto str = [&](const char* k) { return s.contains(k) && s[k].is_string() ? s[k].get<std::string>() : std::string(); };
@@ -375,7 +446,11 @@ std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
     } else if (fs::exists(p, ec)) {
       logs.push_back({p, read_text(p)});
     } else {
-      fail("diagnose: {} does not exist, expected a job log or a run folder\nhint: check the path", p);
+      fail(
+          "diagnose: {} does not exist, expected a job log or a run folder\nhint: check the path; a job that never "
+          "started (cancelled or failed while pending) wrote no log: `scontrol show job ID` or `sacct -j ID` says "
+          "why, and `llamatrain doctor` checks the nodes",
+          p);
     }
   }
   return logs;
@@ -383,7 +458,8 @@ std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
 
 Diagnosis diagnose(const std::vector<LogText>& logs) {
   Findings f;
-  for (const auto& log : logs) scan(log, f);
+  const std::string latest_start = latest_batch_time(logs);
+  for (const auto& log : logs) scan(log, f, latest_start);
   choose_attempt(f);
   Diagnosis d;
   d.last_step = f.last_step;
@@ -401,10 +477,12 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
   // A rank the launcher saw killed that is also the one the watchdog's waiting ranks miss: the kill
   // is the cause, the hang its consequence (srun without --kill-on-bad-exit). Kills of waiting ranks
   // are the launcher ending the job after the watchdog's abort.
-  const bool killed_missing_rank = f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank);
+  const bool killed_missing_rank =
+      f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank) && !f.kill_while_step_ending;
   // The order: the scheduler's and the kernel's records, the failing rank's own error event, the
   // watchdog, a cancellation (srun also cancels a step whose task failed: after the two before), a
-  // clean stop on a signal, a rank seen killed, communication failures.
+  // rank seen killed (srun's --kill-on-bad-exit then sends SIGTERM to the others, which save and
+  // stop: before that clean stop), a clean stop on a signal, communication failures.
   if (!f.host_oom.empty()) {
     d.cause = "host_oom";
     const bool several = f.killed_ranks_text.find_first_of(",-") != std::string::npos;
@@ -442,7 +520,7 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
         "the rank that never joined was stuck (stopped, blocked in I/O, a dead node or a deadlock): check its node "
         "(`llamatrain doctor`); if the operation is legitimately that slow, raise LLAMATRAIN_WATCHDOG_TIMEOUT";
     d.resume = resume_command(f);
-  } else if (!f.cancelled.empty() && (f.job_cancelled || f.killed.empty())) {
+  } else if (!f.cancelled.empty() && (f.job_cancelled || (f.killed.empty() && f.bad_exit.empty()))) {
     d.cause = "cancelled";
     d.summary = f.cancel_detail.empty() ? "the job was cancelled (scancel, or an administrator)"
                                         : "the job was " + f.cancel_detail;
@@ -450,17 +528,7 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
     d.fix = "nothing failed in the run; resume it when wanted";
     d.resume = resume_command(f);
-  } else if (f.stop_signal) {
-    const nlohmann::json& s = *f.stop_signal;
-    d.cause = "stopped_by_signal";
-    d.signal =
-        s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
-    d.summary = fmt::format("the run was stopped by {} and saved a checkpoint (a cancellation, a preemption or Ctrl-C)",
-                            d.signal ? signal_name(*d.signal) : "a signal");
-    d.evidence.push_back(f.stop_signal_ev);
-    d.fix = "nothing failed in the run; resume it when wanted";
-    d.resume = resume_command(f);
-  } else if (!f.killed.empty()) {
+  } else if (!f.killed.empty() && !f.kill_while_step_ending) {
     d.cause = "killed_by_signal";
     d.rank = f.killed_rank;
     d.signal = f.killed_signal;
@@ -472,6 +540,18 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
             : sig == 11 || sig == 7 || sig == 6
                 ? "the program crashed: report it with this log; the run resumes from its last checkpoint"
                 : "find who sent the signal (the scheduler, a person, a node agent)";
+    d.resume = resume_command(f);
+  } else if (f.stop_signal) {
+    const nlohmann::json& s = *f.stop_signal;
+    d.cause = "stopped_by_signal";
+    d.signal =
+        s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
+    d.summary = fmt::format(
+        "the run was stopped by {} and saved a checkpoint (a cancellation, the time limit's --signal warning, a "
+        "preemption or Ctrl-C)",
+        d.signal ? signal_name(*d.signal) : "a signal");
+    d.evidence.push_back(f.stop_signal_ev);
+    d.fix = "nothing failed in the run; resume it when wanted";
     d.resume = resume_command(f);
   } else if (!f.comm.empty()) {
     d.cause = "comm";
@@ -486,6 +566,16 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     d.summary = "an internal check failed" + (f.internal_rank ? fmt::format(" on rank {}", *f.internal_rank) : "");
     d.evidence = f.internal;
     d.fix = "a bug: report it with this log";
+    d.resume = resume_command(f);
+  } else if (!f.plain_error.empty() && !f.start) {
+    // An error before the trainer's start event, and not the trainer's own (which has an error
+    // event): the model script, the launcher or the job's set-up stopped it.
+    d.cause = "never_started";
+    d.summary = "the job never started training: " + f.plain_error.front().text.substr(7);
+    d.evidence = {f.plain_error.front()};
+    d.fix =
+        "see the message and its hint; `llamatrain doctor` (launch/slurm/preflight.slurm on the job's nodes) checks "
+        "the nodes, the layout and the config's files before a training job";
     d.resume = resume_command(f);
   } else if (!f.plain_error.empty()) {
     d.cause = "error";
@@ -511,6 +601,7 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
   } else {
     d.cause = "never_started";
     d.summary = "no training log: the job never started training";
+    d.resume = resume_command(f);
     d.fix = "check the compute nodes with `llamatrain doctor` and the scheduler's own log of the job";
   }
   if (d.cause != "success" && !f.mpi_abort.empty() && d.evidence.size() < 6) d.evidence.push_back(f.mpi_abort.front());

@@ -4,7 +4,9 @@
 // OOM killer lines when dmesg text is given. One cause wins, by a fixed order (the scheduler's and the
 // kernel's word first, then the failing rank's error event, then what the launcher saw), with the
 // lines that show it, the fix, and the command that resumes the run (its start event's command with
-// exp_manager.resume_if_exists=true). The logs given together are taken as one job's.
+// exp_manager.resume_if_exists=true; for a job of launch/slurm/run.slurm, whose `batch` event says how
+// it was submitted, that sbatch command with LLAMATRAIN_RUN_DIR). The logs given together are taken as
+// one job's.
 #pragma once
 
 #include <cstdint>

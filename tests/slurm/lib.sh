@@ -3,7 +3,10 @@
 # on every exit path, the fixture corpus preprocessed, and the environment the launch scripts read.
 # Usage: source tests/slurm/lib.sh; slurm_test_setup NODES
 # Provides: $SRC (repository), $BIN (llamatrain), $WORK (the folder), $FIXTURE (data prefix),
-# fail MESSAGE (prints the job logs and exits 1), expect_in FILE TEXT.
+# fail MESSAGE (prints the job logs and exits 1), expect_in FILE TEXT, submit / submit_wait ARGS,
+# rank_pid JOB RANK, start_requeued JOB, and for `llamatrain diagnose` of a job's logs:
+# diagnose_job NAME PATHS, diag_field NAME FILTER, expect_diagnosis NAME CAUSE,
+# expect_evidence NAME FILE PATTERN, expect_resume NAME COMMAND.
 set -euo pipefail
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIN=${LLAMATRAIN_BIN:-$SRC/build/release/llamatrain}
@@ -70,4 +73,77 @@ submit_wait() {
   echo "$job"
   slurm_wait_job "$job" 600 >/dev/null || return 1
   [ "$(slurm_job_field "$job" JobState)" = COMPLETED ]
+}
+
+# rank_pid JOB RANK: the pid of the llamatrain process of that rank of the job (its environment
+# says SLURM_JOB_ID and SLURM_PROCID); waits up to 30 s for it.
+rank_pid() {
+  local e pid env i
+  for ((i = 0; i < 300; i++)); do
+    for e in /proc/[0-9]*/environ; do
+      pid=${e#/proc/}; pid=${pid%/environ}
+      [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = llamatrain ] || continue
+      env=$({ tr '\0' '\n' <"$e"; } 2>/dev/null) || continue
+      if grep -qxF "SLURM_JOB_ID=$1" <<<"$env" && grep -qxF "SLURM_PROCID=$2" <<<"$env"; then
+        echo "$pid"
+        return 0
+      fi
+    done
+    sleep 0.1
+  done
+  return 1
+}
+
+# diagnose_job NAME PATHS...: `llamatrain diagnose` of the paths, run in $WORK as a user would:
+# the text in $WORK/NAME.diag, the JSON in $WORK/NAME.json.
+diagnose_job() {
+  local name=$1
+  shift
+  (cd "$WORK" && "$BIN" diagnose "$@") >"$WORK/$name.diag" 2>&1 || fail "llamatrain diagnose $* failed: $(cat "$WORK/$name.diag")"
+  (cd "$WORK" && "$BIN" diagnose --json "$@") >"$WORK/$name.json" 2>&1 || fail "llamatrain diagnose --json $* failed"
+}
+# diag_field NAME JQ_FILTER: one field of the diagnosis (jq -r).
+diag_field() { jq -r "$2" "$WORK/$1.json"; }
+# expect_diagnosis NAME CAUSE: the cause in both forms ("cause: ... (CAUSE)" in the text).
+expect_diagnosis() {
+  [ "$(diag_field "$1" .cause)" = "$2" ] || fail "diagnosed $(diag_field "$1" .cause), expected $2: $(cat "$WORK/$1.diag")"
+  grep -q "^cause: .* ($2)\$" "$WORK/$1.diag" || fail "the text diagnosis does not name $2: $(cat "$WORK/$1.diag")"
+}
+# expect_evidence NAME FILE PATTERN: an evidence item of the diagnosis is a line of FILE (relative to
+# $WORK as diagnose names it) that matches PATTERN (grep -E), and that line of the file is the text
+# shown, in the text form as FILE:LINE: TEXT too.
+expect_evidence() {
+  local name=$1 file=$2 pattern=$3 line text
+  while IFS=$'\t' read -r line text; do
+    if [ "$(sed -n "${line}p" "$WORK/$file")" = "$text" ] && grep -qE -- "$pattern" <<<"$text"; then
+      grep -qF -- "  $file:$line: $text" "$WORK/$name.diag" || fail "evidence $file:$line is not in the text diagnosis"
+      return 0
+    fi
+  done < <(jq -r --arg f "$file" '.evidence[] | select(.file == $f) | "\(.line)\t\(.text)"' "$WORK/$name.json")
+  fail "no evidence line of $file matching '$pattern' in the diagnosis: $(cat "$WORK/$name.diag")"
+}
+# expect_resume NAME COMMAND: the resume command, exactly, in both forms.
+expect_resume() {
+  [ "$(diag_field "$1" .resume)" = "$2" ] || fail "resume command
+  $(diag_field "$1" .resume)
+expected
+  $2"
+  grep -qxF -- "resume: $2" "$WORK/$1.diag" || fail "the text diagnosis lacks 'resume: $2'"
+}
+
+# SLURM holds a requeued job for 120 s before it may start again: time for the last start's step
+# daemons to end (a step of the same id cannot start while they hold its PMIx socket) and for its
+# revoked job credential to age (a start within the same second is refused). The test waits for
+# those instead (every node idle, no step socket, 2 s), then lets the job start:
+# start_requeued JOBID.
+start_requeued() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    if [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" = "$SLURM_CLUSTER_NODES" ] && ! ls "$SLURM_CLUSTER_DIR"/spool/*/stepd.* >/dev/null 2>&1; then
+      break
+    fi
+    sleep 0.1
+  done
+  sleep 2
+  scontrol update JobId="$1" StartTime=now
 }

@@ -3,10 +3,13 @@
 # node (data parallel 2, srun --mpi=pmix):
 # 1. an uninterrupted job: its checkpoint, TensorBoard file, Hugging Face export, job log and
 #    per-rank logs;
-# 2. `scancel` mid-run: the ranks save a checkpoint before they end, and a resubmitted job resumes
-#    from it on the same loss curve (every step's loss equal to the uninterrupted job's);
+# 2. `scancel` mid-run: the ranks save a checkpoint before they end; `llamatrain diagnose` of the job
+#    log and run folder says the job was cancelled, and the sbatch command it prints, run as it is,
+#    resumes from the checkpoint on the same loss curve (every step's loss equal to the uninterrupted
+#    job's);
 # 3. SIGTERM to the ranks mid-run (what --signal sends before the time limit): the job requeues
-#    itself and finishes under the same job id, again on the same loss curve.
+#    itself (its diagnosis: stopped by SIGTERM, worth retrying) and finishes under the same job id,
+#    again on the same loss curve.
 source "$(dirname "$0")/lib.sh"
 slurm_test_setup 2
 model=$SRC/launch/models/tiny.sh
@@ -33,22 +36,6 @@ wait_steps() {  # RUN_DIR N JOB: until the run logged N steps
     sleep 0.1
   done
   fail "run $1 did not reach step $2 in 60 s"
-}
-
-# SLURM holds a requeued job for 120 s before it may start again: time for the last start's step
-# daemons to end (a step of the same id cannot start while they hold its PMIx socket) and for its
-# revoked job credential to age (a start within the same second is refused). The test waits for
-# those instead (both nodes idle, no step socket, 2 s), then lets the job start.
-start_requeued() {
-  local i
-  for ((i = 0; i < 300; i++)); do
-    if [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" = 2 ] && ! ls "$SLURM_CLUSTER_DIR"/spool/*/stepd.* >/dev/null 2>&1; then
-      break
-    fi
-    sleep 0.1
-  done
-  sleep 2
-  scontrol update JobId="$1" StartTime=now
 }
 
 # 1. Uninterrupted.
@@ -80,8 +67,22 @@ state=$(slurm_wait_job "$job" 120) || fail "job $job did not end after scancel"
 saved=$(ls "$WORK/cancelled/checkpoints" 2>/dev/null | sed -n 's/^step_\([0-9]*\)$/\1/p' | sort -n | tail -n 1)
 [ -n "$saved" ] || fail "scancel left no checkpoint in $WORK/cancelled/checkpoints"
 [ "$saved" -lt "$TRAIN_ITERS" ] || fail "the cancelled job reached the last step ($saved) before scancel: a longer run is needed"
-expect_in "$WORK/slurm-llamatrain-$job.out" "run.slurm: the job was cancelled; not retrying"
-job=$(submit_wait --nodes 2 "$SRC/launch/slurm/run.slurm" "$model") || fail "the resubmitted job failed"
+log=slurm-llamatrain-$job.out
+expect_in "$WORK/$log" "run.slurm: the job was cancelled; not retrying"
+diagnose_job cancelled "$log" cancelled
+expect_diagnosis cancelled cancelled
+expect_evidence cancelled "$log" "\*\*\* JOB $job ON n[12] CANCELLED AT "
+[ "$(diag_field cancelled .last_checkpoint)" = "$WORK/cancelled/checkpoints/step_$saved" ] \
+  || fail "last checkpoint $(diag_field cancelled .last_checkpoint), expected step_$saved"
+resume="cd $WORK && LLAMATRAIN_RUN_DIR=$WORK/cancelled sbatch --nodes 2 --ntasks-per-node 1 $SRC/launch/slurm/run.slurm $model"
+expect_resume cancelled "$resume"
+# The printed command, as a user would run it (from another folder; the environment is this one).
+submitted=$(cd / && bash -c "$(diag_field cancelled .resume)") || fail "the resume command failed: $submitted"
+job=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' <<<"$submitted")
+[ -n "$job" ] || fail "the resume command did not submit a job: $submitted"
+[ "$(slurm_wait_job "$job" 600)" = COMPLETED ] || fail "the resumed job $job is $(slurm_job_field "$job" JobState)"
+diagnose_job resumed "slurm-llamatrain-$job.out" cancelled
+expect_diagnosis resumed success
 expect_in "$WORK/cancelled/train_log.txt" "step_$saved"
 curve "$WORK/cancelled" >"$WORK/cancelled.curve"
 diff "$WORK/full.curve" "$WORK/cancelled.curve" >"$WORK/cancelled.diff" \
@@ -102,8 +103,13 @@ start_requeued "$job"
 state=$(slurm_wait_job "$job" 240) || fail "the requeued job $job did not finish"
 [ "$state" = COMPLETED ] || fail "the requeued job $job is $state, expected COMPLETED"
 log=$WORK/slurm-llamatrain-$job.out
+expect_in "$log" "run.slurm: stopped_by_signal is worth retrying"
+grep -q "^run.slurm: diagnosis: cause: the run was stopped by SIGTERM .*(stopped_by_signal)$" "$log" \
+  || fail "run.slurm printed no diagnosis before the requeue"
 expect_in "$log" "run.slurm: requeueing job $job (restart 1 of 3)"
 expect_in "$log" "run.slurm: job $job (start 2 of at most 4)"
+diagnose_job requeued "slurm-llamatrain-$job.out" requeued  # both starts in it: the latest is diagnosed
+expect_diagnosis requeued success
 curve "$WORK/requeued" >"$WORK/requeued.curve"
 diff "$WORK/full.curve" "$WORK/requeued.curve" >"$WORK/requeued.diff" \
   || fail "stopped by SIGTERM and requeued, the loss curve differs from the uninterrupted one: $(head "$WORK/requeued.diff")"
