@@ -125,7 +125,13 @@ slurm_cluster_start() {
     mkdir -p "$dir/spool/n$i" "$dir/tmp/n$i"
     # Each node its own hostname: OpenMPI names its shared-memory segments after the host, and two
     # ranks on "different" nodes with one name collide there.
-    unshare --uts /bin/sh -c "hostname n$i && exec slurmd -D -N n$i -f '$SLURM_CONF'" \
+    # And its own mount namespace where /sys/fs/cgroup holds only the named "systemd" hierarchy of
+    # cgroup v1 over a tmpfs: slurmd 22.05 refuses to start where nothing is mounted there (a chroot, a
+    # container) and its cgroup v2 plugin needs systemd's D-Bus; the cluster uses no cgroups (process
+    # tracking by /proc, memory limits by polling), so every machine runs it the same way.
+    unshare --uts --mount /bin/sh -c "mount -t tmpfs -o size=64k,mode=755 llamatrain-test /sys/fs/cgroup &&
+      mkdir /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd llamatrain-test /sys/fs/cgroup/systemd &&
+      hostname n$i && exec slurmd -D -N n$i -f '$SLURM_CONF'" \
       </dev/null >>"$dir/log/slurmd-n$i.stdout" 2>&1 &
     echo "slurmd-n$i $!" >>"$dir/pids"
   done
