@@ -4,7 +4,7 @@
 # NOT tested), and runs the README's two commands there as root in a chroot: `bash scripts/demo.sh`,
 # then `bash scripts/test.sh`. It fails if either fails or if any test was skipped (on the machine
 # setup.sh prepares, every test must run). It prints each step's duration and ends with ctest's
-# summary line. /proc, /sys, /dev, /dev/pts and /dev/shm are mounted in a private mount namespace
+# summary line. The root itself, /proc, /sys (with the host's cgroups), /dev, /dev/pts and /dev/shm are mounted in a private mount namespace
 # and unmounted on every exit path, Ctrl-C included. Needs root, ~4 GB free (it uses ~2.5 GB) and
 # a Debian mirror. Details and the last result: docs/development.md.
 #
@@ -235,8 +235,12 @@ git -C "$ROOT/llamatrain" -c advice.detachedHead=false checkout -q --detach "$sh
   die "the clone lacks HEAD $sha" "commit on a branch, then run again"
 
 # ---- the two commands, in the chroot ----------------------------------------------------------
+# As on a machine: the root is a mount point (unshare --mount makes it private), and the cgroup
+# hierarchies systemd mounts are there (the host's, as a container sees them).
+mount --bind "$ROOT" "$ROOT"
 mount -t proc proc "$ROOT/proc"
 mount -t sysfs sysfs "$ROOT/sys"
+if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup "$ROOT/sys/fs/cgroup"; fi
 mount --bind /dev "$ROOT/dev"
 mount --bind /dev/pts "$ROOT/dev/pts"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$ROOT/dev/shm"

@@ -129,7 +129,10 @@ slurm_cluster_start() {
     # cgroup v1 over a tmpfs: slurmd 22.05 refuses to start where nothing is mounted there (a chroot, a
     # container) and its cgroup v2 plugin needs systemd's D-Bus; the cluster uses no cgroups (process
     # tracking by /proc, memory limits by polling), so every machine runs it the same way.
-    unshare --uts --mount /bin/sh -c "mount -t tmpfs -o size=64k,mode=755 llamatrain-test /sys/fs/cgroup &&
+    # (--propagation unchanged, then the one mount below made private: in a chroot "/" is no mount
+    # point, and unshare's default of making it private fails there.)
+    unshare --uts --mount --propagation unchanged /bin/sh -c "mount --make-rprivate \"\$(findmnt -n -o TARGET -T /sys/fs/cgroup)\" &&
+      mount -t tmpfs -o size=64k,mode=755 llamatrain-test /sys/fs/cgroup &&
       mkdir /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd llamatrain-test /sys/fs/cgroup/systemd &&
       hostname n$i && exec slurmd -D -N n$i -f '$SLURM_CONF'" \
       </dev/null >>"$dir/log/slurmd-n$i.stdout" 2>&1 &
