@@ -236,11 +236,16 @@ PlanCheck check_disk(const TrainConfig& cfg, const RunPlan& p) {
   return {Status::pass, "disk", detail};
 }
 
+// What a training step sustains of the probes' rates (which are the fastest of a few calls): 0.83, the
+// median ratio of predicted to measured step times of bench/plan_vs_measured.sh on a 2-core AVX-512
+// machine (docs/performance.md, "Predicted step times").
+constexpr double kSustainedFraction = 0.83;
+
 // This CPU's rates for the step model: each matmul shape probed once (a large one at fewer rows: the
 // rate hardly changes with them), the attention kernel at the rank's head shape, the memory-bound
 // kernels at the AdamW kernel's rate, and a small kernel call's fixed cost, all measured with this
 // process's threads; a rank runs with its share of the node's cores, which scales the rates when
-// that is fewer threads than the probes had.
+// that is fewer threads than the probes had, at the fraction of them a step sustains.
 obs::MachineRates this_cpu_rates(const RunPlan& p, int ranks_per_node, double probe_seconds) {
   const model::Precision prec = p.precision;
   obs::MachineRates m;
@@ -248,7 +253,7 @@ obs::MachineRates this_cpu_rates(const RunPlan& p, int ranks_per_node, double pr
   m.name = fmt::format("this CPU ({} core{})", cores, cores == 1 ? "" : "s");
   const int threads = model::compute_threads();
   const int rank_threads = std::max(1, int(cores) / std::max(1, ranks_per_node));
-  const double share = double(std::min(threads, rank_threads)) / threads;
+  const double share = double(std::min(threads, rank_threads)) / threads * kSustainedFraction;
   auto cache = std::make_shared<std::map<std::tuple<int64_t, int64_t, int64_t>, double>>();
   m.matmul_seconds = [=](int64_t M, int64_t N, int64_t K) {
     const int64_t Mp = std::clamp<int64_t>(int64_t(4e8 / std::max<double>(1.0, double(N) * double(K))), 16, M);
