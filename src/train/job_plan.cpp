@@ -2,6 +2,7 @@
 // it can find, not just the first; the figures need the preflight to pass.
 #include "train/job_plan.h"
 
+#include <malloc.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -387,6 +388,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   jp.prediction = obs::predict_step(step_work(p, stages, jp.ranks_per_node), rates);
   // This process's resident memory now, its kernels probed: the libraries and the kernels' own state,
   // as a rank has them (an accelerator's runtime is not counted).
+  if (!acc) ::malloc_trim(0);  // what the probes freed is not the runtime's
   const int64_t runtime = acc ? 0 : std::max<int64_t>(0, current_rss_bytes());
   jp.checks.push_back({Status::pass, "layout",
                        fmt::format("{} node{} x {} rank{}: data {} x tensor {} x pipeline {}{}", jp.nodes,
