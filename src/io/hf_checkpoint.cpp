@@ -2,10 +2,14 @@
 // of each HF tensor through its TensorShards; saving takes a whole model.
 #include "io/hf_checkpoint.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -149,6 +153,79 @@ void save_hf_checkpoint(const model::LlamaModel& m, const std::string& dir, cons
   write_hf_weights(m, out.temp_path(), torch_dtype, max_shard_bytes);
   for (const auto& f : extra_files) write_file_atomic(out.file(f.name), f.bytes);
   out.commit();
+}
+
+namespace {
+
+// "model.layers.3.mlp.up_proj.weight" -> "model.layers.N.mlp.up_proj.weight" (with N = `layer`).
+std::string layer_form(const HfTensorSlice& t, const std::string& layer) {
+  if (t.layer < 0) return t.hf_name;
+  const std::string p = fmt::format("model.layers.{}.", t.layer);
+  return "model.layers." + layer + "." + t.hf_name.substr(p.size());
+}
+
+}  // namespace
+
+std::string hf_names_of(const model::LlamaConfig& c, const std::string& tensor) {
+  std::vector<std::string> names;
+  for (const auto& t : hf_tensor_slices(c))
+    if (t.param == tensor && (t.layer <= 0)) names.push_back(layer_form(t, "*"));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+std::vector<std::string> frozen_tensors(const model::LlamaConfig& c, const std::vector<std::string>& patterns,
+                                        const std::string& key) {
+  const auto slices = hf_tensor_slices(c);
+  auto matches = [](const std::string& pattern, const std::string& name) {
+    return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+  };
+  // The names once per form, with their shapes, for the message of a pattern that matches nothing.
+  auto name_list = [&] {
+    std::string out;
+    for (const auto& t : slices) {
+      if (t.layer > 0) continue;
+      std::string shape;
+      for (int64_t d : t.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      out += fmt::format("\n  {} ({})", layer_form(t, "N"), shape);
+    }
+    return out + fmt::format("\n  (N = 0..{})", c.n_layers - 1);
+  };
+  std::map<std::string, std::pair<int, int>> count;  // tensor -> (HF tensors matched, HF tensors)
+  for (const auto& p : patterns) {
+    if (p.empty()) fail("{}: an empty pattern, expected a Hugging Face parameter name or glob\nhint: remove it", key);
+    if (std::none_of(slices.begin(), slices.end(), [&](const HfTensorSlice& t) { return matches(p, t.hf_name); }))
+      fail("{}: '{}' matches no parameter of the model, expected a Hugging Face parameter name or glob (* matches "
+           "any characters, dots included); the model's parameters:{}\nhint: e.g. model.layers.* freezes every layer",
+           key, p, name_list());
+  }
+  for (const auto& t : slices) {
+    auto& [hit, all] = count[t.param];
+    all++;
+    if (std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) { return matches(p, t.hf_name); }))
+      hit++;
+  }
+  std::vector<std::string> frozen;
+  for (const std::string& name : c.tensor_names()) {
+    const auto [hit, all] = count[name];
+    if (hit == 0) continue;
+    if (hit < all) {
+      std::vector<std::string> matched;
+      for (const auto& t : slices)
+        if (t.param == name && matched.size() < 3 &&
+            std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) { return matches(p, t.hf_name); }))
+          matched.push_back(t.hf_name);
+      fail("{}: the patterns match {} of the {} parameters ({}{}) that the model keeps in one tensor, expected all "
+           "of them or none: {} (all layers)\nhint: freeze whole kinds over all layers, e.g. model.layers.* or "
+           "model.layers.*.mlp.*; q/k/v_proj train together, as do gate/up_proj",
+           key, hit, all, fmt::join(matched, ", "), hit > 3 ? ", ..." : "", hf_names_of(c, name));
+    }
+    frozen.push_back(name);
+  }
+  if (!patterns.empty() && frozen.size() == c.tensor_names().size())
+    fail("{}: the patterns freeze every parameter of the model, expected something left to train\nhint: leave "
+         "the embedding or the output layer out (e.g. [model.layers.*, model.norm.weight])",
+         key);
+  return frozen;
 }
 
 }  // namespace llamatrain::io

@@ -33,6 +33,18 @@ struct HfTensorSlice {
 std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaConfig& config);
 std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& model);
 
+// The model tensors (LlamaConfig::frozen names, in arena order) that Hugging Face name patterns
+// freeze (model.freeze). A pattern is an fnmatch glob over the full model's HF tensor names, `*`
+// matching any characters, dots included ("model.layers.*" is every layer tensor). Each model
+// tensor holds several HF tensors (all layers stacked; q/k/v_proj in one, gate/up_proj in one): it
+// is frozen when the patterns match all of them. Errors (naming `key`): a pattern that matches no
+// tensor (listing the names), patterns that match only some of a model tensor's HF tensors (such as
+// one layer: only whole tensors over all layers can be frozen), or every tensor frozen.
+std::vector<std::string> frozen_tensors(const model::LlamaConfig& config, const std::vector<std::string>& patterns,
+                                        const std::string& key = "model.freeze");
+// A model tensor's HF names with the layer as '*' ("model.layers.*.mlp.down_proj.weight"), for messages.
+std::string hf_names_of(const model::LlamaConfig& config, const std::string& tensor);
+
 // Loads weights from DIR (model.safetensors or an index + shards) into the model's fp32 arena and
 // calls params_changed(). A model-parallel rank's model (model/shard.h) copies only its part of each
 // HF tensor (reading those pages of the mmap) and skips the tensors its pipeline stage does not hold;

@@ -3,9 +3,12 @@
 // the presets copy llama2.c's "stories" models, TinyLlama 1.1B, Llama 2 7B/13B and the tiny demo.
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
+
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -49,6 +52,22 @@ void LlamaConfig::validate(const std::string& where) const {
   if (eos_id < 0 || eos_id >= vocab_size)
     fail("config {}: eos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids",
          where, eos_id, vocab_size);
+  const std::vector<std::string> names = tensor_names();
+  for (const std::string& f : frozen)
+    if (std::find(names.begin(), names.end(), f) == names.end())
+      fail("config {}: frozen tensor {} is not a tensor of this model, expected one of {}\nhint: freeze by Hugging "
+           "Face name (model.freeze)",
+           where, f, fmt::join(names, ", "));
+}
+
+std::vector<std::string> LlamaConfig::tensor_names() const {
+  std::vector<std::string> out{"wte", "attn_norm", "wqkv", "wo", "ffn_norm", "w13", "w2", "norm"};
+  if (!tie_embeddings) out.push_back("wout");
+  return out;
+}
+
+bool LlamaConfig::is_frozen(const std::string& tensor) const {
+  return std::find(frozen.begin(), frozen.end(), tensor) != frozen.end();
 }
 
 void LlamaConfig::check_heads(const FieldNames& names) const {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/names.h"
 
@@ -25,6 +26,10 @@ struct LlamaConfig {
   bool tie_embeddings = false;  // tie_word_embeddings
   int bos_id = 1;
   int eos_id = 2;
+  // Tensors that do not train, by the model's names ("wte", "wqkv", ...; all layers of a stacked
+  // one): no gradient, no optimizer state. Set from the Hugging Face name patterns of model.freeze
+  // (io::frozen_tensors); not part of the architecture (checkpoints and exports ignore it).
+  std::vector<std::string> frozen;
 
   int head_dim() const { return dim / n_heads; }                       // D
   int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim(); }  // rows of packed wqkv
@@ -39,6 +44,9 @@ struct LlamaConfig {
   void check_seq_len(int64_t T, const FieldNames& names = FieldNames()) const;
   // Total parameter count (embedding, layers, final norm, lm head unless tied).
   int64_t num_params() const;
+  // The model's tensor names, in arena order (wout only when untied), and whether one is frozen.
+  std::vector<std::string> tensor_names() const;
+  bool is_frozen(const std::string& tensor) const;
 };
 
 // Named presets for bench and demos (llama2.c "stories" models, TinyLlama); nullptr-safe lookup

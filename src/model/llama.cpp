@@ -94,21 +94,28 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     s.owned.rows.clear();
     if (s.full_id == kWqkv) s.owned.rows = {{tp * d.H * D, d.H * D}};
   }
-  int64_t offset = 0;
+  // Frozen tensors first (in their usual order), then the trainable ones: the gradient arena, the
+  // moments and the ZeRO-1 shards cover one range at the arena's end.
+  for (auto& s : specs) s.frozen = c.is_frozen(s.name);
+  std::stable_partition(specs.begin(), specs.end(), [](const ParamSpec& s) { return s.frozen; });
+  int64_t offset = 0, frozen = 0;
   for (auto& s : specs) {
     s.numel = 1;
     for (int64_t n : s.shape) s.numel *= n;
     CHECK(s.numel == s.shard.numel(), "shard of {} disagrees with its shape", s.name);
     s.offset = offset;
     offset += s.numel;
+    if (s.frozen) frozen += s.numel;
   }
+  for (auto& s : specs) s.grad_offset = s.frozen ? -1 : s.offset - frozen;
   return specs;
 }
 
-ParameterTensors views(float* base, const std::vector<ParamSpec>& specs, bool tied) {
+// Views of the parameter arena, or (grads) of the gradient arena, where frozen tensors have none.
+ParameterTensors views(float* base, const std::vector<ParamSpec>& specs, bool tied, bool grads = false) {
   auto at = [&](const char* name) -> float* {
     for (const auto& s : specs)
-      if (s.name == name) return base + s.offset;
+      if (s.name == name) return grads ? (s.frozen ? nullptr : base + s.grad_offset) : base + s.offset;
     return nullptr;
   };
   ParameterTensors t{at("wte"), at("attn_norm"), at("wqkv"), at("wo"), at("ffn_norm"),
@@ -133,26 +140,29 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
   if (dims_.kv_replicas > 1) kv_group_ = tp_->split(dims_.kv_head_begin, plan_.tp_rank, "kv");
   specs_ = build_param_specs(config_, plan_);
   num_params_ = specs_.back().offset + specs_.back().numel;
+  for (const ParamSpec& s : specs_)
+    if (s.frozen) num_frozen_ += s.numel;
   param_arena_.assign(num_params_, 0.0f);
   if (precision_ != Precision::fp32) param_bf16_.assign(num_params_, bf16{0});
   params_ = views(param_arena_.data(), specs_, config_.tie_embeddings);
 }
 
 void LlamaModel::set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_elements) {
-  CHECK(grad_arena_.empty(), "set_optimizer_shard after the training state was allocated");
-  CHECK(0 <= begin && begin <= end && end <= num_params_ && grad_elements >= num_params_);
+  CHECK(!training_state_, "set_optimizer_shard after the training state was allocated");
+  CHECK(0 <= begin && begin <= end && end <= num_trainable() && grad_elements >= num_trainable());
   shard_begin_ = begin;
   shard_end_ = end;
   grad_elements_ = grad_elements;
-  // The weights are padded too (the padding stays zero), so that parallel::all_gather_parameters
-  // spreads the updated shards in place.
-  param_arena_.resize(size_t(grad_elements));
+  // The trainable weights are padded too (the padding stays zero), so that
+  // parallel::all_gather_parameters spreads the updated shards in place (trainable_param_data()).
+  param_arena_.resize(size_t(num_frozen_ + grad_elements));
   params_ = views(param_arena_.data(), specs_, config_.tie_embeddings);
 }
 
 void LlamaModel::ensure_training_state() {
-  if (!grad_arena_.empty()) return;
-  grad_arena_.assign(std::max(num_params_, grad_elements_), 0.0f);
+  if (training_state_) return;
+  training_state_ = true;
+  grad_arena_.assign(size_t(std::max(num_trainable(), grad_elements_)), 0.0f);
   const int64_t moments = shard_end() - shard_begin_;
   if (precision_ == Precision::bf16_sr) {
     m_bf16_.assign(moments, bf16{0});
@@ -161,7 +171,7 @@ void LlamaModel::ensure_training_state() {
     m_f32_.assign(moments, 0.0f);
     v_f32_.assign(moments, 0.0f);
   }
-  grads_ = views(grad_arena_.data(), specs_, config_.tie_embeddings);
+  grads_ = views(grad_arena_.data(), specs_, config_.tie_embeddings, true);
 }
 
 ParameterTensors LlamaModel::grads() {
@@ -254,25 +264,26 @@ float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
   return norm;
 }
 
-float LlamaModel::grad_norm() { return float(std::sqrt(grad_sum_squares(0, num_params_))); }
+float LlamaModel::grad_norm() { return float(std::sqrt(grad_sum_squares(0, num_trainable()))); }
 
 double LlamaModel::grad_sum_squares(int64_t begin, int64_t end) {
   ensure_training_state();
-  CHECK(0 <= begin && begin <= end && end <= num_params_);
+  CHECK(0 <= begin && begin <= end && end <= num_trainable());
   bool all = true;
-  for (const ParamSpec& s : specs_) all = all && s.in_norm;
+  for (const ParamSpec& s : specs_) all = all && (s.in_norm || s.frozen);
   if (all) return cpu::sum_squares(grad_arena_.data() + begin, end - begin);
   double sum = 0;
   std::vector<float> packed;
   for (const ParamSpec& s : specs_) {
-    const int64_t a = std::max(s.offset, begin), b = std::min(s.offset + s.numel, end);
+    if (s.frozen) continue;
+    const int64_t a = std::max(s.grad_offset, begin), b = std::min(s.grad_offset + s.numel, end);
     if (a >= b) continue;
     if (s.in_norm) {
       sum += cpu::sum_squares(grad_arena_.data() + a, b - a);
     } else if (s.owned.numel() > 0) {  // the owned elements of [a, b), packed
       packed.assign(size_t(s.owned.numel()), 0.0f);
-      copy_between_shards(packed.data(), s.owned, 0, s.owned.numel(), grad_arena_.data() + a, s.shard, a - s.offset,
-                          b - a);
+      copy_between_shards(packed.data(), s.owned, 0, s.owned.numel(), grad_arena_.data() + a, s.shard,
+                          a - s.grad_offset, b - a);
       sum += cpu::sum_squares(packed.data(), s.owned.numel());
     }
   }
@@ -281,7 +292,7 @@ double LlamaModel::grad_sum_squares(int64_t begin, int64_t end) {
 
 void LlamaModel::reduce_model_parallel_grads(parallel::Communicator* embedding_group) {
   ensure_training_state();
-  if (dims_.kv_replicas > 1) {
+  if (dims_.kv_replicas > 1 && grads_.wqkv) {
     // A replicated kv head's k and v rows got part of their gradient on each replica (from its q
     // heads): sum them over the replicas. Per layer they are one block, after the q rows.
     const int64_t kv_rows = 2 * int64_t(dims_.Hkv) * dims_.D * dims_.C;
@@ -290,9 +301,9 @@ void LlamaModel::reduce_model_parallel_grads(parallel::Communicator* embedding_g
   }
   if (plan_.sequence_parallel)  // the norm weights' gradients are partial sums over this rank's tokens
     for (const ParamSpec& s : specs_)
-      if (!s.decay) tp_->all_reduce(grad_arena_.data() + s.offset, size_t(s.numel));
+      if (!s.decay && !s.frozen) tp_->all_reduce(grad_arena_.data() + s.grad_offset, size_t(s.numel));
   if (embedding_group && embedding_group->size() > 1 && config_.tie_embeddings && grads_.wte)
-    embedding_group->all_reduce(grads_.wte, size_t(specs_.front().numel));
+    embedding_group->all_reduce(grads_.wte, size_t(int64_t(dims_.V) * dims_.C));
 }
 
 void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, float norm) {
@@ -300,17 +311,18 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
   ensure_training_state();
   float scale = 1.0f;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = float(opt.grad_clip / (double(norm) + 1e-6));
-  // Each tensor's part inside the optimizer shard (all of it without ZeRO-1); moments are indexed
-  // from the shard's start.
+  // Each trainable tensor's part inside the optimizer shard (all of it without ZeRO-1), in gradient
+  // arena offsets; moments are indexed from the shard's start. Frozen tensors are not touched (nor
+  // decayed).
   const int64_t lo = shard_begin_, hi = shard_end();
-  for (uint32_t id = 0; id < specs_.size(); id++) {
-    const ParamSpec& s = specs_[id];
-    const int64_t a = std::max(s.offset, lo), b = std::min(s.offset + s.numel, hi);
-    if (a >= b) continue;
-    const int64_t n = b - a, k = a - lo;
+  for (const ParamSpec& s : specs_) {
+    if (s.frozen) continue;
+    const int64_t g = std::max(s.grad_offset, lo), b = std::min(s.grad_offset + s.numel, hi);
+    if (g >= b) continue;
+    const int64_t n = b - g, k = g - lo, a = g + num_frozen_;  // a: in the parameter arena
     const float wd = s.decay ? opt.weight_decay : 0.0f;
     float* p = param_arena_.data() + a;
-    const float* gr = grad_arena_.data() + a;
+    const float* gr = grad_arena_.data() + g;
     if (precision_ == Precision::bf16_sr) {
       cpu::adamw_update_bf16_sr(param_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, lr,
                                 opt.beta1, opt.beta2, opt.eps, wd, step, scale, seed_, uint32_t(s.full_id),
@@ -337,16 +349,18 @@ std::vector<std::pair<int64_t, int64_t>> ready_ranges_of(const std::vector<Param
   std::vector<std::pair<int64_t, int64_t>> out;
   const bool head = layer < 0, embedding = layer >= d.L;
   for (const ParamSpec& s : specs) {
+    if (s.frozen) continue;                            // no gradient
     if (plan.sequence_parallel && !s.decay) continue;  // norm weights: summed over TP after the backward
     if (d.kv_replicas > 1 && s.name == "wqkv") continue;  // replicated kv rows: likewise
     const bool stacked = s.name != "wte" && s.name != "wout" && s.name != "norm";
+    const int64_t g = s.grad_offset;
     if (stacked && !head && !embedding) {
       const int64_t per = s.numel / d.L;
-      out.emplace_back(s.offset + layer * per, s.offset + (layer + 1) * per);
+      out.emplace_back(g + layer * per, g + (layer + 1) * per);
     } else if (head && (s.name == "norm" || s.name == "wout")) {
-      out.emplace_back(s.offset, s.offset + s.numel);
+      out.emplace_back(g, g + s.numel);
     } else if (embedding && s.name == "wte" && !(c.tie_embeddings && plan.pp_size > 1)) {
-      out.emplace_back(s.offset, s.offset + s.numel);  // a tied embedding: also complete only here
+      out.emplace_back(g, g + s.numel);  // a tied embedding: also complete only here
     }
   }
   return out;
@@ -391,10 +405,11 @@ std::vector<StateTensor> LlamaModel::state_tensors() {
                      data, b - a, a - s.offset, s.shard});
     };
     add("weight", param_arena_, param_bf16_, s.offset, s.offset + s.numel, s.offset);
-    const int64_t a = std::max(s.offset, lo), b = std::min(s.offset + s.numel, hi);
+    if (s.frozen) continue;  // no moments
+    const int64_t a = std::max(s.grad_offset, lo), b = std::min(s.grad_offset + s.numel, hi);
     if (a >= b) continue;
-    add("exp_avg", m_f32_, m_bf16_, a, b, a - lo);
-    add("exp_avg_sq", v_f32_, v_bf16_, a, b, a - lo);
+    add("exp_avg", m_f32_, m_bf16_, a - s.grad_offset + s.offset, b - s.grad_offset + s.offset, a - lo);
+    add("exp_avg_sq", v_f32_, v_bf16_, a - s.grad_offset + s.offset, b - s.grad_offset + s.offset, a - lo);
   }
   return out;
 }
@@ -408,6 +423,13 @@ int64_t LlamaModel::num_params(const LlamaConfig& c, const ShardPlan& plan) {
   return specs.back().offset + specs.back().numel;
 }
 
+int64_t LlamaModel::num_trainable(const LlamaConfig& c, const ShardPlan& plan) {
+  int64_t n = 0;
+  for (const ParamSpec& s : build_param_specs(c, plan))
+    if (!s.frozen) n += s.numel;
+  return n;
+}
+
 int64_t LlamaModel::state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
                                 bool float_operands) {
   return state_parts(c, plan, p, optimizer_shards, float_operands).total();
@@ -417,11 +439,11 @@ LlamaModel::StateBytes LlamaModel::state_parts(const LlamaConfig& c, const Shard
                                                int optimizer_shards, bool float_operands) {
   // fp32 weights (compute copy) and gradients always; fp32 Adam moments, or bf16 weights and moments
   // in bf16-sr; bf16-mixed adds its matmul copy of the weights (bf16, or bf16_in_f32 with float
-  // operands). ZeRO-1 keeps 1/shards of the moments.
-  const int64_t n = num_params(c, plan);
+  // operands). ZeRO-1 keeps 1/shards of the moments. Frozen tensors have weights only.
+  const int64_t n = num_params(c, plan), t = num_trainable(c, plan);
   const int64_t moments = p == Precision::bf16_sr ? 4 : 8;  // m and v, per parameter
   const int64_t copy = p == Precision::fp32 ? 0 : p == Precision::bf16_mixed && float_operands ? 4 : 2;
-  return {n * (4 + copy), n * 4, (n + optimizer_shards - 1) / optimizer_shards * moments};
+  return {n * (4 + copy), t * 4, (t + optimizer_shards - 1) / optimizer_shards * moments};
 }
 
 int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {

@@ -50,9 +50,14 @@ struct ParamSpec {
   // all of `shard` when in_norm; when not, none, or a part: the q rows of wqkv on a rank whose kv
   // head an earlier TP rank also holds (n_kv_heads < TP). Its own local order packs those elements.
   TensorShard owned;
+  // Frozen (LlamaConfig::frozen): no gradient, no AdamW moments, never updated. Frozen tensors come
+  // first in the parameter arena, so the trainable ones are one range [num_frozen(), num_params())
+  // that the gradient arena, the moments and the ZeRO-1 shards cover.
+  bool frozen = false;
+  int64_t grad_offset = -1;    // into the gradient arena (offset - num_frozen()); -1 when frozen
 };
 
-// Views into the parameter (or gradient) arena. Shapes: C dim, L layers, H heads, Hkv kv heads,
+// Views into the parameter (or gradient) arena; a frozen tensor's gradient view is nullptr. Shapes: C dim, L layers, H heads, Hkv kv heads,
 // D head dim, F ffn dim, V vocab, QKV = (H + 2*Hkv)*D, all local (LocalDims) on a model-parallel
 // rank; tensors a pipeline stage does not hold are nullptr.
 struct ParameterTensors {
@@ -165,12 +170,17 @@ class LlamaModel {
                                 bool probe = true);
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   int64_t num_params() const { return num_params_; }
+  // The trainable part: elements [num_frozen(), num_params()) of the parameter arena, which the
+  // gradient arena (grad_data()), the moments and the optimizer shard index from 0.
+  int64_t num_frozen() const { return num_frozen_; }
+  int64_t num_trainable() const { return num_params_ - num_frozen_; }
+  float* trainable_param_data() { return param_arena_.data() + num_frozen_; }  // (num_trainable)
   ParameterTensors params() { return params_; }
   // Gradients and AdamW state are allocated (zeroed) on first use: here, zero_grad, forward_backward
   // or optimizer_step. A model used only for inference (generate) holds just its weights.
   ParameterTensors grads();
   float* param_data() { return param_arena_.data(); }  // (num_params) fp32 compute copy
-  float* grad_data();                                  // (num_params)
+  float* grad_data();                                  // (num_trainable)
 
   // Normal(0, std) matrices and embeddings, ones for norms (counter-based RNG: layout independent).
   // output_std (if > 0) replaces std for the layers' output projections wo and w2 (Megatron's scaled
@@ -228,7 +238,7 @@ class LlamaModel {
   float grad_norm();
   void optimizer_update(const AdamWConfig& opt, float lr, int step, float grad_norm);
 
-  // Data-parallel overlap: the ranges [begin, end) of the gradient arena in the order the backward
+  // Data-parallel overlap: the ranges [begin, end) of the gradient arena (trainable tensors only) in the order the backward
   // completes them (the lm head and final norm, then layer by layer from the last, then the
   // embedding), leaving out the ones a model-parallel sum still changes after the backward (norm
   // weights under SP, a tied embedding split over stages). While a hook is set, every backward calls
@@ -243,15 +253,15 @@ class LlamaModel {
   // are left out).
   std::vector<StateTensor> state_tensors();
 
-  // ZeRO-1: AdamW moments for the flat range [begin, end) of the parameter arena only, so that
-  // optimizer_update updates that range, and gradient and weight arenas of grad_elements
-  // (>= num_params(); the padding stays zero) that a reduce-scatter and an all-gather can work on in
+  // ZeRO-1: AdamW moments for the flat range [begin, end) of the gradient arena (the trainable part
+  // of the parameter arena) only, so that optimizer_update updates that range, and gradient and
+  // trainable weight arenas of grad_elements (>= num_trainable(); the padding stays zero) that a reduce-scatter and an all-gather can work on in
   // place. Before the training state's first use and before the weights are set. The default is the
   // whole arena.
   void set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_elements);
   int64_t shard_begin() const { return shard_begin_; }
-  int64_t shard_end() const { return shard_end_ < 0 ? num_params_ : shard_end_; }
-  // Sum of squared gradients over [begin, end) of the arena (a shard's part of the global norm),
+  int64_t shard_end() const { return shard_end_ < 0 ? num_trainable() : shard_end_; }
+  // Sum of squared gradients over [begin, end) of the gradient arena (a shard's part of the global norm),
   // counting only the elements this rank's copies count for (ParamSpec::owned).
   double grad_sum_squares(int64_t begin, int64_t end);
   // Model-parallel gradient sums a step needs before the norm: under sequence parallelism the norm
@@ -269,7 +279,8 @@ class LlamaModel {
                              bool float_operands = false);
   static int64_t state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
                              bool float_operands = false);
-  // The same figure in its parts: fp32 weights with the bf16 copy, fp32 gradients, AdamW's moments.
+  // The same figure in its parts: fp32 weights with the bf16 copy, fp32 gradients, AdamW's moments
+  // (the last two of the trainable tensors only).
   struct StateBytes {
     int64_t weights = 0, gradients = 0, optimizer = 0;
     int64_t total() const { return weights + gradients + optimizer; }
@@ -277,6 +288,7 @@ class LlamaModel {
   static StateBytes state_parts(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
                                 bool float_operands = false);
   static int64_t num_params(const LlamaConfig& c, const ShardPlan& plan);  // this rank's part
+  static int64_t num_trainable(const LlamaConfig& c, const ShardPlan& plan);  // of it, not frozen
   static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
   static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T,
                                   Recompute r = Recompute::none, int recompute_layers = -1,
@@ -363,14 +375,16 @@ class LlamaModel {
   int recompute_layers_ = 0;  // layers [0, recompute_layers_) recompute in the backward
   std::vector<ParamSpec> specs_;
   int64_t num_params_ = 0;
+  int64_t num_frozen_ = 0;           // elements of the frozen tensors, at the start of the arena
+  bool training_state_ = false;      // gradients and moments allocated
   ArenaVector<float> param_arena_;   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
-  ArenaVector<float> grad_arena_;    // (num_params)
+  ArenaVector<float> grad_arena_;    // (num_trainable) the trainable tensors' gradients
   ArenaVector<bf16> param_bf16_;     // (num_params) bf16 modes: matmul operands (master in bf16-sr)
   // bf16-mixed with float operands: the matmul operands instead of param_bf16_ (which is then empty).
   ArenaVector<bf16_in_f32> param_f32x_;
   bool float_operands_ = false;      // bf16 modes: operands as bf16_in_f32 (choose_operand_form)
-  ArenaVector<float> m_f32_, v_f32_; // (num_params) AdamW moments, fp32 / bf16-mixed
-  ArenaVector<bf16> m_bf16_, v_bf16_;// (num_params) AdamW moments, bf16-sr
+  ArenaVector<float> m_f32_, v_f32_; // (num_trainable) AdamW moments, fp32 / bf16-mixed
+  ArenaVector<bf16> m_bf16_, v_bf16_;// (num_trainable) AdamW moments, bf16-sr
   ParameterTensors params_{}, grads_{};
   std::function<void(int64_t, int64_t)> grad_ready_;
 

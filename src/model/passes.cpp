@@ -301,6 +301,7 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   }
   with_matmul_inputs([&](const auto& m) { backward_layers(m); });
   if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
+  if (g.wte == nullptr) return;      // a frozen embedding
   if (plan_.tp_size == 1) {
     cpu::embedding_backward(g.wte, dres_.data(), tokens, int(N), C);
     report_ready(dims_.L);
@@ -332,16 +333,20 @@ void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
     const float* wo = w.wo + int64_t(l) * C * HD;
     const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
     const float* w2 = w.w2 + int64_t(l) * C * F;
-    float* dwqkv = g.wqkv + int64_t(l) * QKV * C;
-    float* dwo = g.wo + int64_t(l) * C * HD;
-    float* dw13 = g.w13 + int64_t(l) * 2 * F * C;
-    float* dw2 = g.w2 + int64_t(l) * C * F;
+    // Frozen tensors have no gradient (nullptr): their kernels compute the input gradient only.
+    auto layer_grad = [l](float* base, int64_t per_layer) { return base ? base + l * per_layer : nullptr; };
+    float* dwqkv = layer_grad(g.wqkv, int64_t(QKV) * C);
+    float* dwo = layer_grad(g.wo, int64_t(C) * HD);
+    float* dw13 = layer_grad(g.w13, int64_t(2) * F * C);
+    float* dw2 = layer_grad(g.w2, int64_t(C) * F);
+    float* dffn_norm = layer_grad(g.ffn_norm, C);
+    float* dattn_norm = layer_grad(g.attn_norm, C);
 
     // dres holds d(out); out = resid + down(hmid), so d(resid) = dres + (MLP branch gradient).
     cpu::matmul_backward(dhmid_.data(), dw2, all_tokens(dres), m.hmid[l], w2, bf16_of(w2), N, F, C, ct);  // down_proj
     cpu::swiglu_backward(dh13, dhmid_.data(), a.h13[l], N, F);                                           // silu(g) * u
     cpu::matmul_backward(dln, dw13, dh13, m.ln2[l], w13, bf16_of(w13), N, C, 2 * F, ct);                 // gate | up
-    cpu::rmsnorm_backward(dres, g.ffn_norm + int64_t(l) * C, own_tokens(dln), a.resid[l],
+    cpu::rmsnorm_backward(dres, dffn_norm, own_tokens(dln), a.resid[l],
                           w.ffn_norm + int64_t(l) * C, a.ln2_rstd[l], Nl, C);                            // post_attn_ln
     // dres now holds d(resid); resid = x + o_proj(att).
     cpu::matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, bf16_of(wo), N, HD, C, ct);  // o_proj
@@ -355,7 +360,7 @@ void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
       cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);            // rotate q, k
       cpu::matmul_backward(dln, dwqkv, dqkv_.data(), m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);      // q, k, v
     }
-    cpu::rmsnorm_backward(dres, g.attn_norm + int64_t(l) * C, own_tokens(dln), x, w.attn_norm + int64_t(l) * C,
+    cpu::rmsnorm_backward(dres, dattn_norm, own_tokens(dln), x, w.attn_norm + int64_t(l) * C,
                           a.ln1_rstd[l], Nl, C);                                                         // input_ln
     // dres now holds d(x), the gradient of this layer's input.
     report_ready(l);

@@ -227,7 +227,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
         plan.tp_size, plan.tp_rank, plan.pp_size, plan.pp_rank);
   CHECK(!model.is_sharded() || (groups.mp && groups.mp->size() == plan.tp_size * plan.pp_size),
         "save_checkpoint of a model-parallel rank without its model-parallel communicator");
-  const bool zero1 = model.shard_begin() != 0 || model.shard_end() != model.num_params();
+  const bool zero1 = model.shard_begin() != 0 || model.shard_end() != model.num_trainable();
   const std::string final_path = (fs::path(checkpoints_dir) / ("step_" + std::to_string(state.step))).string();
   // Rank 0 owns the folder: a same-step folder (from a run resumed at an earlier checkpoint) is
   // replaced whole, atomically. The other ranks write their moments into its temporary name.
@@ -340,6 +340,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
             {"rollbacks", state.rollbacks},
             {"train_seconds", state.train_seconds},
             {"num_params", model.config().num_params()},
+            {"frozen", model.config().frozen},
             {"layout",
              {{"tensor_parallel", layout.tp_size},
               {"pipeline_parallel", layout.pp_size},
@@ -442,6 +443,7 @@ TrainerState read_trainer_state(const std::string& path) {
     s.skipped_steps = st.value("skipped_steps", int64_t(0));
     s.rollbacks = st.value("rollbacks", int64_t(0));
     s.train_seconds = st.value("train_seconds", 0.0);
+    s.frozen = st.value("frozen", std::vector<std::string>{});
   } catch (const json::exception& e) {
     fail("{}: {}\nhint: the checkpoint is damaged or not a llamatrain checkpoint", p.string(), e.what());
   }
@@ -487,6 +489,11 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
   std::vector<float> buf, staged, cover;
   for (const auto& t : model.state_tensors()) {
     if (t.name.rfind("weight.", 0) == 0) continue;
+    if (std::find(state.frozen.begin(), state.frozen.end(), t.param) != state.frozen.end()) {
+      // Frozen when saved, trainable now: its moments start at zero.
+      std::memset(t.data, 0, size_t(t.numel) * (t.dtype == model::StateDType::f32 ? 4 : 2));
+      continue;
+    }
     // The file tensors that may hold part of this one.
     std::vector<std::pair<size_t, Piece>> sources;
     for (size_t fi = 0; fi < files.size(); fi++)

@@ -45,6 +45,9 @@ struct TrainerState {
   int64_t skipped_steps = 0;     // steps skipped for a non-finite loss or gradient norm
   int64_t rollbacks = 0;         // rollbacks to an earlier checkpoint after repeated skips
   double train_seconds = 0;      // wall time spent training before this checkpoint
+  // The model tensors that were frozen (model::LlamaConfig::frozen; they have no moments in the
+  // checkpoint). Saved from the model's config, not from here.
+  std::vector<std::string> frozen;
 };
 
 struct CheckpointInfo {

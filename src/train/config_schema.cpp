@@ -312,6 +312,9 @@ Schema build_schema() {
   s.key("model.output_dir", FIELD(model.output_dir), "null",
         "where convert_to_hf writes the Hugging Face checkpoint; null: chosen by the trainer under the log folder");
   s.ignored("model.config_path", "the exported config.json is written from the model itself");
+  s.ours("model.freeze", FIELD(model.freeze), "[]",
+         "Hugging Face parameter names (fnmatch patterns; * also matches dots) of tensors that do not train: no "
+         "gradient, no optimizer state, unchanged weights; e.g. [model.layers.*, model.norm.weight]");
   for (const char* k : {"hidden_dropout", "attention_dropout", "ffn_dropout"})
     s.only(std::string("model.") + k, "0", "dropout is not implemented (Llama pretraining uses none)");
   s.only("model.normalization", "rmsnorm", "Llama uses RMSNorm; layernorm is not implemented");

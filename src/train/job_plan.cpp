@@ -83,7 +83,7 @@ int64_t communication_bytes(const TrainConfig& cfg, const RunPlan& p) {
     std::vector<parallel::GradRange> order;
     if (cfg.model.overlap_grad_sync)
       for (const auto& [b, e] : model::LlamaModel::grad_ready_order(p.model, p.shard)) order.push_back({size_t(b), size_t(e)});
-    bytes += int64_t(parallel::GradReducer::staging_elements(size_t(model::LlamaModel::num_params(p.model, p.shard)),
+    bytes += int64_t(parallel::GradReducer::staging_elements(size_t(model::LlamaModel::num_trainable(p.model, p.shard)),
                                                              kDpBucketElements, order)) *
              int64_t(sizeof(float));
   }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/memory.h"
+#include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
 #include "io/hf_export.h"
 #include "obs/progress.h"
@@ -105,6 +106,23 @@ void plan_shapes(const TrainConfig& cfg, RunPlan& p) {
       p.recompute == model::Recompute::full && block ? int(m.activations_checkpoint_num_layers.value_or(1)) : -1;
 }
 
+// model.freeze: the model tensors its patterns freeze (an Error for one that matches nothing or part
+// of a tensor), and every pipeline stage keeps something to train.
+void plan_freeze(const TrainConfig& cfg, RunPlan& p) {
+  p.model.frozen = io::frozen_tensors(p.model, cfg.model.freeze);
+  const parallel::ParallelLayout& lay = p.layout;
+  if (p.model.frozen.empty() || lay.pp_size == 1) return;
+  const std::vector<int> split = cfg.model.pipeline_layers();
+  for (int s = 0; s < lay.pp_size; s++) {
+    const auto plan = model::ShardPlan::make(p.model, 1, 0, lay.pp_size, s, false, split);
+    if (model::LlamaModel::num_trainable(p.model, plan) == 0)
+      fail("model.freeze: pipeline stage {} (of {}) holds only frozen tensors, expected something to train on "
+           "every stage\nhint: freeze fewer tensors, or use fewer pipeline stages "
+           "(model.pipeline_model_parallel_size)",
+           s, lay.pp_size);
+  }
+}
+
 // This rank's part of the model, and what it will hold.
 void plan_memory(const TrainConfig& cfg, RunPlan& p, bool check_memory) {
   const parallel::ParallelLayout& lay = p.layout;
@@ -171,6 +189,7 @@ RunPlan preflight(const TrainConfig& cfg, int world_size, int rank, bool check_m
   check_files(cfg, p.log_dir);
   plan_model(cfg, p);
   plan_shapes(cfg, p);
+  plan_freeze(cfg, p);
   plan_memory(cfg, p, check_memory);
   if (cfg.convert_to_hf) {
     p.export_dir = cfg.model.output_dir ? *cfg.model.output_dir : (fs::path(p.log_dir) / "hf").string();

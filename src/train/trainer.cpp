@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "core/file.h"
 #include "core/memory.h"
@@ -136,6 +138,7 @@ class Trainer {
   std::optional<std::string> find_resume(std::vector<std::string>* warnings, std::string* error);
   void describe_run(const std::optional<std::string>& resume);
   void make_model();
+  void say_freeze_changes(const std::vector<std::string>& saved);
   void choose_starting_point(const std::optional<std::string>& resume);
   void open_data();
   void prepare_steps();
@@ -351,7 +354,7 @@ void Trainer::make_model() {
   model_->set_recompute(plan_.recompute, plan_.recompute_layers);
   model_->set_activation_slots(plan_.slots);
   if (plan_.zero1) {
-    shards_.emplace(size_t(model_->num_params()), plan_.layout.dp_size);
+    shards_.emplace(size_t(model_->num_trainable()), plan_.layout.dp_size);
     const auto r = shards_->range(plan_.layout.dp_rank);
     model_->set_optimizer_shard(int64_t(r.begin), int64_t(r.end), int64_t(shards_->padded_size()));
   }
@@ -365,6 +368,30 @@ void Trainer::make_model() {
                   model::precision_name(plan_.precision), plan_.recompute_text(),
                   obs::format_bytes(double(mem.total())), obs::format_bytes(double(mem.state)),
                   obs::format_bytes(double(mem.activations)), sharded ? " on rank 0" : ""));
+  if (!mc.frozen.empty()) {  // model.freeze, counted over the whole model
+    int64_t tensors = 0;
+    for (const auto& t : io::hf_tensor_slices(mc)) tensors += mc.is_frozen(t.param);
+    const int64_t all = mc.num_params(), train = model::LlamaModel::num_trainable(mc, model::ShardPlan::single(mc));
+    say(fmt::format("frozen: {} tensors, {} parameters ({:.1f}% of the model); training {} parameters", tensors,
+                    obs::format_count(double(all - train)), 100.0 * double(all - train) / double(all),
+                    obs::format_count(double(train))));
+  }
+}
+
+// What changed in model.freeze since the checkpoint `saved` (its frozen tensors): one line for the
+// tensors that train again (their optimizer state starts at zero), one for those frozen now (their
+// optimizer state is dropped).
+void Trainer::say_freeze_changes(const std::vector<std::string>& saved) {
+  const model::LlamaConfig& mc = plan_.model;
+  std::vector<std::string> unfrozen, frozen;
+  for (const std::string& t : saved)
+    if (!mc.is_frozen(t)) unfrozen.push_back(io::hf_names_of(mc, t));
+  for (const std::string& t : mc.frozen)
+    if (std::find(saved.begin(), saved.end(), t) == saved.end()) frozen.push_back(io::hf_names_of(mc, t));
+  if (!unfrozen.empty())
+    say(fmt::format("unfrozen since the checkpoint (optimizer state starts at zero): {}", fmt::join(unfrozen, ", ")));
+  if (!frozen.empty())
+    say(fmt::format("frozen since the checkpoint (its optimizer state is dropped): {}", fmt::join(frozen, ", ")));
 }
 
 // The checkpoint to resume from, if any: an explicit one or the newest of this run that verifies.
@@ -415,6 +442,7 @@ void Trainer::choose_starting_point(const std::optional<std::string>& resume) {
     say(fmt::format("resuming from {} ...", *resume));
     IoProgress bar("loading checkpoint", rank0() ? checkpoint_tensor_bytes(*model_) : 0);
     st_ = load_checkpoint(*resume, *model_, bar.callback());
+    say_freeze_changes(st_.frozen);
     say(fmt::format("resumed at step {} ({} samples consumed) in {}", st_.step, st_.consumed_samples,
                     obs::format_duration(now_s() - t0)));
     event("checkpoint_loaded", {{"step", st_.step}, {"path", *resume}, {"consumed_samples", st_.consumed_samples}});
@@ -467,7 +495,7 @@ void Trainer::prepare_steps() {
     std::vector<parallel::GradRange> order;
     if (cfg_.model.overlap_grad_sync)
       for (const auto& [b, e] : model_->grad_ready_order()) order.push_back({size_t(b), size_t(e)});
-    reducer_.emplace(*ranks_.dp, model_->grad_data(), size_t(model_->num_params()), kDpBucketElements, order);
+    reducer_.emplace(*ranks_.dp, model_->grad_data(), size_t(model_->num_trainable()), kDpBucketElements, order);
   }
   t_last_ckpt_ = t_log_ = now_s();
   comm_mark_ = parallel::blocked_seconds();
@@ -497,7 +525,7 @@ StepResult Trainer::train_step() {
     st_.optimizer_steps++;
     model_->optimizer_update(opt_, float(s.lr), int(st_.optimizer_steps), s.grad_norm);
     if (plan_.zero1) {  // every rank's updated shard to every rank, then the bf16 copies from the fp32 weights
-      parallel::all_gather_parameters(*ranks_.dp, model_->param_data(), *shards_);
+      parallel::all_gather_parameters(*ranks_.dp, model_->trainable_param_data(), *shards_);
       model_->params_changed();
     }
   }

@@ -6,7 +6,9 @@ trainer reads (`llamatrain data samples ... --json`: one {"tokens": [...], "labe
 labels -100 where the loss is masked) and the learning rate of every step (the trainer's
 metrics.jsonl, so the schedule itself is tested elsewhere), and runs the same steps in float64:
 each step averages the micro-batch mean losses, clips the global gradient norm, then applies
-torch.optim.AdamW (weight decay on 2-D weights only). Prints one JSON object:
+torch.optim.AdamW (weight decay on 2-D weights only). --freeze PATTERN... sets requires_grad False on
+the parameters whose Hugging Face name matches a pattern (fnmatch; `*` matches dots too), which the
+optimizer and the clipping then leave out (llamatrain's model.freeze). Prints one JSON object:
 {"loss": [...], "grad_norm": [...]} with one entry per step.
 
 Example: /usr/bin/python3 tools/reference/train_curve.py --hf init/ --samples samples.jsonl \
@@ -14,6 +16,7 @@ Example: /usr/bin/python3 tools/reference/train_curve.py --hf init/ --samples sa
            --weight-decay 0.1 --betas 0.9 0.95 --eps 1e-8
 """
 import argparse
+import fnmatch
 import json
 import os
 import sys
@@ -36,6 +39,7 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.95))
     ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--freeze", nargs="*", default=[], help="HF name patterns of parameters that do not train")
     a = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -50,7 +54,10 @@ def main():
         if "lr" in rec and "loss" in rec:
             lrs[rec["step"]] = rec["lr"]
 
-    plist = list(params.values())
+    frozen = {n for n in params if any(fnmatch.fnmatchcase(n, p) for p in a.freeze)}
+    for n in frozen:
+        params[n].requires_grad_(False)
+    plist = [p for n, p in params.items() if n not in frozen]
     opt = torch.optim.AdamW(
         [{"params": [p for p in plist if p.dim() >= 2], "weight_decay": a.weight_decay},
          {"params": [p for p in plist if p.dim() < 2], "weight_decay": 0.0}],

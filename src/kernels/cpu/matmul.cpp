@@ -463,7 +463,7 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
   if (ct == ComputeType::f32) {
     if constexpr (std::is_same_v<TD, float> && std::is_same_v<TI, float>) {
       if (dinp != nullptr) detail::gemm(dinp, dout, false, weight, false, N, IC, OC, false, false);
-      detail::gemm(dweight, dout, true, inp, false, OC, IC, N, false, true);
+      if (dweight != nullptr) detail::gemm(dweight, dout, true, inp, false, OC, IC, N, false, true);
       return;
     }
     CHECK(false, "matmul_backward: fp32 compute needs float dout and inp");
@@ -483,6 +483,15 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
           return probe->seconds(kk);
         },
         unconverted_kernel(w));
+  }
+  if (dweight == nullptr) {  // a frozen weight: the input gradient only
+    if (dinp == nullptr) return;
+    detail::OperandBatch batch;
+    const void* dk = batch.add(k_dinp, d, int64_t(N) * OC, Scratch::act0);
+    const void* wk = batch.add(k_dinp, w, int64_t(OC) * IC, Scratch::weight);
+    batch.run();
+    detail::gemm(dinp, dk, false, wk, false, N, IC, OC, k_dinp == MatmulKernel::bf16, false);
+    return;
   }
   std::optional<detail::GemmProbe> probe;
   const MatmulKernel k_dw = detail::choose_kernel(

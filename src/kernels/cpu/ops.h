@@ -56,6 +56,7 @@ void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int
 // out: float, or bf16 (rounded to nearest even) when it only feeds bf16 matmuls.
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const float* x, const float* weight, int N, int C, float eps);
+// dweight may be nullptr (a frozen weight): dx only.
 void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
                       const float* rstd, int N, int C);
 
@@ -67,7 +68,8 @@ template <typename TI>
 void matmul_forward(float* out, const TI* inp, const float* weight, Bf16Weight weight_bf16, int N, int IC, int OC,
                     ComputeType ct);
 // dinp (N,IC) = dout @ weight (skipped if nullptr); dweight (OC,IC) += dout^T @ inp.
-// dout and inp: float, or bf16 / bf16_in_f32 with ComputeType::bf16 (as inp above).
+// dout and inp: float, or bf16 / bf16_in_f32 with ComputeType::bf16 (as inp above). dinp or dweight
+// may be nullptr (dweight: a frozen weight, whose gradient gemm is skipped).
 template <typename TD, typename TI>
 void matmul_backward(float* dinp, float* dweight, const TD* dout, const TI* inp, const float* weight,
                      Bf16Weight weight_bf16, int N, int IC, int OC, ComputeType ct);
@@ -105,7 +107,8 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 // Fused lm head + cross-entropy, as ref::lmhead_ce_forward / lmhead_ce_backward:
 //   logits = x @ wout^T (chunk of rows at a time); losses[n] as ref::cross_entropy_forward;
 //   backward: also dlogits = dloss * (softmax - onehot) (0 for targets < 0),
-//   dx (N,C) = dlogits @ wout (overwritten); dwout (V,C) += dlogits^T @ x.
+//   dx (N,C) = dlogits @ wout (overwritten); dwout (V,C) += dlogits^T @ x (skipped when dwout is
+//   nullptr: a frozen lm head).
 // wout_bf16 as in matmul_forward.
 void lmhead_ce_forward(float* losses /*(N)*/, const float* x /*(N,C)*/, const float* wout /*(V,C)*/,
                        Bf16Weight wout_bf16, const int32_t* targets /*(N)*/, int N, int C, int V, ComputeType ct);

@@ -61,6 +61,7 @@ void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* 
       }
     }
   }
+  if (dweight == nullptr) return;  // a frozen weight
 #pragma omp parallel for schedule(static) if (parallel)
   for (int c = 0; c < C; c++) {
     double acc = 0.0;
