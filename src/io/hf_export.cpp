@@ -88,15 +88,21 @@ ExportReport export_hf(model::LlamaModel& m, const std::string& out_dir, const E
 
   // Reload what was written and check it against the model before the folder appears.
   auto reloaded = load_hf_model(tmp, model::Precision::fp32);
-  const float* src = m.param_data();
-  const float* got = reloaded->param_data();
+  // Tensor by tensor: the arenas' orders differ when the model has frozen tensors (they come first).
   const bool as_bf16 = dtype == "bfloat16";
-  for (int64_t i = 0; i < m.num_params(); i++) {
-    const float want = as_bf16 ? to_float(to_bf16(src[i])) : src[i];
-    if (!(got[i] == want) && !(std::isnan(got[i]) && std::isnan(want)))
-      fail("export check: weight {} of {} reads back as {}, expected {}\nhint: the disk may be failing; the export "
-           "was not kept",
-           i, out_dir, got[i], want);
+  for (const model::ParamSpec& s : m.param_specs()) {
+    const float* src = m.param_data() + s.offset;
+    const float* got = nullptr;
+    for (const model::ParamSpec& r : reloaded->param_specs())
+      if (r.name == s.name) got = reloaded->param_data() + r.offset;
+    CHECK(got != nullptr, "export check: no tensor {} in the reloaded model", s.name);
+    for (int64_t i = 0; i < s.numel; i++) {
+      const float want = as_bf16 ? to_float(to_bf16(src[i])) : src[i];
+      if (!(got[i] == want) && !(std::isnan(got[i]) && std::isnan(want)))
+        fail("export check: weight {} of {} in {} reads back as {}, expected {}\nhint: the disk may be failing; the "
+             "export was not kept",
+             i, s.name, out_dir, got[i], want);
+    }
   }
   const int T = std::min(16, c.max_seq_len);
   std::vector<int32_t> tokens(static_cast<size_t>(T));

@@ -589,7 +589,7 @@ float Trainer::reduce_gradients() {
     ranks_.world->all_reduce(&sq, 1);
   } else {
     if (reducer_) reducer_->finish();
-    sq = model_->grad_sum_squares(0, model_->num_params());
+    sq = model_->grad_sum_squares(0, model_->num_trainable());
     if (ranks_.mp) ranks_.mp->all_reduce(&sq, 1);
   }
   return float(std::sqrt(sq));
