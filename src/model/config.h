@@ -29,7 +29,7 @@ struct LlamaConfig {
   // Tensors that do not train, by the model's names ("wte", "wqkv", ...; all layers of a stacked
   // one): no gradient, no optimizer state. Set from the Hugging Face name patterns of model.freeze
   // (io::frozen_tensors); not part of the architecture (checkpoints and exports ignore it).
-  std::vector<std::string> frozen;
+  std::vector<std::string> frozen = {};
 
   int head_dim() const { return dim / n_heads; }                       // D
   int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim(); }  // rows of packed wqkv

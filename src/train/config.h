@@ -164,7 +164,7 @@ struct ModelConfig {
   std::optional<std::string> output_dir;  // Hugging Face export folder (convert_to_hf)
   // ours: Hugging Face parameter-name patterns (fnmatch) of the tensors that do not train
   // (io::frozen_tensors resolves them against the model).
-  std::vector<std::string> freeze;
+  std::vector<std::string> freeze = {};
   TokenizerConfig tokenizer;
   DataConfig data;
   OptimConfig optim;
