@@ -184,8 +184,10 @@ std::vector<std::string> frozen_tensors(const model::LlamaConfig& c, const std::
     std::string out;
     for (const auto& t : slices) {
       if (t.layer > 0) continue;
-      std::string shape;
-      for (int64_t d : t.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      std::string shape;  // (a shape without its vocabulary yet says so)
+      const bool vocab = t.param == "wte" || t.param == "wout";
+      for (size_t i = 0; i < t.shape.size(); i++)
+        shape += (i ? ", " : "") + (vocab && i == 0 && c.vocab_size <= 0 ? "vocab_size" : std::to_string(t.shape[i]));
       out += fmt::format("\n  {} ({})", layer_form(t, "N"), shape);
     }
     return out + fmt::format("\n  (N = 0..{})", c.n_layers - 1);

@@ -388,6 +388,18 @@ TEST(Config, OverrideForms) {
   EXPECT_CONTAINS(error_of(kBase, {"model.data.train_ds.completion_map.yes=no"}), "expected the whole value");
 }
 
+TEST(Config, FreezeIsAListOfHuggingFacePatternsCheckedAgainstTheShape) {
+  EXPECT_TRUE(load(kBase).config.model.freeze.empty());
+  const LoadedConfig c = load(kBase, {"model.freeze=[model.layers.*,model.norm.weight]"});
+  EXPECT_EQ(c.config.model.freeze, (std::vector<std::string>{"model.layers.*", "model.norm.weight"}));
+  EXPECT_EQ(load(std::string(kBase) + "  freeze: [model.embed_tokens.weight]\n").config.model.freeze,
+            std::vector<std::string>{"model.embed_tokens.weight"});
+  const std::string none = error_of(kBase, {"model.freeze=[model.layer.*]"});
+  EXPECT_CONTAINS(none, "model.freeze (override 'model.freeze=[model.layer.*]'): 'model.layer.*' matches no parameter");
+  EXPECT_CONTAINS(none, "model.embed_tokens.weight (vocab_size, 768)");
+  EXPECT_CONTAINS(error_of(kBase, {"model.freeze=[model.layers.0.*]"}), "expected all of them or none");
+}
+
 TEST(Config, FileProblems) {
   EXPECT_CONTAINS(error_of(std::string(kBase) + "trainer:\n  max_steps: 1\n  max_steps: 2\n"),
                   "test.yaml:8:3: key 'trainer.max_steps' appears twice");

@@ -272,7 +272,9 @@ TEST(FreezeTrain, PatternThatMatchesNothingStopsTheRunAndPlanShowsTheSmallerStat
   const auto bad = testing::train_args(dir / "bad", {"model.freeze=[model.layer.*]"});
   std::vector<std::string> tail(bad.begin() + 1, bad.end());
   EXPECT_EQ(testing::run_capture(bad[0] + quoted(tail) + " 2>&1", &out), 1) << out;
-  EXPECT_NE(out.find("error: model.freeze: 'model.layer.*' matches no parameter"), std::string::npos) << out;
+  EXPECT_NE(out.find("error: model.freeze (override 'model.freeze=[model.layer.*]'): 'model.layer.*' matches no parameter"),
+            std::string::npos)
+      << out;
 
   // `llamatrain plan --json`: gradients and optimizer shrink by the frozen parameters' bytes.
   auto plan_json = [&](const std::vector<std::string>& extra) {
