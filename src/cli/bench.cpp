@@ -17,6 +17,7 @@
 #include "core/file.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
 #include "model/backend.h"
 #include "model/llama.h"
@@ -34,6 +35,7 @@ struct BenchOptions {
   std::string precision = "bf16-mixed";
   int steps = 5;
   bool json = false;
+  std::vector<std::string> freeze;  // HF name patterns of tensors that do not train (model.freeze)
 };
 
 // Bytes a training job needs (model::MemoryPlan), the operand form the known choice, else the larger
@@ -81,6 +83,7 @@ void run_bench(const BenchOptions& o) {
     fail("--batch {} x --seq {}: {} tokens per step, expected at most {}", o.batch, o.seq, int64_t(o.batch) * o.seq,
          std::numeric_limits<int32_t>::max());
   cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);
+  cfg.frozen = io::frozen_tensors(cfg, o.freeze, "--freeze");
   const auto precision = model::parse_precision(o.precision);
   const int B = o.batch, T = o.seq, N = B * T;
   // The operand form of bf16 compute (bf16, or bf16 values in floats where the fp32 kernel is the
@@ -135,10 +138,11 @@ void run_bench(const BenchOptions& o) {
     std::printf(
         "{\"model\":\"%s\",\"params\":%lld,\"precision\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,"
         "\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"gflops\":%.1f,\"matmul_peak_gflops\":%.1f,\"mfu\":%.4f,"
-        "\"peak_rss_mb\":%.1f,\"analytic_mb\":%.1f,\"rss_over_analytic\":%.3f,\"float_operands\":%s,"
-        "\"matmul_kernels\":%s}\n",
+        "\"peak_rss_mb\":%.1f,\"analytic_mb\":%.1f,\"rss_over_analytic\":%.3f,\"state_mb\":%.1f,"
+        "\"trainable_params\":%lld,\"float_operands\":%s,\"matmul_kernels\":%s}\n",
         o.model.c_str(), (long long)model.num_params(), o.precision.c_str(), B, T, o.steps, median, tokens_per_s,
-        gflops, peak_gflops, gflops / peak_gflops, rss / 1e6, analytic / 1e6, rss / analytic,
+        gflops, peak_gflops, gflops / peak_gflops, rss / 1e6, analytic / 1e6, rss / analytic, mem.state / 1e6,
+        (long long)model.num_trainable(),
         model.float_operands() ? "true" : "false", model::matmul_choices_json().c_str());
   } else {
     std::printf("model %s (%.1fM params), %s, batch %d x seq %d, median of %d steps\n", o.model.c_str(),
@@ -147,6 +151,13 @@ void run_bench(const BenchOptions& o) {
     std::printf("  achieved       %.1f GFLOP/s  (matmul peak %.1f GFLOP/s at %dx%dx%d: MFU %.1f%%)\n", gflops,
                 peak_gflops, N, cfg.vocab_size, cfg.dim, 100.0 * gflops / peak_gflops);
     std::printf("  peak RSS       %.1f MB  (analytic %.1f MB: %.2fx)\n", rss / 1e6, analytic / 1e6, rss / analytic);
+    std::printf("  state          %.1f MB  (weights %.1f, gradients %.1f, optimizer %.1f MB)%s\n", mem.state / 1e6,
+                mem.weights / 1e6, mem.gradients / 1e6, mem.optimizer / 1e6,
+                cfg.frozen.empty() ? ""
+                                   : fmt::format("; {:.1f}M of {:.1f}M parameters frozen",
+                                                 double(model.num_params() - model.num_trainable()) / 1e6,
+                                                 double(model.num_params()) / 1e6)
+                                         .c_str());
     if (precision != model::Precision::fp32)
       std::printf("  operands       %s\n",
                   !model.float_operands()                   ? "bf16 (the bf16 kernel is the faster here)"
@@ -165,6 +176,7 @@ void register_bench(CLI::App& app) {
       "Examples:\n"
       "  llamatrain bench --model stories110m --seq 256 --batch 8 --precision bf16-mixed\n"
       "  llamatrain bench --model /models/TinyLlama-1.1B --seq 512 --batch 1 --precision bf16-sr --json\n"
+      "  llamatrain bench --model stories42m --freeze 'model.layers.*' model.norm.weight\n"
       "Named models: stories15m stories42m stories110m tinyllama-1.1b llama2-7b tiny");
   cmd->add_option("--model", o->model, "Preset name or HF folder/config.json (random weights)")
       ->capture_default_str();
@@ -174,6 +186,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "Timed steps (after one warmup)")->capture_default_str()
       ->check(integer_in(1));
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
+  cmd->add_option("--freeze", o->freeze,
+                  "Hugging Face parameter-name patterns of tensors that do not train (as model.freeze)");
   cmd->callback([o] { run_bench(*o); });
 }
 
