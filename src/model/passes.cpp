@@ -299,6 +299,9 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   } else {
     std::memcpy(dres_.data(), doutput, sizeof(float) * size_t(Nl * C));  // from the next stage
   }
+  // The embedding and every layer tensor frozen (model.freeze): nothing before the head trains, and
+  // a first stage has no earlier stage to pass the gradient to.
+  if (plan_.first_stage() && !g.wte && !g.attn_norm && !g.wqkv && !g.wo && !g.ffn_norm && !g.w13 && !g.w2) return;
   with_matmul_inputs([&](const auto& m) { backward_layers(m); });
   if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
   if (g.wte == nullptr) return;      // a frozen embedding

@@ -106,44 +106,53 @@ TEST(Freeze, PatternErrorsNameThePatternAndTheFix) {
 }
 
 // Frozen weights keep their bits through AdamW steps with weight decay; the trainable ones move and
-// get exactly the gradients an unfrozen model computes for them (fp32 and bf16-mixed).
+// get exactly the gradients an unfrozen model computes for them.
+void check_frozen_training(model::Precision precision, const std::vector<std::string>& patterns,
+                           const std::vector<const char*>& trained) {
+  model::LlamaConfig c = tiny_config();
+  model::LlamaModel full(c, precision, 7);
+  c.frozen = io::frozen_tensors(c, patterns);
+  model::LlamaModel part(c, precision, 7);
+  full.init_random(0.05f);
+  part.init_random(0.05f);
+  const int B = 2, T = 16;
+  const Batch b = batch(B, T, c.vocab_size, 1);
+  full.zero_grad();
+  part.zero_grad();
+  full.forward_backward(b.tokens.data(), b.targets.data(), B, T);
+  part.forward_backward(b.tokens.data(), b.targets.data(), B, T);
+  for (const char* t : trained)
+    EXPECT_TRUE(testing::bitwise_equal(std::string("gradient of ") + t, grad_of(part, t), grad_of(full, t)));
+  EXPECT_EQ(part.grads().wqkv, nullptr);
+  EXPECT_EQ(part.grads().attn_norm, nullptr);
+
+  std::map<std::string, std::vector<float>> before;
+  for (const auto& s : part.param_specs()) before[s.name] = tensor_of(part, s.name);
+  model::AdamWConfig opt;
+  opt.weight_decay = 0.1f;
+  for (int step = 1; step <= 4; step++) {
+    const Batch bs = batch(B, T, c.vocab_size, uint32_t(step));
+    part.zero_grad();
+    part.forward_backward(bs.tokens.data(), bs.targets.data(), B, T);
+    part.optimizer_step(opt, 1e-2f, step);
+  }
+  for (const auto& s : part.param_specs()) {
+    const auto after = tensor_of(part, s.name);
+    if (s.frozen)
+      EXPECT_TRUE(testing::bitwise_equal(s.name, after, before[s.name]));
+    else
+      EXPECT_GT(testing::max_difference(after, before[s.name]).max_abs, 1e-4) << s.name << " did not train";
+  }
+}
+
+// fp32 and bf16-mixed; the layers and the final norm frozen (the weight-gradient matmuls skipped,
+// the gradient flowing on to the embedding), or the embedding and the layers (the backward stops
+// after the final norm).
 TEST(Freeze, FrozenTensorsStayBitwiseAndTrainableGradientsAreUnchanged) {
   for (const auto precision : {model::Precision::fp32, model::Precision::bf16_mixed}) {
     SCOPED_TRACE(model::precision_name(precision));
-    model::LlamaConfig c = tiny_config();
-    model::LlamaModel full(c, precision, 7);
-    c.frozen = io::frozen_tensors(c, kLayersAndNorm);
-    model::LlamaModel part(c, precision, 7);
-    full.init_random(0.05f);
-    part.init_random(0.05f);
-    const int B = 2, T = 16;
-    const Batch b = batch(B, T, c.vocab_size, 1);
-    full.zero_grad();
-    part.zero_grad();
-    full.forward_backward(b.tokens.data(), b.targets.data(), B, T);
-    part.forward_backward(b.tokens.data(), b.targets.data(), B, T);
-    for (const char* t : {"wte", "wout"})
-      EXPECT_TRUE(testing::bitwise_equal(std::string("gradient of ") + t, grad_of(part, t), grad_of(full, t)));
-    EXPECT_EQ(part.grads().wqkv, nullptr);
-    EXPECT_EQ(part.grads().attn_norm, nullptr);
-
-    std::map<std::string, std::vector<float>> before;
-    for (const auto& s : part.param_specs()) before[s.name] = tensor_of(part, s.name);
-    model::AdamWConfig opt;
-    opt.weight_decay = 0.1f;
-    for (int step = 1; step <= 4; step++) {
-      const Batch bs = batch(B, T, c.vocab_size, uint32_t(step));
-      part.zero_grad();
-      part.forward_backward(bs.tokens.data(), bs.targets.data(), B, T);
-      part.optimizer_step(opt, 1e-2f, step);
-    }
-    for (const auto& s : part.param_specs()) {
-      const auto after = tensor_of(part, s.name);
-      if (s.frozen)
-        EXPECT_TRUE(testing::bitwise_equal(s.name, after, before[s.name]));
-      else
-        EXPECT_GT(testing::max_difference(after, before[s.name]).max_abs, 1e-4) << s.name << " did not train";
-    }
+    check_frozen_training(precision, kLayersAndNorm, {"wte", "wout"});
+    check_frozen_training(precision, {"model.embed_tokens.weight", "model.layers.*"}, {"norm", "wout"});
   }
 }
 
@@ -364,8 +373,10 @@ TEST(FreezeTrain, LossCurveMatchesPyTorchWithRequiresGradFalse) {
   EXPECT_GT(apart, 1e-3) << "freezing changed nothing in the reference: the comparison would be weak";
 }
 
-// TP2, and DP2 with ZeRO-1, train the same frozen model as one process.
-TEST(FreezeTrain, TensorAndDataParallelRunsEqualOneProcess) {
+// TP2, PP2, and DP2 with ZeRO-1 train the same frozen model as one process (the frozen tensors
+// bitwise the same as the start's everywhere), and the TP2 checkpoint resumes on one process with
+// everything trainable.
+TEST(FreezeTrain, TensorPipelineAndDataParallelRunsEqualOneProcess) {
   TempDir dir;
   const std::vector<std::string> common = {"trainer.max_steps=6", "model.make_vocab_size_divisible_by=16",
                                            "model.optim.eps=1e-5", kFreeze, "convert_to_hf=true"};
@@ -381,12 +392,16 @@ TEST(FreezeTrain, TensorAndDataParallelRunsEqualOneProcess) {
   const auto w_one = checkpoint_tensors(dir / "one/hf");
   for (const auto& [name, extra] :
        std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"tp2", {"model.tensor_model_parallel_size=2"}}, {"dp2", {"model.distributed_optimizer=true"}}}) {
+           {"tp2", {"model.tensor_model_parallel_size=2"}},
+           {"pp2", {"model.pipeline_model_parallel_size=2"}},
+           {"dp2", {"model.distributed_optimizer=true"}}}) {
     SCOPED_TRACE(name);
     r = train(2, name, extra);
     ASSERT_EQ(r.status, 0) << r.log;
-    EXPECT_NE(r.log.find(name == "tp2" ? "data 1 x tensor 2" : "optimizer state sharded (ZeRO-1)"), std::string::npos)
-        << r.log;
+    const char* layout = name == "tp2"   ? "data 1 x tensor 2 x pipeline 1"
+                         : name == "pp2" ? "data 1 x tensor 1 x pipeline 2"
+                                         : "optimizer state sharded (ZeRO-1)";
+    EXPECT_NE(r.log.find(layout), std::string::npos) << r.log;
     const auto curve = losses(dir / name);
     ASSERT_EQ(curve.size(), 6u);
     for (const auto& [step, loss] : curve) EXPECT_NEAR(loss, one.at(step), 1e-5 * one.at(step)) << "step " << step;
@@ -396,6 +411,11 @@ TEST(FreezeTrain, TensorAndDataParallelRunsEqualOneProcess) {
         EXPECT_TRUE(testing::bitwise_equal(t, w.at(t), v));
       }
   }
+  r = train(0, "resumed", {"model.freeze=[]", "trainer.max_steps=8",
+                           "model.resume_from_checkpoint=" + (dir / "tp2/checkpoints/step_6")});
+  ASSERT_EQ(r.status, 0) << r.log;
+  EXPECT_NE(r.log.find("unfrozen since the checkpoint"), std::string::npos) << r.log;
+  EXPECT_EQ(testing::steps_of(losses(dir / "resumed")), testing::step_range(7, 8));
 }
 
 }  // namespace
