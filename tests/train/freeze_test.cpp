@@ -4,9 +4,9 @@
 // shrink by exactly the frozen parameters' bytes, as LlamaModel::state_parts says. The patterns:
 // matched against the HF names, whole tensors only, errors for a pattern that matches nothing, part
 // of a tensor, or everything. End to end through the binary: the console line, checkpoints in which
-// the frozen tensors keep their bytes, the plan's figures, the PyTorch reference with requires_grad
-// False on the same parameters, TP2 and DP2 (ZeRO-1) equal to one process, and resuming with
-// another model.freeze.
+// the frozen tensors keep their bytes, the plan's and bench's figures, the PyTorch reference with
+// requires_grad False on the same parameters, TP2, PP2 and DP2 (ZeRO-1) equal to one process, and
+// resuming with another model.freeze.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -281,8 +281,9 @@ TEST(FreezeTrain, PatternThatMatchesNothingStopsTheRunAndPlanShowsTheSmallerStat
   const auto bad = testing::train_args(dir / "bad", {"model.freeze=[model.layer.*]"});
   std::vector<std::string> tail(bad.begin() + 1, bad.end());
   EXPECT_EQ(testing::run_capture(bad[0] + quoted(tail) + " 2>&1", &out), 1) << out;
-  EXPECT_NE(out.find("error: model.freeze (override 'model.freeze=[model.layer.*]'): 'model.layer.*' matches no parameter"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("error: model.freeze (override 'model.freeze=[model.layer.*]'): 'model.layer.*' matches no parameter"),
+      std::string::npos)
       << out;
 
   // `llamatrain plan --json`: gradients and optimizer shrink by the frozen parameters' bytes.
@@ -304,6 +305,31 @@ TEST(FreezeTrain, PatternThatMatchesNothingStopsTheRunAndPlanShowsTheSmallerStat
   EXPECT_EQ(pm["gradients"].get<int64_t>() - fm["gradients"].get<int64_t>(), n_frozen * 4) << plain << "\n" << frozen;
   EXPECT_EQ(pm["optimizer"].get<int64_t>() - fm["optimizer"].get<int64_t>(), n_frozen * 8) << plain << "\n" << frozen;
   EXPECT_EQ(pm["weights"], fm["weights"]);
+}
+
+// `bench --freeze`: the model's arenas equal the analytic state (bench checks this itself and stops
+// otherwise), which leaves out the frozen parameters' gradients and moments.
+TEST(FreezeTrain, BenchMeasuresTheFrozenModelsState) {
+  auto bench = [](const std::string& freeze) {
+    std::string out;
+    EXPECT_EQ(testing::run_capture(testing::llamatrain_bin() +
+                                       " bench --model tiny --seq 16 --batch 1 --steps 1 --precision fp32 --json" +
+                                       freeze + " 2>/dev/null",
+                                   &out),
+              0)
+        << out;
+    return nlohmann::json::parse(out, nullptr, false);
+  };
+  const auto plain = bench(""), frozen = bench(" --freeze 'model.layers.*' model.norm.weight");
+  ASSERT_FALSE(plain.is_discarded());
+  ASSERT_FALSE(frozen.is_discarded());
+  const model::LlamaConfig c = model::preset_config("tiny");
+  const int64_t embeddings = int64_t(c.vocab_size) * c.dim * (c.tie_embeddings ? 1 : 2);
+  EXPECT_EQ(plain["trainable_params"].get<int64_t>(), c.num_params());
+  EXPECT_EQ(frozen["trainable_params"].get<int64_t>(), embeddings);
+  // state_mb is rounded to 0.1 MB.
+  EXPECT_NEAR(plain["state_mb"].get<double>() - frozen["state_mb"].get<double>(),
+              double(c.num_params() - embeddings) * 12 / 1e6, 0.11);
 }
 
 // A random tiny Llama written as an HF folder: the common start of both trainers.
