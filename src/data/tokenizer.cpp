@@ -64,7 +64,19 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
 }
 
 std::string Tokenizer::id_to_piece(int id) const { return sp_->IdToPiece(id); }
+int Tokenizer::piece_to_id(std::string_view piece) const { return sp_->PieceToId(piece); }
 bool Tokenizer::is_byte(int id) const { return sp_->IsByte(id); }
+bool Tokenizer::is_control(int id) const { return sp_->IsControl(id); }
+bool Tokenizer::is_unknown(int id) const { return sp_->IsUnknown(id); }
+bool Tokenizer::is_unused(int id) const { return sp_->IsUnused(id); }
+
+Tokenizer Tokenizer::literal() const {
+  // A serialized message read twice merges: a second ModelProto field 3 (normalizer_spec) holding
+  // only add_dummy_prefix (field 3) = 0 and remove_extra_whitespaces (field 4) = 0 overrides those
+  // two fields and keeps the rest of the spec (protobuf's rule for a repeated embedded message).
+  const std::string extra = {'\x1a', '\x04', '\x18', '\x00', '\x20', '\x00'};
+  return from_serialized(sp_->serialized_model_proto() + extra, path_ + " (literal)");
+}
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }

@@ -29,7 +29,16 @@ class Tokenizer {
   void encode(std::string_view text, std::vector<int>* ids) const;
   std::string decode(const std::vector<int>& ids) const;
   std::string id_to_piece(int id) const;
-  bool is_byte(int id) const;  // a byte-fallback piece <0xXX>
+  int piece_to_id(std::string_view piece) const;  // the unknown id when the model has no such piece
+  bool is_byte(int id) const;     // a byte-fallback piece <0xXX>
+  bool is_control(int id) const;  // <s>, </s>, <pad>: never produced by encode()
+  bool is_unknown(int id) const;  // <unk>
+  bool is_unused(int id) const;   // a placeholder that never appears in an encoding
+  // The same model with SentencePiece's add_dummy_prefix and remove_extra_whitespaces off: encode()
+  // splits exactly the characters it is given (a space as U+2581), without the leading U+2581 the
+  // full model adds to a text, and keeps every space. encode("中国") gives the pieces of those two
+  // characters; encode(" the") those of "▁the".
+  Tokenizer literal() const;
   int vocab_size() const;
   int bos_id() const;
   int eos_id() const;

@@ -427,8 +427,9 @@ void Trainer::choose_starting_point(const std::optional<std::string>& resume) {
     if (model_->is_sharded())  // a model-parallel rank reads its part only (the files' dtype: about their share)
       bytes = int64_t(double(bytes) * double(model_->num_params()) / double(plan_.model.num_params()));
     IoProgress bar("loading " + *cfg_.model.init_from, rank0() ? bytes : 0);
-    io::load_hf_weights(*model_, *cfg_.model.init_from, bar.callback());
+    io::load_hf_weights(*model_, *cfg_.model.init_from, bar.callback(), &plan_.growth);
     say(fmt::format("loaded in {}", obs::format_duration(now_s() - t0)));
+    if (plan_.growth.active()) say(plan_.growth.describe());
   } else {
     const float std_ = float(cfg_.model.init_method_std);
     model_->init_random(std_, cfg_.model.use_scaled_init_method ? std_ / std::sqrt(2.0f * plan_.model.n_layers) : 0.0f);
