@@ -115,8 +115,8 @@ std::string VocabGrowth::describe() const {
                               new_token_init_name(init));
   switch (init) {
     case NewTokenInit::subword_mean:
-      s += fmt::format(" (base tokenizer {}): {} the mean of the rows of the base pieces their text splits into "
-                       "({:.2f} pieces on average), {} the mean of all {} rows",
+      s += fmt::format(" (base tokenizer {}): {} the mean of their base pieces' rows ({:.2f} pieces each on average), "
+                       "{} the mean of all {} rows",
                        base_tokenizer, by_parts, by_parts ? double(parts_total) / double(by_parts) : 0.0,
                        by_mean_special + by_mean_no_split, base_rows);
       if (by_mean_special + by_mean_no_split > 0)
