@@ -6,8 +6,9 @@
 // the reference's independent means (subword_mean, mean) or random init's values (normal), and its
 // logits agree with the PyTorch reference; TP2, PP2 and DP2 with ZeRO-1 reproduce one process's loss
 // and weights; a resized run resumes from its checkpoint without resizing again; a smaller tokenizer,
-// and subword_mean without the base tokenizer, are errors. 640 rows divide every layout used, so no
-// layout pads the vocabulary.
+// subword_mean without the base tokenizer, and a tokenizer that moves a base piece are errors; tied
+// embeddings grow once, and PP2 (both stages hold them) reproduces one process. 640 rows divide
+// every layout used, so no layout pads the vocabulary.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,21 +38,28 @@ constexpr int kBase = 512, kRows = 640, kC = 64;
 
 struct Fixture {
   TempDir dir;
-  std::string base, ext, prefix;
+  std::string base, base_tied, ext, prefix;
 };
+
+// A random base model of kBase rows with the Llama-style 512-piece tokenizer, as an HF folder.
+void write_base(const std::string& dir, bool tied) {
+  model::LlamaConfig c;
+  c.dim = kC, c.ffn_dim = 176, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.vocab_size = kBase;
+  c.max_seq_len = 256, c.norm_eps = 1e-6f, c.tie_embeddings = tied;
+  model::LlamaModel m(c, model::Precision::fp32, 7);
+  m.init_random(0.02f);
+  io::save_hf_checkpoint(m, dir, "float32", 5'000'000'000,
+                         {{"tokenizer.model", testing::read_file(testing::source_path("tests/golden/tiny_hf/tokenizer.model"))}});
+}
 
 // The base folder, the extended tokenizer and the corpus preprocessed with it, once per binary.
 const Fixture& fixture() {
-  static Fixture f = [] {
-    Fixture x;
+  static Fixture x;  // (filled once below; a TempDir is not copied)
+  static const bool ready = [] {
     x.base = x.dir / "base";
-    model::LlamaConfig c;
-    c.dim = kC, c.ffn_dim = 176, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.vocab_size = kBase;
-    c.max_seq_len = 256, c.norm_eps = 1e-6f;
-    model::LlamaModel m(c, model::Precision::fp32, 7);
-    m.init_random(0.02f);
-    io::save_hf_checkpoint(m, x.base, "float32", 5'000'000'000,
-                           {{"tokenizer.model", testing::read_file(testing::source_path("tests/golden/tiny_hf/tokenizer.model"))}});
+    x.base_tied = x.dir / "base_tied";
+    write_base(x.base, false);
+    write_base(x.base_tied, true);
     x.ext = x.dir / "ext.model";
     std::string out;
     EXPECT_EQ(testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/vocab_resize.py") +
@@ -68,9 +76,10 @@ const Fixture& fixture() {
               0)
         << out;
     x.prefix = x.dir / "ext_text_document";
-    return x;
+    return true;
   }();
-  return f;
+  EXPECT_TRUE(ready);
+  return x;
 }
 
 // A run starting from the base folder with the extended tokenizer, 8 samples per step.
@@ -224,6 +233,44 @@ TEST(VocabResize, Tp2Pp2AndZero1ReproduceOneProcess) {
   }
 }
 
+// Tied embeddings: one tensor, its new rows the reference's embedding rows; under PP2 both the first
+// and the last stage hold it, and the run reproduces one process's.
+TEST(VocabResize, TiedEmbeddingsGrowOnceAndPp2ReproducesOneProcess) {
+  if (auto why = testing::python_missing({"torch", "numpy", "sentencepiece", "google.protobuf"}); !why.empty())
+    GTEST_SKIP() << why;
+  const Fixture& f = fixture();
+  TempDir dir;
+  const std::vector<std::string> tied = {"model.init_from=" + f.base_tied, "model.share_embeddings_and_output_weights=true"};
+  auto e = kNoUpdate;
+  e.insert(e.end(), tied.begin(), tied.end());
+  const auto r = train(0, dir / "export", e);
+  ASSERT_EQ(r.status, 0) << r.log;
+  io::SafetensorsCheckpoint ck(dir / "export/hf");
+  EXPECT_EQ(ck.find("lm_head.weight"), nullptr);
+  const auto embed = tensor(dir / "export/hf", "model.embed_tokens.weight");
+  EXPECT_TRUE(testing::bitwise_equal("base rows", rows(embed, 0, kBase), tensor(f.base_tied, "model.embed_tokens.weight")));
+  std::string out;
+  ASSERT_EQ(testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/vocab_resize.py") +
+                                     " rows --hf " + f.base_tied + " --tokenizer " + f.ext + " 2>&1",
+                                 &out),
+            0)
+      << out;
+  const auto ref = nlohmann::json::parse(out);
+  EXPECT_FALSE(ref.contains("lm_head"));
+  EXPECT_LE(testing::max_difference(rows(embed, kBase, kRows), flat(ref["embed"])).max_abs, 1e-6);
+  auto steps = tied;
+  steps.push_back("trainer.max_steps=3");
+  const auto one = train(0, dir / "one", steps);
+  ASSERT_EQ(one.status, 0) << one.log;
+  steps.push_back("model.pipeline_model_parallel_size=2");
+  const auto pp = train(2, dir / "pp2", steps);
+  ASSERT_EQ(pp.status, 0) << pp.log;
+  const auto a = losses(dir / "one"), b = losses(dir / "pp2");
+  ASSERT_EQ(steps_of(b), step_range(1, 3)) << pp.log;
+  for (const auto& [s, loss] : b) EXPECT_LE(std::fabs(loss - a.at(s)) / a.at(s), 1e-5) << "step " << s;
+  EXPECT_LE(testing::weight_differences(dir / "one/checkpoints/step_3", dir / "pp2/checkpoints/step_3").l2, 1e-5);
+}
+
 TEST(VocabResize, AResizedRunResumesFromItsCheckpoint) {
   TempDir dir;
   const auto a = train(0, dir / "a", {"trainer.max_steps=4", "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
@@ -256,7 +303,7 @@ TEST(VocabResize, PlanReportsTheResize) {
       << out;
 }
 
-TEST(VocabResize, ASmallerTokenizerAndSubwordMeanWithoutTheBaseTokenizerAreErrors) {
+TEST(VocabResize, ASmallerTokenizerAMovedPieceAndSubwordMeanWithoutTheBaseTokenizerAreErrors) {
   const Fixture& f = fixture();
   TempDir dir;
   // The fixture tokenizer has 500 pieces, the base folder's 512.
@@ -276,6 +323,25 @@ TEST(VocabResize, ASmallerTokenizerAndSubwordMeanWithoutTheBaseTokenizerAreError
   EXPECT_NE(r.log.find("model.new_token_init: subword_mean splits each new piece"), std::string::npos) << r.log;
   r = train(0, dir / "bare_mean", {"model.init_from=" + bare, "trainer.max_steps=3", "model.new_token_init=mean"});
   EXPECT_EQ(r.status, 0) << r.log;
+  // A larger tokenizer that moves a base piece.
+  if (testing::python_missing({"sentencepiece", "google.protobuf"}).empty()) {
+    const std::string moved = dir / "moved.model";
+    std::string out;
+    ASSERT_EQ(testing::run_capture(testing::system_python() + " -c 'import sys\n"
+                                       "from sentencepiece import sentencepiece_model_pb2 as pb\n"
+                                       "m = pb.ModelProto(); m.ParseFromString(open(sys.argv[1], \"rb\").read())\n"
+                                       "m.pieces[300].piece, m.pieces[600].piece = m.pieces[600].piece, m.pieces[300].piece\n"
+                                       "open(sys.argv[2], \"wb\").write(m.SerializeToString())' " +
+                                       f.ext + " " + moved,
+                                   &out),
+              0)
+        << out;
+    r = train(0, dir / "moved_run", {"model.tokenizer.model=" + moved, "trainer.max_steps=3"});
+    EXPECT_EQ(r.status, 1) << r.log;
+    EXPECT_NE(r.log.find("does not extend the checkpoint's tokenizer " + f.base + "/tokenizer.model: piece 300"),
+              std::string::npos)
+        << r.log;
+  }
 }
 
 }  // namespace
