@@ -5,7 +5,8 @@
 // skipped with a warning naming the file; injected non-finite gradients are skipped, then rolled
 // back; a full disk during a save is a clear error that keeps the last good checkpoint; the HF export
 // reloads; bf16 modes end within 2% of fp32; recompute modes give bitwise the same run; every logged
-// value reaches metrics.jsonl and TensorBoard (under NeMo's tag) with the same value.
+// value reaches metrics.jsonl and TensorBoard (under NeMo's tag) with the same value, validation's bits
+// per byte and per character among them.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -56,7 +57,7 @@ std::vector<float> tensor_f32(const std::string& file, const std::string& name) 
 }
 
 TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
-  if (auto why = testing::python_missing({}); !why.empty()) GTEST_SKIP() << why;
+  if (auto why = testing::python_missing({"numpy", "torch", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   const auto r = run_train(dir / "run", {"trainer.max_steps=4", "trainer.log_every_n_steps=1",
                                          "trainer.val_check_interval=2", "trainer.limit_val_batches=1"});
@@ -96,10 +97,11 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
   const std::map<std::string, std::string> tag_of = {
       {"loss", "reduced_train_loss"},  {"lr", "lr"},     {"grad_norm", "grad_norm"},
       {"consumed_samples", "consumed_samples"}, {"step_time_s", "train_step_timing in s"},
-      {"tokens_per_s", "tokens_per_s"}, {"mfu", "mfu"}, {"val_loss", "val_loss"}};
+      {"tokens_per_s", "tokens_per_s"}, {"mfu", "mfu"}, {"val_loss", "val_loss"},
+      {"val_bits_per_byte", "val_bits_per_byte"}, {"val_bits_per_char", "val_bits_per_char"}};
   for (const auto& [key, tag] : tag_of) {
     SCOPED_TRACE(key + " / " + tag);
-    const auto want_steps = key == "val_loss" ? std::vector<int64_t>{2, 4} : step_range(1, 4);
+    const auto want_steps = key.starts_with("val_") ? std::vector<int64_t>{2, 4} : step_range(1, 4);
     ASSERT_EQ(steps_of(jsonl[key]), want_steps) << "metrics.jsonl";
     ASSERT_EQ(tb[tag].size(), want_steps.size()) << "TensorBoard";
     for (int64_t step : want_steps) EXPECT_EQ(tb[tag][step], bits(jsonl[key][step])) << "step " << step;
@@ -107,6 +109,47 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
   EXPECT_EQ(steps_of(jsonl["peak_rss_bytes"]), step_range(1, 4));
   EXPECT_EQ(jsonl["consumed_samples"][4], 4.0 * 8) << "global batch 8";
   EXPECT_FALSE(tb.count("comm_time_s")) << "one process: no communication time in TensorBoard";
+  // Validation's bits per byte (character): its loss summed over the scored targets, over ln 2 and
+  // their bytes (characters). Every target of pretraining data counts, so the sum is val_loss times
+  // the targets of one global batch (8 samples of 64).
+  for (int64_t step : {2, 4}) {
+    SCOPED_TRACE(step);
+    EXPECT_EQ(jsonl["val_tokens"][step], 8.0 * 64);
+    const double bytes = jsonl["val_bytes"][step], chars = jsonl["val_chars"][step];
+    EXPECT_GT(bytes, 8 * 64) << "the fixture's pieces average more than a byte";
+    EXPECT_GT(chars, 0.5 * bytes);
+    EXPECT_LT(chars, bytes) << "the fixture has multi-byte characters";
+    const double bits = jsonl["val_loss"][step] * jsonl["val_tokens"][step] / std::log(2.0);
+    EXPECT_NEAR(jsonl["val_bits_per_byte"][step], bits / bytes, 1e-6 * bits / bytes);
+    EXPECT_NEAR(jsonl["val_bits_per_char"][step], bits / chars, 1e-6 * bits / chars);
+  }
+  EXPECT_EQ(jsonl["val_bytes"][2], jsonl["val_bytes"][4]) << "the same validation samples each time";
+  // The counts against SentencePiece's Python module on the labels of the validation batch, as
+  // `data samples` prints them (with the run's steps and validation: they size the sample index).
+  std::string samples;
+  const std::string cmd = fmt::format(
+      "{} data samples {} 'model.data.data_prefix=[1.0,{}]' model.tokenizer.model={} trainer.max_steps=4 "
+      "trainer.val_check_interval=2 trainer.limit_val_batches=1 model.optim.sched.warmup_steps=2 --split validation "
+      "--first 8 --json > {}",
+      testing::llamatrain_bin(), testing::source_path("configs/tiny.yaml"), fixture_prefix(),
+      testing::fixture("tokenizer.model"), dir / "val_samples.jsonl");
+  ASSERT_EQ(testing::run_capture(cmd, &samples), 0) << testing::read_file(dir / "val_samples.jsonl");
+  ASSERT_EQ(testing::run_capture(std::string(SYSTEM_PYTHON) + " " + testing::source_path("tools/reference/bits_per_byte.py") +
+                                     " --labels " + (dir / "val_samples.jsonl") + " --tokenizer " +
+                                     testing::fixture("tokenizer.model"),
+                                 &out),
+            0)
+      << out;
+  const auto counted = nlohmann::json::parse(out);
+  EXPECT_EQ(counted["tokens"].get<double>(), jsonl["val_tokens"][4]);
+  EXPECT_EQ(counted["bytes"].get<double>(), jsonl["val_bytes"][4]);
+  EXPECT_EQ(counted["chars"].get<double>(), jsonl["val_chars"][4]);
+  EXPECT_NE(r.log.find(fmt::format("validation at step 4: loss {:.4f}, perplexity {:.2f}, {:.4f} bits per byte, {:.4f} "
+                                   "bits per character",
+                                   jsonl["val_loss"][4], std::exp(jsonl["val_loss"][4]), jsonl["val_bits_per_byte"][4],
+                                   jsonl["val_bits_per_char"][4])),
+            std::string::npos)
+      << r.log;
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {

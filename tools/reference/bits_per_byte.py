@@ -10,7 +10,11 @@ character unless XX is a continuation byte 0x80..0xBF), any other piece its text
 space. Before that, the definition is checked against decode: every document of the stream (ids
 between </s>) whose decode is valid text counts exactly its decoded text's bytes and characters plus
 one (the space add_dummy_prefix adds). Prints one JSON object.
-Example: /usr/bin/python3 tools/reference/bits_per_byte.py out/hf --data data/val_text_document --seq-length 256
+With --labels FILE (the JSON lines of `llamatrain data samples --json`) it only counts the tokens,
+bytes and characters of the labels that are not -100 (what validation's bits per byte divides by).
+Examples:
+  /usr/bin/python3 tools/reference/bits_per_byte.py out/hf --data data/val_text_document --seq-length 256
+  /usr/bin/python3 tools/reference/bits_per_byte.py --labels samples.jsonl --tokenizer tokenizer.model
 """
 import argparse
 import json
@@ -77,14 +81,24 @@ def check_documents(sp, stream, nbytes, nchars):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("folder")
-    ap.add_argument("--data", required=True, help="dataset prefix (.bin/.idx)")
-    ap.add_argument("--seq-length", type=int, required=True)
+    ap.add_argument("folder", nargs="?", help="Hugging Face folder")
+    ap.add_argument("--data", help="dataset prefix (.bin/.idx)")
+    ap.add_argument("--seq-length", type=int)
     ap.add_argument("--max-windows", type=int, default=0)
     ap.add_argument("--tokenizer", help="default: FOLDER/tokenizer.model")
+    ap.add_argument("--labels", help="JSON lines with 'labels': count them only")
     a = ap.parse_args()
     torch.set_num_threads(1)
     sp = spm.SentencePieceProcessor(model_file=a.tokenizer or os.path.join(a.folder, "tokenizer.model"))
+    if a.labels:
+        with open(a.labels) as f:
+            labels = np.array([t for line in f if line.strip() for t in json.loads(line)["labels"] if t >= 0])
+        nbytes, nchars = piece_lengths(sp)
+        print(json.dumps({"tokens": int(labels.size), "bytes": int(nbytes[labels].sum()),
+                          "chars": int(nchars[labels].sum())}))
+        return
+    if not (a.folder and a.data and a.seq_length):
+        ap.error("FOLDER, --data and --seq-length are required (or --labels)")
     with open(os.path.join(a.folder, "config.json")) as f:
         cfg = ref.LlamaConfig.from_hf_json(json.load(f))
     tensors = load_weights(a.folder)
