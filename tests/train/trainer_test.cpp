@@ -152,6 +152,67 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
       << r.log;
 }
 
+// Bytes and characters that SentencePiece's Python module counts for the labels of `data samples
+// --json` (the -100 ones left out): {"tokens", "bytes", "chars"}.
+nlohmann::json reference_label_counts(const std::string& samples_jsonl) {
+  std::string out;
+  EXPECT_EQ(testing::run_capture(std::string(SYSTEM_PYTHON) + " " + testing::source_path("tools/reference/bits_per_byte.py") +
+                                     " --labels " + samples_jsonl + " --tokenizer " + testing::fixture("tokenizer.model"),
+                                 &out),
+            0)
+      << out;
+  return nlohmann::json::parse(out, nullptr, false);
+}
+
+TEST(Trainer, ValidationBitsPerByteOfFineTuningDataCountOnlyTheCompletions) {
+  // Fine-tuning data scores the completion and its EOS only: the bytes validation divides by are those
+  // of the unmasked labels of its samples, and the loss summed is over the same targets.
+  if (auto why = testing::python_missing({"numpy", "torch", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  std::string rows;
+  for (int i = 0; i < 40; i++)
+    rows += fmt::format("{{\"input\": \"Is {} even?\", \"output\": \"{}\"}}\n", i * 7,
+                        i % 2 ? "no, odd: 奇数" : "yes");
+  testing::write_file(dir / "sft.jsonl", rows);
+  const std::vector<std::string> data = {"model.data.fine_tuning=true",
+                                         "model.data.train_ds.file_names=[" + (dir / "sft.jsonl") + "]",
+                                         "model.data.validation_ds.file_names=[" + (dir / "sft.jsonl") + "]",
+                                         "model.data.train_ds.prompt_template=\"{input} {output}\"",
+                                         "model.data.train_ds.label_key=output",
+                                         "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
+                                         "trainer.max_steps=2",
+                                         "model.optim.sched.warmup_steps=1",
+                                         "trainer.val_check_interval=2",
+                                         "trainer.limit_val_batches=2"};
+  const auto r = testing::run_in(dir / "run", train_args(dir / "run", data));
+  ASSERT_EQ(r.status, 0) << r.log;
+  nlohmann::json val;
+  for (const auto& rec : obs::read_metrics(dir / "run/metrics.jsonl"))
+    if (rec.contains("val_bits_per_byte")) val = rec;
+  ASSERT_FALSE(val.is_null()) << r.log;
+  std::vector<std::string> samples = {"data", "samples", testing::source_path("configs/tiny.yaml")};
+  samples.insert(samples.end(), data.begin(), data.end());
+  for (const char* a : {"--split", "validation", "--first", "16", "--json"}) samples.push_back(a);
+  const auto listed = testing::run_cli(samples);
+  ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
+  testing::write_file(dir / "val_samples.jsonl", listed.out);
+  const nlohmann::json counted = reference_label_counts(dir / "val_samples.jsonl");
+  ASSERT_TRUE(counted.is_object());
+  EXPECT_EQ(val["val_tokens"], counted["tokens"]);
+  EXPECT_EQ(val["val_bytes"], counted["bytes"]);
+  EXPECT_EQ(val["val_chars"], counted["chars"]);
+  EXPECT_LT(val["val_tokens"].get<int64_t>(), 16 * 64 / 4) << "prompts and padding are masked";
+  EXPECT_LT(val["val_chars"].get<int64_t>(), val["val_bytes"].get<int64_t>()) << "奇数 is 6 bytes, 2 characters";
+  // The loss sum over those targets: each micro-batch's mean times its scored targets. The micro-batches
+  // differ in count here, so val_loss (the mean of their means) is close to, not equal to, the token mean.
+  const double token_mean = val["val_bits_per_byte"].get<double>() * std::log(2.0) * val["val_bytes"].get<double>() /
+                            val["val_tokens"].get<double>();
+  EXPECT_NEAR(token_mean, val["val_loss"].get<double>(), 0.05 * val["val_loss"].get<double>());
+  EXPECT_NEAR(val["val_bits_per_char"].get<double>() * val["val_chars"].get<double>(),
+              val["val_bits_per_byte"].get<double>() * val["val_bytes"].get<double>(),
+              1e-9 * val["val_bits_per_byte"].get<double>() * val["val_bytes"].get<double>());
+}
+
 TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {
   // micro batch 2 x 4 accumulation steps and micro batch 8 see the same 8 samples per step. In fp32
   // the loss and the gradient norm of every step agree to 1e-6. The weights after 5 AdamW steps are
