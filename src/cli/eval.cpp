@@ -166,7 +166,9 @@ void register_eval(CLI::App& app) {
       "Examples:\n"
       "  llamatrain eval runs/zh/checkpoints/step_500 --data data/zh_val_text_document --data data/en_val_text_document\n"
       "  llamatrain eval /models/Llama-2-7b-hf --data data/book_text_document --seq-length 4096 --batch 1 "
-      "--max-windows 64 --precision bf16-mixed\n");
+      "--max-windows 64 --precision bf16-mixed\n"
+      "  llamatrain eval runs/zh/hf --data data/zh_val_text_document --json | jq .bits_per_char   # vs the base model's\n"
+      "  llamatrain eval runs/pretrain/checkpoints/step_100 --data data/val_text_document --tokenizer tokenizer.model\n");
   cmd->add_option("model", a->model_dir, "checkpoint folder (step_N) or Hugging Face folder")->required();
   cmd->add_option("--data", a->prefixes, "dataset prefix (repeatable)")->required();
   cmd->add_option("--seq-length", a->seq, "tokens per window")->capture_default_str()->check(CLI::Range(1, 1 << 20));
