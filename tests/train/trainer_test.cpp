@@ -6,7 +6,8 @@
 // back; a full disk during a save is a clear error that keeps the last good checkpoint; the HF export
 // reloads; bf16 modes end within 2% of fp32; recompute modes give bitwise the same run; every logged
 // value reaches metrics.jsonl and TensorBoard (under NeMo's tag) with the same value, validation's bits
-// per byte and per character among them.
+// per byte and per character among them, whose byte and character counts are SentencePiece's (Python)
+// count of the validation labels (of fine-tuning data: the completions only).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -57,7 +58,7 @@ std::vector<float> tensor_f32(const std::string& file, const std::string& name) 
 }
 
 TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
-  if (auto why = testing::python_missing({"numpy", "torch", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
+  if (auto why = testing::python_missing({}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   const auto r = run_train(dir / "run", {"trainer.max_steps=4", "trainer.log_every_n_steps=1",
                                          "trainer.val_check_interval=2", "trainer.limit_val_batches=1"});
@@ -124,26 +125,6 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
     EXPECT_NEAR(jsonl["val_bits_per_char"][step], bits / chars, 1e-6 * bits / chars);
   }
   EXPECT_EQ(jsonl["val_bytes"][2], jsonl["val_bytes"][4]) << "the same validation samples each time";
-  // The counts against SentencePiece's Python module on the labels of the validation batch, as
-  // `data samples` prints them (with the run's steps and validation: they size the sample index).
-  std::string samples;
-  const std::string cmd = fmt::format(
-      "{} data samples {} 'model.data.data_prefix=[1.0,{}]' model.tokenizer.model={} trainer.max_steps=4 "
-      "trainer.val_check_interval=2 trainer.limit_val_batches=1 model.optim.sched.warmup_steps=2 --split validation "
-      "--first 8 --json > {}",
-      testing::llamatrain_bin(), testing::source_path("configs/tiny.yaml"), fixture_prefix(),
-      testing::fixture("tokenizer.model"), dir / "val_samples.jsonl");
-  ASSERT_EQ(testing::run_capture(cmd, &samples), 0) << testing::read_file(dir / "val_samples.jsonl");
-  ASSERT_EQ(testing::run_capture(std::string(SYSTEM_PYTHON) + " " + testing::source_path("tools/reference/bits_per_byte.py") +
-                                     " --labels " + (dir / "val_samples.jsonl") + " --tokenizer " +
-                                     testing::fixture("tokenizer.model"),
-                                 &out),
-            0)
-      << out;
-  const auto counted = nlohmann::json::parse(out);
-  EXPECT_EQ(counted["tokens"].get<double>(), jsonl["val_tokens"][4]);
-  EXPECT_EQ(counted["bytes"].get<double>(), jsonl["val_bytes"][4]);
-  EXPECT_EQ(counted["chars"].get<double>(), jsonl["val_chars"][4]);
   EXPECT_NE(r.log.find(fmt::format("validation at step 4: loss {:.4f}, perplexity {:.2f}, {:.4f} bits per byte, {:.4f} "
                                    "bits per character",
                                    jsonl["val_loss"][4], std::exp(jsonl["val_loss"][4]), jsonl["val_bits_per_byte"][4],
@@ -164,10 +145,40 @@ nlohmann::json reference_label_counts(const std::string& samples_jsonl) {
   return nlohmann::json::parse(out, nullptr, false);
 }
 
+TEST(Trainer, ValidationBytesAreThoseOfTheValidationLabels) {
+  // The bytes and characters validation divides by, against SentencePiece's Python module on the
+  // labels of the validation batch as `data samples` prints them (with the run's steps and
+  // validation: they size the sample index).
+  if (auto why = testing::python_missing({"numpy", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  const std::vector<std::string> run = {"trainer.max_steps=2", "model.optim.sched.warmup_steps=1",
+                                        "trainer.val_check_interval=2", "trainer.limit_val_batches=1"};
+  const auto r = run_train(dir / "run", run);
+  ASSERT_EQ(r.status, 0) << r.log;
+  nlohmann::json val;
+  for (const auto& rec : obs::read_metrics(dir / "run/metrics.jsonl"))
+    if (rec.contains("val_bytes")) val = rec;
+  ASSERT_FALSE(val.is_null()) << r.log;
+  std::vector<std::string> samples = {"data", "samples", testing::source_path("configs/tiny.yaml"),
+                                      "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                                      "model.tokenizer.model=" + testing::fixture("tokenizer.model")};
+  samples.insert(samples.end(), run.begin(), run.end());
+  for (const char* a : {"--split", "validation", "--first", "8", "--json"}) samples.push_back(a);
+  const auto listed = testing::run_cli(samples);
+  ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
+  testing::write_file(dir / "val_samples.jsonl", listed.out);
+  const nlohmann::json counted = reference_label_counts(dir / "val_samples.jsonl");
+  ASSERT_TRUE(counted.is_object());
+  EXPECT_EQ(val["val_tokens"], counted["tokens"]);
+  EXPECT_EQ(val["val_bytes"], counted["bytes"]);
+  EXPECT_EQ(val["val_chars"], counted["chars"]);
+  EXPECT_EQ(val["val_tokens"].get<int64_t>(), 8 * 64);
+}
+
 TEST(Trainer, ValidationBitsPerByteOfFineTuningDataCountOnlyTheCompletions) {
   // Fine-tuning data scores the completion and its EOS only: the bytes validation divides by are those
   // of the unmasked labels of its samples, and the loss summed is over the same targets.
-  if (auto why = testing::python_missing({"numpy", "torch", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
+  if (auto why = testing::python_missing({"numpy", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   std::string rows;
   for (int i = 0; i < 40; i++)

@@ -11,7 +11,8 @@ space. Before that, the definition is checked against decode: every document of 
 between </s>) whose decode is valid text counts exactly its decoded text's bytes and characters plus
 one (the space add_dummy_prefix adds). Prints one JSON object.
 With --labels FILE (the JSON lines of `llamatrain data samples --json`) it only counts the tokens,
-bytes and characters of the labels that are not -100 (what validation's bits per byte divides by).
+bytes and characters of the labels that are not -100 (what validation's bits per byte divides by);
+that needs numpy and sentencepiece only.
 Examples:
   /usr/bin/python3 tools/reference/bits_per_byte.py out/hf --data data/val_text_document --seq-length 256
   /usr/bin/python3 tools/reference/bits_per_byte.py --labels samples.jsonl --tokenizer tokenizer.model
@@ -25,12 +26,6 @@ import sys
 
 import numpy as np
 import sentencepiece as spm
-import torch
-import torch.nn.functional as F
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import llama_ref as ref  # noqa: E402
-from hf_logits import load_weights  # noqa: E402
 
 # Megatron .idx dtype codes (docs/formats.md)
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
@@ -88,7 +83,6 @@ def main():
     ap.add_argument("--tokenizer", help="default: FOLDER/tokenizer.model")
     ap.add_argument("--labels", help="JSON lines with 'labels': count them only")
     a = ap.parse_args()
-    torch.set_num_threads(1)
     sp = spm.SentencePieceProcessor(model_file=a.tokenizer or os.path.join(a.folder, "tokenizer.model"))
     if a.labels:
         with open(a.labels) as f:
@@ -99,6 +93,13 @@ def main():
         return
     if not (a.folder and a.data and a.seq_length):
         ap.error("FOLDER, --data and --seq-length are required (or --labels)")
+    # The model needs PyTorch and the reference (--labels does not).
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import llama_ref as ref
+    from hf_logits import load_weights
+    torch.set_num_threads(1)
     with open(os.path.join(a.folder, "config.json")) as f:
         cfg = ref.LlamaConfig.from_hf_json(json.load(f))
     tensors = load_weights(a.folder)
