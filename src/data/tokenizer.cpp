@@ -65,6 +65,8 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
 
 std::string Tokenizer::id_to_piece(int id) const { return sp_->IdToPiece(id); }
 bool Tokenizer::is_byte(int id) const { return sp_->IsByte(id); }
+bool Tokenizer::is_control(int id) const { return sp_->IsControl(id); }
+bool Tokenizer::is_unknown(int id) const { return sp_->IsUnknown(id); }
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }

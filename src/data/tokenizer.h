@@ -30,6 +30,8 @@ class Tokenizer {
   std::string decode(const std::vector<int>& ids) const;
   std::string id_to_piece(int id) const;
   bool is_byte(int id) const;  // a byte-fallback piece <0xXX>
+  bool is_control(int id) const;  // <s>, </s>, a pad piece: decode to nothing
+  bool is_unknown(int id) const;  // <unk>
   int vocab_size() const;
   int bos_id() const;
   int eos_id() const;
