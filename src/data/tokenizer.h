@@ -31,7 +31,7 @@ class Tokenizer {
   std::string id_to_piece(int id) const;
   int piece_to_id(std::string_view piece) const;  // the unknown id when the model has no such piece
   bool is_byte(int id) const;     // a byte-fallback piece <0xXX>
-  bool is_control(int id) const;  // <s>, </s>, <pad>: never produced by encode()
+  bool is_control(int id) const;  // <s>, </s>, a pad piece: decode to nothing
   bool is_unknown(int id) const;  // <unk>
   bool is_unused(int id) const;   // a placeholder that never appears in an encoding
   // The same model with SentencePiece's add_dummy_prefix and remove_extra_whitespaces off: encode()
