@@ -77,6 +77,7 @@ Tokenizer Tokenizer::literal() const {
   const std::string extra = {'\x1a', '\x04', '\x18', '\x00', '\x20', '\x00'};
   return from_serialized(sp_->serialized_model_proto() + extra, path_ + " (literal)");
 }
+
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
