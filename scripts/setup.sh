@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libdnnl-dev                                  # matmuls (AMX / AVX512-BF16 / AVX2)
-  libsentencepiece-dev sentencepiece           # Llama 2 tokenizer; spm_train for test fixtures
+  libsentencepiece-dev sentencepiece           # Llama 2 tokenizer and its trainer library (tokenizer train); spm_train for test fixtures
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -21,7 +21,7 @@ PACKAGES=(
   libpmix-dev           # srun --mpi=pmix starts OpenMPI ranks under SLURM (the PMIx library it loads)
   slurmctld slurmd slurm-client munge   # a real SLURM cluster on this machine for the slurm tests (tests only)
   python3-torch python3-numpy python3-sentencepiece   # PyTorch reference (tests and bench only)
-  python3-protobuf      # decodes our TensorBoard event files in tests (tests only)
+  python3-protobuf      # decodes our TensorBoard event files and SentencePiece models in tests (tests only)
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
   chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test (tests only)
   fortunes fortunes-zh jq   # the demo's English and Chinese text, and its JSONL conversion (scripts/demo.sh)
