@@ -129,10 +129,13 @@ void add_train(CLI::App& parent) {
       po.label = "reading";
       po.total = static_cast<int64_t>(total);
       po.unit = obs::ProgressUnit::kBytes;
-      bar.emplace(po);
-      opt->on_read = [&bar](int64_t n) { bar->advance(n); };
+      // Drawn from the first bytes read: checks that fail before reading print no bar.
+      opt->on_read = [&bar, po](int64_t n) {
+        if (!bar) bar.emplace(po);
+        bar->advance(n);
+      };
       opt->on_read_done = [&bar, &ticker, opt] {
-        bar->finish();
+        if (bar) bar->finish();
         if (!opt->verbose) ticker.emplace(fmt::format("training {} ({} pieces)", opt->model_type, opt->vocab_size));
       };
     }
@@ -159,10 +162,11 @@ void add_merge(CLI::App& parent) {
   cmd->footer(
       "Keeps every piece of BASE at its id with its score and type, and BASE's trainer and normalizer settings;\n"
       "appends ADD's normal and user-defined pieces that BASE lacks, in ADD's order (never its <unk>,\n"
-      "control or byte pieces). By default a piece made only of characters BASE has as pieces is left out,\n"
-      "and new pieces score below every BASE piece: text made of BASE's characters then encodes exactly as\n"
-      "under BASE. --new-scores zero gives them score 0 as Chinese-LLaMA's merge does: above Llama's scores,\n"
-      "so BPE merges them first. --pad-to-multiple appends unused pieces <unused_K>, which no text encodes to.\n\n"
+      "control or byte pieces). By default a normal piece made only of characters BASE has as pieces is\n"
+      "left out, and new pieces score below every BASE piece: text made of BASE's characters then encodes\n"
+      "exactly as under BASE. --new-scores zero gives them score 0 as Chinese-LLaMA's merge does: above\n"
+      "Llama's scores, so BPE merges them first. --pad-to-multiple appends unused pieces <unused_K>, which\n"
+      "no text encodes to. docs/tokenizer.md has the rule and its effect.\n\n"
       "Examples:\n"
       "  llamatrain tokenizer merge llama2/tokenizer.model zh.model -o merged.model\n"
       "  llamatrain tokenizer merge en.model zh.model -o merged.model --pad-to-multiple 128\n"

@@ -82,7 +82,7 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
       ++res->already_in_base;
       continue;
     }
-    if (!opt.all_pieces) {
+    if (!opt.all_pieces && p.type == PieceType::kNormal) {  // user-defined symbols are always wanted
       const auto cps = code_points(p.piece);
       const bool only_base_chars =
           std::all_of(cps.begin(), cps.end(), [&](std::string_view c) { return base_chars.count(std::string(c)); });
@@ -129,6 +129,7 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
 
 TokenizerMergeResult run_tokenizer_merge(const TokenizerMergeOptions& opt) {
   if (opt.output.empty()) fail("tokenizer merge: -o OUT.model is required\nhint: e.g. -o merged.model");
+  check_output_file(opt.output, "-o");
   TokenizerMergeResult res;
   const std::string bytes = merge_tokenizers(opt, &res);
   (void)Tokenizer::from_file_bytes(bytes, opt.output);  // the library accepts what we wrote

@@ -4,8 +4,9 @@
 //   kBelow (default): below every BASE score, in ADD's order, so BPE runs all of BASE's merges
 //     before any new one and new pieces keep ADD's relative priority;
 //   kZero: 0 for every new piece (Chinese-LLaMA's merge script), above Llama's negative scores.
-// Unless all_pieces, an ADD piece made only of characters BASE has as pieces of their own is left
-// out: such a piece could form in text BASE already covers and change its encoding.
+// Unless all_pieces, an ADD NORMAL piece made only of characters BASE has as pieces of their own is
+// left out: such a piece could form in text BASE already covers and change its encoding. ADD's
+// USER_DEFINED pieces are always added (they match wherever their text occurs, as intended).
 // Padding: UNUSED pieces "<unused_K>" up to a multiple; text can never form one (checked).
 #pragma once
 

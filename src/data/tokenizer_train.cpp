@@ -222,6 +222,7 @@ TokenizerTrainResult run_tokenizer_train(const TokenizerTrainOptions& opt) {
   if (opt.inputs.empty()) fail("tokenizer train: --input is required\nhint: e.g. --input corpus.jsonl");
   if (opt.output.empty()) fail("tokenizer train: -o OUT.model is required\nhint: e.g. -o tokenizer.model");
   if (opt.vocab_size <= 0) fail("tokenizer train: --vocab-size is required\nhint: e.g. --vocab-size 32000 (Llama 2)");
+  check_output_file(opt.output, "-o");  // before the work, not after it
   TokenizerTrainResult res;
   res.files = tokenizer_train_files(opt);
   for (const auto& f : res.files) res.input_bytes += std::filesystem::file_size(f);

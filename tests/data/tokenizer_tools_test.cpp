@@ -372,6 +372,11 @@ TEST_F(TokenizerTools, MergeOfABrokenModelNamesTheFile) {
       EXPECT_FALSE(testing::exists(path("out.model"))) << bad;
     }
   }
+  // Nothing to add: BASE's bytes exactly.
+  auto r = run_cli({"tokenizer", "merge", path("en.model"), path("en.model"), "-o", path("same.model")});
+  ASSERT_EQ(r.code, 0) << testing::describe(r);
+  EXPECT_EQ(testing::read_file(path("same.model")), good);
+  EXPECT_NE(r.err.find("0 added"), std::string::npos) << r.err;
   // Every truncation of a real model is either a model or a plain error, never a crash.
   const std::string small = testing::read_file(testing::fixture("tokenizer.model"));
   int refused = 0;
@@ -405,6 +410,15 @@ TEST(ModelProto, ParseAndSerializeRoundTripByteForByte) {
 TEST_F(TokenizerTools, TrainErrorsArePlainAndSayWhatToDo) {
   testing::write_file(path("empty.jsonl"), "\n\n");
   testing::write_file(path("tiny.txt"), "hello world\nhello there\n");
+  {
+    const std::string gz = path("en.jsonl.gz");
+    ASSERT_EQ(std::system(("gzip -c " + path("en.jsonl") + " | head -c 30000 > " + gz).c_str()), 0);
+    auto r = run_cli({"tokenizer", "train", "--input", gz, "-o", path("x.model"), "--vocab-size", "300"});
+    testing::expect_plain_error(r, {gz, "truncated or damaged"});
+    r = run_cli({"tokenizer", "train", "--input", path("tiny.txt"), "-o", path("no/such/dir/x.model"), "--vocab-size",
+                 "300"});
+    testing::expect_plain_error(r, {"no/such/dir"});
+  }
   auto r = run_cli({"tokenizer", "train", "--input", path("nothing.jsonl"), "-o", path("x.model"), "--vocab-size", "300"});
   testing::expect_plain_error(r, {"nothing.jsonl"});
   r = run_cli({"tokenizer", "train", "--input", path("empty.jsonl"), "-o", path("x.model"), "--vocab-size", "300"});
