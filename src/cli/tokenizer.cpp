@@ -146,6 +146,8 @@ void add_train(CLI::App& parent) {
     if (res.cut_documents > 0)
       cut = fmt::format(" ({} longer than {} bytes cut at line breaks into {} sentences)", res.cut_documents,
                         opt->max_sentence_length, res.sentences);
+    if (opt->input_sentence_size > 0 && res.sentences > opt->input_sentence_size)
+      cut += fmt::format("; the trainer sampled {} of {} sentences", opt->input_sentence_size, res.sentences);
     std::fprintf(stderr, "read %lld documents from %zu file%s%s%s\n", static_cast<long long>(res.documents),
                  res.files.size(), res.files.size() == 1 ? "" : "s", cut.c_str(),
                  res.skipped_lines ? fmt::format(", {} lines skipped", res.skipped_lines).c_str() : "");

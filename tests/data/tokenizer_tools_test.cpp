@@ -248,6 +248,14 @@ TEST_F(TokenizerTools, MergeKeepsEveryBasePieceAndAppendsTheMissingOnesBelowTheB
     EXPECT_LT(merged.pieces[i].score, prev);
     prev = merged.pieces[i].score;
   }
+  // The same seen by protobuf itself (SentencePiece's Python module).
+  if (testing::python_missing({"sentencepiece", "google.protobuf"}).empty()) {
+    const Json b = python_json({"spec", path("en.model")}), m = python_json({"spec", path("merged.model")});
+    ASSERT_EQ(m["pieces"].size(), merged.pieces.size());
+    for (size_t i = 0; i < b["pieces"].size(); ++i) ASSERT_EQ(m["pieces"][i], b["pieces"][i]) << i;
+    for (const char* k : {"model_type", "vocab_size", "byte_fallback", "normalization_rule_name", "add_dummy_prefix"})
+      EXPECT_EQ(m[k], b[k]) << k;
+  }
   const size_t added = merged.pieces.size() - base.pieces.size();
   EXPECT_NE(merge_log_[0].find(std::to_string(added) + " added"), std::string::npos) << merge_log_[0];
   EXPECT_NE(merge_log_[0].find("already in"), std::string::npos) << merge_log_[0];
