@@ -121,7 +121,11 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
     // An UNUSED piece that BPE could form would be merged and then split again, which can still
     // change the merges around it; these names cannot form from any two symbols.
     for (size_t i = base.pieces.size() - res->padding; i < base.pieces.size(); ++i)
-      CHECK(!formable(base.pieces[i].piece, have), "padding piece {} could be formed by BPE", base.pieces[i].piece);
+      if (formable(base.pieces[i].piece, have))
+        fail("--pad-to-multiple: the padding piece {} could be formed by BPE from two pieces of the merged "
+             "vocabulary, expected padding that no text encodes to\nhint: drop --pad-to-multiple and pad the model "
+             "vocabulary with model.make_vocab_size_divisible_by instead",
+             base.pieces[i].piece);
   }
   res->total = static_cast<int>(base.pieces.size());
   return serialize_model_proto(base);

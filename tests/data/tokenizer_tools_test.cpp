@@ -443,11 +443,18 @@ TEST_F(TokenizerTools, LongDocumentsAreCutAtLineBreaksAndCounted) {
   for (int k = 0; doc.size() < 40000; ++k) doc += "line number " + std::to_string(k) + " of a long document\n";
   write_jsonl(path("long.jsonl"), {doc, "a short one"});
   auto r = run_cli({"tokenizer", "train", "--input", path("long.jsonl"), "-o", path("long.model"), "--vocab-size",
-                    "300", "--max-sentence-length", "16384"});
+                    "300", "--max-sentence-length", "16384", "--threads", "1"});
   ASSERT_EQ(r.code, 0) << testing::describe(r);
   EXPECT_NE(r.err.find("read 2 documents from 1 file (1 longer than 16384 bytes cut at line breaks into 4 sentences)"),
             std::string::npos)
       << r.err;
+  // A name without a known extension is read by its first line: JSONL here.
+  std::filesystem::copy_file(path("long.jsonl"), path("long.data"));
+  r = run_cli({"tokenizer", "train", "--input", path("long.data"), "-o", path("long2.model"), "--vocab-size", "300",
+               "--threads", "1"});
+  ASSERT_EQ(r.code, 0) << testing::describe(r);
+  EXPECT_NE(r.err.find("read 2 documents"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::read_file(path("long2.model")), testing::read_file(path("long.model")));
 }
 
 }  // namespace
