@@ -30,7 +30,7 @@ TEST_PACKAGES=(
   libpmix-dev           # srun --mpi=pmix starts OpenMPI ranks under SLURM (the PMIx library it loads)
   slurmctld slurmd slurm-client munge   # a real SLURM cluster on this machine for the slurm tests
   python3-torch python3-numpy python3-sentencepiece   # PyTorch reference
-  python3-protobuf      # decodes our TensorBoard event files in tests
+  python3-protobuf      # decodes our TensorBoard event files and SentencePiece models in tests
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
   chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test
 )

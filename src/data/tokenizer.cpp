@@ -41,6 +41,15 @@ Tokenizer Tokenizer::from_serialized(const std::string& model_proto, const std::
   return t;
 }
 
+Tokenizer Tokenizer::from_file_bytes(const std::string& model_proto, const std::string& name) {
+  Tokenizer t(Unloaded{}, name);
+  auto status = t.sp_->LoadFromSerializedProto(model_proto);
+  if (!status.ok())
+    fail("tokenizer {}: not a SentencePiece model ({})\nhint: pass a SentencePiece .model file", name,
+         status.ToString());
+  return t;
+}
+
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 
@@ -48,6 +57,19 @@ void Tokenizer::encode(std::string_view text, std::vector<int>* ids) const {
   ids->clear();
   auto status = sp_->Encode(text, ids);
   CHECK(status.ok(), "sentencepiece encode: {}", status.ToString());
+}
+
+void Tokenizer::encode_with_spans(std::string_view text, std::vector<int>* ids,
+                                  std::vector<std::pair<uint32_t, uint32_t>>* spans) const {
+  sentencepiece::ImmutableSentencePieceText spt;
+  auto status = sp_->Encode(text, spt.mutable_proto());
+  CHECK(status.ok(), "sentencepiece encode: {}", status.ToString());
+  ids->clear();
+  spans->clear();
+  for (const auto& p : spt.pieces()) {
+    ids->push_back(static_cast<int>(p.id()));
+    spans->emplace_back(p.begin(), p.end());
+  }
 }
 
 std::vector<int> Tokenizer::encode(std::string_view text) const {
@@ -78,6 +100,7 @@ Tokenizer Tokenizer::literal() const {
   return from_serialized(sp_->serialized_model_proto() + extra, path_ + " (literal)");
 }
 
+std::string Tokenizer::serialized_model_proto() const { return sp_->serialized_model_proto(); }
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
