@@ -303,7 +303,8 @@ void LlamaModel::reduce_model_parallel_grads(parallel::Communicator* embedding_g
     for (const ParamSpec& s : specs_)
       if (!s.decay && !s.frozen) tp_->all_reduce(grad_arena_.data() + s.grad_offset, size_t(s.numel));
   if (embedding_group && embedding_group->size() > 1 && config_.tie_embeddings && grads_.wte)
-    embedding_group->all_reduce(grads_.wte, size_t(int64_t(dims_.V) * dims_.C));
+    for (const ParamSpec& s : specs_)
+      if (s.name == "wte") embedding_group->all_reduce(grads_.wte, size_t(s.numel));
 }
 
 void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, float norm) {

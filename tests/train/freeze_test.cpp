@@ -108,8 +108,9 @@ TEST(Freeze, PatternErrorsNameThePatternAndTheFix) {
 // Frozen weights keep their bits through AdamW steps with weight decay; the trainable ones move and
 // get exactly the gradients an unfrozen model computes for them.
 void check_frozen_training(model::Precision precision, const std::vector<std::string>& patterns,
-                           const std::vector<const char*>& trained) {
+                           const std::vector<const char*>& trained, bool tied = false) {
   model::LlamaConfig c = tiny_config();
+  c.tie_embeddings = tied;
   model::LlamaModel full(c, precision, 7);
   c.frozen = io::frozen_tensors(c, patterns);
   model::LlamaModel part(c, precision, 7);
@@ -146,12 +147,13 @@ void check_frozen_training(model::Precision precision, const std::vector<std::st
 }
 
 // fp32 and bf16-mixed; the layers and the final norm frozen (the weight-gradient matmuls skipped,
-// the gradient flowing on to the embedding), or the embedding and the layers (the backward stops
-// after the final norm).
+// the gradient flowing on to the embedding; untied and tied), or the embedding and the layers (the
+// backward stops after the final norm).
 TEST(Freeze, FrozenTensorsStayBitwiseAndTrainableGradientsAreUnchanged) {
   for (const auto precision : {model::Precision::fp32, model::Precision::bf16_mixed}) {
     SCOPED_TRACE(model::precision_name(precision));
     check_frozen_training(precision, kLayersAndNorm, {"wte", "wout"});
+    check_frozen_training(precision, kLayersAndNorm, {"wte"}, true);
     check_frozen_training(precision, {"model.embed_tokens.weight", "model.layers.*"}, {"norm", "wout"});
   }
 }
@@ -399,9 +401,9 @@ TEST(FreezeTrain, LossCurveMatchesPyTorchWithRequiresGradFalse) {
   EXPECT_GT(apart, 1e-3) << "freezing changed nothing in the reference: the comparison would be weak";
 }
 
-// TP2, PP2, and DP2 with ZeRO-1 train the same frozen model as one process (the frozen tensors
-// bitwise the same as the start's everywhere), and the TP2 checkpoint resumes on one process with
-// everything trainable.
+// TP2, PP2 (untied and tied) and DP2 with ZeRO-1 train the same frozen model as one process: the
+// same loss curve, and frozen tensors with the same bits; the TP2 checkpoint then resumes on one
+// process with everything trainable.
 TEST(FreezeTrain, TensorPipelineAndDataParallelRunsEqualOneProcess) {
   TempDir dir;
   const std::vector<std::string> common = {"trainer.max_steps=6", "model.make_vocab_size_divisible_by=16",
@@ -411,34 +413,44 @@ TEST(FreezeTrain, TensorPipelineAndDataParallelRunsEqualOneProcess) {
     const std::string log = dir / name;
     return run_in(log, testing::mpi_train_argv(MPIEXEC, ranks, log, extra));
   };
-  RunResult r = train(0, "one", {});
-  ASSERT_EQ(r.status, 0) << r.log;
-  const auto one = losses(dir / "one");
-  ASSERT_EQ(one.size(), 6u);
-  const auto w_one = checkpoint_tensors(dir / "one/hf");
-  for (const auto& [name, extra] :
-       std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"tp2", {"model.tensor_model_parallel_size=2"}},
-           {"pp2", {"model.pipeline_model_parallel_size=2"}},
-           {"dp2", {"model.distributed_optimizer=true"}}}) {
-    SCOPED_TRACE(name);
-    r = train(2, name, extra);
+  const std::string tied = "model.share_embeddings_and_output_weights=true";
+  struct Case {
+    std::string name, reference, layout;
+    std::vector<std::string> extra;
+  };
+  // The tied case: the embedding's gradient summed over the first and last stage.
+  const std::vector<Case> cases = {
+      {"tp2", "one", "data 1 x tensor 2 x pipeline 1", {"model.tensor_model_parallel_size=2"}},
+      {"pp2", "one", "data 1 x tensor 1 x pipeline 2", {"model.pipeline_model_parallel_size=2"}},
+      {"dp2", "one", "optimizer state sharded (ZeRO-1)", {"model.distributed_optimizer=true"}},
+      {"pp2_tied", "one_tied", "data 1 x tensor 1 x pipeline 2", {"model.pipeline_model_parallel_size=2", tied}}};
+  std::map<std::string, std::map<int64_t, double>> reference;
+  std::map<std::string, std::map<std::string, std::vector<float>>> start;
+  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"one", {}}, {"one_tied", {tied}}}) {
+    const RunResult r = train(0, name, extra);
     ASSERT_EQ(r.status, 0) << r.log;
-    const char* layout = name == "tp2"   ? "data 1 x tensor 2 x pipeline 1"
-                         : name == "pp2" ? "data 1 x tensor 1 x pipeline 2"
-                                         : "optimizer state sharded (ZeRO-1)";
-    EXPECT_NE(r.log.find(layout), std::string::npos) << r.log;
-    const auto curve = losses(dir / name);
+    reference[name] = losses(dir / name);
+    ASSERT_EQ(reference[name].size(), 6u);
+    start[name] = checkpoint_tensors(dir / (name + "/hf"));
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const RunResult r = train(2, c.name, c.extra);
+    ASSERT_EQ(r.status, 0) << r.log;
+    EXPECT_NE(r.log.find(c.layout), std::string::npos) << r.log;
+    const auto curve = losses(dir / c.name);
+    const auto& one = reference[c.reference];
     ASSERT_EQ(curve.size(), 6u);
     for (const auto& [step, loss] : curve) EXPECT_NEAR(loss, one.at(step), 1e-5 * one.at(step)) << "step " << step;
-    const auto w = checkpoint_tensors(dir / (name + "/hf"));
-    for (const auto& [t, v] : w_one)
+    const auto w = checkpoint_tensors(dir / (c.name + "/hf"));
+    for (const auto& [t, v] : start[c.reference])
       if (is_frozen_name(t)) {
         EXPECT_TRUE(testing::bitwise_equal(t, w.at(t), v));
       }
   }
-  r = train(0, "resumed", {"model.freeze=[]", "trainer.max_steps=8",
-                           "model.resume_from_checkpoint=" + (dir / "tp2/checkpoints/step_6")});
+  const RunResult r = train(0, "resumed", {"model.freeze=[]", "trainer.max_steps=8",
+                                           "model.resume_from_checkpoint=" + (dir / "tp2/checkpoints/step_6")});
   ASSERT_EQ(r.status, 0) << r.log;
   EXPECT_NE(r.log.find("unfrozen since the checkpoint"), std::string::npos) << r.log;
   EXPECT_EQ(testing::steps_of(losses(dir / "resumed")), testing::step_range(7, 8));
