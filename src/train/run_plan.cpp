@@ -74,8 +74,9 @@ void plan_model(const TrainConfig& cfg, RunPlan& p) {
     if (!tok)
       fail("model vocabulary: no tokenizer and no model.init_from, expected one of them\nhint: set "
            "model.tokenizer.model=/path/tokenizer.model (the tokenizer the data was preprocessed with)");
-    p.model = cfg.model.llama_config(int(cfg.model.padded_vocab_size(tok->vocab_size())));
+    p.model = cfg.model.llama_config(tok->vocab_size());
   }
+  p.model.vocab_multiple = std::max(1, cfg.model.make_vocab_size_divisible_by);  // padding rows: model/shard.h
   if (tok && tok->vocab_size() > p.model.vocab_size)
     fail("tokenizer {} has {} pieces, but the model's vocab_size is {}, expected at most that\nhint: use the "
          "tokenizer of model.init_from",
