@@ -37,8 +37,7 @@ using testing::step_range;
 using testing::steps_of;
 using testing::TempDir;
 
-const std::vector<std::string> kModel = {"model.num_layers=4", "model.make_vocab_size_divisible_by=16",
-                                         "model.optim.eps=1e-5"};
+const std::vector<std::string> kModel = {"model.num_layers=4", "model.optim.eps=1e-5"};
 
 RunResult train(int ranks, const std::string& log_dir, std::vector<std::string> extra) {
   extra.insert(extra.begin(), kModel.begin(), kModel.end());
