@@ -256,7 +256,8 @@ class LlamaModel {
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_ < 0 ? num_params_ : shard_end_; }
   // Sum of squared gradients over [begin, end) of the arena (a shard's part of the global norm),
-  // counting only the elements this rank's copies count for (ParamSpec::owned).
+  // counting only the elements this rank's copies count for (ParamSpec::owned). The vocabulary's
+  // padding rows are in the arena, but their gradient is exactly 0: they add nothing.
   double grad_sum_squares(int64_t begin, int64_t end);
   // Model-parallel gradient sums a step needs before the norm: under sequence parallelism the norm
   // weights' partial gradients over TP; with kv heads replicated over TP ranks, their k and v rows'
