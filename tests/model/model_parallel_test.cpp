@@ -267,6 +267,33 @@ TEST(ModelParallel, PaddedVocabularyRowsAreInert) {
       EXPECT_EQ(nonzero, 0) << name << ": padding weights or gradients that are not 0";
     }
   }
+  // AdamW (weight decay on) keeps them exactly 0 in every precision, the bf16 copies included.
+  for (auto p : {model::Precision::fp32, model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+    model::LlamaConfig c = config(false);
+    c.vocab_size = 1000, c.vocab_multiple = 64;  // 1024 rows
+    model::LlamaModel m(c, p, 5);
+    m.init_random(0.1f, 0.05f);
+    const auto tokens = ids(c.vocab_size, 9, false), targets = ids(c.vocab_size, 10, false);
+    model::AdamWConfig opt;
+    for (int step = 1; step <= 3; step++) {
+      m.zero_grad();
+      m.forward_backward(tokens.data(), targets.data(), B, T);
+      m.optimizer_step(opt, 1e-2f, step);
+    }
+    int64_t padding = 0, nonzero = 0;
+    for (const auto& s : m.param_specs())
+      for (int64_t i = s.offset + s.shard.numel(); i < s.offset + s.numel; i++) {
+        padding++;
+        nonzero += m.param_data()[i] != 0.0f;
+      }
+    EXPECT_EQ(padding, 2 * 24 * c.dim) << model::precision_name(p);
+    EXPECT_EQ(nonzero, 0) << model::precision_name(p);
+    // The logits the model computes are the real vocabulary's (the rows the padding would add are not there).
+    m.forward(tokens.data(), nullptr, B, T);
+    std::vector<float> logits(size_t(B) * T * c.vocab_size + 1, -1.0f);
+    m.logits(logits.data());
+    EXPECT_EQ(logits.back(), -1.0f) << "logits past (B*T, vocab_size)";
+  }
   // Where the padding goes: the last rows of the table, so of the last ranks' blocks.
   model::LlamaConfig c = config(false);
   c.vocab_size = 60, c.vocab_multiple = 32;
