@@ -335,6 +335,24 @@ TEST(CheckpointReshard, PaddedVocabularyReshards) {
   }
 }
 
+TEST(CheckpointReshard, ACheckpointWhoseVocabularyCountsPaddingSaysHowToUseIt) {
+  // An earlier llamatrain recorded the padded vocabulary (1008 for 1000 pieces at TP2): resuming is
+  // refused, and the hint names model.init_from.
+  model::LlamaConfig c = config(false);
+  c.vocab_size = 1008;
+  TempDir dir;
+  const std::string path = save_from(dir.path(), c, Layout{}, model::Precision::fp32);
+  c.vocab_size = 1000, c.vocab_multiple = 8;
+  try {
+    train::check_checkpoint_compatible(path, c);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab_size is 1008, but the configured model has 1000"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.init_from=" + path), std::string::npos) << e.what();
+  }
+}
+
 TEST(CheckpointReshard, DataParallelReplicasWriteOnce) {
   // Without ZeRO-1, DP replicas hold the same moments: only dp rank 0's model-parallel ranks write.
   const auto c = config(false);
