@@ -6,26 +6,36 @@
 # Usage: bash scripts/setup.sh                        # packages + release build
 #        PRESET=debug bash scripts/setup.sh           # the sanitizer build (warnings are errors)
 #        LLAMATRAIN_WERROR=ON bash scripts/setup.sh   # warnings are errors (CI); sticks to the build
-#        SETUP_TARGET=llamatrain bash scripts/setup.sh  # the program only, not tests and benches
+#        SETUP_TARGET=llamatrain bash scripts/setup.sh  # the program only (and only its packages),
+#                                                       # not the tests, benches and their packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(
+# What the program needs to build and run, and the demo's text: all that `SETUP_TARGET=llamatrain`
+# (the README's main command) installs.
+PROGRAM_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libdnnl-dev                                  # matmuls (AMX / AVX512-BF16 / AVX2)
-  libsentencepiece-dev sentencepiece           # Llama 2 tokenizer; spm_train for test fixtures
+  libsentencepiece-dev                         # Llama 2 tokenizer, and the trainer of `llamatrain tokenizer train`
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   zlib1g-dev libzstd-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev                    # the configure step finds them (the tests' framework)
   libopenmpi-dev openmpi-bin                   # MPI: the parallel runtime's communicator, mpirun
-  libpmix-dev           # srun --mpi=pmix starts OpenMPI ranks under SLURM (the PMIx library it loads)
-  slurmctld slurmd slurm-client munge   # a real SLURM cluster on this machine for the slurm tests (tests only)
-  python3-torch python3-numpy python3-sentencepiece   # PyTorch reference (tests and bench only)
-  python3-protobuf      # decodes our TensorBoard event files in tests (tests only)
-  libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
-  chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test (tests only)
   fortunes fortunes-zh jq   # the demo's English and Chinese text, and its JSONL conversion (scripts/demo.sh)
 )
+# What the tests and benches need besides (scripts/test.sh).
+TEST_PACKAGES=(
+  sentencepiece         # spm_train / spm_encode: the tests' independent tokenizer fixtures
+  libbenchmark-dev      # the micro-benchmarks under bench/
+  libpmix-dev           # srun --mpi=pmix starts OpenMPI ranks under SLURM (the PMIx library it loads)
+  slurmctld slurmd slurm-client munge   # a real SLURM cluster on this machine for the slurm tests
+  python3-torch python3-numpy python3-sentencepiece   # PyTorch reference
+  python3-protobuf      # decodes our TensorBoard event files and SentencePiece models in tests
+  libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
+  chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test
+)
+PACKAGES=("${PROGRAM_PACKAGES[@]}")
+[ "${SETUP_TARGET:-}" = llamatrain ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 
 if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
   echo "setup: this script installs Debian packages with apt-get, which this machine does not have" >&2
@@ -57,6 +67,7 @@ install_missing() {
     apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+t0=$SECONDS
 install_missing "${PACKAGES[@]}"
 # Debian 13's sentencepiece.pc requires protobuf-lite, which its libsentencepiece-dev does not depend
 # on: without libprotobuf-dev, pkg-config (and so the configure step) cannot find sentencepiece.
@@ -69,4 +80,4 @@ PRESET=${PRESET:-release}
 cmake --preset "$PRESET" ${LLAMATRAIN_WERROR:+"-DLLAMATRAIN_WERROR=$LLAMATRAIN_WERROR"} >/dev/null
 # SETUP_TARGET=llamatrain builds the program only (the demo); the default builds tests and benches too.
 cmake --build --preset "$PRESET" -j "$(nproc)" ${SETUP_TARGET:+--target "$SETUP_TARGET"}
-echo "setup: built build/$PRESET/llamatrain"
+echo "setup: built build/$PRESET/llamatrain (packages and build $((SECONDS - t0)) s)"

@@ -20,6 +20,7 @@ void register_diagnose(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_report(CLI::App& app);
 void register_doctor(CLI::App& app);
+void register_tokenizer(CLI::App& app);
 void register_data_samples(CLI::App& data_cmd);  // `data samples`, added by register_data
 
 }  // namespace llamatrain::cli

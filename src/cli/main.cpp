@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   llamatrain::cli::register_plan(app);
   llamatrain::cli::register_report(app);
   llamatrain::cli::register_doctor(app);
+  llamatrain::cli::register_tokenizer(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -41,6 +41,15 @@ Tokenizer Tokenizer::from_serialized(const std::string& model_proto, const std::
   return t;
 }
 
+Tokenizer Tokenizer::from_file_bytes(const std::string& model_proto, const std::string& name) {
+  Tokenizer t(Unloaded{}, name);
+  auto status = t.sp_->LoadFromSerializedProto(model_proto);
+  if (!status.ok())
+    fail("tokenizer {}: not a SentencePiece model ({})\nhint: pass a SentencePiece .model file", name,
+         status.ToString());
+  return t;
+}
+
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 
@@ -48,6 +57,19 @@ void Tokenizer::encode(std::string_view text, std::vector<int>* ids) const {
   ids->clear();
   auto status = sp_->Encode(text, ids);
   CHECK(status.ok(), "sentencepiece encode: {}", status.ToString());
+}
+
+void Tokenizer::encode_with_spans(std::string_view text, std::vector<int>* ids,
+                                  std::vector<std::pair<uint32_t, uint32_t>>* spans) const {
+  sentencepiece::ImmutableSentencePieceText spt;
+  auto status = sp_->Encode(text, spt.mutable_proto());
+  CHECK(status.ok(), "sentencepiece encode: {}", status.ToString());
+  ids->clear();
+  spans->clear();
+  for (const auto& p : spt.pieces()) {
+    ids->push_back(static_cast<int>(p.id()));
+    spans->emplace_back(p.begin(), p.end());
+  }
 }
 
 std::vector<int> Tokenizer::encode(std::string_view text) const {
@@ -64,7 +86,21 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
 }
 
 std::string Tokenizer::id_to_piece(int id) const { return sp_->IdToPiece(id); }
+int Tokenizer::piece_to_id(std::string_view piece) const { return sp_->PieceToId(piece); }
 bool Tokenizer::is_byte(int id) const { return sp_->IsByte(id); }
+bool Tokenizer::is_control(int id) const { return sp_->IsControl(id); }
+bool Tokenizer::is_unknown(int id) const { return sp_->IsUnknown(id); }
+bool Tokenizer::is_unused(int id) const { return sp_->IsUnused(id); }
+
+Tokenizer Tokenizer::literal() const {
+  // A serialized message read twice merges: a second ModelProto field 3 (normalizer_spec) holding
+  // only add_dummy_prefix (field 3) = 0 and remove_extra_whitespaces (field 4) = 0 overrides those
+  // two fields and keeps the rest of the spec (protobuf's rule for a repeated embedded message).
+  const std::string extra = {'\x1a', '\x04', '\x18', '\x00', '\x20', '\x00'};
+  return from_serialized(sp_->serialized_model_proto() + extra, path_ + " (literal)");
+}
+
+std::string Tokenizer::serialized_model_proto() const { return sp_->serialized_model_proto(); }
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }

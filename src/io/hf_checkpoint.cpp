@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "io/vocab_resize.h"
 
 namespace llamatrain::io {
 
@@ -66,10 +67,19 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
   return out;
 }
 
-void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDone& progress) {
+void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDone& progress,
+                     const VocabGrowth* growth) {
   SafetensorsCheckpoint ckpt(dir);
   std::set<std::string> used;
-  for (const auto& t : hf_tensor_slices(m.config())) {
+  // A grown vocabulary: the checkpoint's tensors are those of its own vocab_size, the first rows of
+  // the model's (rows are row-major, so they are its first elements).
+  model::LlamaConfig file_config = m.config();
+  if (growth && growth->active()) {
+    CHECK(growth->rows == file_config.vocab_size, "vocabulary growth to {} rows, model has {}", growth->rows,
+          file_config.vocab_size);
+    file_config.vocab_size = int(growth->base_rows);
+  }
+  for (const auto& t : hf_tensor_slices(file_config)) {
     used.insert(t.hf_name);
     const TensorView& view = ckpt.get(t.hf_name);  // present (and, below, the right shape) on every rank
     const model::ParamSpec* s = find_spec(m, t.param);
@@ -103,6 +113,7 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
          "(num_hidden_layers, tie_word_embeddings) or is not a Llama model",
          dir, name);
   }
+  if (growth && growth->active()) fill_new_rows(m, ckpt, *growth);
   m.params_changed();
 }
 

@@ -40,8 +40,11 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& model);
 // Error naming file and tensor (whether or not this rank holds them); tensors we don't use
 // (rotary_emb.inv_freq) are ignored; any other unexpected tensor is an Error.
 // progress (optional) gets the bytes read of each tensor: model.num_params() elements of the files'
-// dtype in all.
-void load_hf_weights(model::LlamaModel& model, const std::string& dir, const BytesDone& progress = {});
+// dtype in all. With growth (io/vocab_resize.h) the checkpoint has growth->base_rows vocabulary rows and
+// the model growth->rows: the base rows are copied and the new ones made by fill_new_rows.
+struct VocabGrowth;
+void load_hf_weights(model::LlamaModel& model, const std::string& dir, const BytesDone& progress = {},
+                     const VocabGrowth* growth = nullptr);
 
 // config.json + weights of an HF folder -> a new model in the given precision.
 std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision);

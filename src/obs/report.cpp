@@ -716,7 +716,8 @@ std::vector<ChartSpec> chart_specs(const std::vector<RunData>& runs) {
       {"comm_time_s", "time blocked in communication per step", Unit::kSeconds, false},
   };
   // Keys nobody draws: the validation loss is on the loss chart; the rest are counters or derived.
-  std::set<std::string> known = {"step", "max_steps", "val_loss", "val_ppl", "consumed_samples"};
+  std::set<std::string> known = {"step",       "max_steps", "val_loss",  "val_ppl", "consumed_samples",
+                                 "val_tokens", "val_bytes", "val_chars"};
   for (const auto& s : specs) known.insert(s.key);
   std::set<std::string> extra;
   for (const auto& run : runs)

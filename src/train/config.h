@@ -161,6 +161,8 @@ struct ModelConfig {
   std::optional<int64_t> activations_checkpoint_num_layers;
   std::optional<std::string> resume_from_checkpoint;
   std::optional<std::string> init_from;   // ours: a Hugging Face folder to start from
+  // ours: the rows a tokenizer larger than init_from's vocabulary adds: subword_mean | mean | normal
+  std::string new_token_init = "subword_mean";
   std::optional<std::string> output_dir;  // Hugging Face export folder (convert_to_hf)
   TokenizerConfig tokenizer;
   DataConfig data;

@@ -311,6 +311,11 @@ Schema build_schema() {
   s.ours("model.init_from", FIELD(model.init_from), "null",
          "a Hugging Face folder (config.json, safetensors, tokenizer.model) to start from; the architecture then "
          "comes from its config.json and model shape keys must agree with it or be absent");
+  s.ours("model.new_token_init", FIELD(model.new_token_init), "subword_mean",
+         "with init_from and a tokenizer with more pieces than its vocab_size: the new embedding and output rows; "
+         "subword_mean (each the mean of the rows of the pieces init_from's tokenizer.model splits its text into), "
+         "mean (the mean of all rows) or normal (N(0, init_method_std))",
+         {}, "subword_mean|mean|normal");
   s.alias("model.convert_to_hf", "convert_to_hf");
   s.key("model.output_dir", FIELD(model.output_dir), "null",
         "where convert_to_hf writes the Hugging Face checkpoint; null: chosen by the trainer under the log folder");

@@ -409,6 +409,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
        fmt::format("{} parameters, vocab_size {}{}{}", obs::format_count(double(p.model.num_params())),
                    p.model.vocab_size, p.tokenizer ? fmt::format(" (tokenizer {} pieces)", p.tokenizer->vocab_size()) : "",
                    padded_rows_text(p))});
+  if (p.growth.active()) jp.checks.push_back({Status::pass, "resize", p.growth.describe()});
   auto guarded = [&](const char* what, auto&& check) {
     try {
       jp.checks.push_back(check());

@@ -68,14 +68,32 @@ void RunLog::step(const StepRecord& r) {
   }
 }
 
-void RunLog::validation(int64_t step, double loss, int64_t batches, double seconds) {
-  console_.say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f} ({} batches, {})", step, loss,
-                           std::exp(loss), batches, obs::format_duration(seconds)));
-  console_.event(event_line("validation", {{"step", step}, {"val_loss", loss}, {"val_ppl", std::exp(loss)},
-                                         {"batches", batches}, {"seconds", seconds}}));
-  if (metrics_) metrics_->write(nlohmann::ordered_json{{"step", step}, {"val_loss", loss}, {"val_ppl", std::exp(loss)}});
+void RunLog::validation(const ValidationRecord& v) {
+  const double ppl = std::exp(v.loss);
+  const std::string text =
+      v.has_text ? fmt::format(", {:.4f} bits per byte, {:.4f} bits per character", v.bits_per_byte, v.bits_per_char)
+                 : "";
+  console_.say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f}{} ({} batches, {})", v.step, v.loss,
+                           ppl, text, v.batches, obs::format_duration(v.seconds)));
+  nlohmann::ordered_json fields{{"step", v.step}, {"val_loss", v.loss}, {"val_ppl", ppl}};
+  if (v.has_text) {
+    fields["val_bits_per_byte"] = v.bits_per_byte;
+    fields["val_bits_per_char"] = v.bits_per_char;
+    fields["val_tokens"] = v.tokens;
+    fields["val_bytes"] = v.bytes;
+    fields["val_chars"] = v.chars;
+  }
+  nlohmann::ordered_json event = fields;
+  event["batches"] = v.batches;
+  event["seconds"] = v.seconds;
+  console_.event(event_line("validation", event));
+  if (metrics_) metrics_->write(fields);
   if (tb_) {
-    tb_->add_scalar("val_loss", float(loss), step);
+    tb_->add_scalar("val_loss", float(v.loss), v.step);
+    if (v.has_text) {
+      tb_->add_scalar("val_bits_per_byte", float(v.bits_per_byte), v.step);
+      tb_->add_scalar("val_bits_per_char", float(v.bits_per_char), v.step);
+    }
     tb_->flush();
   }
 }

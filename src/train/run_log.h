@@ -1,7 +1,7 @@
 // The run's record: every logged step as one StepRecord, which makes the console line, a line of
 // metrics.jsonl and TensorBoard scalars (metrics() lists each value once with its jsonl key and its
 // TensorBoard tag, NeMo's where it has one: adding a metric is a field and one line there); and the
-// validation results and rollback events. metrics.jsonl and the event files are rank 0's.
+// validation results (with bits per byte and per character) and rollback events. metrics.jsonl and the event files are rank 0's.
 #pragma once
 
 #include <cstdint>
@@ -35,13 +35,23 @@ struct StepRecord {
   std::vector<Metric> metrics(bool multi_rank) const;
 };
 
+// One validation: the loss (NeMo's val_loss, the mean of micro-batch means) and, when the run has a
+// tokenizer, bits per byte and per character over the scored targets (train/trainer.h: EvalLoss).
+struct ValidationRecord {
+  int64_t step = 0, batches = 0;
+  double loss = 0, seconds = 0;
+  bool has_text = false;  // bits per byte / per character and the counts below are set
+  double bits_per_byte = 0, bits_per_char = 0;
+  int64_t tokens = 0, bytes = 0, chars = 0;
+};
+
 class RunLog {
  public:
   // active: this rank writes the files (rank 0); tensorboard: exp_manager.create_tensorboard_logger.
   RunLog(const Console& console, const std::string& log_dir, bool active, bool tensorboard, bool multi_rank);
 
   void step(const StepRecord& r);
-  void validation(int64_t step, double loss, int64_t batches, double seconds);
+  void validation(const ValidationRecord& v);
   // A rollback at `step` to the checkpoint of `to_step`, skipping samples [begin, end).
   void rollback(int64_t step, int64_t to_step, int64_t skipped_begin, int64_t skipped_end);
 

@@ -59,6 +59,37 @@ void check_files(const TrainConfig& cfg, const std::string& log_dir) {
   }
 }
 
+// A tokenizer other than model.init_from's own against its vocab_size. Larger: the model grows to the
+// tokenizer's pieces (model.new_token_init). Smaller: an error, unless the checkpoint's extra rows can
+// only be padding or added tokens: its folder's tokenizer.model has no more pieces than this one, or,
+// without one, vocab_size is at most this tokenizer's count padded to a multiple of 128 (Megatron's
+// largest usual make_vocab_size_divisible_by).
+void plan_vocabulary(const TrainConfig& cfg, const data::Tokenizer& tok, RunPlan& p) {
+  const std::string base_path = (fs::path(*cfg.model.init_from) / "tokenizer.model").string();
+  const std::string base = is_regular_file(base_path) ? base_path : "";
+  const int64_t V = p.model.vocab_size, n = tok.vocab_size();
+  if (n < V) {
+    const int64_t base_pieces = base.empty() ? -1 : data::Tokenizer(base).vocab_size();
+    if (base.empty() ? (n + 127) / 128 * 128 < V : n < base_pieces)
+      fail("model.tokenizer.model: {} has {} pieces, but model.init_from {} has {}, expected at least {}\n"
+           "hint: use the checkpoint's own tokenizer{}, or one extended from it (every base piece at its id, new "
+           "pieces after them: `llamatrain tokenizer merge`), which grows the model",
+           p.tokenizer_path, n, *cfg.model.init_from,
+           base.empty() ? fmt::format("vocab_size {}", V) : fmt::format("a tokenizer.model of {} pieces", base_pieces),
+           base.empty() ? V : base_pieces, base.empty() ? "" : " (" + base + ")");
+    return;
+  }
+  if (n == V) return;
+  const io::NewTokenInit init = io::parse_new_token_init(cfg.model.new_token_init);
+  if (init == io::NewTokenInit::subword_mean && base.empty())
+    fail("model.new_token_init: subword_mean splits each new piece with the checkpoint's tokenizer, but "
+         "model.init_from {} has no tokenizer.model\nhint: copy the base model's tokenizer.model into {}, or set "
+         "model.new_token_init=mean",
+         *cfg.model.init_from, *cfg.model.init_from);
+  p.growth = io::plan_vocab_growth(V, tok, init, base, float(cfg.model.init_method_std), uint64_t(cfg.model.seed));
+  p.model.vocab_size = int(n);
+}
+
 // The tokenizer (the configured one, or model.init_from's tokenizer.model when that folder has one;
 // pretraining on indexed data needs none, and checkpoints and exports then carry none) and the model.
 void plan_model(const TrainConfig& cfg, RunPlan& p) {
@@ -68,18 +99,19 @@ void plan_model(const TrainConfig& cfg, RunPlan& p) {
   if (tok_from_init && !is_regular_file(p.tokenizer_path)) p.tokenizer_path.clear();
   if (!p.tokenizer_path.empty()) p.tokenizer = std::make_shared<const data::Tokenizer>(p.tokenizer_path);
   const data::Tokenizer* tok = p.tokenizer.get();
-  if (cfg.model.init_from) {
-    p.model = io::read_hf_config(*cfg.model.init_from);
-  } else {
+  if (!cfg.model.init_from) {
     if (!tok)
       fail("model vocabulary: no tokenizer and no model.init_from, expected one of them\nhint: set "
            "model.tokenizer.model=/path/tokenizer.model (the tokenizer the data was preprocessed with)");
     p.model = cfg.model.llama_config(tok->vocab_size());
+    return;
   }
+  p.model = io::read_hf_config(*cfg.model.init_from);
   p.model.vocab_multiple = std::max(1, cfg.model.make_vocab_size_divisible_by);  // padding rows: model/shard.h
-  if (tok && tok->vocab_size() > p.model.vocab_size)
-    fail("tokenizer {} has {} pieces, but the model's vocab_size is {}, expected at most that\nhint: use the "
-         "tokenizer of model.init_from",
+  if (tok && !tok_from_init) plan_vocabulary(cfg, *tok, p);
+  if (tok && tok_from_init && tok->vocab_size() > p.model.vocab_size)
+    fail("model.init_from: {} has {} pieces, but its config.json has vocab_size {}, expected at most that\nhint: "
+         "the folder's tokenizer.model is not its model's; set model.tokenizer.model to the model's tokenizer",
          p.tokenizer_path, tok->vocab_size(), p.model.vocab_size);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "io/vocab_resize.h"
 #include "model/config.h"
 #include "model/memory.h"
 #include "model/modes.h"
@@ -42,6 +43,9 @@ struct RunPlan {
   std::string export_dir;           // "" without convert_to_hf
   std::string tokenizer_path;       // "" when the run has none
   std::shared_ptr<const data::Tokenizer> tokenizer;
+  // model.init_from with a tokenizer of more pieces than its vocab_size: the rows the model adds
+  // (growth.active()); model.vocab_size is then the tokenizer's count.
+  io::VocabGrowth growth;
 
   // "layers 0-3, layers 4-7 + lm head"; the busiest stage's share of a step's work; a split that
   // balances the stages better, when there is one (first and last stage sizes; empty otherwise).

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/memory.h"
+#include "data/piece_lengths.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_export.h"
 #include "model/backend.h"
@@ -165,6 +166,7 @@ class Trainer {
   TrainerState st_;
   std::optional<TrainData> data_;
   bool validate_ = false;
+  std::optional<data::PieceLengths> piece_lengths_;  // the tokenizer's (validation's bits per byte)
   std::optional<RunLog> log_;
   std::optional<LrSchedule> sched_;
   model::AdamWConfig opt_;
@@ -429,8 +431,9 @@ void Trainer::choose_starting_point(const std::optional<std::string>& resume) {
     if (model_->is_sharded())  // a model-parallel rank reads its part only (the files' dtype: about their share)
       bytes = int64_t(double(bytes) * double(model_->num_params()) / double(plan_.model.num_params()));
     IoProgress bar("loading " + *cfg_.model.init_from, rank0() ? bytes : 0);
-    io::load_hf_weights(*model_, *cfg_.model.init_from, bar.callback());
+    io::load_hf_weights(*model_, *cfg_.model.init_from, bar.callback(), &plan_.growth);
     say(fmt::format("loaded in {}", obs::format_duration(now_s() - t0)));
+    if (plan_.growth.active()) say(plan_.growth.describe());
   } else {
     const float std_ = float(cfg_.model.init_method_std);
     model_->init_random(std_, cfg_.model.use_scaled_init_method ? std_ / std::sqrt(2.0f * plan_.model.n_layers) : 0.0f);
@@ -456,6 +459,10 @@ void Trainer::open_data() {
   say(fmt::format("data ready in {}:\n{}", obs::format_duration(now_s() - t0), desc));
   validate_ = cfg_.trainer.val_check_interval > 0 && cfg_.trainer.limit_val_batches > 0 &&
               data_->has(data::Split::valid);
+  if (validate_ && tok)
+    piece_lengths_ = data::piece_lengths(*tok);
+  else if (validate_)
+    say("validation: bits per byte and per character left out: the run has no tokenizer (model.tokenizer.model)");
 }
 
 // The step's buffers, and with plain data parallelism the bucketed all-reduce of the gradients,
@@ -648,10 +655,20 @@ void Trainer::record(const StepResult& s) {
 
 void Trainer::validate() {
   const double t0 = now_s(), blocked0 = parallel::blocked_seconds();
-  const double val = evaluate_loss(*model_, *data_, data::Split::valid, cfg_.trainer.limit_val_batches,
-                                   plan_.global_batch, plan_.B, ranks_.dp, ranks_.pp);
-  result_.last_val_loss = val;
-  log_->validation(st_.step, val, cfg_.trainer.limit_val_batches, now_s() - t0);
+  const EvalLoss val = evaluate_loss(*model_, *data_, data::Split::valid, cfg_.trainer.limit_val_batches,
+                                     plan_.global_batch, plan_.B, ranks_.dp, ranks_.pp,
+                                     piece_lengths_ ? &*piece_lengths_ : nullptr);
+  result_.last_val_loss = val.loss;
+  ValidationRecord v;
+  v.step = st_.step;
+  v.batches = cfg_.trainer.limit_val_batches;
+  v.loss = val.loss;
+  v.has_text = piece_lengths_.has_value();
+  v.bits_per_byte = val.bits_per_byte();
+  v.bits_per_char = val.bits_per_char();
+  v.tokens = val.tokens, v.bytes = val.bytes, v.chars = val.chars;
+  v.seconds = now_s() - t0;
+  log_->validation(v);
   t_log_ += now_s() - t0;  // validation time is not step time
   comm_mark_ += parallel::blocked_seconds() - blocked0;
 }
@@ -725,13 +742,24 @@ void Trainer::export_hf() {
 
 }  // namespace
 
-double evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split split, int64_t batches,
-                     int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp,
-                     parallel::Communicator* pp) {
+EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split split, int64_t batches,
+                       int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp,
+                       parallel::Communicator* pp, const data::PieceLengths* lengths) {
   const int B = micro_batch_size, T = int(data.seq_length());
   const int ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
-  double sum = 0;
+  // {sum of micro-batch mean losses, nats, scored targets, bytes, characters}: exact in doubles
+  double sums[5] = {0, 0, 0, 0, 0};
+  auto add = [&](const model::StepStats& st) {  // one micro-batch's loss over `targets`
+    sums[0] += st.loss;
+    sums[1] += double(st.loss) * double(st.num_valid);
+    sums[2] += double(st.num_valid);
+    if (lengths) {
+      const data::TextSums text = lengths->sum(targets.data(), int64_t(B) * T);
+      sums[3] += double(text.bytes);
+      sums[4] += double(text.chars);
+    }
+  };
   int64_t count = 0;
   const int64_t micro = global_batch_size / (int64_t(B) * ranks);  // this rank's micro-batches per batch
   for (int64_t b = 0; b < batches; b++) {
@@ -742,7 +770,7 @@ double evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split sp
     if (!pp) {
       for (int64_t mb = 0; mb < micro; mb++) {
         fill(mb);
-        sum += m.forward(tokens.data(), targets.data(), B, T).loss;
+        add(m.forward(tokens.data(), targets.data(), B, T));
       }
     } else {
       // Forward only down the pipeline; the last stage has the losses.
@@ -750,15 +778,24 @@ double evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split sp
       stage.forward = [&](int mb, int slot, const float* input) {
         fill(mb);
         m.stage_forward(slot, tokens.data(), input, B, T);
-        if (m.plan().last_stage()) sum += m.stage_loss(slot, targets.data()).loss;
+        if (m.plan().last_stage()) add(m.stage_loss(slot, targets.data()));
       };
       stage.output = [&](int slot) { return m.stage_output(slot); };
       parallel::run_forward_only(*pp, int(micro), size_t(m.stage_tokens(B, T) * m.config().dim), stage);
     }
     count += micro;
   }
-  if (pp) pp->all_reduce(&sum, 1);  // only the last stage's is not 0
-  return count ? dp_mean(dp, sum / double(count)) : NAN;
+  if (pp) pp->all_reduce(sums, 5);  // only the last stage's are not 0
+  EvalLoss r;
+  if (count == 0) return r;
+  sums[0] /= double(count);         // this rank's mean loss; over dp, the mean of the ranks' means
+  if (dp) dp->all_reduce(sums, 5);  // (each has the same count), and the sums summed
+  r.loss = sums[0] / double(ranks);
+  r.loss_sum = sums[1];
+  r.tokens = int64_t(sums[2]);
+  r.bytes = int64_t(sums[3]);
+  r.chars = int64_t(sums[4]);
+  return r;
 }
 
 // A failure prints its error event before it leaves: rank 0 on its console (stdout and

@@ -9,11 +9,13 @@
 // train/signals.h), and a Hugging Face export at the end (convert_to_hf).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "data/piece_lengths.h"
 #include "train/config.h"
 #include "train/events.h"
 #include "train/run_plan.h"
@@ -43,14 +45,27 @@ struct TrainResult {
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {},
                          parallel::Communicator* world = nullptr, const RunCommand& command = {});
 
-// Mean loss over the first `batches` global batches of a split (forward only), as validation
-// computes it: the mean of micro-batch losses. Exposed for `llamatrain eval`.
-// With dp (data-parallel ranks), each rank evaluates its share of every global batch, and the
-// result (the same on every rank) averages all of them.
+// What evaluate_loss measured on a split. Bits per byte (per character) is the loss summed over the
+// scored targets, in bits, over those targets' UTF-8 bytes (characters) as data/piece_lengths.h
+// counts them: sum(loss) / ln 2 / bytes. Control targets (</s>) add their loss but no bytes.
+struct EvalLoss {
+  double loss = NAN;       // the mean of the micro-batches' mean losses (NeMo's val_loss)
+  double loss_sum = 0;     // nats summed over every scored target (targets -100 left out)
+  int64_t tokens = 0;      // scored targets
+  int64_t bytes = 0, chars = 0;  // their text; 0 when evaluated without piece lengths
+  double bits_per_byte() const { return bytes > 0 ? loss_sum / std::log(2.0) / double(bytes) : NAN; }
+  double bits_per_char() const { return chars > 0 ? loss_sum / std::log(2.0) / double(chars) : NAN; }
+};
+
+// The loss over the first `batches` global batches of a split (forward only), as validation
+// computes it. With dp (data-parallel ranks), each rank evaluates its share of every global batch,
+// and the result (the same on every rank) covers all of them: the mean loss averaged, the sums
+// summed. With pp (the stages of a pipeline), the micro-batches run forward down the pipeline and
+// the last stage, which has the losses, counts the targets. lengths (null: no bytes or characters
+// counted) is the tokenizer's table of piece lengths.
 class TrainData;
-// With pp (the stages of a pipeline), the micro-batches run forward down the pipeline.
-double evaluate_loss(model::LlamaModel& model, const TrainData& data, data::Split split, int64_t batches,
-                     int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp = nullptr,
-                     parallel::Communicator* pp = nullptr);
+EvalLoss evaluate_loss(model::LlamaModel& model, const TrainData& data, data::Split split, int64_t batches,
+                       int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp = nullptr,
+                       parallel::Communicator* pp = nullptr, const data::PieceLengths* lengths = nullptr);
 
 }  // namespace llamatrain::train

@@ -129,7 +129,9 @@ TEST(CliErrors, TrainWithoutConfigSaysWhatToGiveAndSpeaksOfNoPlans) {
 TEST(CliErrors, HelpTextsSpeakOfNoIssuesOrPlans) {
   for (std::vector<std::string> cmd : std::vector<std::vector<std::string>>{
            {"--help"}, {"train", "--help"}, {"generate", "--help"}, {"bench", "--help"}, {"preprocess", "--help"},
-           {"data", "--help"}, {"data", "inspect", "--help"}, {"data", "merge", "--help"}, {"plan", "--help"}}) {
+           {"data", "--help"}, {"data", "inspect", "--help"}, {"data", "merge", "--help"}, {"plan", "--help"},
+           {"tokenizer", "--help"}, {"tokenizer", "train", "--help"}, {"tokenizer", "merge", "--help"},
+           {"tokenizer", "stats", "--help"}}) {
     auto r = run_cli(cmd);
     EXPECT_TRUE(r.exited && r.code == 0) << testing::describe(r);
     // The usage lines name the binary by its path, which may say anything: leave it out. `plan` is a

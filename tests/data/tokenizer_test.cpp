@@ -119,5 +119,31 @@ TEST(Tokenizer, FolderMissingFileAndGarbageAreClearErrors) {
   }
 }
 
+// literal(): the pieces of exactly the characters given, no dummy prefix added and no space removed
+// (the split of a piece inside a word), against the full model's encoding of the same text.
+TEST(Tokenizer, LiteralSplitsTheGivenCharactersOnly) {
+  const Tokenizer tok(llamatrain::testing::source_path("tests/golden/tiny_hf/tokenizer.model"));
+  const Tokenizer lit = tok.literal();
+  auto pieces = [](const Tokenizer& t, const std::string& text) {
+    std::vector<std::string> out;
+    for (const int id : t.encode(text)) out.push_back(t.id_to_piece(id));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  const std::string sp = "\u2581";
+  EXPECT_EQ(pieces(tok, "the"), V({sp + "the"}));
+  EXPECT_EQ(pieces(lit, "the"), V({"t", "he"}));
+  EXPECT_EQ(pieces(lit, " the"), V({sp + "the"}));
+  EXPECT_EQ(pieces(lit, "  a"), V({sp, sp + "a"}));
+  EXPECT_EQ(pieces(tok, "here"), V({sp, "he", "re"}));
+  EXPECT_EQ(pieces(lit, "here"), V({"he", "re"}));
+  EXPECT_EQ(lit.vocab_size(), tok.vocab_size());
+  EXPECT_TRUE(tok.is_unknown(0));
+  EXPECT_TRUE(tok.is_control(1));
+  EXPECT_TRUE(tok.is_byte(3));
+  EXPECT_FALSE(tok.is_unused(300));
+  EXPECT_EQ(tok.piece_to_id(tok.id_to_piece(300)), 300);
+}
+
 }  // namespace
 }  // namespace llamatrain::data

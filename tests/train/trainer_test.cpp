@@ -5,7 +5,9 @@
 // skipped with a warning naming the file; injected non-finite gradients are skipped, then rolled
 // back; a full disk during a save is a clear error that keeps the last good checkpoint; the HF export
 // reloads; bf16 modes end within 2% of fp32; recompute modes give bitwise the same run; every logged
-// value reaches metrics.jsonl and TensorBoard (under NeMo's tag) with the same value.
+// value reaches metrics.jsonl and TensorBoard (under NeMo's tag) with the same value, validation's bits
+// per byte and per character among them, whose byte and character counts are SentencePiece's (Python)
+// count of the validation labels (of fine-tuning data: the completions only).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -96,10 +98,11 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
   const std::map<std::string, std::string> tag_of = {
       {"loss", "reduced_train_loss"},  {"lr", "lr"},     {"grad_norm", "grad_norm"},
       {"consumed_samples", "consumed_samples"}, {"step_time_s", "train_step_timing in s"},
-      {"tokens_per_s", "tokens_per_s"}, {"mfu", "mfu"}, {"val_loss", "val_loss"}};
+      {"tokens_per_s", "tokens_per_s"}, {"mfu", "mfu"}, {"val_loss", "val_loss"},
+      {"val_bits_per_byte", "val_bits_per_byte"}, {"val_bits_per_char", "val_bits_per_char"}};
   for (const auto& [key, tag] : tag_of) {
     SCOPED_TRACE(key + " / " + tag);
-    const auto want_steps = key == "val_loss" ? std::vector<int64_t>{2, 4} : step_range(1, 4);
+    const auto want_steps = key.starts_with("val_") ? std::vector<int64_t>{2, 4} : step_range(1, 4);
     ASSERT_EQ(steps_of(jsonl[key]), want_steps) << "metrics.jsonl";
     ASSERT_EQ(tb[tag].size(), want_steps.size()) << "TensorBoard";
     for (int64_t step : want_steps) EXPECT_EQ(tb[tag][step], bits(jsonl[key][step])) << "step " << step;
@@ -107,6 +110,118 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
   EXPECT_EQ(steps_of(jsonl["peak_rss_bytes"]), step_range(1, 4));
   EXPECT_EQ(jsonl["consumed_samples"][4], 4.0 * 8) << "global batch 8";
   EXPECT_FALSE(tb.count("comm_time_s")) << "one process: no communication time in TensorBoard";
+  // Validation's bits per byte (character): its loss summed over the scored targets, over ln 2 and
+  // their bytes (characters). Every target of pretraining data counts, so the sum is val_loss times
+  // the targets of one global batch (8 samples of 64).
+  for (int64_t step : {2, 4}) {
+    SCOPED_TRACE(step);
+    EXPECT_EQ(jsonl["val_tokens"][step], 8.0 * 64);
+    const double bytes = jsonl["val_bytes"][step], chars = jsonl["val_chars"][step];
+    EXPECT_GT(bytes, 8 * 64) << "the fixture's pieces average more than a byte";
+    EXPECT_GT(chars, 0.5 * bytes);
+    EXPECT_LT(chars, bytes) << "the fixture has multi-byte characters";
+    const double bits = jsonl["val_loss"][step] * jsonl["val_tokens"][step] / std::log(2.0);
+    EXPECT_NEAR(jsonl["val_bits_per_byte"][step], bits / bytes, 1e-6 * bits / bytes);
+    EXPECT_NEAR(jsonl["val_bits_per_char"][step], bits / chars, 1e-6 * bits / chars);
+  }
+  EXPECT_EQ(jsonl["val_bytes"][2], jsonl["val_bytes"][4]) << "the same validation samples each time";
+  EXPECT_NE(r.log.find(fmt::format("validation at step 4: loss {:.4f}, perplexity {:.2f}, {:.4f} bits per byte, {:.4f} "
+                                   "bits per character",
+                                   jsonl["val_loss"][4], std::exp(jsonl["val_loss"][4]), jsonl["val_bits_per_byte"][4],
+                                   jsonl["val_bits_per_char"][4])),
+            std::string::npos)
+      << r.log;
+}
+
+// Bytes and characters that SentencePiece's Python module counts for the labels of `data samples
+// --json` (the -100 ones left out): {"tokens", "bytes", "chars"}.
+nlohmann::json reference_label_counts(const std::string& samples_jsonl) {
+  std::string out;
+  EXPECT_EQ(testing::run_capture(std::string(SYSTEM_PYTHON) + " " + testing::source_path("tools/reference/bits_per_byte.py") +
+                                     " --labels " + samples_jsonl + " --tokenizer " + testing::fixture("tokenizer.model"),
+                                 &out),
+            0)
+      << out;
+  return nlohmann::json::parse(out, nullptr, false);
+}
+
+TEST(Trainer, ValidationBytesAreThoseOfTheValidationLabels) {
+  // The bytes and characters validation divides by, against SentencePiece's Python module on the
+  // labels of the validation batch as `data samples` prints them (with the run's steps and
+  // validation: they size the sample index).
+  if (auto why = testing::python_missing({"numpy", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  const std::vector<std::string> run = {"trainer.max_steps=2", "model.optim.sched.warmup_steps=1",
+                                        "trainer.val_check_interval=2", "trainer.limit_val_batches=1"};
+  const auto r = run_train(dir / "run", run);
+  ASSERT_EQ(r.status, 0) << r.log;
+  nlohmann::json val;
+  for (const auto& rec : obs::read_metrics(dir / "run/metrics.jsonl"))
+    if (rec.contains("val_bytes")) val = rec;
+  ASSERT_FALSE(val.is_null()) << r.log;
+  std::vector<std::string> samples = {"data", "samples", testing::source_path("configs/tiny.yaml"),
+                                      "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                                      "model.tokenizer.model=" + testing::fixture("tokenizer.model")};
+  samples.insert(samples.end(), run.begin(), run.end());
+  for (const char* a : {"--split", "validation", "--first", "8", "--json"}) samples.push_back(a);
+  const auto listed = testing::run_cli(samples);
+  ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
+  testing::write_file(dir / "val_samples.jsonl", listed.out);
+  const nlohmann::json counted = reference_label_counts(dir / "val_samples.jsonl");
+  ASSERT_TRUE(counted.is_object());
+  EXPECT_EQ(val["val_tokens"], counted["tokens"]);
+  EXPECT_EQ(val["val_bytes"], counted["bytes"]);
+  EXPECT_EQ(val["val_chars"], counted["chars"]);
+  EXPECT_EQ(val["val_tokens"].get<int64_t>(), 8 * 64);
+}
+
+TEST(Trainer, ValidationBitsPerByteOfFineTuningDataCountOnlyTheCompletions) {
+  // Fine-tuning data scores the completion and its EOS only: the bytes validation divides by are those
+  // of the unmasked labels of its samples, and the loss summed is over the same targets.
+  if (auto why = testing::python_missing({"numpy", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  std::string rows;
+  for (int i = 0; i < 40; i++)
+    rows += fmt::format("{{\"input\": \"Is {} even?\", \"output\": \"{}\"}}\n", i * 7,
+                        i % 2 ? "no, odd: 奇数" : "yes");
+  testing::write_file(dir / "sft.jsonl", rows);
+  const std::vector<std::string> data = {"model.data.fine_tuning=true",
+                                         "model.data.train_ds.file_names=[" + (dir / "sft.jsonl") + "]",
+                                         "model.data.validation_ds.file_names=[" + (dir / "sft.jsonl") + "]",
+                                         "model.data.train_ds.prompt_template=\"{input} {output}\"",
+                                         "model.data.train_ds.label_key=output",
+                                         "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
+                                         "trainer.max_steps=2",
+                                         "model.optim.sched.warmup_steps=1",
+                                         "trainer.val_check_interval=2",
+                                         "trainer.limit_val_batches=2"};
+  const auto r = testing::run_in(dir / "run", train_args(dir / "run", data));
+  ASSERT_EQ(r.status, 0) << r.log;
+  nlohmann::json val;
+  for (const auto& rec : obs::read_metrics(dir / "run/metrics.jsonl"))
+    if (rec.contains("val_bits_per_byte")) val = rec;
+  ASSERT_FALSE(val.is_null()) << r.log;
+  std::vector<std::string> samples = {"data", "samples", testing::source_path("configs/tiny.yaml")};
+  samples.insert(samples.end(), data.begin(), data.end());
+  for (const char* a : {"--split", "validation", "--first", "16", "--json"}) samples.push_back(a);
+  const auto listed = testing::run_cli(samples);
+  ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
+  testing::write_file(dir / "val_samples.jsonl", listed.out);
+  const nlohmann::json counted = reference_label_counts(dir / "val_samples.jsonl");
+  ASSERT_TRUE(counted.is_object());
+  EXPECT_EQ(val["val_tokens"], counted["tokens"]);
+  EXPECT_EQ(val["val_bytes"], counted["bytes"]);
+  EXPECT_EQ(val["val_chars"], counted["chars"]);
+  EXPECT_LT(val["val_tokens"].get<int64_t>(), 16 * 64 / 4) << "prompts and padding are masked";
+  EXPECT_LT(val["val_chars"].get<int64_t>(), val["val_bytes"].get<int64_t>()) << "奇数 is 6 bytes, 2 characters";
+  // The loss sum over those targets: each micro-batch's mean times its scored targets. The micro-batches
+  // differ in count here, so val_loss (the mean of their means) is close to, not equal to, the token mean.
+  const double token_mean = val["val_bits_per_byte"].get<double>() * std::log(2.0) * val["val_bytes"].get<double>() /
+                            val["val_tokens"].get<double>();
+  EXPECT_NEAR(token_mean, val["val_loss"].get<double>(), 0.05 * val["val_loss"].get<double>());
+  EXPECT_NEAR(val["val_bits_per_char"].get<double>() * val["val_chars"].get<double>(),
+              val["val_bits_per_byte"].get<double>() * val["val_bytes"].get<double>(),
+              1e-9 * val["val_bits_per_byte"].get<double>() * val["val_bytes"].get<double>());
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {

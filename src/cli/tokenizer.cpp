@@ -1,0 +1,255 @@
+// `llamatrain tokenizer train | merge | stats`: options, help and console output for the SentencePiece
+// tools of src/data/tokenizer_{train,merge,stats}.h. Progress (a bar over the input bytes, then the
+// trainer's phase with its elapsed time) is drawn here; the data layer reports through callbacks.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <limits>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "data/tokenizer_merge.h"
+#include "data/tokenizer_stats.h"
+#include "data/tokenizer_train.h"
+#include "obs/progress.h"
+
+namespace llamatrain::cli {
+
+namespace {
+
+data::TrainInputFormat input_format(const std::string& s) {
+  if (s == "jsonl") return data::TrainInputFormat::kJsonl;
+  if (s == "text") return data::TrainInputFormat::kText;
+  return data::TrainInputFormat::kAuto;
+}
+
+// "training bpe ... 12.3s" while the trainer works: redrawn each second on a terminal, one line
+// otherwise.
+class PhaseTicker {
+ public:
+  explicit PhaseTicker(std::string label) : label_(std::move(label)), t0_(std::chrono::steady_clock::now()) {
+    if (!isatty(fileno(stderr))) {
+      std::fprintf(stderr, "%s ...\n", label_.c_str());
+      return;
+    }
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!stop_) {
+        std::fprintf(stderr, "\r%s ... %s ", label_.c_str(), obs::format_duration(elapsed()).c_str());
+        std::fflush(stderr);
+        cv_.wait_for(lock, std::chrono::seconds(1));
+      }
+      std::fprintf(stderr, "\r\033[K");
+    });
+  }
+  ~PhaseTicker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  std::string label_;
+  std::chrono::steady_clock::time_point t0_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+void add_train(CLI::App& parent) {
+  auto opt = std::make_shared<data::TokenizerTrainOptions>();
+  auto format = std::make_shared<std::string>("auto");
+  auto quiet = std::make_shared<bool>(false);
+  auto* cmd = parent.add_subcommand("train", "Train a SentencePiece model (Llama 2's settings) on JSONL or text");
+  cmd->footer(
+      "Trains with SentencePiece's own trainer. Llama 2's settings: BPE, byte fallback, split digits,\n"
+      "identity normalization, extra whitespace kept, dummy prefix, <unk> <s> </s> at ids 0 1 2, no pad.\n"
+      "--vocab-size counts every piece, the 3 specials and the 256 byte pieces included (Llama 2: 32000).\n"
+      "Input: JSONL (.jsonl/.json: the strings under --json-keys are the documents, as in preprocess) or\n"
+      "text (.txt: one sentence per line); other names are read as JSONL when the first line is a JSON object.\n"
+      "Documents longer than --max-sentence-length bytes are cut at line breaks, and the count is printed.\n\n"
+      "Examples:\n"
+      "  llamatrain tokenizer train --input english.jsonl -o en.model --vocab-size 8000\n"
+      "  llamatrain tokenizer train --input zh_corpus/ -o zh.model --vocab-size 20000 --character-coverage 0.9995 \\\n"
+      "                             --input-sentence-size 2000000 --threads 16\n"
+      "  llamatrain tokenizer merge en.model zh.model -o merged.model   # then compare them with tokenizer stats\n");
+  cmd->add_option("--input", opt->inputs, "input files, folders or quoted globs (.jsonl/.json/.txt, optionally .gz/.zst)")
+      ->required();
+  cmd->add_option("--json-keys", opt->json_keys, "JSON keys whose strings are documents (default: text)");
+  cmd->add_option("--input-format", *format, "auto (by extension, else content), jsonl or text")
+      ->check(CLI::IsMember({"auto", "jsonl", "text"}));
+  cmd->add_option("-o,--output", opt->output, "the model file to write (OUT.model)")->required();
+  cmd->add_option("--vocab-size", opt->vocab_size, "pieces in the model, specials and bytes included")
+      ->required()
+      ->check(integer_in(1));
+  cmd->add_option("--model-type", opt->model_type, "bpe (Llama 2), unigram, char or word")
+      ->check(CLI::IsMember({"bpe", "unigram", "char", "word"}));
+  cmd->add_option("--character-coverage", opt->character_coverage,
+                  "share of the characters covered by pieces; the rest fall back to bytes (default 0.9995)")
+      ->check(number_in(0.0, 1.0, true));
+  cmd->add_option("--threads", opt->threads, "trainer threads (default: every core)")->check(integer_in(1, 1024));
+  cmd->add_option("--input-sentence-size", opt->input_sentence_size,
+                  "sentences the trainer samples from the input (default 0: all)")
+      ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--max-sentence-length", opt->max_sentence_length,
+                  "longest sentence in bytes; longer documents are cut (default 16384)")
+      ->check(integer_in(16));
+  cmd->add_flag("--verbose", opt->verbose, "show SentencePiece's own training log on stderr");
+  cmd->add_flag("--quiet", *quiet, "no progress or summary");
+
+  cmd->callback([opt, format, quiet] {
+    opt->format = input_format(*format);
+    const auto files = data::tokenizer_train_files(*opt);
+    uint64_t total = 0;
+    for (const auto& f : files) total += std::filesystem::file_size(f);
+    std::optional<obs::Progress> bar;
+    std::optional<PhaseTicker> ticker;
+    if (!*quiet) {
+      obs::ProgressOptions po;
+      po.label = "reading";
+      po.total = static_cast<int64_t>(total);
+      po.unit = obs::ProgressUnit::kBytes;
+      // Drawn from the first bytes read: checks that fail before reading print no bar.
+      opt->on_read = [&bar, po](int64_t n) {
+        if (!bar) bar.emplace(po);
+        bar->advance(n);
+      };
+      opt->on_read_done = [&bar, &ticker, opt] {
+        if (bar) bar->finish();
+        if (!opt->verbose) ticker.emplace(fmt::format("training {} ({} pieces)", opt->model_type, opt->vocab_size));
+      };
+    }
+    const auto res = data::run_tokenizer_train(*opt);
+    ticker.reset();
+    if (*quiet) return;
+    std::string cut;
+    if (res.cut_documents > 0)
+      cut = fmt::format(" ({} longer than {} bytes cut at line breaks into {} sentences)", res.cut_documents,
+                        opt->max_sentence_length, res.sentences);
+    if (opt->input_sentence_size > 0 && res.sentences > opt->input_sentence_size)
+      cut += fmt::format("; the trainer sampled {} of {} sentences", opt->input_sentence_size, res.sentences);
+    std::fprintf(stderr, "read %lld documents from %zu file%s%s%s\n", static_cast<long long>(res.documents),
+                 res.files.size(), res.files.size() == 1 ? "" : "s", cut.c_str(),
+                 res.skipped_lines ? fmt::format(", {} lines skipped", res.skipped_lines).c_str() : "");
+    std::fprintf(stderr, "tokenizer train: %s: %d pieces (%s), trained in %s (reading %s)\n", opt->output.c_str(),
+                 res.pieces, opt->model_type.c_str(), obs::format_duration(res.train_seconds).c_str(),
+                 obs::format_duration(res.read_seconds).c_str());
+  });
+}
+
+void add_merge(CLI::App& parent) {
+  auto opt = std::make_shared<data::TokenizerMergeOptions>();
+  auto scores = std::make_shared<std::string>("below");
+  auto* cmd = parent.add_subcommand("merge", "Append the pieces of one SentencePiece model that another lacks");
+  cmd->footer(
+      "Keeps every piece of BASE at its id with its score and type, and BASE's trainer and normalizer settings;\n"
+      "appends ADD's normal and user-defined pieces that BASE lacks, in ADD's order (never its <unk>,\n"
+      "control or byte pieces). By default a normal piece made only of characters BASE has as pieces is\n"
+      "left out, and new pieces score below every BASE piece: text made of BASE's characters then encodes\n"
+      "exactly as under BASE. --new-scores zero gives them score 0 as Chinese-LLaMA's merge does: above\n"
+      "Llama's scores, so BPE merges them first. --pad-to-multiple appends unused pieces <unused_K>, which\n"
+      "no text encodes to. docs/tokenizer.md has the rule and its effect.\n\n"
+      "Examples:\n"
+      "  llamatrain tokenizer merge llama2/tokenizer.model zh.model -o merged.model\n"
+      "  llamatrain tokenizer merge en.model zh.model -o merged.model --pad-to-multiple 128\n"
+      "  llamatrain tokenizer merge en.model zh.model -o merged.model --new-scores zero --all-pieces\n"
+      "      # as Chinese-LLaMA merges\n");
+  cmd->add_option("BASE", opt->base, "the model whose pieces and ids are kept")->required();
+  cmd->add_option("ADD", opt->add, "the model whose missing pieces are appended")->required();
+  cmd->add_option("-o,--output", opt->output, "the merged model to write")->required();
+  cmd->add_option("--new-scores", *scores, "below (default: after every BASE merge) or zero (first, as Chinese-LLaMA)")
+      ->check(CLI::IsMember({"below", "zero"}));
+  cmd->add_flag("--all-pieces", opt->all_pieces,
+                "also add pieces made only of characters BASE has (they can change BASE's encodings)");
+  cmd->add_option("--pad-to-multiple", opt->pad_to_multiple,
+                  "append unused pieces up to a multiple of M (NeMo's make_vocab_size_divisible_by)")
+      ->check(integer_in(1, 1 << 20));
+  cmd->callback([opt, scores] {
+    opt->new_scores = *scores == "zero" ? data::NewScores::kZero : data::NewScores::kBelow;
+    const auto r = data::run_tokenizer_merge(*opt);
+    std::string skipped = r.skipped_base_chars
+                              ? fmt::format(", {} left out as made of base characters (--all-pieces adds them)",
+                                            r.skipped_base_chars)
+                              : "";
+    std::fprintf(stderr, "tokenizer merge: %s: %d pieces = %d base + %d added%s\n", opt->output.c_str(), r.total,
+                 r.base_pieces, r.added, r.padding ? fmt::format(" + {} padding", r.padding).c_str() : "");
+    std::fprintf(stderr, "  of %d pieces in %s: %d added, %d already in %s%s\n", r.add_candidates, opt->add.c_str(),
+                 r.added, r.already_in_base, opt->base.c_str(), skipped.c_str());
+    if (r.added > 0)
+      std::fprintf(stderr, "  new scores: %s\n",
+                   opt->new_scores == data::NewScores::kZero
+                       ? "0 (above every base score: merged first)"
+                       : fmt::format("{:g} to {:g} (below the base's lowest, {:g})", r.lowest_base_score - 1,
+                                     r.lowest_new_score, r.lowest_base_score)
+                             .c_str());
+  });
+}
+
+void add_stats(CLI::App& parent) {
+  auto opt = std::make_shared<data::TokenizerStatsOptions>();
+  auto format = std::make_shared<std::string>("auto");
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = parent.add_subcommand("stats", "Compare SentencePiece models side by side on the same text");
+  cmd->footer(
+      "For each model: tokens, tokens per character overall and by script (han, latin, other), bytes per token,\n"
+      "the share of byte-fallback (and unknown) tokens, and how many documents encode to other ids than under\n"
+      "the first model (of them, how many are Latin-only). A token counts toward the characters it covers in\n"
+      "equal shares; the byte pieces of a character count toward its script (docs/tokenizer.md).\n\n"
+      "Examples:\n"
+      "  llamatrain tokenizer stats en.model merged.model --input zh_heldout.jsonl\n"
+      "  llamatrain tokenizer stats llama2/tokenizer.model merged.model --input mixed.txt --json > stats.json\n");
+  cmd->add_option("MODEL", opt->models, "SentencePiece models; the first is the reference for 'docs differ'")
+      ->required();
+  cmd->add_option("--input", opt->inputs, "input files, folders or quoted globs (.jsonl/.json/.txt)")->required();
+  cmd->add_option("--json-keys", opt->json_keys, "JSON keys whose strings are documents (default: text)");
+  cmd->add_option("--input-format", *format, "auto, jsonl or text (one document per line)")
+      ->check(CLI::IsMember({"auto", "jsonl", "text"}));
+  cmd->add_flag("--json", *json, "print JSON on stdout instead of the table");
+  cmd->callback([opt, format, json] {
+    opt->format = static_cast<int>(input_format(*format));
+    const auto stats = data::run_tokenizer_stats(*opt);
+    if (*json) {
+      std::printf("%s\n", data::stats_json(stats).dump(2).c_str());
+    } else {
+      std::fputs(data::format_stats_table(stats).c_str(), stdout);
+    }
+  });
+}
+
+}  // namespace
+
+void register_tokenizer(CLI::App& app) {
+  auto* cmd = app.add_subcommand("tokenizer", "Train, merge and compare SentencePiece tokenizers");
+  cmd->require_subcommand(1);
+  cmd->footer(
+      "Examples:\n"
+      "  llamatrain tokenizer train --input english.jsonl -o en.model --vocab-size 8000\n"
+      "  llamatrain tokenizer train --input chinese.jsonl -o zh.model --vocab-size 20000\n"
+      "  llamatrain tokenizer merge en.model zh.model -o merged.model\n"
+      "  llamatrain tokenizer stats en.model merged.model --input chinese.jsonl\n");
+  add_train(*cmd);
+  add_merge(*cmd);
+  add_stats(*cmd);
+}
+
+}  // namespace llamatrain::cli

@@ -1,0 +1,71 @@
+// Bytes and characters per token id; see piece_lengths.h for the definition.
+#include "data/piece_lengths.h"
+
+#include <cstdio>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace llamatrain::data {
+
+namespace {
+
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581
+
+bool is_continuation(unsigned char b) { return (b & 0xC0) == 0x80; }
+
+}  // namespace
+
+void piece_text_lengths(const std::string& piece, int32_t* bytes, int32_t* chars) {
+  *bytes = 0, *chars = 0;
+  const std::string_view s(piece);
+  for (size_t i = 0; i < s.size();) {
+    if (s.substr(i, kSpaceMark.size()) == kSpaceMark) {  // one space byte
+      ++*bytes, ++*chars;
+      i += kSpaceMark.size();
+      continue;
+    }
+    ++*bytes;
+    *chars += !is_continuation(static_cast<unsigned char>(s[i]));
+    ++i;
+  }
+}
+
+PieceLengths piece_lengths(const Tokenizer& tok) {
+  const int V = tok.vocab_size();
+  PieceLengths out;
+  out.bytes.assign(size_t(V), 0);
+  out.chars.assign(size_t(V), 0);
+  for (int id = 0; id < V; id++) {
+    if (tok.is_control(id) || tok.is_unknown(id)) continue;  // 0 and 0
+    const std::string piece = tok.id_to_piece(id);
+    if (tok.is_byte(id)) {
+      unsigned value = 0;
+      CHECK(std::sscanf(piece.c_str(), "<0x%2X>", &value) == 1, "byte piece {} of {}", piece, tok.path());
+      out.bytes[size_t(id)] = 1;
+      out.chars[size_t(id)] = !is_continuation(static_cast<unsigned char>(value));
+      continue;
+    }
+    piece_text_lengths(piece, &out.bytes[size_t(id)], &out.chars[size_t(id)]);
+  }
+  return out;
+}
+
+TextSums PieceLengths::sum(const int32_t* ids, int64_t n, const char* what) const {
+  TextSums s;
+  const int V = vocab_size();
+  for (int64_t i = 0; i < n; i++) {
+    const int32_t id = ids[i];
+    if (id < 0) continue;
+    if (id >= V)
+      fail("token id {} is past the {} pieces of {}, expected ids below {}\nhint: use the tokenizer the data was "
+           "made with",
+           id, V, what, V);
+    s.tokens++;
+    s.bytes += bytes[size_t(id)];
+    s.chars += chars[size_t(id)];
+  }
+  return s;
+}
+
+}  // namespace llamatrain::data

@@ -1,0 +1,144 @@
+// Vocabulary merge at the ModelProto wire level; see tokenizer_merge.h and docs/tokenizer.md.
+#include "data/tokenizer_merge.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "data/model_proto.h"
+#include "data/tokenizer.h"
+
+namespace llamatrain::data {
+
+namespace {
+
+ModelProtoFile load_model(const std::string& path, const char* role) {
+  if (!path_exists(path)) fail("{} model {}: file not found\nhint: pass a SentencePiece .model file", role, path);
+  if (!is_regular_file(path)) fail("{} model {}: not a regular file\nhint: pass a SentencePiece .model file", role, path);
+  const std::string bytes = read_small_file(path, size_t{1} << 31, std::string(role) + " model");
+  ModelProtoFile m = parse_model_proto(bytes, path);
+  // The library must accept it too (it checks what the wire reader does not: duplicate pieces, ...).
+  (void)Tokenizer::from_file_bytes(bytes, path);
+  return m;
+}
+
+// Splits UTF-8 text into code points (as byte strings); invalid bytes count one each.
+std::vector<std::string_view> code_points(std::string_view s) {
+  std::vector<std::string_view> out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    n = std::min(n, s.size() - i);
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+bool mergeable(PieceType t) { return t == PieceType::kNormal || t == PieceType::kUserDefined; }
+
+// True when BPE could form `text` by merging two adjacent symbols: some split into a left and a
+// right part each of which is a single character or a piece.
+bool formable(std::string_view text, const std::unordered_set<std::string>& pieces) {
+  const auto cps = code_points(text);
+  size_t offset = 0;
+  for (size_t i = 0; i + 1 < cps.size(); ++i) {
+    offset += cps[i].size();
+    const std::string left(text.substr(0, offset)), right(text.substr(offset));
+    const bool l = i == 0 || pieces.count(left);
+    const bool r = i + 2 == cps.size() || pieces.count(right);
+    if (l && r) return true;
+  }
+  return cps.size() == 1;
+}
+
+}  // namespace
+
+std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeResult* res) {
+  ModelProtoFile base = load_model(opt.base, "base");
+  const ModelProtoFile add = load_model(opt.add, "addition");
+  *res = {};
+  res->base_pieces = static_cast<int>(base.pieces.size());
+
+  std::unordered_set<std::string> have;       // every BASE piece's text
+  std::unordered_set<std::string> base_chars;  // BASE's single-character NORMAL / USER_DEFINED pieces
+  float lowest = 0.0f;
+  for (const auto& p : base.pieces) {
+    have.insert(p.piece);
+    if (mergeable(p.type)) {
+      lowest = std::min(lowest, p.score);
+      if (code_points(p.piece).size() == 1) base_chars.insert(p.piece);
+    }
+  }
+  res->lowest_base_score = lowest;
+
+  // New pieces in ADD's id order (its BPE merge order), scored by the chosen rule.
+  float next_below = lowest - 1.0f;
+  for (const auto& p : add.pieces) {
+    if (!mergeable(p.type)) continue;  // ADD's unknown, control and byte pieces are never taken
+    ++res->add_candidates;
+    if (have.count(p.piece)) {
+      ++res->already_in_base;
+      continue;
+    }
+    if (!opt.all_pieces && p.type == PieceType::kNormal) {  // user-defined symbols are always wanted
+      const auto cps = code_points(p.piece);
+      const bool only_base_chars =
+          std::all_of(cps.begin(), cps.end(), [&](std::string_view c) { return base_chars.count(std::string(c)); });
+      if (only_base_chars) {
+        ++res->skipped_base_chars;
+        continue;
+      }
+    }
+    ModelPiece n;
+    n.piece = p.piece;
+    n.type = p.type;
+    n.score = opt.new_scores == NewScores::kZero ? 0.0f : next_below;
+    next_below -= 1.0f;
+    res->lowest_new_score = n.score;
+    have.insert(n.piece);
+    base.pieces.push_back(std::move(n));
+    ++res->added;
+  }
+
+  if (opt.pad_to_multiple > 1) {
+    const int m = opt.pad_to_multiple;
+    const int target = (static_cast<int>(base.pieces.size()) + m - 1) / m * m;
+    for (int k = 0; static_cast<int>(base.pieces.size()) < target; ++k) {
+      ModelPiece n;
+      n.piece = "<unused_" + std::to_string(k) + ">";
+      if (have.count(n.piece))
+        fail("--pad-to-multiple: the merged vocabulary already has a piece {}, expected the padding names to be "
+             "free\nhint: pad the vocabulary before it gains such pieces, or drop --pad-to-multiple",
+             n.piece);
+      n.type = PieceType::kUnused;
+      n.score = 0.0f;
+      have.insert(n.piece);
+      base.pieces.push_back(std::move(n));
+      ++res->padding;
+    }
+    // An UNUSED piece that BPE could form would be merged and then split again, which can still
+    // change the merges around it; these names cannot form from any two symbols.
+    for (size_t i = base.pieces.size() - res->padding; i < base.pieces.size(); ++i)
+      if (formable(base.pieces[i].piece, have))
+        fail("--pad-to-multiple: the padding piece {} could be formed by BPE from two pieces of the merged "
+             "vocabulary, expected padding that no text encodes to\nhint: drop --pad-to-multiple and pad the model "
+             "vocabulary with model.make_vocab_size_divisible_by instead",
+             base.pieces[i].piece);
+  }
+  res->total = static_cast<int>(base.pieces.size());
+  return serialize_model_proto(base);
+}
+
+TokenizerMergeResult run_tokenizer_merge(const TokenizerMergeOptions& opt) {
+  if (opt.output.empty()) fail("tokenizer merge: -o OUT.model is required\nhint: e.g. -o merged.model");
+  check_output_file(opt.output, "-o");
+  TokenizerMergeResult res;
+  const std::string bytes = merge_tokenizers(opt, &res);
+  (void)Tokenizer::from_file_bytes(bytes, opt.output);  // the library accepts what we wrote
+  write_file_atomic(opt.output, bytes);
+  return res;
+}
+
+}  // namespace llamatrain::data
