@@ -21,6 +21,7 @@ constexpr int kMaxDim = 1 << 16;
 constexpr int kMaxFfnDim = 1 << 20;
 constexpr int kMaxLayers = 1 << 12;
 constexpr int kMaxVocab = 1 << 24;
+constexpr int kMaxVocabMultiple = 1 << 16;  // the padded vocabulary stays below 2^31 even at TP 64
 constexpr int kMaxSeqLen = 1 << 24;
 
 void check_range(const std::string& where, const char* field, int value, int lo, int hi) {
@@ -38,6 +39,7 @@ void LlamaConfig::validate(const std::string& where) const {
   check_range(where, "n_heads", n_heads, 1, dim);
   check_range(where, "n_kv_heads", n_kv_heads, 1, n_heads);
   check_range(where, "vocab_size", vocab_size, 1, kMaxVocab);
+  check_range(where, "vocab_multiple", vocab_multiple, 1, kMaxVocabMultiple);
   check_range(where, "max_seq_len", max_seq_len, 1, kMaxSeqLen);
   check_heads(FieldNames("config " + where + ": "));
   if (!(norm_eps > 0.0f && norm_eps < 1.0f))

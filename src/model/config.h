@@ -2,7 +2,9 @@
 // HF names in io/hf_config.cpp, the only place they appear). validate() rejects inconsistent
 // values with an Error naming the field; derived sizes are methods, never stored twice. The shape
 // rules are stated here once; callers with names of their own (the YAML config) pass FieldNames
-// (core/names.h), so the same rule speaks in their keys.
+// (core/names.h), so the same rule speaks in their keys. vocab_size is the real vocabulary, the same
+// under every layout; the embedding and the lm head hold it padded (padded_vocab_size), and the
+// padding rows are inert (model/shard.h).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,10 @@ struct LlamaConfig {
   int n_layers = 0;     // L   num_hidden_layers
   int n_heads = 0;      // H   num_attention_heads
   int n_kv_heads = 0;   // Hkv num_key_value_heads (== n_heads for MHA)
-  int vocab_size = 0;   // V
+  int vocab_size = 0;   // V   the real vocabulary: token ids are < vocab_size
+  // Megatron's make_vocab_size_divisible_by (not a Hugging Face field): under TP the embedding and
+  // the lm head hold padded_vocab_size(TP) rows, the real ones then inert padding. 1: pad only to TP.
+  int vocab_multiple = 1;
   int max_seq_len = 2048;  // max_position_embeddings
   float norm_eps = 1e-6f;  // rms_norm_eps
   float rope_theta = 10000.0f;
@@ -33,6 +38,12 @@ struct LlamaConfig {
 
   int head_dim() const { return dim / n_heads; }                       // D
   int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim(); }  // rows of packed wqkv
+  // Rows of the embedding and the lm head over tp ranks: vocab_size rounded up to a multiple of
+  // vocab_multiple x tp (Megatron's _vocab_size_with_padding). Rows >= vocab_size are padding.
+  int64_t padded_vocab_size(int tp) const {
+    const int64_t m = int64_t(vocab_multiple) * tp;
+    return (vocab_size + m - 1) / m * m;
+  }
 
   // Throws Error("config <where>: <field> ...") for non-positive sizes, heads not dividing dim,
   // kv heads not dividing heads, odd head dim (RoPE pairs), eps/theta out of range.
@@ -42,7 +53,7 @@ struct LlamaConfig {
   void check_heads(const FieldNames& names = FieldNames()) const;
   // A sequence of T tokens fits the context: T <= max_seq_len. Fields: seq_len, max_seq_len.
   void check_seq_len(int64_t T, const FieldNames& names = FieldNames()) const;
-  // Total parameter count (embedding, layers, final norm, lm head unless tied).
+  // Total parameter count (embedding, layers, final norm, lm head unless tied), without padding rows.
   int64_t num_params() const;
   // The model's tensor names, in arena order (wout only when untied), and whether one is frozen.
   std::vector<std::string> tensor_names() const;

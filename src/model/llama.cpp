@@ -38,9 +38,11 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     t.col_begin = col_begin, t.cols = cols;
     return t;
   };
+  // The embedding and lm head: this rank's real rows of the (V, C) table; its padding rows (the local
+  // rows [V_valid, d.V)) are in no shard.
   auto vocab = [&] {
     TensorShard t = TensorShard::whole_tensor(1, V, C);
-    t.rows = {{d.vocab_begin, d.V}};
+    t.rows = {{d.vocab_begin, d.V_valid}};
     return t;
   };
   std::vector<ParamSpec> specs;
@@ -54,7 +56,7 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     switch (id) {
       case kAttnNorm: case kFfnNorm: s.shape = {t.layers, t.cols}; break;  // (L, C)
       case kNorm: s.shape = {t.cols}; break;                              // (C)
-      case kWte: case kWout: s.shape = {rows, t.cols}; break;             // (V, C)
+      case kWte: case kWout: s.shape = {d.V, t.cols}; break;              // (V, C), padding rows too
       default: s.shape = {t.layers, rows, t.cols};                        // (L, rows, cols)
     }
     s.shard = std::move(t);
@@ -102,7 +104,9 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
   for (auto& s : specs) {
     s.numel = 1;
     for (int64_t n : s.shape) s.numel *= n;
-    CHECK(s.numel == s.shard.numel(), "shard of {} disagrees with its shape", s.name);
+    const bool vocab_rows = s.full_id == kWte || s.full_id == kWout;  // may have padding past the shard
+    CHECK(vocab_rows ? s.numel >= s.shard.numel() : s.numel == s.shard.numel(), "shard of {} disagrees with its shape",
+          s.name);
     s.offset = offset;
     offset += s.numel;
     if (s.frozen) frozen += s.numel;
@@ -398,16 +402,20 @@ std::vector<StateTensor> LlamaModel::state_tensors() {
   std::vector<StateTensor> out;
   const int64_t lo = shard_begin_, hi = shard_end();
   for (const ParamSpec& s : specs_) {
+    // The state is the shard's elements: the local tensor less its padding rows (its last elements).
+    const int64_t end = s.offset + s.shard.numel();
+    std::vector<int64_t> shape = s.shape;
+    if (s.numel != s.shard.numel()) shape[0] = s.shard.local_rows();  // (V_valid, C)
     // [a, b) of the arena, stored at `at` of the given arrays.
     auto add = [&](const char* kind, ArenaVector<float>& f32, ArenaVector<bf16>& b16, int64_t a, int64_t b,
                    int64_t at) {
       void* data = sr ? static_cast<void*>(b16.data() + at) : static_cast<void*>(f32.data() + at);
-      out.push_back({std::string(kind) + "." + s.name, s.name, sr ? StateDType::bf16 : StateDType::f32, s.shape,
+      out.push_back({std::string(kind) + "." + s.name, s.name, sr ? StateDType::bf16 : StateDType::f32, shape,
                      data, b - a, a - s.offset, s.shard});
     };
-    add("weight", param_arena_, param_bf16_, s.offset, s.offset + s.numel, s.offset);
+    add("weight", param_arena_, param_bf16_, s.offset, end, s.offset);
     if (s.frozen) continue;  // no moments
-    const int64_t a = std::max(s.grad_offset, lo), b = std::min(s.grad_offset + s.numel, hi);
+    const int64_t a = std::max(s.grad_offset, lo), b = std::min(s.grad_offset + s.shard.numel(), hi);
     if (a >= b) continue;
     add("exp_avg", m_f32_, m_bf16_, a - s.grad_offset + s.offset, b - s.grad_offset + s.offset, a - lo);
     add("exp_avg_sq", v_f32_, v_bf16_, a - s.grad_offset + s.offset, b - s.grad_offset + s.offset, a - lo);
@@ -448,7 +456,7 @@ LlamaModel::StateBytes LlamaModel::state_parts(const LlamaConfig& c, const Shard
 }
 
 int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {
-  return c.num_params() * (p == Precision::fp32 ? 4 : 6);
+  return num_params(c, ShardPlan::single(c)) * (p == Precision::fp32 ? 4 : 6);
 }
 
 int64_t LlamaModel::state_bytes() const {

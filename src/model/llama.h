@@ -39,9 +39,12 @@ struct ParamSpec {
   std::string name;            // "wqkv", "attn_norm", ...
   std::vector<int64_t> shape;  // e.g. {L, QKV, C}
   int64_t offset = 0;          // into the arena, in elements
-  int64_t numel = 0;
+  int64_t numel = 0;           // the local tensor's elements (the embedding's and lm head's padding rows too)
   bool decay = true;           // AdamW weight decay (false for norm weights)
-  TensorShard shard;           // where this (local) tensor sits in the full model's tensor
+  // Where this (local) tensor sits in the full model's tensor: its first shard.numel() elements. The
+  // rest (wte and wout: the vocabulary's padding rows, model/shard.h) are in no full tensor: zero,
+  // with gradient zero, never saved.
+  TensorShard shard;
   int full_id = 0;             // index among the full model's tensors (init and rounding streams)
   // Counted in the global gradient norm on this rank: false for copies another rank also counts
   // (norm weights on TP ranks > 0, the tied embedding on a last stage that is not the first).
@@ -114,13 +117,14 @@ struct MatmulInputs {
 
 // What a checkpoint holds: every parameter tensor's weights and AdamW moments, in the dtype the
 // precision mode keeps as master (fp32, or bf16 in bf16-sr). Built from param_specs(), the table
-// that also sizes the arenas, so a checkpoint and a model that disagree do so by name.
+// that also sizes the arenas, so a checkpoint and a model that disagree do so by name. The state is
+// each tensor's shard: the vocabulary's padding rows are not part of it.
 enum class StateDType { f32, bf16 };
 struct StateTensor {
   std::string name;           // "weight.wqkv", "exp_avg.wqkv", "exp_avg_sq.wqkv"
   std::string param;          // "wqkv"
   StateDType dtype;
-  std::vector<int64_t> shape; // the parameter's shape
+  std::vector<int64_t> shape; // the parameter's shape without padding rows
   void* data;                 // numel elements of dtype: elements [first, first + numel) of the tensor
   int64_t numel;
   int64_t first = 0;          // a ZeRO-1 shard holds part of a tensor's moments; weights are whole
@@ -262,7 +266,8 @@ class LlamaModel {
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_ < 0 ? num_trainable() : shard_end_; }
   // Sum of squared gradients over [begin, end) of the gradient arena (a shard's part of the global norm),
-  // counting only the elements this rank's copies count for (ParamSpec::owned).
+  // counting only the elements this rank's copies count for (ParamSpec::owned). The vocabulary's
+  // padding rows are in the arena, but their gradient is exactly 0: they add nothing.
   double grad_sum_squares(int64_t begin, int64_t end);
   // Model-parallel gradient sums a step needs before the norm: under sequence parallelism the norm
   // weights' partial gradients over TP; with kv heads replicated over TP ranks, their k and v rows'

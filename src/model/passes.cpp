@@ -102,7 +102,8 @@ void LlamaModel::forward_body(const int32_t* tokens, const float* input, int B, 
     } else {
       // Vocabulary-parallel embedding: this rank's rows, zeros for the others' tokens, summed over TP.
       float* part = tmp_.data();
-      cpu::vocab_parallel_embedding_forward(part, tokens, params_.wte, dims_.vocab_begin, dims_.V, int(N), int(C));
+      cpu::vocab_parallel_embedding_forward(part, tokens, params_.wte, dims_.vocab_begin, dims_.V_valid, int(N),
+                                            int(C));
       if (plan_.sequence_parallel)
         parallel::reduce_scatter_to_sp_forward(acts_.x0, part, size_t(Nl), size_t(C), *tp_);
       else
@@ -246,7 +247,8 @@ void LlamaModel::lmhead_ce(const int32_t* targets, float dloss, bool backward) {
     vocab_parallel_lmhead_ce(targets, dloss, backward);
     return;
   }
-  // lm head + cross-entropy (+ their gradient) in one pass over row chunks.
+  // lm head + cross-entropy (+ their gradient) in one pass over row chunks, over the vocab_size real
+  // rows of wout: the padding rows after them get no logit and no gradient.
   const auto ct = compute_type(precision_);
   if (backward)
     cpu::lmhead_ce_backward(acts_.losses, dln_.data(), grads_.wout, acts_.lnf, params_.wout, bf16_of(params_.wout),
@@ -257,14 +259,16 @@ void LlamaModel::lmhead_ce(const int32_t* targets, float dloss, bool backward) {
 }
 
 void LlamaModel::vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, bool backward) {
-  // Megatron's vocab-parallel cross-entropy: each rank has the logits of its V/TP vocabulary rows;
-  // the row maxima, the sums of exponentials and the target logits are combined over TP
-  // (kernels: ref::vocab_parallel_ce_*).
-  const int N = B_ * T_, V = dims_.V, C = dims_.C;
+  // Megatron's vocab-parallel cross-entropy: each rank has the logits of its real vocabulary rows
+  // (V_valid of its padded V/TP; the padding rows after them get no logit, so they are in no max
+  // and no sum, and no gradient); the row maxima, the sums of exponentials and the target logits are
+  // combined over TP (kernels: ref::vocab_parallel_ce_*). A rank of padding rows only has maxima of
+  // -inf and sums of 0.
+  const int N = B_ * T_, V = dims_.V_valid, C = dims_.C;
   const int64_t v0 = dims_.vocab_begin;
   const auto ct = compute_type(precision_);
-  float* logits = logits_.data();  // (N, V/TP), then their exponentials, then dlogits
-  cpu::matmul_forward(logits, acts_.lnf, params_.wout, bf16_of(params_.wout), N, C, V, ct);
+  float* logits = logits_.data();  // (N, V), then their exponentials, then dlogits
+  if (V > 0) cpu::matmul_forward(logits, acts_.lnf, params_.wout, bf16_of(params_.wout), N, C, V, ct);
   float* local_max = row_max_.data() + int64_t(tp_->rank()) * N;
   cpu::vocab_parallel_ce_max(local_max, logits, N, V);
   tp_->all_gather(row_max_.data(), local_max, size_t(N));  // in place: (TP, N)
@@ -278,6 +282,10 @@ void LlamaModel::vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, b
   // lm head's backward, whose input gradient is this rank's part of the sum over the vocabulary
   // (own_tokens reduces it).
   cpu::vocab_parallel_ce_backward(logits, partials, targets, v0, dloss, N, V, precision_ != Precision::fp32);
+  if (V == 0) {
+    std::fill(dln_.begin(), dln_.begin() + int64_t(N) * C, 0.0f);
+    return;
+  }
   cpu::matmul_backward(dln_.data(), grads_.wout, logits, acts_.lnf, params_.wout, bf16_of(params_.wout), N, C, V, ct);
 }
 
@@ -311,7 +319,7 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
     return;
   }
   const float* dx = all_tokens(dres_.data());  // this rank's vocabulary rows of the embedding
-  cpu::vocab_parallel_embedding_backward(g.wte, dx, tokens, dims_.vocab_begin, dims_.V, int(N), C);
+  cpu::vocab_parallel_embedding_backward(g.wte, dx, tokens, dims_.vocab_begin, dims_.V_valid, int(N), C);
   report_ready(dims_.L);
 }
 

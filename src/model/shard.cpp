@@ -145,9 +145,6 @@ void check_tensor_parallel(const LlamaConfig& full, int tp, const FieldNames& na
          names.head("tp_size"), tp, names("n_heads"), full.n_heads, full.n_kv_heads);
   if (full.ffn_dim % tp != 0)
     fail("{}: got {}, expected a divisor of {} {}", names.head("tp_size"), tp, names("ffn_dim"), full.ffn_dim);
-  if (full.vocab_size > 0 && full.vocab_size % tp != 0)
-    fail("{}: got {}, expected a divisor of {} {}\nhint: choose a {} that divides it, or pad the vocabulary",
-         names.head("tp_size"), tp, names("vocab_size"), full.vocab_size, names("tp_size"));
 }
 
 std::optional<std::vector<int>> try_pipeline_split(int L, int pp, int first, int last) {
@@ -224,8 +221,9 @@ LocalDims local_dims(const LlamaConfig& full, const ShardPlan& plan) {
     d.kv_owner = plan.tp_rank % d.kv_replicas == 0;
   }
   d.F = full.ffn_dim / plan.tp_size;
-  d.V = full.vocab_size / plan.tp_size;
+  d.V = int(full.padded_vocab_size(plan.tp_size) / plan.tp_size);
   d.vocab_begin = int64_t(d.V) * plan.tp_rank;
+  d.V_valid = int(std::clamp<int64_t>(full.vocab_size - d.vocab_begin, 0, d.V));
   return d;
 }
 

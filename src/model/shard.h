@@ -8,6 +8,15 @@
 // the norms are replicated, and the layers are split over pipeline stages in order. With fewer
 // key/value heads than TP ranks, each kv head is replicated on TP / n_kv_heads consecutive ranks
 // (Megatron's rule), the first of them owning it (its copy counts and is saved).
+//
+// The vocabulary is split after padding it to LlamaConfig::padded_vocab_size(TP) rows, so each TP
+// rank holds an equal block; the padding rows are the last rows of the full table, hence the last
+// rows of the ranks' blocks (LocalDims::V_valid says where they start). They are inert: outside every
+// TensorShard (the full tensor is the real vocabulary, the same under every layout), so they are
+// zero from construction and never initialized, loaded, saved, gathered or exported; the passes give
+// the embedding, the lm head and the cross-entropy only the real rows, so they are never looked up,
+// have no logit (no softmax, loss, sampling) and a gradient of exactly 0, which leaves AdamW's update
+// of them 0 and adds nothing to the gradient norm.
 #pragma once
 
 #include <cstdint>
@@ -80,8 +89,8 @@ struct ShardPlan {
 
 // The model-parallel rules, each stated once (callers pass their names; see core/names.h).
 // Tensor parallelism over tp ranks splits the heads (tp divides n_heads; the kv heads are split, or
-// each replicated when tp is a multiple of them), the FFN rows and the vocabulary (when
-// vocab_size > 0; 0: not known yet). Fields: tp_size, n_heads, ffn_dim, vocab_size.
+// each replicated when tp is a multiple of them), the FFN rows and the padded vocabulary (any
+// vocabulary: the padding makes it divide). Fields: tp_size, n_heads, ffn_dim.
 void check_tensor_parallel(const LlamaConfig& full, int tp_size, const FieldNames& names = FieldNames());
 // The layers of each of pp stages, Megatron-core's rule: the first and last stage hold `first` and
 // `last` layers when those are > 0, the other stages an equal share of the rest, at least one each;
@@ -91,10 +100,12 @@ std::optional<std::vector<int>> try_pipeline_split(int n_layers, int pp_size, in
 std::vector<int> pipeline_split(int n_layers, int pp_size, int first = 0, int last = 0,
                                 const FieldNames& names = FieldNames());
 
-// The local sizes of a rank's part: heads, kv heads, ffn rows and vocabulary divided by TP, the
-// stage's layers. head_dim stays the full model's.
+// The local sizes of a rank's part: heads, kv heads, ffn rows and padded vocabulary divided by TP,
+// the stage's layers. head_dim stays the full model's.
 struct LocalDims {
-  int C = 0, L = 0, H = 0, Hkv = 0, D = 0, F = 0, V = 0;
+  int C = 0, L = 0, H = 0, Hkv = 0, D = 0, F = 0;
+  int V = 0;                // rows of the local embedding / lm head: padded_vocab_size(TP) / TP
+  int V_valid = 0;          // of which the first V_valid are real tokens (0 <= V_valid <= V), the rest padding
   int64_t vocab_begin = 0;  // first full vocabulary row this rank holds
   int kv_head_begin = 0;    // first full kv head this rank holds
   int kv_replicas = 1;      // TP ranks holding each of its kv heads (> 1 when n_kv_heads < TP)

@@ -467,6 +467,11 @@ void check_checkpoint_compatible(const std::string& path, const model::LlamaConf
   differ("num_hidden_layers", saved.n_layers, c.n_layers);
   differ("num_attention_heads", saved.n_heads, c.n_heads);
   differ("num_key_value_heads", saved.n_kv_heads, c.n_kv_heads);
+  if (saved.vocab_size > c.vocab_size && saved.vocab_size % c.vocab_multiple == 0)
+    fail("checkpoint {}: vocab_size is {}, but the configured model has {}\nhint: a vocab_size that counts padding "
+         "rows is an earlier llamatrain's (checkpoints now hold the real vocabulary); start a new run from its "
+         "weights with model.init_from={}",
+         path, saved.vocab_size, c.vocab_size, path);
   differ("vocab_size", saved.vocab_size, c.vocab_size);
   differ("tie_word_embeddings", saved.tie_embeddings, c.tie_embeddings);
 }

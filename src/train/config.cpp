@@ -206,6 +206,7 @@ model::LlamaConfig ModelConfig::llama_config(int vocab_size) const {
   c.n_heads = num_attention_heads;
   c.n_kv_heads = kv_heads();
   c.vocab_size = vocab_size;
+  c.vocab_multiple = std::max(1, make_vocab_size_divisible_by);
   c.max_seq_len = int(max_position_embeddings);
   c.norm_eps = float(layernorm_epsilon);
   c.rope_theta = float(rotary_base);
@@ -220,8 +221,7 @@ std::vector<int> ModelConfig::pipeline_layers(const FieldNames& names) const {
 }
 
 int64_t ModelConfig::padded_vocab_size(int64_t vocab_size) const {
-  const int64_t multiple = int64_t(make_vocab_size_divisible_by) * tensor_model_parallel_size;
-  return (vocab_size + multiple - 1) / multiple * multiple;
+  return llama_config(int(vocab_size)).padded_vocab_size(std::max(1, tensor_model_parallel_size));
 }
 
 std::string ModelConfig::tokenizer_model_path() const {

@@ -172,12 +172,15 @@ struct ModelConfig {
   OptimConfig optim;
 
   int kv_heads() const { return num_query_groups ? *num_query_groups : num_attention_heads; }
-  // The architecture for a vocabulary of vocab_size (the tokenizer's, or init_from's config.json).
+  // The architecture for a vocabulary of vocab_size (the tokenizer's, or init_from's config.json),
+  // padded by make_vocab_size_divisible_by (LlamaConfig::vocab_multiple).
   model::LlamaConfig llama_config(int vocab_size) const;
-  // Megatron's _vocab_size_with_padding: next multiple of make_vocab_size_divisible_by * TP.
   // Layers of each pipeline stage (num_layers_in_first/last_pipeline_stage, the rest even:
   // model::pipeline_split); an Error in the terms of names when the keys allow none.
   std::vector<int> pipeline_layers(const FieldNames& names = FieldNames()) const;
+  // Megatron's _vocab_size_with_padding: the rows the embedding and the lm head hold for a vocabulary
+  // of vocab_size, the next multiple of make_vocab_size_divisible_by x TP (the extra rows are inert
+  // padding; the model's vocab_size stays the real one).
   int64_t padded_vocab_size(int64_t vocab_size) const;
   // The SentencePiece model file: tokenizer.model, <tokenizer.type>/tokenizer.model or
   // <init_from>/tokenizer.model.

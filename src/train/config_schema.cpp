@@ -292,7 +292,10 @@ Schema build_schema() {
   s.key("model.share_embeddings_and_output_weights", FIELD(model.share_embeddings_and_output_weights), "false",
         "tie the lm head to the token embedding");
   s.key("model.make_vocab_size_divisible_by", FIELD(model.make_vocab_size_divisible_by), "8",
-        "the vocabulary is padded to a multiple of this x TP", range(1, 1 << 16));
+        "the embedding and lm head hold the vocabulary padded to a multiple of this x TP rows; the padding rows are "
+        "inert (zero, no logit, no gradient), left out of checkpoints and exports, and padded again for the layout "
+        "that resumes",
+        range(1, 1 << 16));
   s.key("model.seed", FIELD(model.seed), "1234", "seed of initialization, data order and stochastic rounding",
         range(0, 4294967295.0));
   s.key("model.activations_checkpoint_granularity", FIELD(model.activations_checkpoint_granularity), "selective",

@@ -150,7 +150,6 @@ FieldNames model_key_names(const Context& ctx, const std::string& seq_len_key) {
       {"pp_size", {"model.pipeline_model_parallel_size", "pipeline_model_parallel_size"}},
       {"first_stage_layers", {"model.num_layers_in_first_pipeline_stage", "model.num_layers_in_first_pipeline_stage"}},
       {"last_stage_layers", {"model.num_layers_in_last_pipeline_stage", "num_layers_in_last_pipeline_stage"}},
-      {"vocab_size", {"model.make_vocab_size_divisible_by", "the padded vocabulary"}},
   };
   std::map<std::string, std::string> names;
   for (const auto& [field, key] : kKeys) names[field] = key.second;

@@ -94,8 +94,8 @@ std::unique_ptr<model::LlamaModel> gather_full_weights(model::LlamaModel& local,
       copied += model::copy_between_shards(full->param_data() + t->offset, t->shard, 0, t->numel, src, p.shard, 0,
                                            p.numel);
     }
-    CHECK(copied == t->numel, "gathering {}: the model-parallel ranks hold {} of its {} elements once", t->name,
-          copied, t->numel);
+    CHECK(copied == t->shard.numel(), "gathering {}: the model-parallel ranks hold {} of its {} elements once",
+          t->name, copied, t->shard.numel());  // the full model's padding rows stay zero
   }
   full->params_changed();
   return full;

@@ -106,6 +106,16 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   return m;
 }
 
+// ", embedding and lm head padded to R rows (r per tensor-parallel rank)" when the layout pads the
+// vocabulary (model/shard.h: the padding rows are inert, but they are memory), else "".
+std::string padded_rows_text(const RunPlan& p) {
+  const int tp = p.layout.tp_size;
+  const int64_t rows = p.model.padded_vocab_size(tp);
+  if (rows == p.model.vocab_size) return "";
+  return fmt::format(", embedding and lm head padded to {} rows{}", rows,
+                     tp > 1 ? fmt::format(" ({} per tensor-parallel rank)", rows / tp) : "");
+}
+
 // The data files exist, their token type can hold the tokenizer's ids, and the ids they hold (all of
 // them, or evenly spaced blocks of a large file) are inside the vocabulary.
 PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p) {
@@ -396,8 +406,9 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
                                    p.layout.pp_size, p.layout.pp_size > 1 ? " (" + p.pipeline_stages() + ")" : "")});
   jp.checks.push_back(
       {Status::pass, "model",
-       fmt::format("{} parameters, vocab_size {}{}", obs::format_count(double(p.model.num_params())), p.model.vocab_size,
-                   p.tokenizer ? fmt::format(" (tokenizer {} pieces)", p.tokenizer->vocab_size()) : "")});
+       fmt::format("{} parameters, vocab_size {}{}{}", obs::format_count(double(p.model.num_params())),
+                   p.model.vocab_size, p.tokenizer ? fmt::format(" (tokenizer {} pieces)", p.tokenizer->vocab_size()) : "",
+                   padded_rows_text(p))});
   if (p.growth.active()) jp.checks.push_back({Status::pass, "resize", p.growth.describe()});
   auto guarded = [&](const char* what, auto&& check) {
     try {

@@ -104,10 +104,11 @@ void plan_model(const TrainConfig& cfg, RunPlan& p) {
     if (!tok)
       fail("model vocabulary: no tokenizer and no model.init_from, expected one of them\nhint: set "
            "model.tokenizer.model=/path/tokenizer.model (the tokenizer the data was preprocessed with)");
-    p.model = cfg.model.llama_config(int(cfg.model.padded_vocab_size(tok->vocab_size())));
+    p.model = cfg.model.llama_config(tok->vocab_size());
     return;
   }
   p.model = io::read_hf_config(*cfg.model.init_from);
+  p.model.vocab_multiple = std::max(1, cfg.model.make_vocab_size_divisible_by);  // padding rows: model/shard.h
   if (tok && !tok_from_init) plan_vocabulary(cfg, *tok, p);
   if (tok && tok_from_init && tok->vocab_size() > p.model.vocab_size)
     fail("model.init_from: {} has {} pieces, but its config.json has vocab_size {}, expected at most that\nhint: "

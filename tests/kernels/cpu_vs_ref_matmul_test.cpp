@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/bf16.h"
@@ -527,6 +528,58 @@ TEST(CpuVsRefLmHeadCe, KernelsAgreeToSummationOrderOnExactLogits) {
   EXPECT_TRUE(all_within("dx: fp32 kernel vs bf16 kernel", r[1].dx, r[0].dx, dx_scale, 2 * f32_sum_tol(V), 4 * kU32));
   EXPECT_TRUE(
       all_within("dwout: fp32 kernel vs bf16 kernel", r[1].dwout, r[0].dwout, dw_scale, 2 * f32_sum_tol(N), 4 * kU32));
+}
+
+TEST(CpuVsRefLmHeadCe, RowsPastTheVocabularyAreNeitherReadNorWritten) {
+  // The model's embedding and lm head hold padding rows after the real vocabulary (model/shard.h);
+  // the lm head kernels get V = the real rows, so the padding has no logit and no gradient. Here the
+  // rows after V are NaN in wout and its bf16 copy, and 0 in dwout: the fused kernels and the
+  // vocabulary-parallel head's matmul pair give bitwise the results of an unpadded (V, C) table and
+  // leave the padding of dwout exactly 0.
+  const int N = 37, C = 48, V = 211, rows = 224;
+  const auto x = philox_uniform(size_t(N) * C, kSeed, 7001, -1, 1);
+  const auto w = philox_uniform(size_t(V) * C, kSeed, 7002, -0.5f, 0.5f);                // (V, C)
+  std::vector<float> wpad(size_t(rows) * C, std::numeric_limits<float>::quiet_NaN());  // (rows, C)
+  std::copy(w.begin(), w.end(), wpad.begin());
+  const auto w_b = to_bf16_vector(w), wpad_b = to_bf16_vector(wpad);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int n = 0; n < N; n++) targets[size_t(n)] = n % 6 == 1 ? -100 : int32_t(random_u32(kSeed, 3, 1, uint64_t(n)) % V);
+  for (const Mode& mode : kModes) {
+    if (!runs_here(mode)) continue;
+    SCOPED_TRACE(mode.tag());
+    const ForceKernel force(mode.kernel);
+    const bool b16 = mode.ct == ComputeType::bf16;
+    std::vector<float> losses(static_cast<size_t>(N)), dx(size_t(N) * C), dw(size_t(V) * C, 0.0f);
+    std::vector<float> losses_p(static_cast<size_t>(N)), dx_p(size_t(N) * C), dw_p(size_t(rows) * C, 0.0f);
+    cpu::lmhead_ce_backward(losses.data(), dx.data(), dw.data(), x.data(), w.data(), b16 ? w_b.data() : nullptr,
+                            targets.data(), 0.03f, N, C, V, mode.ct);
+    cpu::lmhead_ce_backward(losses_p.data(), dx_p.data(), dw_p.data(), x.data(), wpad.data(),
+                            b16 ? wpad_b.data() : nullptr, targets.data(), 0.03f, N, C, V, mode.ct);
+    EXPECT_EQ(losses_p, losses);
+    EXPECT_EQ(dx_p, dx);
+    EXPECT_EQ(std::vector<float>(dw_p.begin(), dw_p.begin() + int64_t(V) * C), dw);
+    EXPECT_EQ(std::vector<float>(dw_p.begin() + int64_t(V) * C, dw_p.end()), std::vector<float>(size_t(rows - V) * C, 0.0f))
+        << "the padding rows' gradient";
+    std::vector<float> eval(static_cast<size_t>(N));
+    cpu::lmhead_ce_forward(eval.data(), x.data(), wpad.data(), b16 ? wpad_b.data() : nullptr, targets.data(), N, C, V,
+                           mode.ct);
+    EXPECT_EQ(eval, losses);
+    // The vocabulary-parallel head: logits (N, V) of the real rows, then the gradients from dlogits.
+    std::vector<float> logits(size_t(N) * V), logits_p(logits.size());
+    cpu::matmul_forward(logits.data(), x.data(), w.data(), b16 ? w_b.data() : nullptr, N, C, V, mode.ct);
+    cpu::matmul_forward(logits_p.data(), x.data(), wpad.data(), b16 ? wpad_b.data() : nullptr, N, C, V, mode.ct);
+    EXPECT_EQ(logits_p, logits);
+    std::fill(dw.begin(), dw.end(), 0.0f);
+    std::fill(dw_p.begin(), dw_p.end(), 0.0f);
+    cpu::matmul_backward(dx.data(), dw.data(), logits.data(), x.data(), w.data(), b16 ? w_b.data() : nullptr, N, C, V,
+                         mode.ct);
+    cpu::matmul_backward(dx_p.data(), dw_p.data(), logits.data(), x.data(), wpad.data(), b16 ? wpad_b.data() : nullptr,
+                         N, C, V, mode.ct);
+    EXPECT_EQ(dx_p, dx);
+    EXPECT_EQ(std::vector<float>(dw_p.begin(), dw_p.begin() + int64_t(V) * C), dw);
+    EXPECT_EQ(std::vector<float>(dw_p.begin() + int64_t(V) * C, dw_p.end()), std::vector<float>(size_t(rows - V) * C, 0.0f))
+        << "the padding rows' gradient (matmul_backward)";
+  }
 }
 
 TEST(CpuVsRefLmHeadCe, HugeLogitsStayFinite) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/bf16.h"
@@ -84,6 +85,30 @@ TEST(CpuVsRefModelOps, VocabParallelCrossEntropy) {
         EXPECT_TRUE(all_close("dlogits", cd, rd, 1e-9, 1e-6));
     }
   }
+}
+
+TEST(CpuVsRefModelOps, VocabParallelCrossEntropyOfARankWithPaddingRowsOnly) {
+  // A tensor-parallel rank whose vocabulary block is all padding (model/shard.h) gets V = 0 real
+  // rows: its maxima are -inf, its sums of exponentials and target logits 0, so the combined softmax
+  // is the other ranks'.
+  const int N = 5, P = 2;
+  const std::vector<float> maxima = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, 1, 2, 3, 4, 5};
+  const std::vector<int32_t> targets = {0, 3, -100, 7, 1};
+  std::vector<float> ref_max(N, 0.0f), cpu_max(N, 0.0f), ref_p(2 * N, -1.0f), cpu_p(2 * N, -1.0f), ref_g(N), cpu_g(N);
+  float none = 0.0f;  // (N, 0) logits
+  ref::vocab_parallel_ce_max(ref_max.data(), &none, N, 0);
+  cpu::vocab_parallel_ce_max(cpu_max.data(), &none, N, 0);
+  EXPECT_EQ(ref_max, std::vector<float>(N, -INFINITY));
+  EXPECT_EQ(cpu_max, ref_max);
+  ref::vocab_parallel_ce_partials(ref_p.data(), ref_g.data(), &none, maxima.data(), P, targets.data(), 8, N, 0);
+  cpu::vocab_parallel_ce_partials(cpu_p.data(), cpu_g.data(), &none, maxima.data(), P, targets.data(), 8, N, 0);
+  EXPECT_EQ(ref_p, std::vector<float>(2 * N, 0.0f));
+  EXPECT_EQ(cpu_p, ref_p);
+  EXPECT_EQ(ref_g, std::vector<float>(maxima.begin() + N, maxima.end()));
+  EXPECT_EQ(cpu_g, ref_g);
+  ref::vocab_parallel_ce_backward(&none, ref_p.data(), targets.data(), 8, 0.5f, N, 0, false);
+  cpu::vocab_parallel_ce_backward(&none, cpu_p.data(), targets.data(), 8, 0.5f, N, 0, false);
+  EXPECT_EQ(none, 0.0f);
 }
 
 TEST(CpuVsRefModelOps, AttentionDecode) {

@@ -3,7 +3,8 @@
 // local tensor against the same elements of the single model's gradient (TensorShard maps them),
 // after the model-parallel gradient sums (SP norm weights, tied embedding across stages). Ranks are
 // threads over LocalCommunicator; the pipeline here runs one micro-batch by hand (the 1F1B schedule
-// has its own tests). Also: recomputation under TP+SP changes nothing, and bf16-mixed agrees loosely.
+// has its own tests). Also: recomputation under TP+SP changes nothing, bf16-mixed agrees loosely, and
+// a vocabulary padded for the layout has inert padding rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +74,9 @@ struct RankResult {
   float loss = 0;
   std::vector<float> grads;
   std::vector<model::ParamSpec> specs;
+  double sum_squares = 0;     // this rank's part of the squared gradient norm
+  int64_t padding = 0;        // elements of the vocabulary's padding rows (weights and gradients each)
+  int64_t padding_nonzero = 0;  // of which nonzero, weights or gradients
 };
 
 // Runs one micro-step of the layout on threads; the ranks' results, by world rank.
@@ -115,6 +119,12 @@ std::vector<RankResult> run_layout(const model::LlamaConfig& c, const Layout& la
         r.loss = stats.loss;
         r.grads.assign(m.grad_data(), m.grad_data() + m.num_params());
         r.specs = m.param_specs();
+        r.sum_squares = m.grad_sum_squares(0, m.num_params());
+        for (const auto& s : r.specs)
+          for (int64_t i = s.offset + s.shard.numel(); i < s.offset + s.numel; i++) {
+            r.padding++;
+            r.padding_nonzero += m.param_data()[i] != 0.0f || m.grad_data()[i] != 0.0f;
+          }
       },
       parallel::testing::test_options());
   return results;
@@ -155,8 +165,10 @@ void expect_matches_one_rank(const std::vector<RankResult>& ranks, const Referen
     EXPECT_LE(worst, tol) << name << " rank " << rank << ": worst gradient difference, relative to "
                           << "the tensor's largest";
   }
-  // Every parameter was compared at least once (replicas count again).
-  EXPECT_GE(compared, int64_t(ref.grads.size())) << name;
+  // Every parameter was compared at least once (replicas count again; padding rows are no parameters).
+  int64_t params = 0;
+  for (const auto& f : ref.specs) params += f.shard.numel();
+  EXPECT_GE(compared, params) << name;
 }
 
 void check_layout(const model::LlamaConfig& c, const Layout& lay, const Reference& ref,
@@ -220,6 +232,82 @@ TEST_P(ModelParallel, Bf16MixedAgreesWithItsSingleRank) {
 INSTANTIATE_TEST_SUITE_P(TiedAndUntied, ModelParallel, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "tied" : "untied"; });
 
+TEST(ModelParallel, PaddedVocabularyRowsAreInert) {
+  // Vocabularies that no padding multiple divides: the embedding and lm head hold vocab_size rounded
+  // up to vocab_multiple x TP rows, a different count under each layout (1000: 1000, 1008, 1024 rows;
+  // 49953: 49960, 49968, 49984; 60 at multiple 32: 64 rows on one rank, and TP2's second rank holds
+  // padding only). The step still equals the single rank's (loss, every real gradient element, the
+  // gradient norm), and the padding rows' weights and gradients stay exactly 0.
+  struct Case {
+    int vocab, multiple;
+  };
+  for (const Case& k : {Case{1000, 8}, Case{49953, 8}, Case{60, 32}}) {
+    model::LlamaConfig c = config(false);
+    c.dim = 32, c.vocab_size = k.vocab, c.vocab_multiple = k.multiple;
+    const std::string what = fmt::format("vocabulary {} padded to multiples of {} x TP", k.vocab, k.multiple);
+    const auto tokens = ids(c.vocab_size, 7, false), targets = ids(c.vocab_size, 8, true);
+    const Reference ref = reference(c, model::Precision::fp32, tokens, targets);
+    double ref_squares = 0;
+    for (float g : ref.grads) ref_squares += double(g) * g;
+    for (const Layout& lay : {Layout{2, 1, false}, Layout{4, 1, true}, Layout{2, 2, true}}) {
+      const std::string name = what + ", " + name_of(lay);
+      const auto ranks = run_layout(c, lay, tokens, targets);
+      expect_matches_one_rank(ranks, ref, 2e-5f, name);
+      double squares = 0;
+      int64_t padding = 0, nonzero = 0;
+      for (const RankResult& r : ranks) {
+        squares += r.sum_squares;
+        padding += r.padding;
+        nonzero += r.padding_nonzero;
+      }
+      EXPECT_NEAR(std::sqrt(squares), std::sqrt(ref_squares), 1e-5 * std::sqrt(ref_squares)) << name;
+      // Padding rows of the embedding (first stages) and the lm head (last stages): every TP rank's share.
+      const int64_t rows = c.padded_vocab_size(lay.tp) - c.vocab_size;
+      EXPECT_EQ(padding, 2 * rows * c.dim) << name;
+      EXPECT_EQ(nonzero, 0) << name << ": padding weights or gradients that are not 0";
+    }
+  }
+  // AdamW (weight decay on) keeps them exactly 0 in every precision, the bf16 copies included.
+  for (auto p : {model::Precision::fp32, model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+    model::LlamaConfig c = config(false);
+    c.vocab_size = 1000, c.vocab_multiple = 64;  // 1024 rows
+    model::LlamaModel m(c, p, 5);
+    m.init_random(0.1f, 0.05f);
+    const auto tokens = ids(c.vocab_size, 9, false), targets = ids(c.vocab_size, 10, false);
+    model::AdamWConfig opt;
+    for (int step = 1; step <= 3; step++) {
+      m.zero_grad();
+      m.forward_backward(tokens.data(), targets.data(), B, T);
+      m.optimizer_step(opt, 1e-2f, step);
+    }
+    int64_t padding = 0, nonzero = 0;
+    for (const auto& s : m.param_specs())
+      for (int64_t i = s.offset + s.shard.numel(); i < s.offset + s.numel; i++) {
+        padding++;
+        nonzero += m.param_data()[i] != 0.0f;
+      }
+    EXPECT_EQ(padding, 2 * 24 * c.dim) << model::precision_name(p);
+    EXPECT_EQ(nonzero, 0) << model::precision_name(p);
+    // The logits the model computes are the real vocabulary's (the rows the padding would add are not there).
+    m.forward(tokens.data(), nullptr, B, T);
+    std::vector<float> logits(size_t(B) * T * c.vocab_size + 1, -1.0f);
+    m.logits(logits.data());
+    EXPECT_EQ(logits.back(), -1.0f) << "logits past (B*T, vocab_size)";
+  }
+  // Where the padding goes: the last rows of the table, so of the last ranks' blocks.
+  model::LlamaConfig c = config(false);
+  c.vocab_size = 60, c.vocab_multiple = 32;
+  const auto d0 = model::local_dims(c, model::ShardPlan::make(c, 2, 0, 1, 0, false));
+  const auto d1 = model::local_dims(c, model::ShardPlan::make(c, 2, 1, 1, 0, false));
+  EXPECT_EQ(d0.V, 32);
+  EXPECT_EQ(d0.V_valid, 32);
+  EXPECT_EQ(d1.vocab_begin, 32);
+  EXPECT_EQ(d1.V_valid, 28);
+  c.vocab_multiple = 64;
+  EXPECT_EQ(model::local_dims(c, model::ShardPlan::make(c, 2, 1, 1, 0, false)).V_valid, 0);
+  EXPECT_EQ(model::local_dims(c, model::ShardPlan::single(c)).V, 64);
+}
+
 TEST(ShardPlan, RejectsSplitsThatDoNotDivide) {
   auto c = config(false);
   EXPECT_THROW(model::ShardPlan::make(c, 3, 0, 1, 0, false), Error);  // 4 heads over 3
@@ -237,8 +325,8 @@ TEST(ShardPlan, RejectsSplitsThatDoNotDivide) {
     k.dim = 48, k.n_heads = 6, k.n_kv_heads = 3;
     EXPECT_THROW(model::ShardPlan::make(k, 2, 0, 1, 0, false), Error);
   }
-  c.vocab_size = 129;
-  EXPECT_THROW(model::ShardPlan::make(c, 2, 0, 1, 0, false), Error);  // vocabulary
+  c.vocab_size = 129;  // any vocabulary: padded to 130 rows, 65 per rank, the second rank's last is padding
+  EXPECT_EQ(model::local_dims(c, model::ShardPlan::make(c, 2, 1, 1, 0, false)).V_valid, 64);
   EXPECT_THROW(model::ShardPlan::make(config(false), 1, 0, 5, 0, false), Error);  // 5 stages, 4 layers
   // Without an explicit split the stages share the layers evenly (Megatron's rule, model::pipeline_split).
   EXPECT_THROW(model::ShardPlan::make(config(false), 1, 0, 3, 0, false), Error);  // 3 stages, 4 layers

@@ -5,7 +5,8 @@
 // moments is checked against that function, and every weight against a single-rank model's (the
 // random init is layout invariant, checked bitwise through gather_full_weights). Also: the HF weight
 // bytes do not depend on the layout, Hugging Face weights load into a TP x PP layout, checkpoints
-// written before shards were recorded still load, and a missing or doubled optimizer file is an error.
+// written before shards were recorded still load, a vocabulary padded differently under each layout
+// reshards, and a missing or doubled optimizer file is an error.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -296,6 +297,59 @@ TEST(CheckpointReshard, SaveUnderOneLayoutLoadUnderAnother) {
       for (const Layout& to : k.to)
         load_into(path, c, to, model::Precision::fp32, *single, where + " -> " + name_of(to));
     }
+  }
+}
+
+TEST(CheckpointReshard, PaddedVocabularyReshards) {
+  // 1000 tokens padded to multiples of 8 x TP: 1000 rows on one rank, 1008 on TP2, 1024 on TP4. The
+  // checkpoint holds the 1000 real rows under every layout (the same HF bytes as one rank's, moments
+  // of the real rows only), and loads into any layout with the padding rows 0.
+  for (bool tied : {false, true}) {
+    model::LlamaConfig c = config(tied);
+    c.vocab_size = 1000, c.vocab_multiple = 8;
+    auto single = single_model(c, model::Precision::fp32);
+    TempDir dir;
+    const std::string reference = save_from(dir / "single", c, Layout{}, model::Precision::fp32);
+    for (const Layout& from : {Layout{2, 1, 1}, Layout{4, 1, 2, true}}) {
+      const std::string where = name_of(from) + (tied ? " tied" : " untied");
+      const std::string path = save_from(dir / ("from " + name_of(from)), c, from, model::Precision::fp32);
+      EXPECT_EQ(testing::read_file(path + "/model.safetensors"), testing::read_file(reference + "/model.safetensors"))
+          << where;
+      for (const Layout& to : {Layout{}, Layout{4, 1, 1}, Layout{2, 2, 1}, Layout{1, 2, 2, true}}) {
+        load_into(path, c, to, model::Precision::fp32, *single, where + " -> " + name_of(to));
+        // The padding rows after the load: 0.
+        std::atomic<int64_t> nonzero{0};
+        parallel::run_local_ranks(
+            to.world(),
+            [&](Communicator& world) {
+              Rank r = make_rank(world, c, to, model::Precision::fp32);
+              train::load_checkpoint(path, *r.model);
+              for (const auto& s : r.model->param_specs())
+                for (int64_t i = s.offset + s.shard.numel(); i < s.offset + s.numel; i++)
+                  nonzero += r.model->param_data()[i] != 0.0f;
+            },
+            test_options());
+        EXPECT_EQ(nonzero.load(), 0) << where << " -> " << name_of(to);
+      }
+    }
+  }
+}
+
+TEST(CheckpointReshard, ACheckpointWhoseVocabularyCountsPaddingSaysHowToUseIt) {
+  // An earlier llamatrain recorded the padded vocabulary (1008 for 1000 pieces at TP2): resuming is
+  // refused, and the hint names model.init_from.
+  model::LlamaConfig c = config(false);
+  c.vocab_size = 1008;
+  TempDir dir;
+  const std::string path = save_from(dir.path(), c, Layout{}, model::Precision::fp32);
+  c.vocab_size = 1000, c.vocab_multiple = 8;
+  try {
+    train::check_checkpoint_compatible(path, c);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab_size is 1008, but the configured model has 1000"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.init_from=" + path), std::string::npos) << e.what();
   }
 }
 

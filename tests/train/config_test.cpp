@@ -109,6 +109,12 @@ TEST(Config, SeedsSevenBillionLayout) {
   EXPECT_EQ(l.num_params(), 6738415616);  // docs/formats.md 4.2: Llama-2-7B has 6,738,415,616 parameters
   EXPECT_EQ(t.model.padded_vocab_size(32000), 32000);  // multiple of 8 x TP 8 = 64
   EXPECT_EQ(t.model.padded_vocab_size(32001), 32064);
+  // The model keeps the real vocabulary; the padding is the layout's.
+  const auto odd = t.model.llama_config(32001);
+  EXPECT_EQ(odd.vocab_size, 32001);
+  EXPECT_EQ(odd.num_params(), l.num_params() + 2 * 4096);
+  EXPECT_EQ(odd.padded_vocab_size(8), 32064);
+  EXPECT_EQ(odd.padded_vocab_size(1), 32008);
 }
 
 TEST(Config, SeventyBillionUsesNeMosGqaSpelling) {

@@ -2,8 +2,10 @@
 // llamatrain binary on the tiny config (4 layers here, so that 4 stages have a layer each) and the
 // fixture corpus: every layout reproduces the single-rank fp32 loss curve over 20 steps within 1e-5
 // and its final weights within 1e-5; a DP2 x TP2 checkpoint resumes on PP2 and on one rank and
-// continues the curve. The vocabulary is padded to a multiple of 16 in every run (Megatron pads to
-// make_vocab_size_divisible_by x TP), so all layouts train the same model.
+// continues the curve. Vocabularies that no padding multiple divides (1000 and 49953 pieces: the
+// embedding holds 1000, 1008 or 1024 rows on one, two or four TP ranks) train the same model under
+// every layout too, since the padding rows are inert, and their TP2 checkpoint resumes on one rank
+// and on TP4.
 //
 // Weights are compared by each tensor's relative L2 difference ||a - b|| / ||a||, in runs with AdamW's
 // eps at 1e-5. Pipeline stages do the single rank's arithmetic exactly (difference 0); tensor
@@ -21,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "data/tokenizer.h"
 #include "test_util.h"
 #include "train/train_runs.h"
 
@@ -34,8 +37,7 @@ using testing::step_range;
 using testing::steps_of;
 using testing::TempDir;
 
-const std::vector<std::string> kModel = {"model.num_layers=4", "model.make_vocab_size_divisible_by=16",
-                                         "model.optim.eps=1e-5"};
+const std::vector<std::string> kModel = {"model.num_layers=4", "model.optim.eps=1e-5"};
 
 RunResult train(int ranks, const std::string& log_dir, std::vector<std::string> extra) {
   extra.insert(extra.begin(), kModel.begin(), kModel.end());
@@ -147,6 +149,97 @@ TEST(ModelParallelTrain, Dp2Tp2CheckpointResumesOnPp2AndOnOneRank) {
     std::printf("DP2 x TP2 checkpoint resumed on %d rank(s): worst relative loss difference %.2g, weights %.2g (L2), "
                 "%.2g (largest element)\n",
                 std::max(ranks, 1), worst, w.l2, w.max_abs);
+  }
+}
+
+// The fixture tokenizer (500 pieces) grown to `pieces` with unused pieces "<unused_N>" (type UNUSED:
+// never produced by an encoding), so the fixture corpus keeps its ids. A SentencePiece model is a
+// protobuf ModelProto whose field 1 repeats the pieces: a record appended to the file adds a piece.
+std::string tokenizer_with_pieces(const std::string& dir, int pieces) {
+  std::string bytes = testing::read_file(testing::fixture("tokenizer.model"));
+  auto varint = [](std::string& out, uint64_t v) {
+    for (; v >= 0x80; v >>= 7) out.push_back(char(0x80 | (v & 0x7f)));
+    out.push_back(char(v));
+  };
+  const int base = data::Tokenizer(testing::fixture("tokenizer.model")).vocab_size();
+  for (int id = base; id < pieces; id++) {
+    const std::string text = "<unused_" + std::to_string(id) + ">";
+    std::string piece;
+    piece.push_back(0x0a);  // field 1 (piece), length-delimited
+    varint(piece, text.size());
+    piece += text;
+    piece.push_back(0x15);  // field 2 (score), fixed32
+    const float score = 0.0f;
+    piece.append(reinterpret_cast<const char*>(&score), 4);
+    piece.push_back(0x18);  // field 3 (type), varint: UNUSED
+    varint(piece, 5);
+    bytes.push_back(0x0a);  // ModelProto field 1 (pieces), length-delimited
+    varint(bytes, piece.size());
+    bytes += piece;
+  }
+  const std::string path = dir + "/tokenizer_" + std::to_string(pieces) + ".model";
+  testing::write_file(path, bytes);
+  EXPECT_EQ(data::Tokenizer(path).vocab_size(), pieces);
+  return path;
+}
+
+TEST(ModelParallelTrain, VocabulariesNoPaddingDividesTrainTheSameModelUnderEveryLayout) {
+  // 1000 pieces pad to 1000 rows on one rank, 1008 on TP2, 1024 on TP4 (make_vocab_size_divisible_by
+  // 8 x TP); 49953 to 49960, 49968 and 49984. Width 32 keeps the 49953-row lm head fast. Each
+  // layout's 6 steps equal one rank's within 1e-5, and so do the final weights; TP2's step-3
+  // checkpoint continues the same curve on one rank and on TP4.
+  TempDir dir;
+  for (int vocab : {1000, 49953}) {
+    SCOPED_TRACE(fmt::format("vocabulary {}", vocab));
+    const std::string tok = tokenizer_with_pieces(dir.path(), vocab);
+    const std::string base = dir / fmt::format("v{}", vocab);
+    auto run = [&](int tp, int pp, const std::string& name, std::vector<std::string> extra) {
+      extra.insert(extra.begin(), {"model.tokenizer.model=" + tok, "model.hidden_size=32", "model.num_layers=2",
+                                   "model.make_vocab_size_divisible_by=8", "trainer.max_steps=6",
+                                   "model.tensor_model_parallel_size=" + std::to_string(tp),
+                                   "model.pipeline_model_parallel_size=" + std::to_string(pp)});
+      const auto r = train(tp * pp == 1 ? 0 : tp * pp, base + "/" + name, extra);
+      EXPECT_EQ(r.status, 0) << r.log;
+      return r;
+    };
+    const auto one = run(1, 1, "one", {});
+    ASSERT_EQ(one.status, 0);
+    const auto ref = losses(base + "/one");
+    ASSERT_EQ(steps_of(ref), step_range(1, 6)) << one.log;
+    for (const auto& [tp, pp] : std::vector<std::pair<int, int>>{{2, 1}, {4, 1}, {2, 2}}) {
+      const std::string name = fmt::format("tp{}_pp{}", tp, pp);
+      SCOPED_TRACE(name);
+      std::vector<std::string> extra;
+      if (tp == 2 && pp == 1)
+        extra = {"exp_manager.checkpoint_callback_params.every_n_train_steps=3",
+                 "exp_manager.checkpoint_callback_params.save_top_k=-1"};
+      const auto r = run(tp, pp, name, extra);
+      if (r.status != 0) continue;
+      const auto got = losses(base + "/" + name);
+      EXPECT_EQ(steps_of(got), step_range(1, 6)) << r.log;
+      const double worst = curve_difference(ref, got);
+      EXPECT_LE(worst, 1e-5);
+      const auto w = testing::weight_differences(base + "/one/checkpoints/step_6", base + "/" + name + "/checkpoints/step_6");
+      EXPECT_LE(w.l2, 1e-5);
+      std::printf("vocabulary %d, TP%d x PP%d against one process: worst relative loss difference %.2g, weights %.2g "
+                  "(L2)\n",
+                  vocab, tp, pp, worst, w.l2);
+    }
+    const std::string ckpt = base + "/tp2_pp1/checkpoints/step_3";
+    ASSERT_TRUE(fs::exists(ckpt + "/trainer_state.json"));
+    for (int tp : {1, 4}) {
+      const std::string name = fmt::format("resumed_tp{}", tp);
+      SCOPED_TRACE(name);
+      const auto r = run(tp, 1, name, {"model.resume_from_checkpoint=" + ckpt});
+      if (r.status != 0) continue;
+      EXPECT_NE(r.log.find("resumed at step 3"), std::string::npos) << r.log;
+      const auto got = losses(base + "/" + name);
+      EXPECT_EQ(steps_of(got), step_range(4, 6)) << r.log;
+      const double worst = curve_difference(ref, got);
+      EXPECT_LE(worst, 1e-5);
+      std::printf("vocabulary %d, TP2 checkpoint resumed on TP%d: worst relative loss difference %.2g\n", vocab, tp,
+                  worst);
+    }
   }
 }
 

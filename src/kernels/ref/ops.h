@@ -96,6 +96,8 @@ void cross_entropy_backward(float* dlogits /*(N,V)*/, const float* logits /*(N,V
 // dlogits as cross_entropy_backward, dx = dlogits @ wout (overwritten), dwout += dlogits^T @ x. The
 // logits and their gradient are kept in fp64 (never rounded to fp32): the oracle of the fused kernels,
 // which never hold the (N,V) logits. The backward writes the losses too (the fused pass computes both).
+// V is the count of real rows: a table with padding rows after them (model/shard.h) is passed with
+// that count, and nothing past row V of wout or dwout is read or written.
 void lmhead_ce_forward(float* losses /*(N)*/, const float* x /*(N,C)*/, const float* wout /*(V,C)*/,
                        const int32_t* targets /*(N)*/, int N, int C, int V);
 void lmhead_ce_backward(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout /*(V,C)*/, const float* x /*(N,C)*/,
@@ -111,6 +113,8 @@ void lmhead_ce_backward(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout
 //   forward:  losses[n] = global_max[n] + log(sum) - target logit (0 for targets < 0)
 //   backward: exps (what partials left in logits) <- dloss * (exp / sum - onehot), 0 for ignored rows;
 //             with bf16_values each result is rounded to a bf16 value (the bf16 matmul's operand).
+// V counts the rank's real rows (its padding rows, model/shard.h, have no logits); V = 0, a rank of
+// padding rows only, gives maxima of -inf and partials of 0.
 void vocab_parallel_ce_max(float* local_max /*(N)*/, const float* logits /*(N,V)*/, int N, int V);
 void vocab_parallel_ce_partials(float* partials /*(N,2)*/, float* global_max /*(N)*/, float* logits /*(N,V)*/,
                                 const float* maxima /*(P,N)*/, int P, const int32_t* targets /*(N)*/,
