@@ -37,13 +37,21 @@ slurm_cluster_require() {
   fi
 }
 
-# A TCP port on 127.0.0.1 that nobody listens on now.
+# A TCP port on 127.0.0.1 that nobody listens on now, below the kernel's range for outgoing
+# connections (a port in that range can be taken by any connection before the daemon binds it), and
+# not one handed out before in this shell (the daemons bind theirs only after all are picked). Sets
+# SLURM_FREE_PORT (a command substitution would run it in a subshell, which forgets what it gave).
+SLURM_PORTS_GIVEN=" "
 slurm_free_port() {
-  local port
+  local port low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "$low" -gt 12000 ] || low=32768
   while :; do
-    port=$((20000 + RANDOM % 30000))
+    port=$((10000 + RANDOM % (low - 10000)))
+    [[ "$SLURM_PORTS_GIVEN" != *" $port "* ]] || continue
     if ! (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
-      echo "$port"
+      SLURM_PORTS_GIVEN+="$port "
+      SLURM_FREE_PORT=$port
       return
     fi
   done
@@ -69,7 +77,9 @@ slurm_cluster_start() {
     --num-threads=2 </dev/null >>"$dir/log/munged.log" 2>&1 &
   echo "munged $!" >>"$dir/pids"
 
-  local ctld_port; ctld_port=$(slurm_free_port)
+  local ctld_port node_ports=() i
+  slurm_free_port; ctld_port=$SLURM_FREE_PORT
+  for ((i = 1; i <= nodes; i++)); do slurm_free_port; node_ports+=("$SLURM_FREE_PORT"); done
   {
     echo "ClusterName=llt$$"
     echo "SlurmctldHost=$(hostname -s)(127.0.0.1)"
@@ -106,7 +116,7 @@ slurm_cluster_start() {
     echo "SlurmdTimeout=60"
     echo "InactiveLimit=0"
     for ((i = 1; i <= nodes; i++)); do
-      echo "NodeName=n$i NodeHostname=n$i NodeAddr=127.0.0.1 Port=$(slurm_free_port) CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+      echo "NodeName=n$i NodeHostname=n$i NodeAddr=127.0.0.1 Port=${node_ports[i - 1]} CPUs=$cpus RealMemory=$mem State=UNKNOWN"
     done
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
     [ -z "${SLURM_CLUSTER_EXTRA_CONF:-}" ] || echo "$SLURM_CLUSTER_EXTRA_CONF"
