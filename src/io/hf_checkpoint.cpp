@@ -19,16 +19,6 @@
 
 namespace llamatrain::io {
 
-namespace {
-
-const model::ParamSpec* find_spec(const model::LlamaModel& m, const std::string& name) {
-  for (const auto& s : m.param_specs())
-    if (s.name == name) return &s;
-  return nullptr;
-}
-
-}  // namespace
-
 std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaConfig& c) {
   const int64_t C = c.dim, F = c.ffn_dim, D = c.head_dim(), H = c.n_heads, Hkv = c.n_kv_heads;
   const int64_t HD = H * D, QKV = c.qkv_dim();
@@ -64,7 +54,7 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
                          "tensor's shard, or gather the weights first");
   auto out = hf_tensor_slices(m.config());
   for (auto& t : out) {
-    const model::ParamSpec* s = find_spec(m, t.param);
+    const model::ParamSpec* s = m.find_param(t.param);
     CHECK(s != nullptr, "no parameter tensor {}", t.param);
     t.offset = s->offset + t.element;
   }
@@ -86,7 +76,7 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
   for (const auto& t : hf_tensor_slices(file_config)) {
     used.insert(t.hf_name);
     const TensorView& view = ckpt.get(t.hf_name);  // present (and, below, the right shape) on every rank
-    const model::ParamSpec* s = find_spec(m, t.param);
+    const model::ParamSpec* s = m.find_param(t.param);
     if (!m.is_sharded()) {
       CHECK(s != nullptr, "no parameter tensor {}", t.param);
       ckpt.read_f32(t.hf_name, t.shape, m.param_data() + s->offset + t.element);

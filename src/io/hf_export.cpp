@@ -94,9 +94,7 @@ ExportReport export_hf(model::LlamaModel& m, const std::string& out_dir, const E
   // first), and a tensor's padding rows (its last elements) are not compared.
   const bool as_bf16 = dtype == "bfloat16";
   for (const model::ParamSpec& s : m.param_specs()) {
-    const model::ParamSpec* r = nullptr;
-    for (const model::ParamSpec& t : reloaded->param_specs())
-      if (t.name == s.name) r = &t;
+    const model::ParamSpec* r = reloaded->find_param(s.name);
     CHECK(r != nullptr && r->shard.numel() == s.shard.numel(), "export check: tensor {} in the reloaded model", s.name);
     const float* src = m.param_data() + s.offset;
     const float* got = reloaded->param_data() + r->offset;

@@ -13,12 +13,6 @@ namespace llamatrain::io {
 
 namespace {
 
-const model::ParamSpec* find_spec(const model::LlamaModel& m, const std::string& name) {
-  for (const auto& s : m.param_specs())
-    if (s.name == name) return &s;
-  return nullptr;
-}
-
 // A piece's text: SentencePiece writes a space as U+2581 (UTF-8 E2 96 81).
 std::string piece_text(const std::string& piece) {
   std::string out;
@@ -135,7 +129,7 @@ void fill_new_rows(model::LlamaModel& m, const SafetensorsCheckpoint& ckpt, cons
   std::vector<std::pair<std::string, std::string>> tensors = {{"model.embed_tokens.weight", "wte"}};
   if (!m.config().tie_embeddings) tensors.emplace_back("lm_head.weight", "wout");
   for (const auto& [hf, param] : tensors) {
-    const model::ParamSpec* s = find_spec(m, param);
+    const model::ParamSpec* s = m.find_param(param);
     if (!s) continue;  // a pipeline stage without this tensor
     // The mean of all base rows, (C,), read in blocks of rows.
     std::vector<float> mean;

@@ -396,6 +396,12 @@ std::vector<std::pair<int64_t, int64_t>> LlamaModel::grad_ready_order(const Llam
   return ready_order_of(build_param_specs(c, plan), c, plan, local_dims(c, plan));
 }
 
+const ParamSpec* LlamaModel::find_param(std::string_view name) const {
+  for (const ParamSpec& s : specs_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
 std::vector<StateTensor> LlamaModel::state_tensors() {
   ensure_training_state();
   const bool sr = precision_ == Precision::bf16_sr;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -173,6 +174,7 @@ class LlamaModel {
   static bool float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
                                 bool probe = true);
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
+  const ParamSpec* find_param(std::string_view name) const;  // by ParamSpec::name; nullptr when absent
   int64_t num_params() const { return num_params_; }
   // The trainable part: elements [num_frozen(), num_params()) of the parameter arena, which the
   // gradient arena (grad_data()), the moments and the optimizer shard index from 0.
