@@ -25,7 +25,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FULL=0
 if [ "${1:-}" = --full ]; then FULL=1; shift; fi
-if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0
+fi
 SETUP_TARGET=llamatrain bash scripts/setup.sh   # the program only; scripts/test.sh builds the rest
 
 if [ "$FULL" = 1 ]; then
