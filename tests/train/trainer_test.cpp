@@ -145,6 +145,21 @@ nlohmann::json reference_label_counts(const std::string& samples_jsonl) {
   return nlohmann::json::parse(out, nullptr, false);
 }
 
+// The last validation record's target, byte and character counts against the reference's count of
+// the validation samples `data samples ARGS --split validation --first N` lists.
+void expect_counts_of_validation_samples(const std::string& dir, const nlohmann::json& val,
+                                         std::vector<std::string> samples, int first) {
+  samples.insert(samples.end(), {"--split", "validation", "--first", std::to_string(first), "--json"});
+  const auto listed = testing::run_cli(samples);
+  ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
+  testing::write_file(dir + "/val_samples.jsonl", listed.out);
+  const nlohmann::json counted = reference_label_counts(dir + "/val_samples.jsonl");
+  ASSERT_TRUE(counted.is_object());
+  EXPECT_EQ(val["val_tokens"], counted["tokens"]);
+  EXPECT_EQ(val["val_bytes"], counted["bytes"]);
+  EXPECT_EQ(val["val_chars"], counted["chars"]);
+}
+
 TEST(Trainer, ValidationBytesAreThoseOfTheValidationLabels) {
   // The bytes and characters validation divides by, against SentencePiece's Python module on the
   // labels of the validation batch as `data samples` prints them (with the run's steps and
@@ -163,15 +178,7 @@ TEST(Trainer, ValidationBytesAreThoseOfTheValidationLabels) {
                                       "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
                                       "model.tokenizer.model=" + testing::fixture("tokenizer.model")};
   samples.insert(samples.end(), run.begin(), run.end());
-  for (const char* a : {"--split", "validation", "--first", "8", "--json"}) samples.push_back(a);
-  const auto listed = testing::run_cli(samples);
-  ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
-  testing::write_file(dir / "val_samples.jsonl", listed.out);
-  const nlohmann::json counted = reference_label_counts(dir / "val_samples.jsonl");
-  ASSERT_TRUE(counted.is_object());
-  EXPECT_EQ(val["val_tokens"], counted["tokens"]);
-  EXPECT_EQ(val["val_bytes"], counted["bytes"]);
-  EXPECT_EQ(val["val_chars"], counted["chars"]);
+  expect_counts_of_validation_samples(dir.path(), val, samples, 8);
   EXPECT_EQ(val["val_tokens"].get<int64_t>(), 8 * 64);
 }
 
@@ -203,15 +210,7 @@ TEST(Trainer, ValidationBitsPerByteOfFineTuningDataCountOnlyTheCompletions) {
   ASSERT_FALSE(val.is_null()) << r.log;
   std::vector<std::string> samples = {"data", "samples", testing::source_path("configs/tiny.yaml")};
   samples.insert(samples.end(), data.begin(), data.end());
-  for (const char* a : {"--split", "validation", "--first", "16", "--json"}) samples.push_back(a);
-  const auto listed = testing::run_cli(samples);
-  ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
-  testing::write_file(dir / "val_samples.jsonl", listed.out);
-  const nlohmann::json counted = reference_label_counts(dir / "val_samples.jsonl");
-  ASSERT_TRUE(counted.is_object());
-  EXPECT_EQ(val["val_tokens"], counted["tokens"]);
-  EXPECT_EQ(val["val_bytes"], counted["bytes"]);
-  EXPECT_EQ(val["val_chars"], counted["chars"]);
+  expect_counts_of_validation_samples(dir.path(), val, samples, 16);
   EXPECT_LT(val["val_tokens"].get<int64_t>(), 16 * 64 / 4) << "prompts and padding are masked";
   EXPECT_LT(val["val_chars"].get<int64_t>(), val["val_bytes"].get<int64_t>()) << "奇数 is 6 bytes, 2 characters";
   // The loss sum over those targets: each micro-batch's mean times its scored targets. The micro-batches
