@@ -16,19 +16,24 @@ bool is_continuation(unsigned char b) { return (b & 0xC0) == 0x80; }
 
 }  // namespace
 
-void piece_text_lengths(const std::string& piece, int32_t* bytes, int32_t* chars) {
-  *bytes = 0, *chars = 0;
+std::string piece_text(const std::string& piece) {
+  std::string out;
   const std::string_view s(piece);
   for (size_t i = 0; i < s.size();) {
-    if (s.substr(i, kSpaceMark.size()) == kSpaceMark) {  // one space byte
-      ++*bytes, ++*chars;
+    if (s.substr(i, kSpaceMark.size()) == kSpaceMark) {
+      out.push_back(' ');
       i += kSpaceMark.size();
-      continue;
+    } else {
+      out.push_back(s[i++]);
     }
-    ++*bytes;
-    *chars += !is_continuation(static_cast<unsigned char>(s[i]));
-    ++i;
   }
+  return out;
+}
+
+void piece_text_lengths(const std::string& piece, int32_t* bytes, int32_t* chars) {
+  const std::string text = piece_text(piece);
+  *bytes = int32_t(text.size()), *chars = 0;
+  for (const char c : text) *chars += !is_continuation(static_cast<unsigned char>(c));
 }
 
 PieceLengths piece_lengths(const Tokenizer& tok) {

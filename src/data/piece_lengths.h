@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -39,6 +40,8 @@ struct PieceLengths {
 
 PieceLengths piece_lengths(const Tokenizer& tokenizer);
 
+// A normal piece's text: SentencePiece's U+2581 (E2 96 81) as the space it stands for.
+std::string piece_text(const std::string& piece);
 // The bytes and characters of one normal piece's text (U+2581 counts as one space byte).
 void piece_text_lengths(const std::string& piece, int32_t* bytes, int32_t* chars);
 

@@ -8,24 +8,11 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/piece_lengths.h"
 
 namespace llamatrain::io {
 
 namespace {
-
-// A piece's text: SentencePiece writes a space as U+2581 (UTF-8 E2 96 81).
-std::string piece_text(const std::string& piece) {
-  std::string out;
-  for (size_t i = 0; i < piece.size(); i++) {
-    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
-      out.push_back(' ');
-      i += 2;
-    } else {
-      out.push_back(piece[i]);
-    }
-  }
-  return out;
-}
 
 bool special(const data::Tokenizer& t, int id) { return t.is_control(id) || t.is_unknown(id) || t.is_unused(id); }
 
@@ -57,7 +44,7 @@ std::vector<int32_t> subword_split(const data::Tokenizer& literal_base, const da
     return {};
   }
   // The piece's own characters, a leading U+2581 included, split without a dummy prefix.
-  const std::vector<int> ids = literal_base.encode(piece_text(piece));
+  const std::vector<int> ids = literal_base.encode(data::piece_text(piece));
   std::vector<int32_t> out;
   for (const int i : ids) {
     if (i < 0 || i >= base_rows || base.is_unknown(i)) return {};
