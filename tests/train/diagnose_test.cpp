@@ -390,7 +390,10 @@ TEST(Diagnose, AMissingDataPath) {
   EXPECT_NE(r.status, 0);
   const auto d = diagnose({run});
   EXPECT_EQ(d.j.value("cause", ""), "data") << d.out;
-  EXPECT_EQ(d.j["rank"], 0) << d.out;
+  // Every rank fails on the path; mpirun stops the others when the first one exits, so the log may
+  // hold rank 1's error alone: either rank is right.
+  ASSERT_TRUE(d.j.contains("rank") && d.j["rank"].is_number()) << d.out;
+  EXPECT_TRUE(d.j["rank"] == 0 || d.j["rank"] == 1) << d.out;
   EXPECT_TRUE(has(d.j.value("summary", ""), "missing_text_document.idx does not exist")) << d.out;
   // it never started: the command to run again once the path is right, as it was
   EXPECT_TRUE(has(resume_of(d), "mpirun -np 2 llamatrain train ")) << d.out;
