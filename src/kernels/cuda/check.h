@@ -8,11 +8,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace llamatrain::cuda::detail {
 
 [[noreturn]] void raise_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 [[noreturn]] void raise_cublas_error(int status, const char* call, const char* file, int line);
+// Throws llamatrain::Error(message) (for .cu files, which do not include fmt-based core/error.h).
+[[noreturn]] void raise_error(const std::string& message);
 
 // The module's stream (created on first use, on the current device).
 cudaStream_t cuda_stream();

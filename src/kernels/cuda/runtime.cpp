@@ -31,6 +31,8 @@ void raise_cublas_error(int status, const char* call, const char* file, int line
                           call, status, file, line));
 }
 
+void raise_error(const std::string& message) { throw Error(message); }
+
 cudaStream_t cuda_stream() {
   static std::once_flag once;
   static cudaStream_t s = nullptr;
