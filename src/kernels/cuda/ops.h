@@ -28,6 +28,7 @@ namespace llamatrain::cuda {
 
 // GPUs visible to this process; 0 where there is no driver, no device or no CUDA build. Never throws.
 int device_count();
+bool available();  // device_count() > 0
 // Why device_count() is 0, in plain words ("no NVIDIA driver (libcuda) on this machine", "no CUDA
 // device", the CUDA error string, "llamatrain was built without CUDA"); "" when there is a device.
 std::string no_device_reason();

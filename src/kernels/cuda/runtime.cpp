@@ -94,6 +94,8 @@ const DeviceState& device_state() {
 
 int device_count() { return device_state().count; }
 
+bool available() { return device_count() > 0; }
+
 std::string no_device_reason() { return device_state().reason; }
 
 std::string device_name() {
