@@ -2,8 +2,9 @@
 // relative error ||got - want|| / ||want|| far under 1e-3 in fp32 and within 1e-2 with bf16
 // operands; every output is poisoned with NaN before the run, so an element left unwritten fails, and
 // a NaN never passes. bf16-sr must give the CPU's bits exactly. Without a GPU (no driver, no device,
-// or a build without CUDA) each device test skips with cuda::no_device_reason(); the runtime's own
-// no-device answers are checked then instead.
+// or a build without CUDA) each device test skips with "needs an NVIDIA GPU: " and
+// cuda::no_device_reason() (scripts/skipped_tests.sh lists those apart, as not for this machine);
+// the runtime's own no-device answers are checked then instead.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,7 +28,7 @@ namespace {
 using testing::mt19937_normal;
 
 #define SKIP_WITHOUT_DEVICE() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << cuda::no_device_reason()
+  if (cuda::device_count() == 0) GTEST_SKIP() << "needs an NVIDIA GPU: " << cuda::no_device_reason()
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 

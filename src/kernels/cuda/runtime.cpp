@@ -4,6 +4,7 @@
 // cudart is linked statically; it loads the driver (libcuda) at the first call, so a machine without
 // one runs everything else and device_count() says 0 with the reason.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <mutex>
 #include <string>
@@ -72,15 +73,20 @@ const DeviceState& device_state() {
     DeviceState s;
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
-    if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice || err == cudaSuccess) {
-      if (err == cudaErrorInsufficientDriver) {
-        s.reason = "no NVIDIA driver (libcuda) on this machine, or one older than CUDA " +
-                   std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
-                   " needs";
-      } else if (err == cudaErrorNoDevice || n == 0) {
-        s.reason = "no CUDA device";
+    if (err == cudaErrorInsufficientDriver) {
+      // Either no driver at all or one too old for this runtime: libcuda's presence tells which.
+      void* libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+      if (!libcuda) libcuda = dlopen("libcuda.so.1", RTLD_LAZY);
+      if (!libcuda) {
+        s.reason = "no NVIDIA driver (libcuda) on this machine";
+      } else {
+        dlclose(libcuda);
+        s.reason = "the NVIDIA driver is too old for CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
+                   std::to_string(CUDART_VERSION % 1000 / 10) + "; hint: update the driver";
       }
-    } else {
+    } else if (err == cudaErrorNoDevice || (err == cudaSuccess && n == 0)) {
+      s.reason = "no CUDA device";
+    } else if (err != cudaSuccess) {
       s.reason = std::string("CUDA: ") + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")";
     }
     if (err == cudaSuccess && n > 0) s.count = n;
