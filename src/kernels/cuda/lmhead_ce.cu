@@ -41,6 +41,8 @@ __global__ void cross_entropy_rows_kernel(float* losses, float* logits, bf16* dl
   const int64_t r = blockIdx.x;
   float* row = logits + r * V;
   const int t = targets[r];
+  // Read before any thread overwrites the row with its gradient (the barriers below order it).
+  const float target_logit = t >= 0 ? row[t] : 0.0f;
   float mx = -INFINITY;
   for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, row[v]);
   mx = detail::block_max(mx, red_f);
@@ -48,7 +50,7 @@ __global__ void cross_entropy_rows_kernel(float* losses, float* logits, bf16* dl
   for (int v = threadIdx.x; v < V; v += blockDim.x) sum += double(expf(row[v] - mx));
   sum = detail::block_sum(sum, red_d);
   const float lse = mx + float(log(sum));
-  if (threadIdx.x == 0) losses[r] = t < 0 ? 0.0f : lse - row[t];
+  if (threadIdx.x == 0) losses[r] = t < 0 ? 0.0f : lse - target_logit;
   if constexpr (kGrad != Grad::none) {
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
       const float d = t < 0 ? 0.0f : dloss * (expf(row[v] - lse) - (v == t ? 1.0f : 0.0f));
