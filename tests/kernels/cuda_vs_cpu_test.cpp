@@ -110,6 +110,8 @@ TEST(CudaRuntime, DeviceCountAndReasonAgree) {
     EXPECT_FALSE(cuda::no_device_reason().empty());
     EXPECT_FALSE(cuda::available());
     EXPECT_THROW(cuda::device_alloc(16), Error) << "without a device an allocation must throw, not crash";
+    EXPECT_THROW(cuda::fill_constant(nullptr, 4, 1.0f), Error) << "and so must a kernel launch";
+    EXPECT_THROW(cuda::synchronize(), Error);
     return;
   }
   EXPECT_TRUE(cuda::available());

@@ -195,11 +195,11 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
 }
 
 void check_shape(const char* op, int B, int T, int H, int Hkv, int D) {
-  if (Hkv > 0 && H % Hkv == 0 && D > 0 && D <= kMaxD && T <= 65535 && H <= 65535 && B <= 65535) return;
+  if (Hkv > 0 && H % Hkv == 0 && D > 0 && D <= kMaxD && H <= 65535 && B <= 65535) return;  // grid (T, H, B)
   detail::raise_error(std::string("cuda::") + op + ": unsupported shape B=" + std::to_string(B) + " T=" +
                       std::to_string(T) + " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
                       " D=" + std::to_string(D) + ", expected H a multiple of Hkv, D <= " + std::to_string(kMaxD) +
-                      " and B, T, H <= 65535");
+                      " and B, H <= 65535");
 }
 
 }  // namespace
