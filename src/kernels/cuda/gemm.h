@@ -1,5 +1,5 @@
-// Internal to kernels/cuda: the one cuBLASLt call behind every matmul (matmul.cpp) and the operand
-// conversions around it, for matmul.cpp and lmhead_ce.cu.
+// Internal to kernels/cuda: the one cuBLASLt call behind every matmul (defined in gemm.cpp) and the
+// operand conversions around it (matmul.cpp), for matmul.cpp and lmhead_ce.cu.
 // Layout: our tensors are row-major; cuBLASLt is column-major. A row-major (R, K) array with row
 // stride K is, read column-major, the (K, R) matrix with leading dimension K: its transpose. So a
 // row-major product Y = X @ W^T is computed as the column-major Y^T = W' X^T where W' = op(W), and
