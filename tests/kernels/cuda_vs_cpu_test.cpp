@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -306,6 +307,91 @@ TEST(CudaVsCpu, Rope) {
     for (int n = 0; n < N; n++)
       for (int i = (H + Hkv) * D; i < stride; i++) ASSERT_EQ(f[size_t(n) * stride + i], x[size_t(n) * stride + i]);
   }
+}
+
+TEST(CudaVsRef, VocabParallelEmbedding) {
+  SKIP_WITHOUT_DEVICE();
+  for (const auto& [N, C, V, begin] : std::vector<std::tuple<int, int, int, int64_t>>{
+           {1, 1, 1, 0}, {1037, 97, 31, 31}, {300, 128, 64, 16}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " V=" << V << " begin=" << begin);
+    std::vector<int32_t> tokens(static_cast<size_t>(N));
+    for (int n = 0; n < N; n++) tokens[size_t(n)] = int32_t((n * 7919 + 13) % int(begin + V + 20));  // in and out of range
+    const auto wte = mt19937_normal(size_t(V) * C, 111), dout = mt19937_normal(size_t(N) * C, 112);
+    std::vector<float> want(size_t(N) * C), dwant = mt19937_normal(size_t(V) * C, 113);
+    const auto dwte0 = dwant;
+    ref::vocab_parallel_embedding_forward(want.data(), tokens.data(), wte.data(), begin, V, N, C);
+    ref::vocab_parallel_embedding_backward(dwant.data(), dout.data(), tokens.data(), begin, V, N, C);
+    DeviceArray<int32_t> d_tokens(tokens);
+    DeviceArray<float> d_wte(wte), d_out(want.size()), d_dout(dout), d_dwte(dwte0);
+    d_out.poison();
+    cuda::vocab_parallel_embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), begin, V, N, C);
+    cuda::vocab_parallel_embedding_backward(d_dwte.get(), d_dout.get(), d_tokens.get(), begin, V, N, C);
+    EXPECT_EQ(d_out.download(), want) << "a masked row gather is exact";
+    EXPECT_TRUE(close("dwte (accumulated, rows in range only)", d_dwte.download(), dwant, kSums));
+  }
+}
+
+TEST(CudaVsRef, VocabParallelCrossEntropy) {
+  SKIP_WITHOUT_DEVICE();
+  for (const auto& [N, V, P] : std::vector<std::tuple<int, int, int>>{{1, 3, 1}, {17, 40, 2}, {127, 5011, 3}, {5, 0, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " V=" << V << " P=" << P);
+    const int64_t begin = V;  // the second part of the vocabulary
+    const auto logits = mt19937_normal(size_t(N) * V, 121, 4.0f);
+    auto maxima = mt19937_normal(size_t(P) * N, 122, 4.0f);  // the other ranks' maxima
+    std::vector<int32_t> targets(static_cast<size_t>(N));
+    for (int n = 0; n < N; n++) targets[size_t(n)] = n % 5 == 0 ? -100 : int32_t((n * 31) % (3 * std::max(V, 1)));
+    std::vector<float> ref_max(static_cast<size_t>(N));
+    ref::vocab_parallel_ce_max(ref_max.data(), logits.data(), N, V);
+    DeviceArray<float> d_logits(logits), d_max(static_cast<size_t>(N));
+    d_max.poison();
+    cuda::vocab_parallel_ce_max(d_max.get(), d_logits.get(), N, V);
+    EXPECT_EQ(d_max.download(), ref_max);
+    std::copy(ref_max.begin(), ref_max.end(), maxima.begin() + (P > 1 ? N : 0));  // this rank's row
+    std::vector<float> ref_e = logits, ref_p(2 * size_t(N)), ref_g(static_cast<size_t>(N));
+    ref::vocab_parallel_ce_partials(ref_p.data(), ref_g.data(), ref_e.data(), maxima.data(), P, targets.data(), begin,
+                                    N, V);
+    DeviceArray<float> d_maxima(maxima), d_p(2 * size_t(N)), d_g(static_cast<size_t>(N));
+    DeviceArray<int32_t> d_t(targets);
+    d_p.poison();
+    d_g.poison();
+    cuda::vocab_parallel_ce_partials(d_p.get(), d_g.get(), d_logits.get(), d_maxima.get(), P, d_t.get(), begin, N, V);
+    EXPECT_EQ(d_g.download(), ref_g);
+    EXPECT_TRUE(close("exp(logit - max)", d_logits.download(), ref_e, kElementwise));
+    EXPECT_TRUE(close("partials", d_p.download(), ref_p, kSums));
+    std::vector<float> ref_l(static_cast<size_t>(N));
+    ref::vocab_parallel_ce_forward(ref_l.data(), ref_g.data(), ref_p.data(), targets.data(), N);
+    DeviceArray<float> d_rp(ref_p), d_rg(ref_g), d_l(static_cast<size_t>(N));
+    d_l.poison();
+    cuda::vocab_parallel_ce_forward(d_l.get(), d_rg.get(), d_rp.get(), d_t.get(), N);
+    EXPECT_TRUE(close("losses", d_l.download(), ref_l, kElementwise));
+    for (bool bf16_values : {false, true}) {
+      std::vector<float> rd = ref_e;
+      ref::vocab_parallel_ce_backward(rd.data(), ref_p.data(), targets.data(), begin, 0.125f, N, V, bf16_values);
+      DeviceArray<float> d_e(ref_e);
+      cuda::vocab_parallel_ce_backward(d_e.get(), d_rp.get(), d_t.get(), begin, 0.125f, N, V, bf16_values);
+      EXPECT_TRUE(close(bf16_values ? "dlogits as bf16 values" : "dlogits", d_e.download(), rd,
+                        bf16_values ? kBf16Values : kElementwise));
+    }
+  }
+}
+
+TEST(CudaVsRef, AttentionDecode) {
+  SKIP_WITHOUT_DEVICE();
+  for (const auto& [pos, H, Hkv, D] : std::vector<std::tuple<int, int, int, int>>{
+           {0, 1, 1, 64}, {76, 8, 2, 64}, {300, 4, 1, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "pos=" << pos << " H=" << H << " Hkv=" << Hkv << " D=" << D);
+    const int64_t KV = 2 * int64_t(Hkv) * D;
+    const auto q = mt19937_normal(size_t(H) * D, 131), cache = mt19937_normal(size_t(pos + 1) * KV, 132);
+    std::vector<float> out(size_t(H) * D), scores(size_t(H) * (pos + 1));
+    ref::attention_decode(out.data(), scores.data(), q.data(), cache.data(), pos, H, Hkv, D);
+    DeviceArray<float> d_q(q), d_cache(cache), d_out(out.size()), d_scores(scores.size());
+    d_out.poison();
+    cuda::attention_decode(d_out.get(), d_scores.get(), d_q.get(), d_cache.get(), pos, H, Hkv, D);
+    EXPECT_TRUE(close("decode out", d_out.download(), out, kGemm));
+    EXPECT_TRUE(close("decode scores", d_scores.download(), scores, kSums));
+  }
+  EXPECT_FALSE(cuda::bf16_operands_as_floats(4096, 4096, 4096));
+  EXPECT_EQ(cuda::bf16_operands_as_floats_known(4096, 4096, 4096), std::optional<bool>(false));
 }
 
 void check_attention(int B, int T, int H, int Hkv, int D) {

@@ -9,6 +9,7 @@
 //         dq = scale * sum_u p (dp - delta) k_u; it also stores delta (B,H,T) for the next kernel;
 //     dk, dv: one block per (b, kv head, key u), over every query head of the group and every query
 //         t >= u: dk = scale * sum p (dp - delta) q_t, dv = sum p dout_t.
+//   decode: one block per query head against the cached rows 0..pos (attention_decode).
 // D <= kMaxD (kThreads * kDimsPerThread).
 #include <cuda_runtime.h>
 
@@ -194,6 +195,35 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
   }
 }
 
+// Decode: one block per query head h at position pos, against cache rows 0..pos ([k heads | v heads]):
+// scores = scale * q.k_t (fp32, as ref), p = exp(s - max) / sum (sum in fp64), out = sum_t p_t v_t.
+__global__ void attention_decode_kernel(float* out, float* scores, const float* q, const float* kv_cache, int pos,
+                                        int H, int Hkv, int D, float scale) {
+  __shared__ float red_f[32];
+  __shared__ double red_d[32];
+  const int h = blockIdx.x, tid = threadIdx.x;
+  const int64_t KV = 2 * int64_t(Hkv) * D;
+  const int kvh = h / (H / Hkv);
+  const float* k = kv_cache + int64_t(kvh) * D;
+  const float* v = kv_cache + int64_t(Hkv) * D + int64_t(kvh) * D;
+  const float* qh = q + int64_t(h) * D;
+  float* s = scores + int64_t(h) * (pos + 1);
+  float mx = -INFINITY;
+  for (int t = tid; t <= pos; t += kThreads) {
+    s[t] = dot(qh, k + t * KV, D) * scale;
+    mx = fmaxf(mx, s[t]);
+  }
+  mx = detail::block_max(mx, red_f);  // its barriers also publish s
+  double sum = 0.0;
+  for (int t = tid; t <= pos; t += kThreads) sum += exp(double(s[t]) - mx);
+  sum = detail::block_sum(sum, red_d);
+  for (int d = tid; d < D; d += kThreads) {
+    double acc = 0.0;
+    for (int t = 0; t <= pos; t++) acc += exp(double(s[t]) - mx) / sum * v[t * KV + d];
+    out[int64_t(h) * D + d] = float(acc);
+  }
+}
+
 void check_shape(const char* op, int B, int T, int H, int Hkv, int D) {
   if (Hkv > 0 && H % Hkv == 0 && D > 0 && D <= kMaxD && H <= 65535 && B <= 65535) return;  // grid (T, H, B)
   detail::raise_error(std::string("cuda::") + op + ": unsupported shape B=" + std::to_string(B) + " T=" +
@@ -225,6 +255,15 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   attention_backward_dkv_kernel<<<dim3(T, Hkv, B), kThreads, size_t(2 * D + 2 * kThreads) * sizeof(float),
                                   cuda_stream()>>>(dqkv, dout, qkv, lse, delta, T, H, Hkv, D, scale);
   CUDA_CHECK_LAUNCH("attention_backward_dkv_kernel");
+}
+
+void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
+                      int D) {
+  if (H <= 0 || pos < 0) return;
+  check_shape("attention_decode", 1, pos + 1, H, Hkv, D);
+  const float scale = 1.0f / std::sqrt(float(D));
+  attention_decode_kernel<<<H, kThreads, 0, cuda_stream()>>>(out, scores, q, kv_cache, pos, H, Hkv, D, scale);
+  CUDA_CHECK_LAUNCH("attention_decode_kernel");
 }
 
 }  // namespace llamatrain::cuda

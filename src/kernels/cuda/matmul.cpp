@@ -119,4 +119,7 @@ INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, float)
 INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, bf16)
 INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, bf16_in_f32)
 
+bool bf16_operands_as_floats(int, int, int) { return false; }
+std::optional<bool> bf16_operands_as_floats_known(int, int, int) { return false; }
+
 }  // namespace llamatrain::cuda

@@ -35,6 +35,12 @@ void synchronize() { unavailable("synchronize"); }
 
 void embedding_forward(float*, const int32_t*, const float*, int, int) { unavailable("embedding_forward"); }
 void embedding_backward(float*, const float*, const int32_t*, int, int) { unavailable("embedding_backward"); }
+void vocab_parallel_embedding_forward(float*, const int32_t*, const float*, int64_t, int, int, int) {
+  unavailable("vocab_parallel_embedding_forward");
+}
+void vocab_parallel_embedding_backward(float*, const float*, const int32_t*, int64_t, int, int, int) {
+  unavailable("vocab_parallel_embedding_backward");
+}
 
 template <typename T>
 void rmsnorm_forward(T*, float*, const float*, const float*, int, int, float) {
@@ -79,6 +85,10 @@ void attention_backward(float*, const float*, const float*, const float*, const 
   unavailable("attention_backward");
 }
 
+void attention_decode(float*, float*, const float*, const float*, int, int, int, int) {
+  unavailable("attention_decode");
+}
+
 template <typename T>
 void swiglu_forward(T*, const float*, int, int) {
   unavailable("swiglu_forward");
@@ -104,6 +114,19 @@ void lmhead_ce_backward(float*, float*, float*, const float*, const float*, Bf16
   unavailable("lmhead_ce_backward");
 }
 int64_t lmhead_ce_scratch_bytes(int, int, int, ComputeType, bool) { return 0; }
+bool bf16_operands_as_floats(int, int, int) { return false; }
+std::optional<bool> bf16_operands_as_floats_known(int, int, int) { return false; }
+
+void vocab_parallel_ce_max(float*, const float*, int, int) { unavailable("vocab_parallel_ce_max"); }
+void vocab_parallel_ce_partials(float*, float*, float*, const float*, int, const int32_t*, int64_t, int, int) {
+  unavailable("vocab_parallel_ce_partials");
+}
+void vocab_parallel_ce_forward(float*, const float*, const float*, const int32_t*, int) {
+  unavailable("vocab_parallel_ce_forward");
+}
+void vocab_parallel_ce_backward(float*, const float*, const int32_t*, int64_t, float, int, int, bool) {
+  unavailable("vocab_parallel_ce_backward");
+}
 
 void adamw_update(float*, float*, float*, const float*, int64_t, float, float, float, float, float, int, float) {
   unavailable("adamw_update");

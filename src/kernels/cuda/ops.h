@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/bf16.h"
@@ -70,6 +71,11 @@ void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, cons
 // dwte[tokens[n]] += dout[n] (atomic adds: rows of a repeated token sum in any order).
 void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/, int N,
                         int C);
+// This rank's rows [vocab_begin, vocab_begin + V) of the table (ref::vocab_parallel_embedding_*).
+void vocab_parallel_embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/,
+                                      int64_t vocab_begin, int V, int N, int C);
+void vocab_parallel_embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/,
+                                       const int32_t* tokens /*(N)*/, int64_t vocab_begin, int V, int N, int C);
 
 // out: float, bf16 or bf16_in_f32 (rounded to nearest even).
 template <typename T>
@@ -99,6 +105,11 @@ void attention_backward(float* dqkv /*(B,T,(H+2Hkv)*D)*/, const float* dout /*(B
                         const float* out /*(B,T,H*D)*/, const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv,
                         int D);
 
+// One query per head at position pos over the cache rows 0..pos, each [k heads | v heads] (2*Hkv*D);
+// scores (H, pos+1) is device scratch.
+void attention_decode(float* out /*(H*D)*/, float* scores, const float* q /*(H*D)*/, const float* kv_cache, int pos,
+                      int H, int Hkv, int D);
+
 template <typename T>
 void swiglu_forward(T* out /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, int F);
 template <typename T>
@@ -114,6 +125,21 @@ void lmhead_ce_backward(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout
 // Device bytes of scratch the lm head kernels keep for these sizes (the chunk of logits, its bf16
 // gradient and bf16 copies of the operands).
 int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct, bool float_weight = false);
+// In bf16 compute, whether matmul operands should be kept as bf16_in_f32 rather than bf16 (as
+// cpu::bf16_operands_as_floats): never on the GPU, whose bf16 gemm is always the faster.
+bool bf16_operands_as_floats(int M, int N, int K);
+std::optional<bool> bf16_operands_as_floats_known(int M, int N, int K);
+
+// Vocabulary-parallel cross-entropy steps, as ref::vocab_parallel_ce_* (the caller combines the
+// maxima and partials over the ranks between them).
+void vocab_parallel_ce_max(float* local_max /*(N)*/, const float* logits /*(N,V)*/, int N, int V);
+void vocab_parallel_ce_partials(float* partials /*(N,2)*/, float* global_max /*(N)*/, float* logits /*(N,V)*/,
+                                const float* maxima /*(P,N)*/, int P, const int32_t* targets /*(N)*/,
+                                int64_t vocab_begin, int N, int V);
+void vocab_parallel_ce_forward(float* losses /*(N)*/, const float* global_max /*(N)*/, const float* partials /*(N,2)*/,
+                               const int32_t* targets /*(N)*/, int N);
+void vocab_parallel_ce_backward(float* exps /*(N,V)*/, const float* partials /*(N,2)*/, const int32_t* targets /*(N)*/,
+                                int64_t vocab_begin, float dloss, int N, int V, bool bf16_values);
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int step, float grad_scale);
