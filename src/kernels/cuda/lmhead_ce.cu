@@ -30,7 +30,9 @@ constexpr int kCeThreads = 512;
 
 enum class Grad { none, f32, bf16_values, bf16 };
 
-int chunk_rows(int N, int V) { return int(std::max<int64_t>(1, std::min<int64_t>(N, kLogitsBytes / (int64_t(V) * 4)))); }
+int chunk_rows(int N, int V) {
+  return int(std::max<int64_t>(1, std::min<int64_t>(N, kLogitsBytes / (std::max<int64_t>(V, 1) * 4))));
+}
 
 // One block per row of the chunk: the loss, and with kGrad the row's dlogits.
 template <Grad kGrad>
