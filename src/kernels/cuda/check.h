@@ -22,7 +22,8 @@ cudaStream_t cuda_stream();
 
 // Device scratch that stays allocated between calls and grows to the largest request; slot k is
 // independent of the others. Work on it is ordered by the one stream; growing frees the old block
-// (cudaFree waits for the device).
+// (cudaFree waits for the device). One host thread at a time uses the kernels, so a slot's block
+// stays valid until the same slot is asked for again.
 void* scratch(int slot, size_t bytes);
 enum ScratchSlot : int {
   kScratchInpBf16 = 0,   // a matmul operand rounded to bf16

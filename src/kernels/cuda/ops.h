@@ -12,6 +12,8 @@
 //   - lmhead_ce_*: logits of a bounded chunk of rows at a time (cuBLASLt), never the whole (N,V);
 //   - adamw_update_bf16_sr and fill_normal draw from core/rng.h's Philox stream
 //     (kernels/cuda/rng_device.cuh), so both backends round and initialize bit for bit alike.
+// One host thread at a time (the kernels share scratch buffers). Call the conversions as
+// cuda::bf16_from_float / cuda::float_from_bf16: core/bf16.h's host ones are found by their arguments.
 // Built only where nvcc is found (LLAMATRAIN_CUDA); elsewhere no_cuda.cpp defines these functions:
 // device_count() is 0 and every other call throws.
 #pragma once
