@@ -111,8 +111,10 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
   m.params_changed();
 }
 
-std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision) {
-  auto m = std::make_unique<model::LlamaModel>(read_hf_config(dir), precision);
+std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision,
+                                                 model::Device device) {
+  auto m = std::make_unique<model::LlamaModel>(read_hf_config(dir), precision, 1234, model::ShardPlan{}, nullptr,
+                                               device);
   load_hf_weights(*m, dir);
   return m;
 }

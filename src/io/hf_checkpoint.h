@@ -59,7 +59,8 @@ void load_hf_weights(model::LlamaModel& model, const std::string& dir, const Byt
                      const VocabGrowth* growth = nullptr);
 
 // config.json + weights of an HF folder -> a new model in the given precision.
-std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision);
+std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision,
+                                                 model::Device device = model::Device::cpu);
 
 // A file written next to the weights (tokenizer.model).
 struct HfExtraFile {

@@ -10,7 +10,6 @@
 
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
-#include "model/backend.h"
 #include "parallel/communicator.h"
 
 namespace llamatrain::model {
@@ -133,8 +132,14 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
     : LlamaModel(config, precision, seed, ShardPlan{}, nullptr) {}
 
 LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed, const ShardPlan& plan,
-                       parallel::Communicator* tp)
-    : config_(config), plan_(plan), tp_(tp), precision_(precision), seed_(seed) {
+                       parallel::Communicator* tp, Device device)
+    : config_(config),
+      plan_(plan),
+      tp_(tp),
+      precision_(precision),
+      seed_(seed),
+      kernels_(make_kernels(device, precision)),
+      k_(*kernels_) {
   config_.validate("model");
   if (plan_.layer_end == 0) plan_ = ShardPlan::single(config_);  // the default plan: everything
   CHECK(plan_.tp_size == 1 || (tp_ != nullptr && tp_->size() == plan_.tp_size && tp_->rank() == plan_.tp_rank),
@@ -146,9 +151,17 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
   num_params_ = specs_.back().offset + specs_.back().numel;
   for (const ParamSpec& s : specs_)
     if (s.frozen) num_frozen_ += s.numel;
-  param_arena_.assign(num_params_, 0.0f);
-  if (precision_ != Precision::fp32) param_bf16_.assign(num_params_, bf16{0});
+  CHECK(k_.host_memory() || (plan_.is_single() && plan_.pp_size == 1),
+        "device {}: one process holds the whole model (no tensor or pipeline parallelism)", device_name(device));
+  param_arena_.assign_zero(num_params_);
+  if (precision_ == Precision::bf16_sr) master_bf16_.assign_zero(num_params_);
+  bind_weights();
+}
+
+void LlamaModel::bind_weights() {
   params_ = views(param_arena_.data(), specs_, config_.tie_embeddings);
+  k_.bind_weights(param_arena_.data(), precision_ == Precision::bf16_sr ? master_bf16_.data() : nullptr,
+                  num_params_);
 }
 
 void LlamaModel::set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_elements) {
@@ -159,21 +172,21 @@ void LlamaModel::set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_el
   grad_elements_ = grad_elements;
   // The trainable weights are padded too (the padding stays zero), so that
   // parallel::all_gather_parameters spreads the updated shards in place (trainable_param_data()).
-  param_arena_.resize(size_t(num_frozen_ + grad_elements));
-  params_ = views(param_arena_.data(), specs_, config_.tie_embeddings);
+  param_arena_.resize(num_frozen_ + grad_elements);
+  bind_weights();
 }
 
 void LlamaModel::ensure_training_state() {
   if (training_state_) return;
   training_state_ = true;
-  grad_arena_.assign(size_t(std::max(num_trainable(), grad_elements_)), 0.0f);
+  grad_arena_.assign_zero(std::max(num_trainable(), grad_elements_));
   const int64_t moments = shard_end() - shard_begin_;
   if (precision_ == Precision::bf16_sr) {
-    m_bf16_.assign(moments, bf16{0});
-    v_bf16_.assign(moments, bf16{0});
+    m_bf16_.assign_zero(moments);
+    v_bf16_.assign_zero(moments);
   } else {
-    m_f32_.assign(moments, 0.0f);
-    v_f32_.assign(moments, 0.0f);
+    m_f32_.assign_zero(moments);
+    v_f32_.assign_zero(moments);
   }
   grads_ = views(grad_arena_.data(), specs_, config_.tie_embeddings, true);
 }
@@ -199,52 +212,28 @@ void LlamaModel::init_random(float std, float output_std) {
     const auto id = uint32_t(s.full_id);
     s.shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
       if (is_norm)
-        cpu::fill_constant(p + local, n, 1.0f);
+        k_.fill_constant(p + local, n, 1.0f);
       else
-        cpu::fill_normal(p + local, n, sd, seed_, id, uint64_t(full));
+        k_.fill_normal(p + local, n, sd, seed_, id, uint64_t(full));
     });
   }
   params_changed();
 }
 
-void LlamaModel::params_changed() {
-  if (precision_ == Precision::fp32) return;
-  if (!param_f32x_.empty()) {
-    bf16_from_float(param_f32x_.data(), param_arena_.data(), num_params_);
-    return;
-  }
-  bf16_from_float(param_bf16_.data(), param_arena_.data(), num_params_);
-  if (precision_ == Precision::bf16_sr) float_from_bf16(param_arena_.data(), param_bf16_.data(), num_params_);
-}
-
-cpu::Bf16Weight LlamaModel::bf16_of(const float* param) const {
-  if (precision_ == Precision::fp32) return nullptr;
-  const int64_t i = param - param_arena_.data();
-  if (!float_operands_) return param_bf16_.data() + i;
-  if (precision_ == Precision::bf16_sr) return cpu::Bf16Weight::rounded_floats(param);  // holds bf16 values
-  return param_f32x_.data() + i;
-}
+void LlamaModel::params_changed() { k_.weights_changed(); }
 
 void LlamaModel::choose_operand_form(int64_t N) {
-  bool floats = float_operands_at(config_, plan_, precision_, N);
-  if (plan_.tp_size > 1 && precision_ != Precision::fp32) {
+  if (precision_ == Precision::fp32 || dims_.L == 0) return;
+  // The backend's choice for a layer's widest matmul (gate | up).
+  OperandForm form = k_.preferred_operand_form(int(N), 2 * dims_.F, dims_.C);
+  if (plan_.tp_size > 1) {
     // Sequence parallelism all-gathers the norm outputs in this form, so the TP group needs one form;
-    // each rank probed on its own (timings may differ near a tie): the majority's, bf16 on a tie.
-    float votes = floats ? 1.0f : 0.0f;
+    // each rank chose on its own (a CPU's timings may differ near a tie): the majority's, bf16 on a tie.
+    float votes = form == OperandForm::bf16_in_f32 ? 1.0f : 0.0f;
     tp_->all_reduce(&votes, 1);
-    floats = 2 * votes > float(plan_.tp_size);
+    form = 2 * votes > float(plan_.tp_size) ? OperandForm::bf16_in_f32 : OperandForm::bf16;
   }
-  if (floats == float_operands_) return;
-  float_operands_ = floats;
-  if (precision_ != Precision::bf16_mixed) return;  // bf16-sr: the compute copy already is bf16_in_f32
-  if (floats) {  // the same values: the fp32 master rounded to nearest even
-    param_bf16_ = ArenaVector<bf16>();
-    param_f32x_.resize(size_t(num_params_));
-  } else {
-    param_f32x_ = ArenaVector<bf16_in_f32>();
-    param_bf16_.resize(size_t(num_params_));
-  }
-  params_changed();
+  k_.use_operand_form(form);
 }
 
 bool LlamaModel::float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N, bool probe) {
@@ -259,7 +248,7 @@ bool LlamaModel::float_operands_at(const LlamaConfig& c, const ShardPlan& plan, 
 
 void LlamaModel::zero_grad() {
   ensure_training_state();
-  std::fill(grad_arena_.begin(), grad_arena_.end(), 0.0f);
+  k_.zero(grad_arena_.data(), grad_arena_.size() * sizeof(float));
 }
 
 float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
@@ -275,7 +264,7 @@ double LlamaModel::grad_sum_squares(int64_t begin, int64_t end) {
   CHECK(0 <= begin && begin <= end && end <= num_trainable());
   bool all = true;
   for (const ParamSpec& s : specs_) all = all && (s.in_norm || s.frozen);
-  if (all) return cpu::sum_squares(grad_arena_.data() + begin, end - begin);
+  if (all) return k_.sum_squares(grad_arena_.data() + begin, end - begin);
   double sum = 0;
   std::vector<float> packed;
   for (const ParamSpec& s : specs_) {
@@ -283,12 +272,12 @@ double LlamaModel::grad_sum_squares(int64_t begin, int64_t end) {
     const int64_t a = std::max(s.grad_offset, begin), b = std::min(s.grad_offset + s.numel, end);
     if (a >= b) continue;
     if (s.in_norm) {
-      sum += cpu::sum_squares(grad_arena_.data() + a, b - a);
+      sum += k_.sum_squares(grad_arena_.data() + a, b - a);
     } else if (s.owned.numel() > 0) {  // the owned elements of [a, b), packed
       packed.assign(size_t(s.owned.numel()), 0.0f);
       copy_between_shards(packed.data(), s.owned, 0, s.owned.numel(), grad_arena_.data() + a, s.shard,
                           a - s.grad_offset, b - a);
-      sum += cpu::sum_squares(packed.data(), s.owned.numel());
+      sum += k_.sum_squares(packed.data(), s.owned.numel());
     }
   }
   return sum;
@@ -329,18 +318,14 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
     float* p = param_arena_.data() + a;
     const float* gr = grad_arena_.data() + g;
     if (precision_ == Precision::bf16_sr) {
-      cpu::adamw_update_bf16_sr(param_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, lr,
-                                opt.beta1, opt.beta2, opt.eps, wd, step, scale, seed_, uint32_t(s.full_id),
-                                uint64_t(a - s.offset));
-    } else if (precision_ == Precision::bf16_mixed && float_operands_) {
-      cpu::adamw_update_bf16_copy(p, param_f32x_.data() + a, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr,
-                                  opt.beta1, opt.beta2, opt.eps, wd, step, scale);
+      k_.adamw_update_sr(master_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, lr, opt.beta1,
+                         opt.beta2, opt.eps, wd, step, scale, seed_, uint32_t(s.full_id), uint64_t(a - s.offset));
     } else if (precision_ == Precision::bf16_mixed) {
-      cpu::adamw_update_bf16_copy(p, param_bf16_.data() + a, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr,
-                                  opt.beta1, opt.beta2, opt.eps, wd, step, scale);
+      k_.adamw_update_mixed(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr, opt.beta1, opt.beta2, opt.eps, wd,
+                            step, scale);
     } else {
-      cpu::adamw_update(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr, opt.beta1, opt.beta2, opt.eps, wd, step,
-                        scale);
+      k_.adamw_update(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr, opt.beta1, opt.beta2, opt.eps, wd, step,
+                      scale);
     }
   }
 }
@@ -413,13 +398,12 @@ std::vector<StateTensor> LlamaModel::state_tensors() {
     std::vector<int64_t> shape = s.shape;
     if (s.numel != s.shard.numel()) shape[0] = s.shard.local_rows();  // (V_valid, C)
     // [a, b) of the arena, stored at `at` of the given arrays.
-    auto add = [&](const char* kind, ArenaVector<float>& f32, ArenaVector<bf16>& b16, int64_t a, int64_t b,
-                   int64_t at) {
+    auto add = [&](const char* kind, Buffer<float>& f32, Buffer<bf16>& b16, int64_t a, int64_t b, int64_t at) {
       void* data = sr ? static_cast<void*>(b16.data() + at) : static_cast<void*>(f32.data() + at);
       out.push_back({std::string(kind) + "." + s.name, s.name, sr ? StateDType::bf16 : StateDType::f32, shape,
                      data, b - a, a - s.offset, s.shard});
     };
-    add("weight", param_arena_, param_bf16_, s.offset, end, s.offset);
+    add("weight", param_arena_, master_bf16_, s.offset, end, s.offset);
     if (s.frozen) continue;  // no moments
     const int64_t a = std::max(s.grad_offset, lo), b = std::min(s.grad_offset + s.shard.numel(), hi);
     if (a >= b) continue;
@@ -466,10 +450,9 @@ int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {
 }
 
 int64_t LlamaModel::state_bytes() const {
-  int64_t bytes =
-      int64_t(param_arena_.size() + param_f32x_.size() + grad_arena_.size() + m_f32_.size() + v_f32_.size()) * 4;
-  bytes += int64_t(param_bf16_.size() + m_bf16_.size() + v_bf16_.size()) * 2;
-  return bytes;
+  int64_t bytes = int64_t(param_arena_.size() + grad_arena_.size() + m_f32_.size() + v_f32_.size()) * 4;
+  bytes += int64_t(master_bf16_.size() + m_bf16_.size() + v_bf16_.size()) * 2;
+  return bytes + k_.weight_copy_bytes();
 }
 
 }  // namespace llamatrain::model

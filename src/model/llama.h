@@ -7,9 +7,10 @@
 // model-parallel layout (model/shard.h): its heads, FFN rows and vocabulary under tensor parallelism
 // (the TP communicator's pairs, parallel/comm_pairs.h, at the points Megatron puts them), its
 // layers under pipeline parallelism (stage_forward / stage_backward; the schedule lives in
-// parallel/pipeline.h). MPI itself never appears here. The class is defined over four files: the
-// passes (passes.cpp, read first), the state and optimizer (llama.cpp), where activations live
-// (memory.cpp) and decoding (decode.cpp).
+// parallel/pipeline.h). MPI itself never appears here. Every kernel runs through the model's backend
+// (model/kernels.h), chosen once by its Device, which also owns the arenas. The class is defined over
+// four files: the passes (passes.cpp, read first), the state and optimizer (llama.cpp), where
+// activations live (memory.cpp) and decoding (decode.cpp).
 #pragma once
 
 #include <cstdint>
@@ -20,17 +21,14 @@
 #include <utility>
 #include <vector>
 
-#include "core/arena.h"
 #include "core/bf16.h"
 #include "model/config.h"
+#include "model/kernels.h"
 #include "model/modes.h"
 #include "model/shard.h"
 
 namespace llamatrain::parallel {
 class Communicator;
-}
-namespace llamatrain::cpu {
-struct Bf16Weight;
 }
 
 namespace llamatrain::model {
@@ -105,15 +103,21 @@ struct ActivationTensors {
   float* losses;              // (N)           per-token cross-entropy (0 where target < 0)
 };
 
-// Tensors whose only use is as a matmul operand, kept in the dtype the matmuls read: A = float in
-// fp32 mode, bf16 in the bf16 modes. Their producers (rmsnorm, SwiGLU) write that dtype directly, so
-// the bf16 modes never convert them and store them at half the size.
-template <typename A>
+// One operand tensor of every layer, laid out as PerLayer in bytes (the backend's operand form
+// decides the element size).
+struct OperandLayers {
+  PerLayer<std::byte> bytes;
+  Operand operator[](int l) const { return {bytes[l]}; }
+};
+
+// Tensors whose only use is as a matmul operand, kept in the backend's operand form
+// (Kernels::operand_form: fp32 values in fp32 mode; bf16, or what the backend prefers, in the bf16
+// modes). Their producers (rmsnorm, SwiGLU) write that form directly, so no conversion pass runs.
 struct MatmulInputs {
-  PerLayer<A> ln1;   // (L, N, C)   attn_norm output
-  PerLayer<A> ln2;   // (L, N, C)   ffn_norm output
-  PerLayer<A> hmid;  // (L, N, F)   silu(gate) * up
-  A* dh13;           // (N, 2F)     backward scratch of one layer: gradient of gate | up
+  OperandLayers ln1;   // (L, N, C)   attn_norm output
+  OperandLayers ln2;   // (L, N, C)   ffn_norm output
+  OperandLayers hmid;  // (L, N, F)   silu(gate) * up
+  Operand dh13;        // (N, 2F)     backward scratch of one layer: gradient of gate | up
 };
 
 // What a checkpoint holds: every parameter tensor's weights and AdamW moments, in the dtype the
@@ -150,10 +154,11 @@ class LlamaModel {
  public:
   // config is the full model's; plan (default: all of it) says which part this rank holds, and tp is
   // the tensor-parallel group (required when plan.tp_size > 1; it must outlive the model). With kv
-  // heads replicated over TP ranks, construction is collective over tp.
+  // heads replicated over TP ranks, construction is collective over tp. device: the backend whose
+  // kernels run the model and whose memory holds it (model/kernels.h).
   LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed = 1234);
   LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed, const ShardPlan& plan,
-             parallel::Communicator* tp);
+             parallel::Communicator* tp, Device device = Device::cpu);
   ~LlamaModel();
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
@@ -163,9 +168,12 @@ class LlamaModel {
   const LocalDims& dims() const { return dims_; }
   bool is_sharded() const { return !plan_.is_single(); }
   Precision precision() const { return precision_; }
-  // bf16 modes: whether the matmul operands are kept as floats holding bf16 values (the fp32 kernel
-  // was the faster one at the first activations' size), not as bf16.
-  bool float_operands() const { return float_operands_; }
+  Device device() const { return kernels_->device(); }
+  // bf16 modes: whether the matmul operands are kept as floats holding bf16 values (the CPU's fp32
+  // kernel was the faster one at the first activations' size, or the reference backend), not as bf16.
+  bool float_operands() const {
+    return precision_ != Precision::fp32 && kernels_->operand_form() == OperandForm::bf16_in_f32;
+  }
   // Whether a model of this plan and precision keeps float operands at N tokens per micro-batch (the
   // kernel choice for its widest matmul, made once per shape and cached: the same answer the model
   // gets at its first forward).
@@ -210,8 +218,8 @@ class LlamaModel {
   // The loss gradient of each valid token is grad_scale / num_valid (grad_scale = 1 for one
   // micro-batch; 1/num_micro_batches when averaging).
   StepStats forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 1.0f);
-  // Logits (B*T, V) of the last forward's final-norm output (tests and evaluation only; a single
-  // rank's model).
+  // Logits (B*T, V) of the last forward's final-norm output into host memory (tests and evaluation
+  // only; a single rank's model).
   void logits(float* out);
 
   // Pipeline stages. A micro-batch's activations live in one of `slots` sets (1F1B keeps up to
@@ -312,26 +320,14 @@ class LlamaModel {
 
  private:
   void forward_body(const int32_t* tokens, const float* input, int B, int T);  // embedding .. final norm
-  template <typename A>
-  void forward_layers(const MatmulInputs<A>& m);             // the L transformer layers
   // Layer l's forward; with for_backward, stops after SwiGLU (what the backward reads is then in place).
-  template <typename A>
-  void forward_layer(int l, const MatmulInputs<A>& m, bool for_backward);
-  template <typename A>
-  void recompute_layer(int l, const MatmulInputs<A>& m);     // refills what recompute_ dropped
+  void forward_layer(int l, bool for_backward);
+  void recompute_layer(int l);  // refills what recompute_ dropped
   void backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput);
+  void backward_layers();       // layers L-1 .. 0
   void use_slot(int slot);  // points acts_ and the matmul inputs at slot `slot`
-  // f(matmul inputs) in the operand form the precision uses: float (fp32), bf16, or bf16 values held
-  // in floats (bf16 compute where the fp32 kernel is the faster).
-  template <typename F>
-  void with_matmul_inputs(F&& f) {
-    if (precision_ == Precision::fp32)
-      f(mm_f32_);
-    else if (float_operands_)
-      f(mm_f32x_);
-    else
-      f(mm_bf16_);
-  }
+  // Token ids (host) where the kernels read them (the host array on host backends).
+  const int32_t* device_ids(Buffer<int32_t>& staging, const int32_t* host);
   // The grad_ready_order() ranges completed at one point of the backward: the head (layer -1), layer
   // l, or the embedding (layer L).
   std::vector<std::pair<int64_t, int64_t>> ready_ranges(int layer) const;
@@ -341,11 +337,12 @@ class LlamaModel {
   }
   void check_tokens(const int32_t* tokens) const;
   // The tensor / sequence parallel steps of a layer (plain kernels on a single rank):
-  // a norm whose output feeds a column-parallel matmul (all-gathered over the tokens under SP);
-  template <typename A>
-  void norm_for_matmul(A* out, float* rstd, const float* x, const float* weight);
-  template <typename A>
-  A* sp_norm_buffer();
+  // a norm whose output feeds a column-parallel matmul (all-gathered over the tokens under SP), in the
+  // operand form, or as floats (the final norm: the lm head's input);
+  void norm_for_matmul(Operand out, float* rstd, const float* x, const float* weight);
+  void norm_for_matmul(float* out, float* rstd, const float* x, const float* weight);
+  // under SP, the all-gather of a norm output of `bytes` per element from sp_ln_ into out
+  void gather_norm_output(void* out, size_t bytes);
   // out = x + partial, partial (N, C) being this rank's part of a row-parallel matmul (summed over TP,
   // scattered over the tokens under SP);
   void add_to_residual(float* out, const float* x, float* partial);
@@ -357,16 +354,11 @@ class LlamaModel {
   // gradients of wout and of lnf into dln_).
   void vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, bool backward);
   void lmhead_ce(const int32_t* targets, float dloss, bool backward);  // either path
-  template <typename A>
-  void backward_layers(const MatmulInputs<A>& m);            // layers L-1 .. 0
   int64_t count_valid(const int32_t* targets) const;       // checks target ids too
   float mean_loss(int64_t num_valid) const;
-  // The bf16 values that bf16 compute multiplies for a pointer into the param arena: its bf16 copy,
-  // or its bf16_in_f32 copy when the operands are kept as floats (bf16-sr: the compute copy itself).
-  cpu::Bf16Weight bf16_of(const float* param) const;
-  // bf16 modes: keeps the matmul operands as floats holding bf16 values when the fp32 kernel is the
-  // faster one for N tokens (cpu::bf16_operands_as_floats), else as bf16; converts the weight copy.
+  // bf16 modes: the backend's operand form for N tokens (agreed over the TP group).
   void choose_operand_form(int64_t N);
+  void bind_weights();  // after the parameter arena moved
   void ensure_training_state();                   // grads and AdamW moments, on first use
 
   LlamaConfig config_;  // the full model
@@ -376,6 +368,10 @@ class LlamaModel {
   std::unique_ptr<parallel::Communicator> kv_group_;  // TP ranks holding the same kv heads (when replicated)
   Precision precision_;
   uint64_t seed_;
+  // The backend: its kernels run every pass, and every Buffer below is its memory (declared first,
+  // so it outlives them).
+  std::unique_ptr<Kernels> kernels_;
+  Kernels& k_;
   Recompute recompute_ = Recompute::none;
   int64_t shard_begin_ = 0, shard_end_ = -1;  // AdamW moments cover [shard_begin_, shard_end()) of the arena
   int64_t grad_elements_ = 0;                 // 0: num_params_
@@ -384,44 +380,38 @@ class LlamaModel {
   int64_t num_params_ = 0;
   int64_t num_frozen_ = 0;           // elements of the frozen tensors, at the start of the arena
   bool training_state_ = false;      // gradients and moments allocated
-  ArenaVector<float> param_arena_;   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
-  ArenaVector<float> grad_arena_;    // (num_trainable) the trainable tensors' gradients
-  ArenaVector<bf16> param_bf16_;     // (num_params) bf16 modes: matmul operands (master in bf16-sr)
-  // bf16-mixed with float operands: the matmul operands instead of param_bf16_ (which is then empty).
-  ArenaVector<bf16_in_f32> param_f32x_;
-  bool float_operands_ = false;      // bf16 modes: operands as bf16_in_f32 (choose_operand_form)
-  ArenaVector<float> m_f32_, v_f32_; // (num_trainable) AdamW moments, fp32 / bf16-mixed
-  ArenaVector<bf16> m_bf16_, v_bf16_;// (num_trainable) AdamW moments, bf16-sr
+  Buffer<float> param_arena_{&k_};   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
+  Buffer<float> grad_arena_{&k_};    // (num_trainable) the trainable tensors' gradients
+  Buffer<bf16> master_bf16_{&k_};    // (num_params) bf16-sr: the bf16 master weights
+  Buffer<float> m_f32_{&k_}, v_f32_{&k_};    // (num_trainable) AdamW moments, fp32 / bf16-mixed
+  Buffer<bf16> m_bf16_{&k_}, v_bf16_{&k_};   // (num_trainable) AdamW moments, bf16-sr
   ParameterTensors params_{}, grads_{};
   std::function<void(int64_t, int64_t)> grad_ready_;
 
   int B_ = 0, T_ = 0;
   int slots_ = 1;                    // activation sets (pipeline micro-batches in flight)
-  int64_t slot_floats_ = 0, slot_inputs_ = 0;  // one set's size in each arena
-  ArenaVector<float> act_arena_;
+  int64_t slot_floats_ = 0, slot_inputs_ = 0;  // one set's size in each arena (inputs: in operands)
+  Buffer<float> act_arena_{&k_};
   ActivationTensors acts_{};
-  ArenaVector<float> mm_arena_f32_;  // fp32 mode: MatmulInputs storage
-  ArenaVector<bf16> mm_arena_bf16_;  // bf16 modes: MatmulInputs storage
-  ArenaVector<bf16_in_f32> mm_arena_f32x_;  // bf16 modes with float operands: MatmulInputs storage
-  MatmulInputs<float> mm_f32_{};
-  MatmulInputs<bf16> mm_bf16_{};
-  MatmulInputs<bf16_in_f32> mm_f32x_{};
+  Buffer<std::byte> mm_arena_{&k_};  // MatmulInputs storage, in the backend's operand form
+  MatmulInputs mm_{};
   // Tensor/sequence parallelism scratch: the vocabulary-parallel logits (N, V/TP), a norm output on
-  // this rank's tokens before the all-gather (Nl, C) in the matmul dtype, per-row statistics.
-  ArenaVector<float> logits_;
-  ArenaVector<float> sp_ln_f32_;
-  ArenaVector<bf16> sp_ln_bf16_;
-  ArenaVector<bf16_in_f32> sp_ln_f32x_;
-  ArenaVector<float> sp_tmp_;
-  std::vector<float> row_max_, row_stats_;
-  std::vector<int32_t> pos_;        // (N) positions 0..T-1 per sequence
+  // this rank's tokens before the all-gather (Nl, C, as floats or operands), per-row statistics.
+  Buffer<float> logits_{&k_};
+  Buffer<std::byte> sp_ln_{&k_};
+  Buffer<float> sp_tmp_{&k_};
+  Buffer<float> row_max_{&k_}, row_stats_{&k_};
+  Buffer<int32_t> pos_{&k_};         // (N) positions 0..T-1 per sequence
+  Buffer<int32_t> tokens_{&k_}, targets_{&k_};  // (N) the micro-batch's ids (backends of device memory)
   // Backward scratch, one layer's worth each.
-  ArenaVector<float> dres_, dln_, dqkv_, datt_, dhmid_, tmp_;
+  Buffer<float> dres_{&k_}, dln_{&k_}, dqkv_{&k_}, datt_{&k_}, dhmid_{&k_}, tmp_{&k_};
 
   // KV cache for decode: (L, max_T, 2*Hkv*D) and one-token scratch.
   int cache_T_ = 0;
-  std::vector<float> kv_cache_;
-  std::vector<float> dec_x_, dec_ln_, dec_qkv_, dec_att_, dec_h13_, dec_hmid_, dec_tmp_, dec_scores_;
+  Buffer<float> kv_cache_{&k_};
+  Buffer<float> dec_x_{&k_}, dec_ln_{&k_}, dec_qkv_{&k_}, dec_att_{&k_}, dec_h13_{&k_}, dec_hmid_{&k_},
+      dec_tmp_{&k_}, dec_scores_{&k_}, dec_rstd_{&k_}, dec_logits_{&k_};
+  Buffer<int32_t> dec_ids_{&k_};     // (2) the token and its position
 };
 
 }  // namespace llamatrain::model

@@ -3,6 +3,8 @@
 // (B, T), recompute and pipeline slots, and MemoryPlan (model/memory.h).
 #include <algorithm>
 
+#include <vector>
+
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
 #include "model/backend.h"
@@ -70,7 +72,8 @@ ActivationLayout activation_layout(const LocalDims& d, Recompute r, int R, int B
 }
 
 // Floats of the backward's one-layer scratch (dres_, dln_, dqkv_, datt_, dhmid_), tmp_ and, under
-// tensor parallelism, the sequence-parallel and vocabulary-parallel scratch.
+// tensor parallelism, the sequence-parallel and vocabulary-parallel scratch (the norm output before
+// its all-gather is held as floats, the widest form, whichever form it is in).
 int64_t scratch_floats(const LocalDims& d, int B, int T, int64_t Nl, bool tp) {
   const int64_t N = int64_t(B) * T, C = d.C, F = d.F;
   const int64_t HD = d.HD(), QKV = d.QKV();
@@ -98,9 +101,8 @@ int64_t LlamaModel::activation_bytes(const LlamaConfig& c, const ShardPlan& plan
   const int64_t N = int64_t(B) * T, Nl = plan.sequence_parallel ? N / plan.tp_size : N;
   const ActivationLayout a = activation_layout(d, r, recompute_layers, B, T, Nl);
   const int64_t matmul_input_bytes = p == Precision::fp32 || float_operands ? 4 : 2;
-  const int64_t sp_norm = plan.tp_size > 1 && p != Precision::fp32 ? Nl * d.C : 0;  // in the matmul dtype
   return 4 * (a.floats * slots + scratch_floats(d, B, T, Nl, plan.tp_size > 1)) +
-         matmul_input_bytes * (a.inputs * slots + sp_norm);
+         matmul_input_bytes * a.inputs * slots;
 }
 
 void LlamaModel::set_recompute(Recompute r, int layers) {
@@ -138,40 +140,28 @@ void LlamaModel::ensure_activations(int B, int T) {
   const ActivationLayout lay = activation_layout(d, recompute_, recompute_layers_, B, T, Nl);
   slot_floats_ = lay.floats;
   slot_inputs_ = lay.inputs;
-  act_arena_.assign(lay.floats * slots_, 0.0f);
+  act_arena_.assign_zero(lay.floats * slots_);
   choose_operand_form(N);
-  mm_arena_f32_.clear();
-  mm_arena_bf16_.clear();
-  mm_arena_f32x_.clear();
-  if (precision_ == Precision::fp32)
-    mm_arena_f32_.assign(lay.inputs * slots_, 0.0f);
-  else if (float_operands_)
-    mm_arena_f32x_.assign(lay.inputs * slots_, bf16_in_f32{0.0f});
-  else
-    mm_arena_bf16_.assign(lay.inputs * slots_, bf16{0});
+  mm_arena_.assign_zero(lay.inputs * slots_ * int64_t(k_.operand_bytes()));
   use_slot(0);
 
-  pos_.resize(N);
-  for (int64_t n = 0; n < N; n++) pos_[n] = int32_t(n % T);
+  std::vector<int32_t> pos(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; n++) pos[size_t(n)] = int32_t(n % T);
+  pos_.assign_zero(N);
+  k_.copy_from_host(pos_.data(), pos.data(), sizeof(int32_t) * size_t(N));
   const int64_t widest = std::max({C, QKV, HD, 2 * F});
-  dres_.assign(Nl * C, 0.0f);
-  dln_.assign(N * widest, 0.0f);
-  dqkv_.assign(N * QKV, 0.0f);
-  datt_.assign(N * HD, 0.0f);
-  dhmid_.assign(N * F, 0.0f);
-  tmp_.assign(N * C, 0.0f);
+  dres_.assign_zero(Nl * C);
+  dln_.assign_zero(N * widest);
+  dqkv_.assign_zero(N * QKV);
+  datt_.assign_zero(N * HD);
+  dhmid_.assign_zero(N * F);
+  tmp_.assign_zero(N * C);
   if (plan_.tp_size > 1) {
-    sp_ln_f32_.assign(Nl * C, 0.0f);  // float norm outputs (and the final norm's in every mode)
-    sp_ln_bf16_.clear();
-    sp_ln_f32x_.clear();
-    if (precision_ != Precision::fp32 && float_operands_)
-      sp_ln_f32x_.assign(Nl * C, bf16_in_f32{0.0f});
-    else if (precision_ != Precision::fp32)
-      sp_ln_bf16_.assign(Nl * C, bf16{0});
-    sp_tmp_.assign(Nl * C, 0.0f);
-    logits_.assign(N * d.V, 0.0f);
-    row_max_.assign(size_t(N) * plan_.tp_size, 0.0f);
-    row_stats_.assign(3 * size_t(N), 0.0f);
+    sp_ln_.assign_zero(Nl * C * int64_t(sizeof(float)));  // a norm output as floats or operands
+    sp_tmp_.assign_zero(Nl * C);
+    logits_.assign_zero(N * d.V);
+    row_max_.assign_zero(N * plan_.tp_size);
+    row_stats_.assign_zero(3 * N);
   }
 }
 
@@ -192,20 +182,16 @@ void LlamaModel::use_slot(int slot) {
   acts_.lnf = f + lay.lnf.base;
   acts_.lnf_rstd = f + lay.lnf_rstd.base;
   acts_.losses = f + lay.losses.base;
-  // The matmul-only tensors, in the dtype the matmuls read (one of the two arenas stays empty).
-  auto take_inputs = [&](auto& arena, auto& m) {
-    auto* q = arena.data() + int64_t(slot) * slot_inputs_;
-    m.ln1 = at(q, lay.ln1);
-    m.ln2 = at(q, lay.ln2);
-    m.hmid = at(q, lay.hmid);
-    m.dh13 = q + lay.dh13.base;
+  // The matmul-only tensors, in the backend's operand form: the layout's elements scaled to its bytes.
+  const int64_t ob = int64_t(k_.operand_bytes());
+  std::byte* q = mm_arena_.data() + int64_t(slot) * slot_inputs_ * ob;
+  auto operands = [&](Slot s) {
+    return OperandLayers{PerLayer<std::byte>{q + s.scratch * ob, q + s.base * ob, s.stride * ob, s.first_saved}};
   };
-  if (precision_ == Precision::fp32)
-    take_inputs(mm_arena_f32_, mm_f32_);
-  else if (float_operands_)
-    take_inputs(mm_arena_f32x_, mm_f32x_);
-  else
-    take_inputs(mm_arena_bf16_, mm_bf16_);
+  mm_.ln1 = operands(lay.ln1);
+  mm_.ln2 = operands(lay.ln2);
+  mm_.hmid = operands(lay.hmid);
+  mm_.dh13 = Operand{q + lay.dh13.base * ob};
 }
 
 const float* LlamaModel::stage_output(int slot) const {

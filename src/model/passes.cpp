@@ -1,4 +1,4 @@
-// Llama forward / backward over the cpu:: kernels, one kernel call per line. Forward and backward are
+// Llama forward / backward over the model's backend (k_, model/kernels.h), one kernel call per line. Forward and backward are
 // mirror images: backward calls the same layers in exact reverse order. The residual-stream gradient
 // dres_ flows through in place (rmsnorm_backward accumulates into it). Tensor and sequence
 // parallelism enter only through the steps at the top (identity on one rank), at the points
@@ -6,11 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 #include "core/error.h"
-#include "kernels/cpu/ops.h"
-#include "model/backend.h"
 #include "model/llama.h"
 #include "parallel/comm_pairs.h"
 #include "parallel/communicator.h"
@@ -19,47 +16,46 @@ namespace llamatrain::model {
 
 // ---- tensor / sequence parallel steps (identity on a single rank) ----
 
-template <typename A>
-A* LlamaModel::sp_norm_buffer() {
-  if constexpr (std::is_same_v<A, float>)
-    return sp_ln_f32_.data();
-  else if constexpr (std::is_same_v<A, bf16_in_f32>)
-    return sp_ln_f32x_.data();
-  else
-    return sp_ln_bf16_.data();
-}
-
-template <typename A>
-void LlamaModel::norm_for_matmul(A* out, float* rstd, const float* x, const float* weight) {
+void LlamaModel::norm_for_matmul(Operand out, float* rstd, const float* x, const float* weight) {
   const int64_t N = int64_t(B_) * T_, Nl = stage_tokens(B_, T_);
   const int C = dims_.C;
   if (!plan_.sequence_parallel) {  // copy_to_tp: the replicated norm output feeds the column-parallel matmul
-    cpu::rmsnorm_forward(out, rstd, x, weight, int(N), C, config_.norm_eps);
+    k_.rmsnorm_forward(out, rstd, x, weight, int(N), C, config_.norm_eps);
     return;
   }
-  // gather_from_sp: this rank's tokens, then all of them. bf16 travels as pairs packed in floats
-  // (a gather moves bits only; C is even), bf16_in_f32 as floats.
-  A* local = sp_norm_buffer<A>();
-  cpu::rmsnorm_forward(local, rstd, x, weight, int(Nl), C, config_.norm_eps);
-  if constexpr (std::is_same_v<A, float>)
-    parallel::gather_from_sp_forward(out, local, size_t(Nl), size_t(C), *tp_);
-  else if constexpr (std::is_same_v<A, bf16_in_f32>)
-    parallel::gather_from_sp_forward(reinterpret_cast<float*>(out), reinterpret_cast<const float*>(local), size_t(Nl),
-                                     size_t(C), *tp_);
-  else
-    tp_->all_gather(reinterpret_cast<float*>(out), reinterpret_cast<const float*>(local), size_t(Nl * C / 2));
+  k_.rmsnorm_forward(Operand{sp_ln_.data()}, rstd, x, weight, int(Nl), C, config_.norm_eps);
+  gather_norm_output(out.p, k_.operand_bytes());
+}
+
+void LlamaModel::norm_for_matmul(float* out, float* rstd, const float* x, const float* weight) {
+  const int64_t N = int64_t(B_) * T_, Nl = stage_tokens(B_, T_);
+  const int C = dims_.C;
+  if (!plan_.sequence_parallel) {
+    k_.rmsnorm_forward(out, rstd, x, weight, int(N), C, config_.norm_eps);
+    return;
+  }
+  k_.rmsnorm_forward(reinterpret_cast<float*>(sp_ln_.data()), rstd, x, weight, int(Nl), C, config_.norm_eps);
+  gather_norm_output(out, sizeof(float));
+}
+
+void LlamaModel::gather_norm_output(void* out, size_t bytes) {
+  // gather_from_sp: this rank's tokens, then all of them. A gather moves bits only, so any operand
+  // form travels as floats (bf16 as pairs packed in floats: C is even).
+  const int64_t Nl = stage_tokens(B_, T_), C = dims_.C;
+  parallel::gather_from_sp_forward(static_cast<float*>(out), reinterpret_cast<const float*>(sp_ln_.data()),
+                                   size_t(Nl), size_t(C) * bytes / sizeof(float), *tp_);
 }
 
 void LlamaModel::add_to_residual(float* out, const float* x, float* partial) {
   const int64_t N = int64_t(B_) * T_, Nl = stage_tokens(B_, T_), C = dims_.C;
   if (plan_.tp_size == 1) {
-    cpu::residual_forward(out, x, partial, N * C);
+    k_.residual_forward(out, x, partial, N * C);
   } else if (plan_.sequence_parallel) {
     parallel::reduce_scatter_to_sp_forward(sp_tmp_.data(), partial, size_t(Nl), size_t(C), *tp_);
-    cpu::residual_forward(out, x, sp_tmp_.data(), Nl * C);
+    k_.residual_forward(out, x, sp_tmp_.data(), Nl * C);
   } else {
     parallel::reduce_from_tp_forward(partial, partial, size_t(N * C), *tp_);
-    cpu::residual_forward(out, x, partial, N * C);
+    k_.residual_forward(out, x, partial, N * C);
   }
 }
 
@@ -94,67 +90,67 @@ void LlamaModel::forward_body(const int32_t* tokens, const float* input, int B, 
   ensure_activations(B, T);
   const int64_t N = int64_t(B) * T, Nl = stage_tokens(B, T), C = dims_.C;
   if (!plan_.first_stage()) {
-    std::memcpy(acts_.x0, input, sizeof(float) * size_t(Nl * C));  // the previous stage's output
+    k_.copy_from_host(acts_.x0, input, sizeof(float) * size_t(Nl * C));  // the previous stage's output
   } else {
     check_tokens(tokens);
+    tokens = device_ids(tokens_, tokens);
     if (plan_.tp_size == 1) {
-      cpu::embedding_forward(acts_.x0, tokens, params_.wte, int(N), int(C));  // x = embed_tokens(input_ids)
+      k_.embedding_forward(acts_.x0, tokens, params_.wte, int(N), int(C));  // x = embed_tokens(input_ids)
     } else {
       // Vocabulary-parallel embedding: this rank's rows, zeros for the others' tokens, summed over TP.
       float* part = tmp_.data();
-      cpu::vocab_parallel_embedding_forward(part, tokens, params_.wte, dims_.vocab_begin, dims_.V_valid, int(N),
-                                            int(C));
+      k_.vocab_parallel_embedding_forward(part, tokens, params_.wte, dims_.vocab_begin, dims_.V_valid, int(N),
+                                          int(C));
       if (plan_.sequence_parallel)
         parallel::reduce_scatter_to_sp_forward(acts_.x0, part, size_t(Nl), size_t(C), *tp_);
       else
         parallel::reduce_from_tp_forward(acts_.x0, part, size_t(N * C), *tp_);
     }
   }
-  with_matmul_inputs([&](const auto& m) { forward_layers(m); });
+  for (int l = 0; l < dims_.L; l++) forward_layer(l, false);
   if (!plan_.last_stage()) return;
   const float* last = acts_.out[dims_.L - 1];
   norm_for_matmul(acts_.lnf, acts_.lnf_rstd, last, params_.norm);  // final norm (all tokens: the lm head's input)
 }
 
-template <typename A>
-void LlamaModel::forward_layers(const MatmulInputs<A>& m) {
-  for (int l = 0; l < dims_.L; l++) forward_layer(l, m, false);
+const int32_t* LlamaModel::device_ids(Buffer<int32_t>& staging, const int32_t* host) {
+  const int64_t N = int64_t(B_) * T_;
+  if (!k_.host_memory() && int64_t(staging.size()) < N) staging.assign_zero(N);
+  return k_.input_ids(staging.data(), host, N);
 }
 
-template <typename A>
-void LlamaModel::forward_layer(int l, const MatmulInputs<A>& m, bool for_backward) {
+void LlamaModel::forward_layer(int l, bool for_backward) {
   const LocalDims& d = dims_;
   const int B = B_, T = T_;
   const int N = B * T, C = d.C, F = d.F, H = d.H, Hkv = d.Hkv, D = d.D;
   const int HD = d.HD(), QKV = d.QKV();
-  const auto ct = compute_type(precision_);
   const ParameterTensors& w = params_;
   const ActivationTensors& a = acts_;
+  const MatmulInputs& m = mm_;
   const float* x = l == 0 ? a.x0 : a.out[l - 1];  // (Nl, C) layer input
   const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
   const float* wo = w.wo + int64_t(l) * C * HD;
   const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
   const float* w2 = w.w2 + int64_t(l) * C * F;
 
-  norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);                         // input_ln
-  cpu::matmul_forward(a.qkv[l], m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);                       // q, k, v
-  cpu::rope_forward(a.qkv[l], pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);                  // rotate q, k
-  cpu::attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D);                             // causal GQA
-  cpu::matmul_forward(tmp_.data(), a.att[l], wo, bf16_of(wo), N, HD, C, ct);                         // o_proj
-  add_to_residual(a.resid[l], x, tmp_.data());                                                       // h = x + attn
-  norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);                 // post_attn_ln
-  cpu::matmul_forward(a.h13[l], m.ln2[l], w13, bf16_of(w13), N, C, 2 * F, ct);                      // gate | up
-  cpu::swiglu_forward(m.hmid[l], a.h13[l], N, F);                                                    // silu(g) * u
+  norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);          // input_ln
+  k_.matmul_forward(a.qkv[l], m.ln1[l], wqkv, N, C, QKV);                             // q, k, v
+  k_.rope_forward(a.qkv[l], pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);     // rotate q, k
+  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D);                // causal GQA
+  k_.matmul_forward(tmp_.data(), a.att[l], wo, N, HD, C);                             // o_proj
+  add_to_residual(a.resid[l], x, tmp_.data());                                        // h = x + attn
+  norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);  // post_attn_ln
+  k_.matmul_forward(a.h13[l], m.ln2[l], w13, N, C, 2 * F);                            // gate | up
+  k_.swiglu_forward(m.hmid[l], a.h13[l], N, F);                                       // silu(g) * u
   if (for_backward) return;  // the backward needs nothing past this point (out is saved)
-  cpu::matmul_forward(tmp_.data(), m.hmid[l], w2, bf16_of(w2), N, F, C, ct);                         // down_proj
-  add_to_residual(a.out[l], a.resid[l], tmp_.data());                                                // h + mlp
+  k_.matmul_forward(tmp_.data(), m.hmid[l], w2, N, F, C);                             // down_proj
+  add_to_residual(a.out[l], a.resid[l], tmp_.data());                                 // h + mlp
 }
 
-template <typename A>
-void LlamaModel::recompute_layer(int l, const MatmulInputs<A>& m) {
+void LlamaModel::recompute_layer(int l) {
   if (l >= recompute_layers_) return;
   if (recompute_ == Recompute::full) {
-    forward_layer(l, m, true);
+    forward_layer(l, true);
     return;
   }
   if (recompute_ != Recompute::selective) return;
@@ -163,11 +159,12 @@ void LlamaModel::recompute_layer(int l, const MatmulInputs<A>& m) {
   const int N = B_ * T_, C = d.C;
   const ParameterTensors& w = params_;
   const ActivationTensors& a = acts_;
+  const MatmulInputs& m = mm_;
   const float* x = l == 0 ? a.x0 : a.out[l - 1];
   norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);
-  cpu::attention_forward(a.att[l], a.lse[l], a.qkv[l], B_, T_, d.H, d.Hkv, d.D);
+  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B_, T_, d.H, d.Hkv, d.D);
   norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);
-  cpu::swiglu_forward(m.hmid[l], a.h13[l], N, d.F);
+  k_.swiglu_forward(m.hmid[l], a.h13[l], N, d.F);
 }
 
 int64_t LlamaModel::count_valid(const int32_t* targets) const {
@@ -183,9 +180,7 @@ int64_t LlamaModel::count_valid(const int32_t* targets) const {
 }
 
 float LlamaModel::mean_loss(int64_t num_valid) const {
-  const int64_t N = int64_t(B_) * T_;
-  double sum = 0;
-  for (int64_t n = 0; n < N; n++) sum += acts_.losses[n];
+  const double sum = k_.sum(acts_.losses, int64_t(B_) * T_);
   return num_valid > 0 ? float(sum / double(num_valid)) : 0.0f;
 }
 
@@ -243,19 +238,18 @@ StepStats LlamaModel::stage_backward(int slot, const int32_t* tokens, const int3
 
 void LlamaModel::lmhead_ce(const int32_t* targets, float dloss, bool backward) {
   const int N = B_ * T_;
+  targets = device_ids(targets_, targets);
   if (plan_.tp_size > 1) {
     vocab_parallel_lmhead_ce(targets, dloss, backward);
     return;
   }
   // lm head + cross-entropy (+ their gradient) in one pass over row chunks, over the vocab_size real
   // rows of wout: the padding rows after them get no logit and no gradient.
-  const auto ct = compute_type(precision_);
   if (backward)
-    cpu::lmhead_ce_backward(acts_.losses, dln_.data(), grads_.wout, acts_.lnf, params_.wout, bf16_of(params_.wout),
-                            targets, dloss, N, config_.dim, config_.vocab_size, ct);
+    k_.lmhead_ce_backward(acts_.losses, dln_.data(), grads_.wout, acts_.lnf, params_.wout, targets, dloss, N,
+                          config_.dim, config_.vocab_size);
   else
-    cpu::lmhead_ce_forward(acts_.losses, acts_.lnf, params_.wout, bf16_of(params_.wout), targets, N, config_.dim,
-                           config_.vocab_size, ct);
+    k_.lmhead_ce_forward(acts_.losses, acts_.lnf, params_.wout, targets, N, config_.dim, config_.vocab_size);
 }
 
 void LlamaModel::vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, bool backward) {
@@ -266,27 +260,26 @@ void LlamaModel::vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, b
   // -inf and sums of 0.
   const int N = B_ * T_, V = dims_.V_valid, C = dims_.C;
   const int64_t v0 = dims_.vocab_begin;
-  const auto ct = compute_type(precision_);
   float* logits = logits_.data();  // (N, V), then their exponentials, then dlogits
-  if (V > 0) cpu::matmul_forward(logits, acts_.lnf, params_.wout, bf16_of(params_.wout), N, C, V, ct);
+  if (V > 0) k_.matmul_forward(logits, acts_.lnf, params_.wout, N, C, V);
   float* local_max = row_max_.data() + int64_t(tp_->rank()) * N;
-  cpu::vocab_parallel_ce_max(local_max, logits, N, V);
+  k_.vocab_parallel_ce_max(local_max, logits, N, V);
   tp_->all_gather(row_max_.data(), local_max, size_t(N));  // in place: (TP, N)
   float* partials = row_stats_.data();                     // (N, 2) sum of exponentials, target logit
   float* global_max = row_stats_.data() + 2 * int64_t(N);  // (N)
-  cpu::vocab_parallel_ce_partials(partials, global_max, logits, row_max_.data(), plan_.tp_size, targets, v0, N, V);
+  k_.vocab_parallel_ce_partials(partials, global_max, logits, row_max_.data(), plan_.tp_size, targets, v0, N, V);
   tp_->all_reduce(partials, size_t(2 * N));
-  cpu::vocab_parallel_ce_forward(acts_.losses, global_max, partials, targets, N);
+  k_.vocab_parallel_ce_forward(acts_.losses, global_max, partials, targets, N);
   if (!backward) return;
   // dlogits in place of the exponentials (bf16 values in bf16 compute, as the fused kernel's); then the
   // lm head's backward, whose input gradient is this rank's part of the sum over the vocabulary
   // (own_tokens reduces it).
-  cpu::vocab_parallel_ce_backward(logits, partials, targets, v0, dloss, N, V, precision_ != Precision::fp32);
+  k_.vocab_parallel_ce_backward(logits, partials, targets, v0, dloss, N, V);
   if (V == 0) {
-    std::fill(dln_.begin(), dln_.begin() + int64_t(N) * C, 0.0f);
+    k_.zero(dln_.data(), sizeof(float) * size_t(N) * C);
     return;
   }
-  cpu::matmul_backward(dln_.data(), grads_.wout, logits, acts_.lnf, params_.wout, bf16_of(params_.wout), N, C, V, ct);
+  k_.matmul_backward(dln_.data(), grads_.wout, logits, acts_.lnf, params_.wout, N, C, V);
 }
 
 void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput) {
@@ -299,46 +292,46 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   if (plan_.last_stage()) {
     // lm head + cross-entropy + their gradient, then the final norm.
     lmhead_ce(targets, dloss, true);
-    std::fill(dres_.begin(), dres_.end(), 0.0f);
+    k_.zero(dres_.data(), dres_.size() * sizeof(float));
     const float* last = a.out[dims_.L - 1];
     const float* dlnf = own_tokens(dln_.data());
-    cpu::rmsnorm_backward(dres_.data(), g.norm, dlnf, last, w.norm, a.lnf_rstd, int(Nl), C);
+    k_.rmsnorm_backward(dres_.data(), g.norm, dlnf, last, w.norm, a.lnf_rstd, int(Nl), C);
     report_ready(-1);
   } else {
-    std::memcpy(dres_.data(), doutput, sizeof(float) * size_t(Nl * C));  // from the next stage
+    k_.copy_from_host(dres_.data(), doutput, sizeof(float) * size_t(Nl * C));  // from the next stage
   }
   // The embedding and every layer tensor frozen (model.freeze): nothing before the head trains, and
   // a first stage has no earlier stage to pass the gradient to.
   if (plan_.first_stage() && !g.wte && !g.attn_norm && !g.wqkv && !g.wo && !g.ffn_norm && !g.w13 && !g.w2) return;
-  with_matmul_inputs([&](const auto& m) { backward_layers(m); });
+  backward_layers();
   if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
   if (g.wte == nullptr) return;      // a frozen embedding
+  tokens = device_ids(tokens_, tokens);
   if (plan_.tp_size == 1) {
-    cpu::embedding_backward(g.wte, dres_.data(), tokens, int(N), C);
+    k_.embedding_backward(g.wte, dres_.data(), tokens, int(N), C);
     report_ready(dims_.L);
     return;
   }
   const float* dx = all_tokens(dres_.data());  // this rank's vocabulary rows of the embedding
-  cpu::vocab_parallel_embedding_backward(g.wte, dx, tokens, dims_.vocab_begin, dims_.V_valid, int(N), C);
+  k_.vocab_parallel_embedding_backward(g.wte, dx, tokens, dims_.vocab_begin, dims_.V_valid, int(N), C);
   report_ready(dims_.L);
 }
 
-template <typename A>
-void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
+void LlamaModel::backward_layers() {
   const LocalDims& d = dims_;
   const int B = B_, T = T_;
   const int N = B * T, Nl = int(stage_tokens(B, T)), C = d.C, F = d.F, H = d.H, Hkv = d.Hkv, D = d.D;
   const int HD = d.HD(), QKV = d.QKV();
-  const auto ct = compute_type(precision_);
   const ParameterTensors& w = params_;
   ParameterTensors& g = grads_;
   const ActivationTensors& a = acts_;
+  const MatmulInputs& m = mm_;
   float* dres = dres_.data();  // (Nl, C) gradient of the residual stream, flowing backward
   float* dln = dln_.data();
-  A* dh13 = m.dh13;            // (N, 2F)
+  const Operand dh13 = m.dh13;  // (N, 2F)
 
   for (int l = d.L - 1; l >= 0; l--) {
-    recompute_layer(l, m);
+    recompute_layer(l);
     const float* x = l == 0 ? a.x0 : a.out[l - 1];
     const float* wqkv = w.wqkv + int64_t(l) * QKV * C;
     const float* wo = w.wo + int64_t(l) * C * HD;
@@ -354,25 +347,19 @@ void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
     float* dattn_norm = layer_grad(g.attn_norm, C);
 
     // dres holds d(out); out = resid + down(hmid), so d(resid) = dres + (MLP branch gradient).
-    cpu::matmul_backward(dhmid_.data(), dw2, all_tokens(dres), m.hmid[l], w2, bf16_of(w2), N, F, C, ct);  // down_proj
-    cpu::swiglu_backward(dh13, dhmid_.data(), a.h13[l], N, F);                                           // silu(g) * u
-    cpu::matmul_backward(dln, dw13, dh13, m.ln2[l], w13, bf16_of(w13), N, C, 2 * F, ct);                 // gate | up
-    cpu::rmsnorm_backward(dres, dffn_norm, own_tokens(dln), a.resid[l],
-                          w.ffn_norm + int64_t(l) * C, a.ln2_rstd[l], Nl, C);                            // post_attn_ln
+    k_.matmul_backward(dhmid_.data(), dw2, all_tokens(dres), m.hmid[l], w2, N, F, C);          // down_proj
+    k_.swiglu_backward(dh13, dhmid_.data(), a.h13[l], N, F);                                   // silu(g) * u
+    k_.matmul_backward(dln, dw13, dh13, m.ln2[l], w13, N, C, 2 * F);                           // gate | up
+    k_.rmsnorm_backward(dres, dffn_norm, own_tokens(dln), a.resid[l], w.ffn_norm + int64_t(l) * C,
+                        a.ln2_rstd[l], Nl, C);                                                 // post_attn_ln
     // dres now holds d(resid); resid = x + o_proj(att).
-    cpu::matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, bf16_of(wo), N, HD, C, ct);  // o_proj
-    cpu::attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D);
-    if constexpr (std::is_same_v<A, bf16_in_f32>) {
-      // dqkv's only use is this matmul: rounded to bf16 values in RoPE's pass, it is read as is.
-      cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta, true);     // rotate q, k
-      cpu::matmul_backward(dln, dwqkv, reinterpret_cast<const bf16_in_f32*>(dqkv_.data()), m.ln1[l], wqkv,
-                           bf16_of(wqkv), N, C, QKV, ct);                                                // q, k, v
-    } else {
-      cpu::rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);            // rotate q, k
-      cpu::matmul_backward(dln, dwqkv, dqkv_.data(), m.ln1[l], wqkv, bf16_of(wqkv), N, C, QKV, ct);      // q, k, v
-    }
-    cpu::rmsnorm_backward(dres, dattn_norm, own_tokens(dln), x, w.attn_norm + int64_t(l) * C,
-                          a.ln1_rstd[l], Nl, C);                                                         // input_ln
+    k_.matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, N, HD, C);           // o_proj
+    k_.attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D);
+    // dqkv's only use is the next matmul: RoPE's pass may leave it in the operand form's values.
+    k_.rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta, true);  // rotate q, k
+    k_.matmul_backward(dln, dwqkv, MatIn::prepared(dqkv_.data()), m.ln1[l], wqkv, N, C, QKV);  // q, k, v
+    k_.rmsnorm_backward(dres, dattn_norm, own_tokens(dln), x, w.attn_norm + int64_t(l) * C, a.ln1_rstd[l], Nl,
+                        C);                                                                    // input_ln
     // dres now holds d(x), the gradient of this layer's input.
     report_ready(l);
   }
@@ -381,9 +368,15 @@ void LlamaModel::backward_layers(const MatmulInputs<A>& m) {
 void LlamaModel::logits(float* out) {
   CHECK(B_ > 0, "logits() before forward()");
   CHECK(!is_sharded(), "logits() of a model-parallel rank");
-  const int N = B_ * T_;
-  cpu::matmul_forward(out, acts_.lnf, params_.wout, bf16_of(params_.wout), N, config_.dim, config_.vocab_size,
-                      compute_type(precision_));
+  const int N = B_ * T_, V = config_.vocab_size;
+  if (k_.host_memory()) {
+    k_.matmul_forward(out, acts_.lnf, params_.wout, N, config_.dim, V);
+    return;
+  }
+  Buffer<float> dev(&k_);
+  dev.assign_zero(int64_t(N) * V);
+  k_.matmul_forward(dev.data(), acts_.lnf, params_.wout, N, config_.dim, V);
+  k_.copy_to_host(out, dev.data(), sizeof(float) * size_t(N) * V);
 }
 
 }  // namespace llamatrain::model

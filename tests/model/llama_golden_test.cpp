@@ -1,7 +1,8 @@
 // The whole model against the PyTorch reference (tools/reference/gen_golden.py, computed in float64):
 // logits, loss, every parameter gradient, and 10 AdamW steps (losses, pre-clip grad norms, final
 // parameters), for MHA, GQA, tied embeddings and odd sizes; then bf16-mixed and bf16-sr within
-// bounds derived from bf16's precision.
+// bounds derived from bf16's precision. Each on the CPU backend and on the reference backend
+// (kernels/ref behind model/kernels.h), so the oracle itself is checked against PyTorch end to end.
 //
 // Error metric per tensor: max|got - want| / max|want| (relative to the tensor's scale). Elementwise
 // relative error is meaningless for values near zero (many gradient entries are ~1e-9).
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "io/hf_checkpoint.h"
@@ -59,11 +61,18 @@ double rel_err(const float* got, const std::vector<float>& want, size_t* worst =
   return d.relative();
 }
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {};
+class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, model::Device>> {
+ protected:
+  std::string name() const { return std::get<0>(GetParam()); }
+  model::Device device() const { return std::get<1>(GetParam()); }
+  std::unique_ptr<model::LlamaModel> load(const Golden& gold, model::Precision p) const {
+    return io::load_hf_model(gold.dir, p, device());
+  }
+};
 
 TEST_P(GoldenTest, Fp32LogitsLossGradients) {
-  Golden gold(GetParam());
-  auto model = io::load_hf_model(gold.dir, model::Precision::fp32);
+  Golden gold(name());
+  auto model = load(gold, model::Precision::fp32);
   const auto& c = model->config();
   model->zero_grad();
   const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
@@ -85,7 +94,7 @@ TEST_P(GoldenTest, Fp32LogitsLossGradients) {
     EXPECT_LT(err, 1e-5) << "grad of " << t.hf_name << " (worst element " << worst << ": got "
                          << model->grad_data()[t.offset + worst] << ", want " << want[worst] << ")";
   }
-  std::printf("%s fp32: loss rel err %.2e, logits %.2e, worst gradient %.2e\n", GetParam().c_str(),
+  std::printf("%s fp32: loss rel err %.2e, logits %.2e, worst gradient %.2e\n", (name() + "/" + model::device_name(device())).c_str(),
               std::abs(stats.loss - want_loss) / std::abs(want_loss), e, worst_grad);
 }
 
@@ -101,8 +110,8 @@ model::AdamWConfig golden_adamw(const Golden& gold) {
 }
 
 TEST_P(GoldenTest, Fp32TenAdamWSteps) {
-  Golden gold(GetParam());
-  auto model = io::load_hf_model(gold.dir, model::Precision::fp32);
+  Golden gold(name());
+  auto model = load(gold, model::Precision::fp32);
   const auto opt = golden_adamw(gold);
   const auto losses = gold.f32("adamw.losses");
   const auto norms = gold.f32("adamw.grad_norms");
@@ -147,14 +156,14 @@ void expect_adamw_curve(model::LlamaModel& model, const Golden& gold, double rel
 // (about one bf16 ulp, 2^-8 = 3.9e-3), so the bound is 4 ulp = 1.5e-2. The loss, an average over many
 // tokens, moves much less (measured <= 1.7e-4 relative over the 10 steps); bound 2e-3.
 TEST_P(GoldenTest, Bf16MixedTracksReference) {
-  Golden gold(GetParam());
-  auto model = io::load_hf_model(gold.dir, model::Precision::bf16_mixed);
+  Golden gold(name());
+  auto model = load(gold, model::Precision::bf16_mixed);
   model->forward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
   std::vector<float> logits(size_t(gold.B) * gold.T * model->config().vocab_size);
   model->logits(logits.data());
   const double logits_err = rel_err(logits.data(), gold.f32("logits"));
   EXPECT_LT(logits_err, 1.5e-2) << "bf16-mixed logits";
-  std::printf("%s bf16-mixed: logits rel err %.2e\n", GetParam().c_str(), logits_err);
+  std::printf("%s bf16-mixed: logits rel err %.2e\n", (name() + "/" + model::device_name(device())).c_str(), logits_err);
   expect_adamw_curve(*model, gold, 2e-3, "bf16-mixed");
 }
 
@@ -164,12 +173,17 @@ TEST_P(GoldenTest, Bf16MixedTracksReference) {
 // (unbiased, always a neighbouring bf16, independent of thread count) is tested at kernel level in
 // tests/kernels/cpu_vs_ref_elementwise_test.cpp.
 TEST_P(GoldenTest, Bf16StochasticRoundingTracksReference) {
-  Golden gold(GetParam());
-  auto model = io::load_hf_model(gold.dir, model::Precision::bf16_sr);
+  Golden gold(name());
+  auto model = load(gold, model::Precision::bf16_sr);
   expect_adamw_curve(*model, gold, 3e-3, "bf16-sr");
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::Values("mha_untied", "gqa", "tied", "odd"));
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
+                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd"),
+                                            ::testing::Values(model::Device::cpu, model::Device::ref)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + model::device_name(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace llamatrain
