@@ -4,7 +4,8 @@
 # skipped (SKIP_RETURN_CODE) or disabled, and gtest cases inside a passing test binary that called
 # GTEST_SKIP, which ctest itself counts as passed. Cases whose reason says "on this CPU" (a kernel
 # this CPU lacks, such as oneDNN's bf16 matmul without AVX-512) are listed apart: no package brings
-# them. Exit status 0 when nothing else was skipped, 3 when something was.
+# them; so are the CUDA tests' cases on a machine without a GPU (reason "needs an NVIDIA GPU: ...").
+# Exit status 0 when nothing else was skipped, 3 when something was.
 # Usage: bash scripts/skipped_tests.sh build/release/test-results.xml
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: bash scripts/skipped_tests.sh JUNIT_FILE" >&2; exit 2; }
@@ -22,7 +23,7 @@ awk '
   }
   function emit(what, why) {
     sub(/^ +/, "", why)
-    if (why ~ /on this CPU/) { cpu_out = cpu_out sprintf("  %s: %s\n", what, why); n_cpu++; return }
+    if (why ~ /on this CPU|needs an NVIDIA GPU/) { cpu_out = cpu_out sprintf("  %s: %s\n", what, why); n_cpu++; return }
     out = out sprintf("  %s: %s\n", what, (why == "" ? "(no reason given)" : why))
     n++
   }
@@ -49,7 +50,7 @@ awk '
     if (in_why) { if (line == "") in_why = 0; else case_why = case_why " " line }
   }
   END {
-    if (n_cpu > 0) printf "test: %d case(s) not for this CPU:\n%s", n_cpu, cpu_out
+    if (n_cpu > 0) printf "test: %d case(s) not for this machine (its CPU, or no GPU):\n%s", n_cpu, cpu_out
     if (n == 0) { print "test: no test skipped"; exit 0 }
     printf "test: %d test(s) skipped, each for want of something scripts/setup.sh installs:\n%s", n, out
     exit 3

@@ -1,6 +1,157 @@
-// CUDA backend stub: llamatrain was configured without CUDA. The cuda:: kernels (same names as
-// kernels/cpu/ops.h) will live in kernels/cuda/*.cu when a GPU build exists; until then this file
-// reports the backend as unavailable so callers can say so plainly.
+// CUDA backend stub: llamatrain was configured without CUDA (no nvcc found, or LLAMATRAIN_CUDA=OFF).
+// It defines every function of kernels/cuda/ops.h so callers link without #ifdefs: device_count()
+// is 0 with the reason, and every other call throws an Error saying how to build with CUDA.
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cuda/ops.h"
+
 namespace llamatrain::cuda {
+
+namespace {
+
+constexpr const char* kReason = "llamatrain was built without CUDA";
+
+[[noreturn]] void unavailable(const char* what) {
+  fail("cuda::{}: {}; hint: install the CUDA toolkit and configure with -DLLAMATRAIN_CUDA=ON", what, kReason);
+}
+
+}  // namespace
+
+int device_count() { return 0; }
 bool available() { return false; }
+std::string no_device_reason() { return kReason; }
+std::string device_name() { unavailable("device_name"); }
+void* stream() { unavailable("stream"); }
+void* device_alloc(size_t) { unavailable("device_alloc"); }
+void device_free(void* p) {
+  if (p) unavailable("device_free");
+}
+void copy_to_device(void*, const void*, size_t) { unavailable("copy_to_device"); }
+void copy_to_host(void*, const void*, size_t) { unavailable("copy_to_host"); }
+void copy_device(void*, const void*, size_t) { unavailable("copy_device"); }
+void fill_zero(void*, size_t) { unavailable("fill_zero"); }
+void synchronize() { unavailable("synchronize"); }
+
+void embedding_forward(float*, const int32_t*, const float*, int, int) { unavailable("embedding_forward"); }
+void embedding_backward(float*, const float*, const int32_t*, int, int) { unavailable("embedding_backward"); }
+void vocab_parallel_embedding_forward(float*, const int32_t*, const float*, int64_t, int, int, int) {
+  unavailable("vocab_parallel_embedding_forward");
+}
+void vocab_parallel_embedding_backward(float*, const float*, const int32_t*, int64_t, int, int, int) {
+  unavailable("vocab_parallel_embedding_backward");
+}
+
+template <typename T>
+void rmsnorm_forward(T*, float*, const float*, const float*, int, int, float) {
+  unavailable("rmsnorm_forward");
+}
+template void rmsnorm_forward(float*, float*, const float*, const float*, int, int, float);
+template void rmsnorm_forward(bf16*, float*, const float*, const float*, int, int, float);
+template void rmsnorm_forward(bf16_in_f32*, float*, const float*, const float*, int, int, float);
+void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*, int, int) {
+  unavailable("rmsnorm_backward");
+}
+
+template <typename TI>
+void matmul_forward(float*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType) {
+  unavailable("matmul_forward");
+}
+template void matmul_forward(float*, const float*, const float*, Bf16Weight, int, int, int, ComputeType);
+template void matmul_forward(float*, const bf16*, const float*, Bf16Weight, int, int, int, ComputeType);
+template void matmul_forward(float*, const bf16_in_f32*, const float*, Bf16Weight, int, int, int, ComputeType);
+template <typename TD, typename TI>
+void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType) {
+  unavailable("matmul_backward");
+}
+#define INSTANTIATE_MATMUL_BACKWARD(TD, TI)                                                                   \
+  template void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, \
+                                ComputeType);
+INSTANTIATE_MATMUL_BACKWARD(float, float)
+INSTANTIATE_MATMUL_BACKWARD(float, bf16)
+INSTANTIATE_MATMUL_BACKWARD(float, bf16_in_f32)
+INSTANTIATE_MATMUL_BACKWARD(bf16, float)
+INSTANTIATE_MATMUL_BACKWARD(bf16, bf16)
+INSTANTIATE_MATMUL_BACKWARD(bf16, bf16_in_f32)
+INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, float)
+INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, bf16)
+INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, bf16_in_f32)
+
+void rope_forward(float*, const int32_t*, int, int, int, int, float) { unavailable("rope_forward"); }
+void rope_backward(float*, const int32_t*, int, int, int, int, float, bool) { unavailable("rope_backward"); }
+
+void attention_forward(float*, float*, const float*, int, int, int, int, int) { unavailable("attention_forward"); }
+void attention_backward(float*, const float*, const float*, const float*, const float*, int, int, int, int, int) {
+  unavailable("attention_backward");
+}
+
+void attention_decode(float*, float*, const float*, const float*, int, int, int, int) {
+  unavailable("attention_decode");
+}
+
+template <typename T>
+void swiglu_forward(T*, const float*, int, int) {
+  unavailable("swiglu_forward");
+}
+template <typename T>
+void swiglu_backward(T*, const float*, const float*, int, int) {
+  unavailable("swiglu_backward");
+}
+template void swiglu_forward(float*, const float*, int, int);
+template void swiglu_forward(bf16*, const float*, int, int);
+template void swiglu_forward(bf16_in_f32*, const float*, int, int);
+template void swiglu_backward(float*, const float*, const float*, int, int);
+template void swiglu_backward(bf16*, const float*, const float*, int, int);
+template void swiglu_backward(bf16_in_f32*, const float*, const float*, int, int);
+
+void residual_forward(float*, const float*, const float*, int64_t) { unavailable("residual_forward"); }
+
+void lmhead_ce_forward(float*, const float*, const float*, Bf16Weight, const int32_t*, int, int, int, ComputeType) {
+  unavailable("lmhead_ce_forward");
+}
+void lmhead_ce_backward(float*, float*, float*, const float*, const float*, Bf16Weight, const int32_t*, float, int, int,
+                        int, ComputeType) {
+  unavailable("lmhead_ce_backward");
+}
+int64_t lmhead_ce_scratch_bytes(int, int, int, ComputeType, bool) { return 0; }
+bool bf16_operands_as_floats(int, int, int) { return false; }
+std::optional<bool> bf16_operands_as_floats_known(int, int, int) { return false; }
+
+void vocab_parallel_ce_max(float*, const float*, int, int) { unavailable("vocab_parallel_ce_max"); }
+void vocab_parallel_ce_partials(float*, float*, float*, const float*, int, const int32_t*, int64_t, int, int) {
+  unavailable("vocab_parallel_ce_partials");
+}
+void vocab_parallel_ce_forward(float*, const float*, const float*, const int32_t*, int) {
+  unavailable("vocab_parallel_ce_forward");
+}
+void vocab_parallel_ce_backward(float*, const float*, const int32_t*, int64_t, float, int, int, bool) {
+  unavailable("vocab_parallel_ce_backward");
+}
+
+void adamw_update(float*, float*, float*, const float*, int64_t, float, float, float, float, float, int, float) {
+  unavailable("adamw_update");
+}
+template <typename T>
+void adamw_update_bf16_copy(float*, T*, float*, float*, const float*, int64_t, float, float, float, float, float, int,
+                            float) {
+  unavailable("adamw_update_bf16_copy");
+}
+template void adamw_update_bf16_copy(float*, bf16*, float*, float*, const float*, int64_t, float, float, float, float,
+                                     float, int, float);
+template void adamw_update_bf16_copy(float*, bf16_in_f32*, float*, float*, const float*, int64_t, float, float, float,
+                                     float, float, int, float);
+void adamw_update_bf16_sr(bf16*, bf16*, bf16*, float*, const float*, int64_t, float, float, float, float, float, int,
+                          float, uint64_t, uint32_t, uint64_t) {
+  unavailable("adamw_update_bf16_sr");
+}
+
+double sum_squares(const float*, int64_t) { unavailable("sum_squares"); }
+
+void fill_constant(float*, int64_t, float) { unavailable("fill_constant"); }
+void fill_normal(float*, int64_t, float, uint64_t, uint32_t, uint64_t) { unavailable("fill_normal"); }
+
+void bf16_from_float(bf16*, const float*, int64_t) { unavailable("bf16_from_float"); }
+void bf16_from_float(bf16_in_f32*, const float*, int64_t) { unavailable("bf16_from_float"); }
+void float_from_bf16(float*, const bf16*, int64_t) { unavailable("float_from_bf16"); }
+
 }  // namespace llamatrain::cuda

@@ -1,0 +1,182 @@
+// AdamW (fp32, fp32 + bf16 copy, bf16 with stochastic rounding), sum_squares, parameter init and the
+// bf16 conversions: one thread per element (grid-stride), each element computed by rng_device.cuh's
+// functions, the same code the tests run on the host against cpu::, so bf16-sr rounds and
+// fill_normal draws exactly as the CPU backend does. The per-call AdamW scalars are computed on the
+// host in fp64, as kernels/cpu/adamw.cpp computes them.
+// sum_squares: each block sums its elements' squares in fp64 in a fixed order, the block partials
+// are summed on the host in block order: the result does not depend on timing.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/bf16.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/rng_device.cuh"
+#include "kernels/cuda/store.cuh"
+
+namespace llamatrain::cuda {
+
+using detail::cuda_stream;
+using detail::grid_for;
+
+namespace {
+
+rng::AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                                float grad_scale) {
+  const double bc1 = 1.0 - std::pow(double(beta1), step);
+  const double bc2 = 1.0 - std::pow(double(beta2), step);
+  return {float(double(lr) / bc1),   float(std::sqrt(bc2)),      float(1.0 - double(lr) * weight_decay),
+          beta1,                     beta2,                      float(1.0 - double(beta1)),
+          float(1.0 - double(beta2)), eps,                       grad_scale};
+}
+
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void adamw_kernel(float* param, float* m, float* v, const float* grad, int64_t n, rng::AdamwScalars s) {
+  GRID_STRIDE(i, n) {
+    float p = param[i], mi = m[i], vi = v[i];
+    rng::adamw_element(p, mi, vi, grad[i], s);
+    param[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+template <typename T>
+__global__ void adamw_copy_kernel(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n,
+                                  rng::AdamwScalars s) {
+  GRID_STRIDE(i, n) {
+    float p = param[i], mi = m[i], vi = v[i];
+    rng::adamw_element(p, mi, vi, grad[i], s);
+    param[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+    detail::put(param_bf16 + i, p);
+  }
+}
+
+__global__ void adamw_bf16_sr_kernel(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n,
+                                     rng::AdamwScalars s, uint64_t seed, uint32_t step, uint32_t tensor_id,
+                                     uint64_t first_element) {
+  GRID_STRIDE(i, n) {
+    uint16_t p = param[i].bits, mi = m[i].bits, vi = v[i].bits;
+    rng::adamw_bf16_sr_element(p, mi, vi, grad[i], s, seed, step, tensor_id, first_element + uint64_t(i));
+    param[i].bits = p;
+    m[i].bits = mi;
+    v[i].bits = vi;
+    if (param_f32) param_f32[i] = rng::bf16_bits_to_float(p);
+  }
+}
+
+constexpr int kReduceThreads = 256;
+constexpr int kReduceBlocks = 1024;
+
+__global__ void sum_squares_kernel(double* partials, const float* x, int64_t n) {
+  __shared__ double shared[32];
+  double acc = 0.0;
+  GRID_STRIDE(i, n) acc += double(x[i]) * x[i];
+  acc = detail::block_sum(acc, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void fill_constant_kernel(float* out, int64_t n, float value) {
+  GRID_STRIDE(i, n) out[i] = value;
+}
+
+__global__ void fill_normal_kernel(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) {
+  GRID_STRIDE(i, n) out[i] = std * rng::random_normal(seed, stream, first + uint64_t(i));
+}
+
+__global__ void bf16_from_float_kernel(bf16* out, const float* in, int64_t n) {
+  GRID_STRIDE(i, n) out[i].bits = rng::bf16_bits_rne(in[i]);
+}
+
+__global__ void bf16_in_f32_from_float_kernel(bf16_in_f32* out, const float* in, int64_t n) {
+  GRID_STRIDE(i, n) out[i].value = rng::bf16_bits_to_float(rng::bf16_bits_rne(in[i]));
+}
+
+__global__ void float_from_bf16_kernel(float* out, const bf16* in, int64_t n) {
+  GRID_STRIDE(i, n) out[i] = rng::bf16_bits_to_float(in[i].bits);
+}
+
+}  // namespace
+
+void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int step, float grad_scale) {
+  if (n <= 0) return;
+  adamw_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(
+      param, m, v, grad, n, adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale));
+  CUDA_CHECK_LAUNCH("adamw_kernel");
+}
+
+template <typename T>
+void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale) {
+  if (n <= 0) return;
+  adamw_copy_kernel<T><<<grid_for(n), 256, 0, cuda_stream()>>>(
+      param, param_bf16, m, v, grad, n, adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale));
+  CUDA_CHECK_LAUNCH("adamw_copy_kernel");
+}
+template void adamw_update_bf16_copy(float*, bf16*, float*, float*, const float*, int64_t, float, float, float, float,
+                                     float, int, float);
+template void adamw_update_bf16_copy(float*, bf16_in_f32*, float*, float*, const float*, int64_t, float, float, float,
+                                     float, float, int, float);
+
+void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                          uint64_t seed, uint32_t tensor_id, uint64_t first_element) {
+  if (n <= 0) return;
+  adamw_bf16_sr_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(
+      param, m, v, param_f32, grad, n, adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale), seed,
+      uint32_t(step), tensor_id, first_element);
+  CUDA_CHECK_LAUNCH("adamw_bf16_sr_kernel");
+}
+
+double sum_squares(const float* x, int64_t n) {
+  if (n <= 0) return 0.0;
+  const unsigned blocks = std::min(grid_for(n, kReduceThreads), unsigned(kReduceBlocks));
+  auto* partials = static_cast<double*>(detail::scratch(detail::kScratchReduce, blocks * sizeof(double)));
+  sum_squares_kernel<<<blocks, kReduceThreads, 0, cuda_stream()>>>(partials, x, n);
+  CUDA_CHECK_LAUNCH("sum_squares_kernel");
+  std::vector<double> host(blocks);
+  copy_to_host(host.data(), partials, blocks * sizeof(double));
+  double total = 0.0;
+  for (double p : host) total += p;
+  return total;
+}
+
+void fill_constant(float* out, int64_t n, float value) {
+  if (n <= 0) return;
+  fill_constant_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, n, value);
+  CUDA_CHECK_LAUNCH("fill_constant_kernel");
+}
+
+void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) {
+  if (n <= 0) return;
+  fill_normal_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, n, std, seed, stream, first);
+  CUDA_CHECK_LAUNCH("fill_normal_kernel");
+}
+
+void bf16_from_float(bf16* out, const float* in, int64_t n) {
+  if (n <= 0) return;
+  bf16_from_float_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, in, n);
+  CUDA_CHECK_LAUNCH("bf16_from_float_kernel");
+}
+
+void bf16_from_float(bf16_in_f32* out, const float* in, int64_t n) {
+  if (n <= 0) return;
+  bf16_in_f32_from_float_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, in, n);
+  CUDA_CHECK_LAUNCH("bf16_in_f32_from_float_kernel");
+}
+
+void float_from_bf16(float* out, const bf16* in, int64_t n) {
+  if (n <= 0) return;
+  float_from_bf16_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, in, n);
+  CUDA_CHECK_LAUNCH("float_from_bf16_kernel");
+}
+
+}  // namespace llamatrain::cuda

@@ -1,0 +1,160 @@
+// The CUDA runtime side of the backend: device queries that never throw, the module's stream,
+// allocation and copies, the growing scratch slots, and the errors every CUDA / cuBLASLt failure
+// becomes (llamatrain::Error: the call, the CUDA error name and string, file and line).
+// cudart is linked statically; it loads the driver (libcuda) at the first call, so a machine without
+// one runs everything else and device_count() says 0 with the reason.
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+
+namespace llamatrain::cuda {
+
+namespace detail {
+
+void raise_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  std::string hint;
+  if (err == cudaErrorMemoryAllocation) hint = "; hint: the GPU is out of memory: use a smaller batch or model";
+  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
+    hint = "; hint: check the NVIDIA driver with nvidia-smi";
+  throw Error(fmt::format("CUDA call {} failed: {} ({}) at {}:{}{}", call, cudaGetErrorString(err),
+                          cudaGetErrorName(err), file, line, hint));
+}
+
+void raise_cublas_error(int status, const char* call, const char* file, int line) {
+  throw Error(fmt::format("cuBLASLt call {} failed with status {} at {}:{}; hint: the shape or data types may "
+                          "have no cuBLASLt kernel on this GPU",
+                          call, status, file, line));
+}
+
+void raise_error(const std::string& message) { throw Error(message); }
+
+cudaStream_t cuda_stream() {
+  static std::once_flag once;
+  static cudaStream_t s = nullptr;
+  std::call_once(once, [] { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); });
+  return s;
+}
+
+void* scratch(int slot, size_t bytes) {
+  static std::mutex mutex;
+  static void* blocks[kScratchSlots] = {};
+  static size_t sizes[kScratchSlots] = {};
+  CHECK(slot >= 0 && slot < kScratchSlots, "scratch slot {}", slot);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (bytes > sizes[slot]) {
+    if (blocks[slot]) CUDA_CHECK(cudaFree(blocks[slot]));  // waits for the work that used it
+    blocks[slot] = nullptr;
+    sizes[slot] = 0;
+    const size_t want = bytes + bytes / 8;  // room to grow a little before the next reallocation
+    CUDA_CHECK(cudaMalloc(&blocks[slot], want));
+    sizes[slot] = want;
+  }
+  return blocks[slot];
+}
+
+}  // namespace detail
+
+namespace {
+
+// The first device query's answer, kept: (count, reason).
+struct DeviceState {
+  int count = 0;
+  std::string reason;
+};
+
+const DeviceState& device_state() {
+  static const DeviceState state = [] {
+    DeviceState s;
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err == cudaErrorInsufficientDriver) {
+      // Either no driver at all or one too old for this runtime: libcuda's presence tells which.
+      void* libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+      if (!libcuda) libcuda = dlopen("libcuda.so.1", RTLD_LAZY);
+      if (!libcuda) {
+        s.reason = "no NVIDIA driver (libcuda) on this machine";
+      } else {
+        dlclose(libcuda);
+        s.reason = "the NVIDIA driver is too old for CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
+                   std::to_string(CUDART_VERSION % 1000 / 10) + "; hint: update the driver";
+      }
+    } else if (err == cudaErrorNoDevice || (err == cudaSuccess && n == 0)) {
+      s.reason = "no CUDA device";
+    } else if (err != cudaSuccess) {
+      s.reason = std::string("CUDA: ") + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")";
+    }
+    if (err == cudaSuccess && n > 0) s.count = n;
+    cudaGetLastError();  // a failed query must not stay as the sticky last error
+    return s;
+  }();
+  return state;
+}
+
+}  // namespace
+
+int device_count() { return device_state().count; }
+
+bool available() { return device_count() > 0; }
+
+std::string no_device_reason() { return device_state().reason; }
+
+std::string device_name() {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  return prop.name;
+}
+
+void* stream() { return detail::cuda_stream(); }
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  if (bytes == 0) return nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    throw Error(fmt::format("cudaMalloc of {} bytes failed: {} ({} of {} bytes free); hint: use a smaller batch, "
+                            "sequence or model",
+                            bytes, cudaGetErrorString(err), free_bytes, total));
+  }
+  return p;
+}
+
+void device_free(void* p) {
+  if (p) CUDA_CHECK(cudaFree(p));
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, detail::cuda_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(detail::cuda_stream()));  // src may be freed once this returns
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, detail::cuda_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(detail::cuda_stream()));
+}
+
+void copy_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, detail::cuda_stream()));
+}
+
+void fill_zero(void* p, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, detail::cuda_stream()));
+}
+
+void synchronize() { CUDA_CHECK(cudaStreamSynchronize(detail::cuda_stream())); }
+
+}  // namespace llamatrain::cuda
