@@ -113,9 +113,16 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
 
 std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::Precision precision,
                                                  model::Device device) {
-  auto m = std::make_unique<model::LlamaModel>(read_hf_config(dir), precision, 1234, model::ShardPlan{}, nullptr,
-                                               device);
-  load_hf_weights(*m, dir);
+  const model::LlamaConfig c = read_hf_config(dir);
+  auto m = std::make_unique<model::LlamaModel>(c, precision, 1234, model::ShardPlan{}, nullptr, device);
+  if (m->device() == model::Device::cpu || m->device() == model::Device::ref) {
+    load_hf_weights(*m, dir);
+    return m;
+  }
+  // A device of its own memory: read on the host, then copy over.
+  model::LlamaModel host(c, model::Precision::fp32);
+  load_hf_weights(host, dir);
+  m->copy_params_from_host(host.param_data());
   return m;
 }
 

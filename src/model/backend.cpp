@@ -22,7 +22,6 @@ double matmul_gflops(Precision p, int M, int N, int K, double seconds) {
   return cpu::measure_matmul_gflops(M, N, K, compute_type(p), seconds);
 }
 
-// The fastest of at least 3 calls of f, timed until `seconds` have passed (after one warm-up call).
 template <typename F>
 double fastest_call_s(F&& f, double seconds) {
   f();
@@ -37,6 +36,30 @@ double fastest_call_s(F&& f, double seconds) {
   return fastest;
 }
 
+double matmul_gflops(Device d, Precision p, int M, int N, int K, double seconds) {
+  if (d != Device::cuda) return matmul_gflops(p, M, N, K, seconds);
+  // (M,K) x (N,K)^T through the device's own matmul on random values (zeros can run faster), timed
+  // with the queue drained around each call.
+  std::unique_ptr<Kernels> k = make_kernels(d, p);
+  Buffer<float> x(k.get()), w(k.get()), out(k.get());
+  x.assign_zero(int64_t(M) * K);
+  w.assign_zero(int64_t(N) * K);
+  out.assign_zero(int64_t(M) * N);
+  k->fill_normal(x.data(), int64_t(M) * K, 1.0f, 1, 0, 0);
+  k->fill_normal(w.data(), int64_t(N) * K, 0.02f, 1, 1, 0);
+  Buffer<bf16> master(k.get());
+  if (p == Precision::bf16_sr) master.assign_zero(int64_t(N) * K);
+  k->bind_weights(w.data(), p == Precision::bf16_sr ? master.data() : nullptr, int64_t(N) * K);
+  const double s = fastest_call_s(
+      [&] {
+        k->matmul_forward(out.data(), x.data(), w.data(), M, K, N);
+        k->synchronize();
+      },
+      seconds);
+  return 2.0 * M * N * double(K) / s / 1e9;
+}
+
+// The fastest of at least 3 calls of f, timed until `seconds` have passed (after one warm-up call).
 double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds) {
   const size_t qkv = size_t(B) * T * (H + 2 * Hkv) * D, out = size_t(B) * T * H * D;
   std::vector<float> q(qkv), dq(qkv), o(out), dout(out), lse(size_t(B) * H * T);

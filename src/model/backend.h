@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "model/kernels.h"
 #include "model/modes.h"
 
 namespace llamatrain::cpu {
@@ -18,8 +19,9 @@ namespace llamatrain::model {
 cpu::ComputeType compute_type(Precision p);
 
 // GFLOP/s (2*M*N*K flop per call) of an (M,N,K) matmul in the precision's compute type, timed for
-// about `seconds` of wall time (the fastest of at least 3 calls).
+// about `seconds` of wall time (the fastest of at least 3 calls), on the CPU or on a device's kernels.
 double matmul_gflops(Precision p, int M, int N, int K, double seconds);
+double matmul_gflops(Device d, Precision p, int M, int N, int K, double seconds);
 
 // FLOP/s (causal: obs::step_flops's attention term) of the attention kernel's forward and backward
 // on B sequences of T tokens with H query and Hkv key/value heads of D, timed for about `seconds`.

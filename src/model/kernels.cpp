@@ -7,6 +7,8 @@ namespace llamatrain::model {
 
 std::unique_ptr<Kernels> make_cpu_kernels(Precision p);
 std::unique_ptr<Kernels> make_ref_kernels(Precision p);
+std::unique_ptr<Kernels> make_cuda_kernels(Precision p);
+bool cuda_device_usable(std::string* why);
 
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu;
@@ -26,11 +28,7 @@ const char* device_name(Device d) {
 
 size_t operand_bytes(OperandForm f) { return f == OperandForm::bf16 ? 2 : 4; }
 
-bool device_usable(Device d, std::string* why) {
-  if (d != Device::cuda) return true;
-  if (why) *why = "this build of llamatrain has no CUDA backend for the model";
-  return false;
-}
+bool device_usable(Device d, std::string* why) { return d != Device::cuda || cuda_device_usable(why); }
 
 Device choose_device(const std::string& name, const std::string& what) {
   if (name == "auto") return device_usable(Device::cuda) ? Device::cuda : Device::cpu;
@@ -51,9 +49,8 @@ std::unique_ptr<Kernels> make_kernels(Device d, Precision p) {
     case Device::ref: return make_ref_kernels(p);
     case Device::cuda: break;
   }
-  std::string why;
-  device_usable(d, &why);
-  fail("device cuda: {}\nhint: use the cpu device", why);
+  if (std::string why; !device_usable(d, &why)) fail("device cuda: {}\nhint: use the cpu device", why);
+  return make_cuda_kernels(p);
 }
 
 }  // namespace llamatrain::model

@@ -67,6 +67,8 @@ class Kernels {
 
   virtual Device device() const = 0;
   Precision precision() const { return precision_; }
+  // Waits for the work queued so far (a device that runs the kernels asynchronously).
+  virtual void synchronize() {}
   // Whether Buffer memory is host memory (the communicators, checkpoints and io read it directly).
   virtual bool host_memory() const = 0;
 

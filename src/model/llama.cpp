@@ -151,8 +151,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
   num_params_ = specs_.back().offset + specs_.back().numel;
   for (const ParamSpec& s : specs_)
     if (s.frozen) num_frozen_ += s.numel;
-  CHECK(k_.host_memory() || (plan_.is_single() && plan_.pp_size == 1),
-        "device {}: one process holds the whole model (no tensor or pipeline parallelism)", device_name(device));
+  if (!k_.host_memory() && !plan_.is_single())
+    fail("device {}: a model split over ranks (tensor or pipeline parallelism) runs on the cpu\nhint: set "
+         "tensor_model_parallel_size and pipeline_model_parallel_size to 1, or use the cpu device",
+         device_name(device));
   param_arena_.assign_zero(num_params_);
   if (precision_ == Precision::bf16_sr) master_bf16_.assign_zero(num_params_);
   bind_weights();
@@ -198,7 +200,28 @@ ParameterTensors LlamaModel::grads() {
 
 float* LlamaModel::grad_data() {
   ensure_training_state();
-  return grad_arena_.data();
+  return host(grad_arena_.data(), "the gradients");
+}
+
+void LlamaModel::copy_params_to_host(float* out) const {
+  k_.copy_to_host(out, param_arena_.data(), sizeof(float) * size_t(num_params_));
+}
+
+void LlamaModel::copy_params_from_host(const float* in) {
+  k_.copy_from_host(param_arena_.data(), in, sizeof(float) * size_t(num_params_));
+  params_changed();
+}
+
+void LlamaModel::copy_grads_to_host(float* out) {
+  ensure_training_state();
+  k_.copy_to_host(out, grad_arena_.data(), sizeof(float) * size_t(num_trainable()));
+}
+
+void LlamaModel::fail_not_host(const char* what) const {
+  fail("device {}: this step reads {} of the model in host memory, and on this device llamatrain runs bench only "
+       "(loading, saving and exporting weights, checkpoints, model parallelism and decoding run on the cpu)\nhint: use "
+       "the cpu device (--device cpu, trainer.accelerator=cpu)",
+       device_name(k_.device()), what);
 }
 
 LlamaModel::~LlamaModel() = default;
@@ -389,6 +412,7 @@ const ParamSpec* LlamaModel::find_param(std::string_view name) const {
 
 std::vector<StateTensor> LlamaModel::state_tensors() {
   ensure_training_state();
+  host(param_arena_.data(), "the weights and optimizer state");
   const bool sr = precision_ == Precision::bf16_sr;
   std::vector<StateTensor> out;
   const int64_t lo = shard_begin_, hi = shard_end();

@@ -169,6 +169,7 @@ class LlamaModel {
   bool is_sharded() const { return !plan_.is_single(); }
   Precision precision() const { return precision_; }
   Device device() const { return kernels_->device(); }
+  void synchronize() { k_.synchronize(); }  // waits for the device's queued work (timing)
   // bf16 modes: whether the matmul operands are kept as floats holding bf16 values (the CPU's fp32
   // kernel was the faster one at the first activations' size, or the reference backend), not as bf16.
   bool float_operands() const {
@@ -188,12 +189,18 @@ class LlamaModel {
   // gradient arena (grad_data()), the moments and the optimizer shard index from 0.
   int64_t num_frozen() const { return num_frozen_; }
   int64_t num_trainable() const { return num_params_ - num_frozen_; }
-  float* trainable_param_data() { return param_arena_.data() + num_frozen_; }  // (num_trainable)
+  // The arenas in host memory (the cpu and ref devices; on a device of its own memory, an Error).
+  float* trainable_param_data() { return host(param_arena_.data(), "the weights") + num_frozen_; }  // (num_trainable)
   ParameterTensors params() { return params_; }
   // Gradients and AdamW state are allocated (zeroed) on first use: here, zero_grad, forward_backward
   // or optimizer_step. A model used only for inference (generate) holds just its weights.
   ParameterTensors grads();
-  float* param_data() { return param_arena_.data(); }  // (num_params) fp32 compute copy
+  float* param_data() { return host(param_arena_.data(), "the weights"); }  // (num_params) fp32 compute copy
+  // Copies between host memory and the arenas on any device: the weights (num_params floats; from the
+  // host, then params_changed) and the gradients (num_trainable floats).
+  void copy_params_to_host(float* out) const;
+  void copy_params_from_host(const float* in);
+  void copy_grads_to_host(float* out);
   float* grad_data();                                  // (num_trainable)
 
   // Normal(0, std) matrices and embeddings, ones for norms (counter-based RNG: layout independent).
@@ -359,6 +366,13 @@ class LlamaModel {
   // bf16 modes: the backend's operand form for N tokens (agreed over the TP group).
   void choose_operand_form(int64_t N);
   void bind_weights();  // after the parameter arena moved
+  // p, when the backend's memory is the host's; else an Error naming what needed it there.
+  template <typename T>
+  T* host(T* p, const char* what) const {
+    if (!k_.host_memory()) fail_not_host(what);
+    return p;
+  }
+  [[noreturn]] void fail_not_host(const char* what) const;
   void ensure_training_state();                   // grads and AdamW moments, on first use
 
   LlamaConfig config_;  // the full model

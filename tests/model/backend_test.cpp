@@ -1,7 +1,8 @@
-// The fast CPU backend against the reference backend, whole model: both run the same passes
-// (model/passes.cpp) through model/kernels.h, one over kernels/cpu, one over kernels/ref. On every
-// golden config and in every precision: the loss, the logits, every gradient and three AdamW steps'
-// weights; in the bf16 modes for both of the CPU's operand forms; a frozen model; and decoding.
+// The fast backends against the reference backend, whole model: all run the same passes
+// (model/passes.cpp) through model/kernels.h, over kernels/cpu, kernels/cuda (where a GPU is usable)
+// and kernels/ref. On every golden config and in every precision: the loss, the logits, every
+// gradient and three AdamW steps' weights; in the bf16 modes for both of the CPU's operand forms; a
+// frozen model; and decoding.
 //
 // Error metric per tensor: max|cpu - ref| / max|ref|. fp32: the two differ only in summation order
 // (measured below 1e-6 of each tensor's scale; bound 1e-5). bf16 modes: both round the same operands
@@ -90,6 +91,17 @@ Bounds bounds_of(Precision p) {
 // only where the two fp32 results straddle a rounding boundary. Returns the worst gradient error.
 double compare_training(model::LlamaModel& cpu, model::LlamaModel& ref, const Batch& b, int steps,
                         const std::string& label) {
+  // `cpu` is the fast backend under test (cpu or cuda); both are read through host copies.
+  auto grads = [](model::LlamaModel& m) {
+    std::vector<float> g(size_t(m.num_trainable()));
+    m.copy_grads_to_host(g.data());
+    return g;
+  };
+  auto params = [](const model::LlamaModel& m) {
+    std::vector<float> p(size_t(m.num_params()));
+    m.copy_params_to_host(p.data());
+    return p;
+  };
   const Bounds bound = bounds_of(cpu.precision());
   const auto& c = cpu.config();
   model::AdamWConfig opt;
@@ -112,22 +124,24 @@ double compare_training(model::LlamaModel& cpu, model::LlamaModel& ref, const Ba
       EXPECT_LT(e, bound.tensors) << label << " logits";
       worst = std::max(worst, e);
     }
+    const std::vector<float> gc = grads(cpu), gr = grads(ref);
     for (const auto& t : io::hf_tensor_slices(cpu)) {
       const model::ParamSpec* s = cpu.find_param(t.param);
       EXPECT_NE(s, nullptr) << t.param;
       if (s == nullptr || s->frozen) continue;
       const int64_t at = t.offset - s->offset + s->grad_offset;
-      const double e = rel_err(cpu.grad_data() + at, ref.grad_data() + at, numel(t));
+      const double e = rel_err(gc.data() + at, gr.data() + at, numel(t));
       EXPECT_LT(e, bound.tensors) << label << " gradient of " << t.hf_name << " at step " << step;
       worst = std::max(worst, e);
     }
-    std::memcpy(ref.grad_data(), cpu.grad_data(), sizeof(float) * size_t(cpu.num_trainable()));
+    std::memcpy(ref.grad_data(), gc.data(), sizeof(float) * gc.size());
     const float nc = cpu.optimizer_step(opt, opt.lr, step), nr = ref.optimizer_step(opt, opt.lr, step);
     EXPECT_NEAR(nc, nr, 1e-6 * nr) << label << " gradient norm at step " << step;
+    const std::vector<float> pc = params(cpu), pr = params(ref);
     for (const auto& t : io::hf_tensor_slices(cpu)) {
       const size_t n = numel(t);
-      const float* wc = cpu.param_data() + t.offset;
-      const float* wr = ref.param_data() + t.offset;
+      const float* wc = pc.data() + t.offset;
+      const float* wr = pr.data() + t.offset;
       const double e = rel_err(wc, wr, n);
       EXPECT_LT(e, bound.weights) << label << " weights of " << t.hf_name << " after step " << step;
       size_t differ = 0;
@@ -165,6 +179,18 @@ TEST_P(BackendTest, CpuMatchesTheReferenceBackend) {
       EXPECT_EQ(cpu->float_operands(), policy == cpu::MatmulPolicy::f32) << label;
     }
   }
+}
+
+// The CUDA backend against the reference backend, the same way, where a GPU is usable.
+TEST_P(BackendTest, CudaMatchesTheReferenceBackend) {
+  if (std::string why; !model::device_usable(Device::cuda, &why)) GTEST_SKIP() << "needs an NVIDIA GPU: " << why;
+  const auto& [name, precision] = GetParam();
+  const std::string dir = kGolden + name;
+  const Batch b = golden_batch(dir);
+  auto cuda = io::load_hf_model(dir, precision, Device::cuda);
+  auto ref = io::load_hf_model(dir, precision, Device::ref);
+  EXPECT_EQ(cuda->device(), Device::cuda);
+  compare_training(*cuda, *ref, b, 3, name + " " + model::precision_name(precision) + " on cuda");
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, BackendTest,

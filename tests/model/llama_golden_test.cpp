@@ -1,8 +1,9 @@
 // The whole model against the PyTorch reference (tools/reference/gen_golden.py, computed in float64):
 // logits, loss, every parameter gradient, and 10 AdamW steps (losses, pre-clip grad norms, final
 // parameters), for MHA, GQA, tied embeddings and odd sizes; then bf16-mixed and bf16-sr within
-// bounds derived from bf16's precision. Each on the CPU backend and on the reference backend
-// (kernels/ref behind model/kernels.h), so the oracle itself is checked against PyTorch end to end.
+// bounds derived from bf16's precision. Each on the CPU backend, on the reference backend
+// (kernels/ref behind model/kernels.h), so the oracle itself is checked against PyTorch end to end,
+// and on the CUDA backend where a GPU is usable (skipped with the reason elsewhere).
 //
 // Error metric per tensor: max|got - want| / max|want| (relative to the tensor's scale). Elementwise
 // relative error is meaningless for values near zero (many gradient entries are ~1e-9).
@@ -65,10 +66,25 @@ class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, model
  protected:
   std::string name() const { return std::get<0>(GetParam()); }
   model::Device device() const { return std::get<1>(GetParam()); }
+  void SetUp() override {
+    if (std::string why; !model::device_usable(device(), &why)) GTEST_SKIP() << "needs an NVIDIA GPU: " << why;
+  }
   std::unique_ptr<model::LlamaModel> load(const Golden& gold, model::Precision p) const {
     return io::load_hf_model(gold.dir, p, device());
   }
 };
+
+// The weights and gradients in host memory, from any device.
+std::vector<float> host_params(const model::LlamaModel& m) {
+  std::vector<float> out(size_t(m.num_params()));
+  m.copy_params_to_host(out.data());
+  return out;
+}
+std::vector<float> host_grads(model::LlamaModel& m) {
+  std::vector<float> out(size_t(m.num_trainable()));
+  m.copy_grads_to_host(out.data());
+  return out;
+}
 
 TEST_P(GoldenTest, Fp32LogitsLossGradients) {
   Golden gold(name());
@@ -87,12 +103,13 @@ TEST_P(GoldenTest, Fp32LogitsLossGradients) {
   EXPECT_LT(e, 1e-5) << "logits, worst element " << worst;
 
   double worst_grad = 0;
+  const std::vector<float> grads = host_grads(*model);
   for (const auto& t : io::hf_tensor_slices(*model)) {
     const auto want = gold.f32("grad." + t.hf_name);
-    const double err = rel_err(model->grad_data() + t.offset, want, &worst);
+    const double err = rel_err(grads.data() + t.offset, want, &worst);
     worst_grad = std::max(worst_grad, err);
     EXPECT_LT(err, 1e-5) << "grad of " << t.hf_name << " (worst element " << worst << ": got "
-                         << model->grad_data()[t.offset + worst] << ", want " << want[worst] << ")";
+                         << grads[size_t(t.offset) + worst] << ", want " << want[worst] << ")";
   }
   std::printf("%s fp32: loss rel err %.2e, logits %.2e, worst gradient %.2e\n", (name() + "/" + model::device_name(device())).c_str(),
               std::abs(stats.loss - want_loss) / std::abs(want_loss), e, worst_grad);
@@ -128,8 +145,9 @@ TEST_P(GoldenTest, Fp32TenAdamWSteps) {
   // ~1e-5 absolute, ~1e-4 of the tensor scale (mha_untied's lm_head measured 1.003e-4), while the
   // loss curve above stays within 1e-5. Allow 3e-4 of each tensor's scale.
   size_t worst = 0;
+  const std::vector<float> params = host_params(*model);
   for (const auto& t : io::hf_tensor_slices(*model)) {
-    const double err = rel_err(model->param_data() + t.offset, gold.f32("final." + t.hf_name), &worst);
+    const double err = rel_err(params.data() + t.offset, gold.f32("final." + t.hf_name), &worst);
     EXPECT_LT(err, 3e-4) << "final " << t.hf_name << " worst element " << worst;
   }
 }
@@ -180,7 +198,8 @@ TEST_P(GoldenTest, Bf16StochasticRoundingTracksReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
                          ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd"),
-                                            ::testing::Values(model::Device::cpu, model::Device::ref)),
+                                            ::testing::Values(model::Device::cpu, model::Device::ref,
+                                                              model::Device::cuda)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + model::device_name(std::get<1>(info.param));
                          });

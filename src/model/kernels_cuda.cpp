@@ -1,0 +1,236 @@
+// The CUDA backend: model::Kernels over kernels/cuda, on the device of this process. Its Buffers are
+// device memory; token ids are copied to the device per micro-batch, and the loss sum and the
+// gradient norm come back to the host (a step's only round trips). In the bf16 modes operands and the
+// weights' matmul copy are bf16 (the GPU's bf16 gemm is always the faster one). Where llamatrain was
+// built without CUDA the cuda:: functions are stubs: device_count() is 0 and device_usable says why.
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cuda/ops.h"
+#include "model/kernels.h"
+
+namespace llamatrain::model {
+
+namespace {
+
+class CudaKernels final : public Kernels {
+ public:
+  explicit CudaKernels(Precision p)
+      : Kernels(p), ct_(p == Precision::fp32 ? cuda::ComputeType::f32 : cuda::ComputeType::bf16), copy_(this) {
+    form_ = p == Precision::fp32 ? OperandForm::f32 : OperandForm::bf16;
+  }
+
+  Device device() const override { return Device::cuda; }
+  bool host_memory() const override { return false; }
+  void synchronize() override { cuda::synchronize(); }
+
+  void* allocate(size_t bytes) override { return cuda::device_alloc(bytes); }
+  void release(void* p, size_t) noexcept override {
+    try {
+      cuda::device_free(p);
+    } catch (...) {  // a failing free at exit: nothing left to do with the memory
+    }
+  }
+  void zero(void* p, size_t bytes) override { cuda::fill_zero(p, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { cuda::copy_device(dst, src, bytes); }
+  void copy_to_host(void* host, const void* src, size_t bytes) override { cuda::copy_to_host(host, src, bytes); }
+  void copy_from_host(void* dst, const void* host, size_t bytes) override { cuda::copy_to_device(dst, host, bytes); }
+  const int32_t* input_ids(int32_t* staging, const int32_t* host, int64_t n) override {
+    cuda::copy_to_device(staging, host, sizeof(int32_t) * size_t(n));
+    return staging;
+  }
+
+  OperandForm preferred_operand_form(int, int, int) override { return form_; }
+  void use_operand_form(OperandForm f) override { CHECK(f == form_, "the CUDA backend keeps bf16 operands as bf16"); }
+  void bind_weights(float* f32, bf16* master, int64_t n) override {
+    CHECK((master != nullptr) == (precision_ == Precision::bf16_sr));
+    f32_ = f32;
+    master_ = master;
+    n_ = n;
+    copy_.clear();
+    if (precision_ == Precision::bf16_mixed) copy_.assign_zero(n);
+    weights_changed();
+  }
+  void weights_changed() override {
+    if (precision_ == Precision::bf16_mixed) {
+      cuda::bf16_from_float(copy_.data(), f32_, n_);
+    } else if (precision_ == Precision::bf16_sr) {
+      cuda::bf16_from_float(master_, f32_, n_);
+      cuda::float_from_bf16(f32_, master_, n_);
+    }
+  }
+  int64_t weight_copy_bytes() const override { return int64_t(copy_.size()) * 2; }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) override {
+    cuda::embedding_forward(out, tokens, wte, N, C);
+  }
+  void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) override {
+    cuda::embedding_backward(dwte, dout, tokens, N, C);
+  }
+  void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin,
+                                        int V, int N, int C) override {
+    cuda::vocab_parallel_embedding_forward(out, tokens, wte, vocab_begin, V, N, C);
+  }
+  void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
+                                         int V, int N, int C) override {
+    cuda::vocab_parallel_embedding_backward(dwte, dout, tokens, vocab_begin, V, N, C);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int N, int C,
+                       float eps) override {
+    cuda::rmsnorm_forward(out, rstd, x, weight, N, C, eps);
+  }
+  void rmsnorm_forward(Operand out, float* rstd, const float* x, const float* weight, int N, int C,
+                       float eps) override {
+    if (form_ == OperandForm::bf16)
+      cuda::rmsnorm_forward(static_cast<bf16*>(out.p), rstd, x, weight, N, C, eps);
+    else
+      cuda::rmsnorm_forward(static_cast<float*>(out.p), rstd, x, weight, N, C, eps);
+  }
+  void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                        const float* rstd, int N, int C) override {
+    cuda::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, N, C);
+  }
+
+  void matmul_forward(float* out, MatIn inp, const float* weight, int N, int IC, int OC) override {
+    const cuda::Bf16Weight w = weight_copy(weight);
+    if (is_bf16(inp))
+      cuda::matmul_forward(out, static_cast<const bf16*>(inp.p), weight, w, N, IC, OC, ct_);
+    else
+      cuda::matmul_forward(out, static_cast<const float*>(inp.p), weight, w, N, IC, OC, ct_);
+  }
+  void matmul_backward(float* dinp, float* dweight, MatIn dout, MatIn inp, const float* weight, int N, int IC,
+                       int OC) override {
+    const cuda::Bf16Weight w = weight_copy(weight);
+    const auto* df = static_cast<const float*>(dout.p);
+    const auto* dh = static_cast<const bf16*>(dout.p);
+    const auto* xf = static_cast<const float*>(inp.p);
+    const auto* xh = static_cast<const bf16*>(inp.p);
+    if (is_bf16(dout) && is_bf16(inp))
+      cuda::matmul_backward(dinp, dweight, dh, xh, weight, w, N, IC, OC, ct_);
+    else if (is_bf16(dout))
+      cuda::matmul_backward(dinp, dweight, dh, xf, weight, w, N, IC, OC, ct_);
+    else if (is_bf16(inp))
+      cuda::matmul_backward(dinp, dweight, df, xh, weight, w, N, IC, OC, ct_);
+    else
+      cuda::matmul_backward(dinp, dweight, df, xf, weight, w, N, IC, OC, ct_);
+  }
+
+  void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta) override {
+    cuda::rope_forward(x, pos, N, n_heads, row_stride, D, theta);
+  }
+  void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+                     bool) override {
+    cuda::rope_backward(dx, pos, N, n_heads, row_stride, D, theta);  // bf16 operands: the matmul rounds dx
+  }
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D) override {
+    cuda::attention_forward(out, lse, qkv, B, T, H, Hkv, D);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                          int T, int H, int Hkv, int D) override {
+    cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D);
+  }
+  void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
+                        int D) override {
+    cuda::attention_decode(out, scores, q, kv_cache, pos, H, Hkv, D);
+  }
+  void swiglu_forward(float* out, const float* h13, int N, int F) override { cuda::swiglu_forward(out, h13, N, F); }
+  void swiglu_forward(Operand out, const float* h13, int N, int F) override {
+    if (form_ == OperandForm::bf16)
+      cuda::swiglu_forward(static_cast<bf16*>(out.p), h13, N, F);
+    else
+      cuda::swiglu_forward(static_cast<float*>(out.p), h13, N, F);
+  }
+  void swiglu_backward(Operand dh13, const float* dout, const float* h13, int N, int F) override {
+    if (form_ == OperandForm::bf16)
+      cuda::swiglu_backward(static_cast<bf16*>(dh13.p), dout, h13, N, F);
+    else
+      cuda::swiglu_backward(static_cast<float*>(dh13.p), dout, h13, N, F);
+  }
+  void residual_forward(float* out, const float* a, const float* b, int64_t n) override {
+    cuda::residual_forward(out, a, b, n);
+  }
+  void lmhead_ce_forward(float* losses, const float* x, const float* wout, const int32_t* targets, int N, int C,
+                         int V) override {
+    cuda::lmhead_ce_forward(losses, x, wout, weight_copy(wout), targets, N, C, V, ct_);
+  }
+  void lmhead_ce_backward(float* losses, float* dx, float* dwout, const float* x, const float* wout,
+                          const int32_t* targets, float dloss, int N, int C, int V) override {
+    cuda::lmhead_ce_backward(losses, dx, dwout, x, wout, weight_copy(wout), targets, dloss, N, C, V, ct_);
+  }
+  void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V) override {
+    cuda::vocab_parallel_ce_max(local_max, logits, N, V);
+  }
+  void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima, int P,
+                                  const int32_t* targets, int64_t vocab_begin, int N, int V) override {
+    cuda::vocab_parallel_ce_partials(partials, global_max, logits, maxima, P, targets, vocab_begin, N, V);
+  }
+  void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials,
+                                 const int32_t* targets, int N) override {
+    cuda::vocab_parallel_ce_forward(losses, global_max, partials, targets, N);
+  }
+  void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_t* targets, int64_t vocab_begin,
+                                  float dloss, int N, int V) override {
+    cuda::vocab_parallel_ce_backward(exps, partials, targets, vocab_begin, dloss, N, V,
+                                     precision_ != Precision::fp32);
+  }
+
+  void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                    float beta2, float eps, float weight_decay, int step, float grad_scale) override {
+    cuda::adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+  }
+  void adamw_update_mixed(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, int step, float grad_scale) override {
+    cuda::adamw_update_bf16_copy(param, copy_.data() + offset_of(param), m, v, grad, n, lr, beta1, beta2, eps,
+                                 weight_decay, step, grad_scale);
+  }
+  void adamw_update_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                       uint64_t seed, uint32_t tensor_id, uint64_t first_element) override {
+    cuda::adamw_update_bf16_sr(param, m, v, param_f32, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale,
+                               seed, tensor_id, first_element);
+  }
+  double sum_squares(const float* x, int64_t n) override { return cuda::sum_squares(x, n); }
+  double sum(const float* x, int64_t n) override {  // the losses: N floats to the host
+    std::vector<float> h(static_cast<size_t>(n));
+    cuda::copy_to_host(h.data(), x, sizeof(float) * size_t(n));
+    double s = 0;
+    for (const float v : h) s += v;
+    return s;
+  }
+  void fill_constant(float* out, int64_t n, float value) override { cuda::fill_constant(out, n, value); }
+  void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) override {
+    cuda::fill_normal(out, n, std, seed, stream, first);
+  }
+
+ private:
+  bool is_bf16(MatIn m) const { return m.kind == MatIn::Kind::operand && form_ == OperandForm::bf16; }
+  int64_t offset_of(const float* param) const {
+    const int64_t i = param - f32_;
+    CHECK(f32_ != nullptr && i >= 0 && i <= n_, "a matmul weight outside the bound parameter arena");
+    return i;
+  }
+  cuda::Bf16Weight weight_copy(const float* param) const {
+    if (precision_ == Precision::fp32) return nullptr;
+    const int64_t i = offset_of(param);
+    if (precision_ == Precision::bf16_sr) return cuda::Bf16Weight(master_ + i);
+    return cuda::Bf16Weight(copy_.data() + i);
+  }
+
+  cuda::ComputeType ct_;
+  float* f32_ = nullptr;
+  bf16* master_ = nullptr;
+  int64_t n_ = 0;
+  Buffer<bf16> copy_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernels> make_cuda_kernels(Precision p) { return std::make_unique<CudaKernels>(p); }
+
+bool cuda_device_usable(std::string* why) {
+  if (cuda::device_count() > 0) return true;
+  if (why) *why = cuda::no_device_reason();
+  return false;
+}
+
+}  // namespace llamatrain::model
