@@ -33,6 +33,7 @@ struct BenchOptions {
   int seq = 256;
   int batch = 8;
   std::string precision = "bf16-mixed";
+  std::string device = "cpu";
   int steps = 5;
   bool json = false;
   std::vector<std::string> freeze;  // HF name patterns of tensors that do not train (model.freeze)
@@ -85,6 +86,7 @@ void run_bench(const BenchOptions& o) {
   cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);
   cfg.frozen = io::frozen_tensors(cfg, o.freeze, "--freeze");
   const auto precision = model::parse_precision(o.precision);
+  const model::Device device = model::choose_device(o.device, "--device");
   const int B = o.batch, T = o.seq, N = B * T;
   // The operand form of bf16 compute (bf16, or bf16 values in floats where the fp32 kernel is the
   // faster): the known choice, else the larger figure, for the check; probed by the model below.
@@ -100,7 +102,7 @@ void run_bench(const BenchOptions& o) {
   // The largest matmul of the step is the lm head: (N, C) x (C, V).
   const double peak_gflops = model::matmul_gflops(precision, N, cfg.vocab_size, cfg.dim, 1.0);
 
-  model::LlamaModel model(cfg, precision);
+  model::LlamaModel model(cfg, precision, 1234, model::ShardPlan{}, nullptr, device);
   model.init_random();
   model.ensure_activations(B, T);
   std::vector<int32_t> tokens(N), targets(N);
@@ -183,6 +185,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "Sequence length")->capture_default_str()->check(integer_in(1));
   cmd->add_option("--batch", o->batch, "Micro-batch size")->capture_default_str()->check(integer_in(1));
   cmd->add_option("--precision", o->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
+  add_device_option(cmd, &o->device);
   cmd->add_option("--steps", o->steps, "Timed steps (after one warmup)")->capture_default_str()
       ->check(integer_in(1));
   cmd->add_flag("--json", o->json, "One JSON object on stdout");

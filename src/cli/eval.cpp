@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "data/indexed_dataset.h"
@@ -33,6 +34,7 @@ struct EvalArgs {
   int batch = 4;
   int64_t max_windows = 0;
   std::string precision = "fp32";
+  std::string device = "cpu";
   std::string tokenizer;  // "" : MODEL/tokenizer.model if there is one
   bool json = false;
 };
@@ -113,10 +115,11 @@ std::string find_tokenizer(const EvalArgs& a) {
 
 void run_eval(const EvalArgs& a) {
   const auto precision = model::parse_precision(a.precision);
+  const model::Device device = model::choose_device(a.device, "--device");
   const std::string tokenizer_path = find_tokenizer(a);
   std::optional<data::PieceLengths> lengths;
   if (!tokenizer_path.empty()) lengths = data::piece_lengths(data::Tokenizer(tokenizer_path));
-  auto m = io::load_hf_model(a.model_dir, precision);
+  auto m = io::load_hf_model(a.model_dir, precision, device);
   if (a.seq > m->config().max_seq_len)
     fail("--seq-length {}: the model's context is {} tokens, expected at most that", a.seq, m->config().max_seq_len);
   if (!lengths)
@@ -177,6 +180,7 @@ void register_eval(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--precision", a->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
+  add_device_option(cmd, &a->device);
   cmd->add_option("--tokenizer", a->tokenizer,
                   "tokenizer.model the data was made with (default: the model folder's, if it has one)");
   cmd->add_flag("--json", a->json, "one JSON object per dataset on stdout");

@@ -37,6 +37,7 @@ struct GenerateOptions {
   float top_p = 0.9f;
   uint64_t seed = 42;
   std::string precision = "fp32";
+  std::string device = "cpu";
   bool print_ids = false;
 };
 
@@ -78,6 +79,7 @@ void run_generate(const GenerateOptions& o) {
          o.model_dir);
   data::Tokenizer tokenizer(tok_path);
   const auto precision = model::parse_precision(o.precision);
+  const model::Device device = model::choose_device(o.device, "--device");
   const model::LlamaConfig cfg = io::read_hf_config(o.model_dir);
   if (tokenizer.vocab_size() > cfg.vocab_size)
     fail("{}: tokenizer has {} pieces, expected at most vocab_size {} from config.json\nhint: use the "
@@ -98,7 +100,7 @@ void run_generate(const GenerateOptions& o) {
                       "use a machine with more memory (generate keeps an fp32 copy of the weights, plus a bf16 "
                       "one in the bf16 modes)");
   }
-  auto model = io::load_hf_model(o.model_dir, precision);
+  auto model = io::load_hf_model(o.model_dir, precision, device);
   const auto& c = model->config();
   model->reset_cache(int(total));
   std::vector<float> logits(c.vocab_size);
@@ -152,6 +154,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass")->capture_default_str()->check(number_in(0, 1, true));
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--precision", o->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
+  add_device_option(cmd, &o->device);
   cmd->add_flag("--print-ids", o->print_ids, "Print generated token ids instead of text");
   cmd->callback([o] { run_generate(*o); });
 }

@@ -79,4 +79,12 @@ std::string parse_failure_message(const CLI::App* app, const CLI::Error& e) {
   return fmt::format("error: {}\nhint: `{} --help` lists the options, with examples\n", what, command);
 }
 
+CLI::Option* add_device_option(CLI::App* cmd, std::string* device) {
+  return cmd
+      ->add_option("--device", *device,
+                   "cpu | cuda (an NVIDIA GPU; gpu also) | auto (cuda where usable, else cpu) | ref (the reference "
+                   "kernels: slow, for checking results)")
+      ->capture_default_str();
+}
+
 }  // namespace llamatrain::cli

@@ -20,4 +20,7 @@ CLI::Validator number_in(double lo, double hi, bool lo_open = false);
 // unexpected arguments are listed in the order given (CLI11 reverses them).
 std::string parse_failure_message(const CLI::App* app, const CLI::Error& e);
 
+// The --device option of the commands that run a model (model::choose_device reads it).
+CLI::Option* add_device_option(CLI::App* cmd, std::string* device);
+
 }  // namespace llamatrain::cli

@@ -26,13 +26,34 @@ const char* device_name(Device d) {
 
 size_t operand_bytes(OperandForm f) { return f == OperandForm::bf16 ? 2 : 4; }
 
+bool device_usable(Device d, std::string* why) {
+  if (d != Device::cuda) return true;
+  if (why) *why = "this build of llamatrain has no CUDA backend for the model";
+  return false;
+}
+
+Device choose_device(const std::string& name, const std::string& what) {
+  if (name == "auto") return device_usable(Device::cuda) ? Device::cuda : Device::cpu;
+  Device d;
+  try {
+    d = parse_device(name);
+  } catch (const Error&) {
+    fail("{}: got '{}', expected cpu, cuda (or gpu), auto or ref", what, name);
+  }
+  if (std::string why; !device_usable(d, &why))
+    fail("{} {}: {}\nhint: use {}{}cpu", what, name, why, what, what.starts_with("--") ? " " : "=");
+  return d;
+}
+
 std::unique_ptr<Kernels> make_kernels(Device d, Precision p) {
   switch (d) {
     case Device::cpu: return make_cpu_kernels(p);
     case Device::ref: return make_ref_kernels(p);
     case Device::cuda: break;
   }
-  fail("device cuda: this build of llamatrain trains on the CPU only\nhint: use device cpu");
+  std::string why;
+  device_usable(d, &why);
+  fail("device cuda: {}\nhint: use the cpu device", why);
 }
 
 }  // namespace llamatrain::model

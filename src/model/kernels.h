@@ -24,8 +24,14 @@
 namespace llamatrain::model {
 
 enum class Device { cpu, ref, cuda };
-Device parse_device(const std::string& name);  // "cpu" | "ref" | "cuda"; throws Error
+Device parse_device(const std::string& name);  // "cpu" | "ref" | "cuda" (or "gpu"); throws Error
 const char* device_name(Device d);
+// Whether a model can run on d in this process; when not, why (the plain cause and its fix).
+bool device_usable(Device d, std::string* why = nullptr);
+// A device as users name it (`what` names the option or key for errors): cpu, ref, cuda or gpu, or
+// auto (cuda where usable, else cpu). A named device that is not usable here is an Error that says
+// why.
+Device choose_device(const std::string& name, const std::string& what);
 
 // The storage of matmul-only activations (norm and SwiGLU outputs, the gate|up gradient) and of the
 // weights' matmul copy: fp32 values, bf16, or bf16 values held in floats.

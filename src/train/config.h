@@ -26,6 +26,7 @@ struct TrainerConfig {
   int devices = 0;                     // processes per node
   int num_nodes = 0;
   model::Precision precision = model::Precision::fp32;  // 32 | bf16-mixed | bf16 (stochastic rounding)
+  std::string accelerator = "cpu";     // cpu | gpu (cuda) | auto | ref; tpu (XLA configs) trains on the cpu
   int64_t max_steps = 0;               // optimizer steps
   std::optional<int64_t> max_epochs;   // null (NeMo's -1): max_steps ends training
   int64_t log_every_n_steps = 0;

@@ -199,7 +199,12 @@ Schema build_schema() {
          "a step whose loss or gradient norm is not finite is skipped (no update); after this many in a row the "
          "run goes back to the last checkpoint; 0: stop at the first",
          at_least(0));
-  for (const char* k : {"accelerator", "logger", "enable_checkpointing", "replace_sampler_ddp", "use_distributed_sampler",
+  s.key("trainer.accelerator", FIELD(trainer.accelerator), "cpu",
+        "where the model trains: cpu; gpu or cuda (an NVIDIA GPU); auto (a GPU where one is usable, else cpu); ref "
+        "(the reference kernels: slow, for checking results); tpu, from configs written for XLA devices, trains on "
+        "the cpu",
+        {}, "cpu|gpu|cuda|auto|ref|tpu");
+  for (const char* k : {"logger", "enable_checkpointing", "replace_sampler_ddp", "use_distributed_sampler",
                         "benchmark", "enable_model_summary", "num_sanity_val_steps"})
     s.ignored(std::string("trainer.") + k, "Lightning setting with no counterpart here");
 

@@ -202,6 +202,8 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
              m.tensor_model_parallel_size, m.pipeline_model_parallel_size);
   if (m.sequence_parallel && m.tensor_model_parallel_size == 1 && ctx.given("model.sequence_parallel"))
     notes->push_back("model.sequence_parallel has no effect with tensor_model_parallel_size 1");
+  if (t.accelerator == "tpu")
+    notes->push_back("trainer.accelerator tpu (an XLA device, as on Trainium) trains on the cpu here");
 
   // Architecture.
   if (m.init_from) apply_init_from(cfg, ctx);

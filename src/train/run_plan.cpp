@@ -130,6 +130,9 @@ void plan_shapes(const TrainConfig& cfg, RunPlan& p) {
   p.global_batch = m.global_batch_size;
   p.micro_batches = cfg.num_micro_batches();
   p.precision = cfg.trainer.precision;
+  // Lightning's "tpu" is the seeds' XLA (Neuron) path: there is no such device here, so the CPU.
+  const std::string& acc = cfg.trainer.accelerator;
+  p.device = acc == "tpu" ? model::Device::cpu : model::choose_device(acc, "trainer.accelerator");
   // NeMo's activations_checkpoint_*: granularity null | selective | full; with full, method block
   // recomputes the first num_layers layers only, uniform recomputes every layer (each from its own
   // input; a larger num_layers would only keep more layers' activations at once here).

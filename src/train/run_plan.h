@@ -31,6 +31,7 @@ struct RunPlan {
   model::ShardPlan shard;           // this rank's part of it
   std::vector<int> pipeline_split;  // layers per stage (one entry without pipeline parallelism)
   model::Precision precision = model::Precision::fp32;
+  model::Device device = model::Device::cpu;  // trainer.accelerator
   model::Recompute recompute = model::Recompute::none;
   int recompute_layers = -1;        // layers [0, this) recompute; -1: all
   int B = 1, T = 1;                 // micro batch x sequence length

@@ -352,7 +352,8 @@ void Trainer::describe_run(const std::optional<std::string>& resume) {
 
 void Trainer::make_model() {
   const model::LlamaConfig& mc = plan_.model;
-  model_ = std::make_unique<model::LlamaModel>(mc, plan_.precision, uint64_t(cfg_.model.seed), plan_.shard, ranks_.tp);
+  model_ = std::make_unique<model::LlamaModel>(mc, plan_.precision, uint64_t(cfg_.model.seed), plan_.shard, ranks_.tp,
+                                               plan_.device);
   model_->set_recompute(plan_.recompute, plan_.recompute_layers);
   model_->set_activation_slots(plan_.slots);
   if (plan_.zero1) {

@@ -205,7 +205,12 @@ TEST(Config, NeMoLlamaYamlLoadsAndListsIgnoredKeys) {
   ASSERT_FALSE(c.notes.empty());
   const std::string& ignored = c.notes[0];
   EXPECT_EQ(ignored.rfind("ignored (no effect here): ", 0), 0u);
-  for (const char* k : {"trainer.accelerator", "model.persist_layer_norm", "model.bias_activation_fusion",
+  // The fixture's accelerator: tpu (the Neuron configs' XLA device) trains on the CPU, and says so.
+  EXPECT_EQ(t.trainer.accelerator, "tpu");
+  EXPECT_TRUE(std::any_of(c.notes.begin(), c.notes.end(), [](const std::string& n) {
+    return n == "trainer.accelerator tpu (an XLA device, as on Trainium) trains on the cpu here";
+  }));
+  for (const char* k : {"model.persist_layer_norm", "model.bias_activation_fusion",
                         "model.nsys_profile", "exp_manager.checkpoint_callback_params.model_parallel_size",
                         "model.data.validation_ds.metric", "enable_checkpoint_removal_protection"})
     EXPECT_CONTAINS(ignored, k);
