@@ -612,6 +612,9 @@ TEST(CudaVsCpu, SumSquaresInitAndConversions) {
   const double want = cpu::sum_squares(x.data(), n), got = cuda::sum_squares(d_x.get(), n);
   EXPECT_NEAR(got, want, 1e-11 * want);  // fp64 sums in another order
   EXPECT_EQ(cuda::sum_squares(d_x.get(), 0), 0.0);
+  double plain = 0.0;
+  for (float v : x) plain += double(v);
+  EXPECT_NEAR(cuda::sum(d_x.get(), n), plain, 1e-9 * std::sqrt(want));  // a sum near 0: against its scale
 
   DeviceArray<float> d_c(static_cast<size_t>(n)), d_n(static_cast<size_t>(n));
   d_c.poison();

@@ -3,8 +3,8 @@
 // functions, the same code the tests run on the host against cpu::, so bf16-sr rounds and
 // fill_normal draws exactly as the CPU backend does. The per-call AdamW scalars are computed on the
 // host in fp64, as kernels/cpu/adamw.cpp computes them.
-// sum_squares: each block sums its elements' squares in fp64 in a fixed order, the block partials
-// are summed on the host in block order: the result does not depend on timing.
+// sum_squares and sum: each block sums its elements (squared) in fp64 in a fixed order, the block
+// partials are summed on the host in block order: the result does not depend on timing.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -75,12 +75,29 @@ __global__ void adamw_bf16_sr_kernel(bf16* param, bf16* m, bf16* v, float* param
 constexpr int kReduceThreads = 256;
 constexpr int kReduceBlocks = 1024;
 
-__global__ void sum_squares_kernel(double* partials, const float* x, int64_t n) {
+// Each block's fp64 sum of x (kSquares: of x^2) over its grid-stride elements.
+template <bool kSquares>
+__global__ void sum_kernel(double* partials, const float* x, int64_t n) {
   __shared__ double shared[32];
   double acc = 0.0;
-  GRID_STRIDE(i, n) acc += double(x[i]) * x[i];
+  GRID_STRIDE(i, n) acc += kSquares ? double(x[i]) * x[i] : double(x[i]);
   acc = detail::block_sum(acc, shared);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// The block partials summed on the host in block order.
+template <bool kSquares>
+double sum_of(const float* x, int64_t n) {
+  if (n <= 0) return 0.0;
+  const unsigned blocks = std::min(grid_for(n, kReduceThreads), unsigned(kReduceBlocks));
+  auto* partials = static_cast<double*>(detail::scratch(detail::kScratchReduce, blocks * sizeof(double)));
+  sum_kernel<kSquares><<<blocks, kReduceThreads, 0, cuda_stream()>>>(partials, x, n);
+  CUDA_CHECK_LAUNCH("sum_kernel");
+  std::vector<double> host(blocks);
+  copy_to_host(host.data(), partials, blocks * sizeof(double));
+  double total = 0.0;
+  for (double p : host) total += p;
+  return total;
 }
 
 __global__ void fill_constant_kernel(float* out, int64_t n, float value) {
@@ -136,18 +153,9 @@ void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const
   CUDA_CHECK_LAUNCH("adamw_bf16_sr_kernel");
 }
 
-double sum_squares(const float* x, int64_t n) {
-  if (n <= 0) return 0.0;
-  const unsigned blocks = std::min(grid_for(n, kReduceThreads), unsigned(kReduceBlocks));
-  auto* partials = static_cast<double*>(detail::scratch(detail::kScratchReduce, blocks * sizeof(double)));
-  sum_squares_kernel<<<blocks, kReduceThreads, 0, cuda_stream()>>>(partials, x, n);
-  CUDA_CHECK_LAUNCH("sum_squares_kernel");
-  std::vector<double> host(blocks);
-  copy_to_host(host.data(), partials, blocks * sizeof(double));
-  double total = 0.0;
-  for (double p : host) total += p;
-  return total;
-}
+double sum_squares(const float* x, int64_t n) { return sum_of<true>(x, n); }
+
+double sum(const float* x, int64_t n) { return sum_of<false>(x, n); }
 
 void fill_constant(float* out, int64_t n, float value) {
   if (n <= 0) return;

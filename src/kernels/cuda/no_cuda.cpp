@@ -146,6 +146,7 @@ void adamw_update_bf16_sr(bf16*, bf16*, bf16*, float*, const float*, int64_t, fl
 }
 
 double sum_squares(const float*, int64_t) { unavailable("sum_squares"); }
+double sum(const float*, int64_t) { unavailable("sum"); }
 
 void fill_constant(float*, int64_t, float) { unavailable("fill_constant"); }
 void fill_normal(float*, int64_t, float, uint64_t, uint32_t, uint64_t) { unavailable("fill_normal"); }

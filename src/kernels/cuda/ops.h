@@ -154,6 +154,7 @@ void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const
 
 // Sum of squares in fp64 (per-thread fp64 partials, summed in a fixed order); waits for the result.
 double sum_squares(const float* x, int64_t n);
+double sum(const float* x, int64_t n);  // the plain sum (a loss total), the same way
 
 void fill_constant(float* out, int64_t n, float value);
 void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first);
