@@ -34,6 +34,7 @@ struct BenchOptions {
   int batch = 8;
   std::string precision = "bf16-mixed";
   std::string device = "cpu";
+  std::string recompute = "none";
   int steps = 5;
   bool json = false;
   std::vector<std::string> freeze;  // HF name patterns of tensors that do not train (model.freeze)
@@ -91,7 +92,8 @@ void run_bench(const BenchOptions& o) {
   // The operand form of bf16 compute (bf16, or bf16 values in floats where the fp32 kernel is the
   // faster): the known choice, else the larger figure, for the check; probed by the model below.
   const model::ShardPlan whole = model::ShardPlan::single(cfg);
-  const model::TrainingShape shape{precision, B, T};
+  const model::Recompute recompute = model::parse_recompute(o.recompute);
+  const model::TrainingShape shape{precision, B, T, recompute};
   const int64_t avail = available_memory_bytes();
   model::MemoryPlan mem = model::MemoryPlan::for_check(cfg, whole, shape, avail);
   // (a GPU's own memory is checked by its allocator, which names the size it could not get)
@@ -105,6 +107,7 @@ void run_bench(const BenchOptions& o) {
   const double peak_gflops = model::matmul_gflops(device, precision, N, cfg.vocab_size, cfg.dim, 1.0);
 
   model::LlamaModel model(cfg, precision, 1234, model::ShardPlan{}, nullptr, device);
+  model.set_recompute(recompute);
   model.init_random();
   model.ensure_activations(B, T);
   std::vector<int32_t> tokens(N), targets(N);
@@ -189,6 +192,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "Micro-batch size")->capture_default_str()->check(integer_in(1));
   cmd->add_option("--precision", o->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
   add_device_option(cmd, &o->device);
+  cmd->add_option("--recompute", o->recompute,
+                  "none | selective | full: what the backward recomputes (train's "
+                  "activations_checkpoint_granularity)")
+      ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Timed steps (after one warmup)")->capture_default_str()
       ->check(integer_in(1));
   cmd->add_flag("--json", o->json, "One JSON object on stdout");

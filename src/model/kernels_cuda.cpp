@@ -3,8 +3,6 @@
 // gradient norm come back to the host (a step's only round trips). In the bf16 modes operands and the
 // weights' matmul copy are bf16 (the GPU's bf16 gemm is always the faster one). Where llamatrain was
 // built without CUDA the cuda:: functions are stubs: device_count() is 0 and device_usable says why.
-#include <vector>
-
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
 #include "model/kernels.h"
@@ -190,13 +188,7 @@ class CudaKernels final : public Kernels {
                                seed, tensor_id, first_element);
   }
   double sum_squares(const float* x, int64_t n) override { return cuda::sum_squares(x, n); }
-  double sum(const float* x, int64_t n) override {  // the losses: N floats to the host
-    std::vector<float> h(static_cast<size_t>(n));
-    cuda::copy_to_host(h.data(), x, sizeof(float) * size_t(n));
-    double s = 0;
-    for (const float v : h) s += v;
-    return s;
-  }
+  double sum(const float* x, int64_t n) override { return cuda::sum(x, n); }
   void fill_constant(float* out, int64_t n, float value) override { cuda::fill_constant(out, n, value); }
   void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) override {
     cuda::fill_normal(out, n, std, seed, stream, first);
