@@ -21,10 +21,16 @@ ROWS=()
 row() { ROWS+=("$(printf '%-44s %s' "$1" "$2")"); echo "== $1: $2 ($(( $(date +%s) - T0 )) s)"; }
 # part NAME LOG CMD...: runs CMD with its output in $OUT/LOG, and a row with its status
 part() {
-  local name=$1 log=$2
+  local name=$1 log=$2 rc=0
   shift 2
-  if "$@" >"$OUT/$log" 2>&1; then row "$name" "ok  ($log)"; return 0; fi
-  row "$name" "FAILED, exit $?  ($OUT/$log)"
+  "$@" >"$OUT/$log" 2>&1 || rc=$?
+  # gtest's count of cases (a case that skips, with no GPU, passes as far as ctest is concerned)
+  local cases
+  cases=$(grep -hoE '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+' "$OUT/$log" | awk '{s[$2]+=$4} END {
+    for (k in s) printf "%s%d %s", (n++ ? ", " : ""), s[k], tolower(k) }')
+  cases=${cases:+; cases: $cases}
+  if [ $rc = 0 ]; then row "$name" "ok$cases  ($log)"; return 0; fi
+  row "$name" "FAILED, exit $rc$cases  ($OUT/$log)"
   return 1
 }
 
@@ -73,7 +79,9 @@ bench_row() {  # bench_row LABEL ARGS-FOR-BENCH -- ARGS-FOR-THE-PEER
     p=$(python3 tools/reference/gpu_train_step.py --steps "$STEPS" --json "${peer[@]}" 2>>"$OUT/$log" | tail -n 1)
     echo "$p" >>"$OUT/$log"
   fi
-  row "bench $label" "$(python3 - "$j" "$p" <<'PY'
+  local err
+  err=$(grep -m 1 '^error: ' "$OUT/$log" || true)
+  row "bench $label" "$(python3 - "$j" "$p" "${err:-see $OUT/$log}" <<'PY'
 import json, sys
 def load(s):
     try:
@@ -86,7 +94,7 @@ parts = []
 if lt:
     parts.append(f"llamatrain {lt['tokens_per_s']:.0f} tok/s ({100 * lt['gflops'] * 1e9 / peak:.1f}% MFU)")
 else:
-    parts.append("llamatrain FAILED")
+    parts.append("llamatrain FAILED: " + sys.argv[3])
 if pt:
     parts.append(f"pytorch {pt['tokens_per_s']:.0f} tok/s ({100 * pt['tflops'] * 1e12 / peak:.1f}%), "
                  f"peak {pt['peak_gib']:.1f} GiB")
