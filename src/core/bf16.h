@@ -3,6 +3,7 @@
 // before truncation, so E[result] == x (unbiased), as Trainium's stochastic rounding does.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -18,6 +19,24 @@ struct bf16 {
 // that write float or bf16 write it too, rounded.
 struct bf16_in_f32 {
   float value;
+};
+
+// The bf16 values of a weight that bf16 compute multiplies, for the kernels' matmuls: a bf16 copy,
+// or a float copy holding bf16 values. Converts from either pointer, and from nullptr (fp32 compute:
+// no copy).
+struct Bf16Weight {
+  Bf16Weight(std::nullptr_t = nullptr) {}
+  Bf16Weight(const bf16* p) : data(p) {}
+  Bf16Weight(const bf16_in_f32* p) : data(p), is_bf16(false) {}
+  // A float array whose values are already bf16 values (bf16-sr's compute copy of its bf16 master).
+  static Bf16Weight rounded_floats(const float* p) {
+    Bf16Weight w;
+    w.data = p;
+    w.is_bf16 = false;
+    return w;
+  }
+  const void* data = nullptr;
+  bool is_bf16 = true;
 };
 
 inline float to_float(bf16 h) {

@@ -28,23 +28,9 @@ namespace llamatrain::cpu {
 
 enum class ComputeType { f32, bf16 };
 
-// The bf16 values of a weight that bf16 compute multiplies: a bf16 copy, or a float copy holding bf16
-// values (which the fp32 kernel reads as is). Converts from either pointer, so `bf16_copy` and
-// `nullptr` (fp32 compute) read as before.
-struct Bf16Weight {
-  Bf16Weight(std::nullptr_t = nullptr) {}
-  Bf16Weight(const bf16* p) : data(p) {}
-  Bf16Weight(const bf16_in_f32* p) : data(p), is_bf16(false) {}
-  // A float array whose values are already bf16 values (bf16-sr's compute copy of its bf16 master).
-  static Bf16Weight rounded_floats(const float* p) {
-    Bf16Weight w;
-    w.data = p;
-    w.is_bf16 = false;
-    return w;
-  }
-  const void* data = nullptr;
-  bool is_bf16 = true;
-};
+// The bf16 values of a weight that bf16 compute multiplies (core/bf16.h); the fp32 kernel reads a
+// float copy of them as is.
+using Bf16Weight = llamatrain::Bf16Weight;
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C);

@@ -50,22 +50,10 @@ void synchronize();                                             // waits for the
 
 enum class ComputeType { f32, bf16 };
 
-// The bf16 values of a weight that bf16 compute multiplies (as cpu::Bf16Weight): a device bf16 copy,
-// or a device float array holding bf16 values (then multiplied by the fp32 gemm, which gives the
-// same products).
-struct Bf16Weight {
-  Bf16Weight(std::nullptr_t = nullptr) {}
-  Bf16Weight(const bf16* p) : data(p) {}
-  Bf16Weight(const bf16_in_f32* p) : data(p), is_bf16(false) {}
-  static Bf16Weight rounded_floats(const float* p) {
-    Bf16Weight w;
-    w.data = p;
-    w.is_bf16 = false;
-    return w;
-  }
-  const void* data = nullptr;
-  bool is_bf16 = true;
-};
+// The bf16 values of a weight that bf16 compute multiplies (core/bf16.h), in device memory: a bf16
+// copy, or a float array holding bf16 values (multiplied by the fp32 gemm, which gives the same
+// products).
+using Bf16Weight = llamatrain::Bf16Weight;
 
 // ---- kernels (all pointers device pointers; shapes as kernels/ref/ops.h) ----
 
