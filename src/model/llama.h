@@ -190,7 +190,8 @@ class LlamaModel {
   int64_t num_frozen() const { return num_frozen_; }
   int64_t num_trainable() const { return num_params_ - num_frozen_; }
   // The arenas in host memory (the cpu and ref devices; on a device of its own memory, an Error).
-  float* trainable_param_data() { return host(param_arena_.data(), "the weights") + num_frozen_; }  // (num_trainable)
+  // (num_trainable)
+  float* trainable_param_data() { return host(param_arena_.data(), "the weights") + num_frozen_; }
   ParameterTensors params() { return params_; }
   // Gradients and AdamW state are allocated (zeroed) on first use: here, zero_grad, forward_backward
   // or optimizer_step. A model used only for inference (generate) holds just its weights.

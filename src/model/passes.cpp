@@ -1,8 +1,8 @@
-// Llama forward / backward over the model's backend (k_, model/kernels.h), one kernel call per line. Forward and backward are
-// mirror images: backward calls the same layers in exact reverse order. The residual-stream gradient
-// dres_ flows through in place (rmsnorm_backward accumulates into it). Tensor and sequence
-// parallelism enter only through the steps at the top (identity on one rank), at the points
-// Megatron puts its communication pairs (parallel/comm_pairs.h).
+// Llama forward / backward over the model's backend (k_, model/kernels.h), one kernel call per
+// line. Forward and backward are mirror images: backward calls the same layers in exact reverse
+// order. The residual-stream gradient dres_ flows through in place (rmsnorm_backward accumulates
+// into it). Tensor and sequence parallelism enter only through the steps at the top (identity on one
+// rank), at the points Megatron puts its communication pairs (parallel/comm_pairs.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
