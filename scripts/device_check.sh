@@ -92,7 +92,9 @@ lt, pt = load(sys.argv[1]), load(sys.argv[2])
 peak = 989e12
 parts = []
 if lt:
-    parts.append(f"llamatrain {lt['tokens_per_s']:.0f} tok/s ({100 * lt['gflops'] * 1e9 / peak:.1f}% MFU)")
+    mem = lt.get("device_mb", -1) * 1e6 / 2**30
+    parts.append(f"llamatrain {lt['tokens_per_s']:.0f} tok/s ({100 * lt['gflops'] * 1e9 / peak:.1f}% MFU), "
+                 f"{mem:.1f} GiB (analytic {lt['analytic_mb'] * 1e6 / 2**30:.1f})")
 else:
     parts.append("llamatrain FAILED: " + sys.argv[3])
 if pt:

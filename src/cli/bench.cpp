@@ -106,6 +106,8 @@ void run_bench(const BenchOptions& o) {
   // The largest matmul of the step is the lm head: (N, C) x (C, V).
   const double peak_gflops = model::matmul_gflops(device, precision, N, cfg.vocab_size, cfg.dim, 1.0);
 
+  // A device's memory in use before the model (its runtime's own share), to count the run's part.
+  const int64_t device_base = model::device_memory_used(device);
   model::LlamaModel model(cfg, precision, 1234, model::ShardPlan{}, nullptr, device);
   model.set_recompute(recompute);
   model.init_random();
@@ -142,23 +144,31 @@ void run_bench(const BenchOptions& o) {
         mem.state);
   const double analytic = double(mem.total());
   const double rss = peak_rss_bytes();
+  // After the steps every buffer and scratch has its full size (nothing is freed between steps).
+  const double device_bytes = device_base < 0 ? -1.0 : double(model::device_memory_used(device) - device_base);
   if (o.json) {
     std::printf(
         "{\"model\":\"%s\",\"params\":%lld,\"precision\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,"
         "\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"gflops\":%.1f,\"matmul_peak_gflops\":%.1f,\"mfu\":%.4f,"
         "\"peak_rss_mb\":%.1f,\"analytic_mb\":%.1f,\"rss_over_analytic\":%.3f,\"state_mb\":%.1f,"
-        "\"trainable_params\":%lld,\"float_operands\":%s,\"matmul_kernels\":%s}\n",
+        "\"trainable_params\":%lld,\"float_operands\":%s,\"device\":\"%s\",\"device_mb\":%.1f,"
+        "\"matmul_kernels\":%s}\n",
         o.model.c_str(), (long long)model.num_params(), o.precision.c_str(), B, T, o.steps, median, tokens_per_s,
         gflops, peak_gflops, gflops / peak_gflops, rss / 1e6, analytic / 1e6, rss / analytic, mem.state / 1e6,
         (long long)model.num_trainable(),
-        model.float_operands() ? "true" : "false", model::matmul_choices_json().c_str());
+        model.float_operands() ? "true" : "false", model::device_name(device),
+        device_bytes < 0 ? -1.0 : device_bytes / 1e6, model::matmul_choices_json().c_str());
   } else {
     std::printf("model %s (%.1fM params), %s, batch %d x seq %d, median of %d steps\n", o.model.c_str(),
                 double(model.num_params()) / 1e6, o.precision.c_str(), B, T, o.steps);
     std::printf("  step time      %.3f s\n  tokens/s       %.1f\n", median, tokens_per_s);
     std::printf("  achieved       %.1f GFLOP/s  (matmul peak %.1f GFLOP/s at %dx%dx%d: MFU %.1f%%)\n", gflops,
                 peak_gflops, N, cfg.vocab_size, cfg.dim, 100.0 * gflops / peak_gflops);
-    std::printf("  peak RSS       %.1f MB  (analytic %.1f MB: %.2fx)\n", rss / 1e6, analytic / 1e6, rss / analytic);
+    if (device_bytes >= 0)
+      std::printf("  device memory  %.1f MB in use by this run  (analytic %.1f MB: %.2fx)\n", device_bytes / 1e6,
+                  analytic / 1e6, device_bytes / analytic);
+    else
+      std::printf("  peak RSS       %.1f MB  (analytic %.1f MB: %.2fx)\n", rss / 1e6, analytic / 1e6, rss / analytic);
     std::printf("  state          %.1f MB  (weights %.1f, gradients %.1f, optimizer %.1f MB)%s\n", mem.state / 1e6,
                 mem.weights / 1e6, mem.gradients / 1e6, mem.optimizer / 1e6,
                 cfg.frozen.empty() ? ""

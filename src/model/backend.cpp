@@ -11,6 +11,7 @@
 #include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/matmul_peak.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/ops.h"
 
 namespace llamatrain::model {
 
@@ -81,6 +82,8 @@ double kernel_call_seconds(double seconds) {
       [&] { cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); },
       seconds);
 }
+
+int64_t device_memory_used(Device d) { return d == Device::cuda ? cuda::device_memory_used() : -1; }
 
 int compute_threads() { return std::max(1, omp_get_max_threads()); }
 

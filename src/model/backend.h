@@ -4,6 +4,7 @@
 // reaches kernels/ through it, never directly (tests/architecture/check_layers.sh).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "model/kernels.h"
@@ -30,6 +31,9 @@ double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds
 // Seconds of one call of a small elementwise kernel: the fixed cost (a parallel region's start and
 // end) every kernel call pays, which dominates a small model's step.
 double kernel_call_seconds(double seconds);
+// Bytes of the device's memory in use now by every process (cuda), or -1 where the device's memory
+// is the host's.
+int64_t device_memory_used(Device d);
 // The threads the kernels run on in this process (OpenMP's).
 int compute_threads();
 

@@ -24,6 +24,8 @@ std::string no_device_reason() { return kReason; }
 std::string device_name() { unavailable("device_name"); }
 void* stream() { unavailable("stream"); }
 void* device_alloc(size_t) { unavailable("device_alloc"); }
+int64_t device_memory_used() { unavailable("device_memory_used"); }
+int64_t device_memory_total() { unavailable("device_memory_total"); }
 void device_free(void* p) {
   if (p) unavailable("device_free");
 }

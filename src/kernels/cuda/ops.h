@@ -47,6 +47,10 @@ void copy_to_host(void* dst, const void* src, size_t bytes);    // device -> hos
 void copy_device(void* dst, const void* src, size_t bytes);     // device -> device, queued
 void fill_zero(void* p, size_t bytes);                          // queued
 void synchronize();                                             // waits for the stream
+// The current device's memory: bytes in use by every process (total less free, cudaMemGetInfo), and
+// its total.
+int64_t device_memory_used();
+int64_t device_memory_total();
 
 enum class ComputeType { f32, bf16 };
 

@@ -133,6 +133,18 @@ void device_free(void* p) {
   if (p) CUDA_CHECK(cudaFree(p));
 }
 
+int64_t device_memory_used() {
+  size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return int64_t(total - free_bytes);
+}
+
+int64_t device_memory_total() {
+  size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return int64_t(total);
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, detail::cuda_stream()));
