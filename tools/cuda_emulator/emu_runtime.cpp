@@ -56,4 +56,6 @@ void copy_to_host(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
 void copy_device(void* d, const void* s, size_t b) { std::memmove(d, s, b); }
 void fill_zero(void* p, size_t b) { std::memset(p, 0, b); }
 void synchronize() {}
+int64_t device_memory_used() { return 0; }  // host memory stands in for the device's
+int64_t device_memory_total() { return 0; }
 }  // namespace llamatrain::cuda
