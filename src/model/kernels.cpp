@@ -26,6 +26,20 @@ const char* device_name(Device d) {
   return "?";
 }
 
+void Kernels::bind_weights(float* f32, bf16* master, int64_t n) {
+  CHECK((master != nullptr) == (precision_ == Precision::bf16_sr));
+  f32_ = f32;
+  master_ = master;
+  n_ = n;
+  weights_bound();
+}
+
+int64_t Kernels::weight_offset(const float* param) const {
+  const int64_t i = param - f32_;
+  CHECK(f32_ != nullptr && i >= 0 && i <= n_, "a matmul weight outside the bound parameter arena");
+  return i;
+}
+
 size_t operand_bytes(OperandForm f) { return f == OperandForm::bf16 ? 2 : 4; }
 
 bool device_usable(Device d, std::string* why) { return d != Device::cuda || cuda_device_usable(why); }

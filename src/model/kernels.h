@@ -92,9 +92,9 @@ class Kernels {
   OperandForm operand_form() const { return form_; }
   size_t operand_bytes() const { return model::operand_bytes(form_); }
   // The parameter arena the matmul weights point into: n fp32 values (the master in fp32 and
-  // bf16-mixed, the compute copy in bf16-sr) and, in bf16-sr, the bf16 master. Rebound whenever the
-  // arena moves; the copy is re-derived.
-  virtual void bind_weights(float* f32, bf16* master, int64_t n) = 0;
+  // bf16-mixed, the compute copy in bf16-sr) and, in bf16-sr (only), the bf16 master. Rebound
+  // whenever the arena moves; the copy is re-derived (weights_bound).
+  void bind_weights(float* f32, bf16* master, int64_t n);
   // After the arena's fp32 values were written (init, load): bf16-mixed re-derives its matmul copy;
   // bf16-sr rounds them to its bf16 master (nearest even) and sets them to the master's values.
   virtual void weights_changed() = 0;
@@ -163,8 +163,16 @@ class Kernels {
   virtual void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) = 0;
 
  protected:
+  // After bind_weights: the backend sizes its matmul copy and derives it.
+  virtual void weights_bound() = 0;
+  // The element of the bound arena a weight pointer starts at (checked to lie in it).
+  int64_t weight_offset(const float* param) const;
+
   Precision precision_;
   OperandForm form_ = OperandForm::f32;
+  float* f32_ = nullptr;    // the bound arena
+  bf16* master_ = nullptr;  // bf16-sr's master
+  int64_t n_ = 0;
 };
 
 // The backend of a device for a model of precision p; a plain error naming the cause when the device

@@ -43,11 +43,7 @@ class CpuKernels final : public Kernels {
     allocate_copy();
     weights_changed();
   }
-  void bind_weights(float* f32, bf16* master, int64_t n) override {
-    CHECK((master != nullptr) == (precision_ == Precision::bf16_sr));
-    f32_ = f32;
-    master_ = master;
-    n_ = n;
+  void weights_bound() override {
     allocate_copy();
     weights_changed();
   }
@@ -200,7 +196,7 @@ class CpuKernels final : public Kernels {
   }
   void adamw_update_mixed(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                           float beta2, float eps, float weight_decay, int step, float grad_scale) override {
-    const int64_t i = offset_of(param);
+    const int64_t i = weight_offset(param);
     if (form_ == OperandForm::bf16_in_f32)
       cpu::adamw_update_bf16_copy(param, copy_f32x_.data() + i, m, v, grad, n, lr, beta1, beta2, eps, weight_decay,
                                   step, grad_scale);
@@ -234,16 +230,11 @@ class CpuKernels final : public Kernels {
     if (form_ == OperandForm::bf16_in_f32) return Type::bf16x;
     return m.kind == MatIn::Kind::operand ? Type::bf16 : Type::f32;
   }
-  int64_t offset_of(const float* param) const {
-    const int64_t i = param - f32_;
-    CHECK(f32_ != nullptr && i >= 0 && i <= n_, "a matmul weight outside the bound parameter arena");
-    return i;
-  }
   // The bf16 values bf16 compute multiplies for a weight: the bf16 copy or master, a float copy of
   // them, or (bf16-sr with float operands) the compute copy itself, which holds bf16 values.
   cpu::Bf16Weight weight_copy(const float* param) const {
     if (precision_ == Precision::fp32) return nullptr;
-    const int64_t i = offset_of(param);
+    const int64_t i = weight_offset(param);
     if (precision_ == Precision::bf16_sr)
       return form_ == OperandForm::bf16_in_f32 ? cpu::Bf16Weight::rounded_floats(param)
                                                : cpu::Bf16Weight(master_ + i);
@@ -261,9 +252,6 @@ class CpuKernels final : public Kernels {
   }
 
   cpu::ComputeType ct_;
-  float* f32_ = nullptr;
-  bf16* master_ = nullptr;
-  int64_t n_ = 0;
   Buffer<bf16> copy_bf16_;
   Buffer<bf16_in_f32> copy_f32x_;
 };

@@ -40,13 +40,9 @@ class CudaKernels final : public Kernels {
 
   OperandForm preferred_operand_form(int, int, int) override { return form_; }
   void use_operand_form(OperandForm f) override { CHECK(f == form_, "the CUDA backend keeps bf16 operands as bf16"); }
-  void bind_weights(float* f32, bf16* master, int64_t n) override {
-    CHECK((master != nullptr) == (precision_ == Precision::bf16_sr));
-    f32_ = f32;
-    master_ = master;
-    n_ = n;
+  void weights_bound() override {
     copy_.clear();
-    if (precision_ == Precision::bf16_mixed) copy_.assign_zero(n);
+    if (precision_ == Precision::bf16_mixed) copy_.assign_zero(n_);
     weights_changed();
   }
   void weights_changed() override {
@@ -178,7 +174,7 @@ class CudaKernels final : public Kernels {
   }
   void adamw_update_mixed(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                           float beta2, float eps, float weight_decay, int step, float grad_scale) override {
-    cuda::adamw_update_bf16_copy(param, copy_.data() + offset_of(param), m, v, grad, n, lr, beta1, beta2, eps,
+    cuda::adamw_update_bf16_copy(param, copy_.data() + weight_offset(param), m, v, grad, n, lr, beta1, beta2, eps,
                                  weight_decay, step, grad_scale);
   }
   void adamw_update_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
@@ -196,22 +192,14 @@ class CudaKernels final : public Kernels {
 
  private:
   bool is_bf16(MatIn m) const { return m.kind == MatIn::Kind::operand && form_ == OperandForm::bf16; }
-  int64_t offset_of(const float* param) const {
-    const int64_t i = param - f32_;
-    CHECK(f32_ != nullptr && i >= 0 && i <= n_, "a matmul weight outside the bound parameter arena");
-    return i;
-  }
   cuda::Bf16Weight weight_copy(const float* param) const {
     if (precision_ == Precision::fp32) return nullptr;
-    const int64_t i = offset_of(param);
+    const int64_t i = weight_offset(param);
     if (precision_ == Precision::bf16_sr) return cuda::Bf16Weight(master_ + i);
     return cuda::Bf16Weight(copy_.data() + i);
   }
 
   cuda::ComputeType ct_;
-  float* f32_ = nullptr;
-  bf16* master_ = nullptr;
-  int64_t n_ = 0;
   Buffer<bf16> copy_;
 };
 

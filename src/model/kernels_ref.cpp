@@ -41,13 +41,9 @@ class RefKernels final : public Kernels {
   void use_operand_form(OperandForm f) override {
     CHECK(f == form_, "the reference backend keeps operands in one form");
   }
-  void bind_weights(float* f32, bf16* master, int64_t n) override {
-    CHECK((master != nullptr) == (precision_ == Precision::bf16_sr));
-    f32_ = f32;
-    master_ = master;
-    n_ = n;
+  void weights_bound() override {
     copy_.clear();
-    if (precision_ == Precision::bf16_mixed) copy_.assign_zero(n);
+    if (precision_ == Precision::bf16_mixed) copy_.assign_zero(n_);
     weights_changed();
   }
   void weights_changed() override {
@@ -186,7 +182,7 @@ class RefKernels final : public Kernels {
   void adamw_update_mixed(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                           float beta2, float eps, float weight_decay, int step, float grad_scale) override {
     ref::adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
-    float* c = copy_.data() + offset_of(param);
+    float* c = copy_.data() + weight_offset(param);
     std::memcpy(c, param, sizeof(float) * size_t(n));
     round_to_bf16_values(c, n);
   }
@@ -221,20 +217,12 @@ class RefKernels final : public Kernels {
     round_to_bf16_values(tmp.data(), n);
     return tmp.data();
   }
-  int64_t offset_of(const float* param) const {
-    const int64_t i = param - f32_;
-    CHECK(f32_ != nullptr && i >= 0 && i <= n_, "a matmul weight outside the bound parameter arena");
-    return i;
-  }
   // bf16-mixed: the rounded copy; bf16-sr: the compute copy, which holds the master's bf16 values.
   const float* weight_values(const float* param) const {
     if (precision_ != Precision::bf16_mixed) return param;
-    return copy_.data() + offset_of(param);
+    return copy_.data() + weight_offset(param);
   }
 
-  float* f32_ = nullptr;
-  bf16* master_ = nullptr;
-  int64_t n_ = 0;
   Buffer<float> copy_;
 };
 

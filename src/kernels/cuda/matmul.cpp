@@ -9,6 +9,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/operand_types.h"
 
 namespace llamatrain::cuda {
 
@@ -83,9 +84,9 @@ void matmul_forward(float* out, const TI* inp, const float* weight, Bf16Weight w
   // m = OC, n = N, k = IC, lda = ldb = IC.
   detail::gemm(out, w.data, true, IC, x, false, IC, OC, N, IC, 0.0f, w.type);
 }
-template void matmul_forward(float*, const float*, const float*, Bf16Weight, int, int, int, ComputeType);
-template void matmul_forward(float*, const bf16*, const float*, Bf16Weight, int, int, int, ComputeType);
-template void matmul_forward(float*, const bf16_in_f32*, const float*, Bf16Weight, int, int, int, ComputeType);
+#define INSTANTIATE_MATMUL_FORWARD(TI) \
+  template void matmul_forward(float*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType);
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND(INSTANTIATE_MATMUL_FORWARD)
 
 template <typename TD, typename TI>
 void matmul_backward(float* dinp, float* dweight, const TD* dout, const TI* inp, const float* weight,
@@ -109,15 +110,7 @@ void matmul_backward(float* dinp, float* dweight, const TD* dout, const TI* inp,
 #define INSTANTIATE_MATMUL_BACKWARD(TD, TI)                                                                   \
   template void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, \
                                 ComputeType);
-INSTANTIATE_MATMUL_BACKWARD(float, float)
-INSTANTIATE_MATMUL_BACKWARD(float, bf16)
-INSTANTIATE_MATMUL_BACKWARD(float, bf16_in_f32)
-INSTANTIATE_MATMUL_BACKWARD(bf16, float)
-INSTANTIATE_MATMUL_BACKWARD(bf16, bf16)
-INSTANTIATE_MATMUL_BACKWARD(bf16, bf16_in_f32)
-INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, float)
-INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, bf16)
-INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, bf16_in_f32)
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND_PAIR(INSTANTIATE_MATMUL_BACKWARD)
 
 bool bf16_operands_as_floats(int, int, int) { return false; }
 std::optional<bool> bf16_operands_as_floats_known(int, int, int) { return false; }

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/operand_types.h"
 
 namespace llamatrain::cuda {
 
@@ -59,9 +60,9 @@ template <typename TI>
 void matmul_forward(float*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType) {
   unavailable("matmul_forward");
 }
-template void matmul_forward(float*, const float*, const float*, Bf16Weight, int, int, int, ComputeType);
-template void matmul_forward(float*, const bf16*, const float*, Bf16Weight, int, int, int, ComputeType);
-template void matmul_forward(float*, const bf16_in_f32*, const float*, Bf16Weight, int, int, int, ComputeType);
+#define INSTANTIATE_MATMUL_FORWARD(TI) \
+  template void matmul_forward(float*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType);
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND(INSTANTIATE_MATMUL_FORWARD)
 template <typename TD, typename TI>
 void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType) {
   unavailable("matmul_backward");
@@ -69,15 +70,7 @@ void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Wei
 #define INSTANTIATE_MATMUL_BACKWARD(TD, TI)                                                                   \
   template void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, \
                                 ComputeType);
-INSTANTIATE_MATMUL_BACKWARD(float, float)
-INSTANTIATE_MATMUL_BACKWARD(float, bf16)
-INSTANTIATE_MATMUL_BACKWARD(float, bf16_in_f32)
-INSTANTIATE_MATMUL_BACKWARD(bf16, float)
-INSTANTIATE_MATMUL_BACKWARD(bf16, bf16)
-INSTANTIATE_MATMUL_BACKWARD(bf16, bf16_in_f32)
-INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, float)
-INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, bf16)
-INSTANTIATE_MATMUL_BACKWARD(bf16_in_f32, bf16_in_f32)
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND_PAIR(INSTANTIATE_MATMUL_BACKWARD)
 
 void rope_forward(float*, const int32_t*, int, int, int, int, float) { unavailable("rope_forward"); }
 void rope_backward(float*, const int32_t*, int, int, int, int, float, bool) { unavailable("rope_backward"); }
