@@ -17,6 +17,7 @@ PROGRAM_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libdnnl-dev                                  # matmuls (AMX / AVX512-BF16 / AVX2)
   libsentencepiece-dev                         # Llama 2 tokenizer, and the trainer of `llamatrain tokenizer train`
+  libpcre2-dev                                 # tokenizer.json pre-tokenizer regexes (Unicode classes, lookahead, JIT)
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev                    # the configure step finds them (the tests' framework)
@@ -33,7 +34,11 @@ TEST_PACKAGES=(
   python3-protobuf      # decodes our TensorBoard event files and SentencePiece models in tests
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
   chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test
+  nodejs                # runs the JavaScript references (Hugging Face tokenizers and Jinja, tiktoken)
 )
+# npm installs those references from the registry (tools/reference/js); a nodejs from elsewhere may
+# bring its own npm, which Debian's package would conflict with.
+command -v npm >/dev/null || TEST_PACKAGES+=(npm)
 PACKAGES=("${PROGRAM_PACKAGES[@]}")
 [ "${SETUP_TARGET:-}" = llamatrain ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 
