@@ -32,6 +32,15 @@ void check_range(const std::string& where, const char* field, int value, int lo,
 
 }  // namespace
 
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::llama: return "llama";
+    case Family::qwen2: return "qwen2";
+    case Family::mistral: return "mistral";
+  }
+  return "llama";
+}
+
 void LlamaConfig::validate(const std::string& where) const {
   check_range(where, "dim", dim, 1, kMaxDim);
   check_range(where, "ffn_dim", ffn_dim, 1, kMaxFfnDim);
@@ -48,12 +57,26 @@ void LlamaConfig::validate(const std::string& where) const {
   if (!(rope_theta > 0.0f && std::isfinite(rope_theta)))
     fail("config {}: rope_theta is {}, expected a finite positive value\nhint: Llama 2 uses 10000",
          where, rope_theta);
-  if (bos_id < 0 || bos_id >= vocab_size)
+  if (bos_id < -1 || bos_id >= vocab_size)
     fail("config {}: bos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids",
          where, bos_id, vocab_size);
   if (eos_id < 0 || eos_id >= vocab_size)
     fail("config {}: eos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids",
          where, eos_id, vocab_size);
+  for (int id : extra_eos_ids)
+    if (id < 0 || id >= vocab_size)
+      fail("config {}: eos id {} is not a token id in [0, {})\nhint: check the tokenizer's ids", where, id, vocab_size);
+  if (head_size != 0) check_range(where, "head_dim", head_size, 2, kMaxDim);
+  check_range(where, "sliding_window", sliding_window, 0, kMaxSeqLen);
+  if (rope_scaling.type == RopeScaling::Type::llama3) {
+    const RopeScaling& r = rope_scaling;
+    if (!(r.factor >= 1.0f && std::isfinite(r.factor)) || !(r.low_freq_factor > 0.0f) ||
+        !(r.high_freq_factor > r.low_freq_factor && std::isfinite(r.high_freq_factor)) || r.original_max_pos < 1)
+      fail("config {}: rope_scaling llama3 has factor {}, low_freq_factor {}, high_freq_factor {}, "
+           "original_max_position_embeddings {}, expected factor >= 1, 0 < low < high, a positive length\n"
+           "hint: Llama 3.1 uses 8, 1, 4, 8192",
+           where, r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_pos);
+  }
   const std::vector<std::string> names = tensor_names();
   for (const std::string& f : frozen)
     if (std::find(names.begin(), names.end(), f) == names.end())
@@ -73,7 +96,7 @@ bool LlamaConfig::is_frozen(const std::string& tensor) const {
 }
 
 void LlamaConfig::check_heads(const FieldNames& names) const {
-  if (dim % n_heads != 0)
+  if (head_size <= 0 && dim % n_heads != 0)
     fail("{}: got {}, expected a divisor of {} {}\nhint: head dim = {} / {}", names.head("n_heads"), n_heads,
          names("dim"), dim, names("dim"), names("n_heads"));
   if (head_dim() % 2 != 0)

@@ -15,6 +15,24 @@
 
 namespace llamatrain::model {
 
+// The Hugging Face model family a config came from (config.json's model_type), kept so an export
+// writes the same architecture back. The families differ only in the fields below.
+enum class Family { llama, qwen2, mistral };
+const char* family_name(Family f);  // "llama", "qwen2", "mistral" (HF model_type)
+
+// RoPE frequency scaling (config.json rope_scaling). llama3: Llama 3.1's piecewise rescaling of the
+// inverse frequencies (transformers' _compute_llama3_parameters): wavelengths above
+// original_max_pos / low_freq_factor divide by factor, those below original_max_pos /
+// high_freq_factor stay, and those between blend smoothly.
+struct RopeScaling {
+  enum class Type { none, llama3 };
+  Type type = Type::none;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_pos = 8192;  // original_max_position_embeddings
+};
+
 struct LlamaConfig {
   int dim = 0;          // C   hidden_size
   int ffn_dim = 0;      // F   intermediate_size
@@ -29,14 +47,21 @@ struct LlamaConfig {
   float norm_eps = 1e-6f;  // rms_norm_eps
   float rope_theta = 10000.0f;
   bool tie_embeddings = false;  // tie_word_embeddings
-  int bos_id = 1;
-  int eos_id = 2;
+  int bos_id = 1;  // -1: the model has none (Qwen2)
+  int eos_id = 2;  // the first of eos_token_id when that is a list
+  std::vector<int> extra_eos_ids = {};  // the rest of an eos_token_id list: generation stops on any
+  Family family = Family::llama;
+  bool qkv_bias = false;  // Qwen2: biases on q/k/v (not o): tensor "bqkv", (L, QKV), rows as wqkv's
+  int head_size = 0;      // config.json head_dim when given; 0: dim / n_heads (head_dim())
+  RopeScaling rope_scaling = {};
+  // Mistral: a key j is visible to query i iff i - sliding_window < j <= i. 0: none (plain causal).
+  int sliding_window = 0;
   // Tensors that do not train, by the model's names ("wte", "wqkv", ...; all layers of a stacked
   // one): no gradient, no optimizer state. Set from the Hugging Face name patterns of model.freeze
   // (io::frozen_tensors); not part of the architecture (checkpoints and exports ignore it).
   std::vector<std::string> frozen = {};
 
-  int head_dim() const { return dim / n_heads; }                       // D
+  int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }  // D
   int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim(); }  // rows of packed wqkv
   // Rows of the embedding and the lm head over tp ranks: vocab_size rounded up to a multiple of
   // vocab_multiple x tp (Megatron's _vocab_size_with_padding). Rows >= vocab_size are padding.
