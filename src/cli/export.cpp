@@ -1,6 +1,6 @@
 // `llamatrain export CKPT --hf OUT`: a training checkpoint (or any Hugging Face Llama folder) to a
 // complete Hugging Face folder (config.json, generation_config.json, sharded safetensors + index,
-// tokenizer files), reloaded and checked before success is reported (io/hf_export.h).
+// the tokenizer files), reloaded and checked before success is reported (io/hf_export.h).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -49,9 +49,10 @@ void run_export(const ExportArgs& a) {
   o.torch_dtype = dtype;
   o.max_shard_bytes = parse_size(a.max_shard_size);
   o.tokenizer_model = a.tokenizer_model;
-  if (o.tokenizer_model.empty()) {
-    const auto in_ckpt = std::filesystem::path(a.checkpoint) / "tokenizer.model";
-    if (std::filesystem::exists(in_ckpt)) o.tokenizer_model = in_ckpt.string();
+  if (o.tokenizer_model.empty()) {  // the checkpoint's own tokenizer files
+    const std::filesystem::path dir(a.checkpoint);
+    if (std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model"))
+      o.tokenizer_model = a.checkpoint;
   }
   io::check_export_target(a.out);
   const auto t0 = std::chrono::steady_clock::now();
@@ -72,7 +73,9 @@ void run_export(const ExportArgs& a) {
               rep.num_shards == 1 ? "" : "s", o.tokenizer_model.empty() ? ", no tokenizer" : ", with tokenizer",
               obs::format_duration(dt).c_str(), rep.max_abs_logit_diff, rep.tolerance);
   if (o.tokenizer_model.empty())
-    std::fprintf(stderr, "note: no tokenizer.model in %s and no --tokenizer-model: the export has no tokenizer files\n",
+    std::fprintf(stderr,
+                 "note: no tokenizer.json or tokenizer.model in %s and no --tokenizer-model: the export has no "
+                 "tokenizer files\n",
                  a.checkpoint.c_str());
 }
 
@@ -84,15 +87,17 @@ void register_export(CLI::App& app) {
   cmd->footer(
       "CHECKPOINT is a training checkpoint folder (.../checkpoints/step_N) or any Hugging Face Llama folder.\n"
       "The output gets config.json, generation_config.json, model safetensors (sharded by size, with\n"
-      "model.safetensors.index.json when there are several), and tokenizer.model + tokenizer_config.json +\n"
-      "special_tokens_map.json when a tokenizer is known (the checkpoint's own, or --tokenizer-model).\n\n"
+      "model.safetensors.index.json when there are several), and the tokenizer files when a tokenizer is\n"
+      "known (the checkpoint's own, or --tokenizer-model): tokenizer.json and tokenizer_config.json copied\n"
+      "as they are, or tokenizer.model + tokenizer_config.json + special_tokens_map.json.\n\n"
       "Examples:\n"
       "  llamatrain export runs/zh/checkpoints/step_500 --hf out/llama-zh\n"
       "  llamatrain export runs/zh/checkpoints/step_500 --hf out/llama-zh-fp32 --dtype fp32 --max-shard-size 2GB\n");
   cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder (step_N) or Hugging Face folder")->required();
   cmd->add_option("--hf", a->out, "output folder: new, empty, or a previous export (replaced whole once the new one checks out)")->required();
   cmd->add_option("--dtype", a->dtype, "bf16 | fp32")->capture_default_str();
-  cmd->add_option("--tokenizer-model", a->tokenizer_model, "tokenizer.model to include (default: the checkpoint's)");
+  cmd->add_option("--tokenizer-model", a->tokenizer_model,
+                  "tokenizer.model, tokenizer.json or a folder holding them to include (default: the checkpoint's)");
   cmd->add_option("--max-shard-size", a->max_shard_size, "largest safetensors shard")->capture_default_str();
   cmd->callback([a] { run_export(*a); });
 }

@@ -1,5 +1,7 @@
-// `llamatrain generate HF_DIR --prompt TEXT`: loads a Hugging Face Llama folder, tokenizes with its
-// tokenizer.model (or --tokenizer-model; BOS first, as Llama 2 does), and samples with a KV cache.
+// `llamatrain generate HF_DIR --prompt TEXT`: loads a Hugging Face Llama, Qwen2 or Mistral folder,
+// tokenizes with its tokenizer (tokenizer.json or tokenizer.model, or --tokenizer-model; BOS first when
+// config.json has one: Qwen2 has none), and samples with a KV cache until max_new_tokens or any of the
+// config's eos ids (Llama 3 lists several).
 // Temperature 0 is greedy; otherwise softmax(logits / temperature) restricted to the top-p nucleus,
 // drawn from the counter-based RNG keyed by --seed, so a seed reproduces a sample exactly. Ids past
 // the tokenizer's pieces (a padded vocab) are never sampled. The text printed is exactly the decoded
@@ -30,7 +32,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model_dir;
-  std::string tokenizer_model;  // default: MODEL_DIR/tokenizer.model
+  std::string tokenizer_model;  // default: MODEL_DIR (its tokenizer.json, else its tokenizer.model)
   std::string prompt;
   int max_new_tokens = 64;
   float temperature = 0.8f;
@@ -70,12 +72,15 @@ void run_generate(const GenerateOptions& o) {
          "tokenizer.model\nhint: check the path (`llamatrain export CHECKPOINT --hf DIR`, or training with "
          "convert_to_hf=true, writes such a folder)",
          o.model_dir, path_exists(o.model_dir) ? "is not a folder" : "does not exist");
-  const std::string tok_path = o.tokenizer_model.empty()
-                                   ? (std::filesystem::path(o.model_dir) / "tokenizer.model").string()
-                                   : o.tokenizer_model;
+  // The folder's own tokenizer: tokenizer.json (the folder stands for it and its tokenizer_config.json),
+  // else the SentencePiece tokenizer.model.
+  const std::filesystem::path dir(o.model_dir);
+  std::string tok_path = o.tokenizer_model;
+  if (tok_path.empty())
+    tok_path = path_exists((dir / "tokenizer.json").string()) ? o.model_dir : (dir / "tokenizer.model").string();
   if (o.tokenizer_model.empty() && !path_exists(tok_path))
-    fail("generate: {} has no tokenizer.model, expected the SentencePiece model next to the weights\n"
-         "hint: copy the model's tokenizer.model there, or name it with --tokenizer-model FILE",
+    fail("generate: {} has no tokenizer.json or tokenizer.model, expected the tokenizer next to the weights\n"
+         "hint: copy the model's tokenizer files there, or name one with --tokenizer-model PATH",
          o.model_dir);
   data::Tokenizer tokenizer(tok_path);
   const auto precision = model::parse_precision(o.precision);
@@ -83,15 +88,17 @@ void run_generate(const GenerateOptions& o) {
   const model::LlamaConfig cfg = io::read_hf_config(o.model_dir);
   if (tokenizer.vocab_size() > cfg.vocab_size)
     fail("{}: tokenizer has {} pieces, expected at most vocab_size {} from config.json\nhint: use the "
-         "tokenizer.model that came with the model",
+         "tokenizer that came with the model",
          tok_path, tokenizer.vocab_size(), cfg.vocab_size);
-  std::vector<int> ids = {cfg.bos_id};
+  std::vector<int> ids;
+  if (cfg.bos_id >= 0) ids.push_back(cfg.bos_id);
   for (int id : tokenizer.encode(o.prompt)) ids.push_back(id);
   const int64_t total = int64_t(ids.size()) + o.max_new_tokens;
   if (total > cfg.max_seq_len)
-    fail("generate: prompt ({} tokens with BOS) + --max-new-tokens {} = {}, expected at most "
+    fail("generate: prompt ({} tokens{}) + --max-new-tokens {} = {}, expected at most "
          "max_position_embeddings {}\nhint: lower --max-new-tokens to {} or shorten the prompt",
-         ids.size(), o.max_new_tokens, total, cfg.max_seq_len, std::max<int64_t>(0, cfg.max_seq_len - int64_t(ids.size())));
+         ids.size(), cfg.bos_id >= 0 ? " with BOS" : "", o.max_new_tokens, total, cfg.max_seq_len,
+         std::max<int64_t>(0, cfg.max_seq_len - int64_t(ids.size())));
   {
     const int64_t weights = model::LlamaModel::weight_bytes(cfg, precision);
     check_memory_fits(weights, fmt::format("{} in {}", o.model_dir, o.precision),
@@ -119,7 +126,8 @@ void run_generate(const GenerateOptions& o) {
     std::fill(logits.begin() + pieces, logits.end(), -std::numeric_limits<float>::infinity());
     const int next = sample_token(logits, o.temperature, o.top_p, random_uniform(o.seed, uint32_t(step), 0, 0));
     generated.push_back(next);
-    if (next == c.eos_id) break;
+    if (next == c.eos_id || std::find(c.extra_eos_ids.begin(), c.extra_eos_ids.end(), next) != c.extra_eos_ids.end())
+      break;
     if (!o.print_ids) print(text.push(next));
     if (step + 1 < o.max_new_tokens) model->decode_step(logits.data(), next, int(ids.size() + step));
   }
@@ -141,12 +149,14 @@ void register_generate(CLI::App& app) {
       "  llamatrain generate /models/Llama-2-7b-hf --prompt \"The capital of France is\"\n"
       "  llamatrain generate out/hf --prompt \"Once upon a time\" --temperature 0 --max-new-tokens 32\n"
       "  llamatrain generate out/hf --prompt \"Hi\" --temperature 0.8 --top-p 0.95 --seed 7\n"
+      "  llamatrain generate /models/Qwen2.5-0.5B --prompt \"The capital of France is\" --temperature 0\n"
       "  llamatrain generate out/hf --prompt \"Hi\" --tokenizer-model /models/Llama-2-7b-hf/tokenizer.model");
-  cmd->add_option("model", o->model_dir, "HF folder with config.json, *.safetensors and tokenizer.model")
+  cmd->add_option("model", o->model_dir,
+                  "HF folder with config.json, *.safetensors and tokenizer.json or tokenizer.model")
       ->required();
-  cmd->add_option("--prompt", o->prompt, "Prompt text (BOS is prepended)")->required();
+  cmd->add_option("--prompt", o->prompt, "Prompt text (BOS is prepended when config.json has one)")->required();
   cmd->add_option("--tokenizer-model", o->tokenizer_model,
-                  "SentencePiece tokenizer.model to use instead of MODEL/tokenizer.model");
+                  "tokenizer.model, or a folder with tokenizer.json, to use instead of MODEL's");
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")->capture_default_str()
       ->check(integer_in(1));
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str()

@@ -5,6 +5,8 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cstring>
+#include <initializer_list>
 #include <map>
 #include <set>
 
@@ -31,12 +33,20 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaConfig& c) {
     if (param.find("norm") != std::string::npos) t.shape = {cols};
     out.push_back(std::move(t));
   };
+  // A q/k/v bias (Qwen2): rows of "bqkv" (L, QKV) in wqkv's order, one column each; HF shape {rows}.
+  auto bias = [&](std::string hf, int layer, int64_t row_begin, int64_t rows) {
+    add(std::move(hf), "bqkv", layer, QKV, row_begin, rows, 1);
+    out.back().shape = {rows};
+  };
   add("model.embed_tokens.weight", "wte", -1, 0, 0, c.vocab_size, C);
   for (int l = 0; l < c.n_layers; l++) {
     const std::string p = fmt::format("model.layers.{}.", l);
     add(p + "self_attn.q_proj.weight", "wqkv", l, QKV, 0, HD, C);
+    if (c.qkv_bias) bias(p + "self_attn.q_proj.bias", l, 0, HD);
     add(p + "self_attn.k_proj.weight", "wqkv", l, QKV, HD, Hkv * D, C);
+    if (c.qkv_bias) bias(p + "self_attn.k_proj.bias", l, HD, Hkv * D);
     add(p + "self_attn.v_proj.weight", "wqkv", l, QKV, HD + Hkv * D, Hkv * D, C);
+    if (c.qkv_bias) bias(p + "self_attn.v_proj.bias", l, HD + Hkv * D, Hkv * D);
     add(p + "self_attn.o_proj.weight", "wo", l, C, 0, C, HD);
     add(p + "mlp.gate_proj.weight", "w13", l, 2 * F, 0, F, C);
     add(p + "mlp.up_proj.weight", "w13", l, 2 * F, F, F, C);
@@ -60,6 +70,76 @@ std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& m) {
   }
   return out;
 }
+
+namespace {
+
+bool ends_with_any(const std::string& name, std::initializer_list<const char*> tails) {
+  return std::any_of(tails.begin(), tails.end(), [&](const char* t) { return name.ends_with(t); });
+}
+
+// A tied model's checkpoint that still holds lm_head.weight (some exports write the shared tensor
+// under both names; Qwen2.5's small models ship without it): accepted only when it equals
+// model.embed_tokens.weight element for element, since the tied model could not hold a different one.
+void check_tied_copy(const SafetensorsCheckpoint& ckpt, const model::LlamaConfig& c) {
+  const std::string emb = "model.embed_tokens.weight", head = "lm_head.weight";
+  const std::vector<int64_t> shape = {c.vocab_size, c.dim};
+  const TensorView& a = ckpt.get(emb);
+  const TensorView& b = ckpt.get(head);
+  const std::string& file = ckpt.file_of(head);
+  if (b.shape != shape)
+    fail("{}: tensor {} has shape [{}], expected [{}, {}] (a copy of {}: config.json says tie_word_embeddings)\n"
+         "hint: set tie_word_embeddings to false in config.json if the model has its own output layer",
+         file, head, fmt::join(b.shape, ", "), c.vocab_size, c.dim, emb);
+  bool equal = a.dtype == b.dtype && a.nbytes == b.nbytes && std::memcmp(a.data, b.data, a.nbytes) == 0;
+  if (!equal && a.dtype != b.dtype) {  // the same values in two dtypes
+    constexpr int64_t kChunk = 1 << 20;
+    const int64_t n = b.numel();
+    std::vector<float> x(size_t(std::min(n, kChunk))), y(x.size());
+    equal = true;
+    for (int64_t i = 0; i < n && equal; i += kChunk) {
+      const int64_t k = std::min(kChunk, n - i);
+      ckpt.read_f32(emb, shape, i, k, x.data());
+      ckpt.read_f32(head, shape, i, k, y.data());
+      equal = std::memcmp(x.data(), y.data(), size_t(k) * sizeof(float)) == 0;
+    }
+  }
+  if (!equal)
+    fail("{}: tensor {} differs from {}, but config.json says tie_word_embeddings (one tensor for both), "
+         "expected no {} or an identical copy\nhint: set tie_word_embeddings to false in config.json if the model "
+         "has its own output layer",
+         file, head, emb, head);
+}
+
+// A tensor the config does not account for: Error naming it, its file and what is supported.
+[[noreturn]] void refuse_unexpected(const SafetensorsCheckpoint& ckpt, const model::LlamaConfig& c,
+                                    const std::string& name) {
+  const std::string& file = ckpt.file_of(name);
+  if (name.find(".W_pack.") != std::string::npos)
+    fail("{}: tensor {} is a fused query/key/value projection (W_pack, as Baichuan stores it), which llamatrain "
+         "does not support, expected separate self_attn.q_proj, k_proj and v_proj tensors\nhint: split W_pack's "
+         "rows into q_proj, k_proj and v_proj (in that order) and convert the model to a Llama layout",
+         file, name);
+  if (ends_with_any(name, {".self_attn.q_proj.bias", ".self_attn.k_proj.bias", ".self_attn.v_proj.bias"}))
+    fail("{}: tensor {} is a query/key/value bias, but config.json (model_type {}) declares no attention "
+         "biases, expected none\nhint: models with q/k/v biases are Qwen2's: model_type \"qwen2\" in "
+         "config.json",
+         file, name, model::family_name(c.family));
+  if (name.ends_with(".self_attn.o_proj.bias"))
+    fail("{}: tensor {} is a bias on the attention output projection, which llamatrain does not support, "
+         "expected biases on q/k/v only (Qwen2) or none\nhint: only the Llama, Qwen2 and Mistral architectures "
+         "can be loaded",
+         file, name);
+  if (name.find(".mlp.") != std::string::npos && name.ends_with(".bias"))
+    fail("{}: tensor {} is an MLP bias, which llamatrain does not support, expected gate/up/down projections "
+         "without biases\nhint: only the Llama, Qwen2 and Mistral architectures can be loaded",
+         file, name);
+  fail("{}: unexpected tensor {}, expected only the tensors of config.json's architecture (model_type {})\n"
+       "hint: the checkpoint does not match config.json (num_hidden_layers, tie_word_embeddings, model_type) or is "
+       "not a Llama, Qwen2 or Mistral model",
+       file, name, model::family_name(c.family));
+}
+
+}  // namespace
 
 void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDone& progress,
                      const VocabGrowth* growth) {
@@ -102,10 +182,11 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
   }
   for (const auto& name : ckpt.names()) {
     if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
-    if (name == "lm_head.weight" && m.config().tie_embeddings) continue;  // some tied exports keep a copy
-    fail("checkpoint {}: unexpected tensor {}\nhint: the checkpoint does not match config.json "
-         "(num_hidden_layers, tie_word_embeddings) or is not a Llama model",
-         dir, name);
+    if (name == "lm_head.weight" && m.config().tie_embeddings) {
+      check_tied_copy(ckpt, file_config);
+      continue;
+    }
+    refuse_unexpected(ckpt, m.config(), name);
   }
   if (growth && growth->active()) fill_new_rows(m, ckpt, *growth);
   m.params_changed();
@@ -129,7 +210,7 @@ std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::
 const std::vector<std::string>& hf_export_files() {
   static const std::vector<std::string> names = {"config.json",           "generation_config.json",
                                                  "model.safetensors",     "model.safetensors.index.json",
-                                                 "model-*-of-*.safetensors", "tokenizer.model",
+                                                 "model-*-of-*.safetensors", "tokenizer.model",       "tokenizer.json",
                                                  "tokenizer_config.json", "special_tokens_map.json"};
   return names;
 }

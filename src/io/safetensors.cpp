@@ -522,6 +522,11 @@ const TensorView& SafetensorsCheckpoint::get(const std::string& name) const {
   return *t;
 }
 
+const std::string& SafetensorsCheckpoint::file_of(const std::string& name) const {
+  get(name);
+  return index_.at(name).first->path();
+}
+
 std::vector<std::string> SafetensorsCheckpoint::names() const {
   std::vector<std::string> out;
   out.reserve(index_.size());

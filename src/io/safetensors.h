@@ -63,6 +63,8 @@ class SafetensorsCheckpoint {
   // Throws Error "<path>: tensor <name> not found" when absent.
   const TensorView& get(const std::string& name) const;
   std::vector<std::string> names() const;
+  // The .safetensors file that holds tensor `name` (Error as get() when absent), for messages.
+  const std::string& file_of(const std::string& name) const;
   // Copies a tensor into fp32 (converting F32/BF16/F16), checking the shape; throws Error naming
   // the file, tensor, shape seen and shape expected.
   // out: (prod(expected_shape),) fp32, row-major.

@@ -22,6 +22,7 @@
 #include "core/file.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
+#include "io/hf_export.h"
 #include "io/safetensors.h"
 #include "parallel/communicator.h"
 #include "train/gather_weights.h"
@@ -317,11 +318,8 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
   }
   if (ranks > 1) world->barrier();
   if (rank == 0) {
-    if (!tokenizer_model.empty()) {
-      const MappedFile tok(tokenizer_model, "tokenizer");
-      write_file_atomic(out->file("tokenizer.model"),
-                        std::string_view(reinterpret_cast<const char*>(tok.data()), tok.size()));
-    }
+    if (!tokenizer_model.empty())  // tokenizer.model, or tokenizer.json and its tokenizer_config.json
+      for (const auto& f : io::tokenizer_source_files(tokenizer_model)) write_file_atomic(out->file(f.name), f.bytes);
     write_file_atomic(out->file("train_config.yaml"), config_yaml);
 
     json files = json::object();

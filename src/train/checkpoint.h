@@ -63,7 +63,8 @@ struct SaveGroups {
 };
 
 // Saves model + state as CHECKPOINTS_DIR/step_<state.step> (replacing an older save of the same step
-// only after the new one is complete). tokenizer_model ("" for none) is copied in; config_yaml is
+// only after the new one is complete). The tokenizer files of tokenizer_model ("" for none; a
+// tokenizer.model, a tokenizer.json or a folder: io::tokenizer_source_files) are copied in; config_yaml is
 // written as train_config.yaml. Returns the checkpoint's path. Throws Error (disk full, permissions)
 // after removing the partial directory; existing checkpoints are never touched.
 // Collective over groups.world: the data-parallel replica dp 0 gathers its weights onto world rank 0

@@ -1,15 +1,24 @@
 #!/usr/bin/python3
-"""Writes tests/golden/tiny_hf/: a tiny random Llama in Hugging Face layout with a real tokenizer.
+"""Writes tests/golden/tiny_hf/ (a tiny random Llama 2 in Hugging Face layout with a real tokenizer) and
+the tiny Qwen2 and Llama 3 shaped folders tests/golden/tiny_qwen2/ and tests/golden/tiny_llama3/.
 
-Files: config.json, model.safetensors (F32, HF names), tokenizer.model (trained here with Debian's
+tiny_hf: config.json, model.safetensors (F32, HF names), tokenizer.model (trained here with Debian's
 spm_train on the built-in text below, with Llama 2's settings: BPE, byte_fallback, unk/bos/eos 0/1/2,
 no pad, identity normalizer, dummy prefix), expected.json (prompt ids from python3-sentencepiece with
 BOS first, 20 greedy tokens by full recompute in float64, decoded text, top-2 logit margins).
-Usage: /usr/bin/python3 tools/reference/make_tiny_hf.py [--out tests/golden/tiny_hf]
+
+tiny_qwen2 (model_type qwen2: q/k/v biases, tied embeddings, vocab_size 512 above the tokenizer's 459
+tokens, no BOS, BF16 weights) and tiny_llama3 (model_type llama: GQA, head_dim 32 with hidden 64 / 4
+heads, rope_scaling llama3, eos_token_id a list, untied, F32 weights): config.json, model.safetensors,
+generation_config.json, and a byte-level BPE tokenizer.json (merges learned here from the text below,
+the Qwen2 / Llama 3 pre-tokenizer, normalizer and special tokens) with its tokenizer_config.json.
+Everything is written deterministically (seeded numpy draws, sorted merges, fixed JSON layout).
+Usage: /usr/bin/python3 tools/reference/make_tiny_hf.py [--out tests/golden/tiny_hf] [--variants-only]
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -105,12 +114,240 @@ def greedy_case(params, cfg, sp, prompt):
             "greedy_text": sp.decode(new_ids), "top2_logit_margins": [round(m, 6) for m in margins]}
 
 
+# ---------------------------------------------------------------------------------------------
+# The Qwen2 and Llama 3 shaped folders
+# ---------------------------------------------------------------------------------------------
+# The split regexes of the two tokenizer.json files (Llama 3: digits in runs of up to three; Qwen2:
+# one digit per pre-token).
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# An ASCII approximation of those regexes (Python's re has no \p{L}), used only to learn merges.
+TRAIN_SPLIT = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]| ?[^\sA-Za-z0-9]+[\r\n]*|"
+                         r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def byte_alphabet():
+    """GPT-2's reversible byte -> printable character map: printable Latin-1 bytes stand for
+    themselves, the other 68 take the code points from 256 on, in byte order."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def learn_merges(text, n_merges):
+    """Plain byte-level BPE training: repeatedly merge the most frequent adjacent pair (ties: the
+    smallest pair in code point order), over the pre-tokens of text. Returns [(a, b)]."""
+    alpha = byte_alphabet()
+    words = {}
+    for piece in TRAIN_SPLIT.findall(text):
+        w = tuple(alpha[b] for b in piece.encode("utf-8"))
+        words[w] = words.get(w, 0) + 1
+    merges = []
+    for _ in range(n_merges):
+        pairs = {}
+        for w, n in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] = pairs.get((a, b), 0) + n
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        merged = {}
+        for w, n in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + n
+        words = merged
+    return merges
+
+
+def added_token(content, id_):
+    return {"id": id_, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": True}
+
+
+def tokenizer_json(family, n_merges, specials, bos):
+    """A tokenizer.json of the family's layout; specials are numbered after the BPE vocabulary."""
+    alpha = byte_alphabet()
+    merges = learn_merges(TEXT, n_merges)
+    vocab = {alpha[b]: b for b in range(256)}
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    assert len(vocab) == 256 + len(merges), "a merge made a token twice"
+    first = len(vocab)
+    added = [added_token(t, first + i) for i, t in enumerate(specials)]
+    split = {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT if family == "qwen2" else LLAMA3_SPLIT},
+             "behavior": "Isolated", "invert": False}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    if bos is None:
+        post = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    else:
+        post = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {bos: {"id": bos, "ids": [first + specials.index(bos)], "tokens": [bos]}}}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "NFC"} if family == "qwen2" else None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split, byte_level]},
+        "post_processor": post,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": family == "llama3", "vocab": vocab,
+                  # Qwen2's files spell merges "a b", newer Llama 3 files as pairs.
+                  "merges": [f"{a} {b}" for a, b in merges] if family == "qwen2" else [[a, b] for a, b in merges]},
+    }, first
+
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+          "{% endif %}")
+LLAMA3_CHAT = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+               "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+               "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+
+VARIANTS = {
+    # Qwen2.5's small-model layout: biases on q/k/v, tied embeddings, rope_theta 1e6, eps 1e-6, a
+    # vocab_size padded above the tokenizer, no BOS (bos_token_id is the eos id, as Qwen2.5 ships it).
+    "tiny_qwen2": dict(family="qwen2", seed=2041, dtype="BF16", hidden=64, ffn=176, heads=4, kv_heads=2, layers=2,
+                       head_dim=None, vocab_size=512, n_merges=200, tied=True, bias=True,
+                       specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
+    # Llama 3.1's layout: GQA, head_dim given (32, not hidden / heads = 16), rope_theta 5e5,
+    # rope_scaling llama3, BOS <|begin_of_text|>, eos_token_id a list, untied.
+    "tiny_llama3": dict(family="llama3", seed=2042, dtype="F32", hidden=64, ffn=96, heads=4, kv_heads=2, layers=2,
+                        head_dim=32, vocab_size=512, n_merges=246, tied=False, bias=False,
+                        specials=["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                                  "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>",
+                                  "<|reserved_special_token_2|>", "<|start_header_id|>", "<|end_header_id|>",
+                                  "<|eom_id|>", "<|eot_id|>"]),
+}
+
+
+def variant_shapes(v, vocab_size):
+    """[(hf_name, shape)] in transformers' module order (biases after their weights)."""
+    C, F_, H, Hkv = v["hidden"], v["ffn"], v["heads"], v["kv_heads"]
+    D = v["head_dim"] or C // H
+    out = [("model.embed_tokens.weight", (vocab_size, C))]
+    for l in range(v["layers"]):
+        p = f"model.layers.{l}.self_attn."
+        for proj, rows in (("q_proj", H * D), ("k_proj", Hkv * D), ("v_proj", Hkv * D)):
+            out.append((p + proj + ".weight", (rows, C)))
+            if v["bias"]:
+                out.append((p + proj + ".bias", (rows,)))
+        p = f"model.layers.{l}."
+        out += [(p + "self_attn.o_proj.weight", (C, H * D)), (p + "mlp.gate_proj.weight", (F_, C)),
+                (p + "mlp.up_proj.weight", (F_, C)), (p + "mlp.down_proj.weight", (C, F_)),
+                (p + "input_layernorm.weight", (C,)), (p + "post_attention_layernorm.weight", (C,))]
+    out.append(("model.norm.weight", (C,)))
+    if not v["tied"]:
+        out.append(("lm_head.weight", (vocab_size, C)))
+    return out
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def write_variant(out, name):
+    v = VARIANTS[name]
+    os.makedirs(out, exist_ok=True)
+    qwen = v["family"] == "qwen2"
+    bos = None if qwen else v["specials"][0]
+    tok, first = tokenizer_json(v["family"], v["n_merges"], v["specials"], bos)
+    n_tokens = first + len(v["specials"])
+    V = v["vocab_size"]
+    assert n_tokens <= V and (qwen or n_tokens == V), (name, n_tokens, V)
+    ids = {t: first + i for i, t in enumerate(v["specials"])}
+    write_json(os.path.join(out, "tokenizer.json"), tok)
+
+    if qwen:
+        eos = ids["<|endoftext|>"]
+        cfg = {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": eos,
+               "eos_token_id": eos, "hidden_act": "silu", "hidden_size": v["hidden"], "initializer_range": 0.02,
+               "intermediate_size": v["ffn"], "max_position_embeddings": 256, "max_window_layers": v["layers"],
+               "model_type": "qwen2", "num_attention_heads": v["heads"], "num_hidden_layers": v["layers"],
+               "num_key_value_heads": v["kv_heads"], "rms_norm_eps": 1e-06, "rope_scaling": None,
+               "rope_theta": 1000000.0, "sliding_window": 256, "tie_word_embeddings": True,
+               "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False, "vocab_size": V}
+        gen = {"bos_token_id": eos, "eos_token_id": eos, "max_new_tokens": 64}
+        tc = {"add_prefix_space": False, "bos_token": None, "chat_template": CHATML, "clean_up_tokenization_spaces": False,
+              "eos_token": "<|endoftext|>", "errors": "replace", "model_max_length": 256, "pad_token": "<|endoftext|>",
+              "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}
+    else:
+        eos_list = [ids["<|end_of_text|>"], ids["<|eom_id|>"], ids["<|eot_id|>"]]
+        cfg = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+               "bos_token_id": ids[bos], "eos_token_id": eos_list, "head_dim": v["head_dim"], "hidden_act": "silu",
+               "hidden_size": v["hidden"], "initializer_range": 0.02, "intermediate_size": v["ffn"],
+               "max_position_embeddings": 256, "mlp_bias": False, "model_type": "llama",
+               "num_attention_heads": v["heads"], "num_hidden_layers": v["layers"], "num_key_value_heads": v["kv_heads"],
+               "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+               "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                "original_max_position_embeddings": 64, "rope_type": "llama3"},
+               "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "float32", "use_cache": True,
+               "vocab_size": V}
+        gen = {"bos_token_id": ids[bos], "eos_token_id": eos_list, "do_sample": True, "temperature": 0.6,
+               "top_p": 0.9}
+        tc = {"bos_token": bos, "chat_template": LLAMA3_CHAT, "clean_up_tokenization_spaces": True,
+              "eos_token": "<|eot_id|>", "model_input_names": ["input_ids", "attention_mask"],
+              "model_max_length": 256, "tokenizer_class": "PreTrainedTokenizerFast"}
+    tc["added_tokens_decoder"] = {str(t["id"]): {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip",
+                                                                     "single_word", "special")}
+                                  for t in tok["added_tokens"]}
+    write_json(os.path.join(out, "config.json"), cfg)
+    write_json(os.path.join(out, "generation_config.json"), gen)
+    write_json(os.path.join(out, "tokenizer_config.json"), tc)
+
+    rng = np.random.default_rng(v["seed"])
+    tensors = {}
+    for hf, shape in variant_shapes(v, V):
+        z = rng.standard_normal(shape)
+        if len(shape) == 1 and hf.endswith("norm.weight"):
+            w = 1.0 + 0.1 * z
+        elif len(shape) == 1:  # a q/k/v bias
+            w = 0.1 * z
+        else:
+            w = INIT_STD * z
+        w = w.astype(np.float32)
+        tensors[hf] = ref.BF16(ref.f32_to_bf16_bits(w)) if v["dtype"] == "BF16" else w
+    ref.save_file(os.path.join(out, "model.safetensors"), tensors, {"format": "pt"})
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    print(f"{name}: {len(tensors)} tensors ({v['dtype']}), tokenizer {n_tokens} tokens, vocab_size {V}, {size} bytes")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "golden", "tiny_hf"))
+    golden = os.path.join(here, "..", "..", "tests", "golden")
+    ap.add_argument("--out", default=os.path.join(golden, "tiny_hf"))
+    ap.add_argument("--variants-only", action="store_true",
+                    help="write only tiny_qwen2 and tiny_llama3 (next to --out's folder), not tiny_hf")
     args = ap.parse_args()
     out = os.path.normpath(args.out)
+    for name in VARIANTS:
+        write_variant(os.path.join(os.path.dirname(out), name), name)
+    if args.variants_only:
+        return
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
 
