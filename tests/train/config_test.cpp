@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
     EXPECT_NE(h_.find(needle), std::string::npos) << "expected to find: " << (needle) << "\nin: " << h_; \
   } while (0)
 
+// The configs whose shape comes from model.init_from, with the folder of configs/hf holding that
+// model's real config.json (no weights: enough for loading the config and for `llamatrain plan`).
+const std::map<std::string, std::string> kFamilyConfigs = {
+    {"llama3.1_8b.yaml", "Llama-3.1-8B"}, {"qwen2.5_7b.yaml", "Qwen2.5-7B"}, {"mistral_7b.yaml", "Mistral-7B-v0.1"}};
+
 // Overrides that fill the keys configs/ leave to the user (???); harmless where unused.
 std::vector<std::string> user_overrides() {
   return {"model.data.data_prefix=[1.0,/data/corpus_text_document]", "model.tokenizer.model=/models/tokenizer.model",
@@ -74,6 +80,9 @@ TEST(Config, EveryFileInConfigsLoadsValidatesAndRoundTrips) {
     SCOPED_TRACE(f.path().string());
     auto ov = user_overrides();
     if (f.path().filename() == "llama2_7b_qnli.yaml") ov.push_back("model.init_from=" + (tmp / "llama2-7b"));
+    // The other families' configs start from their Hugging Face folder: the real config.json in configs/hf.
+    if (auto it = kFamilyConfigs.find(f.path().filename().string()); it != kFamilyConfigs.end())
+      ov.push_back("model.init_from=" + source_path("configs/hf/" + it->second));
     LoadedConfig c;
     ASSERT_NO_THROW(c = load_config(f.path().string(), ov));
     // The resolved config written out and read back is the same config.
@@ -86,7 +95,7 @@ TEST(Config, EveryFileInConfigsLoadsValidatesAndRoundTrips) {
     EXPECT_EQ(c.config.model.global_batch_size %
                   (c.config.model.micro_batch_size * c.config.data_parallel_size()), 0);
   }
-  EXPECT_GE(files, 7);
+  EXPECT_GE(files, 10);
 }
 
 TEST(Config, SeedsSevenBillionLayout) {
@@ -159,6 +168,45 @@ TEST(Config, ShapesAgreeWithHuggingFaceConfigs) {
     EXPECT_EQ(l.tie_embeddings, hf.tie_embeddings);
     EXPECT_EQ(l.num_params(), hf.num_params());
   }
+}
+
+// The other families' configs take their architecture from configs/hf's config.json: the facts of
+// each model card (Llama 3.1 8B: GQA 8, llama3 RoPE scaling; Qwen2.5 7B: q/k/v biases, no BOS, a padded
+// vocabulary; Mistral 7B: sliding window 4096; TinyLlama 1.1B: Llama 2 with 4 kv heads).
+TEST(Config, FamilyConfigsTakeTheirArchitectureFromTheHfFolders) {
+  namespace m = llamatrain::model;
+  struct Want {
+    std::string file;
+    m::Family family;
+    int64_t params;  // without padding rows
+    int tp;
+  };
+  const std::vector<Want> wants = {{"llama3.1_8b.yaml", m::Family::llama, 8030261248, 8},
+                                   {"qwen2.5_7b.yaml", m::Family::qwen2, 7615616512, 4},
+                                   {"mistral_7b.yaml", m::Family::mistral, 7241732096, 8}};
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.file);
+    auto ov = user_overrides();
+    ov.push_back("model.init_from=" + source_path("configs/hf/" + kFamilyConfigs.at(w.file)));
+    LoadedConfig c;
+    ASSERT_NO_THROW(c = load_config(source_path("configs/" + w.file), ov));
+    EXPECT_EQ(c.config.model.tensor_model_parallel_size, w.tp);
+    const m::LlamaConfig hf = llamatrain::io::read_hf_config(*c.config.model.init_from);
+    EXPECT_EQ(hf.family, w.family);
+    EXPECT_EQ(hf.num_params(), w.params);
+    EXPECT_EQ(hf.n_kv_heads % w.tp, 0) << "TP must divide the kv heads";
+    EXPECT_EQ(c.config.model.tokenizer.library, w.family == m::Family::mistral ? "sentencepiece" : "huggingface");
+  }
+  const m::LlamaConfig l3 = llamatrain::io::read_hf_config(source_path("configs/hf/Llama-3.1-8B"));
+  EXPECT_EQ(l3.rope_scaling.type, m::RopeScaling::Type::llama3);
+  EXPECT_EQ(l3.rope_scaling.original_max_pos, 8192);
+  const m::LlamaConfig q = llamatrain::io::read_hf_config(source_path("configs/hf/Qwen2.5-7B"));
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_EQ(q.bos_id, -1);
+  const m::LlamaConfig mi = llamatrain::io::read_hf_config(source_path("configs/hf/Mistral-7B-v0.1"));
+  EXPECT_EQ(mi.sliding_window, 4096);
+  const m::LlamaConfig tl = llamatrain::io::read_hf_config(source_path("configs/hf/TinyLlama-1.1B"));
+  EXPECT_EQ(tl.num_params(), llamatrain::model::preset_config("tinyllama-1.1b").num_params());
 }
 
 TEST(Config, InitFromTakesTheShapeAndNamesADisagreeingKey) {
