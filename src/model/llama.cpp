@@ -141,6 +141,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
       kernels_(make_kernels(device, precision)),
       k_(*kernels_) {
   config_.validate("model");
+  if (config_.qkv_bias || config_.head_size > 0 || config_.rope_scaling.type != RopeScaling::Type::none ||
+      config_.sliding_window > 0)
+    fail("model: this build runs neither q/k/v biases, an explicit head_dim, llama3 RoPE scaling nor a sliding "
+         "window\nhint: use a Llama 2 style model");
   if (plan_.layer_end == 0) plan_ = ShardPlan::single(config_);  // the default plan: everything
   CHECK(plan_.tp_size == 1 || (tp_ != nullptr && tp_->size() == plan_.tp_size && tp_->rank() == plan_.tp_rank),
         "tensor parallel model without its TP communicator");
