@@ -202,7 +202,7 @@ TEST(Config, FamilyConfigsTakeTheirArchitectureFromTheHfFolders) {
   EXPECT_EQ(l3.rope_scaling.original_max_pos, 8192);
   const m::LlamaConfig q = llamatrain::io::read_hf_config(source_path("configs/hf/Qwen2.5-7B"));
   EXPECT_TRUE(q.qkv_bias);
-  EXPECT_EQ(q.bos_id, -1);
+  EXPECT_EQ(q.vocab_size, 152064);
   const m::LlamaConfig mi = llamatrain::io::read_hf_config(source_path("configs/hf/Mistral-7B-v0.1"));
   EXPECT_EQ(mi.sliding_window, 4096);
   const m::LlamaConfig tl = llamatrain::io::read_hf_config(source_path("configs/hf/TinyLlama-1.1B"));
