@@ -93,8 +93,8 @@ void write_tokenizer_json_files(AtomicDir& out, const std::vector<HfExtraFile>& 
   const TokenizerJsonVocab vocab = tokenizer_json_vocab(tj.bytes, source);
   if (vocab.size > c.vocab_size)
     fail("tokenizer {}: {} tokens (ids 0..{}), but the model's vocab_size is {}, expected at most that\nhint: "
-         "export with the tokenizer.json the model was trained with; a vocabulary grown beyond the model's rows "
-         "is supported for SentencePiece tokenizer.model files only",
+         "export with the tokenizer.json the model was trained with (training with a larger tokenizer grows the "
+         "model to it; an export copies tokenizer.json as it is, never extends it)",
          source, vocab.size, vocab.size - 1, c.vocab_size);
   if (find_file(files, "tokenizer_config.json")) return;
   auto token = [&](int id) {
