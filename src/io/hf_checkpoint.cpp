@@ -153,8 +153,18 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
           file_config.vocab_size);
     file_config.vocab_size = int(growth->base_rows);
   }
-  for (const auto& t : hf_tensor_slices(file_config)) {
-    used.insert(t.hf_name);
+  const std::vector<HfTensorSlice> slices = hf_tensor_slices(file_config);
+  // Tensors the architecture lacks first: a fused W_pack is refused as that, not as missing q_proj.
+  for (const auto& t : slices) used.insert(t.hf_name);
+  for (const auto& name : ckpt.names()) {
+    if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (name == "lm_head.weight" && m.config().tie_embeddings) {
+      check_tied_copy(ckpt, file_config);
+      continue;
+    }
+    refuse_unexpected(ckpt, m.config(), name);
+  }
+  for (const auto& t : slices) {
     const TensorView& view = ckpt.get(t.hf_name);  // present (and, below, the right shape) on every rank
     const model::ParamSpec* s = m.find_param(t.param);
     if (!m.is_sharded()) {
@@ -180,14 +190,6 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
     });
     if (progress) progress(copied * dtype_size(view.dtype));
   }
-  for (const auto& name : ckpt.names()) {
-    if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
-    if (name == "lm_head.weight" && m.config().tie_embeddings) {
-      check_tied_copy(ckpt, file_config);
-      continue;
-    }
-    refuse_unexpected(ckpt, m.config(), name);
-  }
   if (growth && growth->active()) fill_new_rows(m, ckpt, *growth);
   m.params_changed();
 }
@@ -208,10 +210,10 @@ std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::
 }
 
 const std::vector<std::string>& hf_export_files() {
-  static const std::vector<std::string> names = {"config.json",           "generation_config.json",
-                                                 "model.safetensors",     "model.safetensors.index.json",
-                                                 "model-*-of-*.safetensors", "tokenizer.model",       "tokenizer.json",
-                                                 "tokenizer_config.json", "special_tokens_map.json"};
+  static const std::vector<std::string> names = {
+      "config.json",    "generation_config.json", "model.safetensors",     "model.safetensors.index.json",
+      "model-*-of-*.safetensors", "tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+      "special_tokens_map.json"};
   return names;
 }
 

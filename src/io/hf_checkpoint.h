@@ -1,7 +1,7 @@
-// Hugging Face Llama checkpoints <-> LlamaModel. The HF tensor names live here and in hf_config.cpp
-// only. Every HF tensor is a contiguous row block of one model arena tensor (q/k/v_proj inside
-// wqkv, gate/up inside w13), so loading is a copy (with dtype conversion) into place and saving
-// points straight at the arena (fp32) or at a bf16 copy.
+// Hugging Face Llama, Qwen2 and Mistral checkpoints <-> LlamaModel. The HF tensor names live here and
+// in hf_config.cpp only. Every HF tensor is a contiguous row block of one model arena tensor (q/k/v_proj
+// inside wqkv, their biases inside bqkv, gate/up inside w13), so loading is a copy (with dtype
+// conversion) into place and saving points straight at the arena (fp32) or at a bf16 copy.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +50,10 @@ std::string hf_names_of(const model::LlamaConfig& config, const std::string& ten
 // HF tensor (reading those pages of the mmap) and skips the tensors its pipeline stage does not hold;
 // the tied embedding goes to every stage holding wte. Missing tensors, wrong shapes or dtypes throw
 // Error naming file and tensor (whether or not this rank holds them); tensors we don't use
-// (rotary_emb.inv_freq) are ignored; any other unexpected tensor is an Error.
+// (rotary_emb.inv_freq) are ignored; any other tensor the config's architecture lacks is an Error
+// naming it, its file and what is supported (checked before anything is read: a fused W_pack, o_proj
+// or MLP biases, q/k/v biases without qkv_bias). A tied model's lm_head.weight is accepted only as an
+// exact copy of model.embed_tokens.weight. q/k/v biases (qkv_bias) are rows of "bqkv", one column each.
 // progress (optional) gets the bytes read of each tensor: model.num_params() elements of the files'
 // dtype in all. With growth (io/vocab_resize.h) the checkpoint has growth->base_rows vocabulary rows and
 // the model growth->rows: the base rows are copied and the new ones made by fill_new_rows.

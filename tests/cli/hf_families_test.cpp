@@ -105,7 +105,8 @@ TEST(HfFamilies, GenerateStopsOnAnyIdOfAnEosList) {
   json cfg = json::parse(testing::slurp(kTinyHf + "/config.json"));
   cfg["eos_token_id"] = json::array({2, greedy[stop]});
   testing::write_file(dir + "/config.json", cfg.dump(2));
-  auto r = run_cli({"generate", dir, "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "20", "--print-ids"});
+  auto r =
+      run_cli({"generate", dir, "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "20", "--print-ids"});
   ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
   EXPECT_EQ(parse_ids(r.out), std::vector<int>(greedy.begin(), greedy.begin() + long(stop) + 1));
 }
@@ -160,7 +161,10 @@ model:
   init_from: {}
   tokenizer: {{library: huggingface, type: {}}}
   data: {{data_prefix: [1.0, {}], splits_string: '90,10,0', seq_length: 32}}
-  optim: {{name: adamw, lr: 1.0e-3, sched: {{name: CosineAnnealing, warmup_steps: 1, constant_steps: 0, min_lr: 1.0e-4}}}}
+  optim:
+    name: adamw
+    lr: 1.0e-3
+    sched: {{name: CosineAnnealing, warmup_steps: 1, constant_steps: 0, min_lr: 1.0e-4}}
 )",
                                           tmp / "run", dir, dir, tmp / "fx_text_document"));
     auto train = run_cli({"train", yaml});

@@ -138,9 +138,10 @@ TEST(HfCheckpoint, FreezingTheBiasesGoesByTheirHfNames) {
                   "model.layers.*.self_attn.k_proj.bias");
 }
 
-// tiny_hf's tensors plus `extra` (an F32 tensor of the given shape), as DIR/model.safetensors next to
-// tiny_hf's config.json.
-std::string with_extra_tensor(const TempDir& tmp, const std::string& extra, const std::vector<int64_t>& shape) {
+// tiny_hf's tensors, less those whose name contains `drop`, plus `extra` (an F32 tensor of the given
+// shape), as DIR/model.safetensors next to tiny_hf's config.json.
+std::string with_extra_tensor(const TempDir& tmp, const std::string& extra, const std::vector<int64_t>& shape,
+                              const std::string& drop = "") {
   const std::string dir = tmp / "m";
   fs::create_directories(dir);
   fs::copy_file(kTinyHf + "/config.json", dir + "/config.json");
@@ -148,7 +149,7 @@ std::string with_extra_tensor(const TempDir& tmp, const std::string& extra, cons
   std::vector<io::TensorToWrite> tensors;
   for (const auto& name : src.names()) {
     const io::TensorView& v = src.get(name);
-    tensors.push_back({name, v.dtype, v.shape, v.data});
+    if (drop.empty() || name.find(drop) == std::string::npos) tensors.push_back({name, v.dtype, v.shape, v.data});
   }
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -184,6 +185,13 @@ TEST(HfCheckpoint, TensorsTheArchitectureLacksAreRefusedByName) {
       EXPECT_CONTAINS(e, dir + "/model.safetensors");
     }
   }
+  // A Baichuan-style layer has W_pack instead of q/k/v_proj: refused as W_pack, not as a missing q_proj.
+  TempDir tmp;
+  const std::string dir =
+      with_extra_tensor(tmp, "model.layers.0.self_attn.W_pack.weight", {192, 64}, "layers.0.self_attn.q_proj");
+  const std::string e = error_of([&] { io::load_hf_model(dir, model::Precision::fp32); });
+  EXPECT_CONTAINS(e, "W_pack");
+  EXPECT_EQ(e.find("not found"), std::string::npos) << e;
 }
 
 TEST(HfCheckpoint, ATiedModelTakesAnLmHeadOnlyAsAnExactCopy) {
@@ -247,13 +255,15 @@ TEST(HfExport, TokenizerSourcesGiveTheirFilesByteForByte) {
   EXPECT_EQ(names(q), (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
   EXPECT_EQ(q[0].bytes, testing::read_file(kQwen2 + "/tokenizer.json"));
   EXPECT_EQ(q[1].bytes, testing::read_file(kQwen2 + "/tokenizer_config.json"));
-  EXPECT_EQ(names(io::tokenizer_source_files(kLlama3 + "/tokenizer.json")), names(q)) << "the file stands for its folder";
+  EXPECT_EQ(names(io::tokenizer_source_files(kLlama3 + "/tokenizer.json")), names(q))
+      << "the file stands for its folder";
   EXPECT_EQ(names(io::tokenizer_source_files(kTinyHf)), std::vector<std::string>{"tokenizer.model"});
   const auto spm = io::tokenizer_source_files(kTinyHf + "/tokenizer.model");
   ASSERT_EQ(names(spm), std::vector<std::string>{"tokenizer.model"});
   EXPECT_EQ(spm[0].bytes, testing::read_file(kTinyHf + "/tokenizer.model"));
   TempDir tmp;
-  EXPECT_CONTAINS(error_of([&] { io::tokenizer_source_files(tmp.path()); }), "neither tokenizer.json nor tokenizer.model");
+  EXPECT_CONTAINS(error_of([&] { io::tokenizer_source_files(tmp.path()); }),
+                  "neither tokenizer.json nor tokenizer.model");
   EXPECT_CONTAINS(error_of([&] { io::tokenizer_source_files(tmp / "nope.model"); }), "does not exist");
 }
 
