@@ -364,3 +364,46 @@ TEST(ChatRecords, BadRecordsAreRejectedWithFileLineAndTheFix) {
   expect_error([&] { load_sft_jsonl(path, tok, cfg, &none); },
                {"<|begin_of_text|>", "<|eot_id|>", "tokenizer.model", "model.data.chat_template"});
 }
+
+TEST(ChatCli, DataSamplesShowsTheTrainedTextAndTheLossMask) {
+  TempDir d;
+  lt::write_file(d / "chat.jsonl",
+                 R"({"messages": [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}]})"
+                 "\n"
+                 R"({"instruction": "Name a colour.", "output": "Red."})"
+                 "\n");
+  const std::vector<std::string> base = {"data", "samples", lt::source_path("configs/tiny.yaml"),
+                                         "model.data.fine_tuning=true", "model.data.chat=true",
+                                         "model.data.train_ds.file_names=[" + (d / "chat.jsonl") + "]",
+                                         "model.data.train_ds.shuffle=false",
+                                         "model.tokenizer.model=" + lt::source_path("tests/golden/tiny_hf/tokenizer.model"),
+                                         "--first", "2"};
+  auto args = base;
+  args.push_back("model.data.chat_template=llama2");
+  const auto text = lt::run_cli(args);
+  ASSERT_EQ(text.code, 0) << lt::describe(text);
+  EXPECT_NE(text.out.find(R"(loss: "<s>[INST] Capital of France? [/INST]⟦ Paris. </s>⟧)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(R"(loss: "<s>[INST] Name a colour. [/INST]⟦ Red. </s>⟧)"), std::string::npos) << text.out;
+  args.push_back("--json");
+  const auto json = lt::run_cli(args);
+  ASSERT_EQ(json.code, 0) << lt::describe(json);
+  const auto j = nlohmann::json::parse(json.out.substr(0, json.out.find('\n')));
+  const Tokenizer tok(lt::source_path("tests/golden/tiny_hf/tokenizer.model"));
+  int trained = 0;
+  for (size_t t = 0; t < j["loss_mask"].size(); t++) {
+    EXPECT_EQ(j["loss_mask"][t].get<int>(), j["labels"][t].get<int>() >= 0 ? 1 : 0) << t;
+    trained += j["loss_mask"][t].get<int>();
+  }
+  // " Paris. " after "[/INST]" and </s>.
+  EXPECT_EQ(trained, int(tok.encode("[INST] Capital of France? [/INST] Paris. ").size() -
+                         tok.encode("[INST] Capital of France? [/INST]").size()) + 1);
+
+  // auto with no chat_template beside the tokenizer; a template whose tokens the tokenizer lacks.
+  lt::expect_plain_error(lt::run_cli(base), {"model.data.chat_template", "tokenizer_config.json"});
+  args = base;
+  args.push_back("model.data.chat_template=chatml");
+  lt::expect_plain_error(lt::run_cli(args), {"<|im_start|>", "tokenizer.model", "model.data.chat_template"});
+  args = base;
+  args.push_back("model.data.chat_template=vicuna");
+  lt::expect_plain_error(lt::run_cli(args), {"model.data.chat_template", "vicuna", "llama2"});
+}
