@@ -33,10 +33,14 @@ std::string loss_view(const data::Tokenizer& tok, const std::vector<int32_t>& to
     ids.push_back(targets[T - 1]);
     trained.push_back(true);
   }
+  // Trailing untrained repeats of one id (padding) are counted, not shown.
+  size_t shown = ids.size();
+  while (shown > 1 && !trained[shown - 1] && ids[shown - 1] == ids.back()) shown--;
+  if (ids.size() - shown < 2) shown = ids.size();
   data::DecodeStream stream(tok);
   std::string out;
   bool open = false;
-  for (size_t k = 0; k < ids.size(); k++) {
+  for (size_t k = 0; k < shown; k++) {
     if (trained[k] != open) {
       out += open ? "\u27E7" : "\u27E6";
       open = trained[k];
@@ -46,6 +50,7 @@ std::string loss_view(const data::Tokenizer& tok, const std::vector<int32_t>& to
   }
   out += stream.finish();
   if (open) out += "\u27E7";
+  if (shown < ids.size()) out += fmt::format(" (+{} padding ids {})", ids.size() - shown, ids.back());
   return out;
 }
 
