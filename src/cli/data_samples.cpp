@@ -83,6 +83,8 @@ void run_samples(const SamplesArgs& a) {
          a.split);
   const int T = int(data.seq_length());
   std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T));
+  // Fine-tuning: the files, the chat template and the rows rejected, as the trainer logs them.
+  if (!a.json && cfg.model.data.fine_tuning) std::printf("%s", data.describe().c_str());
   if (!a.json)
     std::printf("%s split: %lld samples of %d tokens; showing %lld from sample %lld\n", a.split.c_str(),
                 (long long)data.size(split), T, (long long)a.first, (long long)a.start);

@@ -5,6 +5,8 @@
 // malformed records are rejected with their file:line and the fix.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -109,8 +111,13 @@ TEST(ChatTemplates, RenderingEqualsHuggingFaceJinjaOfEachFamilysOwnTemplate) {
       const auto& r = ref[name][c];
       ASSERT_FALSE(r.contains("error")) << name << " conversation " << c << ": " << r["error"];
       // An empty system message: Python's Jinja (transformers) takes '' != false as true and renders an
-      // empty <<SYS>> block, as this code does; the JavaScript one compares loosely and leaves it out.
-      if (name == "llama2" && convs[c][0].role == "system" && convs[c][0].content.empty()) continue;
+      // empty <<SYS>> block, as this code does; the JavaScript one compares loosely and leaves it out:
+      // transformers' own rendering of it is held here instead.
+      if (name == "llama2" && convs[c][0].role == "system" && convs[c][0].content.empty()) {
+        for (const ChatTemplate& t : templates)
+          EXPECT_EQ(render_text(t, convs[c], false), "<s>[INST] <<SYS>>\n\n<</SYS>> [/INST] ok </s>") << t.source;
+        continue;
+      }
       for (const ChatTemplate& t : templates) {
         EXPECT_EQ(render_text(t, convs[c], false), r["plain"].get<std::string>()) << t.source << ", conversation " << c;
         EXPECT_EQ(render_text(t, convs[c], true), r["generation"].get<std::string>())
@@ -397,6 +404,30 @@ TEST(ChatCli, DataSamplesShowsTheTrainedTextAndTheLossMask) {
   // " Paris. " after "[/INST]" and </s>.
   EXPECT_EQ(trained, int(tok.encode("[INST] Capital of France? [/INST] Paris. ").size() -
                          tok.encode("[INST] Capital of France? [/INST]").size()) + 1);
+
+  // auto: the chat_template of the tokenizer_config.json beside the tokenizer, here a ChatML one with
+  // its own default system prompt.
+  std::filesystem::create_directories(d / "qwen");
+  std::filesystem::copy_file(chat_golden("tiny_chat_bpe.model"), d / "qwen/tokenizer.model");
+  nlohmann::json qwen_config{{"eos_token", "<|im_end|>"},
+                             {"chat_template",
+                              "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+                              "'<|im_start|>system\\nBe kind.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + "
+                              "message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"}};
+  lt::write_file(d / "qwen/tokenizer_config.json", qwen_config.dump());
+  args = base;
+  args.push_back("model.tokenizer.model=" + (d / "qwen/tokenizer.model"));
+  const auto qwen = lt::run_cli(args);
+  ASSERT_EQ(qwen.code, 0) << lt::describe(qwen);
+  // (SentencePiece starts each run of text after a special token with a word boundary, which
+  // decodes as a space.)
+  EXPECT_NE(qwen.out.find("chat template: " + (d / "qwen/tokenizer_config.json") + " (recognised as chatml)"),
+            std::string::npos)
+      << qwen.out;
+  EXPECT_NE(qwen.out.find(R"(loss: "<|im_start|> system\nBe kind.<|im_end|> \n<|im_start|> user\nCapital of France?)"
+                          R"(<|im_end|> \n<|im_start|> assistant\n⟦Paris.<|im_end|>⟧ \n)"),
+            std::string::npos)
+      << qwen.out;
 
   // auto with no chat_template beside the tokenizer; a template whose tokens the tokenizer lacks.
   lt::expect_plain_error(lt::run_cli(base), {"model.data.chat_template", "tokenizer_config.json"});
