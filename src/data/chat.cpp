@@ -255,7 +255,8 @@ bool chat_row_messages(std::string_view line, std::vector<ChatMessage>* messages
   if (row.contains("instruction") || row.contains("output")) {  // Alpaca
     if (!string_field("instruction", &instruction)) return bad(why, "Alpaca row without an \"instruction\" string");
     if (!string_field("output", &output)) return bad(why, "Alpaca row without an \"output\" string");
-    if (row.contains("input") && !string_field("input", &input)) return bad(why, "Alpaca \"input\" is not a string");
+    if (row.contains("input") && !row["input"].is_null() && !string_field("input", &input))
+      return bad(why, "Alpaca \"input\" is not a string");
     messages->push_back({"user", input.empty() ? instruction : instruction + "\n\n" + input});
     messages->push_back({"assistant", output});
     return true;

@@ -282,6 +282,10 @@ TEST(ChatRecords, AlpacaRowsJoinInstructionAndInputWithABlankLine) {
   ASSERT_TRUE(chat_row_messages(R"({"instruction": "Name a colour.", "input": "", "output": "Red."})", &m, &why));
   EXPECT_EQ(m[0].content, "Name a colour.");
   EXPECT_EQ(render_text(builtin_chat_template("llama2"), m, false), "<s>[INST] Name a colour. [/INST] Red. </s>");
+  ASSERT_TRUE(chat_row_messages(R"({"instruction": "Name a colour.", "input": null, "output": "Red."})", &m, &why));
+  EXPECT_EQ(m[0].content, "Name a colour.");
+  EXPECT_FALSE(chat_row_messages(R"({"instruction": "Name a colour.", "input": 3, "output": "Red."})", &m, &why));
+  EXPECT_NE(why.find("\"input\" is not a string"), std::string::npos) << why;
 }
 
 TEST(ChatRecords, SamplesTrainEveryAssistantTurnAndTruncateTheEnd) {
