@@ -296,8 +296,10 @@ std::vector<std::string> chat_special_tokens(const ChatTemplate& t) {
 
 void check_chat_tokens(const ChatTemplate& t, const Tokenizer& tok) {
   std::vector<std::string> missing;
-  for (const std::string& s : chat_special_tokens(t))
-    if (tok.id_to_piece(tok.piece_to_id(s)) != s) missing.push_back(s);
+  for (const std::string& s : chat_special_tokens(t)) {
+    const int id = tok.piece_to_id(s);  // the unknown id (or a negative one) when there is no such piece
+    if (id < 0 || tok.id_to_piece(id) != s) missing.push_back(s);
+  }
   if (!missing.empty())
     fail("chat template {} needs the special token{} {}, which the tokenizer {} does not have\nhint: use the model "
          "family's own tokenizer, or set model.data.chat_template to the family of this one (llama2, llama3 or chatml)",
