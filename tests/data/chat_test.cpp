@@ -442,3 +442,20 @@ TEST(ChatCli, DataSamplesShowsTheTrainedTextAndTheLossMask) {
   args.push_back("model.data.chat_template=vicuna");
   lt::expect_plain_error(lt::run_cli(args), {"model.data.chat_template", "vicuna", "llama2"});
 }
+
+TEST(ChatRecords, ATokenAcrossASegmentBoundaryGoesToTheLaterSegment) {
+  // "the wa" + "ter": the run encodes as ▁the ▁w at er; the prefix as ▁the ▁w a, which agrees for two
+  // ids, so "at" (spanning the boundary) and "er" belong to the in-loss segment.
+  const Tokenizer tok(chat_golden("tiny_chat_bpe.model"));
+  const std::vector<ChatSegment> segs = {{"<|im_start|>", true, false}, {"the wa", false, false}, {"ter", false, true},
+                                         {"<|im_end|>", true, true}};
+  std::vector<int> ids;
+  std::vector<uint8_t> loss;
+  encode_chat(segs, tok, &ids, &loss);
+  std::vector<int> want = {tok.piece_to_id("<|im_start|>")};
+  for (int id : tok.encode("the water")) want.push_back(id);
+  want.push_back(tok.piece_to_id("<|im_end|>"));
+  ASSERT_EQ(ids, want);
+  ASSERT_EQ(tok.id_to_piece(ids[3]), "at");
+  EXPECT_EQ(loss, (std::vector<uint8_t>{0, 0, 0, 1, 1, 1}));
+}
