@@ -270,7 +270,7 @@ bool render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages
                  std::vector<ChatSegment>* segments, std::string* why) {
   segments->clear();
   if (std::none_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; }))
-    return bad(why, "conversation without an assistant turn: nothing to train on");
+    return bad(why, "conversation without an assistant turn: nothing to train on (add the reply, or drop the row)");
   switch (t.format) {
     case ChatFormat::llama2: return render_llama2(messages, segments, why);
     case ChatFormat::llama3: return render_llama3(t, messages, add_generation_prompt, segments);
