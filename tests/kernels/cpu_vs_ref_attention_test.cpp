@@ -103,12 +103,12 @@ TEST(CpuVsRefAttention, SlidingWindow) {
   const int heads[][2] = {{4, 4}, {8, 2}, {6, 1}};
   for (int window : windows)
     for (int T : Ts)
-      for (const auto& hh : heads)
-        for (int D : {16, 64}) {
-          const Shape s{T == 127 ? 3 : 1, T, hh[0], hh[1], D, window};
-          SCOPED_TRACE(s.name());
-          check_shape(s);
-        }
+      for (const auto& hh : heads) {
+        if (T == 300 && hh[1] != 2) continue;  // the longest sequence once per window (the reference is slow)
+        const Shape s{T == 127 ? 3 : 1, T, hh[0], hh[1], window % 2 ? 16 : 64, window};
+        SCOPED_TRACE(s.name());
+        check_shape(s);
+      }
   check_shape(Shape{2, 40, 4, 2, 16, 40});
   check_shape(Shape{2, 40, 4, 2, 16, 1000});
 }
