@@ -260,6 +260,21 @@ TEST_P(VariantGolden, Bf16MixedTracksReference) {
   }
 }
 
+TEST_P(VariantGolden, Bf16StochasticRoundingTracksReference) {
+  // bf16 weights and moments, updates rounded stochastically: the curve within 3e-3 of the fp64 one
+  // (llama_golden_test.cpp's bound).
+  Golden gold(name());
+  auto m = load(name(), Precision::bf16_sr, device());
+  const auto opt = golden_adamw(gold);
+  const auto losses = gold.f32("adamw.losses");
+  for (size_t step = 1; step <= losses.size(); step++) {
+    m->zero_grad();
+    const auto stats = m->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
+    m->optimizer_step(opt, opt.lr, int(step));
+    EXPECT_NEAR(stats.loss, losses[step - 1], 3e-3 * std::abs(losses[step - 1])) << "loss at step " << step;
+  }
+}
+
 TEST_P(VariantGolden, GreedyDecodingMatchesTheReference) {
   // Decoding through the KV cache (decode.cpp: the bias, the scaled RoPE and the window in one-token
   // steps) from the prompt: each generated position's logits against the reference's full recompute,
@@ -322,6 +337,47 @@ TEST(VariantConfig, BiasTensorIsCountedAndListed) {
   EXPECT_EQ(b->shape, (std::vector<int64_t>{c.n_layers, c.qkv_dim()}));
   m.init_random(0.02f);
   for (int64_t i = 0; i < b->numel; i++) ASSERT_EQ(m.param_data()[b->offset + i], 0.0f) << "biases start at zero";
+}
+
+TEST(VariantConfig, FrozenBiasesKeepTheOtherGradients) {
+  // model.freeze on the biases: no gradient or moments for bqkv (the qkv gradient then goes to its
+  // matmul in the operand form's values, as without biases), the biases unchanged by a step, and
+  // every other gradient the same as with them training.
+  const std::string name = "qwen_bias";
+  Golden gold(name);
+  auto trained = load(name, Precision::fp32, Device::cpu);
+  LlamaConfig c = variant_config(name);
+  c.frozen = {"bqkv"};
+  auto frozen = std::make_unique<model::LlamaModel>(c, Precision::fp32, 1);
+  std::vector<float> w(size_t(trained->num_params()));
+  trained->copy_params_to_host(w.data());
+  // The same weights in the frozen model's arena order (frozen tensors come first).
+  std::vector<float> wf(size_t(frozen->num_params()));
+  for (const auto& s : trained->param_specs()) {
+    const model::ParamSpec* f = frozen->find_param(s.name);
+    ASSERT_NE(f, nullptr);
+    std::copy(w.begin() + s.offset, w.begin() + s.offset + s.numel, wf.begin() + f->offset);
+  }
+  frozen->copy_params_from_host(wf.data());
+  EXPECT_EQ(frozen->num_trainable(), trained->num_trainable() - int64_t(c.n_layers) * c.qkv_dim());
+  EXPECT_EQ(frozen->grads().bqkv, nullptr);
+  for (auto* m : {trained.get(), frozen.get()}) {
+    m->zero_grad();
+    m->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
+  }
+  for (const auto& s : frozen->param_specs()) {
+    if (s.frozen) continue;
+    const model::ParamSpec* t = trained->find_param(s.name);
+    const std::vector<float> gf(frozen->grad_data() + s.grad_offset, frozen->grad_data() + s.grad_offset + s.numel);
+    const std::vector<float> gt(trained->grad_data() + t->grad_offset,
+                                trained->grad_data() + t->grad_offset + t->numel);
+    EXPECT_TRUE(testing::bitwise_equal("gradient of " + s.name, gf, gt));
+  }
+  const model::ParamSpec* b = frozen->find_param("bqkv");
+  const std::vector<float> before(frozen->param_data() + b->offset, frozen->param_data() + b->offset + b->numel);
+  frozen->optimizer_step(model::AdamWConfig{}, 1e-2f, 1);
+  const std::vector<float> after(frozen->param_data() + b->offset, frozen->param_data() + b->offset + b->numel);
+  EXPECT_TRUE(testing::bitwise_equal("frozen biases after a step", after, before));
 }
 
 TEST(VariantConfig, WindowAtLeastTheSequenceChangesNothing) {
