@@ -224,6 +224,15 @@ cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
 # The host's /etc/hosts too: without one, resolving the machine's own name (OpenMPI's mpirun does, for
 # every rank) waits for DNS timeouts.
 cp -L /etc/hosts "$ROOT/etc/hosts"
+# The network's own CA certificates too (a TLS-inspecting proxy's, which this machine lists under
+# /usr/local/share/ca-certificates): a machine on this network has them, and without them npm cannot
+# reach its registry from the root. Debian's ca-certificates adds them to the system list when it is
+# installed (setup.sh); a root that already has the package gets them now.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$ROOT/usr/local/share/ca-certificates"
+  cp -L /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+  [ ! -x "$ROOT/usr/sbin/update-ca-certificates" ] || chroot "$ROOT" update-ca-certificates >/dev/null 2>&1 || true
+fi
 
 # ---- a clean clone of HEAD ------------------------------------------------------------------
 sha=$(git -C "$SRC" rev-parse HEAD)

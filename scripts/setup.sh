@@ -35,6 +35,7 @@ TEST_PACKAGES=(
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
   chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test
   nodejs                # runs the JavaScript references (Hugging Face tokenizers and Jinja, tiktoken)
+  ca-certificates       # npm fetches those references from its registry over TLS
 )
 # npm installs those references from the registry (tools/reference/js); a nodejs from elsewhere may
 # bring its own npm, which Debian's package would conflict with.

@@ -1,13 +1,17 @@
 // Hugging Face config.json <-> LlamaConfig (docs/formats.md 4.1). The only file that spells HF config
 // keys. Reading accepts 4.x keys and the newer spellings (rope_parameters, dtype), applies 4.x
-// defaults, and refuses what the model cannot run (rope scaling, biases, non-SiLU activations,
-// a head_dim other than hidden/heads, other model types) instead of silently computing garbage.
+// defaults, takes the Llama, Mistral and Qwen2 families (q/k/v biases, explicit head_dim, llama3
+// RoPE scaling, sliding window, eos lists), and refuses what the model cannot run (other RoPE
+// scalings, o/MLP biases, non-SiLU activations, Qwen2's per-layer sliding window, other model
+// types) by name instead of silently computing garbage.
 #include "io/hf_config.h"
 
 #include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
+#include <vector>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -87,17 +91,18 @@ class Reader {
     if (!v->is_string()) wrong_type(key, *v, "string");
     return &v->get_ref<const std::string&>();
   }
-  // A token id: an integer, or a non-empty list of them (Llama 3 lists several eos ids; the
-  // first one is used).
-  int token_id(const char* key, int def) const {
+  // Token ids: an integer, or a non-empty list of them (Llama 3 lists several eos ids).
+  std::vector<int> token_ids(const char* key, int def) const {
     const json* v = value(key);
-    if (!v) return def;
+    if (!v) return {def};
     if (v->is_array()) {
       if (v->empty()) wrong_type(key, *v, "integer or non-empty list of integers");
-      return as_int(key, (*v)[0]);
+      std::vector<int> out;
+      for (const json& e : *v) out.push_back(as_int(key, e));
+      return out;
     }
     if (!v->is_number_integer()) wrong_type(key, *v, "integer or list of integers");
-    return as_int(key, *v);
+    return {as_int(key, *v)};
   }
   const std::string& file() const { return file_; }
 
@@ -108,9 +113,40 @@ class Reader {
 
 [[noreturn]] void unsupported(const std::string& file, const std::string& what, const std::string& got,
                               const std::string& expected) {
-  fail("{}: {} is {}, which llamatrain does not support, expected {}\nhint: only plain Llama "
-       "models (no rope scaling, no biases, SiLU) can be trained",
+  fail("{}: {} is {}, which llamatrain does not support, expected {}\nhint: llamatrain trains Llama, Mistral "
+       "and Qwen2 models (SiLU, q/k/v biases only as in Qwen2, RoPE scaling none or llama3)",
        file, what, got, expected);
+}
+
+// rope_scaling / rope_parameters: {"rope_type" (or 4.x "type"): "default" | "llama3", factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings}.
+model::RopeScaling read_rope_scaling(const std::string& file, const std::string& key, const json& v) {
+  if (!v.is_object())
+    fail("{}: {} has type {} (value {}), expected an object or null\nhint: fix config.json", file, key, type_of(v),
+         preview(v));
+  Reader r(v, file);
+  const std::string* type = r.optional_string("rope_type");
+  if (!type) type = r.optional_string("type");
+  model::RopeScaling out;
+  if (!type || *type == "default") return out;
+  if (*type != "llama3")
+    unsupported(file, key + ".rope_type", "\"" + *type + "\"", "\"default\" or \"llama3\"");
+  auto number = [&](const char* k) {
+    const json* x = r.value(k);
+    if (!x) fail("{}: {} of rope_type llama3 has no \"{}\", expected a number\nhint: Llama 3.1's config.json has "
+                 "factor, low_freq_factor, high_freq_factor and original_max_position_embeddings", file, key, k);
+    double d = r.as_number(k, *x);
+    if (!std::isfinite(d) || std::fabs(d) > 1e30) fail("{}: {}.{} is {}, expected a finite number", file, key, k, d);
+    return float(d);
+  };
+  out.type = model::RopeScaling::Type::llama3;
+  out.factor = number("factor");
+  out.low_freq_factor = number("low_freq_factor");
+  out.high_freq_factor = number("high_freq_factor");
+  const json* omp = r.value("original_max_position_embeddings");
+  if (!omp) number("original_max_position_embeddings");  // fails, naming the key
+  out.original_max_pos = r.as_int("original_max_position_embeddings", *omp);
+  return out;
 }
 
 }  // namespace
@@ -135,22 +171,21 @@ model::LlamaConfig read_hf_config(const std::string& path) {
     fail("{}: config is a JSON {}, expected an object\nhint: fix or re-download config.json", file, type_of(j));
   Reader r(j, file);
 
-  // Architecture: only Llama (and Mistral without sliding-window attention) is the same network.
+  // Architecture: Llama, and the families that are the same network with small differences:
+  // Mistral (sliding-window attention), Qwen2 / Qwen2.5 (biases on q, k and v).
+  model::Family family = model::Family::llama;
   if (const std::string* mt = r.optional_string("model_type")) {
-    if (*mt == "mistral") {
-      const json* sw = r.value("sliding_window");
-      int max_pos = r.optional_int("max_position_embeddings", 2048);
-      if (sw && r.as_int("sliding_window", *sw) < max_pos)
-        unsupported(file, "sliding_window", preview(*sw), "null (no sliding-window attention)");
-    } else if (*mt != "llama") {
-      unsupported(file, "model_type", "\"" + *mt + "\"", "\"llama\" (or \"mistral\" without sliding window)");
-    }
+    if (*mt == "mistral") family = model::Family::mistral;
+    else if (*mt == "qwen2") family = model::Family::qwen2;
+    else if (*mt != "llama")
+      unsupported(file, "model_type", "\"" + *mt + "\"", "\"llama\", \"mistral\" or \"qwen2\"");
   }
   if (const std::string* act = r.optional_string("hidden_act"))
     if (*act != "silu") unsupported(file, "hidden_act", "\"" + *act + "\"", "\"silu\"");
-  if (r.optional_bool("attention_bias", false)) unsupported(file, "attention_bias", "true", "false");
+  // Llama's attention_bias puts biases on o_proj too; only Qwen2's q/k/v biases are supported.
+  if (r.optional_bool("attention_bias", false))
+    unsupported(file, "attention_bias", "true", "false (q/k/v biases come with model_type \"qwen2\")");
   if (r.optional_bool("mlp_bias", false)) unsupported(file, "mlp_bias", "true", "false");
-  if (const json* rs = r.value("rope_scaling")) unsupported(file, "rope_scaling", preview(*rs), "null");
   r.optional_string("torch_dtype");
   r.optional_string("dtype");
 
@@ -163,16 +198,26 @@ model::LlamaConfig read_hf_config(const std::string& path) {
   c.n_kv_heads = r.optional_int("num_key_value_heads", c.n_heads);
   c.max_seq_len = r.optional_int("max_position_embeddings", 2048);
   c.tie_embeddings = r.optional_bool("tie_word_embeddings", false);
-  c.bos_id = r.token_id("bos_token_id", 1);
-  c.eos_id = r.token_id("eos_token_id", 2);
+  c.family = family;
+  c.qkv_bias = family == model::Family::qwen2;
+  // bos_token_id null (or absent in a Qwen2 config): the model has no BOS.
+  c.bos_id = r.get("bos_token_id") && !r.value("bos_token_id")
+                 ? -1
+                 : r.token_ids("bos_token_id", family == model::Family::qwen2 ? -1 : 1).front();
+  const std::vector<int> eos = r.token_ids("eos_token_id", 2);
+  c.eos_id = eos.front();
+  for (size_t i = 1; i < eos.size(); i++)
+    if (eos[i] != c.eos_id && std::find(c.extra_eos_ids.begin(), c.extra_eos_ids.end(), eos[i]) == c.extra_eos_ids.end())
+      c.extra_eos_ids.push_back(eos[i]);
   double eps = r.optional_number("rms_norm_eps", 1e-6);
   double theta = r.optional_number("rope_theta", 10000.0);
-  // transformers v5: {"rope_type": "default", "rope_theta": ...}; anything else is a scaling.
-  if (const json* rp = r.value("rope_parameters")) {
+  // RoPE scaling: rope_scaling (4.x) or rope_parameters (transformers v5, which also holds
+  // rope_theta). "default" (or null) is none; "llama3" is Llama 3.1's; others are refused.
+  const json* rs = r.value("rope_scaling");
+  const json* rp = r.value("rope_parameters");
+  if (rp) {
     if (!rp->is_object()) r.wrong_type("rope_parameters", *rp, "object");
     Reader rr(*rp, file);
-    if (const std::string* type = rr.optional_string("rope_type"))
-      if (*type != "default") unsupported(file, "rope_parameters.rope_type", "\"" + *type + "\"", "\"default\"");
     if (const json* t = rr.value("rope_theta")) {
       double t2 = rr.as_number("rope_theta", *t);
       if (r.value("rope_theta") && t2 != theta)
@@ -181,12 +226,39 @@ model::LlamaConfig read_hf_config(const std::string& path) {
              file, theta, t2);
       theta = t2;
     }
+    c.rope_scaling = read_rope_scaling(file, "rope_parameters", *rp);
+  }
+  if (rs) {
+    const model::RopeScaling old = read_rope_scaling(file, "rope_scaling", *rs);
+    const model::RopeScaling& now = c.rope_scaling;
+    if (rp && (old.type != now.type || old.factor != now.factor || old.low_freq_factor != now.low_freq_factor ||
+               old.high_freq_factor != now.high_freq_factor || old.original_max_pos != now.original_max_pos))
+      fail("{}: rope_scaling and rope_parameters describe different RoPE scalings, expected one\nhint: fix "
+           "config.json",
+           file);
+    c.rope_scaling = old;
   }
   if (const json* hd = r.value("head_dim")) {
     int head_dim = r.as_int("head_dim", *hd);
-    if (c.n_heads <= 0 || c.dim % c.n_heads != 0 || head_dim != c.dim / c.n_heads)
-      unsupported(file, "head_dim", std::to_string(head_dim),
-                  fmt::format("hidden_size / num_attention_heads = {} / {}", c.dim, c.n_heads));
+    if (head_dim < 2 || head_dim % 2 != 0)
+      fail("{}: head_dim is {}, expected a positive even integer (RoPE rotates pairs)\nhint: fix config.json", file,
+           head_dim);
+    if (c.n_heads <= 0 || c.dim % c.n_heads != 0 || head_dim != c.dim / c.n_heads) c.head_size = head_dim;
+  }
+  // Sliding-window attention: Mistral's sliding_window (null: none); Qwen2 has one only with
+  // use_sliding_window, and then on some layers (max_window_layers), which is not supported.
+  if (family == model::Family::mistral) {
+    c.sliding_window = r.optional_int("sliding_window", 0);
+    if (r.value("sliding_window") && c.sliding_window < 1)
+      fail("{}: sliding_window is {}, expected a positive number of tokens or null\nhint: fix config.json", file,
+           c.sliding_window);
+  } else if (family == model::Family::qwen2) {
+    if (r.optional_bool("use_sliding_window", false))
+      unsupported(file, "use_sliding_window", "true", "false (full attention on every layer)");
+    r.optional_int("sliding_window", 0);
+    r.optional_int("max_window_layers", 0);
+  } else if (const json* sw = r.value("sliding_window")) {
+    unsupported(file, "sliding_window", preview(*sw), "null for model_type \"llama\" (Mistral's is supported)");
   }
   if (!std::isfinite(eps) || !std::isfinite(theta) || eps > 1e30 || theta > 1e30)
     fail("{}: rms_norm_eps {} / rope_theta {} are out of range, expected finite values\nhint: fix config.json",
@@ -210,32 +282,57 @@ void write_hf_config(const std::string& path, const model::LlamaConfig& config, 
     double d = std::stod(fmt::format("{}", f));
     return float(d) == f ? d : double(f);  // guard against double rounding
   };
+  // The keys transformers writes for each family, with this model's values.
+  const bool qwen2 = config.family == model::Family::qwen2, mistral = config.family == model::Family::mistral;
+  json eos = config.eos_id;
+  if (!config.extra_eos_ids.empty()) {
+    eos = json::array({config.eos_id});
+    for (int id : config.extra_eos_ids) eos.push_back(id);
+  }
+  json rope_scaling = nullptr;
+  if (config.rope_scaling.type == model::RopeScaling::Type::llama3) {
+    const model::RopeScaling& rs = config.rope_scaling;
+    rope_scaling = {{"factor", shortest(rs.factor)},
+                    {"high_freq_factor", shortest(rs.high_freq_factor)},
+                    {"low_freq_factor", shortest(rs.low_freq_factor)},
+                    {"original_max_position_embeddings", rs.original_max_pos},
+                    {"rope_type", "llama3"}};
+  }
+  const char* architecture = qwen2 ? "Qwen2ForCausalLM" : mistral ? "MistralForCausalLM" : "LlamaForCausalLM";
   json j = {
-      {"architectures", json::array({"LlamaForCausalLM"})},
-      {"attention_bias", false},
+      {"architectures", json::array({architecture})},
       {"attention_dropout", 0.0},
-      {"bos_token_id", config.bos_id},
-      {"eos_token_id", config.eos_id},
-      {"head_dim", config.head_dim()},
+      {"bos_token_id", config.bos_id < 0 ? json(nullptr) : json(config.bos_id)},
+      {"eos_token_id", eos},
       {"hidden_act", "silu"},
       {"hidden_size", config.dim},
       {"initializer_range", 0.02},
       {"intermediate_size", config.ffn_dim},
       {"max_position_embeddings", config.max_seq_len},
-      {"mlp_bias", false},
-      {"model_type", "llama"},
+      {"model_type", model::family_name(config.family)},
       {"num_attention_heads", config.n_heads},
       {"num_hidden_layers", config.n_layers},
       {"num_key_value_heads", config.n_kv_heads},
-      {"pretraining_tp", 1},
       {"rms_norm_eps", shortest(config.norm_eps)},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", rope_scaling},
       {"rope_theta", shortest(config.rope_theta)},
       {"tie_word_embeddings", config.tie_embeddings},
       {"torch_dtype", torch_dtype},
       {"use_cache", true},
       {"vocab_size", config.vocab_size},
   };
+  if (!qwen2 || config.head_size > 0) j["head_dim"] = config.head_dim();
+  if (qwen2) {
+    j["max_window_layers"] = config.n_layers;
+    j["sliding_window"] = nullptr;
+    j["use_sliding_window"] = false;
+  } else if (mistral) {
+    j["sliding_window"] = config.sliding_window > 0 ? json(config.sliding_window) : json(nullptr);
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  }
   write_file_atomic(file, j.dump(2) + "\n");  // sorted keys, indent 2, as transformers writes
 }
 

@@ -134,7 +134,7 @@ int64_t LlamaConfig::num_params() const {
                       + H * D * C            // wo
                       + 3 * F * C            // w1 (gate), w3 (up), w2 (down)
                       + 2 * C                // attn_norm, ffn_norm
-                      + (qkv_bias ? (H + 2 * Hkv) * D : 0);  // q, k, v biases
+                      + (qkv_bias ? (H + 2 * Hkv) * D : 0);  // q/k/v biases (Qwen2)
   int64_t total = V * C                      // embedding
                   + int64_t(n_layers) * per_layer
                   + C;                       // final norm

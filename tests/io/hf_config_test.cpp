@@ -205,15 +205,155 @@ TEST_F(HfConfigTest, UnsupportedFeaturesAreRefusedByName) {
   std::string msg = error_of(patched({{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}}}));
   EXPECT_HAS(msg, "rope_scaling");
   EXPECT_HAS(msg, "does not support");
-  EXPECT_HAS(error_of(patched({{"rope_parameters", {{"rope_type", "llama3"}, {"factor", 8.0}}}})), "llama3");
-  EXPECT_HAS(error_of(patched({{"head_dim", 64}})), "head_dim");
+  EXPECT_HAS(msg, "\"llama3\"");  // what is supported
+  EXPECT_HAS(error_of(patched({{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}}}})), "\"yarn\"");
+  // llama3 without its parameters names the missing one.
+  EXPECT_HAS(error_of(patched({{"rope_parameters", {{"rope_type", "llama3"}, {"factor", 8.0}}}})), "low_freq_factor");
+  EXPECT_HAS(error_of(patched({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+                                                 {"high_freq_factor", 1.0}, {"original_max_position_embeddings", 8192}}}})),
+             "low < high");
+  EXPECT_HAS(error_of(patched({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                                                 {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}},
+                               {"rope_parameters", {{"rope_type", "default"}}}})),
+             "different");
+  EXPECT_HAS(error_of(patched({{"head_dim", 63}})), "head_dim");
   EXPECT_HAS(error_of(patched({{"hidden_act", "gelu"}})), "\"gelu\"");
   EXPECT_HAS(error_of(patched({{"attention_bias", true}})), "attention_bias");
   EXPECT_HAS(error_of(patched({{"mlp_bias", true}})), "mlp_bias");
-  EXPECT_HAS(error_of(patched({{"model_type", "gpt2"}})), "\"gpt2\"");
-  EXPECT_HAS(error_of(patched({{"model_type", "mistral"}, {"sliding_window", 4096}, {"max_position_embeddings", 32768}})),
-             "sliding_window");
+  msg = error_of(patched({{"model_type", "baichuan"}}));
+  EXPECT_HAS(msg, "\"baichuan\"");
+  EXPECT_HAS(msg, "\"qwen2\"");
+  EXPECT_HAS(error_of(patched({{"model_type", "qwen2"}, {"use_sliding_window", true}})), "use_sliding_window");
+  EXPECT_HAS(error_of(patched({{"sliding_window", 4096}})), "sliding_window");  // only Mistral's
+  EXPECT_HAS(error_of(patched({{"model_type", "mistral"}, {"sliding_window", 0}})), "sliding_window");
   EXPECT_NO_THROW(read_hf_config(patched({{"model_type", "mistral"}, {"sliding_window", json()}})));
+}
+
+// The published config.json of each supported family (values as on the Hugging Face hub), read
+// into the fields that differ, with parameter counts equal to the published totals.
+TEST_F(HfConfigTest, ReadsEachFamilysPublishedConfig) {
+  json llama31 = json::parse(kLlama2_7b);
+  llama31.merge_patch({{"attention_bias", false}, {"bos_token_id", 128000}, {"eos_token_id", {128001, 128008, 128009}},
+                       {"intermediate_size", 14336}, {"max_position_embeddings", 131072}, {"mlp_bias", false},
+                       {"num_key_value_heads", 8},
+                       {"rope_scaling", {{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                                         {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}}},
+                       {"rope_theta", 500000.0}, {"torch_dtype", "bfloat16"}, {"vocab_size", 128256}});
+  LlamaConfig c = read_hf_config(write(llama31.dump()));  // Llama-3.1-8B-Instruct
+  EXPECT_EQ(c.family, model::Family::llama);
+  EXPECT_EQ(c.num_params(), 8030261248);
+  EXPECT_EQ(c.bos_id, 128000);
+  EXPECT_EQ(c.eos_id, 128001);
+  EXPECT_EQ(c.extra_eos_ids, (std::vector<int>{128008, 128009}));
+  EXPECT_EQ(c.rope_scaling.type, model::RopeScaling::Type::llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0f);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(c.rope_scaling.original_max_pos, 8192);
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_FALSE(c.qkv_bias);
+  // transformers v5 spelling: rope_parameters holds the theta and the scaling.
+  json v5 = llama31;
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = v5["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  v5.erase("rope_scaling");
+  LlamaConfig c5 = read_hf_config(write(v5.dump()));
+  EXPECT_EQ(c5.rope_scaling.type, model::RopeScaling::Type::llama3);
+  EXPECT_EQ(c5.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(c5.rope_theta, 500000.0f);
+
+  // Llama-3.2-1B: tied, explicit head_dim equal to hidden / heads.
+  json llama32 = llama31;
+  llama32.merge_patch({{"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_hidden_layers", 16}, {"head_dim", 64},
+                       {"tie_word_embeddings", true}, {"eos_token_id", 128001}});
+  llama32["rope_scaling"]["factor"] = 32.0;
+  c = read_hf_config(write(llama32.dump()));
+  EXPECT_EQ(c.num_params(), 1235814400);
+  EXPECT_EQ(c.head_size, 0);
+  EXPECT_TRUE(c.extra_eos_ids.empty());
+
+  const char* qwen25_7b = R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02,
+    "intermediate_size": 18944, "max_position_embeddings": 131072, "max_window_layers": 28,
+    "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 152064})";
+  c = read_hf_config(write(qwen25_7b));
+  EXPECT_EQ(c.family, model::Family::qwen2);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.sliding_window, 0);  // use_sliding_window false
+  EXPECT_EQ(c.num_params(), 7615616512);
+  EXPECT_EQ(c.norm_eps, 1e-6f);
+  // Qwen2.5-0.5B: tied; a config without bos_token_id has no BOS.
+  json qwen05 = json::parse(qwen25_7b);
+  qwen05.merge_patch({{"hidden_size", 896}, {"intermediate_size", 4864}, {"num_attention_heads", 14},
+                      {"num_hidden_layers", 24}, {"num_key_value_heads", 2}, {"tie_word_embeddings", true},
+                      {"vocab_size", 151936}, {"bos_token_id", json()}});
+  c = read_hf_config(write(qwen05.dump()));
+  EXPECT_EQ(c.num_params(), 494032768);
+  EXPECT_EQ(c.bos_id, -1);
+
+  json mistral = json::parse(kLlama2_7b);
+  mistral.merge_patch({{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
+                       {"intermediate_size", 14336}, {"max_position_embeddings", 32768}, {"num_key_value_heads", 8},
+                       {"sliding_window", 4096}, {"rope_theta", 10000.0}, {"pretraining_tp", json()}});
+  c = read_hf_config(write(mistral.dump()));  // Mistral-7B-v0.1
+  EXPECT_EQ(c.family, model::Family::mistral);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.num_params(), 7241732096);
+  // Mistral-Nemo: head_dim 128 with hidden 5120 / 32 heads.
+  mistral.merge_patch({{"hidden_size", 5120}, {"num_hidden_layers", 40}, {"head_dim", 128}, {"vocab_size", 131072},
+                       {"sliding_window", json()}, {"rope_theta", 1000000.0}});
+  c = read_hf_config(write(mistral.dump()));
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.head_size, 128);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_EQ(c.num_params(), 12247782400);
+}
+
+// Each family's fields survive write + read, with that family's architecture and keys.
+TEST_F(HfConfigTest, WriteReadRoundTripForEachFamily) {
+  LlamaConfig base = model::preset_config("tiny");
+  LlamaConfig qwen = base, llama3 = base, mistral = base;
+  qwen.family = model::Family::qwen2;
+  qwen.qkv_bias = true;
+  qwen.bos_id = -1;
+  qwen.tie_embeddings = true;
+  llama3.rope_scaling = {model::RopeScaling::Type::llama3, 8.0f, 1.0f, 4.0f, 64};
+  llama3.head_size = 32;
+  llama3.extra_eos_ids = {5, 7};
+  mistral.family = model::Family::mistral;
+  mistral.sliding_window = 16;
+  for (const LlamaConfig* c : {&qwen, &llama3, &mistral}) {
+    write_hf_config(dir_, *c, "bfloat16");
+    const LlamaConfig r = read_hf_config(dir_);
+    SCOPED_TRACE(model::family_name(c->family));
+    expect_same(r, *c);
+    EXPECT_EQ(r.family, c->family);
+    EXPECT_EQ(r.qkv_bias, c->qkv_bias);
+    EXPECT_EQ(r.head_dim(), c->head_dim());
+    EXPECT_EQ(r.head_size, c->head_size);
+    EXPECT_EQ(r.sliding_window, c->sliding_window);
+    EXPECT_EQ(r.extra_eos_ids, c->extra_eos_ids);
+    EXPECT_EQ(r.rope_scaling.type, c->rope_scaling.type);
+    EXPECT_EQ(r.rope_scaling.factor, c->rope_scaling.factor);
+    EXPECT_EQ(r.rope_scaling.original_max_pos, c->rope_scaling.original_max_pos);
+    std::stringstream ss;
+    ss << std::ifstream(fs::path(dir_) / "config.json").rdbuf();
+    const json j = json::parse(ss.str());
+    EXPECT_EQ(j["model_type"], model::family_name(c->family));
+  }
+  std::stringstream ss;
+  write_hf_config(dir_, qwen, "bfloat16");
+  ss << std::ifstream(fs::path(dir_) / "config.json").rdbuf();
+  const json q = json::parse(ss.str());
+  EXPECT_EQ(q["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_TRUE(q["bos_token_id"].is_null());
+  EXPECT_EQ(q["use_sliding_window"], false);
+  EXPECT_FALSE(q.contains("attention_bias"));  // Llama's key would put a bias on o_proj too
 }
 
 TEST_F(HfConfigTest, OutOfRangeValues) {

@@ -10,6 +10,11 @@ cache=${LLAMATRAIN_JS_CACHE:-${HOME:-/tmp}/.cache/llamatrain/js}
 for tool in node npm; do
   command -v "$tool" >/dev/null || { echo "skip: $tool is not installed (bash scripts/setup.sh installs nodejs and npm)" >&2; exit 77; }
 done
+# Node trusts its own CA list; let it also trust the system's (a machine behind a TLS-inspecting proxy
+# lists that proxy's CA there).
+if [ -z "${NODE_EXTRA_CA_CERTS:-}" ] && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+fi
 stamp=$(sha256sum "$here/package.json" | cut -c1-16)
 dir="$cache/$stamp"
 if [ ! -f "$dir/.installed" ]; then
@@ -20,7 +25,7 @@ if [ ! -f "$dir/.installed" ]; then
   if [ ! -f "$dir/.installed" ]; then
     tmp=$(mktemp -d "$cache/.tmp.XXXXXX")
     cp "$here/package.json" "$tmp/"
-    if ! (cd "$tmp" && timeout 600 npm install --no-audit --no-fund --no-package-lock --loglevel=error >"$tmp/npm.log" 2>&1); then
+    if ! (cd "$tmp" && timeout 300 npm install --no-audit --no-fund --no-package-lock --loglevel=error >"$tmp/npm.log" 2>&1); then
       echo "skip: npm could not install the JavaScript references (no registry?); last lines of npm's log:" >&2
       tail -5 "$tmp/npm.log" >&2 || true
       rm -rf "$tmp"
