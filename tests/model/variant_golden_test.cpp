@@ -7,8 +7,9 @@
 // and its greedy token. On the CPU and reference backends, and on CUDA where a GPU is usable.
 //
 // The configs are written here as the model's fields (the reference's config.json carries the same
-// values under the Hugging Face keys), and the weights are placed by this file's own table of the
-// Hugging Face names, so the model's numerics are checked independently of io/.
+// values under the Hugging Face keys, which io::read_hf_config is checked to read back), and the
+// weights are placed by this file's own table of the Hugging Face names, so the model's numerics
+// are checked independently of io/'s loading.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
 #include "test_util.h"
@@ -315,6 +317,31 @@ INSTANTIATE_TEST_SUITE_P(Cases, VariantGolden,
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + model::device_name(std::get<1>(info.param));
                          });
+
+TEST_P(VariantGolden, ConfigJsonReadsAsTheseFields) {
+  // The reference's config.json (the Hugging Face keys of each family) reads as the fields this file
+  // builds the model from.
+  if (device() != Device::cpu) GTEST_SKIP() << "one device is enough";
+  const LlamaConfig want = variant_config(name()), got = io::read_hf_config(kGolden + name());
+  EXPECT_EQ(got.dim, want.dim);
+  EXPECT_EQ(got.ffn_dim, want.ffn_dim);
+  EXPECT_EQ(got.n_layers, want.n_layers);
+  EXPECT_EQ(got.n_heads, want.n_heads);
+  EXPECT_EQ(got.n_kv_heads, want.n_kv_heads);
+  EXPECT_EQ(got.vocab_size, want.vocab_size);
+  EXPECT_EQ(got.max_seq_len, want.max_seq_len);
+  EXPECT_EQ(got.norm_eps, want.norm_eps);
+  EXPECT_EQ(got.rope_theta, want.rope_theta);
+  EXPECT_EQ(got.tie_embeddings, want.tie_embeddings);
+  EXPECT_EQ(got.bos_id, want.bos_id);
+  EXPECT_EQ(got.eos_id, want.eos_id);
+  EXPECT_EQ(got.extra_eos_ids, want.extra_eos_ids);
+  EXPECT_EQ(got.family, want.family);
+  EXPECT_EQ(got.qkv_bias, want.qkv_bias);
+  EXPECT_EQ(got.head_dim(), want.head_dim());
+  EXPECT_TRUE(got.rope_freqs() == want.rope_freqs());
+  EXPECT_EQ(got.sliding_window, want.sliding_window);
+}
 
 TEST(VariantConfig, BiasTensorIsCountedAndListed) {
   // bqkv follows wqkv in the tensor names and adds (H + 2 Hkv) D per layer to the parameter count,
