@@ -1,6 +1,8 @@
 // `llamatrain data samples CONFIG [key=value ...]`: prints, in order, the samples the trainer will
 // read for a split (token ids, labels and loss mask, or decoded text), built by the same code the
-// trainer uses (train/data.h), so a user sees what the model will see before spending compute.
+// trainer uses (train/data.h), so a user sees what the model will see before spending compute. When
+// some targets are out of the loss (fine-tuning prompts, chat headers and user turns, padding), the
+// text is shown again with the ids the loss trains on between ⟦ and ⟧.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -18,6 +20,39 @@
 namespace llamatrain::cli {
 
 namespace {
+
+// The sample's text (its inputs and the last target) with every run of ids whose prediction is in
+// the loss between ⟦ and ⟧; control ids (<s>, </s>) shown as their pieces. DecodeStream gives each
+// id its share of the decoded text.
+std::string loss_view(const data::Tokenizer& tok, const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
+  const size_t T = tokens.size();
+  std::vector<int> ids(tokens.begin(), tokens.end());
+  std::vector<bool> trained(T, false);
+  for (size_t k = 1; k < T; k++) trained[k] = targets[k - 1] >= 0;
+  if (T > 0 && targets[T - 1] >= 0) {
+    ids.push_back(targets[T - 1]);
+    trained.push_back(true);
+  }
+  // Trailing untrained repeats of one id (padding) are counted, not shown.
+  size_t shown = ids.size();
+  while (shown > 1 && !trained[shown - 1] && ids[shown - 1] == ids.back()) shown--;
+  if (ids.size() - shown < 2) shown = ids.size();
+  data::DecodeStream stream(tok);
+  std::string out;
+  bool open = false;
+  for (size_t k = 0; k < shown; k++) {
+    if (trained[k] != open) {
+      out += open ? "\u27E7" : "\u27E6";
+      open = trained[k];
+    }
+    const std::string piece = stream.push(ids[k]);
+    out += piece.empty() && tok.is_control(ids[k]) ? tok.id_to_piece(ids[k]) : piece;
+  }
+  out += stream.finish();
+  if (open) out += "\u27E7";
+  if (shown < ids.size()) out += fmt::format(" (+{} padding ids {})", ids.size() - shown, ids.back());
+  return out;
+}
 
 struct SamplesArgs {
   std::string config;
@@ -48,13 +83,17 @@ void run_samples(const SamplesArgs& a) {
          a.split);
   const int T = int(data.seq_length());
   std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T));
+  // Fine-tuning: the files, the chat template and the rows rejected, as the trainer logs them.
+  if (!a.json && cfg.model.data.fine_tuning) std::printf("%s", data.describe().c_str());
   if (!a.json)
     std::printf("%s split: %lld samples of %d tokens; showing %lld from sample %lld\n", a.split.c_str(),
                 (long long)data.size(split), T, (long long)a.first, (long long)a.start);
   for (int64_t i = a.start; i < a.start + a.first; i++) {
     const int64_t valid = data.fill(split, i, 1, tokens.data(), targets.data());
     if (a.json) {
-      nlohmann::json j{{"index", i}, {"tokens", tokens}, {"labels", targets}};
+      std::vector<int> loss_mask(targets.size());
+      for (size_t t = 0; t < targets.size(); t++) loss_mask[t] = targets[t] >= 0;
+      nlohmann::json j{{"index", i}, {"tokens", tokens}, {"labels", targets}, {"loss_mask", loss_mask}};
       std::printf("%s\n", j.dump().c_str());
       continue;
     }
@@ -69,6 +108,10 @@ void run_samples(const SamplesArgs& a) {
       for (int32_t t : tokens) std::printf(" %d", t);
       std::printf("\n");
     }
+    if (valid < T && tok)
+      std::printf("  loss: %s\n", nlohmann::json(loss_view(*tok, tokens, targets))
+                                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                       .c_str());
     if (valid < T) {
       std::printf("  masked target positions:");
       for (int t = 0; t < T; t++)
@@ -89,7 +132,10 @@ void register_data_samples(CLI::App& data_cmd) {
       "Examples:\n"
       "  llamatrain data samples configs/tiny.yaml model.data.data_prefix=[1.0,data/book_text_document] --first 2\n"
       "  llamatrain data samples configs/llama2_7b.yaml --split validation --first 3 --tokenizer-model tok.model\n"
-      "  llamatrain data samples run.yaml --first 100 --json > samples.jsonl    # ids and labels (-100 = masked)\n");
+      "  llamatrain data samples run.yaml --first 100 --json > samples.jsonl    # ids and labels (-100 = masked)\n"
+      "  llamatrain data samples sft.yaml model.data.chat=true model.data.chat_template=llama3 --first 2\n\n"
+      "The `loss:` line shows the text again with the ids the loss trains on between \u27E6 and \u27E7 (for chat data:\n"
+      "each assistant turn and its end token); --json gives loss_mask, 1 per target position in the loss.\n");
   cmd->add_option("config", a->config, "YAML config")->required();
   cmd->add_option("overrides", a->overrides, "key=value overrides");
   cmd->add_option("--split", a->split, "train | validation | test")
@@ -98,7 +144,7 @@ void register_data_samples(CLI::App& data_cmd) {
   cmd->add_option("--first", a->first, "number of samples")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   cmd->add_option("--start", a->start, "first global sample index")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--tokenizer-model", a->tokenizer_model, "decode with this tokenizer (default: the config's)");
-  cmd->add_flag("--json", a->json, "one JSON object per sample: index, tokens, labels");
+  cmd->add_flag("--json", a->json, "one JSON object per sample: index, tokens, labels, loss_mask");
   cmd->callback([a] { run_samples(*a); });
 }
 

@@ -138,10 +138,38 @@ SftExample tokenize_sft_example(const std::string& prompt, const std::string& co
   return ex;
 }
 
+bool chat_sft_example(std::string_view line, const Tokenizer& tok, const SftConfig& cfg, SftExample* ex,
+                      bool* truncated, std::string* why) {
+  CHECK(cfg.chat.has_value(), "chat_sft_example without a chat template");
+  std::vector<ChatMessage> messages;
+  std::vector<ChatSegment> segments;
+  if (!chat_row_messages(line, &messages, why) || !render_chat(*cfg.chat, messages, false, &segments, why)) return false;
+  std::vector<int> ids;
+  encode_chat(segments, tok, &ids, &ex->loss);
+  ex->text.assign(ids.begin(), ids.end());
+  // Truncation keeps the beginning: the first turns, their context intact.
+  const size_t cap = size_t(cfg.seq_length + 1);
+  *truncated = ex->text.size() > cap;
+  if (*truncated) {
+    ex->text.resize(cap);
+    ex->loss.resize(cap);
+  }
+  // The first id is never predicted (nothing precedes it): an in-loss id must come after it.
+  size_t first = 1;
+  while (first < ex->loss.size() && !ex->loss[first]) first++;
+  if (first >= ex->loss.size()) {
+    *why = *truncated ? "no assistant token within seq_length" : "no assistant token (empty assistant turns?)";
+    return false;
+  }
+  ex->prompt_len = int64_t(first);
+  return true;
+}
+
 std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer& tok, const SftConfig& cfg,
                                        SftStats* stats) {
   if (cfg.seq_length < 2) fail("SFT seq_length {}: expected >= 2", cfg.seq_length);
-  if (!cfg.prompt_template.empty()) validate_prompt_template(cfg.prompt_template);
+  if (!cfg.chat && !cfg.prompt_template.empty()) validate_prompt_template(cfg.prompt_template);
+  if (cfg.chat) check_chat_tokens(*cfg.chat, tok);
   if (!is_regular_file(path))
     fail("SFT data {}: {}, expected a JSONL file\nhint: check model.data.train_ds.file_names", path,
          is_directory(path) ? "is a folder" : "not found");
@@ -163,6 +191,18 @@ std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer&
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) {
       stats->blank++;
+      continue;
+    }
+    if (cfg.chat) {
+      SftExample ex;
+      bool truncated = false;
+      if (!chat_sft_example(line, tok, cfg, &ex, &truncated, &why)) {
+        reject(why);
+        continue;
+      }
+      stats->truncated += truncated;
+      stats->examples++;
+      out.push_back(std::move(ex));
       continue;
     }
     if (!sft_row_text(line, cfg, &prompt, &completion, &why)) {
@@ -218,7 +258,7 @@ void make_sft_sample(GptSample* out, const std::vector<const SftExample*>& group
   for (const SftExample* ex : group) {
     for (int64_t k = 0; k < int64_t(ex->text.size()); k++) {
       text.push_back(ex->text[size_t(k)]);
-      target.push_back(k >= ex->prompt_len);
+      target.push_back(ex->loss.empty() ? k >= ex->prompt_len : ex->loss[size_t(k)] != 0);
       pos.push_back(int32_t(k));
     }
   }

@@ -4,16 +4,19 @@
 // completion map turn rows such as QNLI's {"question","sentence","label"} into prompt/answer
 // pairs. Samples are padded (one example each) or packed (consecutive examples concatenated).
 // Malformed rows are skipped and counted with their first file:line locations; over-long examples
-// are truncated and counted. Leaves out: chat formats, multi-turn masks.
+// are truncated and counted. With a chat template (chat.h) rows are conversations or Alpaca records
+// instead, and the loss covers every assistant turn of the rendered conversation.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "data/chat.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
 
@@ -37,6 +40,9 @@ struct SftConfig {
   bool pack = false;        // false: one padded sample per example
   bool truncate_prompt_left = false;  // false keeps the prompt's beginning (NeMo's 'right')
   int max_reported = 5;     // file:line locations kept per run
+  // Set: rows are {"messages": [...]} or Alpaca records rendered with this template (the keys,
+  // template, map, BOS/EOS and prompt truncation above are not used: the template places BOS/EOS).
+  std::optional<ChatTemplate> chat;
 };
 
 struct SftStats {
@@ -51,7 +57,8 @@ struct SftStats {
 
 struct SftExample {
   std::vector<int32_t> text;  // BOS + prompt + completion + EOS, at most seq_length + 1 ids
-  int64_t prompt_len = 0;     // loss covers predictions of text[prompt_len:]
+  int64_t prompt_len = 0;     // loss covers predictions of text[prompt_len:] (chat: the first in-loss id)
+  std::vector<uint8_t> loss;  // chat: (text size) 1 where predicting the id is trained; empty otherwise
 };
 
 // Checks a template's braces; throws Error naming the position of a stray one.
@@ -63,6 +70,11 @@ bool sft_row_text(std::string_view json_line, const SftConfig& cfg, std::string*
 // == text size minus EOS (callers reject it).
 SftExample tokenize_sft_example(const std::string& prompt, const std::string& completion,
                                 const Tokenizer& tok, const SftConfig& cfg, bool* truncated);
+// A chat or Alpaca row -> ids of the rendered conversation with its loss flags, cut to seq_length + 1
+// ids (the end goes; *truncated says so); false with *why for a malformed row or one whose assistant
+// tokens all fall beyond seq_length.
+bool chat_sft_example(std::string_view json_line, const Tokenizer& tok, const SftConfig& cfg, SftExample* ex,
+                      bool* truncated, std::string* why);
 // Reads a JSONL file (fails naming it if it cannot be opened).
 std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer& tok, const SftConfig& cfg,
                                        SftStats* stats);

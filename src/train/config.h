@@ -114,6 +114,8 @@ struct DataConfig {
   bool eod_mask_loss = false;
   bool validation_drop_last = false;
   bool fine_tuning = false;  // true: JSONL from train_ds/validation_ds/test_ds instead of data_prefix
+  bool chat = false;          // fine-tuning rows are conversations / Alpaca records (data/chat.h)
+  std::string chat_template;  // auto | llama2 | llama3 | chatml
   SftDatasetConfig train_ds, validation_ds, test_ds;
 
   bool operator==(const DataConfig&) const = default;

@@ -253,6 +253,9 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
     if (!m.data.validation_ds.file_names.empty()) check_sft_dataset(ctx, m.data.validation_ds, "validation_ds", m);
     if (!m.data.test_ds.file_names.empty()) check_sft_dataset(ctx, m.data.test_ds, "test_ds", m);
   } else {
+    if (m.data.chat)
+      fail_key(ctx, "model.data.chat", "is true while model.data.fine_tuning is false, expected chat rows to come with "
+               "fine-tuning\nhint: set model.data.fine_tuning=true and the JSONL files in model.data.train_ds.file_names");
     if (m.data.data_prefix.train.empty())
       fail_key(ctx, "model.data.data_prefix", "is not set, expected [weight, prefix, ...] or [prefix, ...]\nhint: "
                "model.data.data_prefix=[1.0,/data/corpus_text_document] (the .bin/.idx path without extension), or "

@@ -1,9 +1,13 @@
 // TrainData: see data.h.
 #include "train/data.h"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file.h"
+#include "data/chat.h"
 #include "data/indexed_token_source.h"
 
 namespace llamatrain::train {
@@ -14,6 +18,18 @@ constexpr std::array<data::Split, 3> kSplits = {data::Split::train, data::Split:
 
 const char* split_title(data::Split s) {
   return s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test";
+}
+
+// The tokenizer_config.json beside the tokenizer, else in model.init_from; "" when neither has one.
+std::string tokenizer_config_path(const TrainConfig& config, const data::Tokenizer& tok) {
+  std::vector<std::string> candidates;
+  const std::string& p = tok.path();
+  candidates.push_back(is_directory(p) ? (std::filesystem::path(p) / "tokenizer_config.json").string()
+                                       : (std::filesystem::path(p).parent_path() / "tokenizer_config.json").string());
+  if (config.model.init_from) candidates.push_back(*config.model.init_from + "/tokenizer_config.json");
+  for (const auto& c : candidates)
+    if (is_regular_file(c)) return c;
+  return "";
 }
 
 }  // namespace
@@ -39,27 +55,38 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
     fail("fine-tuning data needs a tokenizer, got none\nhint: set model.tokenizer.model (a tokenizer.model) or "
          "model.init_from (a Hugging Face folder that holds one)");
   const std::array<const SftDatasetConfig*, 3> cfgs = {&d.train_ds, &d.validation_ds, &d.test_ds};
+  std::optional<data::ChatTemplate> chat;
+  if (d.chat) {
+    chat = data::load_chat_template(d.chat_template, tokenizer_config_path(config, *tokenizer));
+    description_ += fmt::format("  chat template: {}\n", chat->source);
+  }
   for (data::Split s : kSplits) {
     const SftDatasetConfig& c = *cfgs[int(s)];
     if (c.file_names.empty()) continue;
     data::SftConfig sc = c.sft_config(tokenizer->pad_id() >= 0 ? tokenizer->pad_id() : 0);
     sc.seq_length = seq_length_;
+    sc.chat = chat;
     if (sc.pack)
       fail("model.data.{}_ds.pack: true is not supported yet, expected false\nhint: packed samples need "
            "per-example attention masks; use one padded example per sample",
            s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test");
     std::vector<data::SftExample> examples;
+    std::vector<std::string> rejected;  // first file:line: reason of each file
     for (const std::string& f : c.file_names) {
       data::SftStats stats;
       auto part = data::load_sft_jsonl(f, *tokenizer, sc, &stats);
       description_ += fmt::format("  {:<10} {}: {}\n", split_title(s), f, data::format_sft_stats(stats));
       examples.insert(examples.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+      rejected.insert(rejected.end(), stats.locations.begin(), stats.locations.end());
     }
     if (examples.empty())
-      fail("model.data.{}_ds: no usable examples in {}\nhint: check label_key and prompt_template against the "
-           "JSONL fields",
+      fail("model.data.{}_ds: no usable examples in {}{}{}\nhint: {}",
            s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test",
-           fmt::join(c.file_names, ", "));
+           fmt::join(c.file_names, ", "), rejected.empty() ? "" : "; rows rejected:\n  ", fmt::join(rejected, "\n  "),
+           d.chat ? "rows of model.data.chat are {\"messages\": [{\"role\": ..., \"content\": ...}]} or Alpaca's "
+                    "{\"instruction\", \"input\", \"output\"}"
+                  : "check label_key and prompt_template against the JSONL fields (model.data.chat=true for "
+                    "conversation rows)");
     sft_[int(s)] = std::make_shared<data::SftDataset>(std::move(examples), sc, uint32_t(config.model.seed),
                                                       c.shuffle);
   }

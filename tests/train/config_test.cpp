@@ -491,6 +491,19 @@ TEST(Config, AliasesFoldIntoNeMoKeys) {
   EXPECT_NO_THROW(load(std::string(kBase) + "  num_query_groups: 4\n  num_kv_heads: 4\n"));
 }
 
+TEST(Config, ChatRowsTakeATemplateByNameAndNeedFineTuning) {
+  const std::string sft =
+      "model:\n  tokenizer:\n    model: /t\n  data:\n    fine_tuning: true\n    chat: true\n    train_ds:\n"
+      "      file_names: [/d/train.jsonl]\n";
+  const LoadedConfig c = load(sft);
+  EXPECT_TRUE(c.config.model.data.chat);
+  EXPECT_EQ(c.config.model.data.chat_template, "auto");
+  EXPECT_EQ(load(sft, {"model.data.chat_template=chatml"}).config.model.data.chat_template, "chatml");
+  EXPECT_CONTAINS(error_of(sft, {"model.data.chat_template=vicuna"}), "model.data.chat_template");
+  EXPECT_FALSE(load(kBase).config.model.data.chat);
+  EXPECT_CONTAINS(error_of(kBase, {"model.data.chat=true"}), "model.data.fine_tuning=true");
+}
+
 TEST(Config, FineTuningMapsNeMoSftKeysOntoSftConfig) {
   const std::string sft =
       "model:\n  tokenizer:\n    model: /t\n  data:\n    fine_tuning: true\n    train_ds:\n"

@@ -1,0 +1,83 @@
+// Chat templates for fine-tuning: conversation records ({"messages": [{role, content}, ...]}) and
+// Alpaca records ({instruction, input, output}) -> the text of a model family's chat template as
+// segments (text, special token or not, in the loss or not) -> token ids with a per-id loss flag.
+// Three families are built in, each written to render exactly what its Hugging Face chat_template
+// renders: Llama 2 chat ([INST] / <<SYS>>), Llama 3 (header ids, <|eot_id|>) and ChatML as Qwen2.5
+// has it (with its default system prompt). A tokenizer_config.json chat_template is recognised by
+// distinctive substrings, never executed: there is no Jinja engine here. Leaves out: tool calls,
+// reasoning ("thinking") blocks, dated Llama 3.1+ system headers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace llamatrain::data {
+
+enum class ChatFormat { llama2, llama3, chatml };
+
+struct ChatTemplate {
+  ChatFormat format = ChatFormat::llama3;
+  // chatml: the system turn rendered when the conversation has none (Qwen2.5's by default); empty:
+  // no system turn then.
+  std::string default_system;
+  // llama3: the template appends the assistant header even without add_generation_prompt (Meta's
+  // Llama 3.0 template does).
+  bool generation_prompt_always = false;
+  std::string source;  // "built-in llama3", "<path> (recognised as chatml)": for messages
+};
+
+struct ChatMessage {
+  std::string role;  // system | user | assistant
+  std::string content;
+};
+
+// One piece of rendered text: a special token (emitted as its id, never tokenized) or plain text
+// (tokenized); in_loss marks an assistant turn's content and its end token.
+struct ChatSegment {
+  std::string text;
+  bool special = false;
+  bool in_loss = false;
+};
+
+// Qwen2.5's system prompt for a conversation without one.
+inline constexpr std::string_view kQwenDefaultSystem =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
+std::string_view chat_format_name(ChatFormat f);  // llama2 | llama3 | chatml
+// A built-in template by name (llama2 | llama3 | chatml); Error naming the choices otherwise.
+ChatTemplate builtin_chat_template(std::string_view name);
+// Recognises a Jinja chat_template as one of the built-in families; Error naming `where`, the
+// supported families and the key that chooses one explicitly when it is none of them.
+ChatTemplate recognise_chat_template(const std::string& jinja, const std::string& where);
+// `choice` is auto | llama2 | llama3 | chatml; auto reads the chat_template of tokenizer_config
+// (a tokenizer_config.json path, "" when there is none) and recognises it.
+ChatTemplate load_chat_template(std::string_view choice, const std::string& tokenizer_config);
+
+// A JSONL row -> messages: {"messages": [...]} as is; Alpaca's {instruction, input, output} as a
+// user turn (instruction, a blank line and the input when it is non-empty) and an assistant turn.
+// false with *why (a short reason that says the fix) for a row that is neither, or has an unknown
+// role, a missing or non-string content.
+bool chat_row_messages(std::string_view json_line, std::vector<ChatMessage>* messages, std::string* why);
+// Messages -> segments of the template's text; false with *why when the conversation has no
+// assistant turn or breaks the template's rules (Llama 2: user/assistant alternate after an
+// optional first system message). add_generation_prompt appends the next assistant header.
+bool render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                 std::vector<ChatSegment>* segments, std::string* why);
+std::string chat_text(const std::vector<ChatSegment>& segments);  // the segments' text joined
+
+// The special-token strings the template emits; Error naming each one the tokenizer lacks (as a
+// piece or added token), the tokenizer and the fix.
+std::vector<std::string> chat_special_tokens(const ChatTemplate& t);
+void check_chat_tokens(const ChatTemplate& t, const Tokenizer& tok);
+// Segments -> ids and, per id, 1 when it belongs to an in-loss segment. Special segments are their
+// piece_to_id; each run of consecutive text segments is encoded as one text (so the ids are those
+// of the whole rendered string split at the special tokens), and the ids of the run are given to
+// its segments at the points where the encodings of the run's prefixes stop agreeing with it.
+void encode_chat(const std::vector<ChatSegment>& segments, const Tokenizer& tok, std::vector<int>* ids,
+                 std::vector<uint8_t>* in_loss);
+
+}  // namespace llamatrain::data

