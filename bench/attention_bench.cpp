@@ -83,8 +83,16 @@ void run_shape(const Shape& s, int reps) {
     for (int k = 0; k < 2; k++) {
       const int which = (k + r) % 2;  // alternate which kernel runs first
       Run& run = which == 0 ? old_run : new_run;
-      const auto fwd = which == 0 ? attention_v1::attention_forward : cpu::attention_forward;
-      const auto bwd = which == 0 ? attention_v1::attention_backward : cpu::attention_backward;
+      // The current kernels without a sliding window, as the baseline's signature.
+      const auto cpu_fwd = +[](float* out, float* lse, const float* q, int B, int T, int H, int Hkv, int D) {
+        cpu::attention_forward(out, lse, q, B, T, H, Hkv, D);
+      };
+      const auto cpu_bwd = +[](float* dq, const float* dout, const float* q, const float* out, const float* lse,
+                               int B, int T, int H, int Hkv, int D) {
+        cpu::attention_backward(dq, dout, q, out, lse, B, T, H, Hkv, D);
+      };
+      const auto fwd = which == 0 ? attention_v1::attention_forward : cpu_fwd;
+      const auto bwd = which == 0 ? attention_v1::attention_backward : cpu_bwd;
       const Seconds tf = seconds([&] { fwd(run.out.data(), run.lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D); });
       const Seconds tb = seconds([&] {
         bwd(run.dqkv.data(), dout.data(), qkv.data(), run.out.data(), run.lse.data(), s.B, s.T, s.H, s.Hkv, s.D);

@@ -86,9 +86,23 @@ void LlamaConfig::validate(const std::string& where) const {
 }
 
 std::vector<std::string> LlamaConfig::tensor_names() const {
-  std::vector<std::string> out{"wte", "attn_norm", "wqkv", "wo", "ffn_norm", "w13", "w2", "norm"};
+  std::vector<std::string> out{"wte", "attn_norm", "wqkv"};
+  if (qkv_bias) out.push_back("bqkv");
+  for (const char* name : {"wo", "ffn_norm", "w13", "w2", "norm"}) out.push_back(name);
   if (!tie_embeddings) out.push_back("wout");
   return out;
+}
+
+RopeFreqs LlamaConfig::rope_freqs() const {
+  RopeFreqs r(rope_theta);
+  if (rope_scaling.type == RopeScaling::Type::llama3) {
+    r.llama3 = true;
+    r.factor = rope_scaling.factor;
+    r.low_freq_factor = rope_scaling.low_freq_factor;
+    r.high_freq_factor = rope_scaling.high_freq_factor;
+    r.original_max_pos = rope_scaling.original_max_pos;
+  }
+  return r;
 }
 
 bool LlamaConfig::is_frozen(const std::string& tensor) const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/names.h"
+#include "core/rope.h"
 
 namespace llamatrain::model {
 
@@ -62,6 +63,7 @@ struct LlamaConfig {
   std::vector<std::string> frozen = {};
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }  // D
+  RopeFreqs rope_freqs() const;  // rope_theta and rope_scaling as the kernels take them
   int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim(); }  // rows of packed wqkv
   // Rows of the embedding and the lm head over tp ranks: vocab_size rounded up to a multiple of
   // vocab_multiple x tp (Megatron's _vocab_size_with_padding). Rows >= vocab_size are padding.

@@ -54,9 +54,10 @@ void LlamaModel::decode_step(float* logits, int32_t token, int pos) {
     float* cache = kv_cache_.data() + int64_t(l) * cache_T_ * KV;  // (max_T, [k heads | v heads])
     k_.rmsnorm_forward(ln, rstd, x, w.attn_norm + int64_t(l) * C, 1, C, c.norm_eps);
     k_.matmul_forward(qkv, ln, wqkv, 1, C, QKV);
-    k_.rope_forward(qkv, p32, 1, H + Hkv, QKV, D, c.rope_theta);
+    if (w.bqkv) k_.bias_forward(qkv, w.bqkv + int64_t(l) * QKV, 1, QKV);
+    k_.rope_forward(qkv, p32, 1, H + Hkv, QKV, D, c.rope_freqs());
     k_.copy(cache + int64_t(pos) * KV, qkv + HD, sizeof(float) * size_t(KV));
-    k_.attention_decode(dec_att_.data(), dec_scores_.data(), qkv, cache, pos, H, Hkv, D);
+    k_.attention_decode(dec_att_.data(), dec_scores_.data(), qkv, cache, pos, H, Hkv, D, c.sliding_window);
     k_.matmul_forward(tmp, dec_att_.data(), wo, 1, HD, C);
     k_.residual_forward(x, x, tmp, C);
     k_.rmsnorm_forward(ln, rstd, x, w.ffn_norm + int64_t(l) * C, 1, C, c.norm_eps);

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "core/bf16.h"
+#include "core/rope.h"
 #include "model/modes.h"
 
 namespace llamatrain::model {
@@ -118,16 +119,22 @@ class Kernels {
   // dinp or dweight may be nullptr (skipped).
   virtual void matmul_backward(float* dinp, float* dweight, MatIn dout, MatIn inp, const float* weight, int N,
                                int IC, int OC) = 0;
+  // rope: the inverse frequencies (core/rope.h: theta, and llama3 scaling).
   virtual void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D,
-                            float theta) = 0;
+                            const RopeFreqs& rope) = 0;
   // for_matmul: dx's only use is the next matmul, which reads it as MatIn::prepared(dx).
-  virtual void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
-                             bool for_matmul) = 0;
-  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D) = 0;
+  virtual void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D,
+                             const RopeFreqs& rope, bool for_matmul) = 0;
+  // window: 0 causal; > 0 a sliding window (key u visible to query t iff t - window < u <= t).
+  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
+                                 int window) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                  const float* lse, int B, int T, int H, int Hkv, int D) = 0;
+                                  const float* lse, int B, int T, int H, int Hkv, int D, int window) = 0;
   virtual void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H,
-                                int Hkv, int D) = 0;
+                                int Hkv, int D, int window) = 0;
+  // A linear layer's bias (q/k/v): x (N, OC) += bias per row; dbias (OC) += the column sums of dout.
+  virtual void bias_forward(float* x, const float* bias, int N, int OC) = 0;
+  virtual void bias_backward(float* dbias, const float* dout, int N, int OC) = 0;
   virtual void swiglu_forward(float* out, const float* h13, int N, int F) = 0;
   virtual void swiglu_forward(Operand out, const float* h13, int N, int F) = 0;
   virtual void swiglu_backward(Operand dh13, const float* dout, const float* h13, int N, int F) = 0;

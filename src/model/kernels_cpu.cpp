@@ -127,25 +127,27 @@ class CpuKernels final : public Kernels {
       fail("matmul_backward: no CPU kernel for these operand forms");
   }
 
-  void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta) override {
-    cpu::rope_forward(x, pos, N, n_heads, row_stride, D, theta);
+  void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D,
+                    const RopeFreqs& rope) override {
+    cpu::rope_forward(x, pos, N, n_heads, row_stride, D, rope);
   }
-  void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+  void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
                      bool for_matmul) override {
     // With float operands, a gradient whose only use is a matmul is rounded in RoPE's own pass, so the
     // fp32 kernel reads it as is (MatIn::prepared).
-    cpu::rope_backward(dx, pos, N, n_heads, row_stride, D, theta, for_matmul && form_ == OperandForm::bf16_in_f32);
+    cpu::rope_backward(dx, pos, N, n_heads, row_stride, D, rope, for_matmul && form_ == OperandForm::bf16_in_f32);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D) override {
-    cpu::attention_forward(out, lse, qkv, B, T, H, Hkv, D);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
+                         int window) override {
+    cpu::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                          int T, int H, int Hkv, int D) override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D);
+                          int T, int H, int Hkv, int D, int window) override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
   }
   void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                        int D) override {
-    cpu::attention_decode(out, scores, q, kv_cache, pos, H, Hkv, D);
+                        int D, int window) override {
+    cpu::attention_decode(out, scores, q, kv_cache, pos, H, Hkv, D, window);
   }
   void swiglu_forward(float* out, const float* h13, int N, int F) override { cpu::swiglu_forward(out, h13, N, F); }
   void swiglu_forward(Operand out, const float* h13, int N, int F) override {
@@ -161,6 +163,10 @@ class CpuKernels final : public Kernels {
       case OperandForm::bf16: cpu::swiglu_backward(static_cast<bf16*>(dh13.p), dout, h13, N, F); break;
       case OperandForm::bf16_in_f32: cpu::swiglu_backward(static_cast<bf16_in_f32*>(dh13.p), dout, h13, N, F); break;
     }
+  }
+  void bias_forward(float* x, const float* bias, int N, int OC) override { cpu::bias_forward(x, bias, N, OC); }
+  void bias_backward(float* dbias, const float* dout, int N, int OC) override {
+    cpu::bias_backward(dbias, dout, N, OC);
   }
   void residual_forward(float* out, const float* a, const float* b, int64_t n) override {
     cpu::residual_forward(out, a, b, n);

@@ -110,24 +110,26 @@ class RefKernels final : public Kernels {
     }
   }
 
-  void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta) override {
-    ref::rope_forward(x, pos, N, n_heads, row_stride, D, theta);
+  void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D,
+                    const RopeFreqs& rope) override {
+    ref::rope_forward(x, pos, N, n_heads, row_stride, D, rope);
   }
-  void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+  void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
                      bool for_matmul) override {
-    ref::rope_backward(dx, pos, N, n_heads, row_stride, D, theta);
+    ref::rope_backward(dx, pos, N, n_heads, row_stride, D, rope);
     if (for_matmul) rounded(dx, int64_t(N) * row_stride);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D) override {
-    ref::attention_forward(out, lse, qkv, B, T, H, Hkv, D);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
+                         int window) override {
+    ref::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                          int T, int H, int Hkv, int D) override {
-    ref::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D);
+                          int T, int H, int Hkv, int D, int window) override {
+    ref::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
   }
   void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                        int D) override {
-    ref::attention_decode(out, scores, q, kv_cache, pos, H, Hkv, D);
+                        int D, int window) override {
+    ref::attention_decode(out, scores, q, kv_cache, pos, H, Hkv, D, window);
   }
   void swiglu_forward(float* out, const float* h13, int N, int F) override { ref::swiglu_forward(out, h13, N, F); }
   void swiglu_forward(Operand out, const float* h13, int N, int F) override {
@@ -139,6 +141,10 @@ class RefKernels final : public Kernels {
     float* d = static_cast<float*>(dh13.p);
     ref::swiglu_backward(d, dout, h13, N, F);
     rounded(d, int64_t(N) * 2 * F);
+  }
+  void bias_forward(float* x, const float* bias, int N, int OC) override { ref::bias_forward(x, bias, N, OC); }
+  void bias_backward(float* dbias, const float* dout, int N, int OC) override {
+    ref::bias_backward(dbias, dout, N, OC);
   }
   void residual_forward(float* out, const float* a, const float* b, int64_t n) override {
     ref::residual_forward(out, a, b, n);

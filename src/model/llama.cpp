@@ -18,7 +18,9 @@ namespace {
 
 // The full model's tensors in arena order; full_id is the index in this list whether or not a rank
 // holds the tensor.
-enum FullId { kWte, kAttnNorm, kWqkv, kWo, kFfnNorm, kW13, kW2, kNorm, kWout };
+// bqkv is last so that the ids of the other tensors (their init and rounding streams) are the same
+// with or without biases.
+enum FullId { kWte, kAttnNorm, kWqkv, kWo, kFfnNorm, kW13, kW2, kNorm, kWout, kBqkv };
 
 // This rank's tensors: each a TensorShard of the full one (all of it on a single rank).
 std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& plan) {
@@ -50,10 +52,12 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     s.name = name;
     s.full_id = id;
     s.decay = decay;
+    s.norm = id == kAttnNorm || id == kFfnNorm || id == kNorm;
     s.in_norm = in_norm;
     const int64_t rows = t.local_rows();
     switch (id) {
       case kAttnNorm: case kFfnNorm: s.shape = {t.layers, t.cols}; break;  // (L, C)
+      case kBqkv: s.shape = {t.layers, rows}; break;                      // (L, QKV)
       case kNorm: s.shape = {t.cols}; break;                              // (C)
       case kWte: case kWout: s.shape = {d.V, t.cols}; break;              // (V, C), padding rows too
       default: s.shape = {t.layers, rows, t.cols};                        // (L, rows, cols)
@@ -64,9 +68,11 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
   if (plan.holds_embedding(c)) add("wte", kWte, vocab(), true, plan.first_stage());
   add("attn_norm", kAttnNorm, stacked(1, C, {{0, 1}}, 0, C), false, !replica);
   const int64_t kv0 = int64_t(d.kv_head_begin) * D;  // first row of this rank's kv heads within k (and v)
-  add("wqkv", kWqkv,
-      stacked(QKV, C, {{tp * d.H * D, d.H * D}, {HD + kv0, d.Hkv * D}, {HD + Hkv * D + kv0, d.Hkv * D}}, 0, C), true,
-      d.kv_owner);
+  // This rank's q heads, then its kv heads' k and v rows (bqkv: the same rows, one column each).
+  const std::vector<std::pair<int64_t, int64_t>> qkv_rows = {
+      {tp * d.H * D, d.H * D}, {HD + kv0, d.Hkv * D}, {HD + Hkv * D + kv0, d.Hkv * D}};
+  add("wqkv", kWqkv, stacked(QKV, C, qkv_rows, 0, C), true, d.kv_owner);
+  if (c.qkv_bias) add("bqkv", kBqkv, stacked(QKV, 1, qkv_rows, 0, 1), false, d.kv_owner);
   add("wo", kWo, stacked(C, HD, {{0, C}}, tp * d.H * D, d.H * D), true, true);
   add("ffn_norm", kFfnNorm, stacked(1, C, {{0, 1}}, 0, C), false, !replica);
   add("w13", kW13, stacked(2 * F, C, {{tp * d.F, d.F}, {F + tp * d.F, d.F}}, 0, C), true, true);
@@ -93,7 +99,7 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     s.owned = s.shard;
     if (s.in_norm) continue;
     s.owned.rows.clear();
-    if (s.full_id == kWqkv) s.owned.rows = {{tp * d.H * D, d.H * D}};
+    if (s.full_id == kWqkv || s.full_id == kBqkv) s.owned.rows = {{tp * d.H * D, d.H * D}};
   }
   // Frozen tensors first (in their usual order), then the trainable ones: the gradient arena, the
   // moments and the ZeRO-1 shards cover one range at the arena's end.
@@ -121,8 +127,9 @@ ParameterTensors views(float* base, const std::vector<ParamSpec>& specs, bool ti
       if (s.name == name) return grads ? (s.frozen ? nullptr : base + s.grad_offset) : base + s.offset;
     return nullptr;
   };
-  ParameterTensors t{at("wte"), at("attn_norm"), at("wqkv"), at("wo"), at("ffn_norm"),
-                     at("w13"), at("w2"),        at("norm"), tied ? at("wte") : at("wout")};
+  ParameterTensors t{at("wte"),      at("attn_norm"), at("wqkv"), at("bqkv"),
+                     at("wo"),       at("ffn_norm"),  at("w13"),  at("w2"),
+                     at("norm"),     tied ? at("wte") : at("wout")};
   return t;
 }
 
@@ -141,10 +148,6 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
       kernels_(make_kernels(device, precision)),
       k_(*kernels_) {
   config_.validate("model");
-  if (config_.qkv_bias || config_.head_size > 0 || config_.rope_scaling.type != RopeScaling::Type::none ||
-      config_.sliding_window > 0)
-    fail("model: this build runs neither q/k/v biases, an explicit head_dim, llama3 RoPE scaling nor a sliding "
-         "window\nhint: use a Llama 2 style model");
   if (plan_.layer_end == 0) plan_ = ShardPlan::single(config_);  // the default plan: everything
   CHECK(plan_.tp_size == 1 || (tp_ != nullptr && tp_->size() == plan_.tp_size && tp_->rank() == plan_.tp_rank),
         "tensor parallel model without its TP communicator");
@@ -234,12 +237,13 @@ void LlamaModel::init_random(float std, float output_std) {
   // Each element's value is a function of its place in the full tensor: every layout draws the same model.
   for (const ParamSpec& s : specs_) {
     float* p = param_arena_.data() + s.offset;
-    const bool is_norm = !s.decay;
     const float sd = output_std > 0 && (s.name == "wo" || s.name == "w2") ? output_std : std;
     const auto id = uint32_t(s.full_id);
     s.shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
-      if (is_norm)
+      if (s.norm)
         k_.fill_constant(p + local, n, 1.0f);
+      else if (s.full_id == kBqkv)  // biases start at zero (HF's _init_weights)
+        k_.fill_constant(p + local, n, 0.0f);
       else
         k_.fill_normal(p + local, n, sd, seed_, id, uint64_t(full));
     });
@@ -312,16 +316,20 @@ double LlamaModel::grad_sum_squares(int64_t begin, int64_t end) {
 
 void LlamaModel::reduce_model_parallel_grads(parallel::Communicator* embedding_group) {
   ensure_training_state();
-  if (dims_.kv_replicas > 1 && grads_.wqkv) {
+  if (dims_.kv_replicas > 1) {
     // A replicated kv head's k and v rows got part of their gradient on each replica (from its q
-    // heads): sum them over the replicas. Per layer they are one block, after the q rows.
-    const int64_t kv_rows = 2 * int64_t(dims_.Hkv) * dims_.D * dims_.C;
-    const int64_t qkv = int64_t(dims_.QKV()) * dims_.C, q = int64_t(dims_.HD()) * dims_.C;
-    for (int64_t l = 0; l < dims_.L; l++) kv_group_->all_reduce(grads_.wqkv + l * qkv + q, size_t(kv_rows));
+    // heads): sum them over the replicas. Per layer they are one block, after the q rows (the weight
+    // rows of C columns; the bias rows of one).
+    const int64_t kv_rows = 2 * int64_t(dims_.Hkv) * dims_.D, qkv = dims_.QKV(), q = dims_.HD();
+    const int64_t C = dims_.C;
+    for (int64_t l = 0; l < dims_.L; l++) {
+      if (grads_.wqkv) kv_group_->all_reduce(grads_.wqkv + (l * qkv + q) * C, size_t(kv_rows * C));
+      if (grads_.bqkv) kv_group_->all_reduce(grads_.bqkv + l * qkv + q, size_t(kv_rows));
+    }
   }
   if (plan_.sequence_parallel)  // the norm weights' gradients are partial sums over this rank's tokens
     for (const ParamSpec& s : specs_)
-      if (!s.decay && !s.frozen) tp_->all_reduce(grad_arena_.data() + s.grad_offset, size_t(s.numel));
+      if (s.norm && !s.frozen) tp_->all_reduce(grad_arena_.data() + s.grad_offset, size_t(s.numel));
   if (embedding_group && embedding_group->size() > 1 && config_.tie_embeddings && grads_.wte)
     for (const ParamSpec& s : specs_)
       if (s.name == "wte") embedding_group->all_reduce(grads_.wte, size_t(s.numel));
@@ -367,8 +375,8 @@ std::vector<std::pair<int64_t, int64_t>> ready_ranges_of(const std::vector<Param
   const bool head = layer < 0, embedding = layer >= d.L;
   for (const ParamSpec& s : specs) {
     if (s.frozen) continue;                            // no gradient
-    if (plan.sequence_parallel && !s.decay) continue;  // norm weights: summed over TP after the backward
-    if (d.kv_replicas > 1 && s.name == "wqkv") continue;  // replicated kv rows: likewise
+    if (plan.sequence_parallel && s.norm) continue;  // norm weights: summed over TP after the backward
+    if (d.kv_replicas > 1 && (s.name == "wqkv" || s.name == "bqkv")) continue;  // replicated kv rows: likewise
     const bool stacked = s.name != "wte" && s.name != "wout" && s.name != "norm";
     const int64_t g = s.grad_offset;
     if (stacked && !head && !embedding) {

@@ -39,7 +39,12 @@ struct ParamSpec {
   std::vector<int64_t> shape;  // e.g. {L, QKV, C}
   int64_t offset = 0;          // into the arena, in elements
   int64_t numel = 0;           // the local tensor's elements (the embedding's and lm head's padding rows too)
-  bool decay = true;           // AdamW weight decay (false for norm weights)
+  // AdamW weight decay: false for norm weights and biases (Megatron's rule: only weight matrices
+  // and embeddings decay).
+  bool decay = true;
+  // A norm weight (attn_norm, ffn_norm, norm): replicated over TP, its gradient a partial sum over
+  // this rank's tokens under sequence parallelism, initialized to ones.
+  bool norm = false;
   // Where this (local) tensor sits in the full model's tensor: its first shard.numel() elements. The
   // rest (wte and wout: the vocabulary's padding rows, model/shard.h) are in no full tensor: zero,
   // with gradient zero, never saved.
@@ -66,6 +71,7 @@ struct ParameterTensors {
   float* wte;        // (V, C)      token embedding
   float* attn_norm;  // (L, C)      input_layernorm
   float* wqkv;       // (L, QKV, C) rows [0,H*D) q_proj, then k_proj, then v_proj
+  float* bqkv;       // (L, QKV)    their biases in the same row order (qkv_bias); else nullptr
   float* wo;         // (L, C, H*D) o_proj
   float* ffn_norm;   // (L, C)      post_attention_layernorm
   float* w13;        // (L, 2F, C)  rows [0,F) gate_proj (w1), rows [F,2F) up_proj (w3)

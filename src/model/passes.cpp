@@ -135,8 +135,9 @@ void LlamaModel::forward_layer(int l, bool for_backward) {
 
   norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);          // input_ln
   k_.matmul_forward(a.qkv[l], m.ln1[l], wqkv, N, C, QKV);                             // q, k, v
-  k_.rope_forward(a.qkv[l], pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta);     // rotate q, k
-  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D);                // causal GQA
+  if (w.bqkv) k_.bias_forward(a.qkv[l], w.bqkv + int64_t(l) * QKV, N, QKV);           // + q, k, v biases
+  k_.rope_forward(a.qkv[l], pos_.data(), N, H + Hkv, QKV, D, config_.rope_freqs());   // rotate q, k
+  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D, config_.sliding_window);  // causal GQA
   k_.matmul_forward(tmp_.data(), a.att[l], wo, N, HD, C);                             // o_proj
   add_to_residual(a.resid[l], x, tmp_.data());                                        // h = x + attn
   norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);  // post_attn_ln
@@ -162,7 +163,7 @@ void LlamaModel::recompute_layer(int l) {
   const MatmulInputs& m = mm_;
   const float* x = l == 0 ? a.x0 : a.out[l - 1];
   norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);
-  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B_, T_, d.H, d.Hkv, d.D);
+  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B_, T_, d.H, d.Hkv, d.D, config_.sliding_window);
   norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);
   k_.swiglu_forward(m.hmid[l], a.h13[l], N, d.F);
 }
@@ -302,7 +303,9 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   }
   // The embedding and every layer tensor frozen (model.freeze): nothing before the head trains, and
   // a first stage has no earlier stage to pass the gradient to.
-  if (plan_.first_stage() && !g.wte && !g.attn_norm && !g.wqkv && !g.wo && !g.ffn_norm && !g.w13 && !g.w2) return;
+  if (plan_.first_stage() && !g.wte && !g.attn_norm && !g.wqkv && !g.bqkv && !g.wo && !g.ffn_norm && !g.w13 &&
+      !g.w2)
+    return;
   backward_layers();
   if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
   if (g.wte == nullptr) return;      // a frozen embedding
@@ -340,6 +343,7 @@ void LlamaModel::backward_layers() {
     // Frozen tensors have no gradient (nullptr): their kernels compute the input gradient only.
     auto layer_grad = [l](float* base, int64_t per_layer) { return base ? base + l * per_layer : nullptr; };
     float* dwqkv = layer_grad(g.wqkv, int64_t(QKV) * C);
+    float* dbqkv = layer_grad(g.bqkv, QKV);
     float* dwo = layer_grad(g.wo, int64_t(C) * HD);
     float* dw13 = layer_grad(g.w13, int64_t(2) * F * C);
     float* dw2 = layer_grad(g.w2, int64_t(C) * F);
@@ -354,10 +358,14 @@ void LlamaModel::backward_layers() {
                         a.ln2_rstd[l], Nl, C);                                                 // post_attn_ln
     // dres now holds d(resid); resid = x + o_proj(att).
     k_.matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, N, HD, C);           // o_proj
-    k_.attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D);
-    // dqkv's only use is the next matmul: RoPE's pass may leave it in the operand form's values.
-    k_.rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_theta, true);  // rotate q, k
-    k_.matmul_backward(dln, dwqkv, MatIn::prepared(dqkv_.data()), m.ln1[l], wqkv, N, C, QKV);  // q, k, v
+    k_.attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D,
+                          config_.sliding_window);
+    // Without a bias gradient, dqkv's only use is the next matmul: RoPE's pass may leave it in the
+    // operand form's values. The bias (added before RoPE) takes the gradient of the pre-RoPE qkv.
+    k_.rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_freqs(), !dbqkv);  // rotate q, k
+    if (dbqkv) k_.bias_backward(dbqkv, dqkv_.data(), N, QKV);                                      // q, k, v biases
+    const MatIn dqkv = dbqkv ? MatIn(dqkv_.data()) : MatIn::prepared(dqkv_.data());
+    k_.matmul_backward(dln, dwqkv, dqkv, m.ln1[l], wqkv, N, C, QKV);                               // q, k, v
     k_.rmsnorm_backward(dres, dattn_norm, own_tokens(dln), x, w.attn_norm + int64_t(l) * C, a.ln1_rstd[l], Nl,
                         C);                                                                    // input_ln
     // dres now holds d(x), the gradient of this layer's input.

@@ -1,7 +1,9 @@
 // cpu::attention_forward / attention_backward against ref:: on awkward sizes (T not a multiple of
 // the 64-row tile, D with and without a compiled-in specialization, MHA and GQA groups of 2..6),
 // and bitwise equality across 1, 2, 3, 4 and 7 OpenMP threads on shapes chosen so that the
-// backward's one-pass and two-pass schedules both occur among the runs compared.
+// backward's one-pass and two-pass schedules both occur among the runs compared; then sliding
+// windows (shorter than a tile, a tile's width and around it, several tiles) on the same kinds of
+// shapes, and the windowed decode step against the reference.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -25,10 +28,11 @@ using testing::mt19937_uniform;
 
 struct Shape {
   int B, T, H, Hkv, D;
+  int window = 0;
   int64_t qkv_size() const { return int64_t(B) * T * (H + 2 * Hkv) * D; }
   int64_t out_size() const { return int64_t(B) * T * H * D; }
   int64_t lse_size() const { return int64_t(B) * H * T; }
-  std::string name() const { return fmt::format("B={} T={} H={} Hkv={} D={}", B, T, H, Hkv, D); }
+  std::string name() const { return fmt::format("B={} T={} H={} Hkv={} D={} window={}", B, T, H, Hkv, D, window); }
 };
 
 // Largest err / (|want| + max|want|) seen per tensor name, printed at the end of a test.
@@ -61,16 +65,16 @@ void check_shape(const Shape& s) {
   const auto qkv = mt19937_uniform(size_t(s.qkv_size()), 11, -2.0f, 2.0f);
   const auto dout = mt19937_uniform(size_t(s.out_size()), 12, -1.0f, 1.0f);
   std::vector<float> out_r(s.out_size()), lse_r(s.lse_size()), dqkv_r(s.qkv_size());
-  ref::attention_forward(out_r.data(), lse_r.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
+  ref::attention_forward(out_r.data(), lse_r.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window);
   ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(), lse_r.data(), s.B, s.T, s.H, s.Hkv,
-                          s.D);
+                          s.D, s.window);
   std::vector<float> out_c(s.out_size(), NAN), lse_c(s.lse_size(), NAN), dqkv_c(s.qkv_size(), NAN);
-  cpu::attention_forward(out_c.data(), lse_c.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
+  cpu::attention_forward(out_c.data(), lse_c.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window);
   EXPECT_TRUE(close_relative_ish("out", out_c, out_r, kTol, s.name()));
   EXPECT_TRUE(close_relative_ish("lse", lse_c, lse_r, kTol, s.name()));
   // Backward from cpu's own saved out and lse, as the model will call it.
   cpu::attention_backward(dqkv_c.data(), dout.data(), qkv.data(), out_c.data(), lse_c.data(), s.B, s.T, s.H, s.Hkv,
-                          s.D);
+                          s.D, s.window);
   EXPECT_TRUE(close_relative_ish("dqkv", dqkv_c, dqkv_r, kTol, s.name()));
 }
 
@@ -88,6 +92,48 @@ TEST(CpuVsRefAttention, AwkwardSizes) {
         }
   for (const auto& [what, w] : worst_seen())
     std::printf("worst scaled error of %s: %.3g (tolerance %.0e)\n", what.c_str(), w, kTol);
+}
+
+TEST(CpuVsRefAttention, SlidingWindow) {
+  // Windows within a tile (1, 5), at and around its width (63, 64, 65), over several tiles (130),
+  // and as long as the sequence (no change): the tiles wholly before a window are skipped, those it
+  // cuts masked, and a query row may see no key of the first tile its query tile processes.
+  const int windows[] = {1, 5, 63, 64, 65, 130};
+  const int Ts[] = {17, 127, 200, 300};
+  const int heads[][2] = {{4, 4}, {8, 2}, {6, 1}};
+  for (int window : windows)
+    for (int T : Ts)
+      for (const auto& hh : heads) {
+        if (T == 300 && hh[1] != 2) continue;  // the longest sequence once per window (the reference is slow)
+        const Shape s{T == 127 ? 3 : 1, T, hh[0], hh[1], window % 2 ? 16 : 64, window};
+        SCOPED_TRACE(s.name());
+        check_shape(s);
+      }
+  check_shape(Shape{2, 40, 4, 2, 16, 40});
+  check_shape(Shape{2, 40, 4, 2, 16, 1000});
+}
+
+TEST(CpuVsRefAttention, SlidingWindowDecode) {
+  // The decode step over the cache sees positions pos - window + 1..pos, as attention_forward's row pos.
+  for (const auto& [pos, H, Hkv, D, window] : std::vector<std::tuple<int, int, int, int, int>>{
+           {0, 2, 1, 16, 3}, {9, 4, 2, 16, 3}, {40, 8, 2, 64, 17}, {40, 4, 4, 8, 41}, {40, 4, 4, 8, 1}}) {
+    SCOPED_TRACE(fmt::format("pos={} H={} Hkv={} D={} window={}", pos, H, Hkv, D, window));
+    const int T = pos + 1;
+    const int64_t W = int64_t(H + 2 * Hkv) * D, KV = 2 * int64_t(Hkv) * D;
+    const auto qkv = mt19937_uniform(size_t(T) * W, 31, -2.0f, 2.0f);
+    std::vector<float> out(size_t(T) * H * D), lse(size_t(H) * T);
+    ref::attention_forward(out.data(), lse.data(), qkv.data(), 1, T, H, Hkv, D, window);
+    std::vector<float> cache(size_t(T) * KV);
+    for (int t = 0; t < T; t++)
+      std::copy(qkv.begin() + t * W + int64_t(H) * D, qkv.begin() + (t + 1) * W, cache.begin() + t * KV);
+    const std::vector<float> q(qkv.begin() + pos * W, qkv.begin() + pos * W + int64_t(H) * D);
+    const std::vector<float> want(out.begin() + int64_t(pos) * H * D, out.end());
+    std::vector<float> scores(size_t(H) * T), got_ref(size_t(H) * D, NAN), got_cpu(size_t(H) * D, NAN);
+    ref::attention_decode(got_ref.data(), scores.data(), q.data(), cache.data(), pos, H, Hkv, D, window);
+    cpu::attention_decode(got_cpu.data(), scores.data(), q.data(), cache.data(), pos, H, Hkv, D, window);
+    EXPECT_TRUE(close_relative_ish("decode ref", got_ref, want, kTol, "decode"));
+    EXPECT_TRUE(close_relative_ish("decode cpu", got_cpu, want, kTol, "decode"));
+  }
 }
 
 TEST(CpuVsRefAttention, HeadDim128) {
@@ -111,6 +157,9 @@ TEST(CpuVsRefAttention, ThreadCountIsBitwiseInvariant) {
       {1, 100, 8, 2, 128},  // n_kv 2, group 4, D 128
       {3, 33, 3, 3, 128},   // n_kv 9, MHA, a single partial tile
       {3, 191, 4, 1, 16},   // n_kv 3, group 4
+      {1, 300, 4, 2, 8, 70},    // windows: n_kv 2, several skipped and cut tiles
+      {3, 127, 8, 2, 64, 5},    // n_kv 6, a window inside every diagonal tile
+      {3, 200, 6, 3, 16, 64},   // n_kv 9, a window of one tile's width
   };
   for (const Shape& s : shapes) {
     SCOPED_TRACE(s.name());
@@ -124,14 +173,14 @@ TEST(CpuVsRefAttention, ThreadCountIsBitwiseInvariant) {
       (one_pass ? saw_one_pass : saw_two_pass) = true;
       omp_set_num_threads(threads);
       std::vector<float> out(s.out_size(), NAN), lse(s.lse_size(), NAN), dqkv(s.qkv_size(), NAN);
-      cpu::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
+      cpu::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window);
       cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv,
-                              s.D);
+                              s.D, s.window);
       if (threads == thread_counts[0]) {  // the run the others are compared with must itself be right
         std::vector<float> out_r(s.out_size()), lse_r(s.lse_size()), dqkv_r(s.qkv_size());
-        ref::attention_forward(out_r.data(), lse_r.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
+        ref::attention_forward(out_r.data(), lse_r.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window);
         ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(), lse_r.data(), s.B, s.T, s.H,
-                                s.Hkv, s.D);
+                                s.Hkv, s.D, s.window);
         EXPECT_TRUE(close_relative_ish("dqkv", dqkv, dqkv_r, kTol, s.name()));
         out_first = out;
         lse_first = lse;

@@ -3,7 +3,7 @@
 // op and the first mismatches printed. AdamW: cpu vs ref over several steps, both against a
 // 2-step torch.optim.AdamW example; bf16 stochastic rounding: thread-count independence,
 // unbiasedness, results always a neighbouring bf16 of the fp32 update, independent draws for
-// param / m / v.
+// param / m / v. The q/k/v bias kernels (bitwise), and RoPE with llama3 frequency scaling.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -13,6 +13,7 @@
 
 #include "core/bf16.h"
 #include "core/rng.h"
+#include "core/rope.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/ops.h"
 #include "test_util.h"
@@ -105,6 +106,97 @@ TEST(CpuVsRef, Rope) {
   ref::rope_forward(x.data(), pos.data(), 1, 1, 4, 4, 500000.0f);
   cpu::rope_forward(y.data(), pos.data(), 1, 1, 4, 4, 500000.0f);
   EXPECT_TRUE(all_close("rope theta=5e5", y, x, 1e-6, 1e-6));
+}
+
+TEST(RopeFreqs, Llama3BandsFollowTheWavelength) {
+  // theta 500000, D 128 and Llama 3.1's scaling (factor 8, low 1, high 4, original 8192): pairs of
+  // wavelength 2 pi / inv below 8192 / 4 keep theta^(-2i/D), above 8192 / 1 are divided by 8, and in
+  // between blend linearly in 8192 / wavelength (so the blend meets both neighbours' rule at its ends).
+  RopeFreqs r(500000.0f);
+  r.llama3 = true;
+  r.factor = 8.0f;
+  r.low_freq_factor = 1.0f;
+  r.high_freq_factor = 4.0f;
+  r.original_max_pos = 8192;
+  const int D = 128;
+  int high = 0, medium = 0, low = 0;
+  for (int i = 0; i < D / 2; i++) {
+    const double inv = std::pow(500000.0, -2.0 * i / D), wavelen = 2 * M_PI / inv;
+    const double got = rope_inv_freq(r, i, D);
+    EXPECT_EQ(rope_inv_freq(RopeFreqs(500000.0f), i, D), inv) << i;
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_EQ(got, inv) << i;
+      high++;
+    } else if (wavelen > 8192.0) {
+      EXPECT_EQ(got, inv / 8) << i;
+      low++;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+      EXPECT_GE(smooth, 0.0);
+      EXPECT_LE(smooth, 1.0);
+      EXPECT_NEAR(got, (1 - smooth) * inv / 8 + smooth * inv, 1e-15 * inv) << i;
+      EXPECT_GT(got, inv / 8 * (1 - 1e-12));
+      EXPECT_LT(got, inv * (1 + 1e-12));
+      medium++;
+    }
+  }
+  EXPECT_GT(high, 0);
+  EXPECT_GT(medium, 0);
+  EXPECT_GT(low, 0);
+}
+
+TEST(CpuVsRef, RopeLlama3Scaling) {
+  // The scaled frequencies reach both backends; the table is keyed by the whole scaling, so the
+  // unscaled rotation of the same theta right after is not served from the scaled table.
+  RopeFreqs r(500000.0f);
+  r.llama3 = true;
+  r.factor = 8.0f;
+  r.original_max_pos = 64;
+  const int N = 50, H = 3, D = 32, stride = 4 * D;
+  auto x = mt19937_normal(size_t(N) * stride, 12, 2.0f);
+  auto pos = mt19937_ints(N, 13, 0, 200);
+  for (const RopeFreqs& f : {r, RopeFreqs(500000.0f)})
+    for (int backward = 0; backward < 2; backward++) {
+      auto x_ref = x, x_cpu = x;
+      if (backward) {
+        ref::rope_backward(x_ref.data(), pos.data(), N, H, stride, D, f);
+        cpu::rope_backward(x_cpu.data(), pos.data(), N, H, stride, D, f);
+      } else {
+        ref::rope_forward(x_ref.data(), pos.data(), N, H, stride, D, f);
+        cpu::rope_forward(x_cpu.data(), pos.data(), N, H, stride, D, f);
+      }
+      EXPECT_TRUE(all_close(std::string("rope llama3=") + (f.llama3 ? "yes" : "no") + (backward ? " backward" : ""),
+                            x_cpu, x_ref, 2e-6, 2e-6));
+    }
+  // And the scaling changes the rotation (the low-frequency pairs turn 8x slower).
+  auto scaled = x, plain = x;
+  ref::rope_forward(scaled.data(), pos.data(), N, H, stride, D, r);
+  ref::rope_forward(plain.data(), pos.data(), N, H, stride, D, RopeFreqs(500000.0f));
+  EXPECT_FALSE(all_close("scaled vs plain", scaled, plain, 1e-3, 1e-3));
+}
+
+TEST(CpuVsRef, Bias) {
+  // x += bias per row; dbias += column sums of dout, in fp64 in row order on both: the same bits.
+  for (const auto& [N, C] : kShapes) {
+    auto x = mt19937_normal(size_t(N) * C, 14, 1.0f), bias = mt19937_normal(size_t(C), 15, 0.5f);
+    auto x_ref = x, x_cpu = x;
+    ref::bias_forward(x_ref.data(), bias.data(), N, C);
+    cpu::bias_forward(x_cpu.data(), bias.data(), N, C);
+    EXPECT_TRUE(bitwise_equal("bias_forward " + shape(N, C), x_cpu, x_ref));
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < C; c++)
+        ASSERT_EQ(x_ref[size_t(n) * C + c], x[size_t(n) * C + c] + bias[size_t(c)]) << shape(N, C);
+    auto db_ref = mt19937_normal(size_t(C), 16, 1.0f), db_cpu = db_ref;  // accumulates into what is there
+    const auto before = db_ref;
+    ref::bias_backward(db_ref.data(), x.data(), N, C);
+    cpu::bias_backward(db_cpu.data(), x.data(), N, C);
+    EXPECT_TRUE(bitwise_equal("bias_backward " + shape(N, C), db_cpu, db_ref));
+    for (int c = 0; c < C; c++) {
+      double sum = 0;
+      for (int n = 0; n < N; n++) sum += x[size_t(n) * C + c];
+      ASSERT_EQ(db_ref[size_t(c)], before[size_t(c)] + float(sum)) << shape(N, C) << " column " << c;
+    }
+  }
 }
 
 TEST(CpuVsRef, RopeHandValueD4) {

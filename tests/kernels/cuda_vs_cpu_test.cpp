@@ -309,6 +309,46 @@ TEST(CudaVsCpu, Rope) {
   }
 }
 
+TEST(CudaVsCpu, RopeLlama3Scaling) {
+  SKIP_WITHOUT_DEVICE();
+  RopeFreqs r(500000.0f);
+  r.llama3 = true;
+  r.factor = 8.0f;
+  r.original_max_pos = 64;
+  const int N = 90, H = 4, Hkv = 2, D = 64, stride = (H + 2 * Hkv) * D;
+  std::vector<int32_t> pos(static_cast<size_t>(N));
+  for (int n = 0; n < N; n++) pos[size_t(n)] = (n * 37) % 300;
+  const auto x = mt19937_normal(size_t(N) * stride, 33);
+  auto fwd = x, bwd = x;
+  cpu::rope_forward(fwd.data(), pos.data(), N, H + Hkv, stride, D, r);
+  cpu::rope_backward(bwd.data(), pos.data(), N, H + Hkv, stride, D, r);
+  DeviceArray<int32_t> d_pos(pos);
+  DeviceArray<float> d_f(x), d_b(x);
+  cuda::rope_forward(d_f.get(), d_pos.get(), N, H + Hkv, stride, D, r);
+  cuda::rope_backward(d_b.get(), d_pos.get(), N, H + Hkv, stride, D, r);
+  EXPECT_TRUE(close("rope llama3 forward", d_f.download(), fwd, kElementwise));
+  EXPECT_TRUE(close("rope llama3 backward", d_b.download(), bwd, kElementwise));
+}
+
+TEST(CudaVsCpu, Bias) {
+  SKIP_WITHOUT_DEVICE();
+  for (const auto& [N, C] : std::vector<std::pair<int, int>>{{1, 1}, {17, 107}, {300, 513}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C);
+    const auto x = mt19937_normal(size_t(N) * C, 34), bias = mt19937_normal(size_t(C), 35);
+    const auto db0 = mt19937_normal(size_t(C), 36);
+    auto fwd = x, db = db0;
+    cpu::bias_forward(fwd.data(), bias.data(), N, C);
+    cpu::bias_backward(db.data(), x.data(), N, C);
+    DeviceArray<float> d_x(x), d_bias(bias), d_db(db0);
+    cuda::bias_forward(d_x.get(), d_bias.get(), N, C);
+    cuda::bias_backward(d_db.get(), d_x.get(), N, C);  // d_x now holds x + bias: compare on the same input
+    auto db_want = db0;
+    cpu::bias_backward(db_want.data(), fwd.data(), N, C);
+    EXPECT_TRUE(close("bias forward", d_x.download(), fwd, kElementwise));
+    EXPECT_TRUE(close("bias backward", d_db.download(), db_want, kElementwise));
+  }
+}
+
 TEST(CudaVsRef, VocabParallelEmbedding) {
   SKIP_WITHOUT_DEVICE();
   for (const auto& [N, C, V, begin] : std::vector<std::tuple<int, int, int, int64_t>>{
@@ -396,23 +436,25 @@ TEST(CudaVsRef, AttentionDecode) {
   EXPECT_EQ(cuda::bf16_operands_as_floats_known(4096, 4096, 4096), std::optional<bool>(false));
 }
 
-void check_attention(int B, int T, int H, int Hkv, int D) {
-  SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " H=" << H << " Hkv=" << Hkv << " D=" << D);
+void check_attention(int B, int T, int H, int Hkv, int D, int window = 0) {
+  SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " H=" << H << " Hkv=" << Hkv << " D=" << D
+                                    << " window=" << window);
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const auto qkv = mt19937_normal(size_t(B) * T * W, 40);
   const auto dout = mt19937_normal(size_t(B) * T * H * D, 41);
   std::vector<float> out(size_t(B) * T * H * D), lse(size_t(B) * H * T), dqkv(qkv.size());
-  ref::attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, Hkv, D);
-  ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, Hkv, D);
+  ref::attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, Hkv, D, window);
+  ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, Hkv, D, window);
   DeviceArray<float> d_qkv(qkv), d_out(out.size()), d_lse(lse.size()), d_dout(dout), d_dqkv(qkv.size());
   d_out.poison();
   d_lse.poison();
   d_dqkv.poison();
-  cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, Hkv, D);
+  cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, Hkv, D, window);
   const auto got_out = d_out.download();
   EXPECT_TRUE(close("attention out", got_out, out, kGemm));
   EXPECT_TRUE(close("attention lse", d_lse.download(), lse, kSums));
-  cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, H, Hkv, D);
+  cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, H, Hkv, D,
+                           window);
   const auto got = d_dqkv.download();
   EXPECT_TRUE(close("attention dqkv", got, dqkv, kGemm));
   // q, k and v parts each (a wrong part could hide in the whole's norm).
@@ -434,6 +476,25 @@ TEST(CudaVsRef, Attention) {
   check_attention(2, 77, 8, 2, 64);    // GQA 4:1, one key tile
   check_attention(1, 300, 4, 1, 128);  // several key tiles (128 per tile), group of 4
   check_attention(3, 129, 2, 2, 24);   // MHA, a tile of one key at the end
+}
+
+TEST(CudaVsRef, SlidingWindowAttention) {
+  SKIP_WITHOUT_DEVICE();
+  check_attention(2, 77, 8, 2, 64, 5);     // a window within the first key tile
+  check_attention(1, 300, 4, 1, 128, 130);  // a window over two key tiles
+  check_attention(1, 40, 2, 2, 16, 1);      // each query its own key only
+  for (const auto& [pos, window] : std::vector<std::pair<int, int>>{{10, 3}, {300, 129}, {5, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "decode pos=" << pos << " window=" << window);
+    const int H = 4, Hkv = 2, D = 64;
+    const int64_t KV = 2 * int64_t(Hkv) * D;
+    const auto q = mt19937_normal(size_t(H) * D, 137), cache = mt19937_normal(size_t(pos + 1) * KV, 138);
+    std::vector<float> out(size_t(H) * D), scores(size_t(H) * (pos + 1));
+    ref::attention_decode(out.data(), scores.data(), q.data(), cache.data(), pos, H, Hkv, D, window);
+    DeviceArray<float> d_q(q), d_cache(cache), d_out(out.size()), d_scores(scores.size());
+    d_out.poison();
+    cuda::attention_decode(d_out.get(), d_scores.get(), d_q.get(), d_cache.get(), pos, H, Hkv, D, window);
+    EXPECT_TRUE(close("decode out", d_out.download(), out, kGemm));  // scores before the window are not written
+  }
 }
 
 template <typename T>

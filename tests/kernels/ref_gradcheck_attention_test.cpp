@@ -1,7 +1,8 @@
 // Checks ref::attention_forward against a naive fp64 attention that materializes the full (B,H,T,T)
 // score tensor, and ref::attention_backward against central finite differences of that naive fp64
 // function with objective L = sum(dout * out). Tiny shapes: B 1..2, T 5, D 4, GQA (H 4, Hkv 2) and
-// MHA (H = Hkv = 4).
+// MHA (H = Hkv = 4), causal and with sliding windows of 1 and 3 keys (key u visible to query t iff
+// t - window < u <= t).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -20,12 +21,14 @@ using testing::mt19937_uniform;
 
 struct Shape {
   int B, T, H, Hkv, D;
+  int window = 0;
   int64_t width() const { return int64_t(H + 2 * Hkv) * D; }
   int64_t qkv_size() const { return int64_t(B) * T * width(); }
   int64_t out_size() const { return int64_t(B) * T * H * D; }
 };
 
-// Naive attention in fp64: full scores S (B,H,T,T) with -inf above the diagonal, softmax, P @ V.
+// Naive attention in fp64: full scores S (B,H,T,T) with -inf above the diagonal (and before the
+// window), softmax, P @ V.
 void naive_attention(std::vector<double>& out /*(B,T,H*D)*/, std::vector<double>& lse /*(B,H,T)*/,
                      const std::vector<double>& qkv /*(B,T,(H+2*Hkv)*D)*/, const Shape& s) {
   const int B = s.B, T = s.T, H = s.H, Hkv = s.Hkv, D = s.D;
@@ -37,7 +40,7 @@ void naive_attention(std::vector<double>& out /*(B,T,H*D)*/, std::vector<double>
     for (int h = 0; h < H; h++)
       for (int t = 0; t < T; t++)
         for (int u = 0; u < T; u++) {
-          if (u > t) {
+          if (u > t || (s.window > 0 && u <= t - s.window)) {
             at(b, h, t, u) = -std::numeric_limits<double>::infinity();
             continue;
           }
@@ -80,7 +83,7 @@ TEST_P(RefAttention, ForwardMatchesNaiveFullScores) {
   const Shape s = GetParam();
   const auto qkv = mt19937_uniform(size_t(s.qkv_size()), 1, -2.0f, 2.0f);
   std::vector<float> out(s.out_size(), NAN), lse(size_t(s.B) * s.H * s.T, NAN);
-  ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
+  ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window);
   std::vector<double> out_n, lse_n;
   naive_attention(out_n, lse_n, std::vector<double>(qkv.begin(), qkv.end()), s);
   // ref sums in fp64 and rounds once to fp32: the only difference is that rounding (2^-24 relative).
@@ -102,9 +105,10 @@ TEST_P(RefAttention, BackwardMatchesFiniteDifferences) {
   const auto qkv = mt19937_uniform(size_t(s.qkv_size()), 2, -2.0f, 2.0f);
   const auto dout = mt19937_uniform(size_t(s.out_size()), 3, -1.0f, 1.0f);
   std::vector<float> out(s.out_size()), lse(size_t(s.B) * s.H * s.T);
-  ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
+  ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window);
   std::vector<float> dqkv(s.qkv_size(), 123.0f);  // must be overwritten, not accumulated
-  ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv, s.D);
+  ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv, s.D,
+                          s.window);
 
   // Central differences of the fp64 objective: truncation error ~ eps^2 * |L'''| / 6 ~ 1e-9 for O(1)
   // inputs, cancellation ~ 1e-16 * |L| / eps ~ 1e-11. The analytic gradient is summed in fp64 and
@@ -129,17 +133,19 @@ TEST_P(RefAttention, BackwardMatchesFiniteDifferences) {
   }
   // Guard against a vacuous check: most entries must carry a real gradient (k of the last position
   // gets only its own query's dS, which is 0 for T=1 but not here).
-  EXPECT_GT(n_nonzero, s.qkv_size() * 3 / 4);
+  // A window of 1 leaves each query its own key only (out = v_t): then only the v entries do.
+  const int64_t carrying = s.window == 1 ? s.qkv_size() / s.width() * s.Hkv * s.D : s.qkv_size();
+  EXPECT_GT(n_nonzero, carrying * 3 / 4);
   std::printf("B=%d T=%d H=%d Hkv=%d D=%d: max |analytic - fd| / (1 + |fd|) = %.2e\n", s.B, s.T, s.H, s.Hkv, s.D,
               max_err);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RefAttention,
                          ::testing::Values(Shape{1, 5, 4, 2, 4}, Shape{2, 5, 4, 2, 4}, Shape{2, 5, 4, 4, 4},
-                                           Shape{1, 5, 4, 1, 4}),
+                                           Shape{1, 5, 4, 1, 4}, Shape{2, 5, 4, 2, 4, 3}, Shape{1, 5, 4, 4, 4, 1}),
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            const Shape& s = info.param;
-                           return fmt::format("B{}_T{}_H{}_Hkv{}_D{}", s.B, s.T, s.H, s.Hkv, s.D);
+                           return fmt::format("B{}_T{}_H{}_Hkv{}_D{}_W{}", s.B, s.T, s.H, s.Hkv, s.D, s.window);
                          });
 
 }  // namespace

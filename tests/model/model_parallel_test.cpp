@@ -3,8 +3,10 @@
 // local tensor against the same elements of the single model's gradient (TensorShard maps them),
 // after the model-parallel gradient sums (SP norm weights, tied embedding across stages). Ranks are
 // threads over LocalCommunicator; the pipeline here runs one micro-batch by hand (the 1F1B schedule
-// has its own tests). Also: recomputation under TP+SP changes nothing, bf16-mixed agrees loosely, and
-// a vocabulary padded for the layout has inert padding rows.
+// has its own tests). Also: recomputation under TP+SP changes nothing, bf16-mixed agrees loosely, a
+// vocabulary padded for the layout has inert padding rows, and the architecture variants (q/k/v
+// biases, a sliding window shorter than the sequence, llama3 RoPE scaling with head_dim != dim /
+// heads) split the same way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,6 +30,32 @@ model::LlamaConfig config(bool tied) {
 }
 
 constexpr int B = 2, T = 12;
+
+// The variants, on config(tied)'s sizes: "bias" (Qwen2's q/k/v biases, tied), "window" (a window of
+// 5 < T), "llama3" (llama3 scaling with an original context of 8 < T, head_dim 24 so H*D = 96 != 64).
+model::LlamaConfig variant(const std::string& name) {
+  model::LlamaConfig c = config(name == "bias");
+  if (name == "bias") c.qkv_bias = true;
+  if (name == "window") c.sliding_window = 5;
+  if (name == "llama3") {
+    c.head_size = 24;
+    c.rope_theta = 500000.0f;
+    c.rope_scaling = {model::RopeScaling::Type::llama3, 8.0f, 1.0f, 4.0f, 8};
+  }
+  return c;
+}
+
+// Random init leaves the biases at zero: give them values (a function of each element's place in the
+// full tensor, so every layout sets the same ones) for the forward to use.
+void set_biases(model::LlamaModel& m) {
+  const model::ParamSpec* b = m.find_param("bqkv");
+  if (b == nullptr) return;
+  float* p = m.param_data() + b->offset;
+  b->shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
+    for (int64_t i = 0; i < n; i++) p[local + i] = 0.2f * std::sin(0.7f * float(full + i) + 0.3f);
+  });
+  m.params_changed();
+}
 
 // B*T token ids in [0, V) from the Philox stream `stream` of seed 7; two of them -100 (ignored) if asked.
 std::vector<int32_t> ids(int V, uint32_t stream, bool some_ignored) {
@@ -59,6 +87,7 @@ Reference reference(const model::LlamaConfig& c, model::Precision p, const std::
                     const std::vector<int32_t>& targets) {
   model::LlamaModel m(c, p, 5);
   m.init_random(0.1f, 0.05f);
+  set_biases(m);
   m.zero_grad();
   Reference r;
   r.loss = m.forward_backward(tokens.data(), targets.data(), B, T).loss;
@@ -93,6 +122,7 @@ std::vector<RankResult> run_layout(const model::LlamaConfig& c, const Layout& la
         model::LlamaModel m(c, lay.precision, 5, plan, groups.tp.get());
         m.set_recompute(lay.recompute);
         m.init_random(0.1f, 0.05f);
+        set_biases(m);
         m.zero_grad();
         const size_t act = size_t(m.stage_tokens(B, T) * c.dim);
         std::vector<float> buf(act);
@@ -231,6 +261,22 @@ TEST_P(ModelParallel, Bf16MixedAgreesWithItsSingleRank) {
 
 INSTANTIATE_TEST_SUITE_P(TiedAndUntied, ModelParallel, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "tied" : "untied"; });
+
+class ModelParallelVariant : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelParallelVariant, StepEqualsOneRank) {
+  // bqkv splits as wqkv's rows (TP 4 replicates the kv heads and their biases), the window and the
+  // scaled RoPE act within each rank's heads, and head_dim sizes o_proj's split columns.
+  const auto c = variant(GetParam());
+  const auto tokens = ids(c.vocab_size, 7, false), targets = ids(c.vocab_size, 8, true);
+  const Reference ref = reference(c, model::Precision::fp32, tokens, targets);
+  for (const Layout& lay : {Layout{2, 1, false}, Layout{2, 1, true}, Layout{1, 2, false}, Layout{2, 2, true},
+                            Layout{4, 1, false}, Layout{2, 2, false, model::Recompute::selective}})
+    check_layout(c, lay, ref, tokens, targets, 2e-5f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ModelParallelVariant, ::testing::Values("bias", "window", "llama3"),
+                         [](const auto& info) { return info.param; });
 
 TEST(ModelParallel, PaddedVocabularyRowsAreInert) {
   // Vocabularies that no padding multiple divides: the embedding and lm head hold vocab_size rounded

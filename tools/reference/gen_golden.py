@@ -33,15 +33,47 @@ CASES = {
                             num_key_value_heads=5, num_hidden_layers=3, vocab_size=211,
                             rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=64),
             2, 17, 1004, 1.5),
+    # The architecture variants. qwen_bias: Qwen2's q/k/v biases, tied embeddings over a vocabulary
+    # larger than the ids the batch uses, eps 1e-6, theta 1e6, no BOS use, a list of eos ids.
+    "qwen_bias": (ref.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                  num_key_value_heads=2, num_hidden_layers=2, vocab_size=80,
+                                  rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=64,
+                                  tie_word_embeddings=True, model_type="qwen2", bos_token_id=70,
+                                  eos_token_id=[71, 72]), 2, 12, 1005, 1.0),
+    # llama3_scaled: Llama 3.1's rope_scaling with original_max_position_embeddings 32 < T = 40, so
+    # the high (kept), medium (blended) and low (rescaled) frequency bands all occur (rope_bands);
+    # head_dim 24 with 4 heads, so H*D = 96 != hidden_size 48; GQA.
+    "llama3_scaled": (ref.LlamaConfig(hidden_size=48, intermediate_size=96, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, vocab_size=96,
+                                      rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=64,
+                                      explicit_head_dim=24,
+                                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                    "high_freq_factor": 4.0,
+                                                    "original_max_position_embeddings": 32},
+                                      eos_token_id=[2, 3]), 1, 40, 1006, 1.0),
+    # window: Mistral's sliding window of 5 keys over sequences of 17.
+    "window": (ref.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                               num_key_value_heads=2, num_hidden_layers=2, vocab_size=64,
+                               rms_norm_eps=1e-5, max_position_embeddings=64, model_type="mistral",
+                               sliding_window=5), 2, 17, 1007, 1.0),
+}
+
+# Per case, beyond CASES: the ids the batch draws from (default: the whole vocabulary), and a
+# greedy generation to store (prompt length from the first row of the batch, new tokens).
+EXTRAS = {
+    "qwen_bias": {"used_vocab": 70, "greedy": (5, 8)},
+    "llama3_scaled": {"greedy": (30, 8)},
+    "window": {"greedy": (4, 12)},
 }
 
 
-def make_batch(cfg, B, T, rng):
-    """tokens (B, T) and next-token targets (B, T) with some positions set to -100.
+def make_batch(cfg, B, T, rng, used_vocab=None):
+    """tokens (B, T) and next-token targets (B, T) with some positions set to -100, ids below
+    used_vocab (default: the vocabulary).
 
     Every row gets at least one ignored target; the last position of row B-1 is always ignored.
     """
-    seq = rng.integers(0, cfg.vocab_size, size=(B, T + 1))
+    seq = rng.integers(0, used_vocab or cfg.vocab_size, size=(B, T + 1))
     tokens = seq[:, :T].astype(np.int32)
     targets = seq[:, 1:].astype(np.int32)
     for b in range(B):
@@ -51,10 +83,11 @@ def make_batch(cfg, B, T, rng):
     return tokens, targets
 
 
-def compute_golden(cfg, B, T, seed, hp):
+def compute_golden(cfg, B, T, seed, hp, extras=None):
     """Returns (initial params {name: f32 array}, golden tensors {name: array})."""
+    extras = extras or {}
     init = ref.init_params(cfg, seed)
-    tokens, targets = make_batch(cfg, B, T, np.random.default_rng(seed + 7919))
+    tokens, targets = make_batch(cfg, B, T, np.random.default_rng(seed + 7919), extras.get("used_vocab"))
     tok = torch.from_numpy(tokens).long()
     tgt = torch.from_numpy(targets).long()
 
@@ -72,13 +105,25 @@ def compute_golden(cfg, B, T, seed, hp):
     for name in init:
         g["grad." + name] = grads[name].numpy().astype(np.float32)
         g["final." + name] = params[name].detach().numpy().astype(np.float32)
+    if "greedy" in extras:  # from the initial weights, full recompute per token
+        n_prompt, n_new = extras["greedy"]
+        prompt = tokens[0, :n_prompt]
+        new, margins = ref.greedy_generate(ref.to_torch(init, torch.float64, False), cfg, prompt.tolist(), n_new)
+        g["greedy.prompt"] = prompt.astype(np.int32)
+        g["greedy.tokens"] = np.array(new, dtype=np.int32)
+        g["greedy.margins"] = np.array(margins, dtype=np.float32)
+        # the logits each step's choice came from: positions n_prompt-1.. of the generated sequence
+        seq = torch.tensor([prompt.tolist() + new[:-1]], dtype=torch.long)
+        with torch.no_grad():
+            steps = ref.forward(ref.to_torch(init, torch.float64, False), cfg, seq)[0, n_prompt - 1:]
+        g["greedy.logits"] = steps.numpy().astype(np.float32)
     return init, g
 
 
 def write_case(out_dir, name):
     cfg, B, T, seed, clip = CASES[name]
     hp = ref.AdamWHyper(grad_clip=clip)
-    init, g = compute_golden(cfg, B, T, seed, hp)
+    init, g = compute_golden(cfg, B, T, seed, hp, EXTRAS.get(name))
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:

@@ -1,10 +1,13 @@
-"""PyTorch reference for Hugging Face LlamaForCausalLM numerics, written from docs/formats.md section 4.
+"""PyTorch reference for Hugging Face LlamaForCausalLM numerics, written from docs/formats.md section 4,
+and for the variants of the same architecture: Qwen2 (biases on q/k/v, transformers' Qwen2Attention),
+Llama 3.1's rope_scaling (transformers' _compute_llama3_parameters), an explicit head_dim and
+Mistral's sliding window (key j visible to query i iff i - W < j <= i).
 
 Holds: the config (HF config.json keys), seeded parameter init by HF tensor names, a functional
 forward (dtype-generic: float64 for goldens, float32/bf16-autocast for benches), the cross-entropy
 loss, the AdamW + grad-clip loop used for the golden optimizer steps, and a hand-rolled safetensors
 writer and strict reader (docs/formats.md section 3). Used only by tests and benches, never at run time.
-Leaves out: KV cache, rope_scaling, attention/MLP biases, dropout.
+Leaves out: KV cache, other rope_scaling types, o_proj/MLP biases, dropout.
 """
 import json
 import math
@@ -33,16 +36,28 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
+    model_type: str = "llama"  # "llama", "qwen2" (q/k/v biases) or "mistral"
+    explicit_head_dim: int = 0  # config.json head_dim; 0: hidden_size / num_attention_heads
+    rope_scaling: dict = None  # {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    #                             "original_max_position_embeddings"} or None
+    sliding_window: int = 0  # mistral: 0 (null) for none
+    bos_token_id: int = 1
+    eos_token_id: object = 2  # an int or a list
 
     @property
     def head_dim(self):  # D
-        return self.hidden_size // self.num_attention_heads
+        return self.explicit_head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def qkv_bias(self):  # Qwen2Attention: q_proj, k_proj, v_proj with bias; o_proj without
+        return self.model_type == "qwen2"
 
     def to_hf_json(self, torch_dtype="float32"):
-        """The HF LlamaConfig keys (4.x spelling, docs/formats.md 4.1)."""
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+        """The HF config.json keys (4.x spelling, docs/formats.md 4.1) of the family's model_type."""
+        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
+        d = {
+            "architectures": [arch[self.model_type]],
+            "model_type": self.model_type,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
             "num_attention_heads": self.num_attention_heads,
@@ -50,18 +65,27 @@ class LlamaConfig:
             "num_hidden_layers": self.num_hidden_layers,
             "rms_norm_eps": self.rms_norm_eps,
             "rope_theta": self.rope_theta,
-            "rope_scaling": None,
+            "rope_scaling": self.rope_scaling,
             "vocab_size": self.vocab_size,
             "max_position_embeddings": self.max_position_embeddings,
             "tie_word_embeddings": self.tie_word_embeddings,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
             "torch_dtype": torch_dtype,
             "hidden_act": "silu",
         }
+        if self.explicit_head_dim:
+            d["head_dim"] = self.explicit_head_dim
+        if self.model_type == "mistral":
+            d["sliding_window"] = self.sliding_window or None
+        if self.model_type == "qwen2":  # Qwen2.5's keys: the window is off
+            d.update({"use_sliding_window": False, "sliding_window": 4096,
+                      "max_window_layers": self.num_hidden_layers})
+        return d
 
     @staticmethod
     def from_hf_json(d):
+        use_window = d.get("model_type") == "mistral" or d.get("use_sliding_window", False)
         return LlamaConfig(
             hidden_size=d["hidden_size"],
             intermediate_size=d["intermediate_size"],
@@ -73,6 +97,12 @@ class LlamaConfig:
             rope_theta=d.get("rope_theta", 10000.0),
             max_position_embeddings=d.get("max_position_embeddings", 2048),
             tie_word_embeddings=d.get("tie_word_embeddings", False),
+            model_type=d.get("model_type", "llama"),
+            explicit_head_dim=d.get("head_dim") or 0,
+            rope_scaling=d.get("rope_scaling"),
+            sliding_window=(d.get("sliding_window") or 0) if use_window else 0,
+            bos_token_id=d.get("bos_token_id", 1),
+            eos_token_id=d.get("eos_token_id", 2),
         )
 
 
@@ -87,6 +117,14 @@ def param_shapes(cfg):
             (p + "self_attn.q_proj.weight", (H * D, C)),
             (p + "self_attn.k_proj.weight", (Hkv * D, C)),
             (p + "self_attn.v_proj.weight", (Hkv * D, C)),
+        ]
+        if cfg.qkv_bias:
+            out += [
+                (p + "self_attn.q_proj.bias", (H * D,)),
+                (p + "self_attn.k_proj.bias", (Hkv * D,)),
+                (p + "self_attn.v_proj.bias", (Hkv * D,)),
+            ]
+        out += [
             (p + "self_attn.o_proj.weight", (C, H * D)),
             (p + "mlp.gate_proj.weight", (F_, C)),
             (p + "mlp.up_proj.weight", (F_, C)),
@@ -100,17 +138,22 @@ def param_shapes(cfg):
     return out
 
 
-def init_params(cfg, seed, std=0.02, norm_jitter=0.1):
-    """Seeded float32 init: matrices ~ N(0, std^2); norm weights = 1 + norm_jitter * N(0, 1).
+def init_params(cfg, seed, std=0.02, norm_jitter=0.1, bias_std=0.1):
+    """Seeded float32 init: matrices ~ N(0, std^2); norm weights = 1 + norm_jitter * N(0, 1);
+    biases ~ N(0, bias_std^2).
 
-    Norm weights are deliberately not all ones so that their gradients are exercised.
+    Norm weights are deliberately not all ones (and biases not zero, as HF's init would leave them)
+    so that their gradients and their effect on the forward are exercised.
     numpy's PCG64 generator is used because its stream is stable across versions and machines.
     """
     rng = np.random.default_rng(seed)
     params = {}
     for name, shape in param_shapes(cfg):
         z = rng.standard_normal(shape)  # float64 draws, rounded once to float32
-        w = (1.0 + norm_jitter * z) if len(shape) == 1 else std * z
+        if name.endswith(".bias"):
+            w = bias_std * z
+        else:
+            w = (1.0 + norm_jitter * z) if len(shape) == 1 else std * z
         params[name] = w.astype(np.float32)
     return params
 
@@ -129,9 +172,42 @@ def rmsnorm(x, weight, eps):
     return weight * y.to(x.dtype)
 
 
-def rope_cos_sin(T, D, theta, dtype):
-    """cos, sin of shape (T, D) in rotate_half layout: angle[p, i] = angle[p, i + D/2] = p * theta^(-2i/D)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))  # (D/2,)
+def rope_inv_freq(D, theta, rope_scaling=None):
+    """(D/2,) float64: theta^(-2i/D), rescaled as transformers' _compute_llama3_parameters for
+    rope_type llama3 (wavelengths longer than original_max / low_freq_factor divided by factor,
+    shorter than original_max / high_freq_factor kept, the band between blended)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    if rope_scaling is None:
+        return inv_freq
+    kind = rope_scaling.get("rope_type", rope_scaling.get("type"))
+    if kind != "llama3":
+        raise ValueError(f"rope_scaling type {kind!r} is not modelled here")
+    factor = rope_scaling["factor"]
+    low, high = rope_scaling["low_freq_factor"], rope_scaling["high_freq_factor"]
+    old_len = rope_scaling["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_bands(cfg):
+    """How many of the pairs fall in each llama3 band (high kept, medium blended, low rescaled)."""
+    r = cfg.rope_scaling
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    wavelen = 2 * math.pi / inv
+    old_len = r["original_max_position_embeddings"]
+    high = int((wavelen < old_len / r["high_freq_factor"]).sum())
+    low = int((wavelen > old_len / r["low_freq_factor"]).sum())
+    return high, len(inv) - high - low, low
+
+
+def rope_cos_sin(T, D, theta, dtype, rope_scaling=None):
+    """cos, sin of shape (T, D) in rotate_half layout: angle[p, i] = angle[p, i + D/2] = p * inv_freq[i]."""
+    inv_freq = rope_inv_freq(D, theta, rope_scaling)  # (D/2,)
     pos = torch.arange(T, dtype=torch.float64)  # (T,)
     freqs = torch.outer(pos, inv_freq)  # (T, D/2)
     emb = torch.cat([freqs, freqs], dim=-1)  # (T, D)
@@ -150,12 +226,17 @@ def apply_rope(x, cos, sin):
 
 
 def attention(x, params, prefix, cfg, cos, sin):
-    """Causal grouped-query self-attention; x (B, T, C) -> (B, T, C)."""
+    """Causal grouped-query self-attention; x (B, T, C) -> (B, T, C). Qwen2: q, k, v with biases;
+    Mistral: a sliding window of cfg.sliding_window keys."""
     B, T, _ = x.shape
     H, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    q = F.linear(x, params[prefix + "q_proj.weight"]).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-    k = F.linear(x, params[prefix + "k_proj.weight"]).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
-    v = F.linear(x, params[prefix + "v_proj.weight"]).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+
+    def proj(name):
+        return F.linear(x, params[prefix + name + ".weight"], params.get(prefix + name + ".bias"))
+
+    q = proj("q_proj").view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k = proj("k_proj").view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+    v = proj("v_proj").view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
     # query head h reads kv head h // (H / Hkv)
@@ -163,8 +244,10 @@ def attention(x, params, prefix, cfg, cos, sin):
     k = k.repeat_interleave(rep, dim=1)  # (B, H, T, D)
     v = v.repeat_interleave(rep, dim=1)  # (B, H, T, D)
     scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(D)  # (B, H, T, T)
-    causal = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal = masked
-    scores = scores.masked_fill(causal, float("-inf"))
+    masked = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal = masked
+    if cfg.sliding_window:  # Mistral: key j visible to query i iff i - W < j <= i
+        masked = masked | torch.ones(T, T, dtype=torch.bool).tril(-cfg.sliding_window)
+    scores = scores.masked_fill(masked, float("-inf"))
     # HF computes the softmax in fp32 (float64 stays float64)
     sm_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
     probs = torch.softmax(scores, dim=-1, dtype=sm_dtype).to(v.dtype)
@@ -185,7 +268,7 @@ def forward(params, cfg, tokens):
     _, T = tokens.shape
     emb = params["model.embed_tokens.weight"]
     x = emb[tokens]  # (B, T, C)
-    cos, sin = rope_cos_sin(T, cfg.head_dim, cfg.rope_theta, emb.dtype)
+    cos, sin = rope_cos_sin(T, cfg.head_dim, cfg.rope_theta, emb.dtype, cfg.rope_scaling)
     for l in range(cfg.num_hidden_layers):
         p = f"model.layers.{l}."
         h = rmsnorm(x, params[p + "input_layernorm.weight"], cfg.rms_norm_eps)
@@ -241,7 +324,7 @@ def adamw_train(params, cfg, tokens, targets, hp):
 
     Each step: loss, grads, torch.nn.utils.clip_grad_norm_ (global L2 norm over all grads;
     grads *= min(1, clip / (norm + 1e-6))), then torch.optim.AdamW with weight decay only on
-    2-D weights (embeddings, projections, lm_head), none on 1-D norm weights.
+    2-D weights (embeddings, projections, lm_head), none on 1-D norm weights and biases.
     """
     plist = list(params.values())
     decay = [p for p in plist if p.dim() >= 2]

@@ -71,6 +71,16 @@ def check_gradcheck():
         ("mha_tied", ref.LlamaConfig(hidden_size=8, intermediate_size=10, num_attention_heads=2,
                                      num_key_value_heads=2, num_hidden_layers=1, vocab_size=9,
                                      rms_norm_eps=1e-5, tie_word_embeddings=True)),
+        ("qwen_bias_window", ref.LlamaConfig(hidden_size=8, intermediate_size=12, num_attention_heads=4,
+                                             num_key_value_heads=2, num_hidden_layers=1, vocab_size=11,
+                                             rope_theta=1e6, tie_word_embeddings=True, model_type="qwen2",
+                                             sliding_window=2)),
+        ("llama3_head_dim", ref.LlamaConfig(hidden_size=8, intermediate_size=12, num_attention_heads=2,
+                                            num_key_value_heads=1, num_hidden_layers=1, vocab_size=11,
+                                            rope_theta=500.0, explicit_head_dim=6,
+                                            rope_scaling={"rope_type": "llama3", "factor": 4.0,
+                                                          "low_freq_factor": 1.0, "high_freq_factor": 2.0,
+                                                          "original_max_position_embeddings": 4})),
     ]
     for name, cfg in cases:
         init = ref.init_params(cfg, 7, std=0.5, norm_jitter=0.3)
@@ -86,23 +96,42 @@ def check_gradcheck():
         print(f"  gradcheck {name}: {sum(p.numel() for p in leaves)} params, {'ok' if ok else 'FAILED'}")
 
 
+def meta_inv_freq(cfg, i, D):
+    """Pair i's inverse frequency, one scalar at a time (llama3: the three bands by wavelength)."""
+    inv = cfg.rope_theta ** (-2.0 * i / D)
+    r = cfg.rope_scaling
+    if r is None:
+        return inv
+    wavelen = 2 * math.pi / inv
+    n = r["original_max_position_embeddings"]
+    if wavelen < n / r["high_freq_factor"]:
+        return inv
+    if wavelen > n / r["low_freq_factor"]:
+        return inv / r["factor"]
+    smooth = (n / wavelen - r["low_freq_factor"]) / (r["high_freq_factor"] - r["low_freq_factor"])
+    return (1 - smooth) * inv / r["factor"] + smooth * inv
+
+
 def meta_forward(params, cfg, tokens):
-    """Independent float64 forward: Meta layout (q/k rows permuted back), complex-pair RoPE, loops."""
+    """Independent float64 forward: Meta layout (q/k rows permuted back), complex-pair RoPE, loops;
+    q/k/v biases (Qwen2), scalar llama3 frequencies, the sliding window as each query's first key."""
     C, H, Hkv, D = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     B, T = tokens.shape
+    W = cfg.sliding_window or T
 
     def norm(x, w):
         ms = (x * x).sum(-1, keepdim=True) / x.shape[-1]
         return x / torch.sqrt(ms + cfg.rms_norm_eps) * w
 
     def hf_to_meta(w, heads):  # docs/formats.md 4.3 permute_reverse: [heads, 2, D/2, C] swap axes 1, 2
-        return w.view(heads, 2, D // 2, C).transpose(1, 2).reshape(heads * D, C)
+        cols = w.shape[1:]  # (C) for a weight, () for a bias
+        return w.reshape(heads, 2, D // 2, *cols).transpose(1, 2).reshape(heads * D, *cols)
 
     def rope_pairs(x):  # x (T, D) in Meta layout: pairs (2i, 2i+1) rotated by p * theta^(-2i/D)
         out = torch.empty_like(x)
         for p in range(T):
             for i in range(D // 2):
-                a = p * cfg.rope_theta ** (-2.0 * i / D)
+                a = p * meta_inv_freq(cfg, i, D)
                 c, s = math.cos(a), math.sin(a)
                 out[p, 2 * i] = x[p, 2 * i] * c - x[p, 2 * i + 1] * s
                 out[p, 2 * i + 1] = x[p, 2 * i] * s + x[p, 2 * i + 1] * c
@@ -114,19 +143,24 @@ def meta_forward(params, cfg, tokens):
         wq = hf_to_meta(params[p + "self_attn.q_proj.weight"], H)
         wk = hf_to_meta(params[p + "self_attn.k_proj.weight"], Hkv)
         wv = params[p + "self_attn.v_proj.weight"]
+        zero = torch.zeros((), dtype=x.dtype)
+        bq = hf_to_meta(params[p + "self_attn.q_proj.bias"], H) if cfg.qkv_bias else zero
+        bk = hf_to_meta(params[p + "self_attn.k_proj.bias"], Hkv) if cfg.qkv_bias else zero
+        bv = params[p + "self_attn.v_proj.bias"] if cfg.qkv_bias else zero
         h = norm(x, params[p + "input_layernorm.weight"])
         att = torch.zeros(B, T, H * D, dtype=x.dtype)
         for b in range(B):
-            q, k, v = h[b] @ wq.T, h[b] @ wk.T, h[b] @ wv.T  # (T, H*D), (T, Hkv*D), (T, Hkv*D)
+            q, k, v = h[b] @ wq.T + bq, h[b] @ wk.T + bk, h[b] @ wv.T + bv  # (T, H*D), (T, Hkv*D) x 2
             for hh in range(H):
                 g = hh // (H // Hkv)
                 qh = rope_pairs(q[:, hh * D:(hh + 1) * D])
                 kh = rope_pairs(k[:, g * D:(g + 1) * D])
                 vh = v[:, g * D:(g + 1) * D]
                 for t in range(T):
-                    s = (kh[:t + 1] @ qh[t]) / math.sqrt(D)  # (t+1,)
+                    u0 = max(0, t - W + 1)  # the first key in the window
+                    s = (kh[u0:t + 1] @ qh[t]) / math.sqrt(D)  # (t+1-u0,)
                     w = torch.exp(s - s.max())
-                    att[b, t, hh * D:(hh + 1) * D] = (w / w.sum()) @ vh[:t + 1]
+                    att[b, t, hh * D:(hh + 1) * D] = (w / w.sum()) @ vh[u0:t + 1]
         x = x + att @ params[p + "self_attn.o_proj.weight"].T
         h = norm(x, params[p + "post_attention_layernorm.weight"])
         gate = h @ params[p + "mlp.gate_proj.weight"].T
@@ -241,7 +275,7 @@ def check_golden_case(name):
     hp = ref.AdamWHyper(grad_clip=clip)
     check(all(gmeta[k] == v for k, v in hp.as_metadata().items()), f"{name}: golden metadata {gmeta}")
 
-    init, fresh = gen_golden.compute_golden(cfg, B, T, seed, hp)
+    init, fresh = gen_golden.compute_golden(cfg, B, T, seed, hp, gen_golden.EXTRAS.get(name))
     check(list(model) == sorted(init, key=str.encode) and all(model[n].dtype == np.float32 for n in model),
           f"{name}: model tensor names/dtypes")
     check(all(np.array_equal(model[n], init[n]) for n in init), f"{name}: model weights differ from the seeded init")
@@ -273,6 +307,15 @@ def check_golden_case(name):
     worst_p = max(max_rel(gold["final." + n], manual[n]) for n in init)
     check(worst_p < 1e-6, f"{name}: final params vs hand-written AdamW differ by {worst_p:.2e} relative")
     moved = max(float(np.abs(gold["final." + n] - init[n]).max()) for n in init)
+    if "greedy.tokens" in gold:  # the stored generation regenerates, and is not a near-tie
+        new, margins = ref.greedy_generate(params, cfg, gold["greedy.prompt"].tolist(), len(gold["greedy.tokens"]))
+        check(new == gold["greedy.tokens"].tolist(), f"{name}: greedy tokens do not regenerate")
+        check(min(margins) > 1e-4, f"{name}: a near-tie in the greedy generation {new} {margins}")
+    if cfg.rope_scaling is not None:
+        check(min(ref.rope_bands(cfg)) > 0, f"{name}: llama3 bands (high, medium, low) {ref.rope_bands(cfg)}")
+        check(T > cfg.rope_scaling["original_max_position_embeddings"], f"{name}: T within the original context")
+    if cfg.sliding_window:
+        check(T > cfg.sliding_window, f"{name}: the window is shorter than the sequence")
     print(f"  golden {name}: {len(gold)} tensors, fresh-vs-stored {worst:.1e}, HF-vs-Meta forward {dl:.1e}, "
           f"AdamW formula {worst_p:.1e}, max param change {moved:.4f}")
 

@@ -27,6 +27,12 @@
 // K, V per pair to make the one-pass scheme's call. Same order alone was not enough: code compiled
 // per call site may differ in fma contraction and vectorization. Scratch is O(kB * (kB + D)) per
 // thread. Details and derivation: docs/derivations.md, section "Attention".
+// Sliding window (window > 0: key j visible to query i iff i - window < j <= i): key tiles wholly
+// before a query tile's window are skipped (forward, dq) as query tiles wholly after a key tile's
+// reach are (dk, dv); tiles the window's edge crosses get those scores -inf as well (mask_window).
+// A query row may then have no visible key in the first tile it meets, so the forward's running max
+// starts at -FLT_MAX instead of -inf (exp(-inf - -inf) would be NaN); the first processed key tile
+// stores dq instead of key tile 0.
 #include <omp.h>
 
 #include <algorithm>
@@ -265,6 +271,18 @@ void prefetch_rows(const float* X /*(n,D) stride ldx*/, int64_t ldx, int n, int 
     }
 }
 
+// Scores of keys before a query's window set to -inf on a tile pair the window's edge crosses: S
+// (queries i < ni at positions i0 + i, keys j < kB at j0 + j), or with transposed, S^T (keys j < nj,
+// queries i < kB). Key j0 + j is masked for query i0 + i iff j0 + j <= i0 + i - window.
+void mask_window(float* S /*(kB,kB)*/, int rows, int i0, int j0, int window, bool transposed) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < kB; c++) {
+      const int i = transposed ? c : r, j = transposed ? r : c;
+      if (j0 + j <= i0 + i - window) S[r * kB + c] = -inf;
+    }
+}
+
 // Diagonal tiles (query tile == key tile: row/column i is position i0+i for both) get the scores
 // of keys after their query set to -inf, so exp gives them P = 0 exactly. mask_lower works on
 // S (queries, keys), rows i < ni, masking every column j > i (padding columns included);
@@ -300,12 +318,21 @@ Scratch alloc_scratch(size_t n) { return Scratch(new (std::align_val_t(64)) floa
 // Sizes and qkv offsets shared by every tile of one call.
 struct Geometry {
   int B, T, H, Hkv, D, group, n_tiles;
-  int64_t W;  // qkv row width (H + 2*Hkv) * D
+  int window;  // 0: causal; else the sliding window
+  int64_t W;   // qkv row width (H + 2*Hkv) * D
   float scale;
-  Geometry(int B_, int T_, int H_, int Hkv_, int D_)
-      : B(B_), T(T_), H(H_), Hkv(Hkv_), D(D_), group(H_ / Hkv_), n_tiles((T_ + kB - 1) / kB),
+  Geometry(int B_, int T_, int H_, int Hkv_, int D_, int window_)
+      : B(B_), T(T_), H(H_), Hkv(Hkv_), D(D_), group(H_ / Hkv_), n_tiles((T_ + kB - 1) / kB), window(window_),
         W(int64_t(H_ + 2 * Hkv_) * D_), scale(float(1.0 / std::sqrt(double(D_)))) {}
   int rows(int tile) const { return std::min(kB, T - tile * kB); }
+  // The key tiles query tile qt sees: [first_key_tile(qt), qt]; the query tiles that see key tile kt:
+  // [kt, last_query_tile(kt)] (the same pairs). Whether the window's edge crosses pair (qt, kt):
+  // its first key is outside the window of its last query.
+  int first_key_tile(int qt) const { return window > 0 ? std::max(0, qt * kB - window + 1) / kB : 0; }
+  int last_query_tile(int kt) const {
+    return window > 0 ? std::min(n_tiles - 1, (kt * kB + kB - 1 + window - 1) / kB) : n_tiles - 1;
+  }
+  bool window_cuts(int qt, int kt) const { return window > 0 && kt * kB <= qt * kB + rows(qt) - 1 - window; }
   // Offsets into row b*T + t of qkv (or dqkv): q head h, k and v of kv head kvh.
   int64_t row(int b, int t) const { return (int64_t(b) * T + t) * W; }
   int64_t q_col(int h) const { return int64_t(h) * D; }
@@ -329,19 +356,23 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
   pack_transposed(Qt, qkv + g.row(b, i0) + g.q_col(h), g.W, ni, D);
   prefetch_rows(out + (int64_t(b) * g.T + i0) * g.H * D + g.q_col(h), int64_t(g.H) * D, ni, D, true);
   std::fill(O, O + int64_t(kB) * D, 0.0f);
-  std::fill(m, m + kB, -std::numeric_limits<float>::infinity());
+  // A row with no visible key in a tile keeps m = -FLT_MAX there, so corr = exp(0) and p = exp(-inf).
+  const float m0 = g.window > 0 ? -std::numeric_limits<float>::max() : -std::numeric_limits<float>::infinity();
+  std::fill(m, m + kB, m0);
   std::fill(l, l + kB, 0.0f);
-  for (int kt = 0; kt <= qt; kt++) {  // key tiles above the diagonal are fully masked: skipped
+  // Key tiles above the diagonal are fully masked, as are those before the window: skipped.
+  for (int kt = g.first_key_tile(qt); kt <= qt; kt++) {
     const int j0 = kt * kB, nj = g.rows(kt);
     const bool diag = kt == qt;
     tile_dot(St, qkv + g.row(b, j0) + g.k_col(kvh), g.W, Qt, nj, D, diag ? Tri::upper : Tri::none);
-    if (diag) mask_upper(St, nj);  // earlier tiles are full (nj == kB) and wholly visible
+    if (diag) mask_upper(St, nj);  // earlier tiles are full (nj == kB) and visible up to the window
+    if (g.window_cuts(qt, kt)) mask_window(St, nj, i0, j0, g.window, true);
     // Columns i >= ni are padding (Qt is 0 there): computed, finite, never stored.
     std::copy(St, St + kB, mx);
     for (int j = 1; j < nj; j++)
       for (int i = 0; i < kB; i++) mx[i] = std::max(mx[i], St[j * kB + i]);
     for (int i = 0; i < kB; i++) {
-      // Every query sees key i0 at least, so m_new is finite; scale > 0 commutes with max.
+      // Causal: every query sees key 0 in the first tile, so m_new is finite; scale > 0 commutes with max.
       const float m_new = std::max(m[i], mx[i] * g.scale);
       corr[i] = fast_exp(m[i] - m_new);  // m = -inf on the first tile: corr = 0
       l[i] *= corr[i];
@@ -388,6 +419,7 @@ ONE_BODY void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float*
   const Tri tri_q = diag ? Tri::lower : Tri::none, tri_k = diag ? Tri::upper : Tri::none;
   tile_dot(P, q, g.W, Kt, ni, D, tri_q);
   if (diag) mask_lower(P, ni);
+  if (g.window_cuts(qt, kt)) mask_window(P, ni, i0, j0, g.window, false);
   for (int i = 0; i < ni; i++) {
     float* p = P + i * kB;
     const float li = lse_i[i];
@@ -406,13 +438,14 @@ ONE_BODY void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float*
     tile_axpy(dv, D, P, 1, kB, dO, ldo, nj, ni, D, tri_k);
     tile_axpy(dk, D, dS, 1, kB, q, g.W, nj, ni, D, tri_k);
   }
-  // dq's first term comes from key tile 0 (every query sees it): written, not added to.
+  // dq's first term comes from the query tile's first key tile (0 without a window): written, not added to.
   if (dq != nullptr)
-    tile_axpy(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D, tri_q, kt > 0);
+    tile_axpy(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D, tri_q,
+              kt > g.first_key_tile(qt));
 }
 
 // dk, dv of key tile kt of (b, kvh), summed over the group's query heads and the query tiles at and
-// below the diagonal in a fixed order; with dq_too, also adds each pair's dS K into dqkv's dq rows.
+// below the diagonal (up to the window's reach) in a fixed order; with dq_too, also adds each pair's dS K into dqkv's dq rows.
 // scratch: Kt, Vt (D,kB), dk, dv (kB,D), then backward_tile's.
 void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
                        const Geometry& g, int b, int kvh, int kt, bool dq_too, float* scratch) {
@@ -428,7 +461,7 @@ void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const f
   prefetch_rows(dqkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D, true);  // stored after the loop
   prefetch_rows(dqkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D, true);
   for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
-    for (int qt = kt; qt < g.n_tiles; qt++) {
+    for (int qt = kt; qt <= g.last_query_tile(kt); qt++) {
       float* dq = dq_too ? dqkv + g.row(b, qt * kB) + g.q_col(h) : nullptr;
       backward_tile(dq, g.W, dk, dv, dout, qkv, lse, di, Kt, Vt, g, b, h, qt, kt, tile_scratch);
     }
@@ -438,7 +471,7 @@ void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const f
   }
 }
 
-// dq of query tile qt of (b, h), for the two-pass schedule: over key tiles 0..qt in order, packs
+// dq of query tile qt of (b, h), for the two-pass schedule: over its key tiles up to qt in order, packs
 // the key tile's K and V and makes the call the one-pass schedule makes for this pair (dq rows in
 // place, the key-tile-0 term stored), with dk, dv off. scratch: laid out as backward_key_tile's.
 void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* di,
@@ -448,7 +481,7 @@ void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const
   float* Vt = Kt + int64_t(D) * kB;                // (D,kB)
   float* tile_scratch = Vt + 3 * int64_t(D) * kB;  // 2*kB*kB, where backward_key_tile has it
   float* dq = dqkv + g.row(b, qt * kB) + g.q_col(h);
-  for (int kt = 0; kt <= qt; kt++) {
+  for (int kt = g.first_key_tile(qt); kt <= qt; kt++) {
     const int j0 = kt * kB, nj = g.rows(kt);
     pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
     pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
@@ -532,19 +565,19 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 }  // namespace
 
 void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/,
-                       int B, int T, int H, int Hkv, int D) {
+                       int B, int T, int H, int Hkv, int D, int window) {
   CHECK(Hkv > 0 && H % Hkv == 0, "attention: H {} must be a multiple of Hkv {}", H, Hkv);
   if (B <= 0 || T <= 0) return;
-  const Geometry g(B, T, H, Hkv, D);
+  const Geometry g(B, T, H, Hkv, D, window < T ? window : 0);
   forward_all(out, lse, qkv, g);
 }
 
 void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(B,T,H*D)*/,
                         const float* qkv /*(B,T,(H+2*Hkv)*D)*/, const float* out /*(B,T,H*D)*/,
-                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D) {
+                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D, int window) {
   CHECK(Hkv > 0 && H % Hkv == 0, "attention: H {} must be a multiple of Hkv {}", H, Hkv);
   if (B <= 0 || T <= 0) return;
-  const Geometry g(B, T, H, Hkv, D);
+  const Geometry g(B, T, H, Hkv, D, window < T ? window : 0);
   backward_all(dqkv, dout, qkv, out, lse, g);
 }
 

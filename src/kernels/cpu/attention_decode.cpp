@@ -1,6 +1,7 @@
 // Fast decode attention (one query per head over the KV cache, generate's step): OpenMP over the
 // heads, scores in fp32 with their exponentials summed in fp64. Must match ref::attention_decode to
-// fp32 rounding; the prefill and training path is attention.cpp's flash kernel.
+// fp32 rounding; the prefill and training path is attention.cpp's flash kernel. A sliding window
+// starts each head's scores at position pos - window + 1.
 #include <algorithm>
 #include <cmath>
 
@@ -9,7 +10,8 @@
 namespace llamatrain::cpu {
 
 void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D) {
+                      int D, int window) {
+  const int t0 = window > 0 ? std::max(0, pos - window + 1) : 0;  // the first visible position
   const int64_t KV = 2 * int64_t(Hkv) * D;
   const int group = H / Hkv;
   const float scale = 1.0f / std::sqrt(float(D));
@@ -19,7 +21,7 @@ void attention_decode(float* out, float* scores, const float* q, const float* kv
     const int kvh = h / group;
     float* s = scores + int64_t(h) * (pos + 1);
     float mx = -INFINITY;
-    for (int t = 0; t <= pos; t++) {
+    for (int t = t0; t <= pos; t++) {
       const float* k = kv_cache + t * KV + int64_t(kvh) * D;
       float dot = 0;
       for (int d = 0; d < D; d++) dot += qh[d] * k[d];
@@ -27,13 +29,13 @@ void attention_decode(float* out, float* scores, const float* q, const float* kv
       mx = std::max(mx, s[t]);
     }
     double sum = 0;
-    for (int t = 0; t <= pos; t++) {
+    for (int t = t0; t <= pos; t++) {
       s[t] = std::exp(s[t] - mx);
       sum += s[t];
     }
     float* o = out + int64_t(h) * D;
     std::fill(o, o + D, 0.0f);
-    for (int t = 0; t <= pos; t++) {
+    for (int t = t0; t <= pos; t++) {
       const float* v = kv_cache + t * KV + int64_t(Hkv) * D + int64_t(kvh) * D;
       const float pr = float(s[t] / sum);
       for (int d = 0; d < D; d++) o[d] += pr * v[d];

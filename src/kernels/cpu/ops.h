@@ -23,6 +23,7 @@
 #include <optional>
 
 #include "core/bf16.h"
+#include "core/rope.h"
 
 namespace llamatrain::cpu {
 
@@ -70,17 +71,24 @@ bool bf16_operands_as_floats(int M, int N, int K);
 // The same without probing: the answer when known (forced, cached or too small), else nothing.
 std::optional<bool> bf16_operands_as_floats_known(int M, int N, int K);
 
-void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta);
+void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope);
 // round_rows: then rounds each whole row (row_stride floats, the heads not rotated too) to bf16
 // values, for a gradient whose only use is as a bf16 matmul operand.
-void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
                    bool round_rows = false);
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D);
+// window > 0: sliding-window attention (key u visible to query t iff t - window < u <= t).
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
+                       int window = 0);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int B, int T, int H, int Hkv, int D);
+                        int B, int T, int H, int Hkv, int D, int window = 0);
 void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D);
+                      int D, int window = 0);
+
+// x[n, :] += bias; dbias += sum_n dout[n, :] (OpenMP over columns, each column summed in fp64 in
+// row order, as ref::bias_*).
+void bias_forward(float* x /*(N,OC)*/, const float* bias /*(OC)*/, int N, int OC);
+void bias_backward(float* dbias /*(OC)*/, const float* dout /*(N,OC)*/, int N, int OC);
 
 // out and dh13: float, or bf16 (rounded to nearest even) when they only feed bf16 matmuls.
 template <typename T>

@@ -1,5 +1,5 @@
 // Fast RoPE (HF rotate_half layout), in place, OpenMP over rows, vectorized over the D/2 pairs of a
-// head. cos/sin come from a table (P, D/2) built once per (theta, D) and grown to the largest
+// head. cos/sin come from a table (P, D/2) built once per (frequencies, D) and grown to the largest
 // position seen; its angles are computed in fp64 exactly as ref::rope_forward does, then stored as
 // fp32, so results match ref within a few fp32 ulps. Positions past kMaxTableEntries fall back to
 // per-row sincos. Backward uses the same table with sin negated (rotation by -angle).
@@ -20,7 +20,7 @@ namespace {
 constexpr int64_t kMaxTableEntries = int64_t(1) << 22;  // positions * D/2 before rounding up: <= 64 MiB
 
 struct RopeTable {
-  float theta = 0.0f;
+  RopeFreqs rope{0.0f};
   int D = 0;
   int n_pos = 0;
   std::vector<float> cos_;  // (n_pos, D/2)
@@ -28,23 +28,23 @@ struct RopeTable {
 };
 
 // Fills cos/sin (D/2 each) for one position, in fp64 like ref.
-void rope_angles(float* cos_out /*(D/2)*/, float* sin_out /*(D/2)*/, int pos, int D, float theta) {
+void rope_angles(float* cos_out /*(D/2)*/, float* sin_out /*(D/2)*/, int pos, int D, const RopeFreqs& rope) {
   for (int i = 0; i < D / 2; i++) {
-    double angle = double(pos) * std::pow(double(theta), -2.0 * i / D);
+    double angle = double(pos) * rope_inv_freq(rope, i, D);
     cos_out[i] = float(std::cos(angle));
     sin_out[i] = float(std::sin(angle));
   }
 }
 
-// The shared table for (theta, D) covering positions [0, n_pos); rebuilt when the key changes or a
+// The shared table for (rope, D) covering positions [0, n_pos); rebuilt when the key changes or a
 // larger position shows up. The table is immutable once published, so readers need no lock.
-std::shared_ptr<const RopeTable> rope_table(float theta, int D, int n_pos) {
+std::shared_ptr<const RopeTable> rope_table(const RopeFreqs& rope, int D, int n_pos) {
   static std::mutex mutex;
   static std::shared_ptr<const RopeTable> cached;
   std::lock_guard<std::mutex> lock(mutex);
-  if (cached && cached->theta == theta && cached->D == D && cached->n_pos >= n_pos) return cached;
+  if (cached && cached->rope == rope && cached->D == D && cached->n_pos >= n_pos) return cached;
   auto table = std::make_shared<RopeTable>();
-  table->theta = theta;
+  table->rope = rope;
   table->D = D;
   table->n_pos = std::max(64, int(std::bit_ceil(unsigned(n_pos))));
   int half = D / 2;
@@ -52,7 +52,7 @@ std::shared_ptr<const RopeTable> rope_table(float theta, int D, int n_pos) {
   table->sin_.resize(size_t(table->n_pos) * half);
 #pragma omp parallel for schedule(static)
   for (int p = 0; p < table->n_pos; p++)
-    rope_angles(table->cos_.data() + size_t(p) * half, table->sin_.data() + size_t(p) * half, p, D, theta);
+    rope_angles(table->cos_.data() + size_t(p) * half, table->sin_.data() + size_t(p) * half, p, D, rope);
   cached = table;
   return cached;
 }
@@ -79,8 +79,8 @@ inline void round_row(float* x, int n) {
   for (int i = 0; i < n; i++) x[i] = to_float(to_bf16(x[i]));
 }
 
-void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D, float theta,
-                float sign, bool round_rows) {
+void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
+                const RopeFreqs& rope, float sign, bool round_rows) {
   if (N <= 0 || n_heads <= 0 || D < 2) return;
   int half = D / 2;
   int max_pos = 0;
@@ -90,7 +90,7 @@ void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int ro
   }
   bool parallel = int64_t(N) * n_heads * D >= (1 << 14);
   if ((int64_t(max_pos) + 1) * half <= kMaxTableEntries) {
-    auto table = rope_table(theta, D, max_pos + 1);
+    auto table = rope_table(rope, D, max_pos + 1);
 #pragma omp parallel for schedule(static) if (parallel)
     for (int n = 0; n < N; n++) {
       rotate_row(x + int64_t(n) * row_stride, table->cos_.data() + size_t(pos[n]) * half,
@@ -104,7 +104,7 @@ void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int ro
     std::vector<float> c(half), s(half);
 #pragma omp for schedule(static)
     for (int n = 0; n < N; n++) {
-      rope_angles(c.data(), s.data(), pos[n], D, theta);
+      rope_angles(c.data(), s.data(), pos[n], D, rope);
       rotate_row(x + int64_t(n) * row_stride, c.data(), s.data(), n_heads, D, sign);
       if (round_rows) round_row(x + int64_t(n) * row_stride, row_stride);
     }
@@ -113,13 +113,13 @@ void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int ro
 
 }  // namespace
 
-void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta) {
-  rope_apply(x, pos, N, n_heads, row_stride, D, theta, 1.0f, false);
+void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope) {
+  rope_apply(x, pos, N, n_heads, row_stride, D, rope, 1.0f, false);
 }
 
-void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
                    bool round_rows) {
-  rope_apply(dx, pos, N, n_heads, row_stride, D, theta, -1.0f, round_rows);
+  rope_apply(dx, pos, N, n_heads, row_stride, D, rope, -1.0f, round_rows);
 }
 
 }  // namespace llamatrain::cpu

@@ -10,6 +10,8 @@
 //     dk, dv: one block per (b, kv head, key u), over every query head of the group and every query
 //         t >= u: dk = scale * sum p (dp - delta) q_t, dv = sum p dout_t.
 //   decode: one block per query head against the cached rows 0..pos (attention_decode).
+// A sliding window (window > 0: key u visible to query t iff t - window < u <= t) only moves the
+// first key of a query (and the last query of a key): the loops start (or stop) there.
 // D <= kMaxD (kThreads * kDimsPerThread).
 #include <cuda_runtime.h>
 
@@ -30,6 +32,9 @@ constexpr int kThreads = 128;
 constexpr int kDimsPerThread = 4;
 constexpr int kMaxD = kThreads * kDimsPerThread;
 
+// The first key query t sees: 0, or t - window + 1 under a sliding window.
+__device__ __forceinline__ int first_key(int t, int window) { return window > 0 ? max(0, t - window + 1) : 0; }
+
 __device__ __forceinline__ float dot(const float* a, const float* b, int D) {
   float s = 0.0f;
   for (int d = 0; d < D; d++) s += a[d] * b[d];
@@ -37,7 +42,7 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int D) {
 }
 
 __global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int H, int Hkv, int D,
-                                         float scale) {
+                                         int window, float scale) {
   extern __shared__ float smem[];
   float* q_sh = smem;      // (D)
   float* p_sh = smem + D;  // (kThreads) probabilities of the current key tile
@@ -52,7 +57,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   __syncthreads();
   float acc[kDimsPerThread] = {};
   float m = -INFINITY, l = 0.0f;
-  for (int u0 = 0; u0 <= t; u0 += kThreads) {
+  for (int u0 = first_key(t, window); u0 <= t; u0 += kThreads) {
     const int u = u0 + tid;
     const float s = u <= t ? dot(q_sh, k0 + int64_t(u) * W, D) * scale : -INFINITY;
     const float m_new = fmaxf(m, detail::block_max(s, red));  // finite: key u0 <= t is in the tile
@@ -84,7 +89,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
 
 __global__ void attention_backward_dq_kernel(float* dqkv, float* delta_out, const float* dout, const float* qkv,
                                              const float* out, const float* lse, int T, int H, int Hkv, int D,
-                                             float scale) {
+                                             int window, float scale) {
   extern __shared__ float smem[];
   float* q_sh = smem;           // (D)
   float* do_sh = smem + D;      // (D)
@@ -108,7 +113,7 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* delta_out, cons
   if (tid == 0) delta_out[row] = delta;
   const float L = lse[row];
   float acc[kDimsPerThread] = {};
-  for (int u0 = 0; u0 <= t; u0 += kThreads) {
+  for (int u0 = first_key(t, window); u0 <= t; u0 += kThreads) {
     const int u = u0 + tid;
     float ds = 0.0f;
     if (u <= t) {
@@ -138,7 +143,8 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* delta_out, cons
 }
 
 __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                              const float* delta, int T, int H, int Hkv, int D, float scale) {
+                                              const float* delta, int T, int H, int Hkv, int D, int window,
+                                              float scale) {
   extern __shared__ float smem[];
   float* k_sh = smem;                      // (D)
   float* v_sh = smem + D;                  // (D)
@@ -154,13 +160,14 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
   }
   __syncthreads();
   float dk[kDimsPerThread] = {}, dv[kDimsPerThread] = {};
+  const int t_end = window > 0 ? min(T, u + window) : T;  // queries [u, t_end) see key u
   for (int h = kvh * group; h < (kvh + 1) * group; h++) {
     const float* q0 = base + int64_t(h) * D;                      // q of (b, t = 0, h), row stride W
     const float* do0 = dout + int64_t(b) * T * H * D + int64_t(h) * D;  // dout of (b, t = 0, h), row stride H*D
-    for (int t0 = u; t0 < T; t0 += kThreads) {
+    for (int t0 = u; t0 < t_end; t0 += kThreads) {
       const int t = t0 + tid;
       float p = 0.0f, ds = 0.0f;
-      if (t < T) {
+      if (t < t_end) {
         const int64_t row = (int64_t(b) * H + h) * T + t;
         p = expf(dot(q0 + int64_t(t) * W, k_sh, D) * scale - lse[row]);
         const float dp = dot(do0 + int64_t(t) * H * D, v_sh, D);
@@ -169,7 +176,7 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
       p_sh[tid] = p;
       ds_sh[tid] = ds;
       __syncthreads();
-      const int count = min(kThreads, T - t0);
+      const int count = min(kThreads, t_end - t0);
 #pragma unroll
       for (int j = 0; j < kDimsPerThread; j++) {
         const int d = tid + j * kThreads;
@@ -198,7 +205,7 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
 // Decode: one block per query head h at position pos, against cache rows 0..pos ([k heads | v heads]):
 // scores = scale * q.k_t (fp32, as ref), p = exp(s - max) / sum (sum in fp64), out = sum_t p_t v_t.
 __global__ void attention_decode_kernel(float* out, float* scores, const float* q, const float* kv_cache, int pos,
-                                        int H, int Hkv, int D, float scale) {
+                                        int H, int Hkv, int D, int window, float scale) {
   __shared__ float red_f[32];
   __shared__ double red_d[32];
   const int h = blockIdx.x, tid = threadIdx.x;
@@ -209,17 +216,18 @@ __global__ void attention_decode_kernel(float* out, float* scores, const float* 
   const float* qh = q + int64_t(h) * D;
   float* s = scores + int64_t(h) * (pos + 1);
   float mx = -INFINITY;
-  for (int t = tid; t <= pos; t += kThreads) {
+  const int t0 = first_key(pos, window);
+  for (int t = t0 + tid; t <= pos; t += kThreads) {
     s[t] = dot(qh, k + t * KV, D) * scale;
     mx = fmaxf(mx, s[t]);
   }
   mx = detail::block_max(mx, red_f);  // its barriers also publish s
   double sum = 0.0;
-  for (int t = tid; t <= pos; t += kThreads) sum += exp(double(s[t]) - mx);
+  for (int t = t0 + tid; t <= pos; t += kThreads) sum += exp(double(s[t]) - mx);
   sum = detail::block_sum(sum, red_d);
   for (int d = tid; d < D; d += kThreads) {
     double acc = 0.0;
-    for (int t = 0; t <= pos; t++) acc += exp(double(s[t]) - mx) / sum * v[t * KV + d];
+    for (int t = t0; t <= pos; t++) acc += exp(double(s[t]) - mx) / sum * v[t * KV + d];
     out[int64_t(h) * D + d] = float(acc);
   }
 }
@@ -234,35 +242,37 @@ void check_shape(const char* op, int B, int T, int H, int Hkv, int D) {
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window) {
   if (B <= 0 || T <= 0 || H <= 0) return;
   check_shape("attention_forward", B, T, H, Hkv, D);
   const float scale = float(1.0 / std::sqrt(double(D)));
   const size_t shared = size_t(D + kThreads) * sizeof(float);
-  attention_forward_kernel<<<dim3(T, H, B), kThreads, shared, cuda_stream()>>>(out, lse, qkv, T, H, Hkv, D, scale);
+  attention_forward_kernel<<<dim3(T, H, B), kThreads, shared, cuda_stream()>>>(out, lse, qkv, T, H, Hkv, D, window,
+                                                                                scale);
   CUDA_CHECK_LAUNCH("attention_forward_kernel");
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int H, int Hkv, int D) {
+                        int T, int H, int Hkv, int D, int window) {
   if (B <= 0 || T <= 0 || H <= 0) return;
   check_shape("attention_backward", B, T, H, Hkv, D);
   const float scale = float(1.0 / std::sqrt(double(D)));
   auto* delta = static_cast<float*>(detail::scratch(detail::kScratchAttention, size_t(B) * H * T * sizeof(float)));
   attention_backward_dq_kernel<<<dim3(T, H, B), kThreads, size_t(2 * D + kThreads) * sizeof(float), cuda_stream()>>>(
-      dqkv, delta, dout, qkv, out, lse, T, H, Hkv, D, scale);
+      dqkv, delta, dout, qkv, out, lse, T, H, Hkv, D, window, scale);
   CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
   attention_backward_dkv_kernel<<<dim3(T, Hkv, B), kThreads, size_t(2 * D + 2 * kThreads) * sizeof(float),
-                                  cuda_stream()>>>(dqkv, dout, qkv, lse, delta, T, H, Hkv, D, scale);
+                                  cuda_stream()>>>(dqkv, dout, qkv, lse, delta, T, H, Hkv, D, window, scale);
   CUDA_CHECK_LAUNCH("attention_backward_dkv_kernel");
 }
 
 void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D) {
+                      int D, int window) {
   if (H <= 0 || pos < 0) return;
   check_shape("attention_decode", 1, pos + 1, H, Hkv, D);
   const float scale = 1.0f / std::sqrt(float(D));
-  attention_decode_kernel<<<H, kThreads, 0, cuda_stream()>>>(out, scores, q, kv_cache, pos, H, Hkv, D, scale);
+  attention_decode_kernel<<<H, kThreads, 0, cuda_stream()>>>(out, scores, q, kv_cache, pos, H, Hkv, D, window,
+                                                              scale);
   CUDA_CHECK_LAUNCH("attention_decode_kernel");
 }
 

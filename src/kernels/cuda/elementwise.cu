@@ -1,14 +1,16 @@
-// Row and elementwise kernels: embedding, RMSNorm, RoPE, SwiGLU, residual. Plain kernels, one
+// Row and elementwise kernels: embedding, RMSNorm, RoPE, SwiGLU, residual, bias. Plain kernels, one
 // thread per output element or one block per row, each the obvious transcription of kernels/ref's
 // loop; they match cpu:: to fp32 rounding (tests/kernels/cuda_vs_cpu_test.cpp).
 //   - embedding_backward adds with atomicAdd (rows of a repeated token sum in any order);
 //   - rmsnorm: one block per row, the sum of squares and the backward's dot in fp64 as ref does;
 //     dweight's column sums run over the rows in a fixed order (no atomics);
-//   - rope: angle = pos * theta^(-2i/D) in fp64 (as kernels/cpu/rope.cpp builds its table), then
-//     cos/sin rounded to fp32.
+//   - rope: angle = pos * rope_inv_freq (core/rope.h) in fp64 (as kernels/cpu/rope.cpp builds its
+//     table), then cos/sin rounded to fp32;
+//   - bias_backward: one thread per column, the rows summed in fp64 in order (no atomics).
 #include <cuda_runtime.h>
 
 #include "core/bf16.h"
+#include "core/rope.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
@@ -84,8 +86,8 @@ __global__ void rmsnorm_backward_dweight_kernel(float* dweight, const float* dou
   }
 }
 
-// One thread per (row, head, pair i): x[i], x[i + D/2] rotated by sign * pos * theta^(-2i/D).
-__global__ void rope_kernel(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+// One thread per (row, head, pair i): x[i], x[i + D/2] rotated by sign * pos * inv_freq[i].
+__global__ void rope_kernel(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, RopeFreqs rope,
                             float sign) {
   const int half = D / 2;
   const int64_t total = int64_t(N) * n_heads * half;
@@ -95,7 +97,7 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int N, int n_heads, in
     const int64_t nh = idx / half;
     const int h = int(nh % n_heads);
     const int64_t n = nh / n_heads;
-    const double angle = double(pos[n]) * pow(double(theta), -2.0 * i / D);
+    const double angle = double(pos[n]) * rope_inv_freq(rope, i, D);
     const float c = float(cos(angle)), s = __fmul_rn(sign, float(sin(angle)));
     float* xh = x + n * row_stride + int64_t(h) * D;
     const float x1 = xh[i], x2 = xh[i + half];
@@ -138,11 +140,24 @@ __global__ void residual_kernel(float* out, const float* a, const float* b, int6
     out[i] = a[i] + b[i];
 }
 
-void rope_apply(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta, float sign,
-                bool round_rows) {
+__global__ void bias_forward_kernel(float* x, const float* bias, int OC, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += bias[i % OC];
+}
+
+__global__ void bias_backward_kernel(float* dbias, const float* dout, int N, int OC) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC) return;
+  double total = 0.0;
+  for (int n = 0; n < N; n++) total += dout[int64_t(n) * OC + c];
+  dbias[c] += float(total);
+}
+
+void rope_apply(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
+                float sign, bool round_rows) {
   if (N <= 0 || n_heads <= 0 || D < 2) return;
   const int64_t total = int64_t(N) * n_heads * (D / 2);
-  rope_kernel<<<grid_for(total), 256, 0, cuda_stream()>>>(x, pos, N, n_heads, row_stride, D, theta, sign);
+  rope_kernel<<<grid_for(total), 256, 0, cuda_stream()>>>(x, pos, N, n_heads, row_stride, D, rope, sign);
   CUDA_CHECK_LAUNCH("rope_kernel");
   if (round_rows) {
     round_rows_kernel<<<grid_for(int64_t(N) * row_stride), 256, 0, cuda_stream()>>>(x, int64_t(N) * row_stride);
@@ -185,13 +200,25 @@ void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float*
   }
 }
 
-void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta) {
-  rope_apply(x, pos, N, n_heads, row_stride, D, theta, 1.0f, false);
+void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope) {
+  rope_apply(x, pos, N, n_heads, row_stride, D, rope, 1.0f, false);
 }
 
-void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, float theta,
+void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
                    bool round_rows) {
-  rope_apply(dx, pos, N, n_heads, row_stride, D, theta, -1.0f, round_rows);
+  rope_apply(dx, pos, N, n_heads, row_stride, D, rope, -1.0f, round_rows);
+}
+
+void bias_forward(float* x, const float* bias, int N, int OC) {
+  if (int64_t(N) * OC == 0) return;
+  bias_forward_kernel<<<grid_for(int64_t(N) * OC), 256, 0, cuda_stream()>>>(x, bias, OC, int64_t(N) * OC);
+  CUDA_CHECK_LAUNCH("bias_forward_kernel");
+}
+
+void bias_backward(float* dbias, const float* dout, int N, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  bias_backward_kernel<<<(OC + 255) / 256, 256, 0, cuda_stream()>>>(dbias, dout, N, OC);
+  CUDA_CHECK_LAUNCH("bias_backward_kernel");
 }
 
 template <typename T>

@@ -72,17 +72,25 @@ void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Wei
                                 ComputeType);
 LLAMATRAIN_CUDA_FOR_EACH_OPERAND_PAIR(INSTANTIATE_MATMUL_BACKWARD)
 
-void rope_forward(float*, const int32_t*, int, int, int, int, float) { unavailable("rope_forward"); }
-void rope_backward(float*, const int32_t*, int, int, int, int, float, bool) { unavailable("rope_backward"); }
+void rope_forward(float*, const int32_t*, int, int, int, int, const RopeFreqs&) { unavailable("rope_forward"); }
+void rope_backward(float*, const int32_t*, int, int, int, int, const RopeFreqs&, bool) {
+  unavailable("rope_backward");
+}
 
-void attention_forward(float*, float*, const float*, int, int, int, int, int) { unavailable("attention_forward"); }
-void attention_backward(float*, const float*, const float*, const float*, const float*, int, int, int, int, int) {
+void attention_forward(float*, float*, const float*, int, int, int, int, int, int) {
+  unavailable("attention_forward");
+}
+void attention_backward(float*, const float*, const float*, const float*, const float*, int, int, int, int, int,
+                        int) {
   unavailable("attention_backward");
 }
 
-void attention_decode(float*, float*, const float*, const float*, int, int, int, int) {
+void attention_decode(float*, float*, const float*, const float*, int, int, int, int, int) {
   unavailable("attention_decode");
 }
+
+void bias_forward(float*, const float*, int, int) { unavailable("bias_forward"); }
+void bias_backward(float*, const float*, int, int) { unavailable("bias_backward"); }
 
 template <typename T>
 void swiglu_forward(T*, const float*, int, int) {

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "core/bf16.h"
+#include "core/rope.h"
 
 namespace llamatrain::cuda {
 
@@ -89,20 +90,26 @@ template <typename TD, typename TI>
 void matmul_backward(float* dinp, float* dweight, const TD* dout, const TI* inp, const float* weight,
                      Bf16Weight weight_bf16, int N, int IC, int OC, ComputeType ct);
 
-void rope_forward(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D, float theta);
-void rope_backward(float* dx, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D, float theta,
-                   bool round_rows = false);
+void rope_forward(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
+                  const RopeFreqs& rope);
+void rope_backward(float* dx, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
+                   const RopeFreqs& rope, bool round_rows = false);
 
+// window > 0: sliding-window attention (key u visible to query t iff t - window < u <= t).
 void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2Hkv)*D)*/, int B,
-                       int T, int H, int Hkv, int D);
+                       int T, int H, int Hkv, int D, int window = 0);
 void attention_backward(float* dqkv /*(B,T,(H+2Hkv)*D)*/, const float* dout /*(B,T,H*D)*/, const float* qkv,
                         const float* out /*(B,T,H*D)*/, const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv,
-                        int D);
+                        int D, int window = 0);
 
-// One query per head at position pos over the cache rows 0..pos, each [k heads | v heads] (2*Hkv*D);
-// scores (H, pos+1) is device scratch.
+// One query per head at position pos over the cache rows 0..pos (pos - window + 1..pos with a
+// window), each [k heads | v heads] (2*Hkv*D); scores (H, pos+1) is device scratch.
 void attention_decode(float* out /*(H*D)*/, float* scores, const float* q /*(H*D)*/, const float* kv_cache, int pos,
-                      int H, int Hkv, int D);
+                      int H, int Hkv, int D, int window = 0);
+
+// x[n, :] += bias; dbias (OC) += sum_n dout[n, :] (one thread per column, summed in fp64).
+void bias_forward(float* x /*(N,OC)*/, const float* bias /*(OC)*/, int N, int OC);
+void bias_backward(float* dbias /*(OC)*/, const float* dout /*(N,OC)*/, int N, int OC);
 
 template <typename T>
 void swiglu_forward(T* out /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, int F);

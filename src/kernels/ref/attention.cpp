@@ -1,8 +1,10 @@
 // Reference causal grouped-query attention (ref::attention_forward / attention_backward): plain
-// loops over (b, h, t), one query row's scores at a time, every sum in fp64. The oracle for
+// loops over (b, h, t), one query row's scores at a time, every sum in fp64. A sliding window
+// (window > 0) makes query t see keys u in [t - window + 1, t] only: the rows start there. The oracle for
 // cpu::attention_*; checked itself by finite differences (tests/kernels/ref_gradcheck_attention_test.cpp).
 // The backward ignores the saved out and lse and recomputes the softmax in fp64, so it depends on
 // nothing the forward saved. Derivation: docs/derivations.md, section "Attention".
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -14,12 +16,15 @@ namespace llamatrain::ref {
 
 namespace {
 
-// Softmax probabilities p[0..t] of query row q (D) against keys k_0..k_t (rows of qkv at stride W):
+// The first key query t sees: 0, or t - window + 1 under a sliding window (Mistral's mask).
+int first_key(int t, int window) { return window > 0 ? std::max(0, t - window + 1) : 0; }
+
+// Softmax probabilities p[u0..t] of query row q (D) against keys k_u0..k_t (rows of qkv at stride W):
 // s[u] = scale * q.k_u; p = exp(s - max s) / sum. Returns lse = max s + log(sum).
 double causal_softmax_row(std::vector<double>& p, const float* q /*(D)*/, const float* k0 /*k of row 0*/,
-                          int64_t W, int t, int D, double scale) {
+                          int64_t W, int u0, int t, int D, double scale) {
   double smax = -std::numeric_limits<double>::infinity();
-  for (int u = 0; u <= t; u++) {
+  for (int u = u0; u <= t; u++) {
     const float* k = k0 + u * W;
     double dot = 0.0;
     for (int d = 0; d < D; d++) dot += double(q[d]) * double(k[d]);
@@ -27,18 +32,18 @@ double causal_softmax_row(std::vector<double>& p, const float* q /*(D)*/, const 
     if (p[u] > smax) smax = p[u];
   }
   double sum = 0.0;
-  for (int u = 0; u <= t; u++) {
+  for (int u = u0; u <= t; u++) {
     p[u] = std::exp(p[u] - smax);
     sum += p[u];
   }
-  for (int u = 0; u <= t; u++) p[u] /= sum;
+  for (int u = u0; u <= t; u++) p[u] /= sum;
   return smax + std::log(sum);
 }
 
 }  // namespace
 
 void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/,
-                       int B, int T, int H, int Hkv, int D) {
+                       int B, int T, int H, int Hkv, int D, int window) {
   const int64_t W = int64_t(H + 2 * Hkv) * D;  // qkv row width
   const int group = H / Hkv;                   // query heads per kv head
   const double scale = 1.0 / std::sqrt(double(D));
@@ -52,11 +57,12 @@ void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const f
       const float* v0 = qkv_b + int64_t(H + Hkv + kvh) * D;  // v of (b, t=0, kvh)
       for (int t = 0; t < T; t++) {
         const float* q = qkv_b + t * W + int64_t(h) * D;
-        // p = softmax(q.k_u * scale for u <= t)   (torch: scaled_dot_product_attention, is_causal)
-        lse[(int64_t(b) * H + h) * T + t] = float(causal_softmax_row(p, q, k0, W, t, D, scale));
+        // p = softmax(q.k_u * scale for u0 <= u <= t)   (torch: scaled_dot_product_attention, is_causal)
+        const int u0 = first_key(t, window);
+        lse[(int64_t(b) * H + h) * T + t] = float(causal_softmax_row(p, q, k0, W, u0, t, D, scale));
         // out = sum_u p[u] * v_u
         for (int d = 0; d < D; d++) acc[d] = 0.0;
-        for (int u = 0; u <= t; u++) {
+        for (int u = u0; u <= t; u++) {
           const float* v = v0 + u * W;
           for (int d = 0; d < D; d++) acc[d] += p[u] * double(v[d]);
         }
@@ -69,7 +75,7 @@ void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const f
 
 void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(B,T,H*D)*/,
                         const float* qkv /*(B,T,(H+2*Hkv)*D)*/, const float* out /*(B,T,H*D)*/,
-                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D) {
+                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D, int window) {
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int group = H / Hkv;
   const double scale = 1.0 / std::sqrt(double(D));
@@ -86,10 +92,11 @@ void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(
       for (int t = 0; t < T; t++) {
         const float* q = qkv_b + t * W + qoff;
         const float* dy = dout + (int64_t(b) * T + t) * H * D + qoff;  // dout row (b, t, h)
-        causal_softmax_row(p, q, qkv_b + koff, W, t, D, scale);
+        const int u0 = first_key(t, window);
+        causal_softmax_row(p, q, qkv_b + koff, W, u0, t, D, scale);
         // dP[u] = dout . v_u ;  rowdot = sum_u P[u] dP[u]
         double rowdot = 0.0;
-        for (int u = 0; u <= t; u++) {
+        for (int u = u0; u <= t; u++) {
           const float* v = qkv_b + u * W + voff;
           double s = 0.0;
           for (int d = 0; d < D; d++) s += double(dy[d]) * double(v[d]);
@@ -97,7 +104,7 @@ void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(
           rowdot += p[u] * s;
         }
         double* dq = g_b + t * W + qoff;
-        for (int u = 0; u <= t; u++) {
+        for (int u = u0; u <= t; u++) {
           const float* k = qkv_b + u * W + koff;
           double* dk = g_b + u * W + koff;
           double* dv = g_b + u * W + voff;

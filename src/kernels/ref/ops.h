@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/bf16.h"
+#include "core/rope.h"
 
 namespace llamatrain::ref {
 
@@ -50,23 +51,31 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const f
 
 // RoPE, Hugging Face rotate_half layout, in place. Each row of x holds n_heads heads of D values at
 // x[n*row_stride + h*D]; heads [0, n_heads) are rotated (q then k heads of a packed qkv row).
-// Pair i is (i, i + D/2); angle = pos[n] * theta^(-2i/D):
+// Pair i is (i, i + D/2); angle = pos[n] * inv_freq[i], inv_freq = rope_inv_freq (core/rope.h:
+// theta^(-2i/D), or its llama3 rescaling):
 //   out[i] = x[i]*cos - x[i+D/2]*sin ; out[i+D/2] = x[i+D/2]*cos + x[i]*sin
 void rope_forward(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
-                  float theta);
+                  const RopeFreqs& rope);
 // Backward of the rotation: rotates dx by -angle, in place.
 void rope_backward(float* dx, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
-                   float theta);
+                   const RopeFreqs& rope);
 
 // Causal grouped-query attention on a packed qkv tensor (rope already applied):
 // row n = b*T + t of qkv holds q heads [0,H), then k heads [0,Hkv), then v heads [0,Hkv), each D
 // wide: qkv (B,T,(H+2*Hkv)*D). Query head h uses kv head h / (H/Hkv). Scale 1/sqrt(D).
 // out (B,T,H*D); lse (B,H,T) = log-sum-exp of the scaled scores of each query (saved for backward).
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D);
+// window > 0: a sliding window (Mistral), key u visible to query t iff t - window < u <= t; 0: causal.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
+                       int window = 0);
 // dqkv (B,T,(H+2*Hkv)*D) is overwritten with the gradient w.r.t. the (post-rope) q, k, v.
 void attention_backward(float* dqkv, const float* dout /*(B,T,H*D)*/, const float* qkv,
                         const float* out /*(B,T,H*D)*/, const float* lse /*(B,H,T)*/, int B, int T, int H,
-                        int Hkv, int D);
+                        int Hkv, int D, int window = 0);
+
+// The bias of a linear layer (Qwen2's q/k/v): x[n, :] += bias; backward dbias += sum_n dout[n, :]
+// (summed in fp64), the input gradient being dout itself.
+void bias_forward(float* x /*(N,OC)*/, const float* bias /*(OC)*/, int N, int OC);
+void bias_backward(float* dbias /*(OC)*/, const float* dout /*(N,OC)*/, int N, int OC);
 
 // SwiGLU on a packed gate|up tensor: h13 (N,2F) row n = [gate (F) | up (F)];
 // out (N,F) = silu(gate) * up, silu(g) = g * sigmoid(g).
@@ -78,10 +87,11 @@ void swiglu_backward(float* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const 
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
 // Decode attention: one query per head at position pos over the cached keys and values of positions
-// 0..pos (what attention_forward computes for row pos of a causal sequence). q (H*D); cache rows are
-// (T_cache, 2*Hkv*D), each [k heads | v heads]; scores (H, pos + 1) is scratch. out (H*D).
+// 0..pos (what attention_forward computes for row pos of a causal sequence; with window > 0, of
+// positions pos - window + 1..pos only). q (H*D); cache rows are (T_cache, 2*Hkv*D), each [k heads |
+// v heads]; scores (H, pos + 1) is scratch. out (H*D).
 void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D);
+                      int D, int window = 0);
 
 // Cross-entropy from full logits. losses[n] = logsumexp(logits[n]) - logits[n, targets[n]];
 // targets[n] < 0 (ignore index -100) gives losses[n] = 0.
