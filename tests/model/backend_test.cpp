@@ -196,7 +196,7 @@ TEST_P(BackendTest, CudaMatchesTheReferenceBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, BackendTest,
-                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "llama3_scaled", "window"),
+                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "llama3_scaled", "window"),
                                             ::testing::Values(Precision::fp32, Precision::bf16_mixed,
                                                               Precision::bf16_sr)),
                          [](const auto& info) {

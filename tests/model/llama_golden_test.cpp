@@ -197,7 +197,7 @@ TEST_P(GoldenTest, Bf16StochasticRoundingTracksReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
-                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd"),
+                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "window"),
                                             ::testing::Values(model::Device::cpu, model::Device::ref,
                                                               model::Device::cuda)),
                          [](const auto& info) {
