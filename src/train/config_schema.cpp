@@ -286,7 +286,7 @@ Schema build_schema() {
         "key/value heads for grouped-query attention (Hkv); null: num_attention_heads", range(1, 1 << 16));
   s.alias("model.num_kv_heads", "model.num_query_groups");
   s.key("model.kv_channels", FIELD(model.kv_channels), "null",
-        "head dim; null or hidden_size / num_attention_heads (other values are not supported)", range(1, 1 << 16));
+        "head dim; null or hidden_size / num_attention_heads (another one comes with model.init_from's head_dim)", range(1, 1 << 16));
   s.key("model.init_method_std", FIELD(model.init_method_std), "0.02", "std of the normal initialization", positive());
   s.key("model.use_scaled_init_method", FIELD(model.use_scaled_init_method), "true",
         "output projections (o_proj, down_proj) use std / sqrt(2 x num_layers)");
@@ -335,11 +335,13 @@ Schema build_schema() {
   s.only("model.rotary_percentage", "1", "RoPE rotates the whole head dim");
   s.only("model.position_abf_factor", "1", "RoPE base scaling is not implemented; set model.rotary_base instead");
   s.only("model.positition_interpolation_factor", "1", "RoPE position interpolation is not implemented");
-  s.only("model.sliding_window_size", "null", "attention is full causal; sliding windows are not implemented");
+  s.only("model.sliding_window_size", "null",
+         "a sliding window comes from model.init_from's config.json (Mistral's sliding_window); otherwise attention is "
+         "full causal");
   s.only("model.activation", "swiglu", "Llama's MLP is SwiGLU");
   s.only("model.transformer_block_type", "pre_ln", "Llama blocks are pre-norm");
-  s.only("model.has_bias", "false", "Llama has no biases");
-  s.only("model.bias", "false", "Llama has no biases");
+  s.only("model.has_bias", "false", "Llama has no biases; Qwen2's q/k/v biases come with model.init_from's config.json");
+  s.only("model.bias", "false", "Llama has no biases; Qwen2's q/k/v biases come with model.init_from's config.json");
   s.only("model.do_layer_norm_weight_decay", "false", "norm weights never get weight decay here");
   s.only("model.pre_process", "true", "every model has its embedding");
   s.only("model.post_process", "true", "every model has its lm head");

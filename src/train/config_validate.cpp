@@ -214,7 +214,7 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
   const int head_dim = shape.head_dim();
   if (m.kv_channels && *m.kv_channels != head_dim)
     fail_key(ctx, "model.kv_channels", "got {}, expected null or hidden_size / num_attention_heads = {}\nhint: a head "
-             "dim other than hidden/heads is not supported", *m.kv_channels, head_dim);
+             "dim other than hidden/heads comes with model.init_from's config.json (head_dim)", *m.kv_channels, head_dim);
   model::check_tensor_parallel(shape, m.tensor_model_parallel_size, names);
   if ((m.num_layers_in_first_pipeline_stage || m.num_layers_in_last_pipeline_stage) &&
       m.pipeline_model_parallel_size == 1)
