@@ -73,9 +73,6 @@ Tokenizer::Tokenizer(const std::string& path, TokenizerLibrary library)
   if (library == TokenizerLibrary::kSentencePiece && is_json)
     fail("tokenizer {}: a tokenizer.json, but the tokenizer library is sentencepiece\nhint: set the library to "
          "huggingface (model.tokenizer.library, --tokenizer-library), or pass the tokenizer.model", model_path);
-  if (library == TokenizerLibrary::kHuggingFace && !is_json)
-    fail("tokenizer {}: not a tokenizer.json (no JSON object), but the tokenizer library is huggingface\nhint: pass "
-         "the model folder's tokenizer.json, or set the library to sentencepiece for a tokenizer.model", model_path);
   if (is_json) {
     sp_.reset();
     hf_ = HfTokenizer::load(model_path);

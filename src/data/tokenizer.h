@@ -22,8 +22,8 @@ namespace llamatrain::data {
 class HfTokenizer;
 
 // Which implementation reads a tokenizer path. A file is read by its kind under every value: a .json
-// file (tokenizer.json) as Hugging Face's, any other as a SentencePiece model (kHuggingFace refuses
-// one that is not JSON, kSentencePiece a .json file). Folders: kFile refuses them (an option that
+// file (tokenizer.json, or any file that starts with a JSON object) as Hugging Face's, any other as a
+// SentencePiece model (kSentencePiece refuses a tokenizer.json). Folders: kFile refuses them (an option that
 // names a file); kAuto gives the folder's tokenizer.model when it has one, else its tokenizer.json;
 // kHuggingFace its tokenizer.json when it has one, else its tokenizer.model (as Hugging Face's own
 // loader falls back to it); kSentencePiece its tokenizer.model.

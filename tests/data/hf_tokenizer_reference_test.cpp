@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "data/hf_tokenizer.h"
+#include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
 
@@ -128,5 +129,51 @@ TEST_P(Reference_, IdsDecodingAndRoundTripMatchTheJavaScriptReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TokenizerJson, Reference_, ::testing::ValuesIn(kModels));
+
+// preprocess with Llama 3's tokenizer.json (NeMo's spelling: the library and the model folder) writes
+// int32 tokens byte for byte as the independent Megatron writer does with the reference ids plus eod,
+// and the dataset reader gives those ids back.
+TEST(TokenizerJsonPreprocess, Llama3DatasetIsTheReferenceIdsPlusEodInInt32) {
+  const Reference& ref = reference();
+  const std::string python = t::system_python();
+  if (python.empty()) GTEST_SKIP() << "needs /usr/bin/python3 with numpy for the reference writer";
+  t::TempDir dir;
+  const json& docs = ref.out.at("llama3").at("docs");
+  const Tokenizer tok(ref.dirs.at("llama3"), llamatrain::data::TokenizerLibrary::kHuggingFace);
+  ASSERT_EQ(tok.eos_id(), 128001);  // tokenizer_config.json's eos_token <|end_of_text|>
+  ASSERT_EQ(tok.bos_id(), 128000);
+  std::string jsonl;
+  json want = json::array();
+  for (size_t i = 0; i < ref.inputs.size(); ++i) {
+    if (ref.inputs[i].empty() || !llamatrain::data::utf8_valid(ref.inputs[i])) continue;  // preprocess skips these
+    jsonl += json{{"text", ref.inputs[i]}}.dump() + "\n";
+    std::vector<int> ids = docs[i]["ids"].get<std::vector<int>>();
+    ids.push_back(tok.eos_id());
+    want.push_back(ids);
+  }
+  ASSERT_GT(want.size(), 20u);
+  t::write_file(dir / "corpus.jsonl", jsonl);
+  t::write_file(dir / "ids.json", want.dump());
+  const auto r = t::run_cli({"preprocess", "--input", dir / "corpus.jsonl", "--output-prefix", dir / "l3", "--quiet",
+                             "--tokenizer-library", "huggingface", "--tokenizer-type", ref.dirs.at("llama3"),
+                             "--append-eod", "--workers", "2"});
+  ASSERT_TRUE(r.exited && r.code == 0) << t::describe(r);
+  std::string log;
+  ASSERT_EQ(t::run_capture(python + " " + t::source_path("tools/reference/megatron_writer.py") + " ids --ids " +
+                               (dir / "ids.json") + " --dtype int32 --output-prefix " + (dir / "ref"),
+                           &log),
+            0)
+      << log;
+  for (const char* ext : {".bin", ".idx"})
+    EXPECT_EQ(t::read_file(dir / (std::string("l3_text_document") + ext)), t::read_file(dir / (std::string("ref") + ext)))
+        << ext << " differs from the Megatron writer's";
+  const llamatrain::data::IndexedDataset ds(dir / "l3_text_document");
+  EXPECT_EQ(ds.dtype(), llamatrain::data::TokenDtype::kInt32);
+  ASSERT_EQ(ds.num_sequences(), int64_t(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::vector<int32_t> got = ds.sequence(int64_t(i));
+    EXPECT_EQ(std::vector<int>(got.begin(), got.end()), want[i].get<std::vector<int>>()) << "sequence " << i;
+  }
+}
 
 }  // namespace
