@@ -188,9 +188,12 @@ class Regex {
     while (at <= s.size()) {
       const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), at, PCRE2_NO_UTF_CHECK,
                                  md.md, nullptr);
-      if (rc < 0) {
-        CHECK(rc == PCRE2_ERROR_NOMATCH, "pcre2_match failed with code {}", rc);
-        return;
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc < 0) {  // a match or depth limit: a pattern that backtracks without end on this text
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        fail("tokenizer regex: matching failed ({}) on a text of {} bytes\nhint: the tokenizer.json's pattern "
+             "backtracks too much; simplify it", reinterpret_cast<const char*>(msg), s.size());
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.md);
       const size_t b = ov[0], e = ov[1];
@@ -1041,8 +1044,8 @@ void HfTokenizer::encode(std::string_view input, std::vector<int>* ids,
   const std::string lossy = utf8_valid(input) ? std::string() : utf8_lossy(input);
   const std::string_view text = lossy.empty() ? input : std::string_view(lossy);
   const bool exact_offsets = lossy.empty();
-  auto add_span = [&](uint32_t b, uint32_t e) {
-    if (spans) spans->emplace_back(b, e);
+  auto add_span = [&](uint32_t b, uint32_t e) {  // offsets in `text`; the whole input when it was not UTF-8
+    if (spans) spans->emplace_back(exact_offsets ? b : 0, exact_offsets ? e : uint32_t(input.size()));
   };
 
   // 1. Sections between the added tokens of the raw text; lstrip/rstrip eat the whitespace beside them.

@@ -318,9 +318,17 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
   if (ranks > 1) world->barrier();
   if (rank == 0) {
     if (!tokenizer_model.empty()) {
+      // A tokenizer.json keeps its name (and its tokenizer_config.json, which names BOS/EOS).
+      const bool json = tokenizer_model.ends_with(".json");
       const MappedFile tok(tokenizer_model, "tokenizer");
-      write_file_atomic(out->file("tokenizer.model"),
+      write_file_atomic(out->file(json ? "tokenizer.json" : "tokenizer.model"),
                         std::string_view(reinterpret_cast<const char*>(tok.data()), tok.size()));
+      const std::string cfg = (fs::path(tokenizer_model).parent_path() / "tokenizer_config.json").string();
+      if (json && is_regular_file(cfg)) {
+        const MappedFile c(cfg, "tokenizer config");
+        write_file_atomic(out->file("tokenizer_config.json"),
+                          std::string_view(reinterpret_cast<const char*>(c.data()), c.size()));
+      }
     }
     write_file_atomic(out->file("train_config.yaml"), config_yaml);
 

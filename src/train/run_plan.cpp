@@ -96,7 +96,8 @@ void plan_vocabulary(const TrainConfig& cfg, const data::Tokenizer& tok, RunPlan
 void plan_model(const TrainConfig& cfg, RunPlan& p) {
   p.tokenizer_path = cfg.model.tokenizer_model_path();
   const bool tok_from_init =
-      cfg.model.init_from && p.tokenizer_path == (fs::path(*cfg.model.init_from) / "tokenizer.model").string();
+      cfg.model.init_from && (p.tokenizer_path == (fs::path(*cfg.model.init_from) / "tokenizer.model").string() ||
+                              p.tokenizer_path == (fs::path(*cfg.model.init_from) / "tokenizer.json").string());
   if (tok_from_init && !is_regular_file(p.tokenizer_path)) p.tokenizer_path.clear();
   if (!p.tokenizer_path.empty()) p.tokenizer = std::make_shared<const data::Tokenizer>(p.tokenizer_path);
   const data::Tokenizer* tok = p.tokenizer.get();
