@@ -109,6 +109,14 @@ Tokenizer Tokenizer::from_file_bytes(const std::string& model_proto, const std::
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 
+Tokenizer Tokenizer::share() const {
+  if (!hf_) return from_serialized(sp_->serialized_model_proto(), path_);
+  Tokenizer t(Unloaded{}, path_);
+  t.sp_.reset();
+  t.hf_ = hf_;
+  return t;
+}
+
 void Tokenizer::need_sentencepiece(const char* what) const {
   if (hf_)
     fail("tokenizer {}: {} needs a SentencePiece model, got a Hugging Face tokenizer.json\nhint: use the model's "

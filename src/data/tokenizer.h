@@ -43,6 +43,9 @@ class Tokenizer {
   static Tokenizer from_file_bytes(const std::string& model_proto, const std::string& name);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
+  // Another handle for another thread: a tokenizer.json's tables are shared (its encoding is
+  // thread-safe), a SentencePiece model is loaded again from its bytes.
+  Tokenizer share() const;
 
   std::vector<int> encode(std::string_view text) const;
   void encode(std::string_view text, std::vector<int>* ids) const;
@@ -95,7 +98,7 @@ class Tokenizer {
   void need_sentencepiece(const char* what) const;
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;  // exactly one of sp_ and hf_ is set
-  std::unique_ptr<HfTokenizer> hf_;
+  std::shared_ptr<const HfTokenizer> hf_;
 };
 
 // Incremental decoding: push() each new id and print what it returns; finish() returns the rest.

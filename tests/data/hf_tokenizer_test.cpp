@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "data/hf_tokenizer.h"
+#include "data/piece_lengths.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
 
@@ -196,6 +197,22 @@ TEST(HfTokenizer, DecodeStreamHoldsBackUnfinishedBytesOfByteLevelTokens) {
   EXPECT_EQ(stream.push(ids[1]), "中");
   EXPECT_EQ(stream.push(ids[2]), "a");
   EXPECT_EQ(stream.finish(), "");
+}
+
+TEST(HfTokenizer, PieceLengthsCountTheBytesAndCharactersOfByteLevelTokens) {
+  t::TempDir tmp;
+  json j = byte_level({{byte_char(0xE4), byte_char(0xB8)}, {"h", "e"}});
+  j["added_tokens"] = {added(300, "<|eot_id|>")};
+  t::write_file(tmp / "tokenizer.json", j.dump());
+  const Tokenizer tok(tmp / "tokenizer.json");
+  const std::string text = "中文 hello<|eot_id|>";
+  const std::vector<int> ids = tok.encode(text);
+  const auto lengths = llamatrain::data::piece_lengths(tok);
+  const auto sums = lengths.sum(ids.data(), int64_t(ids.size()));
+  EXPECT_EQ(sums.bytes, int64_t(text.size() - std::string("<|eot_id|>").size()));  // the special counts 0
+  EXPECT_EQ(sums.chars, 8);  // 中 文 ' ' h e l l o
+  EXPECT_EQ(lengths.bytes[256], 2);  // E4 B8: two bytes, one character start
+  EXPECT_EQ(lengths.chars[256], 1);
 }
 
 TEST(HfTokenizer, FacadePicksTheImplementationByFileAndFolder) {
