@@ -2,8 +2,9 @@
 # One-thread encoding rate of llamatrain's tokenizer.json tokenizer beside tiktoken's, on the same
 # texts with the same Llama 3 vocabulary: the fortunes corpora (English and Chinese, one document
 # per fortune) as JSONL, encoded by bench/spm_encode_rate (data::Tokenizer) and by
-# bench/tiktoken_encode_rate.mjs. Prints both lines and the ratio of their CPU-time rates (> 1:
-# llamatrain is faster). Needs a release build (spm_encode_rate), node and the npm references.
+# bench/tiktoken_encode_rate.mjs. Prints both lines and the ratio of their encoding CPU times on
+# the same texts and tokens (> 1: llamatrain is faster; the MB/s figures count different bytes:
+# spm_encode_rate whole JSONL lines, the other the texts). Needs a release build (spm_encode_rate), node and the npm references.
 #   bash bench/tokenizer_vs_tiktoken.sh [BUILD_DIR] [tokenizer.json]
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,7 +30,7 @@ ours=$(OMP_NUM_THREADS=1 "$build/spm_encode_rate" --tokenizer-model "$tok" --inp
 theirs=$(NODE_PATH=$js/node_modules node "$here/bench/tiktoken_encode_rate.mjs" "$tok" "$work/corpus.jsonl")
 echo "llamatrain: $ours"
 echo "tiktoken:   $theirs"
-rate() { sed -n 's/.*encode_cpu_mb_s=\([0-9.]*\).*/\1/p' <<<"$1"; }
+cpu() { sed -n 's/.*encode_cpu_s=\([0-9.]*\).*/\1/p' <<<"$1"; }
 tokens() { sed -n 's/.*tokens=\([0-9]*\).*/\1/p' <<<"$1"; }
 [ "$(tokens "$ours")" = "$(tokens "$theirs")" ] || echo "warning: token counts differ ($(tokens "$ours") vs $(tokens "$theirs"))"
-/usr/bin/python3 -c "print(f'ratio (llamatrain / tiktoken, CPU-time MB/s): {float(\"$(rate "$ours")\") / float(\"$(rate "$theirs")\"):.2f}')"
+/usr/bin/python3 -c "print(f'speed ratio (tiktoken CPU s / llamatrain CPU s, same texts and tokens): {float(\"$(cpu "$theirs")\") / float(\"$(cpu "$ours")\"):.2f}')"

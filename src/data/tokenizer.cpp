@@ -46,7 +46,11 @@ bool json_file(const std::string& path) {
 }  // namespace
 
 std::string resolve_tokenizer_path(const std::string& path, TokenizerLibrary library) {
-  if (!is_directory(path) || library == TokenizerLibrary::kFile) return path;
+  if (library == TokenizerLibrary::kFile) return path;
+  if (!is_directory(path)) {
+    if (path_exists(path) || path.ends_with(".json") || path.ends_with(".model")) return path;
+    return inside(path, "tokenizer.model");  // a folder that is not there: the file it would hold
+  }
   const std::string model = inside(path, "tokenizer.model"), json = inside(path, "tokenizer.json");
   switch (library) {
     case TokenizerLibrary::kSentencePiece: return model;

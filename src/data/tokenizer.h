@@ -30,7 +30,8 @@ class HfTokenizer;
 enum class TokenizerLibrary { kFile, kAuto, kSentencePiece, kHuggingFace };
 // "sentencepiece" | "huggingface" | "" (kAuto); Error naming `what` otherwise.
 TokenizerLibrary parse_tokenizer_library(const std::string& name, const std::string& what);
-// The file a path stands for under `library` (the path itself when it is not a folder).
+// The file a path stands for under `library`: the path itself when it is a file or names one (.json,
+// .model); a missing folder stands for its tokenizer.model.
 std::string resolve_tokenizer_path(const std::string& path, TokenizerLibrary library);
 
 class Tokenizer {
