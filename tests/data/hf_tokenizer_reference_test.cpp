@@ -57,15 +57,14 @@ struct Reference {
 const Reference& reference() {
   static Reference* ref = [] {
     auto* r = new Reference;
-    std::string out;
-    const int rc = t::run_capture("bash " + t::source_path("tools/reference/js/install.sh") + " 2>/dev/null", &out);
-    if (rc != 0) {
-      std::string why;
-      t::run_capture("bash " + t::source_path("tools/reference/js/install.sh") + " 2>&1 >/dev/null", &why);
-      std::fprintf(stderr, "SKIP: %s\n", why.c_str());
+    std::string out;  // install.sh's stdout and stderr: the folder on its last line, or the reason
+    const int rc = t::run_capture("bash " + t::source_path("tools/reference/js/install.sh"), &out);
+    if (rc != 0) {  // 77: no node, npm or registry
+      std::fprintf(stderr, "%s%s\n", rc == 77 ? "" : "install.sh failed: ", out.c_str());
       std::exit(rc == 77 ? 77 : 1);
     }
     while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    out = out.substr(out.find_last_of('\n') == std::string::npos ? 0 : out.find_last_of('\n') + 1);
     const std::string modules = out + "/node_modules";
     std::string args;
     for (const char* m : kModels) {
