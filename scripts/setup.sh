@@ -18,6 +18,7 @@ PROGRAM_PACKAGES=(
   libdnnl-dev                                  # matmuls (AMX / AVX512-BF16 / AVX2)
   libsentencepiece-dev                         # Llama 2 tokenizer, and the trainer of `llamatrain tokenizer train`
   libpcre2-dev                                 # tokenizer.json pre-tokenizer regexes (Unicode classes, lookahead, JIT)
+  libicu-dev                                   # tokenizer.json NFC/NFKC normalizers (ICU Normalizer2: Qwen2.5 normalizes to NFC)
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev                    # the configure step finds them (the tests' framework)

@@ -5,7 +5,7 @@
 // loss is the mean next-token cross-entropy over the stream, and bits per byte is the same losses
 // summed, over ln 2 and the targets' bytes of text (data/piece_lengths.h; per character likewise).
 // No shuffling: the same data gives the same figures. Without a tokenizer (the folder's
-// tokenizer.model or --tokenizer) the per-byte figures are left out.
+// tokenizer.model or tokenizer.json, or --tokenizer) the per-byte figures are left out.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -20,6 +20,7 @@
 #include "core/file.h"
 #include "data/indexed_dataset.h"
 #include "data/piece_lengths.h"
+#include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
 #include "obs/progress.h"
 
@@ -35,7 +36,7 @@ struct EvalArgs {
   int64_t max_windows = 0;
   std::string precision = "fp32";
   std::string device = "cpu";
-  std::string tokenizer;  // "" : MODEL/tokenizer.model if there is one
+  std::string tokenizer;  // "" : MODEL/tokenizer.model (else tokenizer.json) if there is one
   bool json = false;
 };
 
@@ -106,10 +107,11 @@ EvalResult eval_prefix(model::LlamaModel& m, const std::string& prefix, const Ev
   return r;
 }
 
-// The tokenizer the per-byte figures need: --tokenizer, else the model folder's, else none.
+// The tokenizer the per-byte figures need: --tokenizer, else the model folder's (tokenizer.model,
+// else tokenizer.json), else none.
 std::string find_tokenizer(const EvalArgs& a) {
   if (!a.tokenizer.empty()) return a.tokenizer;
-  const std::string inside = a.model_dir + (a.model_dir.ends_with("/") ? "" : "/") + "tokenizer.model";
+  const std::string inside = data::resolve_tokenizer_path(a.model_dir, data::TokenizerLibrary::kAuto);
   return is_regular_file(inside) ? inside : "";
 }
 
@@ -165,7 +167,7 @@ void register_eval(CLI::App& app) {
       "of --seq-length + 1 tokens (stride --seq-length); the loss is the mean cross-entropy of every target.\n"
       "Bits per byte is the targets' losses summed, in bits, over the UTF-8 bytes of text they stand for\n"
       "(per character likewise): unlike perplexity it compares models with different tokenizers on the same\n"
-      "text. It needs the tokenizer: the model folder's tokenizer.model, or --tokenizer.\n\n"
+      "text. It needs the tokenizer: the model folder's tokenizer.model or tokenizer.json, or --tokenizer.\n\n"
       "Examples:\n"
       "  llamatrain eval runs/zh/checkpoints/step_500 --data data/zh_val_text_document --data data/en_val_text_document\n"
       "  llamatrain eval /models/Llama-2-7b-hf --data data/book_text_document --seq-length 4096 --batch 1 "
@@ -182,7 +184,8 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
   add_device_option(cmd, &a->device);
   cmd->add_option("--tokenizer", a->tokenizer,
-                  "tokenizer.model the data was made with (default: the model folder's, if it has one)");
+                  "tokenizer.model or tokenizer.json the data was made with (default: the model folder's, if it "
+                  "has one)");
   cmd->add_flag("--json", a->json, "one JSON object per dataset on stdout");
   cmd->callback([a] { run_eval(*a); });
 }

@@ -1,8 +1,9 @@
 // `llamatrain preprocess`: options and help for the JSONL/text -> Megatron .bin/.idx pipeline
 // (src/data/preprocess.h does the work). Prints the summary on stderr when done. Megatron-LM's and
 // NeMo's preprocess flags are accepted where they change nothing here (--dataset-impl mmap,
-// --tokenizer-library sentencepiece, --keep-newlines, ...) or map onto ours (--tokenizer-type naming
-// a folder with tokenizer.model); the others are refused with what they do there and what to do here.
+// --keep-newlines, ...) or map onto ours (--tokenizer-library huggingface|sentencepiece with
+// --tokenizer-type naming the model folder or its tokenizer.json/tokenizer.model); the others are
+// refused with what they do there and what to do here.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "data/preprocess.h"
+#include "data/tokenizer.h"
 
 namespace llamatrain::cli {
 
@@ -50,13 +52,13 @@ void apply_megatron_flags(const CLI::App& cmd, const MegatronFlags& m, data::Pre
   if (cmd.count("--vocab-file") || cmd.count("--merge-file"))
     unsupported(cmd.count("--vocab-file") ? "--vocab-file" : "--merge-file",
                 "in Megatron it gives a GPT-2 BPE or WordPiece vocabulary",
-                "llamatrain tokenizes with SentencePiece models only (Llama's tokenizer.model)",
-                "pass --tokenizer-model PATH/tokenizer.model");
+                "llamatrain tokenizes with SentencePiece models (tokenizer.model) and Hugging Face tokenizer.json files",
+                "pass --tokenizer-model PATH/tokenizer.model or PATH/tokenizer.json");
   if (cmd.count("--vocab-size") || cmd.count("--vocab-extra-ids"))
     unsupported(cmd.count("--vocab-size") ? "--vocab-size" : "--vocab-extra-ids",
                 "in Megatron it configures the NullTokenizer or T5's sentinel tokens",
-                "llamatrain takes the vocabulary from the SentencePiece model",
-                "drop the flag and pass --tokenizer-model PATH/tokenizer.model");
+                "llamatrain takes the vocabulary from the tokenizer file",
+                "drop the flag and pass --tokenizer-model PATH/tokenizer.model (or tokenizer.json)");
   if (cmd.count("--apply-ftfy"))
     unsupported("--apply-ftfy", "in NeMo it rewrites every document with ftfy.fix_text before tokenizing",
                 "llamatrain tokenizes the text exactly as given",
@@ -69,38 +71,47 @@ void apply_megatron_flags(const CLI::App& cmd, const MegatronFlags& m, data::Pre
   if (cmd.count("--tokenizer-library") && m.tokenizer_library != "sentencepiece" &&
       m.tokenizer_library != "huggingface")
     unsupported("--tokenizer-library " + m.tokenizer_library,
-                "NeMo's " + m.tokenizer_library + " tokenizers are not SentencePiece models",
-                "llamatrain tokenizes with SentencePiece models only (Llama's tokenizer.model)",
-                "use --tokenizer-library sentencepiece --tokenizer-model PATH/tokenizer.model");
+                "NeMo's " + m.tokenizer_library + " tokenizers are neither SentencePiece models nor Hugging Face "
+                "tokenizer.json files",
+                "llamatrain tokenizes with SentencePiece models and Hugging Face tokenizer.json files",
+                "use --tokenizer-library huggingface --tokenizer-type MODEL_FOLDER (or sentencepiece with "
+                "--tokenizer-model PATH/tokenizer.model)");
+  const bool hf = cmd.count("--tokenizer-library") && m.tokenizer_library == "huggingface";
+  const bool spm = cmd.count("--tokenizer-library") && m.tokenizer_library == "sentencepiece";
+  // A folder is read by the library's rule (data/tokenizer.h): huggingface prefers tokenizer.json,
+  // otherwise tokenizer.model comes first.
+  opt->tokenizer_library = hf ? data::TokenizerLibrary::kHuggingFace
+                           : spm ? data::TokenizerLibrary::kSentencePiece
+                                 : data::TokenizerLibrary::kAuto;
   if (cmd.count("--tokenizer-type")) {
     const std::string& t = m.tokenizer_type;
-    const std::string inside = t + (t.ends_with("/") ? "" : "/") + "tokenizer.model";
-    if (is_directory(t)) {  // NeMo's huggingface library names the model folder here
-      if (!is_regular_file(inside))
-        fail("--tokenizer-type {}: the folder has no tokenizer.model, expected the SentencePiece model of a Llama "
-             "checkpoint\nhint: pass --tokenizer-model with the model's tokenizer.model",
-             t);
-      if (opt->tokenizer_model.empty()) opt->tokenizer_model = inside;
+    if (is_directory(t) || t.ends_with(".json") || t.ends_with(".model") || is_regular_file(t)) {
+      // NeMo's huggingface library names the model folder (or its tokenizer file) here
+      const std::string file = data::resolve_tokenizer_path(t, opt->tokenizer_library);
+      if (!is_regular_file(file))
+        fail("--tokenizer-type {}: {}\nhint: pass the folder of a downloaded Hugging Face model (tokenizer.json or "
+             "tokenizer.model), or --tokenizer-model with the file",
+             t, is_directory(t) ? fmt::format("the folder has no {}", spm ? "tokenizer.model" : "tokenizer.json or tokenizer.model")
+                                : "file not found");
+      if (opt->tokenizer_model.empty()) opt->tokenizer_model = file;
     } else if (t == "Llama2Tokenizer") {
       opt->bos = true;  // Megatron's Llama 2 tokenizer prepends BOS to every document
     } else if (t != "SentencePieceTokenizer" && t != "GPTSentencePieceTokenizer" && t != "HuggingFaceTokenizer") {
       unsupported("--tokenizer-type " + t,
                   "it names a Megatron tokenizer class or a Hugging Face hub model, neither of which is a "
-                  "SentencePiece model file here",
-                  "llamatrain tokenizes with SentencePiece models and downloads nothing",
-                  "pass --tokenizer-model PATH/tokenizer.model (of the downloaded model folder), or name that folder "
-                  "with --tokenizer-type");
+                  "tokenizer file here",
+                  "llamatrain reads SentencePiece models and tokenizer.json files and downloads nothing",
+                  "pass the downloaded model folder: --tokenizer-library huggingface --tokenizer-type MODEL_FOLDER "
+                  "(or --tokenizer-model PATH/tokenizer.json)");
     }
   }
   if (opt->tokenizer_model.empty())
-    fail("--tokenizer-model is required, expected the SentencePiece tokenizer.model\nhint: e.g. --tokenizer-model "
-         "/models/Llama-2-7b-hf/tokenizer.model (or --tokenizer-type naming that folder)");
-  if (is_directory(opt->tokenizer_model)) {
-    const std::string inside =
-        opt->tokenizer_model + (opt->tokenizer_model.ends_with("/") ? "" : "/") + "tokenizer.model";
-    if (cmd.count("--tokenizer-library") && m.tokenizer_library == "huggingface" && is_regular_file(inside))
-      opt->tokenizer_model = inside;  // HuggingFaceTokenizer takes the model folder
-  }
+    fail("--tokenizer-model is required, expected the tokenizer.model or tokenizer.json\nhint: e.g. --tokenizer-model "
+         "/models/Llama-2-7b-hf/tokenizer.model, or --tokenizer-library huggingface --tokenizer-type /models/Llama-3.1-8B");
+  if (!is_directory(opt->tokenizer_model) && opt->tokenizer_library == data::TokenizerLibrary::kAuto)
+    opt->tokenizer_library = data::TokenizerLibrary::kFile;
+  else if (is_directory(opt->tokenizer_model) && !cmd.count("--tokenizer-library"))
+    opt->tokenizer_library = data::TokenizerLibrary::kFile;  // a --tokenizer-model folder is refused, naming its file
 }
 
 }  // namespace
@@ -118,8 +129,10 @@ void register_preprocess(CLI::App& app) {
       "skipped, --need-pad-id only adds one to the vocab size used to choose the dtype (uint16 if < 65500).\n"
       "Malformed lines are skipped and counted (first file:line locations printed); --strict stops at the first.\n"
       "An input that gives no document at all is an error that says what the lines hold.\n\n"
+      "Tokens are uint16 in the .bin when the vocabulary has fewer than 65500 ids, else int32 (Llama 3, Qwen2.5).\n\n"
       "Megatron-LM / NeMo flags: --dataset-impl mmap, --tokenizer-library sentencepiece|huggingface,\n"
-      "--tokenizer-type (a folder holding tokenizer.model, or SentencePieceTokenizer, GPTSentencePieceTokenizer,\n"
+      "--tokenizer-type (the model folder: huggingface reads its tokenizer.json, else tokenizer.model; its\n"
+      "tokenizer file; or SentencePieceTokenizer, GPTSentencePieceTokenizer,\n"
       "HuggingFaceTokenizer; Llama2Tokenizer also prepends BOS, as Megatron's does), --keep-newlines, --lang,\n"
       "--partitions, --log-interval, --keep-sequential-samples and --preproc-folder are accepted (the output is\n"
       "the same); --split-sentences, --vocab-file/--merge-file, --apply-ftfy and other --dataset-impl values are\n"
@@ -131,13 +144,16 @@ void register_preprocess(CLI::App& app) {
       "  llamatrain preprocess --input 'shards/*.jsonl.zst' corpus_dir/ --tokenizer-model tokenizer.model \\\n"
       "                        --output-prefix data/redpajama --append-eod --need-pad-id --workers 16\n"
       "  llamatrain preprocess --input lines.txt --input-format text --tokenizer-model tokenizer.model \\\n"
-      "                        --output-prefix data/lines --append-eod\n");
+      "                        --output-prefix data/lines --append-eod\n"
+      "  llamatrain preprocess --input zh.jsonl --tokenizer-library huggingface --tokenizer-type /models/Llama-3.1-8B \\\n"
+      "                        --output-prefix data/zh --append-eod --workers 8   # tokenizer.json, int32 tokens\n");
   cmd->add_option("--input", opt->inputs, "input files, folders or quoted globs (.jsonl/.json/.txt, optionally .gz/.zst)")
       ->required();
   cmd->add_option("--input-format", *format, "jsonl (one JSON object per line) or text (one document per line)")
       ->check(CLI::IsMember({"jsonl", "text"}));
   cmd->add_option("--json-keys", opt->json_keys, "JSON keys to tokenize; one dataset per key (default: text)");
-  cmd->add_option("--tokenizer-model", opt->tokenizer_model, "SentencePiece tokenizer.model");
+  cmd->add_option("--tokenizer-model", opt->tokenizer_model,
+                  "the tokenizer file: a SentencePiece tokenizer.model or a Hugging Face tokenizer.json");
   cmd->add_option("--output-prefix", opt->output_prefix, "output path prefix (its folder must exist)")->required();
   cmd->add_flag("--append-eod", opt->append_eod, "append the eos id after each document");
   cmd->add_flag("--need-pad-id", opt->need_pad_id, "count a <pad> token in the vocab size when the tokenizer has none (NeMo)");
@@ -150,7 +166,8 @@ void register_preprocess(CLI::App& app) {
   megatron->add_option("--dataset-impl", mg->dataset_impl, "mmap (the only format written)");
   megatron->add_option("--tokenizer-library", mg->tokenizer_library, "sentencepiece or huggingface (NeMo)");
   megatron->add_option("--tokenizer-type", mg->tokenizer_type,
-                       "a folder holding tokenizer.model, or a Megatron SentencePiece tokenizer class");
+                       "the model folder (tokenizer.json or tokenizer.model), a tokenizer file, or a Megatron "
+                       "SentencePiece tokenizer class");
   megatron->add_flag("--keep-newlines", mg->keep_newlines, "accepted: newlines are always kept");
   megatron->add_option("--lang", mg->lang, "accepted: only used by sentence splitting");
   megatron->add_option("--partitions", mg->partitions, "accepted: the output does not depend on it")
@@ -160,8 +177,8 @@ void register_preprocess(CLI::App& app) {
   megatron->add_flag("--preproc-folder", mg->preproc_folder, "accepted: --input takes folders");
   megatron->add_option("--files-filter", mg->files_filter, "refused: use a quoted glob in --input");
   megatron->add_flag("--split-sentences", mg->split_sentences, "refused: documents are stored whole");
-  megatron->add_option("--vocab-file", mg->vocab_file, "refused: SentencePiece models only");
-  megatron->add_option("--merge-file", mg->merge_file, "refused: SentencePiece models only");
+  megatron->add_option("--vocab-file", mg->vocab_file, "refused: pass the tokenizer.json instead");
+  megatron->add_option("--merge-file", mg->merge_file, "refused: pass the tokenizer.json instead");
   megatron->add_option("--vocab-size", mg->vocab_size, "refused: the vocabulary comes from the model");
   megatron->add_option("--vocab-extra-ids", mg->vocab_extra_ids, "refused: no T5 sentinels");
   megatron->add_flag("--apply-ftfy", mg->apply_ftfy, "refused: the text is tokenized as given");

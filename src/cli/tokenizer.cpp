@@ -209,7 +209,7 @@ void add_stats(CLI::App& parent) {
   auto opt = std::make_shared<data::TokenizerStatsOptions>();
   auto format = std::make_shared<std::string>("auto");
   auto json = std::make_shared<bool>(false);
-  auto* cmd = parent.add_subcommand("stats", "Compare SentencePiece models side by side on the same text");
+  auto* cmd = parent.add_subcommand("stats", "Compare tokenizers (SentencePiece models, tokenizer.json files) side by side on the same text");
   cmd->footer(
       "For each model: tokens, tokens per character overall and by script (han, latin, other), bytes per token,\n"
       "the share of byte-fallback (and unknown) tokens, and how many documents encode to other ids than under\n"
@@ -217,8 +217,9 @@ void add_stats(CLI::App& parent) {
       "equal shares; the byte pieces of a character count toward its script (docs/tokenizer.md).\n\n"
       "Examples:\n"
       "  llamatrain tokenizer stats en.model merged.model --input zh_heldout.jsonl\n"
-      "  llamatrain tokenizer stats llama2/tokenizer.model merged.model --input mixed.txt --json > stats.json\n");
-  cmd->add_option("MODEL", opt->models, "SentencePiece models; the first is the reference for 'docs differ'")
+      "  llamatrain tokenizer stats llama2/tokenizer.model merged.model --input mixed.txt --json > stats.json\n"
+      "  llamatrain tokenizer stats Llama-3.1-8B/tokenizer.json Qwen2.5-7B/tokenizer.json --input zh_heldout.jsonl\n");
+  cmd->add_option("MODEL", opt->models, "tokenizer.model or tokenizer.json files; the first is the reference for 'docs differ'")
       ->required();
   cmd->add_option("--input", opt->inputs, "input files, folders or quoted globs (.jsonl/.json/.txt)")->required();
   cmd->add_option("--json-keys", opt->json_keys, "JSON keys whose strings are documents (default: text)");
@@ -239,7 +240,7 @@ void add_stats(CLI::App& parent) {
 }  // namespace
 
 void register_tokenizer(CLI::App& app) {
-  auto* cmd = app.add_subcommand("tokenizer", "Train, merge and compare SentencePiece tokenizers");
+  auto* cmd = app.add_subcommand("tokenizer", "Train and merge SentencePiece tokenizers; compare any tokenizers");
   cmd->require_subcommand(1);
   cmd->footer(
       "Examples:\n"

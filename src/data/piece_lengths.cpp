@@ -51,6 +51,12 @@ PieceLengths piece_lengths(const Tokenizer& tok) {
       out.chars[size_t(id)] = !is_continuation(static_cast<unsigned char>(value));
       continue;
     }
+    std::string raw;
+    if (tok.is_huggingface() && tok.raw_bytes(id, &raw)) {  // a byte-level token: the bytes it stands for
+      out.bytes[size_t(id)] = int32_t(raw.size());
+      for (const char c : raw) out.chars[size_t(id)] += !is_continuation(static_cast<unsigned char>(c));
+      continue;
+    }
     piece_text_lengths(piece, &out.bytes[size_t(id)], &out.chars[size_t(id)]);
   }
   return out;

@@ -7,6 +7,9 @@
 //   - control pieces (<s>, </s>, a pad piece) and the unknown piece: 0 and 0 (control pieces decode
 //     to nothing; <unk> stands for text the tokenizer did not keep, and never occurs with byte
 //     fallback);
+//   - a byte-level BPE token of a tokenizer.json (Llama 3, Qwen2.5): the raw bytes it stands for
+//     (its characters in GPT-2's byte alphabet mapped back), characters as above; special added
+//     tokens count 0 and 0 like control pieces;
 //   - every other piece (normal, user-defined, unused): its text's UTF-8 bytes, U+2581 (the
 //     SentencePiece space mark) counting as one space byte.
 // Each piece is counted alone, so the space mark that add_dummy_prefix puts before a document's

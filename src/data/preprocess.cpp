@@ -306,14 +306,22 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
     if (!ec) st.input_bytes += sz;
   }
 
-  // One tokenizer per worker (loaded here so a bad model fails before any thread starts).
+  // One tokenizer per worker (loaded here so a bad model fails before any thread starts; the workers
+  // share one tokenizer.json).
   std::vector<Tokenizer> tokenizers;
   tokenizers.reserve(opt.workers);
-  for (int w = 0; w < opt.workers; ++w) tokenizers.emplace_back(opt.tokenizer_model);
+  tokenizers.emplace_back(opt.tokenizer_model, opt.tokenizer_library);
+  for (int w = 1; w < opt.workers; ++w) {
+    if (tokenizers[0].is_huggingface()) tokenizers.push_back(tokenizers[0].share());  // one copy of its tables
+    else tokenizers.emplace_back(opt.tokenizer_model, opt.tokenizer_library);
+  }
   const Tokenizer& tok = tokenizers[0];
   if (opt.append_eod && tok.eos_id() < 0)
-    fail("--append-eod: tokenizer {} has no eos id, expected one (Llama 2: 2)", opt.tokenizer_model);
-  if (opt.bos && tok.bos_id() < 0) fail("--bos: tokenizer {} has no bos id, expected one (Llama 2: 1)", opt.tokenizer_model);
+    fail("--append-eod: tokenizer {} has no eos id, expected one (Llama 2: 2)\nhint: a tokenizer.json takes its eos from "
+         "tokenizer_config.json's eos_token: put that file beside it", tok.path());
+  if (opt.bos && tok.bos_id() < 0)
+    fail("--bos: tokenizer {} has no bos id, expected one (Llama 2: 1)\nhint: drop --bos for a model without BOS "
+         "(Qwen2.5)", tok.path());
   st.vocab_size = tok.vocab_size() + ((opt.need_pad_id && tok.pad_id() < 0) ? 1 : 0);
   st.dtype = dtype_for_vocab(st.vocab_size);
 

@@ -14,6 +14,7 @@
 
 #include "data/indexed_dataset.h"
 #include "data/jsonl_reader.h"
+#include "data/tokenizer.h"
 
 namespace llamatrain::data {
 
@@ -23,7 +24,8 @@ struct PreprocessOptions {
   std::vector<std::string> inputs;  // files, folders, globs (expand_inputs)
   InputFormat input_format = InputFormat::kJsonl;
   std::vector<std::string> json_keys{"text"};
-  std::string tokenizer_model;
+  std::string tokenizer_model;  // a tokenizer.model or tokenizer.json file, or a folder (tokenizer_library)
+  TokenizerLibrary tokenizer_library = TokenizerLibrary::kFile;
   std::string output_prefix;
   bool append_eod = false;
   bool need_pad_id = false;

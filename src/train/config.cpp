@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "model/shard.h"
 #include "train/config_schema.h"
 
@@ -226,8 +227,14 @@ int64_t ModelConfig::padded_vocab_size(int64_t vocab_size) const {
 
 std::string ModelConfig::tokenizer_model_path() const {
   if (tokenizer.library == "sentencepiece" && tokenizer.model) return *tokenizer.model;
-  if (tokenizer.library == "huggingface" && tokenizer.type) return (fs::path(*tokenizer.type) / "tokenizer.model").string();
-  return init_from ? (fs::path(*init_from) / "tokenizer.model").string() : "";
+  if (tokenizer.library == "huggingface" && tokenizer.type)
+    return data::resolve_tokenizer_path(*tokenizer.type, data::TokenizerLibrary::kHuggingFace);
+  if (!init_from) return "";
+  // init_from's own tokenizer: tokenizer.model when the folder has one, else its tokenizer.json
+  // (huggingface prefers the tokenizer.json).
+  return data::resolve_tokenizer_path(*init_from, tokenizer.library == "huggingface"
+                                                      ? data::TokenizerLibrary::kHuggingFace
+                                                      : data::TokenizerLibrary::kAuto);
 }
 
 data::SftConfig SftDatasetConfig::sft_config(int32_t pad_id) const {

@@ -371,12 +371,14 @@ Schema build_schema() {
 
   // model.tokenizer.
   s.key("model.tokenizer.library", FIELD(model.tokenizer.library), "sentencepiece",
-        "sentencepiece: tokenizer.model is the file; huggingface: tokenizer.type is a folder holding tokenizer.model",
+        "sentencepiece: tokenizer.model is the file; huggingface: tokenizer.type is the model folder (its "
+        "tokenizer.json, else its tokenizer.model) or a tokenizer.json file",
         {}, "sentencepiece|huggingface");
-  s.key("model.tokenizer.type", FIELD(model.tokenizer.type), "null", "huggingface: the tokenizer folder");
+  s.key("model.tokenizer.type", FIELD(model.tokenizer.type), "null",
+        "huggingface: the model folder holding tokenizer.json (read natively) or tokenizer.model");
   s.key("model.tokenizer.model", FIELD(model.tokenizer.model), "null", "sentencepiece: the tokenizer.model file");
   for (const char* k : {"vocab_file", "merge_file", "delimiter", "sentencepiece_legacy", "use_fast"})
-    s.ignored(std::string("model.tokenizer.") + k, "only SentencePiece models are read");
+    s.ignored(std::string("model.tokenizer.") + k, "the tokenizer is read from tokenizer.model or tokenizer.json");
 
   // model.data.
   s.key("model.data.data_prefix", FIELD(model.data.data_prefix), "???",

@@ -278,8 +278,8 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
     fail_key(ctx, "model.tokenizer.model", "is not set, expected the tokenizer.model file (library sentencepiece)\n"
              "hint: model.tokenizer.model=/models/llama2/tokenizer.model, or model.init_from=<Hugging Face folder>");
   if (tok.library == "huggingface" && !tok.type && !m.init_from)
-    fail_key(ctx, "model.tokenizer.type", "is not set, expected a folder holding tokenizer.model (library "
-             "huggingface)\nhint: model.tokenizer.type=/models/Llama-2-7b-hf");
+    fail_key(ctx, "model.tokenizer.type", "is not set, expected the model folder holding tokenizer.json or "
+             "tokenizer.model (library huggingface)\nhint: model.tokenizer.type=/models/Llama-3.1-8B");
 }
 
 }  // namespace llamatrain::train::config_detail

@@ -416,7 +416,8 @@ DoctorRow check_config_files(const TrainConfig& c) {
       for (const auto& f : ds->file_names) need("model.data.*_ds.file_names", f);
   }
   const std::string tok = c.model.tokenizer_model_path();
-  const bool tok_from_init = c.model.init_from && tok == (fs::path(*c.model.init_from) / "tokenizer.model").string();
+  const bool tok_from_init = c.model.init_from && (tok == (fs::path(*c.model.init_from) / "tokenizer.model").string() ||
+                                                   tok == (fs::path(*c.model.init_from) / "tokenizer.json").string());
   if (!tok.empty() && !(tok_from_init && !fs::exists(tok))) need("model.tokenizer", tok);
   if (c.model.init_from) need("model.init_from", (fs::path(*c.model.init_from) / "config.json").string());
   if (c.model.resume_from_checkpoint) {

@@ -66,7 +66,8 @@ void check_files(const TrainConfig& cfg, const std::string& log_dir) {
 // without one, vocab_size is at most this tokenizer's count padded to a multiple of 128 (Megatron's
 // largest usual make_vocab_size_divisible_by).
 void plan_vocabulary(const TrainConfig& cfg, const data::Tokenizer& tok, RunPlan& p) {
-  const std::string base_path = (fs::path(*cfg.model.init_from) / "tokenizer.model").string();
+  // The folder's own tokenizer: tokenizer.model, else tokenizer.json (Qwen2.5 pads vocab_size past it).
+  const std::string base_path = data::resolve_tokenizer_path(*cfg.model.init_from, data::TokenizerLibrary::kAuto);
   const std::string base = is_regular_file(base_path) ? base_path : "";
   const int64_t V = p.model.vocab_size, n = tok.vocab_size();
   if (n < V) {
@@ -76,7 +77,8 @@ void plan_vocabulary(const TrainConfig& cfg, const data::Tokenizer& tok, RunPlan
            "hint: use the checkpoint's own tokenizer{}, or one extended from it (every base piece at its id, new "
            "pieces after them: `llamatrain tokenizer merge`), which grows the model",
            p.tokenizer_path, n, *cfg.model.init_from,
-           base.empty() ? fmt::format("vocab_size {}", V) : fmt::format("a tokenizer.model of {} pieces", base_pieces),
+           base.empty() ? fmt::format("vocab_size {}", V)
+                        : fmt::format("a {} of {} pieces", fs::path(base).filename().string(), base_pieces),
            base.empty() ? V : base_pieces, base.empty() ? "" : " (" + base + ")");
     return;
   }
@@ -96,7 +98,8 @@ void plan_vocabulary(const TrainConfig& cfg, const data::Tokenizer& tok, RunPlan
 void plan_model(const TrainConfig& cfg, RunPlan& p) {
   p.tokenizer_path = cfg.model.tokenizer_model_path();
   const bool tok_from_init =
-      cfg.model.init_from && p.tokenizer_path == (fs::path(*cfg.model.init_from) / "tokenizer.model").string();
+      cfg.model.init_from && (p.tokenizer_path == (fs::path(*cfg.model.init_from) / "tokenizer.model").string() ||
+                              p.tokenizer_path == (fs::path(*cfg.model.init_from) / "tokenizer.json").string());
   if (tok_from_init && !is_regular_file(p.tokenizer_path)) p.tokenizer_path.clear();
   if (!p.tokenizer_path.empty()) p.tokenizer = std::make_shared<const data::Tokenizer>(p.tokenizer_path);
   const data::Tokenizer* tok = p.tokenizer.get();
