@@ -1,6 +1,6 @@
 // `llamatrain generate HF_DIR --prompt TEXT`: loads a Hugging Face Llama, Qwen2 or Mistral folder,
 // tokenizes with its tokenizer (tokenizer.json or tokenizer.model, or --tokenizer-model; BOS first when
-// config.json has one: Qwen2 has none), and samples with a KV cache until max_new_tokens or any of the
+// the tokenizer has one: Qwen2's has none), and samples with a KV cache until max_new_tokens or any of the
 // config's eos ids (Llama 3 lists several).
 // Temperature 0 is greedy; otherwise softmax(logits / temperature) restricted to the top-p nucleus,
 // drawn from the counter-based RNG keyed by --seed, so a seed reproduces a sample exactly. Ids past
@@ -72,12 +72,12 @@ void run_generate(const GenerateOptions& o) {
          "tokenizer.model\nhint: check the path (`llamatrain export CHECKPOINT --hf DIR`, or training with "
          "convert_to_hf=true, writes such a folder)",
          o.model_dir, path_exists(o.model_dir) ? "is not a folder" : "does not exist");
-  // The folder's own tokenizer: tokenizer.json (the folder stands for it and its tokenizer_config.json),
-  // else the SentencePiece tokenizer.model.
+  // The folder's own tokenizer: tokenizer.json (with the tokenizer_config.json beside it), else the
+  // SentencePiece tokenizer.model.
   const std::filesystem::path dir(o.model_dir);
   std::string tok_path = o.tokenizer_model;
   if (tok_path.empty())
-    tok_path = path_exists((dir / "tokenizer.json").string()) ? o.model_dir : (dir / "tokenizer.model").string();
+    tok_path = (dir / (path_exists((dir / "tokenizer.json").string()) ? "tokenizer.json" : "tokenizer.model")).string();
   if (o.tokenizer_model.empty() && !path_exists(tok_path))
     fail("generate: {} has no tokenizer.json or tokenizer.model, expected the tokenizer next to the weights\n"
          "hint: copy the model's tokenizer files there, or name one with --tokenizer-model PATH",
@@ -90,14 +90,17 @@ void run_generate(const GenerateOptions& o) {
     fail("{}: tokenizer has {} pieces, expected at most vocab_size {} from config.json\nhint: use the "
          "tokenizer that came with the model",
          tok_path, tokenizer.vocab_size(), cfg.vocab_size);
+  // BOS as the tokenizer adds it: Llama's <s> or <|begin_of_text|>; none for Qwen2, whose config.json
+  // still names a bos_token_id.
+  const int bos = tokenizer.bos_id();
   std::vector<int> ids;
-  if (cfg.bos_id >= 0) ids.push_back(cfg.bos_id);
+  if (bos >= 0) ids.push_back(bos);
   for (int id : tokenizer.encode(o.prompt)) ids.push_back(id);
   const int64_t total = int64_t(ids.size()) + o.max_new_tokens;
   if (total > cfg.max_seq_len)
     fail("generate: prompt ({} tokens{}) + --max-new-tokens {} = {}, expected at most "
          "max_position_embeddings {}\nhint: lower --max-new-tokens to {} or shorten the prompt",
-         ids.size(), cfg.bos_id >= 0 ? " with BOS" : "", o.max_new_tokens, total, cfg.max_seq_len,
+         ids.size(), bos >= 0 ? " with BOS" : "", o.max_new_tokens, total, cfg.max_seq_len,
          std::max<int64_t>(0, cfg.max_seq_len - int64_t(ids.size())));
   {
     const int64_t weights = model::LlamaModel::weight_bytes(cfg, precision);
@@ -154,7 +157,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("model", o->model_dir,
                   "HF folder with config.json, *.safetensors and tokenizer.json or tokenizer.model")
       ->required();
-  cmd->add_option("--prompt", o->prompt, "Prompt text (BOS is prepended when config.json has one)")->required();
+  cmd->add_option("--prompt", o->prompt, "Prompt text (BOS is prepended when the tokenizer has one)")->required();
   cmd->add_option("--tokenizer-model", o->tokenizer_model,
                   "tokenizer.model, or a folder with tokenizer.json, to use instead of MODEL's");
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")->capture_default_str()
