@@ -433,6 +433,38 @@ TEST(CheckpointReshard, HfWeightsLoadIntoTensorAndPipelineParallelRanks) {
     }
 }
 
+// Qwen2's q/k/v biases and a head dim other than hidden / heads: every rank of TP2 x PP2 and of TP4
+// (one query head a rank, each kv head on two) reads its rows of each bias and its columns of o_proj.
+TEST(CheckpointReshard, HfBiasesAndAnExplicitHeadDimLoadIntoModelParallelRanks) {
+  model::LlamaConfig c = config(true);
+  c.family = model::Family::qwen2;
+  c.qkv_bias = true;
+  c.head_size = 24;  // H * D = 96, not 64
+  c.rope_scaling = {model::RopeScaling::Type::llama3, 4.0f, 1.0f, 4.0f, 16};
+  auto single = single_model(c, model::Precision::fp32);
+  // Biases start at zero; give every element its own value so a misplaced row shows.
+  const model::ParamSpec* b = single->find_param("bqkv");
+  ASSERT_NE(b, nullptr);
+  for (int64_t i = 0; i < b->numel; i++) single->param_data()[b->offset + i] = 0.001f * float(i + 1);
+  single->params_changed();
+  TempDir dir;
+  io::save_hf_checkpoint(*single, dir / "hf", "float32");
+  auto want = std::make_unique<model::LlamaModel>(c, model::Precision::fp32, kSeed);
+  io::load_hf_weights(*want, dir / "hf");
+  EXPECT_EQ(want->param_data()[want->find_param("bqkv")->offset + 5], 0.006f);
+  for (const Layout& lay : {Layout{2, 2, 1}, Layout{4, 1, 1}}) {
+    const std::string where = "HF qwen2 biases, head dim 24 -> " + name_of(lay);
+    parallel::run_local_ranks(
+        lay.world(),
+        [&](Communicator& world) {
+          Rank r = make_rank(world, c, lay, model::Precision::fp32);
+          io::load_hf_weights(*r.model, dir / "hf");
+          check_weights(*r.model, *want, where);
+        },
+        test_options());
+  }
+}
+
 TEST(CheckpointReshard, MissingOrDoubledMomentsAreErrors) {
   const auto c = config(false);
   TempDir dir;
