@@ -43,33 +43,38 @@ void run(const DoctorArgs& a) {
   o.run_dir = a.run_dir;
   o.allreduce_mib = a.allreduce_mib;
 
-  int rank = 0;
-  std::vector<train::DoctorRow> rows;
+  // Rank 0 prints the table (and the failure) before the ranks part: under mpirun a rank that exits 1
+  // first would have rank 0 killed before it writes a line.
+  std::vector<std::string> failed;
   {
     std::unique_ptr<parallel::Communicator> world;
     if (a.all_ranks) world = parallel::make_mpi_world();
-    rank = world ? world->rank() : 0;
-    rows = train::run_doctor(o, world.get());
+    const int rank = world ? world->rank() : 0;
+    const std::vector<train::DoctorRow> rows = train::run_doctor(o, world.get());
+    size_t warned = 0;
+    for (const auto& r : rows) {
+      if (r.status == train::CheckStatus::fail) failed.push_back(r.check);
+      warned += r.status == train::CheckStatus::warn;
+    }
+    if (rank == 0) {
+      std::fputs(train::doctor_table(rows).c_str(), stdout);
+      const std::string choices = model::matmul_choices_text("  ");
+      if (!choices.empty()) std::fputs(choices.c_str(), stdout);
+      std::printf("doctor: %zu checks, %zu failed, %zu warnings\n", rows.size(), failed.size(), warned);
+      std::fflush(stdout);
+      if (!failed.empty()) {
+        std::string names;
+        for (const auto& f : failed) names += (names.empty() ? "" : ", ") + f;
+        std::fprintf(stderr,
+                     "error: doctor: %zu check%s failed (%s), expected none\nhint: the FAIL rows above say what is "
+                     "wrong and how to fix it\n",
+                     failed.size(), failed.size() == 1 ? "" : "s", names.c_str());
+        std::fflush(stderr);
+      }
+    }
+    if (world) world->barrier();
   }  // MPI is finalized here, on every rank, before any rank exits
-  std::vector<std::string> failed;
-  size_t warned = 0;
-  for (const auto& r : rows) {
-    if (r.status == train::CheckStatus::fail) failed.push_back(r.check);
-    warned += r.status == train::CheckStatus::warn;
-  }
-  if (rank == 0) {
-    std::fputs(train::doctor_table(rows).c_str(), stdout);
-    const std::string choices = model::matmul_choices_text("  ");
-    if (!choices.empty()) std::fputs(choices.c_str(), stdout);
-    std::printf("doctor: %zu checks, %zu failed, %zu warnings\n", rows.size(), failed.size(), warned);
-    std::fflush(stdout);
-  }
-  if (failed.empty()) return;
-  if (rank != 0) std::exit(1);
-  std::string names;
-  for (const auto& f : failed) names += (names.empty() ? "" : ", ") + f;
-  fail("doctor: {} check{} failed ({}), expected none\nhint: the FAIL rows above say what is wrong and how to fix it",
-       failed.size(), failed.size() == 1 ? "" : "s", names);
+  if (!failed.empty()) std::exit(1);
 }
 
 }  // namespace
