@@ -244,6 +244,18 @@ TEST_P(VariantGolden, Fp32TenAdamWSteps) {
   }
 }
 
+// The golden's AdamW steps on `m`: each step's loss within `rel` of the reference's.
+void expect_loss_curve(model::LlamaModel& m, const Golden& gold, double rel) {
+  const auto opt = golden_adamw(gold);
+  const auto losses = gold.f32("adamw.losses");
+  for (size_t step = 1; step <= losses.size(); step++) {
+    m.zero_grad();
+    const auto stats = m.forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
+    m.optimizer_step(opt, opt.lr, int(step));
+    EXPECT_NEAR(stats.loss, losses[step - 1], rel * std::abs(losses[step - 1])) << "loss at step " << step;
+  }
+}
+
 TEST_P(VariantGolden, Bf16MixedTracksReference) {
   // Bounds as llama_golden_test.cpp's (derived from bf16's 2^-8 relative rounding).
   Golden gold(name());
@@ -252,14 +264,7 @@ TEST_P(VariantGolden, Bf16MixedTracksReference) {
   std::vector<float> logits(size_t(gold.B) * gold.T * m->config().vocab_size);
   m->logits(logits.data());
   EXPECT_LT(rel_err(logits.data(), gold.f32("logits")), 1.5e-2) << "bf16-mixed logits";
-  const auto opt = golden_adamw(gold);
-  const auto losses = gold.f32("adamw.losses");
-  for (size_t step = 1; step <= losses.size(); step++) {
-    m->zero_grad();
-    const auto stats = m->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
-    m->optimizer_step(opt, opt.lr, int(step));
-    EXPECT_NEAR(stats.loss, losses[step - 1], 2e-3 * std::abs(losses[step - 1])) << "loss at step " << step;
-  }
+  expect_loss_curve(*m, gold, 2e-3);
 }
 
 TEST_P(VariantGolden, Bf16StochasticRoundingTracksReference) {
@@ -267,14 +272,7 @@ TEST_P(VariantGolden, Bf16StochasticRoundingTracksReference) {
   // (llama_golden_test.cpp's bound).
   Golden gold(name());
   auto m = load(name(), Precision::bf16_sr, device());
-  const auto opt = golden_adamw(gold);
-  const auto losses = gold.f32("adamw.losses");
-  for (size_t step = 1; step <= losses.size(); step++) {
-    m->zero_grad();
-    const auto stats = m->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
-    m->optimizer_step(opt, opt.lr, int(step));
-    EXPECT_NEAR(stats.loss, losses[step - 1], 3e-3 * std::abs(losses[step - 1])) << "loss at step " << step;
-  }
+  expect_loss_curve(*m, gold, 3e-3);
 }
 
 TEST_P(VariantGolden, GreedyDecodingMatchesTheReference) {
