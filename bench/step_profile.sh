@@ -4,7 +4,8 @@
 # `bench` with it. At exit the timers print seconds per kernel line summed over all calls (warmup
 # included: divide by steps + 1). Never touches the working tree or its build.
 # Usage: bench/step_profile.sh [bench args...]   (default: stories110m, seq 256, batch 8, bf16-mixed, 4 steps)
-#   env: WORK=/tmp/llamatrain_step_profile THREADS=2
+#   env: WORK=/tmp/llamatrain_step_profile THREADS=2, CMAKE_ARGS (extra configure flags; for an AVX2 CPU on
+#        any x86 machine: CMAKE_ARGS=-DLLAMATRAIN_NATIVE=OFF plus ONEDNN_MAX_CPU_ISA=AVX2 in the environment)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/llamatrain_step_profile}
@@ -14,5 +15,5 @@ ARGS=("$@")
 rm -rf "$WORK" && mkdir -p "$WORK"
 git archive HEAD | tar -x -C "$WORK"
 /usr/bin/python3 bench/step_profile_instrument.py "$WORK/src/model/passes.cpp" "$WORK/src/model/llama.cpp"
-(cd "$WORK" && cmake --preset release >/dev/null && cmake --build build/release --target llamatrain >/dev/null)
+(cd "$WORK" && cmake --preset release ${CMAKE_ARGS:-} >/dev/null && cmake --build build/release --target llamatrain >/dev/null)
 OMP_NUM_THREADS=$THREADS "$WORK/build/release/llamatrain" bench "${ARGS[@]}"

@@ -1,5 +1,5 @@
 # Rewrites the model's source files (paths in argv[1:], in place: src/model/passes.cpp and
-# src/model/llama.cpp) so that every `cpu::kernel(...);` line of the training step, AdamW and the
+# src/model/llama.cpp) so that every `k_.kernel(...);` line (a call through the model's backend) of the training step, AdamW and the
 # init runs inside a scoped timer named after the kernel and its step comment; one table of totals
 # prints to stderr at exit (the timers of all files share it). Used by bench/step_profile.sh only: the
 # model itself carries no timers.
@@ -19,20 +19,19 @@ total=0
 for p in sys.argv[1:]:
     s=open(p).read()
     s=s.replace('namespace llamatrain::model {', hdr+'namespace llamatrain::model {',1)
-    # join multi-line cpu:: calls
+    # join multi-line k_. calls
     lines=s.split('\n'); out=[]; i=0
     while i<len(lines):
         line=lines[i]
-        if re.match(r'^\s*cpu::\w+\(', line) and not line.rstrip().endswith(';') and '//' not in line:
+        if re.match(r'^\s*k_\.\w+\(', line) and not line.rstrip().endswith(';') and '//' not in line:
             while not lines[i].split('//')[0].rstrip().endswith(';'):
                 i+=1; line=line.rstrip()+' '+lines[i].strip()
-        m=re.match(r'^(\s*)(cpu::(\w+)\((.*)\);)(\s*//\s*(.*))?$', line)
+        m=re.match(r'^(\s*)(k_\.(\w+)\((.*)\);)(\s*//\s*(.*))?$', line)
         if m:
             name=m.group(3)+':'+(m.group(6) or '').strip()
             line=f'{m.group(1)}TM("{name}", {m.group(2)[:-1]});'
         out.append(line); i+=1
     s='\n'.join(out)
-    s=s.replace('  std::fill(grad_arena_.begin(), grad_arena_.end(), 0.0f);','  TM("zero_grad", std::fill(grad_arena_.begin(), grad_arena_.end(), 0.0f));')
     total+=s.count('TM("')
     open(p, 'w').write(s)
 if total < 25:
