@@ -1,8 +1,8 @@
 // Flash-style causal grouped-query attention on CPU (cpu::attention_forward / attention_backward);
 // must match ref::attention_* (kernels/ref/attention.cpp) to fp32 rounding. Never materializes the
 // (B,H,T,T) scores: queries and keys are cut into kB = 64-row tiles; a (query tile, key tile) pair
-// is 2 (forward) or 5 (backward) small fp32 GEMMs, all run by one 8 x 32 register-blocked kernel on
-// compiler vector extensions (-march=native picks the width), plus a vectorized polynomial exp.
+// is 2 (forward) or 5 (backward) small fp32 GEMMs, all run by one register-blocked kernel on
+// compiler vector extensions (8 x 32 with AVX-512, 4 x 16 with AVX2), plus a vectorized polynomial exp.
 //   forward:  per (b, h, query tile), key tiles 0..diagonal with an online softmax (running max m
 //             and sum l per query, the output rescaled by exp(m_old - m_new)); scores computed
 //             transposed (K Q^T) so Q is packed once; tiles above the diagonal are skipped;
@@ -11,9 +11,9 @@
 //             once per row, by the task that uses it; per key tile (K, V packed once) dK, dV
 //             accumulate over the kv head's query heads and query tiles, dQ accumulates dS K over
 //             key tiles (the key-tile-0 term is stored, so dq is never zero-filled).
-// Work saved on diagonal tiles: products skip the masked triangle in 16-column groups (scores, dP)
+// Work saved on diagonal tiles: products skip the masked triangle in kV-column groups (scores, dP)
 // or exactly per 8-row block (P V, P^T dO, dS^T Q, dS K); masked entries are -inf before exp and
-// dS = 0 there. Memory: tiles are transposed 16 x 16 in registers; rows a pass touches first (the
+// dS = 0 there. Memory: tiles are transposed kV x kV in registers; rows a pass touches first (the
 // next task's q, out, the dk/dv rows stored after a key tile) are prefetched so the misses overlap
 // with the products. Measured side by side with the previous kernel: bench/attention_bench.cpp,
 // docs/performance.md ("Attention kernel").
@@ -66,32 +66,40 @@ constexpr int kB = 64;  // rows per query tile = keys per key tile (equal, so ev
 #define ONE_BODY [[gnu::noipa]]
 #endif
 
-// Micro-kernels on GCC/Clang vector extensions (16 floats; the compiler maps them to zmm, ymm or xmm
-// registers, whatever -march offers): plain loops over a float array keep their accumulators in
-// memory, these keep a block of rows x columns in registers. a * b + c contracts to one fma.
-using vf = float __attribute__((vector_size(64)));
+// Micro-kernels on GCC/Clang vector extensions, one vector register wide: 16 floats (zmm) with
+// AVX-512, 8 (ymm) with AVX, else 4. Plain loops over a float array keep their accumulators in
+// memory, these keep a block of rows x columns in registers. a * b + c contracts to one fma. A
+// vector wider than the target's registers is not split into registers: GCC keeps it in memory and
+// copies it through the stack for every operation (16 floats on AVX2 ran the kernel ~10x slower).
+#if defined(__AVX512F__)
 constexpr int kV = 16;  // floats per vf
+#elif defined(__AVX__)
+constexpr int kV = 8;
+#else
+constexpr int kV = 4;
+#endif
+using vf = float __attribute__((vector_size(kV * sizeof(float))));
 // vf never crosses a function boundary by value: that would change the ABI (and warn) when the
 // target lacks 512-bit registers.
 // Unaligned access through a 4-byte-aligned alias of vf: a plain vector load or store (memcpy here
 // made GCC keep the accumulators in a stack array and copy them in and out of registers). A typedef,
 // not `using`: Clang applies the attributes of a `using` to float, so the alias stayed 64-aligned.
-typedef float vf_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
+typedef float vf_unaligned __attribute__((vector_size(kV * sizeof(float)), aligned(4), may_alias));
 static_assert(alignof(vf_unaligned) == 4);
 inline void load(vf& v, const float* p) { v = *reinterpret_cast<const vf_unaligned*>(p); }
 inline void store(float* p, const vf& v) { *reinterpret_cast<vf_unaligned*>(p) = v; }
 
-// The one micro-kernel: rows [0, R) and columns [0, 16 NV) of
+// The one micro-kernel: rows [0, R) and columns [0, kV NV) of
 //   C[r][:] (+)= sum_{c < n} A(r, c) * Bm[c][:],   A(r, c) = a_transposed ? A[r + c*lda] : A[r*lda + c]
 // with C rows at stride ldc, Bm rows at stride ldb; starts from 0 unless accumulate, from C[r][:] *
 // row_scale[r] if row_scale is given (the online softmax's rescale, fused). An R x NV
 // block of accumulators stays in registers (8 x 2 measured ~2.4x faster than 4 x 4 on AVX-512: 10
-// loads per 16 fma instead of 20). The layout of A is a template argument so the compiler keeps
+// loads per 16 fma instead of 20; kRows, kCols below). The layout of A is a template argument so the compiler keeps
 // one loop (a runtime pair of strides made it version the loop and copy the accumulators through
 // the stack around it). Each element sums c in increasing order whatever the blocking, so results
-// do not depend on how callers cut rows and columns. narrow (NV = 1): only the first `cols` < 16
+// do not depend on how callers cut rows and columns. narrow (NV = 1): only the first `cols` < kV
 // columns exist; C and Bm are read zero-padded and C is stored in part, so a head dim that is not a
-// multiple of 16 runs the same vector arithmetic as the rest instead of a scalar loop.
+// multiple of kV runs the same vector arithmetic as the rest instead of a scalar loop.
 template <bool narrow>
 inline void load_cols(vf& v, const float* p, int cols) {
   if constexpr (narrow) {
@@ -139,17 +147,16 @@ inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t lda, const
 }
 
 // Rows and columns per gemm_block: its R x NV accumulators must fit the vector registers with room
-// for the NV loads of Bm and a broadcast. AVX-512 has 32 registers of 16 floats (8 x 2 blocks: 16
-// accumulators); AVX2 has 16 of 8 floats, where a vf takes two, so 8 x 2 would need 32 for the
-// accumulators alone and spill every iteration (the attention ran ~4.5x slower): 4 x 1 keeps 8.
-// Results do not change with the blocking (see gemm_block).
+// for the NV loads of Bm and a broadcast. AVX-512 has 32 registers (8 x 2 blocks: 16 accumulators);
+// AVX2 has 16, where 8 x 2 would spill every iteration: 4 x 2 keeps 8 accumulators, 2 loads and a
+// broadcast in registers (6 loads per 8 fma). Results do not change with the blocking (see
+// gemm_block).
 #if defined(__AVX512F__)
 constexpr int kRows = 8;
-constexpr int kCols = 32;  // NV = 2
 #else
 constexpr int kRows = 4;
-constexpr int kCols = 16;  // NV = 1
 #endif
+constexpr int kCols = 2 * kV;  // NV = 2
 
 // Which part of a diagonal tile a product needs (rows and columns index the same 64 positions):
 // Tri::lower, columns c <= row r (rows are queries, columns keys); Tri::upper, columns c >= r (rows
@@ -157,7 +164,7 @@ constexpr int kCols = 16;  // NV = 1
 enum class Tri { none, lower, upper };
 
 // S (kB,kB) [i][j] = sum_d A[i][d] * Bt[d][j] for rows i < ni (padded columns of Bt are 0), A rows
-// at stride lda. On a diagonal tile (tri != none) a block of rows gets only the 16-column groups
+// at stride lda. On a diagonal tile (tri != none) a block of rows gets only the kV-column groups
 // that hold some of its unmasked entries; the columns left out are all masked, and the caller
 // overwrites or ignores them.
 void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_t lda, const float* Bt /*(D,kB)*/,
@@ -183,7 +190,7 @@ void tile_dot(float* S /*(kB,kB)*/, const float* A /*(ni,D) stride lda*/, int64_
 // c = r, per block of rows. Skipped terms are exact zeros, so the result is the same as without
 // skipping. accumulate = false starts C from 0 (the same bits as zeroing C first, without touching
 // it twice); row_scale (nr), if given, scales row r of C before the sum. Every column runs on
-// gemm_block, the D % 16 last ones on its narrow form: no scalar loop, whose arithmetic the compiler
+// gemm_block, the D % kV last ones on its narrow form: no scalar loop, whose arithmetic the compiler
 // may vectorize differently per call site or stride (GCC versions it for stride 1 and vectorizes
 // that copy as an in-order reduction, unfused, while the other copy fuses into fma).
 void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int a_rs, int a_cs,
@@ -219,22 +226,24 @@ void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int 
   }
 }
 
-// One butterfly stage of a 16 x 16 transpose: rows a, b (row indices i and i + w, i & w == 0) swap
-// their off-diagonal w x w blocks. The four stages w = 8, 4, 2, 1 transpose the 16 rows.
+// One butterfly stage of a kV x kV transpose: rows a, b (row indices i and i + w, i & w == 0) swap
+// their off-diagonal w x w blocks. The stages w = kV/2, ..., 2, 1 transpose the kV rows.
 template <int w, size_t... k>
 inline void swap_blocks(vf& a, vf& b, std::index_sequence<k...>) {
-  const vf a_new = __builtin_shufflevector(a, b, ((k & w) ? 16 + (k ^ w) : k)...);
-  b = __builtin_shufflevector(a, b, ((k & w) ? 16 + k : (k ^ w))...);
+  const vf a_new = __builtin_shufflevector(a, b, ((k & w) ? kV + (k ^ w) : k)...);
+  b = __builtin_shufflevector(a, b, ((k & w) ? kV + k : (k ^ w))...);
   a = a_new;
 }
 template <int w>
 inline void transpose_stage(vf (&x)[kV]) {
-  for (int i = 0; i < kV; i++)
-    if ((i & w) == 0) swap_blocks<w>(x[i], x[i + w], std::make_index_sequence<kV>());
+  if constexpr (w < kV)
+    for (int i = 0; i < kV; i++)
+      if ((i & w) == 0) swap_blocks<w>(x[i], x[i + w], std::make_index_sequence<kV>());
 }
 
-// Bt (D,kB) = transpose of nj rows of X (stride ldx), columns nj..kB-1 zeroed. 16 x 16 blocks are
-// transposed in registers (16 row loads, 64 shuffles, 16 stores); the edges element by element.
+// Bt (D,kB) = transpose of nj rows of X (stride ldx), columns nj..kB-1 zeroed. kV x kV blocks are
+// transposed in registers (kV row loads, kV log2(kV) shuffles, kV stores); the edges element by
+// element.
 void pack_transposed(float* Bt /*(D,kB)*/, const float* X /*(nj,D) stride ldx*/, int64_t ldx, int nj, int D) {
   int j = 0;
   for (; j + kV <= nj; j += kV) {
@@ -242,7 +251,7 @@ void pack_transposed(float* Bt /*(D,kB)*/, const float* X /*(nj,D) stride ldx*/,
     for (; d + kV <= D; d += kV) {
       vf x[kV];
       for (int r = 0; r < kV; r++) load(x[r], X + (j + r) * ldx + d);
-      transpose_stage<8>(x);
+      transpose_stage<8>(x);  // (a stage as wide as the vector or wider does nothing)
       transpose_stage<4>(x);
       transpose_stage<2>(x);
       transpose_stage<1>(x);
@@ -296,7 +305,7 @@ void mask_upper(float* St /*(kB,kB)*/, int nj) {
     for (int i = 0; i < j; i++) St[j * kB + i] = -std::numeric_limits<float>::infinity();
 }
 
-// sum_d x[d] * y[d] in a fixed order: 16 lane sums (d mod 16), then the lanes pairwise; so it
+// sum_d x[d] * y[d] in a fixed order: kV lane sums (d mod kV), then the lanes pairwise; so it
 // vectorizes without -ffast-math and its bits do not depend on the caller.
 float dot(const float* x, const float* y, int n) {
   float lane[kV] = {};
