@@ -152,16 +152,17 @@ void run_bench(const BenchOptions& o) {
         "\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"gflops\":%.1f,\"matmul_peak_gflops\":%.1f,\"mfu\":%.4f,"
         "\"peak_rss_mb\":%.1f,\"analytic_mb\":%.1f,\"rss_over_analytic\":%.3f,\"state_mb\":%.1f,"
         "\"trainable_params\":%lld,\"float_operands\":%s,\"device\":\"%s\",\"device_mb\":%.1f,"
-        "\"matmul_kernels\":%s}\n",
+        "\"cpu_kernels\":\"%s\",\"matmul_kernels\":%s}\n",
         o.model.c_str(), (long long)model.num_params(), o.precision.c_str(), B, T, o.steps, median, tokens_per_s,
         gflops, peak_gflops, gflops / peak_gflops, rss / 1e6, analytic / 1e6, rss / analytic, mem.state / 1e6,
         (long long)model.num_trainable(),
         model.float_operands() ? "true" : "false", model::device_name(device),
-        device_bytes < 0 ? -1.0 : device_bytes / 1e6, model::matmul_choices_json().c_str());
+        device_bytes < 0 ? -1.0 : device_bytes / 1e6, model::cpu_kernels_variant(), model::matmul_choices_json().c_str());
   } else {
     std::printf("model %s (%.1fM params), %s, batch %d x seq %d, median of %d steps\n", o.model.c_str(),
                 double(model.num_params()) / 1e6, o.precision.c_str(), B, T, o.steps);
     std::printf("  step time      %.3f s\n  tokens/s       %.1f\n", median, tokens_per_s);
+    if (device == model::Device::cpu) std::printf("  cpu kernels    %s\n", model::cpu_kernels_variant());
     std::printf("  achieved       %.1f GFLOP/s  (matmul peak %.1f GFLOP/s at %dx%dx%d: MFU %.1f%%)\n", gflops,
                 peak_gflops, N, cfg.vocab_size, cfg.dim, 100.0 * gflops / peak_gflops);
     if (device_bytes >= 0)

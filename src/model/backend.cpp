@@ -101,6 +101,7 @@ std::string matmul_choices_text(const std::string& indent) {
 }
 
 std::string matmul_choices_json() { return cpu::matmul_choices_json(cpu::matmul_chooser()); }
+const char* cpu_kernels_variant() { return cpu::cpu_kernels_variant(); }
 
 bool bf16_matmul_available() { return cpu::matmul_chooser().bf16_available(); }
 

@@ -47,5 +47,8 @@ std::string matmul_choices_text(const std::string& indent);
 std::string matmul_choices_json();
 // Whether the matmul library has a bf16 kernel on this CPU (else bf16 compute runs on fp32 kernels).
 bool bf16_matmul_available();
+// The CPU variant the CPU backend's kernels run: "avx512" or "avx2" (chosen for this CPU at run time,
+// or by LLAMATRAIN_CPU_KERNELS), "native" or "generic" (a build with one variant).
+const char* cpu_kernels_variant();
 
 }  // namespace llamatrain::model

@@ -121,8 +121,14 @@ DoctorRow check_cpu() {
   std::string have;
   for (const char* f : {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"})
     if (flags.count(f)) have += std::string(have.empty() ? "" : " ") + f;
-  const std::string model = info.count("model name") ? info.at("model name") : "unknown CPU";
-  DoctorRow row{"cpu", CheckStatus::pass, fmt::format("{}; {}", model, have.empty() ? "no vector extensions" : have)};
+  const std::string cpu_model = info.count("model name") ? info.at("model name") : "unknown CPU";
+  DoctorRow row{"cpu", CheckStatus::pass, fmt::format("{}; {}", cpu_model, have.empty() ? "no vector extensions" : have)};
+  try {
+    row.detail += fmt::format("; kernels {}", model::cpu_kernels_variant());
+  } catch (const Error& e) {  // LLAMATRAIN_CPU_KERNELS names a variant this CPU or build lacks
+    row.status = CheckStatus::fail;
+    row.detail += fmt::format("; {}", e.what());
+  }
   if (!flags.count("avx2") && info.count("flags")) {
     row.status = CheckStatus::warn;
     row.detail += "; no AVX2: the matmul kernels run far below this machine's peak";

@@ -14,8 +14,9 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/put.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 namespace {
 
@@ -126,4 +127,4 @@ double sum_squares(const float* x, int64_t n) {
   return acc;
 }
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

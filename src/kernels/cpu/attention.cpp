@@ -48,8 +48,9 @@
 #include "core/error.h"
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 namespace {
 
@@ -71,13 +72,7 @@ constexpr int kB = 64;  // rows per query tile = keys per key tile (equal, so ev
 // memory, these keep a block of rows x columns in registers. a * b + c contracts to one fma. A
 // vector wider than the target's registers is not split into registers: GCC keeps it in memory and
 // copies it through the stack for every operation (16 floats on AVX2 ran the kernel ~10x slower).
-#if defined(__AVX512F__)
-constexpr int kV = 16;  // floats per vf
-#elif defined(__AVX__)
-constexpr int kV = 8;
-#else
-constexpr int kV = 4;
-#endif
+constexpr int kV = LLAMATRAIN_CPU_VECTOR_FLOATS;  // floats per vf (kernels/cpu/variant.h)
 using vf = float __attribute__((vector_size(kV * sizeof(float))));
 // vf never crosses a function boundary by value: that would change the ABI (and warn) when the
 // target lacks 512-bit registers.
@@ -151,11 +146,7 @@ inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t lda, const
 // AVX2 has 16, where 8 x 2 would spill every iteration: 4 x 2 keeps 8 accumulators, 2 loads and a
 // broadcast in registers (6 loads per 8 fma). Results do not change with the blocking (see
 // gemm_block).
-#if defined(__AVX512F__)
-constexpr int kRows = 8;
-#else
-constexpr int kRows = 4;
-#endif
+constexpr int kRows = kV == 16 ? 8 : 4;
 constexpr int kCols = 2 * kV;  // NV = 2
 
 // Which part of a diagonal tile a product needs (rows and columns index the same 64 positions):
@@ -590,4 +581,4 @@ void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(
   backward_all(dqkv, dout, qkv, out, lse, g);
 }
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

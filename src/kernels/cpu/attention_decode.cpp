@@ -6,8 +6,9 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
                       int D, int window) {
@@ -43,4 +44,4 @@ void attention_decode(float* out, float* scores, const float* q, const float* kv
   }
 }
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

@@ -5,8 +5,9 @@
 #include <algorithm>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 namespace {
 constexpr int kColumnBlock = 256;  // columns per task of the backward
@@ -38,4 +39,4 @@ void bias_backward(float* dbias /*(OC)*/, const float* dout /*(N,OC)*/, int N, i
   }
 }
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

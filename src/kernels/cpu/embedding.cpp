@@ -8,8 +8,9 @@
 #include <cstring>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 15;  // below this many floats, threads cost more than they save
@@ -38,4 +39,4 @@ void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, cons
   }
 }
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

@@ -194,34 +194,10 @@ static void lmhead_ce_pass(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dw
       float* lc = dlog_f != nullptr ? dlog_f + int64_t(r0 - g0) * V : logits;  // (rows,V)
       detail::gemm(lc, static_cast<const char*>(xg) + (r0 - g0) * int64_t(C) * elem, false, w, true, rows, V, C,
                    is_bf16, false);
-#pragma omp parallel for schedule(static)
-      for (int i = 0; i < rows; i++) {
-        float* l = lc + int64_t(i) * V;  // (V)
-        const int n = r0 + i;
-        const int32_t t = targets[n];
-        CHECK(t < V, "lmhead_ce: target {} at row {} is out of range for vocab {}", t, n, V);
-        // one exp per logit; evaluation takes the same steps, so its losses are bitwise the same
-        const float mx = detail::row_max(l, V);
-        const float lt = t >= 0 ? l[t] : 0.0f;
-        const float sum = detail::row_exp_sum(l, mx, V);
-        const float lse = mx + std::log(sum);
-        losses[n] = t >= 0 ? lse - lt : 0.0f;
-        if (!backward) continue;
-        // dlogits = dloss * (softmax - onehot); ignored rows contribute nothing
-        const float scale = t >= 0 ? dloss / sum : 0.0f;
-        const float dt = t >= 0 ? (l[t] / sum - 1.0f) * dloss : 0.0f;
-        if (is_bf16) {
-          bf16* d = dlog_b + int64_t(n - g0) * V;  // (V)
-          detail::row_scale_bf16(d, l, scale, V);
-          if (t >= 0) d[t] = to_bf16(dt);
-        } else if (rounds) {
-          detail::row_scale_bf16_values(l, l, scale, V);
-          if (t >= 0) l[t] = to_float(to_bf16(dt));
-        } else {
-          detail::row_scale_f32(l, l, scale, V);
-          if (t >= 0) l[t] = dt;
-        }
-      }
+      // the softmax of each row, in the CPU variant's kernel; one exp per logit, and evaluation takes the
+      // same steps, so its losses are bitwise the same
+      detail::lmhead_ce_rows(losses, lc, dlog_b != nullptr ? dlog_b + int64_t(r0 - g0) * V : nullptr, targets, r0, rows,
+                             V, dloss, backward, rounds);
     }
     if (!backward) continue;
 

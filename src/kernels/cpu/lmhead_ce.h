@@ -16,6 +16,9 @@
 
 namespace llamatrain::cpu::detail {
 
+// Kernels compiled per CPU variant that lmhead_ce.cpp calls (each call goes to the chosen variant).
+#include "kernels/cpu/internal_list.inc"
+
 // Rows per forward chunk for vocabulary size V (>= 1).
 int lmhead_chunk_rows(int V);
 // Rows per backward block for N rows (>= 1): a multiple of lmhead_chunk_rows(V), or N when all fit.

@@ -16,6 +16,9 @@
 //     each). In the bf16 modes the kernels that produce them (rmsnorm_forward, swiglu_forward/backward)
 //     write the form the matmul's kernel reads (bf16 for the bf16 kernel, bf16_in_f32 for the fp32
 //     kernel), so no separate conversion pass runs; float operands are rounded per call.
+//   - one binary serves every x86-64 CPU with AVX2: the loops of the kernels (everything but the
+//     matmuls, which oneDNN dispatches itself) are compiled once per CPU variant, AVX2 and AVX-512,
+//     and each call goes to the one chosen for this CPU at run time (variant.h, dispatch.cpp).
 #pragma once
 
 #include <cstddef>
@@ -33,20 +36,11 @@ enum class ComputeType { f32, bf16 };
 // float copy of them as is.
 using Bf16Weight = llamatrain::Bf16Weight;
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C);
-void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C);
-void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin, int V,
-                                      int N, int C);
-void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
-                                       int V, int N, int C);
+// The kernels compiled once per CPU variant, dispatched at run time (kernels/cpu/variant.h).
+#include "kernels/cpu/ops_list.inc"
 
-// out: float, or bf16 (rounded to nearest even) when it only feeds bf16 matmuls.
-template <typename T>
-void rmsnorm_forward(T* out, float* rstd, const float* x, const float* weight, int N, int C, float eps);
-// dweight may be nullptr (a frozen weight): dx only.
-void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
-                      const float* rstd, int N, int C);
-
+// Compiled once: oneDNN dispatches its kernels itself; the work around them (operand
+// conversions, the softmax rows of the lm head) goes through the variant kernels above.
 // out (N,OC) = inp (N,IC) @ weight (OC,IC)^T. With ComputeType::bf16, weight_bf16 must hold the bf16
 // values of weight (the model keeps them in sync); a float inp is rounded to bf16 values internally,
 // a bf16 or bf16_in_f32 inp is used as is (converted only when the kernel reads the other form).
@@ -71,33 +65,6 @@ bool bf16_operands_as_floats(int M, int N, int K);
 // The same without probing: the answer when known (forced, cached or too small), else nothing.
 std::optional<bool> bf16_operands_as_floats_known(int M, int N, int K);
 
-void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope);
-// round_rows: then rounds each whole row (row_stride floats, the heads not rotated too) to bf16
-// values, for a gradient whose only use is as a bf16 matmul operand.
-void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
-                   bool round_rows = false);
-
-// window > 0: sliding-window attention (key u visible to query t iff t - window < u <= t).
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
-                       int window = 0);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int B, int T, int H, int Hkv, int D, int window = 0);
-void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D, int window = 0);
-
-// x[n, :] += bias; dbias += sum_n dout[n, :] (OpenMP over columns, each column summed in fp64 in
-// row order, as ref::bias_*).
-void bias_forward(float* x /*(N,OC)*/, const float* bias /*(OC)*/, int N, int OC);
-void bias_backward(float* dbias /*(OC)*/, const float* dout /*(N,OC)*/, int N, int OC);
-
-// out and dh13: float, or bf16 (rounded to nearest even) when they only feed bf16 matmuls.
-template <typename T>
-void swiglu_forward(T* out, const float* h13, int N, int F);
-template <typename T>
-void swiglu_backward(T* dh13, const float* dout, const float* h13, int N, int F);
-
-void residual_forward(float* out, const float* a, const float* b, int64_t n);
-
 // Fused lm head + cross-entropy, as ref::lmhead_ce_forward / lmhead_ce_backward:
 //   logits = x @ wout^T (chunk of rows at a time); losses[n] as ref::cross_entropy_forward;
 //   backward: also dlogits = dloss * (softmax - onehot) (0 for targets < 0),
@@ -117,36 +84,11 @@ void lmhead_ce_backward(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwout
 // lmhead_ce_forward needs only the chunk.
 int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct, bool float_weight = false);
 
-void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int step, float grad_scale);
-// adamw_update, and param_bf16 (n) receives the new params rounded to nearest even in the same pass
-// (bf16-mixed: the matmul copy of the fp32 master weights).
-// T = bf16, or bf16_in_f32 when the model keeps its matmul copy in that form.
-template <typename T>
-void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay, int step,
-                            float grad_scale);
-// bf16-sr: param, m and v are bf16; the update is computed in fp32 and each result is rounded
-// stochastically with bits from random_u32(seed, step, tensor_id, element) (core/rng.h), so the
-// result does not depend on thread count. param_f32 (may be nullptr) receives the exact fp32 value
-// of the new bf16 param (the model's compute copy). The arrays hold elements first_element ..
-// first_element + n - 1 of the tensor (a ZeRO-1 shard), which key the random bits, so a tensor
-// updated in pieces rounds exactly as in one call.
-void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
-                          float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
-                          uint64_t seed, uint32_t tensor_id, uint64_t first_element = 0);
-
-double sum_squares(const float* x, int64_t n);
-
-void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V);
-void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima, int P,
-                                const int32_t* targets, int64_t vocab_begin, int N, int V);
-void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials, const int32_t* targets,
-                               int N);
-void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_t* targets, int64_t vocab_begin,
-                                float dloss, int N, int V, bool bf16_values);
-
-void fill_constant(float* out, int64_t n, float value);
-void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first);
+// The CPU variant the kernels of ops_list.inc run on this CPU: "avx512" (x86-64 with AVX-512 F, CD,
+// BW, DQ and VL) or "avx2" (AVX2 and FMA) in the portable x86-64 build, the widest this CPU has;
+// "native" or "generic" in a build with one variant (-march=native, or not x86-64).
+// LLAMATRAIN_CPU_KERNELS=avx2|avx512|auto picks one; an Error names a variant this CPU or build lacks.
+// Chosen once, on first use.
+const char* cpu_kernels_variant();
 
 }  // namespace llamatrain::cpu

@@ -11,8 +11,9 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/put.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 template <typename T>
 void rmsnorm_forward(T* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/, const float* weight /*(C)*/,
@@ -70,4 +71,4 @@ void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* 
   }
 }
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

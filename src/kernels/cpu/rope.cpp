@@ -12,8 +12,9 @@
 
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 namespace {
 
@@ -122,4 +123,4 @@ void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_st
   rope_apply(dx, pos, N, n_heads, row_stride, D, rope, -1.0f, round_rows);
 }
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

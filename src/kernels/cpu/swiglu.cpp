@@ -8,8 +8,9 @@
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/put.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 namespace {
 
@@ -58,4 +59,4 @@ template void swiglu_backward(bf16*, const float*, const float*, int, int);
 template void swiglu_forward(bf16_in_f32*, const float*, int, int);
 template void swiglu_backward(bf16_in_f32*, const float*, const float*, int, int);
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

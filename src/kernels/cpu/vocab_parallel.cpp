@@ -11,8 +11,9 @@
 #include "core/bf16.h"
 #include "kernels/cpu/lmhead_ce.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
 
-namespace llamatrain::cpu {
+namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 namespace {
 // The local row of a token, or -1 when another rank holds it.
@@ -49,7 +50,7 @@ void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int
 
 void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V) {
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; n++) local_max[n] = detail::row_max(logits + n * V, V);
+  for (int64_t n = 0; n < N; n++) local_max[n] = cpu::detail::row_max(logits + n * V, V);
 }
 
 void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima, int P,
@@ -62,7 +63,7 @@ void vocab_parallel_ce_partials(float* partials, float* global_max, float* logit
     float* row = logits + n * V;
     const int64_t t = targets[n] < 0 ? -1 : local_row(targets[n], vocab_begin, V);
     partials[2 * n + 1] = t >= 0 ? row[t] : 0.0f;
-    partials[2 * n] = detail::row_exp_sum(row, mx, V);  // row now holds exp(logit - max)
+    partials[2 * n] = cpu::detail::row_exp_sum(row, mx, V);  // row now holds exp(logit - max)
   }
 }
 
@@ -85,13 +86,13 @@ void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_
     const int64_t t = local_row(targets[n], vocab_begin, V);
     const float dt = t >= 0 ? (row[t] / sum - 1.0f) * dloss : 0.0f;
     if (bf16_values) {
-      detail::row_scale_bf16_values(row, row, scale, V);
+      cpu::detail::row_scale_bf16_values(row, row, scale, V);
       if (t >= 0) row[t] = to_float(to_bf16(dt));
     } else {
-      detail::row_scale_f32(row, row, scale, V);
+      cpu::detail::row_scale_f32(row, row, scale, V);
       if (t >= 0) row[t] = dt;
     }
   }
 }
 
-}  // namespace llamatrain::cpu
+}  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT
