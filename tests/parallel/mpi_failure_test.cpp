@@ -1,8 +1,9 @@
 // parallel/mpi failures: how an MPI job ends when one rank fails, run through mpirun with
 // tests/parallel/mpi_failure_worker.cpp. A rank killed with SIGKILL inside a loop of all-reduces
 // (OpenMPI's own handling: mpirun ends the job), a rank that never joins an all-reduce (our
-// watchdog, 2 s), and an MPI error (a receive too small for its message) must each end every rank,
-// with a non-zero status, in bounded time, and name the rank and the operation where we print.
+// watchdog, 2 s), and an MPI error (a receive too small for its message, posted before or after the
+// message arrived) must each end every rank, with a non-zero status, in bounded time, and name the
+// rank and the operation where we print.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -139,7 +140,20 @@ TEST(MpiFailure, TheWatchdogEndsAJobWhoseRankNeverJoins) {
 TEST(MpiFailure, AnMpiErrorNamesTheRankTheCallAndTheOperation) {
   const Job job = run_job("recv", 2, 30);
   expect_every_rank_ended(job, 2);
-  EXPECT_NE(job.output.find("[rank 1] MPI_Waitall failed in irecv #1 on 'world' (world ranks 0,1), 32 bytes from "
+  EXPECT_NE(job.output.find("[rank 1] MPI_Wait failed in irecv #1 on 'world' (world ranks 0,1), 32 bytes from "
+                            "rank 0 tag 5: MPI_ERR_TRUNCATE"),
+            std::string::npos)
+      << job.output;
+  fs::remove_all(job.dir);
+}
+
+// The truncated message is in before its receive is posted, so the request has failed before the
+// wait: the order in which a wait over several requests (MPI_Waitall, OpenMPI 4.1, thread-multiple)
+// spins forever instead of returning the error.
+TEST(MpiFailure, AnMpiErrorOnAReceiveThatFailedBeforeItsWaitIsReported) {
+  const Job job = run_job("recv_late", 2, 30);
+  expect_every_rank_ended(job, 2);
+  EXPECT_NE(job.output.find("[rank 1] MPI_Wait failed in irecv #2 on 'world' (world ranks 0,1), 32 bytes from "
                             "rank 0 tag 5: MPI_ERR_TRUNCATE"),
             std::string::npos)
       << job.output;

@@ -3,6 +3,8 @@
 //   kill  rank 1 kills itself with SIGKILL inside a loop of all-reduces
 //   hang  rank 2 sleeps 60 s before its 6th all-reduce (collective #7); the watchdog (2 s) must end the job
 //   recv  rank 1 receives into a buffer smaller than the message: an MPI error named by rank and call
+//   recv_late  the same, with the message in before its receive is posted (rank 1 first takes a later
+//              message from rank 0, which MPI delivers in order): the receive has failed before its wait
 // Every rank writes DIR/pid.RANK first and DIR/finished.RANK if it ever gets to the end. Tests only.
 #include <signal.h>
 #include <unistd.h>
@@ -20,7 +22,7 @@ using namespace llamatrain::parallel;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: mpi_failure_worker kill|hang|recv DIR\n");
+    std::fprintf(stderr, "usage: mpi_failure_worker kill|hang|recv|recv_late DIR\n");
     return 2;
   }
   const std::string scenario = argv[1], dir = argv[2];
@@ -46,6 +48,16 @@ int main(int argc, char** argv) {
   } else if (scenario == "recv") {
     if (rank == 0) world->isend(x.data(), 64, 1, 5).wait();
     if (rank == 1) world->irecv(x.data(), 32, 0, 5).wait();
+    world->barrier();
+  } else if (scenario == "recv_late") {
+    if (rank == 0) {
+      world->isend(x.data(), 64, 1, 5).wait();
+      world->isend(x.data(), 0, 1, 6).wait();
+    }
+    if (rank == 1) {
+      world->irecv(x.data(), 0, 0, 6).wait();
+      world->irecv(x.data(), 32, 0, 5).wait();
+    }
     world->barrier();
   }
   std::ofstream(dir + "/finished." + std::to_string(rank)) << "done\n";
