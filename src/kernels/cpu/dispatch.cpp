@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/cpu/lmhead_ce.h"
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/ops.h"
 
 #if defined(LLAMATRAIN_CPU_DUAL)
@@ -219,6 +219,11 @@ void lmhead_ce_rows(float* losses, float* lc, bf16* dlog_bf16, const int32_t* ta
                     float dloss, bool backward, bool round_values) {
   CALL(detail::lmhead_ce_rows, losses, lc, dlog_bf16, targets, n0, rows, V, dloss, backward, round_values);
 }
+void convert_operands(const OperandConversion* jobs, int count) { CALL(detail::convert_operands, jobs, count); }
+void bf16_transpose_from_float(bf16* xt, const float* x, int R, int C) {
+  CALL(detail::bf16_transpose_from_float, xt, x, R, C);
+}
+void round_to_bf16_values(float* out, const float* x, int64_t n) { CALL(detail::round_to_bf16_values, out, x, n); }
 
 }  // namespace detail
 

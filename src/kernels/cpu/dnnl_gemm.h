@@ -13,6 +13,7 @@
 
 #include "core/arena.h"
 #include "core/bf16.h"
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/ops.h"
 
@@ -35,8 +36,7 @@ bf16* bf16_scratch(int slot, int64_t n);
 // Same for fp32 (slot 0..3). Slots 1..3 hold only fp32-kernel operands (see Scratch below).
 float* f32_scratch(int slot, int64_t n);
 
-// x (n) -> out (n): x rounded to the nearest-even bf16 value, kept in fp32 (out may be x).
-void round_to_bf16_values(float* out, const float* x, int64_t n);
+// round_to_bf16_values, convert_operands, bf16_transpose_from_float: internal.h (CPU variant kernels).
 
 // A matmul operand of the bf16 modes: the values multiplied are bf16, stored as
 //   f32:        float, rounded to nearest even bf16 on use;
@@ -73,14 +73,7 @@ class OperandBatch {
   void run();
 
  private:
-  enum class Kind { to_bf16, widen, round };
-  struct Job {
-    Kind kind;
-    const void* src;
-    void* dst;
-    int64_t n;
-  };
-  Job jobs_[4];
+  OperandConversion jobs_[4];
   int count_ = 0;
 };
 

@@ -12,12 +12,10 @@
 
 #include "core/bf16.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/ops.h"
 
 namespace llamatrain::cpu::detail {
-
-// Kernels compiled per CPU variant that lmhead_ce.cpp calls (each call goes to the chosen variant).
-#include "kernels/cpu/internal_list.inc"
 
 // Rows per forward chunk for vocabulary size V (>= 1).
 int lmhead_chunk_rows(int V);

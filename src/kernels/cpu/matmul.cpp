@@ -145,20 +145,6 @@ constexpr int kBf16Slots = 4, kF32Slots = 4;
 // the bf16 kernel unprobed (too small for the choice to matter).
 constexpr double kProbeFlopsPerThread = 2e9, kProbeMinFlops = 1e8;
 
-// x (R,C) fp32 -> xt (C,R) bf16, round to nearest even, in 32 x 32 blocks (rows of both sides stay
-// in cache while a block is transposed).
-void bf16_transpose_from_float(bf16* xt /*(C,R)*/, const float* x /*(R,C)*/, int R, int C) {
-  constexpr int kT = 32;
-  const int rb = (R + kT - 1) / kT, cb = (C + kT - 1) / kT;
-#pragma omp parallel for schedule(static) if (int64_t(R) * C >= (1 << 16))
-  for (int b = 0; b < rb * cb; b++) {
-    const int r0 = b / cb * kT, c0 = b % cb * kT;
-    const int r1 = std::min(R, r0 + kT), c1 = std::min(C, c0 + kT);
-    for (int c = c0; c < c1; c++)
-      for (int r = r0; r < r1; r++) xt[int64_t(c) * R + r] = to_bf16(x[int64_t(r) * C + c]);
-  }
-}
-
 // "AMD EPYC 9R14 | oneDNN 2.6.3 avx512_core_bf16": what a probed timing depends on besides the shape
 // and the thread count (ONEDNN_MAX_CPU_ISA changes the ISA on the same CPU). The ISAs named are those
 // of oneDNN 2.6 and the ones 3.0 kept; any other (3.x adds some in minor releases) is shown by value.
@@ -260,11 +246,6 @@ std::string gemm_impl(bool trans_a, bool trans_b, int M, int N, int K, bool is_b
 bf16* bf16_scratch(int slot, int64_t n) { return scratch<bf16, kBf16Slots>(slot, n); }
 float* f32_scratch(int slot, int64_t n) { return scratch<float, kF32Slots>(slot, n); }
 
-void round_to_bf16_values(float* out, const float* x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
-  for (int64_t i = 0; i < n; i++) out[i] = to_float(to_bf16(x[i]));
-}
-
 const char* form_name(Bf16Operand::Form f) {
   switch (f) {
     case Bf16Operand::Form::f32: return "f32";
@@ -280,39 +261,17 @@ const void* OperandBatch::add(MatmulKernel k, Bf16Operand x, int64_t n, Scratch 
   if (k == MatmulKernel::bf16) {
     if (x.form == Form::bf16) return x.data;
     bf16* b = bf16_scratch(s == Scratch::act0 ? 0 : s == Scratch::act1 ? 1 : 3, n);
-    jobs_[count_++] = {Kind::to_bf16, x.data, b, n};  // exact for f32_exact
+    jobs_[count_++] = {OperandConversion::Kind::to_bf16, x.data, b, n};  // exact for f32_exact
     return b;
   }
   if (x.form == Form::f32_exact) return x.data;
   float* f = f32_scratch(s == Scratch::act0 ? 1 : s == Scratch::act1 ? 2 : 3, n);
-  jobs_[count_++] = {x.form == Form::bf16 ? Kind::widen : Kind::round, x.data, f, n};
+  jobs_[count_++] = {x.form == Form::bf16 ? OperandConversion::Kind::widen : OperandConversion::Kind::round, x.data, f, n};
   return f;
 }
 
 void OperandBatch::run() {
-  int64_t total = 0;
-  for (int j = 0; j < count_; j++) total += jobs_[j].n;
-#pragma omp parallel if (total >= (1 << 16))
-  for (int j = 0; j < count_; j++) {
-    // every thread meets the same worksharing loops in the same order; no barrier between them
-    const Job& job = jobs_[j];
-    if (job.kind == Kind::to_bf16) {
-      const float* src = static_cast<const float*>(job.src);
-      uint16_t* dst = static_cast<uint16_t*>(job.dst);
-#pragma omp for simd schedule(static) nowait
-      for (int64_t i = 0; i < job.n; i++) dst[i] = to_bf16(src[i]).bits;
-    } else if (job.kind == Kind::widen) {
-      const bf16* src = static_cast<const bf16*>(job.src);
-      float* dst = static_cast<float*>(job.dst);
-#pragma omp for simd schedule(static) nowait
-      for (int64_t i = 0; i < job.n; i++) dst[i] = to_float(src[i]);
-    } else {
-      const float* src = static_cast<const float*>(job.src);
-      float* dst = static_cast<float*>(job.dst);
-#pragma omp for simd schedule(static) nowait
-      for (int64_t i = 0; i < job.n; i++) dst[i] = to_float(to_bf16(src[i]));
-    }
-  }
+  convert_operands(jobs_, count_);
   count_ = 0;
 }
 
@@ -327,7 +286,7 @@ void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, con
                       int M, int N, int K, bool accumulate, Scratch a_scratch) {
   if (k == MatmulKernel::bf16 && trans_a && a.form != Bf16Operand::Form::bf16) {
     bf16* at = bf16_scratch(2, int64_t(M) * K);  // (M,K)
-    bf16_transpose_from_float(at, static_cast<const float*>(a.data), K, M);
+    detail::bf16_transpose_from_float(at, static_cast<const float*>(a.data), K, M);
     gemm(c, at, false, b_kernel, trans_b, M, N, K, true, accumulate);
     return;
   }

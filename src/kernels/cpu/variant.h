@@ -20,6 +20,7 @@
 #endif
 
 #include "core/bf16.h"
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/ops.h"
 
 namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
