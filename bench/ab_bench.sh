@@ -3,17 +3,20 @@
 # alternated in pairs, the order flipped every pair, and the median and spread of the pairwise
 # tokens/s ratios B / A printed, with each side's MFU. On a noisy machine only such ratios mean
 # anything: never compare single runs.
-# Usage: bench/ab_bench.sh PAIRS "A: [ENV=V ...] BIN" "B: [ENV=V ...] BIN" [bench args...]
+# Usage: bench/ab_bench.sh PAIRS "[ENV=V ...] BIN_A [ARGS_A...]" "[ENV=V ...] BIN_B [ARGS_B...]" [bench args...]
 #   bench/ab_bench.sh 4 "/tmp/old/llamatrain" "build/release/llamatrain" --model stories15m --precision fp32
 #   bench/ab_bench.sh 4 "build/release/llamatrain" "LLAMATRAIN_CPU_KERNELS=avx2 build/release/llamatrain" --model stories15m
+#   bench/ab_bench.sh 4 "B/llamatrain --precision fp32" "B/llamatrain --precision bf16-mixed" --model stories42m
 # env: THREADS=2
 set -euo pipefail
 pairs=$1 a=$2 b=$3
 shift 3
 export OMP_NUM_THREADS=${THREADS:-2}
-run() {  # run "ENV=V ... BIN" args... -> one JSON line
-  local spec=($1); shift
-  env "${spec[@]}" bench "$@" --json 2>/dev/null | grep '^{' | tail -n 1
+run() {  # run "ENV=V ... BIN [ARGS...]" args... -> one JSON line
+  local spec=($1) envs=()
+  shift
+  while [[ ${spec[0]} == *=* ]]; do envs+=("${spec[0]}"); spec=("${spec[@]:1}"); done
+  env "${envs[@]}" "${spec[0]}" bench "${spec[@]:1}" "$@" --json 2>/dev/null | grep '^{' | tail -n 1
 }
 results=()
 for ((i = 0; i < pairs; i++)); do

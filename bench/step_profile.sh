@@ -4,8 +4,8 @@
 # `bench` with it. At exit the timers print seconds per kernel line summed over all calls (warmup
 # included: divide by steps + 1). Never touches the working tree or its build.
 # Usage: bench/step_profile.sh [bench args...]   (default: stories110m, seq 256, batch 8, bf16-mixed, 4 steps)
-#   env: WORK=/tmp/llamatrain_step_profile THREADS=2, CMAKE_ARGS (extra configure flags; for an AVX2 CPU on
-#        any x86 machine: CMAKE_ARGS=-DLLAMATRAIN_NATIVE=OFF plus ONEDNN_MAX_CPU_ISA=AVX2 in the environment)
+#   env: WORK=/tmp/llamatrain_step_profile THREADS=2, CMAKE_ARGS (extra configure flags). The kernels of
+#        an AVX2 CPU on any x86 machine: LLAMATRAIN_CPU_KERNELS=avx2 ONEDNN_MAX_CPU_ISA=AVX2 in the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/llamatrain_step_profile}

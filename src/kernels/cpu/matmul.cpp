@@ -257,16 +257,17 @@ const char* form_name(Bf16Operand::Form f) {
 
 const void* OperandBatch::add(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s) {
   using Form = Bf16Operand::Form;
+  using Kind = OperandConversion::Kind;
   CHECK(count_ < 4, "OperandBatch: more than 4 conversions");
   if (k == MatmulKernel::bf16) {
     if (x.form == Form::bf16) return x.data;
     bf16* b = bf16_scratch(s == Scratch::act0 ? 0 : s == Scratch::act1 ? 1 : 3, n);
-    jobs_[count_++] = {OperandConversion::Kind::to_bf16, x.data, b, n};  // exact for f32_exact
+    jobs_[count_++] = {Kind::to_bf16, x.data, b, n};  // exact for f32_exact
     return b;
   }
   if (x.form == Form::f32_exact) return x.data;
   float* f = f32_scratch(s == Scratch::act0 ? 1 : s == Scratch::act1 ? 2 : 3, n);
-  jobs_[count_++] = {x.form == Form::bf16 ? OperandConversion::Kind::widen : OperandConversion::Kind::round, x.data, f, n};
+  jobs_[count_++] = {x.form == Form::bf16 ? Kind::widen : Kind::round, x.data, f, n};
   return f;
 }
 
