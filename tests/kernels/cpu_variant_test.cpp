@@ -38,7 +38,8 @@ llamatrain::testing::CliResult bench_with(const char* variant) {
     ::setenv("LLAMATRAIN_CPU_KERNELS", variant, 1);
   else
     ::unsetenv("LLAMATRAIN_CPU_KERNELS");
-  return llamatrain::testing::run_cli({"bench", "--model", "tiny", "--seq", "16", "--batch", "2", "--steps", "1", "--json"});
+  return llamatrain::testing::run_cli(
+      {"bench", "--model", "tiny", "--seq", "16", "--batch", "2", "--steps", "1", "--json"});
 }
 
 bool dual_build() {

@@ -74,8 +74,7 @@ constexpr int kB = 64;  // rows per query tile = keys per key tile (equal, so ev
 // copies it through the stack for every operation (16 floats on AVX2 ran the kernel ~10x slower).
 constexpr int kV = LLAMATRAIN_CPU_VECTOR_FLOATS;  // floats per vf (kernels/cpu/variant.h)
 using vf = float __attribute__((vector_size(kV * sizeof(float))));
-// vf never crosses a function boundary by value: that would change the ABI (and warn) when the
-// target lacks 512-bit registers.
+// vf never crosses a function boundary by value: its ABI differs between targets (and GCC warns).
 // Unaligned access through a 4-byte-aligned alias of vf: a plain vector load or store (memcpy here
 // made GCC keep the accumulators in a stack array and copy them in and out of registers). A typedef,
 // not `using`: Clang applies the attributes of a `using` to float, so the alias stayed 64-aligned.
@@ -89,9 +88,9 @@ inline void store(float* p, const vf& v) { *reinterpret_cast<vf_unaligned*>(p) =
 // with C rows at stride ldc, Bm rows at stride ldb; starts from 0 unless accumulate, from C[r][:] *
 // row_scale[r] if row_scale is given (the online softmax's rescale, fused). An R x NV
 // block of accumulators stays in registers (8 x 2 measured ~2.4x faster than 4 x 4 on AVX-512: 10
-// loads per 16 fma instead of 20; kRows, kCols below). The layout of A is a template argument so the compiler keeps
-// one loop (a runtime pair of strides made it version the loop and copy the accumulators through
-// the stack around it). Each element sums c in increasing order whatever the blocking, so results
+// loads per 16 fma instead of 20; kRows, kCols below). The layout of A is a template argument so the
+// compiler keeps one loop (a runtime pair of strides made it version the loop and copy the
+// accumulators through the stack around it). Each element sums c in increasing order whatever the blocking, so results
 // do not depend on how callers cut rows and columns. narrow (NV = 1): only the first `cols` < kV
 // columns exist; C and Bm are read zero-padded and C is stored in part, so a head dim that is not a
 // multiple of kV runs the same vector arithmetic as the rest instead of a scalar loop.
