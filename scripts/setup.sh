@@ -35,6 +35,7 @@ TEST_PACKAGES=(
   python3-protobuf      # decodes our TensorBoard event files and SentencePiece models in tests
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
   chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test
+  qemu-user             # runs the binary on CPU models without AVX-512 and without AVX2
   nodejs                # runs the JavaScript references (Hugging Face tokenizers and Jinja, tiktoken)
   ca-certificates       # npm fetches those references from its registry over TLS
 )

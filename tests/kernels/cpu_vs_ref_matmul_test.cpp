@@ -492,6 +492,25 @@ TEST(CpuVsRefLmHeadCe, SeveralBackwardBlocks) {
   cpu::detail::lmhead_block_rows_override() = 0;
 }
 
+TEST(CpuVsRefLmHeadCe, ChunkRowsFollowTheLastLevelCache) {
+  // R*V fp32 logits fit the cache, R a multiple of 16 in [64, 256]; unknown cache: 32 MiB.
+  const int64_t MiB = int64_t(1) << 20;
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 32 * MiB), 256);   // 262 rows fit
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 16 * MiB), 128);   // 131
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 8 * MiB), 64);     // 65
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 2 * MiB), 64);     // 16: at least 64
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(128256, 105 * MiB), 208);  // 214
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(8064, 256 * MiB), 256);   // at most 256
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 0), cpu::detail::lmhead_chunk_rows_for(32000, 32 * MiB));
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(1, -1), 256);
+  for (const int V : {1, 1000, 32000, 151936}) {
+    const int r = cpu::detail::lmhead_chunk_rows(V);
+    EXPECT_EQ(r % 16, 0);
+    EXPECT_GE(r, 64);
+    EXPECT_LE(r, 256);
+  }
+}
+
 TEST(CpuVsRefLmHeadCe, KernelsAgreeToSummationOrderOnExactLogits) {
   // x = k/8 and wout = j/16 (small integers: exact in bf16, and every partial sum of the logits is a
   // multiple of 1/128 far below 2^24/128, so exact in fp32 in any order): both bf16-compute kernels get

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 
+#include "core/cpu_caches.h"
 #include "core/error.h"
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/matmul_choice.h"
@@ -34,14 +35,20 @@ namespace llamatrain::cpu {
 
 namespace detail {
 
-// R = largest multiple of 16 with R*V*4 bytes <= 32 MiB (one Zen CCD's L3), clamped to [64, 256]: 256
-// rows for V = 32000, so the softmax reads the logits the gemm just wrote from cache. Larger R gained
+// R = largest multiple of 16 with R*V*4 bytes within one instance of the last-level cache (sysfs; 32
+// MiB, one Zen CCD's L3, where unknown), clamped to [64, 256]: so the softmax reads the logits the gemm
+// just wrote from cache. 256 rows for V = 32000 with a 32 MiB L3, 64 with an 8 MiB one. Larger R gained
 // nothing measurable once the backward matmuls left the chunk loop (bench_matmul, M = 2048).
-int lmhead_chunk_rows(int V) {
-  if (lmhead_chunk_rows_override() > 0) return lmhead_chunk_rows_override();
-  int64_t r = (int64_t(32) << 20) / (4 * int64_t(std::max(V, 1)));
+int lmhead_chunk_rows_for(int V, int64_t cache_bytes) {
+  if (cache_bytes <= 0) cache_bytes = int64_t(32) << 20;
+  int64_t r = cache_bytes / (4 * int64_t(std::max(V, 1)));
   r = r / 16 * 16;
   return int(std::clamp<int64_t>(r, 64, 256));
+}
+
+int lmhead_chunk_rows(int V) {
+  if (lmhead_chunk_rows_override() > 0) return lmhead_chunk_rows_override();
+  return lmhead_chunk_rows_for(V, last_level_cache_bytes());
 }
 
 // G = N when G*V dlogits (bf16: 2 bytes, fp32: 4) fit in 128 MiB, else the largest multiple of R that

@@ -17,8 +17,11 @@
 
 namespace llamatrain::cpu::detail {
 
-// Rows per forward chunk for vocabulary size V (>= 1).
+// Rows per forward chunk for vocabulary size V (>= 1): lmhead_chunk_rows_for(V, this machine's
+// last-level cache), or the override.
 int lmhead_chunk_rows(int V);
+// Rows per forward chunk for vocabulary size V with a last-level cache of cache_bytes (<= 0: unknown).
+int lmhead_chunk_rows_for(int V, int64_t cache_bytes);
 // Rows per backward block for N rows (>= 1): a multiple of lmhead_chunk_rows(V), or N when all fit.
 // ct is the dlogits dtype: bf16 (2 bytes) for the bf16 kernel, f32 (4 bytes) otherwise.
 int lmhead_block_rows(int N, int V, ComputeType ct);
