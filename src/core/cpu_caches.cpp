@@ -39,19 +39,23 @@ int64_t parse_cache_size(std::string_view text) {
 std::vector<CpuCache> cpu_data_caches(const std::string& root) {
   std::vector<CpuCache> out;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
-    if (entry.path().filename().string().rfind("index", 0) != 0) continue;
-    const std::string type = read_line(entry.path() / "type");
-    if (type != "Data" && type != "Unified") continue;
-    CpuCache c;
-    try {
-      c.level = std::stoi(read_line(entry.path() / "level"));
-    } catch (const std::exception&) {
-      continue;
+  try {  // a folder that fails while it is read gives the caches read before
+    for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+      if (entry.path().filename().string().rfind("index", 0) != 0) continue;
+      const std::string type = read_line(entry.path() / "type");
+      if (type != "Data" && type != "Unified") continue;
+      CpuCache c;
+      try {
+        c.level = std::stoi(read_line(entry.path() / "level"));
+      } catch (const std::exception&) {
+        continue;
+      }
+      c.bytes = parse_cache_size(read_line(entry.path() / "size"));
+      if (c.level <= 0 || c.bytes <= 0) continue;
+      out.push_back(c);
     }
-    c.bytes = parse_cache_size(read_line(entry.path() / "size"));
-    if (c.level <= 0 || c.bytes <= 0) continue;
-    out.push_back(c);
+  } catch (const std::filesystem::filesystem_error&) {
+    // keep the caches read before the error
   }
   std::sort(out.begin(), out.end(), [](const CpuCache& a, const CpuCache& b) { return a.level < b.level; });
   return out;
