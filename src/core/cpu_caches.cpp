@@ -29,11 +29,9 @@ int64_t parse_cache_size(std::string_view text) {
     value = value * 10 + (text[i] - '0');
   }
   const std::string_view unit = text.substr(i);
-  if (unit.empty()) return value;
-  if (unit == "K") return value << 10;
-  if (unit == "M") return value << 20;
-  if (unit == "G") return value << 30;
-  return -1;
+  const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
+  if (shift < 0 || value > (int64_t(1) << (40 - shift))) return -1;  // not a size, or over 1 TiB
+  return value << shift;
 }
 
 std::vector<CpuCache> cpu_data_caches(const std::string& root) {

@@ -23,6 +23,7 @@ TEST(CpuCaches, ParsesSysfsSizes) {
   EXPECT_EQ(parse_cache_size("512"), 512);
   for (const char* bad : {"", "K", "32k", "32 K", "-1K", "12KB", "x"}) EXPECT_EQ(parse_cache_size(bad), -1) << bad;
   EXPECT_EQ(parse_cache_size("99999999999999999999999K"), -1);  // no overflow
+  EXPECT_EQ(parse_cache_size("99999999999G"), -1);
 }
 
 void write(const fs::path& path, const std::string& text) {
