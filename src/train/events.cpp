@@ -44,13 +44,18 @@ std::string event_line(const char* kind, nlohmann::ordered_json fields) {
 }
 
 std::optional<nlohmann::json> parse_event_line(std::string_view line) {
-  const size_t at = line.find(kEventMarker);
-  if (at == std::string_view::npos) return std::nullopt;
-  const std::string_view body = line.substr(at + kEventMarker.size());
-  if (body.empty() || body.front() != '{') return std::nullopt;
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("event") || !j["event"].is_string()) return std::nullopt;
-  return j;
+  // Every marker from the last: a launcher forwards each rank's output in chunks, so where ranks
+  // print at once one rank's event can be cut by another's whole line ("@event {...cut[rank 1]
+  // @event {...}"); the complete one is found.
+  for (size_t at = line.rfind(kEventMarker); at != std::string_view::npos;
+       at = at == 0 ? std::string_view::npos : line.rfind(kEventMarker, at - 1)) {
+    const std::string_view body = line.substr(at + kEventMarker.size());
+    if (body.empty() || body.front() != '{') continue;
+    nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("event") || !j["event"].is_string()) continue;
+    return j;
+  }
+  return std::nullopt;
 }
 
 JobInfo job_from_environment() {

@@ -27,8 +27,9 @@ bool events_on_stdout();
 
 // `@event {"event": kind, "time": utc_time_ms(), ...fields}` on one line (non-finite numbers become null).
 std::string event_line(const char* kind, nlohmann::ordered_json fields = nlohmann::ordered_json::object());
-// The event of a line that holds one after any prefix (a time stamp, "[rank N] "); nullopt for any
-// other line, a JSON object without "event" included.
+// The event of a line that holds one after any prefix (a time stamp, "[rank N] "), or the last
+// complete one of a line that several ranks' output was interleaved into; nullopt for any other
+// line, a JSON object without "event" included.
 std::optional<nlohmann::json> parse_event_line(std::string_view line);
 
 // The job as the scheduler or the launcher names it: SLURM's job id and name and node list when set.

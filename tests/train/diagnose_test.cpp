@@ -384,7 +384,7 @@ TEST(Diagnose, AFullDiskForTheCheckpoints) {
 
 TEST(Diagnose, AMissingDataPath) {
   TempDir dir;
-  std::string run;
+  std::string run, log;
   // Both ranks fail at once, and under load mpirun sometimes ends the job before it forwarded either
   // rank's output (the log then holds none of their lines, and no tool could tell more): a fresh
   // job, up to three times, until the log holds an error.
@@ -393,10 +393,11 @@ TEST(Diagnose, AMissingDataPath) {
     const auto r =
         run_job(run, {"trainer.max_steps=4", "model.data.data_prefix=[1.0," + (dir / "missing_text_document") + "]"});
     EXPECT_NE(r.status, 0);
+    log = r.log;
     if (has(r.log, "\"event\":\"error\"")) break;
   }
   const auto d = diagnose({run});
-  EXPECT_EQ(d.j.value("cause", ""), "data") << d.out;
+  EXPECT_EQ(d.j.value("cause", ""), "data") << d.out << "\njob.out:\n" << log;
   // Every rank fails on the path; mpirun stops the others when the first one exits, so the log may
   // hold rank 1's error alone: either rank is right.
   ASSERT_TRUE(d.j.contains("rank") && d.j["rank"].is_number()) << d.out;
@@ -434,6 +435,27 @@ TEST(Diagnose, AConfigError) {
   EXPECT_EQ(d.j.value("cause", ""), "config") << d.out;
   EXPECT_TRUE(has(d.j.value("summary", ""), "model.tensor_model_parallel_size (override")) << d.out;
   EXPECT_TRUE(has(resume_of(d), "model.tensor_model_parallel_size=0")) << d.out;
+}
+
+// Two ranks failing at once under mpirun: the launcher forwarded rank 0's event line in two chunks
+// with rank 1's whole line between them (a job log seen under load). The complete event is found.
+TEST(Diagnose, AnEventLineCutByAnotherRanksLine) {
+  TempDir dir;
+  const std::string tail = R"(,"config":"configs/tiny.yaml","overrides":[],"cwd":"/w","ranks":2,"launcher":"mpirun"})";
+  auto error = [&](int rank) {
+    return R"(@event {"event":"error","time":"2026-12-02T14:28:28.540Z","code":"data","rank":)" + std::to_string(rank) +
+           R"(,"message":"model.data.data_prefix: /d/missing_text_document.idx does not exist")";
+  };
+  const std::string full1 = error(1) + tail, cut0 = error(0) + tail.substr(0, tail.size() - 10);
+  std::ofstream(dir / "job.out") << cut0 << "[rank 1] " << full1 << "\n"
+                                 << "[rank 1] abort: error: model.data.data_prefix: /d/missing_text_document.idx "
+                                    "does not exist\n"
+                                 << tail.substr(tail.size() - 10) << "\n"
+                                 << "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\n";
+  const auto d = diagnose({dir / "job.out"});
+  EXPECT_EQ(d.j.value("cause", ""), "data") << d.out;
+  EXPECT_EQ(d.j["rank"], 1) << d.out;
+  EXPECT_TRUE(has(d.j.value("summary", ""), "missing_text_document.idx does not exist")) << d.out;
 }
 
 TEST(Diagnose, NeverStartedAndUnreadable) {
