@@ -3,7 +3,8 @@
 // Taylor polynomial (truncation < 5e-9 relative; ~2 ulp after rounding), times 2^n built in the
 // exponent bits. n is rounded with the 1.5*2^23 trick because floorf/nearbyint do not vectorize
 // under -ftrapping-math. x < -87.3 (including -inf: masked attention scores) gives exactly 0; x is
-// clamped to 88 so 2^n stays a normal float. NaN propagates through the polynomial.
+// clamped to 88 so 2^n stays a normal float. NaN propagates through the polynomial. The range
+// checks vectorize on AVX2 only without -ftrapping-math (the CPU variants' flags, CMakeLists.txt).
 #pragma once
 
 #include <bit>
