@@ -39,6 +39,10 @@ void expect_planned_memory(const std::string& name, int ranks, const std::vector
                            const std::string& threads = "1") {
   // The plan measures its own process as a rank's runtime: give it the ranks' thread count.
   ::setenv("OMP_NUM_THREADS", threads.c_str(), 1);
+  // Every bf16 matmul on the fp32 kernel, for the plan and the ranks alike: where a CPU has a bf16
+  // kernel the automatic choice probes each shape, and under load a close race can go either way,
+  // keeping conversion scratch (up to ~30 MB here) that an unprobed plan cannot know of.
+  ::setenv("LLAMATRAIN_BF16_MATMUL", "fp32", 1);
   TempDir dir;
   const std::string run = dir / "run";
   std::vector<std::string> plan = train_args(run, shape(ranks, extra));
