@@ -12,9 +12,9 @@ Exit 0: every avx512 loop is vectorized in avx2 too; 1: some are not (listed); 7
 variants in this build.
 """
 import json
-import shlex
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -49,15 +49,15 @@ def main():
     if not pairs:
         print("no avx2 and avx512 variants in this build: nothing to compare")
         return 77
-    missing = []
+    missing = set()  # a header's loop compiled into several sources is named once
     total = 0
     with tempfile.TemporaryDirectory() as scratch:
         for f in sorted(pairs):
             wide = vectorized_loops(pairs[f]["avx512"], scratch)
             narrow = vectorized_loops(pairs[f]["avx2"], scratch)
             total += len(wide)
-            missing += sorted(wide - narrow)
-    for loc in missing:
+            missing |= wide - narrow
+    for loc in sorted(missing):
         print(f"vectorized in the avx512 variant but not in avx2: {loc}")
     if missing:
         print("hint: compile the file with -fopt-info-vec-missed for the avx2 variant to see why; "
