@@ -36,6 +36,7 @@ TEST_PACKAGES=(
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
   chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test
   qemu-user             # runs the binary on CPU models without AVX-512 and without AVX2
+  libboost-context-dev  # the CUDA emulation's threads (fibers): the CUDA backend's tests without a GPU
   nodejs                # runs the JavaScript references (Hugging Face tokenizers and Jinja, tiktoken)
   ca-certificates       # npm fetches those references from its registry over TLS
 )

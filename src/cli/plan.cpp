@@ -126,7 +126,10 @@ std::string json_of(const train::JobPlan& jp) {
                                       {"activations", m.activations},
                                       {"communication", m.communication},
                                       {"runtime", m.runtime},
-                                      {"total", m.total()}});
+                                      {"total", m.total()},
+                                      {"operand_form", p.precision == model::Precision::fp32 ? "fp32"
+                                                       : m.float_operands                  ? "bf16_in_f32"
+                                                                                           : "bf16"}});
     j["memory_available_per_rank"] = jp.memory_per_rank;
     for (const auto& [mode, bytes] : jp.activations_by_recompute) j["activations_by_recompute"][mode] = bytes;
     const obs::StepPrediction& q = jp.prediction;

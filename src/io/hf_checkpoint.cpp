@@ -167,9 +167,12 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
   for (const auto& t : slices) {
     const TensorView& view = ckpt.get(t.hf_name);  // present (and, below, the right shape) on every rank
     const model::ParamSpec* s = m.find_param(t.param);
-    if (!m.is_sharded()) {
+    if (!m.is_sharded()) {  // the whole tensor, in pieces of the backend's memory
       CHECK(s != nullptr, "no parameter tensor {}", t.param);
-      ckpt.read_f32(t.hf_name, t.shape, m.param_data() + s->offset + t.element);
+      m.backend().write_elements(m.param_arena() + s->offset + t.element, t.rows * t.cols,
+                                 [&](float* host, int64_t first, int64_t n) {
+                                   ckpt.read_f32(t.hf_name, t.shape, first, n, host);
+                                 });
       if (progress) progress(int64_t(view.nbytes));
       continue;
     }
@@ -180,12 +183,14 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
     // The HF tensor is the full elements [element, element + n) of the parameter: copy the part of
     // every run of this rank's shard that falls inside it.
     const int64_t begin = t.element, end = t.element + t.rows * t.cols;
-    float* dst = m.param_data() + s->offset;
+    float* dst = m.param_arena() + s->offset;
     int64_t copied = 0;
     s->shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
       const int64_t a = std::max(full, begin), b = std::min(full + n, end);
       if (a >= b) return;
-      ckpt.read_f32(t.hf_name, t.shape, a - begin, b - a, dst + local + (a - full));
+      m.backend().write_elements(dst + local + (a - full), b - a, [&](float* host, int64_t first, int64_t count) {
+        ckpt.read_f32(t.hf_name, t.shape, a - begin + first, count, host);
+      });
       copied += b - a;
     });
     if (progress) progress(copied * dtype_size(view.dtype));
@@ -198,14 +203,7 @@ std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::
                                                  model::Device device) {
   const model::LlamaConfig c = read_hf_config(dir);
   auto m = std::make_unique<model::LlamaModel>(c, precision, 1234, model::ShardPlan{}, nullptr, device);
-  if (m->device() == model::Device::cpu || m->device() == model::Device::ref) {
-    load_hf_weights(*m, dir);
-    return m;
-  }
-  // A device of its own memory: read on the host, then copy over.
-  model::LlamaModel host(c, model::Precision::fp32);
-  load_hf_weights(host, dir);
-  m->copy_params_from_host(host.param_data());
+  load_hf_weights(*m, dir);
   return m;
 }
 
@@ -222,17 +220,35 @@ void write_hf_weights(const model::LlamaModel& m, const std::string& dir, const 
   const bool bf16_out = torch_dtype == "bfloat16";
   if (!bf16_out && torch_dtype != "float32")
     fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
-  auto* base = const_cast<model::LlamaModel&>(m).param_data();
+  const DType dtype = bf16_out ? DType::BF16 : DType::F32;
+  model::Kernels& k = m.backend();
+  const float* base = m.param_arena();
+  // Host memory: the writer reads the arena, or a bf16 copy of it. A device's memory: each tensor is
+  // read in pieces as the writer asks for its bytes.
   std::vector<bf16> converted;
-  if (bf16_out) {
-    converted.resize(m.num_params());
+  if (bf16_out && k.host_memory()) {
+    converted.resize(size_t(m.num_params()));
     bf16_from_float(converted.data(), base, m.num_params());
   }
   std::vector<TensorToWrite> tensors;
   for (const auto& t : hf_tensor_slices(m)) {
-    const void* data = bf16_out ? static_cast<const void*>(converted.data() + t.offset)
-                                : static_cast<const void*>(base + t.offset);
-    tensors.push_back({t.hf_name, bf16_out ? DType::BF16 : DType::F32, t.shape, data});
+    if (k.host_memory()) {
+      const void* data = bf16_out ? static_cast<const void*>(converted.data() + t.offset)
+                                  : static_cast<const void*>(base + t.offset);
+      tensors.push_back({t.hf_name, dtype, t.shape, data});
+      continue;
+    }
+    const float* src = base + t.offset;
+    auto read = [&k, src, bf16_out](void* out, size_t offset, size_t bytes) {
+      const size_t es = bf16_out ? 2 : 4;
+      k.read_elements(src + offset / es, int64_t(bytes / es), [&](const float* h, int64_t first, int64_t n) {
+        if (bf16_out)
+          bf16_from_float(static_cast<bf16*>(out) + first, h, n);
+        else
+          std::memcpy(static_cast<float*>(out) + first, h, sizeof(float) * size_t(n));
+      });
+    };
+    tensors.push_back({t.hf_name, dtype, t.shape, nullptr, read});
   }
   write_safetensors_sharded(dir, tensors, max_shard_bytes, progress);
   write_hf_config(dir + "/config.json", m.config(), torch_dtype);

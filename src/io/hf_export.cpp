@@ -228,15 +228,18 @@ ExportReport export_hf(model::LlamaModel& m, const std::string& out_dir, const E
   for (const model::ParamSpec& s : m.param_specs()) {
     const model::ParamSpec* r = reloaded->find_param(s.name);
     CHECK(r != nullptr && r->shard.numel() == s.shard.numel(), "export check: tensor {} in the reloaded model", s.name);
-    const float* src = m.param_data() + s.offset;
-    const float* got = reloaded->param_data() + r->offset;
-    for (int64_t i = 0; i < s.shard.numel(); i++) {
-      const float want = as_bf16 ? to_float(to_bf16(src[i])) : src[i];
-      if (!(got[i] == want) && !(std::isnan(got[i]) && std::isnan(want)))
-        fail("export check: element {} of {} in {} reads back as {}, expected {}\nhint: the disk may be failing; the "
-             "export was not kept",
-             i, s.name, out_dir, got[i], want);
-    }
+    const float* got = reloaded->param_data() + r->offset;  // (the reloaded model is on the cpu)
+    m.backend().read_elements(m.param_arena() + s.offset, s.shard.numel(), [&](const float* src, int64_t first,
+                                                                                int64_t n) {
+      for (int64_t j = 0; j < n; j++) {
+        const int64_t i = first + j;
+        const float want = as_bf16 ? to_float(to_bf16(src[j])) : src[j];
+        if (!(got[i] == want) && !(std::isnan(got[i]) && std::isnan(want)))
+          fail("export check: element {} of {} in {} reads back as {}, expected {}\nhint: the disk may be failing; "
+               "the export was not kept",
+               i, s.name, out_dir, got[i], want);
+      }
+    });
   }
   const int T = std::min(16, c.max_seq_len);
   std::vector<int32_t> tokens(static_cast<size_t>(T));

@@ -308,6 +308,21 @@ uint64_t tensor_bytes(const TensorToWrite& t) {
   return n;
 }
 
+// A tensor's nbytes bytes in order: its data at once, or its reader's pieces (16 MiB at most, whole
+// 8-byte words but for the last) through one buffer.
+template <typename F>
+void for_each_piece(const TensorToWrite& t, uint64_t nbytes, F&& use) {
+  if (nbytes == 0) return;
+  if (!t.read) return use(t.data, 0, nbytes);
+  constexpr uint64_t kPiece = uint64_t(16) << 20;
+  std::vector<unsigned char> buf(size_t(std::min(kPiece, nbytes)));
+  for (uint64_t off = 0; off < nbytes; off += kPiece) {
+    const uint64_t n = std::min(kPiece, nbytes - off);
+    t.read(buf.data(), size_t(off), size_t(n));
+    use(buf.data(), off, n);
+  }
+}
+
 std::string json_string(const std::string& s, const char* what) {
   try {
     return json(s).dump();
@@ -346,7 +361,7 @@ Plan make_plan(const std::vector<TensorToWrite>& tensors, const std::map<std::st
   uint64_t offset = 0;
   for (const TensorToWrite* t : plan.order) {
     uint64_t nb = tensor_bytes(*t);
-    if (nb > 0 && t->data == nullptr) fail("tensor {} has no data, expected {} bytes\nhint: fix the tensor list given to the safetensors writer", quoted(t->name), nb);
+    if (nb > 0 && t->data == nullptr && !t->read) fail("tensor {} has no data, expected {} bytes\nhint: fix the tensor list given to the safetensors writer", quoted(t->name), nb);
     plan.nbytes.push_back(nb);
     if (h.size() > 1) h += ",";
     h += json_string(t->name, "tensor name");
@@ -590,7 +605,9 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& ten
   std::memcpy(out.data() + 8, plan.header.data(), plan.header.size());
   uint64_t pos = 8 + plan.header.size();
   for (size_t i = 0; i < plan.order.size(); ++i) {
-    if (plan.nbytes[i]) std::memcpy(out.data() + pos, plan.order[i]->data, plan.nbytes[i]);
+    for_each_piece(*plan.order[i], plan.nbytes[i], [&](const void* p, uint64_t off, uint64_t n) {
+      std::memcpy(out.data() + pos + off, p, n);
+    });
     pos += plan.nbytes[i];
   }
   return out;
@@ -605,7 +622,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   f.write(len, 8);
   f.write(plan.header);
   for (size_t i = 0; i < plan.order.size(); ++i) {
-    f.write(plan.order[i]->data, size_t(plan.nbytes[i]));
+    for_each_piece(*plan.order[i], plan.nbytes[i], [&](const void* p, uint64_t, uint64_t n) { f.write(p, size_t(n)); });
     if (progress) progress(int64_t(plan.nbytes[i]));
   }
   f.commit();

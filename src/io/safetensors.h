@@ -85,7 +85,10 @@ struct TensorToWrite {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
-  const void* data;  // numel * dtype_size bytes, row-major, LE
+  const void* data;  // numel * dtype_size bytes, row-major, LE; nullptr when `read` gives them
+  // The bytes [offset, offset + bytes) of the tensor into out (host memory), asked for in order and in
+  // pieces of whole elements: a tensor whose data is not in host memory (a GPU's).
+  std::function<void(void* out, size_t offset, size_t bytes)> read = {};
 };
 
 // Called with the bytes of each tensor once it is written or read (progress bars of long saves and loads).

@@ -157,12 +157,14 @@ void fill_new_rows(model::LlamaModel& m, const SafetensorsCheckpoint& ckpt, cons
       }
       for (int64_t c = 0; c < C; c++) row[size_t(c)] = float(sum[size_t(c)] / double(parts->size()));
     };
-    float* dst = m.param_data() + s->offset;
+    float* dst = m.param_arena() + s->offset;
     s->shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
       CHECK(full % C == 0 && n % C == 0, "{}: a run of {} elements at {} is not whole rows of {}", param, n, full, C);
       for (int64_t r = std::max(full / C, B); r < std::min((full + n) / C, g.rows); r++) {
         compute(r);
-        std::copy(row.begin(), row.end(), dst + local + (r * C - full));
+        m.backend().write_elements(dst + local + (r * C - full), C, [&](float* h, int64_t first, int64_t count) {
+          std::copy(row.begin() + first, row.begin() + first + count, h);
+        });
       }
     });
   }

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/matmul_peak.h"
 #include "kernels/cpu/ops.h"
@@ -60,6 +62,16 @@ double matmul_gflops(Device d, Precision p, int M, int N, int K, double seconds)
   return 2.0 * M * N * double(K) / s / 1e9;
 }
 
+double peak_matmul_gflops(Device d, Precision p, double seconds) {
+  if (d != Device::cuda) return matmul_gflops(p, 1024, 1024, 1024, seconds);
+  double gflops = 0;
+  for (int n = 256; n <= 8192; n *= 2) {
+    gflops = matmul_gflops(d, p, n, n, n, seconds);
+    if (2.0 * n * n * double(n) / (gflops * 1e9) > 2e-3) break;
+  }
+  return gflops;
+}
+
 // The fastest of at least 3 calls of f, timed until `seconds` have passed (after one warm-up call).
 double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds) {
   const size_t qkv = size_t(B) * T * (H + 2 * Hkv) * D, out = size_t(B) * T * H * D;
@@ -82,6 +94,14 @@ double kernel_call_seconds(double seconds) {
       [&] { cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); },
       seconds);
 }
+
+std::string device_description(Device d) {
+  if (d != Device::cuda) return device_name(d);
+  return fmt::format("cuda:{} ({}, {:.1f} GB)", cuda::device_index(), cuda::device_name(),
+                     double(cuda::device_memory_total()) / 1e9);
+}
+
+int device_index(Device d) { return d == Device::cuda ? cuda::device_index() : -1; }
 
 int64_t device_memory_used(Device d) { return d == Device::cuda ? cuda::device_memory_used() : -1; }
 

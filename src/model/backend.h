@@ -24,6 +24,11 @@ cpu::ComputeType compute_type(Precision p);
 double matmul_gflops(Precision p, int M, int N, int K, double seconds);
 double matmul_gflops(Device d, Precision p, int M, int N, int K, double seconds);
 
+// The device's matmul rate that MFU is taken against (GFLOP/s in the precision's compute type): on
+// the CPU a 1024^3 product, on a GPU a square product grown until one call takes over 2 ms (8192^3
+// at most), each timed for about `seconds`.
+double peak_matmul_gflops(Device d, Precision p, double seconds);
+
 // FLOP/s (causal: obs::step_flops's attention term) of the attention kernel's forward and backward
 // on B sequences of T tokens with H query and Hkv key/value heads of D, timed for about `seconds`.
 double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds);
@@ -31,6 +36,11 @@ double attention_flops_per_s(int B, int T, int H, int Hkv, int D, double seconds
 // Seconds of one call of a small elementwise kernel: the fixed cost (a parallel region's start and
 // end) every kernel call pays, which dominates a small model's step.
 double kernel_call_seconds(double seconds);
+// The device a model of Device d runs on here, for the run's first line and its start event: "cpu",
+// or "cuda:0 (NVIDIA H200, 143.8 GB)" (the GPU this process uses, its name and memory).
+std::string device_description(Device d);
+// The GPU this process uses (its index among the visible ones), or -1 for a host device.
+int device_index(Device d);
 // Bytes of the device's memory in use now by every process (cuda), or -1 where the device's memory
 // is the host's.
 int64_t device_memory_used(Device d);

@@ -1,6 +1,10 @@
 // The backends' registry: a Device's name, and the Kernels of each (kernels_cpu.cpp, kernels_ref.cpp).
 #include "model/kernels.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
 #include "core/error.h"
 
 namespace llamatrain::model {
@@ -38,6 +42,39 @@ int64_t Kernels::weight_offset(const float* param) const {
   const int64_t i = param - f32_;
   CHECK(f32_ != nullptr && i >= 0 && i <= n_, "a matmul weight outside the bound parameter arena");
   return i;
+}
+
+size_t Kernels::host_piece_bytes() {
+  static const size_t bytes = [] {
+    const char* env = std::getenv("LLAMATRAIN_HOST_PIECE_BYTES");
+    const long long v = env ? std::atoll(env) : 0;
+    return v >= 16 ? size_t(v) : size_t(64) << 20;
+  }();
+  return bytes;
+}
+
+void Kernels::read_pieces(const void* p, size_t bytes, size_t element, const PieceReader& use) {
+  if (bytes == 0) return;
+  if (host_memory()) return use(p, 0, bytes);
+  const size_t piece = std::max(element, host_piece_bytes() / element * element);
+  std::vector<std::byte> staging(std::min(piece, bytes));
+  for (size_t off = 0; off < bytes; off += piece) {
+    const size_t n = std::min(piece, bytes - off);
+    copy_to_host(staging.data(), static_cast<const std::byte*>(p) + off, n);
+    use(staging.data(), off, n);
+  }
+}
+
+void Kernels::write_pieces(void* p, size_t bytes, size_t element, const PieceWriter& fill) {
+  if (bytes == 0) return;
+  if (host_memory()) return fill(p, 0, bytes);
+  const size_t piece = std::max(element, host_piece_bytes() / element * element);
+  std::vector<std::byte> staging(std::min(piece, bytes));
+  for (size_t off = 0; off < bytes; off += piece) {
+    const size_t n = std::min(piece, bytes - off);
+    fill(staging.data(), off, n);
+    copy_from_host(static_cast<std::byte*>(p) + off, staging.data(), n);
+  }
 }
 
 size_t operand_bytes(OperandForm f) { return f == OperandForm::bf16 ? 2 : 4; }

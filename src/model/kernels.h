@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -83,6 +84,39 @@ class Kernels {
   // Token ids (host) for the kernels: the host array itself where the kernels read host memory, else
   // a copy in `staging` (n ints, the backend's memory).
   virtual const int32_t* input_ids(int32_t* staging, const int32_t* host, int64_t n) = 0;
+
+  // ---- host access in bounded pieces ----
+  // The n elements at p (the backend's memory) as host memory, piece by piece, in order: on a backend
+  // of host memory one piece, the memory itself; on a device, copies of at most host_piece_bytes()
+  // through one staging buffer (a device's arenas may be larger than the host's memory). read: `use`
+  // gets each piece (host, first element, count). write: `fill` must write every element of each
+  // piece, which is then copied over.
+  template <typename T, typename F>
+  void read_elements(const T* p, int64_t n, F&& use) {
+    read_pieces(p, size_t(n) * sizeof(T), sizeof(T), [&](const void* h, size_t off, size_t bytes) {
+      use(static_cast<const T*>(h), int64_t(off / sizeof(T)), int64_t(bytes / sizeof(T)));
+    });
+  }
+  template <typename T, typename F>
+  void write_elements(T* p, int64_t n, F&& fill) {
+    write_pieces(p, size_t(n) * sizeof(T), sizeof(T), [&](void* h, size_t off, size_t bytes) {
+      fill(static_cast<T*>(h), int64_t(off / sizeof(T)), int64_t(bytes / sizeof(T)));
+    });
+  }
+  // One value of the backend's memory, read or written through a host copy.
+  template <typename T>
+  T get(const T* p) {
+    T v;
+    copy_to_host(&v, p, sizeof(T));
+    return v;
+  }
+  template <typename T>
+  void set(T* p, T v) {
+    copy_from_host(p, &v, sizeof(T));
+  }
+  // The most bytes a device's piece holds: 64 MiB, or LLAMATRAIN_HOST_PIECE_BYTES (tests make it
+  // small, so that tiny models cross pieces too).
+  static size_t host_piece_bytes();
 
   // ---- operand form and the weights' matmul copy ----
   // The form this backend would keep operands in for an (M, N, K) gemm (M tokens, K inputs, N outputs
@@ -170,6 +204,10 @@ class Kernels {
   virtual void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) = 0;
 
  protected:
+  using PieceReader = std::function<void(const void* host, size_t offset, size_t bytes)>;
+  using PieceWriter = std::function<void(void* host, size_t offset, size_t bytes)>;
+  void read_pieces(const void* p, size_t bytes, size_t element, const PieceReader& use);
+  void write_pieces(void* p, size_t bytes, size_t element, const PieceWriter& fill);
   // After bind_weights: the backend sizes its matmul copy and derives it.
   virtual void weights_bound() = 0;
   // The element of the bound arena a weight pointer starts at (checked to lie in it).

@@ -210,6 +210,11 @@ float* LlamaModel::grad_data() {
   return host(grad_arena_.data(), "the gradients");
 }
 
+float* LlamaModel::grad_arena() {
+  ensure_training_state();
+  return grad_arena_.data();
+}
+
 void LlamaModel::copy_params_to_host(float* out) const {
   k_.copy_to_host(out, param_arena_.data(), sizeof(float) * size_t(num_params_));
 }
@@ -225,9 +230,8 @@ void LlamaModel::copy_grads_to_host(float* out) {
 }
 
 void LlamaModel::fail_not_host(const char* what) const {
-  fail("device {}: this step reads {} of the model in host memory, and on this device llamatrain runs bench only "
-       "(loading, saving and exporting weights, checkpoints, model parallelism and decoding run on the cpu)\nhint: use "
-       "the cpu device (--device cpu, trainer.accelerator=cpu)",
+  fail("device {}: this step reads {} of the model as host memory, which runs on the cpu only (a model split "
+       "over ranks: tensor or pipeline parallelism)\nhint: use the cpu device (--device cpu, trainer.accelerator=cpu)",
        device_name(k_.device()), what);
 }
 
@@ -424,7 +428,6 @@ const ParamSpec* LlamaModel::find_param(std::string_view name) const {
 
 std::vector<StateTensor> LlamaModel::state_tensors() {
   ensure_training_state();
-  host(param_arena_.data(), "the weights and optimizer state");
   const bool sr = precision_ == Precision::bf16_sr;
   std::vector<StateTensor> out;
   const int64_t lo = shard_begin_, hi = shard_end();

@@ -136,7 +136,7 @@ struct StateTensor {
   std::string param;          // "wqkv"
   StateDType dtype;
   std::vector<int64_t> shape; // the parameter's shape without padding rows
-  void* data;                 // numel elements of dtype: elements [first, first + numel) of the tensor
+  void* data;                 // numel elements of dtype (the backend's memory): elements [first, first + numel)
   int64_t numel;
   int64_t first = 0;          // a ZeRO-1 shard holds part of a tensor's moments; weights are whole
   TensorShard shard;          // where the parameter (local to this rank) sits in the full model's
@@ -195,7 +195,15 @@ class LlamaModel {
   // gradient arena (grad_data()), the moments and the optimizer shard index from 0.
   int64_t num_frozen() const { return num_frozen_; }
   int64_t num_trainable() const { return num_params_ - num_frozen_; }
-  // The arenas in host memory (the cpu and ref devices; on a device of its own memory, an Error).
+  // The backend that runs the model and holds its arenas: host access to them in bounded pieces on
+  // any device (Kernels::read_elements / write_elements, get / set).
+  Kernels& backend() const { return k_; }
+  // The arenas in the backend's memory (device memory on a GPU: read and written through backend()).
+  float* param_arena() { return param_arena_.data(); }  // (num_params) fp32 compute weights
+  const float* param_arena() const { return param_arena_.data(); }
+  float* grad_arena();                                  // (num_trainable, or the ZeRO-1 padded size)
+  // The arenas as host pointers, for code that runs on host-memory backends only (the cpu and ref
+  // devices; on a device of its own memory, an Error naming `what` needed them).
   // (num_trainable)
   float* trainable_param_data() { return host(param_arena_.data(), "the weights") + num_frozen_; }
   ParameterTensors params() { return params_; }
@@ -276,9 +284,9 @@ class LlamaModel {
   static std::vector<std::pair<int64_t, int64_t>> grad_ready_order(const LlamaConfig& c, const ShardPlan& plan);
   void set_grad_ready_hook(std::function<void(int64_t begin, int64_t end)> hook) { grad_ready_ = std::move(hook); }
 
-  // Weights and AdamW moments as a table of named tensors (allocates the training state). With an
-  // optimizer shard, the moments are the parts of each tensor inside the shard (tensors outside it
-  // are left out).
+  // Weights and AdamW moments as a table of named tensors (allocates the training state), their data
+  // in the backend's memory (read and written through backend()). With an optimizer shard, the
+  // moments are the parts of each tensor inside the shard (tensors outside it are left out).
   std::vector<StateTensor> state_tensors();
 
   // ZeRO-1: AdamW moments for the flat range [begin, end) of the gradient arena (the trainable part

@@ -182,4 +182,35 @@ void all_gather_parameters(Communicator& dp, float* params, const ZeroShards& sh
   dp.all_gather(params, params + size_t(dp.rank()) * s, s);
 }
 
+void all_reduce_gradients(Communicator& dp, const StagedArena& grads, size_t piece_elements) {
+  CHECK(piece_elements > 0, "staged all-reduce in pieces of 0 elements");
+  const float scale = 1.0f / float(dp.size());
+  std::vector<float> host(std::min(piece_elements, grads.n));
+  for (size_t first = 0; first < grads.n; first += piece_elements) {
+    const size_t n = std::min(piece_elements, grads.n - first);
+    grads.read(host.data(), first, n);
+    dp.all_reduce(host.data(), n);
+    for (size_t j = 0; j < n; ++j) host[j] *= scale;
+    grads.write(first, host.data(), n);
+  }
+}
+
+void all_gather_parameters(Communicator& dp, const StagedArena& params, const ZeroShards& shards,
+                           size_t piece_elements) {
+  CHECK(dp.size() == shards.dp_size(), "ZeRO shards for {} ranks on a DP communicator of {}", shards.dp_size(),
+        dp.size());
+  CHECK(params.n == shards.padded_size(), "all-gather of {} elements over shards of {}", params.n,
+        shards.padded_size());
+  // Piece k of every rank's shard, gathered: rank r's lands at r * shard_size + k * piece.
+  const size_t s = shards.shard_size(), ranks = size_t(dp.size());
+  const size_t piece = std::max<size_t>(1, std::min(s, piece_elements / ranks));
+  std::vector<float> mine(piece), all(piece * ranks);
+  for (size_t first = 0; first < s; first += piece) {
+    const size_t n = std::min(piece, s - first);
+    params.read(mine.data(), size_t(dp.rank()) * s + first, n);
+    dp.all_gather(all.data(), mine.data(), n);
+    for (size_t r = 0; r < ranks; ++r) params.write(r * s + first, all.data() + r * n, n);
+  }
+}
+
 }  // namespace llamatrain::parallel

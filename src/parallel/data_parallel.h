@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "parallel/communicator.h"
@@ -104,5 +105,20 @@ class ZeroShards {
 void reduce_scatter_gradients(Communicator& dp, float* grads, const ZeroShards& shards);
 // params (padded_size): every rank's shard, copied to every rank.
 void all_gather_parameters(Communicator& dp, float* params, const ZeroShards& shards);
+
+// An arena the host cannot read (a GPU's), staged through host memory: `read` copies its elements
+// [first, first + count) to host, `write` copies host values back to them.
+struct StagedArena {
+  size_t n = 0;  // elements
+  std::function<void(float* host, size_t first, size_t count)> read;
+  std::function<void(size_t first, const float* host, size_t count)> write;
+};
+// The staged forms of the above, in pieces of at most piece_elements on the host at a time, with the
+// same arithmetic (sum over the ranks, then times 1/DP). Without overlap: each piece is read,
+// reduced and written back in turn, after the backward (ZeRO-1's reduce-scatter is the all-reduce of
+// the padded arena, as above).
+void all_reduce_gradients(Communicator& dp, const StagedArena& grads, size_t piece_elements);
+void all_gather_parameters(Communicator& dp, const StagedArena& params, const ZeroShards& shards,
+                           size_t piece_elements);
 
 }  // namespace llamatrain::parallel

@@ -276,6 +276,21 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
       const void* data = t.data;
       model::TensorShard shard = t.shard;
       int64_t first = t.first, count = t.numel;
+      if (!model.backend().host_memory()) {  // a device's memory: read in pieces as the writer asks
+        CHECK(spec->in_norm, "a partly owned tensor ({}) on a device", t.name);
+        model::Kernels& k = model.backend();
+        const auto* src = static_cast<const std::byte*>(t.data);
+        moments.push_back({t.name, b16 ? io::DType::BF16 : io::DType::F32, {count}, nullptr,
+                           [&k, src](void* out, size_t offset, size_t bytes) {
+                             k.read_elements(src + offset, int64_t(bytes), [&](const std::byte* h, int64_t f, int64_t n) {
+                               std::memcpy(static_cast<std::byte*>(out) + f, h, size_t(n));
+                             });
+                           }});
+        meta["shape." + t.name] = json(t.shape).dump();
+        meta["range." + t.name] = json({first, count}).dump();
+        meta["shard." + t.name] = shard.to_json();
+        continue;
+      }
       if (!spec->in_norm) {
         // A kv-head replica's wqkv: only the elements it owns (its q rows), in the owned order, where
         // those of [first, first + count) of the local tensor are one contiguous range.
@@ -494,7 +509,7 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
     if (t.name.rfind("weight.", 0) == 0) continue;
     if (std::find(state.frozen.begin(), state.frozen.end(), t.param) != state.frozen.end()) {
       // Frozen when saved, trainable now: its moments start at zero.
-      std::memset(t.data, 0, size_t(t.numel) * (t.dtype == model::StateDType::f32 ? 4 : 2));
+      model.backend().zero(t.data, size_t(t.numel) * (t.dtype == model::StateDType::f32 ? 4 : 2));
       continue;
     }
     // The file tensors that may hold part of this one.
@@ -504,11 +519,13 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
         Piece src = piece_of(*files[fi], *view, t.name, t.shard);
         if (may_overlap(src, t.shard, t.first, t.numel)) sources.emplace_back(fi, std::move(src));
       }
-    // bf16 moments are assembled in fp32 (exact from bf16 files) and rounded once at the end. With
-    // several sources, `cover` marks the elements found, to tell a gap from an element found twice.
+    // bf16 moments (and any in a device's memory) are assembled in fp32 on the host (exact from bf16
+    // files), then rounded and copied over once at the end. With several sources, `cover` marks the
+    // elements found, to tell a gap from an element found twice.
     const bool f32 = t.dtype == model::StateDType::f32;
+    const bool host = model.backend().host_memory();
     float* dst = static_cast<float*>(t.data);
-    if (!f32) {
+    if (!f32 || !host) {
       staged.assign(size_t(t.numel), 0.0f);
       dst = staged.data();
     }
@@ -538,7 +555,15 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
       fail("checkpoint {}: {} elements of {} are in more than one optimizer file\nhint: the checkpoint is damaged "
            "(an optimizer file copied in, or left from another save)",
            path, copied - t.numel, t.name);
-    if (!f32) bf16_from_float(static_cast<bf16*>(t.data), staged.data(), t.numel);
+    if (f32 && !host) {
+      model.backend().write_elements(static_cast<float*>(t.data), t.numel, [&](float* h, int64_t first, int64_t n) {
+        std::memcpy(h, staged.data() + first, sizeof(float) * size_t(n));
+      });
+    } else if (!f32) {
+      model.backend().write_elements(static_cast<bf16*>(t.data), t.numel, [&](bf16* h, int64_t first, int64_t n) {
+        bf16_from_float(h, staged.data() + first, n);
+      });
+    }
   }
   return state;
 }

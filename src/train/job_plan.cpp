@@ -101,6 +101,7 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   m.gradients = p.memory.gradients;
   m.optimizer = p.memory.optimizer;
   m.activations = p.memory.activations;
+  m.float_operands = p.memory.float_operands;
   m.communication = communication_bytes(cfg, p);
   m.runtime = runtime > 0 ? runtime + kMpiRuntimeBytes : 0;
   return m;

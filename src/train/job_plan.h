@@ -37,6 +37,9 @@ struct RankMemory {
   int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
   int64_t communication = 0;  // pipeline send/receive buffers
   int64_t runtime = 0;        // libraries, kernels and MPI (this CPU: measured in this process)
+  // The bf16 modes' matmul operand form the figures assume (the weights' copy and the matmul-only
+  // activations): bf16, or bf16 values held in floats (4 bytes) where the CPU's fp32 kernel is the one.
+  bool float_operands = false;
   int64_t total() const { return weights + gradients + optimizer + activations + communication + runtime; }
 };
 

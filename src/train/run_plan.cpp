@@ -133,9 +133,6 @@ void plan_shapes(const TrainConfig& cfg, RunPlan& p) {
   p.global_batch = m.global_batch_size;
   p.micro_batches = cfg.num_micro_batches();
   p.precision = cfg.trainer.precision;
-  // Lightning's "tpu" is the seeds' XLA (Neuron) path: there is no such device here, so the CPU.
-  const std::string& acc = cfg.trainer.accelerator;
-  p.device = acc == "tpu" ? model::Device::cpu : model::choose_device(acc, "trainer.accelerator");
   // NeMo's activations_checkpoint_*: granularity null | selective | full; with full, method block
   // recomputes the first num_layers layers only, uniform recomputes every layer (each from its own
   // input; a larger num_layers would only keep more layers' activations at once here).
@@ -143,6 +140,25 @@ void plan_shapes(const TrainConfig& cfg, RunPlan& p) {
   const bool block = m.activations_checkpoint_method.value_or("uniform") == "block";
   p.recompute_layers =
       p.recompute == model::Recompute::full && block ? int(m.activations_checkpoint_num_layers.value_or(1)) : -1;
+}
+
+// The device the model runs on, and the layouts it runs: on a GPU, one GPU per rank and data
+// parallelism only (tensor and pipeline parallelism run on the cpu).
+void plan_device(const TrainConfig& cfg, RunPlan& p) {
+  // Lightning's "tpu" is the seeds' XLA (Neuron) path: there is no such device here, so the CPU.
+  const std::string& acc = cfg.trainer.accelerator;
+  p.device = acc == "tpu" ? model::Device::cpu : model::choose_device(acc, "trainer.accelerator");
+  if (std::string why; acc == "auto" && !model::device_usable(model::Device::cuda, &why))
+    p.device_note = "trainer.accelerator=auto: no usable GPU (" + why + "), so training on the cpu";
+  if (p.device != model::Device::cuda) return;
+  const parallel::ParallelLayout& lay = p.layout;
+  if (lay.tp_size > 1 || lay.pp_size > 1)
+    fail("trainer.accelerator={}: model.tensor_model_parallel_size {} and model.pipeline_model_parallel_size {}, "
+         "expected 1 and 1: on GPUs llamatrain trains with data parallelism (one GPU per rank, optionally "
+         "model.distributed_optimizer=true); tensor and pipeline parallelism run on the cpu\nhint: set "
+         "model.tensor_model_parallel_size=1 model.pipeline_model_parallel_size=1 (a model that does not fit one "
+         "GPU: trainer.accelerator=cpu)",
+         acc, lay.tp_size, lay.pp_size);
 }
 
 // model.freeze: the model tensors its patterns freeze (an Error for one that matches nothing or part
@@ -228,6 +244,7 @@ RunPlan preflight(const TrainConfig& cfg, int world_size, int rank, bool check_m
   check_files(cfg, p.log_dir);
   plan_model(cfg, p);
   plan_shapes(cfg, p);
+  plan_device(cfg, p);
   plan_freeze(cfg, p);
   plan_memory(cfg, p, check_memory);
   if (cfg.convert_to_hf) {

@@ -32,6 +32,7 @@ struct RunPlan {
   std::vector<int> pipeline_split;  // layers per stage (one entry without pipeline parallelism)
   model::Precision precision = model::Precision::fp32;
   model::Device device = model::Device::cpu;  // trainer.accelerator
+  std::string device_note;  // why trainer.accelerator=auto chose the cpu ("" otherwise)
   model::Recompute recompute = model::Recompute::none;
   int recompute_layers = -1;        // layers [0, this) recompute; -1: all
   int B = 1, T = 1;                 // micro batch x sequence length

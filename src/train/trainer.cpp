@@ -146,6 +146,9 @@ class Trainer {
   StepResult train_step();
   double micro_batches();
   float reduce_gradients();
+  // A device arena (n floats at p) for the host-staged collectives, and their piece size.
+  parallel::StagedArena staged(float* p, size_t n) const;
+  static size_t staged_piece() { return model::Kernels::host_piece_bytes() / sizeof(float); }
   bool skip(const StepResult& s);
   void rollback(const StepResult& s);
   void record(const StepResult& s);
@@ -280,7 +283,7 @@ void Trainer::start() {
   // MFU's denominator: the job's matmul rate on a large square product in the run's compute type, the
   // sum over ranks of each one's rate measured at the same time (ranks sharing a machine share it).
   if (ranks_.world) ranks_.world->barrier();
-  peak_gflops_ = model::matmul_gflops(plan_.precision, 1024, 1024, 1024, 0.2);
+  peak_gflops_ = model::peak_matmul_gflops(plan_.device, plan_.precision, 0.2);
   if (ranks_.world) ranks_.world->all_reduce(&peak_gflops_, 1);
   flops_per_step_ = obs::step_flops(plan_.model, plan_.global_batch, plan_.T);
   inject_ = injected_nonfinite_steps();
@@ -310,10 +313,12 @@ void Trainer::describe_run(const std::optional<std::string>& resume) {
   const std::string job_text =
       job.job_id.empty() ? ""
                          : fmt::format("job {}{} ", job.job_id, job.job_name.empty() ? "" : " (" + job.job_name + ")");
-  say(fmt::format("llamatrain train: {}on {}: {} rank{} = data {} x tensor {} x pipeline {}; log dir {}", job_text,
-                  nodes, lay.world_size, lay.world_size == 1 ? "" : "s", lay.dp_size, lay.tp_size, lay.pp_size,
-                  plan_.log_dir));
-  event("start", {{"job_id", job.job_id},
+  const std::string device = model::device_description(plan_.device);
+  say(fmt::format("llamatrain train: {}on {}: {} rank{} = data {} x tensor {} x pipeline {}; log dir {}; device {}{}",
+                  job_text, nodes, lay.world_size, lay.world_size == 1 ? "" : "s", lay.dp_size, lay.tp_size,
+                  lay.pp_size, plan_.log_dir, device,
+                  lay.world_size > 1 && plan_.device == model::Device::cuda ? " on rank 0, one GPU per rank" : ""));
+  nlohmann::ordered_json start = {{"job_id", job.job_id},
                   {"job_name", job.job_name},
                   {"nodes", nodes},
                   {"hosts", hosts},
@@ -322,6 +327,8 @@ void Trainer::describe_run(const std::optional<std::string>& resume) {
                   {"tp", lay.tp_size},
                   {"pp", lay.pp_size},
                   {"launcher", job.launcher},
+                  {"device", model::device_name(plan_.device)},
+                  {"device_detail", device},
                   {"precision", model::precision_name(plan_.precision)},
                   {"config", command_.config},
                   {"overrides", command_.overrides},
@@ -329,10 +336,13 @@ void Trainer::describe_run(const std::optional<std::string>& resume) {
                   {"run_dir", plan_.log_dir},
                   {"checkpoint_dir", plan_.checkpoint_dir},
                   {"resumed_from", resume ? nlohmann::ordered_json(*resume) : nlohmann::ordered_json()},
-                  {"max_steps", cfg_.trainer.max_steps}});
+                  {"max_steps", cfg_.trainer.max_steps}};
+  if (!plan_.device_note.empty()) start["device_note"] = plan_.device_note;
+  event("start", std::move(start));
   // No rank goes on (and may fail, and abort the job) before the start line is out.
   if (ranks_.world) ranks_.world->barrier();
   for (const auto& n : notes_) say("  note: " + n);
+  if (!plan_.device_note.empty()) say("  note: " + plan_.device_note);
   if (ranks_.world)
     say(fmt::format("parallel layout: {} ranks = data {} x tensor {} x pipeline {}{}; {} micro-batches of {} per data-"
                     "parallel rank per step{}",
@@ -501,7 +511,7 @@ void Trainer::prepare_steps() {
   const size_t n = size_t(plan_.B) * plan_.T;
   tokens_.assign(size_t(plan_.slots), std::vector<int32_t>(n));
   targets_.assign(size_t(plan_.slots), std::vector<int32_t>(n));
-  if (ranks_.dp && !plan_.zero1) {
+  if (ranks_.dp && !plan_.zero1 && model_->backend().host_memory()) {  // (a device's: staged, reduce_gradients)
     std::vector<parallel::GradRange> order;
     if (cfg_.model.overlap_grad_sync)
       for (const auto& [b, e] : model_->grad_ready_order()) order.push_back({size_t(b), size_t(e)});
@@ -521,7 +531,7 @@ StepResult Trainer::train_step() {
   steps_run_++;
   model_->zero_grad();
   // (fault injection: a NaN the backward accumulates into, reduced to every rank like any gradient)
-  if (inject_.erase(s.step) && rank0()) model_->grad_data()[0] = NAN;
+  if (inject_.erase(s.step) && rank0()) model_->backend().set(model_->grad_arena(), NAN);
   const double loss_sum = micro_batches();
   // Sums over the model-parallel copies of a parameter (SP norm weights, the tied embedding).
   model_->reduce_model_parallel_grads(plan_.layout.pp_size > 1 ? ranks_.groups.embedding.get() : nullptr);
@@ -535,7 +545,12 @@ StepResult Trainer::train_step() {
     st_.optimizer_steps++;
     model_->optimizer_update(opt_, float(s.lr), int(st_.optimizer_steps), s.grad_norm);
     if (plan_.zero1) {  // every rank's updated shard to every rank, then the bf16 copies from the fp32 weights
-      parallel::all_gather_parameters(*ranks_.dp, model_->trainable_param_data(), *shards_);
+      if (model_->backend().host_memory())
+        parallel::all_gather_parameters(*ranks_.dp, model_->trainable_param_data(), *shards_);
+      else
+        parallel::all_gather_parameters(*ranks_.dp, staged(model_->param_arena() + model_->num_frozen(),
+                                                           shards_->padded_size()),
+                                        *shards_, staged_piece());
       model_->params_changed();
     }
   }
@@ -593,16 +608,29 @@ double Trainer::micro_batches() {
 // over the data-parallel shards under ZeRO-1).
 float Trainer::reduce_gradients() {
   double sq;
+  const bool host = model_->backend().host_memory();
   if (plan_.zero1) {
-    parallel::reduce_scatter_gradients(*ranks_.dp, model_->grad_data(), *shards_);
+    if (host)
+      parallel::reduce_scatter_gradients(*ranks_.dp, model_->grad_data(), *shards_);
+    else
+      parallel::all_reduce_gradients(*ranks_.dp, staged(model_->grad_arena(), shards_->padded_size()), staged_piece());
     sq = model_->grad_sum_squares(model_->shard_begin(), model_->shard_end());
     ranks_.world->all_reduce(&sq, 1);
   } else {
     if (reducer_) reducer_->finish();
+    if (ranks_.dp && !host)
+      parallel::all_reduce_gradients(*ranks_.dp, staged(model_->grad_arena(), size_t(model_->num_trainable())),
+                                     staged_piece());
     sq = model_->grad_sum_squares(0, model_->num_trainable());
     if (ranks_.mp) ranks_.mp->all_reduce(&sq, 1);
   }
   return float(std::sqrt(sq));
+}
+
+parallel::StagedArena Trainer::staged(float* p, size_t n) const {
+  model::Kernels& k = model_->backend();
+  return {n, [&k, p](float* host, size_t first, size_t count) { k.copy_to_host(host, p + first, 4 * count); },
+          [&k, p](size_t first, const float* host, size_t count) { k.copy_from_host(p + first, host, 4 * count); }};
 }
 
 // ---- a non-finite step: skipped; after K in a row, the last checkpoint back and its data window skipped ----
@@ -672,6 +700,14 @@ void Trainer::record(const StepResult& s) {
   r.step_s = (now_s() - t_log_) / double(steps_since_log_);
   r.seq_per_s = double(plan_.global_batch) / r.step_s;
   r.tokens_per_s = r.seq_per_s * plan_.T;
+  // A peak probed while the machine was busy can be below what the steps then reach: the peak is at
+  // least the rate achieved, so MFU never exceeds 100%.
+  if (const double achieved = flops_per_step_ / r.step_s / 1e9; achieved > peak_gflops_) {
+    say(fmt::format("  note: the steps reach {:.1f} GFLOP/s, above the {:.1f} GFLOP/s the matmul probe measured at "
+                    "the start (the machine was busy then?): MFU is taken against the higher rate from now on",
+                    achieved, peak_gflops_));
+    peak_gflops_ = achieved;
+  }
   r.mfu = obs::mfu(flops_per_step_, r.step_s, peak_gflops_ * 1e9);
   r.comm_s = (parallel::blocked_seconds() - comm_mark_) / double(steps_since_log_);
   r.peak_rss = peak_rss_bytes();

@@ -1,20 +1,24 @@
-// A CPU emulation of the CUDA execution model, enough to run src/kernels/cuda's kernels with g++ and
-// check their logic (indexing, tiling, barriers, reductions, the cuBLASLt layout mapping) without a
-// GPU (tools/cuda_emulator/run.sh). The blocks of a grid run one after another; the threads of a
-// block run as std::threads, __syncthreads is a std::barrier, and a warp shuffle is a store, a block
-// barrier and a load (so every thread of the block must take part, as in the block reductions).
-// What it cannot show: races between blocks, the GPU's memory model, warp-level behaviour, device
+// The CUDA emulator's device side: what a src/kernels/cuda/*.cu file sees once to_host.py has
+// rewritten it as C++ (its launches as emu::launch calls). A grid runs its blocks one after another
+// on the calling thread; the threads of a block run as fibers (emu_scheduler.cpp) that switch only at
+// a barrier, so __syncthreads is a block barrier and a warp shuffle a barrier of the 32 lanes of the
+// warp, as the PTX ISA orders them (a thread that has returned no longer counts, as on Volta and
+// later); lanes of a warp left waiting at barriers that cannot open (some at __syncthreads, the rest
+// at a shuffle) stop the program with an error naming the kernel and the block, not a hang. Device memory (emu_memory.cpp) is readable only while a kernel or a
+// runtime copy runs, so host code that dereferences a device pointer faults here as it would on a
+// GPU. What it cannot show: races between blocks or within a warp, the GPU's memory model, device
 // math (host libm runs instead), speed.
 #pragma once
+
 #include <cuda_runtime.h>
+
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
-#include <thread>
-#include <vector>
+#include <cstring>
+#include <functional>
+
 #undef __device__
 #undef __global__
 #undef __host__
@@ -23,63 +27,93 @@
 #define __global__
 #define __host__
 #define __forceinline__ inline
+// Shared memory: one static object per kernel instantiation, which every fiber of the running block
+// sees (blocks run one at a time).
 #define __shared__ static
+#define __restrict__
+
 namespace emu {
-inline thread_local uint3 t_idx, b_idx;
-inline dim3 g_dim, b_dim;
-inline std::barrier<>* bar = nullptr;
-alignas(256) inline unsigned char smem_buf[1 << 20];
-inline uint64_t shfl_slots[1024];
-inline void sync() { bar->arrive_and_wait(); }
+
+constexpr int kWarpSize = 32;
+constexpr int kMaxThreads = 1024;  // per block
+
+// The emulated thread now running.
+struct ThreadIndex {
+  uint3 thread;
+  unsigned linear;  // threadIdx.x + threadIdx.y * blockDim.x + ...
+};
+extern ThreadIndex* current;
+extern uint3 block_index;
+extern dim3 grid_dim, block_dim;
+
+// __syncthreads: waits until every thread of the block (that has not returned) is here.
+void block_sync();
+// Waits until every lane of this thread's warp (that has not returned) is here.
+void warp_sync();
+// One 64-bit slot per thread of the block for this thread's next exchange within its warp: two sets
+// that alternate, so that one barrier per exchange suffices (a lane cannot write the set its warp is
+// still reading: it would first pass the next exchange's barrier, which waits for every lane).
+uint64_t* exchange_slots();
+// The block's dynamic shared memory (the launch's `shared` bytes, filled with garbage first).
+void* dynamic_shared();
+
+// Runs body once per thread of every block of the grid; an invalid configuration is kept as the last
+// error (cudaGetLastError). kernel: the kernel's name, for errors.
+void run_grid(const char* kernel, dim3 grid, dim3 block, size_t shared, const std::function<void()>& body);
+
+template <typename F, typename... A>
+void launch(const char* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t, F f, A... args) {
+  run_grid(kernel, grid, block, shared, [&] { f(args...); });
+}
+
 template <typename T>
-T shfl_xor(T v, int o) {
-  const unsigned tid = t_idx.x + t_idx.y * b_dim.x;
+T* dynamic_smem() {
+  return static_cast<T*>(dynamic_shared());
+}
+
+// __shfl_xor_sync over the full warp: lane i gets the value of lane i ^ mask.
+template <typename T>
+T shfl_xor(T v, int mask) {
+  static_assert(sizeof(T) <= 8);
+  uint64_t* slots = exchange_slots();
+  const unsigned me = current->linear;
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  shfl_slots[tid] = bits;
-  sync();
-  uint64_t other = shfl_slots[tid ^ unsigned(o)];
-  sync();
+  slots[me] = bits;
+  warp_sync();
+  const uint64_t other = slots[me ^ unsigned(mask)];
   T r;
   std::memcpy(&r, &other, sizeof(T));
   return r;
 }
-template <typename F, typename... A>
-void launch(dim3 grid, dim3 block, size_t shared, void* stream, F f, A... args) {
-  g_dim = grid;
-  b_dim = block;
-  const unsigned nt = block.x * block.y * block.z;
-  std::memset(smem_buf, 0xff, std::min<size_t>(shared + 64, sizeof(smem_buf)));  // garbage
-  std::barrier<> b(nt);
-  bar = &b;
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < nt; t++)
-    threads.emplace_back([&, t] {
-      t_idx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-      for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-          for (unsigned x = 0; x < grid.x; x++) {
-            b_idx = uint3{x, y, z};
-            f(args...);
-            b.arrive_and_wait();
-          }
-    });
-  for (auto& th : threads) th.join();
-  bar = nullptr;
-}
-template <typename T>
-T* dynamic_smem() { return reinterpret_cast<T*>(smem_buf); }
+
 }  // namespace emu
-#define threadIdx (emu::t_idx)
-#define blockIdx (emu::b_idx)
-#define blockDim (emu::b_dim)
-#define gridDim (emu::g_dim)
-#define __syncthreads() emu::sync()
+
+#define threadIdx (emu::current->thread)
+#define blockIdx (emu::block_index)
+#define blockDim (emu::block_dim)
+#define gridDim (emu::grid_dim)
+#define __syncthreads() emu::block_sync()
 #define __shfl_xor_sync(mask, v, o) emu::shfl_xor(v, o)
-#define __fmul_rn(a, b) ((a) * (b))
-#define __fadd_rn(a, b) ((a) + (b))
-#define __fsub_rn(a, b) ((a) - (b))
-#define cudaGetLastError() cudaSuccess
+
+// Device intrinsics with their IEEE meaning (each one rounded on its own: g++ is told not to fuse).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
-using std::min;
+inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
 using std::max;
+using std::min;

@@ -1,61 +1,135 @@
-// The emulator's stand-ins for runtime.cpp and gemm.cpp: host memory for device memory, copies as
-// memcpy, one emulated device, and detail::gemm as a plain fp64 loop over the column-major operands
-// (so matmul.cpp's and lmhead_ce.cu's row-major to column-major mapping is checked against ref::).
+// The emulator's stand-ins for src/kernels/cuda/runtime.cpp and gemm.cpp: one emulated device
+// ("CUDA emulator") whose memory is emu_memory.h's, copies that open device memory for their
+// duration, a stream on which everything has finished by the time a call returns, and detail::gemm
+// as a plain loop in fp64 over the column-major operands (so matmul.cpp's and lmhead_ce.cu's
+// row-major to column-major mapping is checked against ref::). Errors are the real runtime's
+// llamatrain::Error messages.
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <string>
-#include <type_traits>
-#include "core/error.h"
+
 #include "core/bf16.h"
+#include "core/error.h"
+#include "emu_memory.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
+
 namespace llamatrain::cuda {
+
 namespace detail {
-void raise_cuda_error(cudaError_t err, const char* call, const char* file, int line) { throw Error(std::string("emu cuda error ") + call); }
-void raise_cublas_error(int status, const char* call, const char* file, int line) { throw Error("emu cublas"); }
-void raise_error(const std::string& m) { throw Error(m); }
-cudaStream_t cuda_stream() { return nullptr; }
+
+void raise_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw Error(fmt::format("CUDA call {} failed: {} ({}) at {}:{}", call, cudaGetErrorString(err),
+                          cudaGetErrorName(err), file, line));
+}
+
+void raise_cublas_error(int status, const char* call, const char* file, int line) {
+  throw Error(fmt::format("cuBLASLt call {} failed with status {} at {}:{}", call, status, file, line));
+}
+
+void raise_error(const std::string& message) { throw Error(message); }
+
+cudaStream_t cuda_stream() { return reinterpret_cast<cudaStream_t>(uintptr_t(1)); }
+
 void* scratch(int slot, size_t bytes) {
   static void* blocks[kScratchSlots] = {};
   static size_t sizes[kScratchSlots] = {};
-  if (bytes > sizes[slot]) { std::free(blocks[slot]); blocks[slot] = std::aligned_alloc(256, (bytes + 255) / 256 * 256); std::memset(blocks[slot], 0xff, (bytes + 255) / 256 * 256); sizes[slot] = bytes; }
+  CHECK(slot >= 0 && slot < kScratchSlots, "scratch slot {}", slot);
+  if (bytes > sizes[slot]) {
+    emu::device_release(blocks[slot]);
+    const size_t want = bytes + bytes / 8;
+    blocks[slot] = emu::device_malloc(want);
+    if (!blocks[slot]) throw Error(fmt::format("cudaMalloc of {} bytes of scratch failed: out of memory", want));
+    sizes[slot] = want;
+  }
   return blocks[slot];
 }
-// Column-major C (m x n) = op(A) op(B) + beta C, naively in fp64.
-void gemm(float* C, const void* A, bool ta, int lda, const void* B, bool tb, int ldb, int m, int n, int k, float beta, GemmType type) {
+
+// Column-major C (m x n) = op(A) op(B) + beta C, in fp64.
+void gemm(float* C, const void* A, bool ta, int lda, const void* B, bool tb, int ldb, int m, int n, int k, float beta,
+          GemmType type) {
+  emu::DeviceAccess access;
   auto get = [&](const void* p, size_t i) -> double {
-    return type == GemmType::bf16 ? double(to_float(static_cast<const bf16*>(p)[i])) : double(static_cast<const float*>(p)[i]);
+    return type == GemmType::bf16 ? double(to_float(static_cast<const bf16*>(p)[i]))
+                                  : double(static_cast<const float*>(p)[i]);
   };
   for (int j = 0; j < n; j++)
     for (int i = 0; i < m; i++) {
       double s = 0;
       for (int l = 0; l < k; l++) {
-        const size_t ia = ta ? size_t(l) + size_t(i) * lda : size_t(i) + size_t(l) * lda;
-        const size_t ib = tb ? size_t(j) + size_t(l) * ldb : size_t(l) + size_t(j) * ldb;
+        const size_t ia = ta ? size_t(l) + size_t(i) * size_t(lda) : size_t(i) + size_t(l) * size_t(lda);
+        const size_t ib = tb ? size_t(j) + size_t(l) * size_t(ldb) : size_t(l) + size_t(j) * size_t(ldb);
         s += get(A, ia) * get(B, ib);
       }
-      float& c = C[size_t(i) + size_t(j) * m];
-      c = float(s + (beta != 0.0f ? double(beta) * c : 0.0));
+      float& c = C[size_t(i) + size_t(j) * size_t(m)];
+      c = float(s + (beta != 0.0f ? double(beta) * double(c) : 0.0));
     }
 }
+
 }  // namespace detail
+
+namespace {
+
+void check_device(const void* p, size_t bytes, const char* what) {
+  if (!emu::is_device_range(p, bytes))
+    throw Error(fmt::format("{}: {} bytes at {} are not inside one device allocation (cudaErrorInvalidValue)", what,
+                            bytes, p));
+}
+
+}  // namespace
+
 int device_count() { return 1; }
+int device_index() { return 0; }
 bool available() { return true; }
 std::string no_device_reason() { return ""; }
-std::string device_name() { return "emulator"; }
-void* stream() { return reinterpret_cast<void*>(1); }
+std::string device_name() { return "CUDA emulator"; }
+void* stream() { return detail::cuda_stream(); }
+
 void* device_alloc(size_t bytes) {
-  if (bytes > (size_t(1) << 40)) throw Error("emu: out of memory");
-  return std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (bytes == 0) return nullptr;
+  void* p = emu::device_malloc(bytes);
+  if (!p)
+    throw Error(fmt::format("cudaMalloc of {} bytes failed: out of memory ({} of {} bytes free); hint: use a smaller "
+                            "batch, sequence or model",
+                            bytes, emu::device_bytes_total() - emu::device_bytes_in_use(), emu::device_bytes_total()));
+  return p;
 }
-void device_free(void* p) { std::free(p); }
-void copy_to_device(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
-void copy_to_host(void* d, const void* s, size_t b) { std::memcpy(d, s, b); }
-void copy_device(void* d, const void* s, size_t b) { std::memmove(d, s, b); }
-void fill_zero(void* p, size_t b) { std::memset(p, 0, b); }
+
+void device_free(void* p) { emu::device_release(p); }
+
+int64_t device_memory_used() { return int64_t(emu::device_bytes_in_use()); }
+int64_t device_memory_total() { return int64_t(emu::device_bytes_total()); }
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check_device(dst, bytes, "cudaMemcpy to the device");
+  emu::DeviceAccess access;
+  std::memcpy(dst, src, bytes);
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check_device(src, bytes, "cudaMemcpy to the host");
+  emu::DeviceAccess access;
+  std::memcpy(dst, src, bytes);
+}
+
+void copy_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check_device(dst, bytes, "cudaMemcpy on the device");
+  check_device(src, bytes, "cudaMemcpy on the device");
+  emu::DeviceAccess access;
+  std::memmove(dst, src, bytes);
+}
+
+void fill_zero(void* p, size_t bytes) {
+  if (bytes == 0) return;
+  check_device(p, bytes, "cudaMemset");
+  emu::DeviceAccess access;
+  std::memset(p, 0, bytes);
+}
+
 void synchronize() {}
-int64_t device_memory_used() { return 0; }  // host memory stands in for the device's
-int64_t device_memory_total() { return 0; }
+
 }  // namespace llamatrain::cuda

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Rewrites a src/kernels/cuda/*.cu file as C++ for the emulator (emu.h): <<<...>>> launches become
-emu::launch calls and dynamic shared memory a pointer to the emulator's buffer.
+"""Rewrites a src/kernels/cuda/*.cu file as C++ for the emulator (emu.h): each <<<...>>> launch
+becomes an emu::launch call that names its kernel, and dynamic shared memory a pointer to the
+emulator's buffer of the running block.
 Usage: to_host.py IN.cu OUT.cpp [--lmhead-chunk-bytes N] (N replaces lmhead_ce.cu's chunk size, so
 small tests run through several chunks)."""
 import re
@@ -16,10 +17,16 @@ def main():
         del args[i:i + 2]
     src_path, out_path = args
     src = open(src_path).read()
-    src = '#include "emu.h"\n' + src.replace('#include <cuda_runtime.h>', '', 1)
-    src = re.sub(r'extern __shared__ float (\w+)\[\];', r'float* \1 = emu::dynamic_smem<float>();', src)
-    src = re.sub(r'([A-Za-z_][\w:]*(?:<[^;<>]*>)?)\s*<<<(.*?)>>>\((.*?)\);',
-                 lambda m: 'emu::launch(%s, %s, %s);' % (m.group(2), m.group(1), m.group(3)), src, flags=re.S)
+    src = '#include "emu.h"\n#line 1 "%s"\n' % src_path + src.replace('#include <cuda_runtime.h>', '', 1)
+    src = re.sub(r'extern __shared__ (\w+) (\w+)\[\];', r'\1* \2 = emu::dynamic_smem<\1>();', src)
+
+    def launch(m):
+        kernel, config, call_args = m.group(1), ' '.join(m.group(2).split()), m.group(3)
+        # One line, then the newlines the launch spanned, so that #line keeps the .cu file's numbers.
+        call = 'emu::launch("%s", %s, %s, %s);' % (kernel.split('<')[0], config, kernel, ' '.join(call_args.split()))
+        return call + '\n' * m.group(0).count('\n')
+
+    src = re.sub(r'([A-Za-z_][\w:]*(?:<[^;<>]*>)?)\s*<<<(.*?)>>>\((.*?)\);', launch, src, flags=re.S)
     if '<<<' in src:
         sys.exit(f'{src_path}: a launch the rewrite did not recognize')
     if chunk is not None:

@@ -20,6 +20,7 @@ constexpr const char* kReason = "llamatrain was built without CUDA";
 }  // namespace
 
 int device_count() { return 0; }
+int device_index() { return 0; }
 bool available() { return false; }
 std::string no_device_reason() { return kReason; }
 std::string device_name() { unavailable("device_name"); }

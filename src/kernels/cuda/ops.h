@@ -36,6 +36,10 @@ bool available();  // device_count() > 0
 // Why device_count() is 0, in plain words ("no NVIDIA driver (libcuda) on this machine", "no CUDA
 // device", the CUDA error string, "llamatrain was built without CUDA"); "" when there is a device.
 std::string no_device_reason();
+// The device this process runs on: its local rank on the node (OMPI_COMM_WORLD_LOCAL_RANK,
+// SLURM_LOCALID, MPI_LOCALRANKID or LOCAL_RANK; 0 without one) modulo device_count(), made current
+// at the first query. 0 without a device.
+int device_index();
 // The current device's name ("NVIDIA H200").
 std::string device_name();
 // The module's stream (a cudaStream_t); every kernel and copy below is queued on it.

@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -35,6 +37,7 @@ void raise_cublas_error(int status, const char* call, const char* file, int line
 void raise_error(const std::string& message) { throw Error(message); }
 
 cudaStream_t cuda_stream() {
+  device_count();  // the device is chosen before the stream is made on it
   static std::once_flag once;
   static cudaStream_t s = nullptr;
   std::call_once(once, [] { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); });
@@ -62,11 +65,20 @@ void* scratch(int slot, size_t bytes) {
 
 namespace {
 
-// The first device query's answer, kept: (count, reason).
+// The first device query's answer, kept: (count, reason), and the device this process chose.
 struct DeviceState {
   int count = 0;
+  int index = 0;
   std::string reason;
 };
+
+// This process's rank among the processes of its node, as the launcher tells it (Open MPI, SLURM,
+// MPICH / Intel MPI, torchrun), or 0.
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(name); v && *v) return std::max(0, std::atoi(v));
+  return 0;
+}
 
 const DeviceState& device_state() {
   static const DeviceState state = [] {
@@ -91,6 +103,14 @@ const DeviceState& device_state() {
     }
     if (err == cudaSuccess && n > 0) s.count = n;
     cudaGetLastError();  // a failed query must not stay as the sticky last error
+    if (s.count > 0) {  // one GPU per rank of a node: the local rank's, modulo the visible devices
+      s.index = local_rank() % s.count;
+      if (cudaError_t e = cudaSetDevice(s.index); e != cudaSuccess) {
+        s.reason = std::string("cudaSetDevice(") + std::to_string(s.index) + "): " + cudaGetErrorString(e);
+        s.count = 0;
+        cudaGetLastError();
+      }
+    }
     return s;
   }();
   return state;
@@ -99,6 +119,8 @@ const DeviceState& device_state() {
 }  // namespace
 
 int device_count() { return device_state().count; }
+
+int device_index() { return device_state().index; }
 
 bool available() { return device_count() > 0; }
 
