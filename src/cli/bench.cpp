@@ -40,15 +40,23 @@ struct BenchOptions {
   std::vector<std::string> freeze;  // HF name patterns of tensors that do not train (model.freeze)
 };
 
+model::TrainingShape shape_of(model::Precision p, int B, int T, model::Device d,
+                             model::Recompute r = model::Recompute::none) {
+  model::TrainingShape s{p, B, T, r};
+  s.device = d;
+  return s;
+}
+
 // Bytes a training job needs (model::MemoryPlan), the operand form the known choice, else the larger
 // (no probe: this only sizes hints).
-int64_t job_bytes(const model::LlamaConfig& c, model::Precision p, int B, int T) {
-  return model::MemoryPlan::for_check(c, model::ShardPlan::single(c), {p, B, T}, -1).total();
+int64_t job_bytes(const model::LlamaConfig& c, model::Precision p, int B, int T, model::Device d) {
+  return model::MemoryPlan::for_check(c, model::ShardPlan::single(c), shape_of(p, B, T, d), -1).total();
 }
 
 // The changes of one option that would make the job fit in `avail` bytes, each checked by
 // recomputing the job's size (largest batch, largest sequence length, bf16-sr state).
-std::string fitting_changes(const model::LlamaConfig& c, model::Precision p, int B, int T, int64_t avail) {
+std::string fitting_changes(const model::LlamaConfig& c, model::Precision p, int B, int T, int64_t avail,
+                            model::Device d) {
   auto largest = [&](int hi, auto need) {  // largest v in [1, hi] with need(v) <= avail, or 0
     int lo = 0;
     while (lo < hi) {
@@ -59,18 +67,18 @@ std::string fitting_changes(const model::LlamaConfig& c, model::Precision p, int
     return lo;
   };
   std::vector<std::string> ways;
-  if (const int b = largest(B - 1, [&](int v) { return job_bytes(c, p, v, T); }); b > 0)
+  if (const int b = largest(B - 1, [&](int v) { return job_bytes(c, p, v, T, d); }); b > 0)
     ways.push_back(fmt::format("--batch {} (or less)", b));
-  if (const int t = largest(T - 1, [&](int v) { return job_bytes(c, p, B, v); }); t > 0)
+  if (const int t = largest(T - 1, [&](int v) { return job_bytes(c, p, B, v, d); }); t > 0)
     ways.push_back(fmt::format("--seq {} (or less)", t));
-  if (p != model::Precision::bf16_sr && job_bytes(c, model::Precision::bf16_sr, B, T) <= avail)
+  if (p != model::Precision::bf16_sr && job_bytes(c, model::Precision::bf16_sr, B, T, d) <= avail)
     ways.push_back(fmt::format("--precision bf16-sr (bf16 weights and Adam states: {:.1f} GB of state instead of "
                                "{:.1f} GB)",
                                model::LlamaModel::state_bytes(c, model::Precision::bf16_sr) / 1e9,
-                               model::MemoryPlan::for_check(c, model::ShardPlan::single(c), {p, B, T}, -1).state /
-                                   1e9));
+                               model::MemoryPlan::for_check(c, model::ShardPlan::single(c), shape_of(p, B, T, d), -1)
+                                       .state / 1e9));
   if (!ways.empty()) return fmt::format("{}; or pick a smaller model", fmt::join(ways, "; or "));
-  const int64_t smallest = std::min(job_bytes(c, p, 1, 1), job_bytes(c, model::Precision::bf16_sr, 1, 1));
+  const int64_t smallest = std::min(job_bytes(c, p, 1, 1, d), job_bytes(c, model::Precision::bf16_sr, 1, 1, d));
   if (smallest > avail)
     return fmt::format("no batch, sequence length or precision fits: even batch 1 x seq 1 needs {:.1f} GB; pick a "
                        "smaller model or a machine with more memory",
@@ -93,15 +101,14 @@ void run_bench(const BenchOptions& o) {
   // faster): the known choice, else the larger figure, for the check; probed by the model below.
   const model::ShardPlan whole = model::ShardPlan::single(cfg);
   const model::Recompute recompute = model::parse_recompute(o.recompute);
-  const model::TrainingShape shape{precision, B, T, recompute};
-  const int64_t avail = available_memory_bytes();
+  const model::TrainingShape shape = shape_of(precision, B, T, device, recompute);
+  const int64_t avail = model::available_bytes(device);
   model::MemoryPlan mem = model::MemoryPlan::for_check(cfg, whole, shape, avail);
-  // (a GPU's own memory is checked by its allocator, which names the size it could not get)
-  if (device != model::Device::cuda)
-    check_memory_fits(mem.total(), fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),
-                      fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB",
-                                  mem.state / 1e9, mem.activations / 1e9),
-                      avail >= 0 && mem.total() > avail ? fitting_changes(cfg, precision, B, T, avail) : "");
+  model::check_device_memory_fits(device, mem.total(), fmt::format("{} in {} at batch {} x seq {}", o.model, o.precision, B, T),
+                                  fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB",
+                                              mem.state / 1e9, mem.activations / 1e9),
+                                  avail >= 0 && mem.total() > avail ? fitting_changes(cfg, precision, B, T, avail, device)
+                                                                    : "");
 
   // The largest matmul of the step is the lm head: (N, C) x (C, V).
   const double peak_gflops = model::matmul_gflops(device, precision, N, cfg.vocab_size, cfg.dim, 1.0);
@@ -145,19 +152,23 @@ void run_bench(const BenchOptions& o) {
   const double analytic = double(mem.total());
   const double rss = peak_rss_bytes();
   // After the steps every buffer and scratch has its full size (nothing is freed between steps).
-  const double device_bytes = device_base < 0 ? -1.0 : double(model::device_memory_used(device) - device_base);
+  // A GPU: all its memory in use (a dedicated GPU: this run's, its runtime's context included, which
+  // the analytic figure counts too); what was in use before the model is the runtime's measured share.
+  const double device_bytes = device_base < 0 ? -1.0 : double(model::device_memory_used(device));
   if (o.json) {
     std::printf(
         "{\"model\":\"%s\",\"params\":%lld,\"precision\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps\":%d,"
         "\"step_s\":%.6f,\"tokens_per_s\":%.1f,\"gflops\":%.1f,\"matmul_peak_gflops\":%.1f,\"mfu\":%.4f,"
         "\"peak_rss_mb\":%.1f,\"analytic_mb\":%.1f,\"rss_over_analytic\":%.3f,\"state_mb\":%.1f,"
         "\"trainable_params\":%lld,\"float_operands\":%s,\"device\":\"%s\",\"device_mb\":%.1f,"
+        "\"device_before_model_mb\":%.1f,\"runtime_analytic_mb\":%.1f,"
         "\"cpu_kernels\":\"%s\",\"matmul_kernels\":%s}\n",
         o.model.c_str(), (long long)model.num_params(), o.precision.c_str(), B, T, o.steps, median, tokens_per_s,
         gflops, peak_gflops, gflops / peak_gflops, rss / 1e6, analytic / 1e6, rss / analytic, mem.state / 1e6,
         (long long)model.num_trainable(),
         model.float_operands() ? "true" : "false", model::device_name(device),
-        device_bytes < 0 ? -1.0 : device_bytes / 1e6, model::cpu_kernels_variant(), model::matmul_choices_json().c_str());
+        device_bytes < 0 ? -1.0 : device_bytes / 1e6, device_base < 0 ? -1.0 : double(device_base) / 1e6,
+        double(mem.runtime) / 1e6, model::cpu_kernels_variant(), model::matmul_choices_json().c_str());
   } else {
     std::printf("model %s (%.1fM params), %s, batch %d x seq %d, median of %d steps\n", o.model.c_str(),
                 double(model.num_params()) / 1e6, o.precision.c_str(), B, T, o.steps);
@@ -166,8 +177,10 @@ void run_bench(const BenchOptions& o) {
     std::printf("  achieved       %.1f GFLOP/s  (matmul peak %.1f GFLOP/s at %dx%dx%d: MFU %.1f%%)\n", gflops,
                 peak_gflops, N, cfg.vocab_size, cfg.dim, 100.0 * gflops / peak_gflops);
     if (device_bytes >= 0)
-      std::printf("  device memory  %.1f MB in use by this run  (analytic %.1f MB: %.2fx)\n", device_bytes / 1e6,
-                  analytic / 1e6, device_bytes / analytic);
+      std::printf("  device memory  %.1f MB in use  (analytic %.1f MB: %.2fx; %.1f MB before the model, runtime "
+                  "analytic %.1f MB)\n",
+                  device_bytes / 1e6, analytic / 1e6, device_bytes / analytic, double(device_base) / 1e6,
+                  double(mem.runtime) / 1e6);
     else
       std::printf("  peak RSS       %.1f MB  (analytic %.1f MB: %.2fx)\n", rss / 1e6, analytic / 1e6, rss / analytic);
     std::printf("  state          %.1f MB  (weights %.1f, gradients %.1f, optimizer %.1f MB)%s\n", mem.state / 1e6,

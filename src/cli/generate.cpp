@@ -24,6 +24,7 @@
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
+#include "model/backend.h"
 #include "io/hf_config.h"
 
 namespace llamatrain::cli {
@@ -104,7 +105,7 @@ void run_generate(const GenerateOptions& o) {
          std::max<int64_t>(0, cfg.max_seq_len - int64_t(ids.size())));
   {
     const int64_t weights = model::LlamaModel::weight_bytes(cfg, precision);
-    check_memory_fits(weights, fmt::format("{} in {}", o.model_dir, o.precision),
+    model::check_device_memory_fits(device, weights, fmt::format("{} in {}", o.model_dir, o.precision),
                       fmt::format("{:.2f}B parameters at {} bytes each", cfg.num_params() / 1e9,
                                   weights / cfg.num_params()),
                       "use a machine with more memory (generate keeps an fp32 copy of the weights, plus a bf16 "

@@ -10,10 +10,14 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
+#include "core/memory.h"
+
 #include "kernels/cpu/matmul_choice.h"
 #include "kernels/cpu/matmul_peak.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/sizes.h"
 
 namespace llamatrain::model {
 
@@ -102,6 +106,34 @@ std::string device_description(Device d) {
 }
 
 int device_index(Device d) { return d == Device::cuda ? cuda::device_index() : -1; }
+
+GpuInfo gpu_info() {
+  GpuInfo g;
+  g.driver = cuda::driver_version();
+  g.runtime = cuda::runtime_version();
+  g.usable = device_usable(Device::cuda, &g.why_not);
+  if (!g.usable) return g;
+  g.index = cuda::device_index();
+  g.count = cuda::device_count();
+  g.name = cuda::device_name();
+  g.total_bytes = cuda::device_memory_total();
+  g.free_bytes = g.total_bytes - cuda::device_memory_used();
+  return g;
+}
+
+int64_t available_bytes(Device d) {
+  if (d != Device::cuda) return available_memory_bytes();
+  return cuda::device_memory_total() - cuda::device_memory_used() + cuda::sizes::kContextBytes;
+}
+
+void check_device_memory_fits(Device d, int64_t need_bytes, const std::string& what, const std::string& detail,
+                              const std::string& hint) {
+  if (d != Device::cuda) return check_memory_fits(need_bytes, what, detail, hint);
+  const int64_t avail = available_bytes(d);
+  if (need_bytes <= avail) return;
+  fail("memory: {} needs {:.1f} GB ({}), but the GPU {} has {:.1f} GB free\nhint: {}", what, need_bytes / 1e9,
+       detail, device_description(d), avail / 1e9, hint);
+}
 
 int64_t device_memory_used(Device d) { return d == Device::cuda ? cuda::device_memory_used() : -1; }
 

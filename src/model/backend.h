@@ -41,6 +41,23 @@ double kernel_call_seconds(double seconds);
 std::string device_description(Device d);
 // The GPU this process uses (its index among the visible ones), or -1 for a host device.
 int device_index(Device d);
+// What doctor says of this process's GPU.
+struct GpuInfo {
+  bool usable = false;
+  std::string why_not;              // when not usable: the cause (no driver, no device, no CUDA build)
+  int index = -1, count = 0;        // this process's GPU, of the visible ones
+  std::string name, driver, runtime;  // "NVIDIA H200", CUDA versions "13.0"
+  int64_t total_bytes = 0, free_bytes = 0;
+};
+GpuInfo gpu_info();
+// Bytes a job on device d may use: the host's available memory (core/memory.h: MemAvailable and the
+// cgroup limit) for the host devices; for a GPU its free memory plus this process's own context (the
+// query creates it, and MemoryPlan::runtime counts it already). -1 when unknown.
+int64_t available_bytes(Device d);
+// core/memory.h's check_memory_fits against the device's memory: an Error naming the need, the
+// device and what it has, with the hint.
+void check_device_memory_fits(Device d, int64_t need_bytes, const std::string& what, const std::string& detail,
+                              const std::string& hint);
 // Bytes of the device's memory in use now by every process (cuda), or -1 where the device's memory
 // is the host's.
 int64_t device_memory_used(Device d);

@@ -1,5 +1,7 @@
-// The backends' registry: a Device's name, and the Kernels of each (kernels_cpu.cpp, kernels_ref.cpp).
+// The backends' registry: a Device's name, and the Kernels and BackendSizing of each (kernels_cpu.cpp,
+// kernels_ref.cpp, kernels_cuda.cpp).
 #include "model/kernels.h"
+#include "model/memory.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,6 +15,18 @@ std::unique_ptr<Kernels> make_cpu_kernels(Precision p);
 std::unique_ptr<Kernels> make_ref_kernels(Precision p);
 std::unique_ptr<Kernels> make_cuda_kernels(Precision p);
 bool cuda_device_usable(std::string* why);
+const BackendSizing& cpu_sizing();
+const BackendSizing& ref_sizing();
+const BackendSizing& cuda_sizing();
+
+const BackendSizing& backend_sizing(Device d) {
+  switch (d) {
+    case Device::cpu: return cpu_sizing();
+    case Device::ref: return ref_sizing();
+    case Device::cuda: return cuda_sizing();
+  }
+  return cpu_sizing();
+}
 
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu;

@@ -10,6 +10,7 @@
 #include "kernels/cpu/ops.h"
 #include "model/backend.h"
 #include "model/kernels.h"
+#include "model/memory.h"
 
 namespace llamatrain::model {
 
@@ -265,5 +266,19 @@ class CpuKernels final : public Kernels {
 }  // namespace
 
 std::unique_ptr<Kernels> make_cpu_kernels(Precision p) { return std::make_unique<CpuKernels>(p); }
+
+// The CPU backend's sizing: the operand form its kernel probe chooses, oneDNN's lm head scratch, no
+// runtime of a device's (plan measures this process).
+const BackendSizing& cpu_sizing() {
+  static const BackendSizing sizing{
+      [](int M, int N, int K, bool probe) {
+        return probe ? cpu::bf16_operands_as_floats(M, N, K) : cpu::bf16_operands_as_floats_known(M, N, K).value_or(true);
+      },
+      [](int N, int C, int V, Precision p, bool float_operands) {
+        return cpu::lmhead_ce_scratch_bytes(N, C, V, compute_type(p), float_operands);
+      },
+      [](const LocalDims&, int, int, Precision) { return int64_t(0); }};
+  return sizing;
+}
 
 }  // namespace llamatrain::model

@@ -3,9 +3,13 @@
 // gradient norm come back to the host (a step's only round trips). In the bf16 modes operands and the
 // weights' matmul copy are bf16 (the GPU's bf16 gemm is always the faster one). Where llamatrain was
 // built without CUDA the cuda:: functions are stubs: device_count() is 0 and device_usable says why.
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/sizes.h"
 #include "model/kernels.h"
+#include "model/memory.h"
 
 namespace llamatrain::model {
 
@@ -212,6 +216,22 @@ class CudaKernels final : public Kernels {
 }  // namespace
 
 std::unique_ptr<Kernels> make_cuda_kernels(Precision p) { return std::make_unique<CudaKernels>(p); }
+
+// The CUDA backend's sizing, from kernels/cuda/sizes.h's formulas (plain arithmetic: a machine
+// without a GPU or a CUDA build plans for one): bf16 operands as bf16 always, the lm head's chunk of
+// logits, the runtime's context, workspace and scratch.
+const BackendSizing& cuda_sizing() {
+  static const BackendSizing sizing{
+      [](int, int, int, bool) { return false; },
+      [](int N, int C, int V, Precision p, bool) {
+        return cuda::sizes::lmhead_scratch_bytes(N, C, V, p != Precision::fp32);
+      },
+      [](const LocalDims& d, int B, int T, Precision p) {
+        const int64_t widest = std::max<int64_t>({d.C, d.QKV(), 2 * int64_t(d.F)});
+        return cuda::sizes::runtime_bytes(B, T, widest, d.H, p != Precision::fp32);
+      }};
+  return sizing;
+}
 
 bool cuda_device_usable(std::string* why) {
   if (cuda::device_count() > 0) return true;

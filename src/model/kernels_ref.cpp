@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/ref/ops.h"
 #include "model/kernels.h"
+#include "model/memory.h"
 
 namespace llamatrain::model {
 
@@ -235,5 +236,14 @@ class RefKernels final : public Kernels {
 }  // namespace
 
 std::unique_ptr<Kernels> make_ref_kernels(Precision p) { return std::make_unique<RefKernels>(p); }
+
+// The reference backend keeps bf16 values in floats, and its lm head holds the (N, V) logits whole.
+const BackendSizing& ref_sizing() {
+  static const BackendSizing sizing{
+      [](int, int, int, bool) { return true; },
+      [](int N, int, int V, Precision, bool) { return int64_t(N) * V * 4; },
+      [](const LocalDims&, int, int, Precision) { return int64_t(0); }};
+  return sizing;
+}
 
 }  // namespace llamatrain::model

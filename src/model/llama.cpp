@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/cpu/ops.h"
+#include "model/memory.h"
 #include "parallel/communicator.h"
 
 namespace llamatrain::model {
@@ -271,12 +271,11 @@ void LlamaModel::choose_operand_form(int64_t N) {
   k_.use_operand_form(form);
 }
 
-bool LlamaModel::float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N, bool probe) {
+bool LlamaModel::float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N, bool probe,
+                                   Device device) {
   const LocalDims d = local_dims(c, plan);
   if (p == Precision::fp32 || d.L == 0) return false;
-  const int M = int(N), Nout = 2 * d.F, K = d.C;  // a layer's widest matmul: gate | up
-  if (probe) return cpu::bf16_operands_as_floats(M, Nout, K);
-  return cpu::bf16_operands_as_floats_known(M, Nout, K).value_or(true);
+  return backend_sizing(device).float_operands(int(N), 2 * d.F, d.C, probe);  // a layer's widest matmul: gate | up
 }
 
 

@@ -187,7 +187,7 @@ class LlamaModel {
   // probe = false: no probe; the choice when already known (forced or cached), else true (what
   // needs more memory), for estimates that must not run gemms.
   static bool float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
-                                bool probe = true);
+                                bool probe = true, Device device = Device::cpu);
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   const ParamSpec* find_param(std::string_view name) const;  // by ParamSpec::name; nullptr when absent
   int64_t num_params() const { return num_params_; }

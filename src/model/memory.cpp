@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/ops.h"
 #include "model/backend.h"
 #include "model/llama.h"
 #include "model/memory.h"
@@ -211,17 +210,18 @@ MemoryPlan MemoryPlan::of(const LlamaConfig& c, const ShardPlan& plan, const Tra
   m.state = st.total();
   m.activations = LlamaModel::activation_bytes(c, plan, s.precision, s.B, s.T, s.recompute, s.recompute_layers,
                                                s.slots, float_operands);
+  const BackendSizing& backend = backend_sizing(s.device);
   if (plan.last_stage() && plan.tp_size == 1)  // the vocabulary-parallel head's scratch is in the arenas
-    m.activations += cpu::lmhead_ce_scratch_bytes(s.B * s.T, c.dim, c.vocab_size, compute_type(s.precision),
-                                                  float_operands);
+    m.activations += backend.lmhead_scratch_bytes(s.B * s.T, c.dim, c.vocab_size, s.precision, float_operands);
+  m.runtime = backend.runtime_bytes(local_dims(c, plan), s.B, s.T, s.precision);
   return m;
 }
 
 MemoryPlan MemoryPlan::for_check(const LlamaConfig& c, const ShardPlan& plan, const TrainingShape& s, int64_t avail) {
   const int64_t N = int64_t(s.B) * s.T;
-  bool floats = LlamaModel::float_operands_at(c, plan, s.precision, N, false);
+  bool floats = LlamaModel::float_operands_at(c, plan, s.precision, N, false, s.device);
   if (floats && avail >= 0 && of(c, plan, s, true).total() > avail && of(c, plan, s, false).total() <= avail)
-    floats = LlamaModel::float_operands_at(c, plan, s.precision, N);  // the form decides: probe
+    floats = LlamaModel::float_operands_at(c, plan, s.precision, N, true, s.device);  // the form decides: probe
   return of(c, plan, s, floats);
 }
 

@@ -131,14 +131,17 @@ const std::vector<Accelerator>& accelerators() {
   // Published peaks (dense, no sparsity) and links; efficiency: docs/performance.md, "Predicted step
   // times", has the fits and the published results behind them.
   static const std::vector<Accelerator> table = {
+      // GPU memory as nvidia-smi and cudaMemGetInfo report it (81559 MiB for an H100 80 GB, 143771 MiB for
+      // an H200 141 GB, measured on the test machine; 81920 MiB for an A100 80 GB).
       {"H100", "NVIDIA H100 SXM 80 GB (8 per node, NVLink 4, 8 x 400 Gb/s InfiniBand)", 989e12, 67e12,
-       80'000'000'000, 3.35e12, 8, 450e9, 400e9, 0.52,
-       "assumed the A100's (no published bf16 Llama 2 result; NeMo's FP8 results bound it from above)"},
+       int64_t(81559) << 20, 3.35e12, 8, 450e9, 400e9, 0.52,
+       "assumed the A100's (no published bf16 Llama 2 result; NeMo's FP8 results bound it from above)", true},
       {"H200", "NVIDIA H200 SXM 141 GB (8 per node, NVLink 4, 8 x 400 Gb/s InfiniBand)", 989e12, 67e12,
-       141'000'000'000, 4.8e12, 8, 450e9, 400e9, 0.52, "as H100 (the same compute; more and faster memory)"},
+       int64_t(143771) << 20, 4.8e12, 8, 450e9, 400e9, 0.52, "as H100 (the same compute; more and faster memory)",
+       true},
       {"A100", "NVIDIA A100 SXM 80 GB (8 per node, NVLink 3, 8 x 200 Gb/s InfiniBand)", 312e12, 19.5e12,
-       80'000'000'000, 2.0e12, 8, 300e9, 200e9, 0.52,
-       "Llama 2's published A100-80GB GPU hours for 2T tokens: 7B 184,320 (3,014 tokens/s per GPU)"},
+       int64_t(81920) << 20, 2.0e12, 8, 300e9, 200e9, 0.52,
+       "Llama 2's published A100-80GB GPU hours for 2T tokens: 7B 184,320 (3,014 tokens/s per GPU)", true},
       {"trn1.32xlarge", "AWS Trn1: 16 Trainium chips, 32 NeuronCores (ranks) with 16 GB each, 800 Gb/s EFA",
        3.04e15 / 32, 0.76e15 / 32, 16'000'000'000, 0.82e12 / 2, 32, 768e9 / 16, 100e9, 0.44,
        "the seeds' Llama-2-7B at seq 4096, TP 8, DP 4: 3.7 seq/s on one instance"},

@@ -75,6 +75,7 @@ struct Accelerator {
   double inter_node_bytes_per_s = 0;  // per node
   double efficiency = 0;
   std::string calibration;
+  bool gpu = false;           // an NVIDIA GPU: plan runs the job there on the CUDA backend
 };
 
 const std::vector<Accelerator>& accelerators();

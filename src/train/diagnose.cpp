@@ -63,6 +63,10 @@ struct Findings {
   std::vector<std::pair<nlohmann::json, Evidence>> outcomes;  // start, end, error and signal events, as read
   std::vector<Evidence> host_oom, time_limit, cancelled, killed, watchdog, comm, internal, plain_error, mpi_abort,
       skips, rollbacks, damaged_checkpoint;
+  // The NVIDIA driver's records (dmesg's NVRM Xid lines): a GPU lost to the bus or to uncorrectable
+  // memory errors, and faults a kernel made; NCCL's own reports of a collective that timed out.
+  std::vector<Evidence> gpu_lost, gpu_fault_xid, nccl_timeout;
+  std::string xid_detail;
   std::optional<int> killed_rank, killed_signal, comm_rank, internal_rank, abort_rank;
   std::string killed_ranks_text;  // srun's task list ("0-2,5") when it names several
   std::set<int> watchdog_ranks;
@@ -134,6 +138,9 @@ void scan(const LogText& log, Findings& f, const std::string& latest_start) {
   static const std::regex mpi_abort(R"(MPI_ABORT was invoked on rank (\d+))");
   static const std::regex damaged(R"(warning: skipping checkpoint )");
   static const std::regex srun_exit(R"(srun: error: \S+: tasks? [0-9,\-]+: Exited with exit code (\d+))");
+  static const std::regex nvidia_xid(R"(NVRM: Xid \(PCI:([^)]*)\): (\d+))");
+  static const std::regex nccl_timeout(
+      R"(NCCL (WARN|INFO).*([Tt]imeout|[Tt]imed out)|Watchdog caught collective operation timeout|NCCL communicator was aborted)");
   bool step_ending_here = false;  // in this log, so far: a task failed or the step was cancelled
   bool earlier_start = false;     // the lines since an earlier start's batch event
 
@@ -172,6 +179,23 @@ void scan(const LogText& log, Findings& f, const std::string& latest_start) {
       continue;
     }
     if (earlier_start) continue;
+    if (std::regex_search(line, m, nvidia_xid)) {
+      const int xid = std::atoi(m[2].str().c_str());
+      // 79: fallen off the bus; 48, 63, 64, 94, 95: uncorrectable memory errors; 74, 92, 119, 120: NVLink
+      // or GSP failures. 13, 31, 43: a kernel's own fault (an illegal address, a page fault, a trap).
+      if (xid == 13 || xid == 31 || xid == 43) {
+        f.gpu_fault_xid.push_back(ev);
+      } else if (xid == 79 || xid == 48 || xid == 63 || xid == 64 || xid == 74 || xid == 92 || xid == 94 ||
+                 xid == 95 || xid == 119 || xid == 120) {
+        f.gpu_lost.push_back(ev);
+        if (f.xid_detail.empty()) f.xid_detail = fmt::format("Xid {} on the GPU at PCI {}", xid, m[1].str());
+      }
+      continue;
+    }
+    if (std::regex_search(line, m, nccl_timeout)) {
+      f.nccl_timeout.push_back(ev);
+      continue;
+    }
     if (std::regex_search(line, m, slurm_oom)) {
       f.host_oom.push_back(ev);
       f.oom_detail = "SLURM's memory limit (the job's cgroup)";
@@ -377,6 +401,17 @@ constexpr const char* kMemoryFix =
     "model.activations_checkpoint_granularity=full, a smaller model.micro_batch_size, "
     "model.distributed_optimizer=true, more tensor or pipeline parallelism";
 
+constexpr const char* kGpuMemoryFix =
+    "make the job need less GPU memory: model.activations_checkpoint_granularity=full, a smaller "
+    "model.micro_batch_size, model.distributed_optimizer=true with more GPUs; `llamatrain plan CONFIG --hardware "
+    "H200` sizes a job before it runs; `nvidia-smi` on the node shows other processes holding GPU memory";
+constexpr const char* kGpuFaultFix =
+    "a kernel read or wrote memory it does not own: a bug to report with this log; rerun with LLAMATRAIN_CUDA_SYNC=1 "
+    "(the error then names the kernel that faulted, not a later call), and resume from the last checkpoint";
+constexpr const char* kGpuLostFix =
+    "a hardware or driver failure of that node's GPU: check `nvidia-smi` and `dmesg` there (NVRM Xid lines), drain "
+    "the node (scontrol update nodename=NODE state=drain reason=gpu), and resume on the others";
+
 void error_cause(const Findings& f, Diagnosis& d) {
   const nlohmann::json& e = *f.error;
   const std::string code = e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "error";
@@ -390,6 +425,16 @@ void error_cause(const Findings& f, Diagnosis& d) {
   if (code == "oom") {
     d.summary = "out of memory" + where + ": an allocation failed (the process's memory limit or the machine's)";
     d.fix = kMemoryFix;
+  } else if (code == "gpu_oom") {
+    d.summary = "out of GPU memory" + where + ": " + first_line(message);
+    d.fix = kGpuMemoryFix;
+  } else if (code == "gpu_fault") {
+    d.summary = "a kernel faulted on the GPU" + where + ": " + first_line(message);
+    for (const auto& x : f.gpu_fault_xid) d.evidence.push_back(x);
+    d.fix = kGpuFaultFix;
+  } else if (code == "gpu_lost") {
+    d.summary = "the GPU" + where + " stopped answering: " + first_line(message);
+    d.fix = kGpuLostFix;
   } else if (code == "nonfinite") {
     d.summary = fmt::format("training diverged{}: the loss or gradient norm was not finite from step {}; {}", where,
                             f.first_skip,
@@ -496,6 +541,13 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     for (const auto& k : f.killed) d.evidence.push_back(k);
     d.fix = kMemoryFix;
     d.resume = resume_command(f);
+  } else if (!f.gpu_lost.empty()) {
+    d.cause = "gpu_lost";
+    d.summary = "a GPU failed: " + f.xid_detail + " (the NVIDIA driver's record)";
+    d.evidence = f.gpu_lost;
+    if (f.error) d.evidence.push_back(f.error_ev);
+    d.fix = kGpuLostFix;
+    d.resume = resume_command(f);
   } else if (!f.time_limit.empty()) {
     d.cause = "time_limit";
     d.summary = "the job reached its time limit and SLURM stopped it";
@@ -506,6 +558,14 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     d.resume = resume_command(f);
   } else if (f.error) {
     error_cause(f, d);
+  } else if (!f.nccl_timeout.empty()) {
+    d.cause = "nccl_timeout";
+    d.summary = "a GPU collective timed out (NCCL): a rank stopped taking part in it";
+    d.evidence = f.nccl_timeout;
+    d.fix =
+        "a rank hung or died, or the network between the nodes failed: the other ranks' logs and `llamatrain doctor` "
+        "on the job's nodes say which; NCCL_DEBUG=INFO logs NCCL's view";
+    d.resume = resume_command(f);
   } else if (!f.watchdog.empty() && !killed_missing_rank) {
     d.cause = "watchdog";
     std::vector<int> missing;

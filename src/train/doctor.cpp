@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "data/blend.h"
 #include "model/backend.h"
+#include "model/kernels.h"
 #include "train/run_plan.h"
 
 namespace llamatrain::train {
@@ -319,6 +320,82 @@ DoctorRow check_allreduce(parallel::Communicator* w, double mib) {
   return row;
 }
 
+// ---- the GPU ----
+
+bool wants_gpu(const TrainConfig* config) {
+  return config && (config->trainer.accelerator == "gpu" || config->trainer.accelerator == "cuda");
+}
+
+// This rank's GPU: which one, its memory and the CUDA versions; a FAIL where the config asks for a GPU
+// and none is usable, a WARN where the node's ranks outnumber its GPUs or another process holds memory.
+DoctorRow check_gpu(const TrainConfig* config, int ranks_here) {
+  const model::GpuInfo g = model::gpu_info();
+  if (!g.usable) {
+    if (wants_gpu(config))
+      return {"gpu", CheckStatus::fail,
+              fmt::format("trainer.accelerator={} but no usable GPU: {}; hint: check nvidia-smi on this node, or "
+                          "train with trainer.accelerator=cpu",
+                          config->trainer.accelerator, g.why_not)};
+    return {"gpu", CheckStatus::pass, fmt::format("none ({}): training runs on the cpu", g.why_not)};
+  }
+  DoctorRow row{"gpu", CheckStatus::pass,
+                fmt::format("cuda:{} {} of {} visible; {:.1f} of {:.1f} GiB free{}; {} rank{} on this node", g.index,
+                            g.name, g.count, double(g.free_bytes) / kGiB, double(g.total_bytes) / kGiB,
+                            g.driver.empty() ? "" : fmt::format("; driver CUDA {}, runtime {}", g.driver, g.runtime),
+                            ranks_here, ranks_here == 1 ? "" : "s")};
+  if (ranks_here > g.count) {
+    row.status = CheckStatus::warn;
+    row.detail += fmt::format("; {} ranks share {} GPU{}: set one rank per GPU (trainer.devices={})", ranks_here,
+                              g.count, g.count == 1 ? "" : "s", g.count);
+  } else if (double(g.free_bytes) < 0.9 * double(g.total_bytes)) {
+    row.status = CheckStatus::warn;
+    row.detail += fmt::format("; {:.1f} GiB held by other processes (nvidia-smi names them)",
+                              double(g.total_bytes - g.free_bytes) / kGiB);
+  }
+  return row;
+}
+
+// The sum over the ranks of arrays in GPU memory, as data-parallel training does it: each rank's array
+// copied to the host, all-reduced over MPI, copied back, and checked exactly.
+DoctorRow check_gpu_allreduce(parallel::Communicator* w, double mib) {
+  const int n = world_size(w);
+  auto k = model::make_kernels(model::Device::cuda, model::Precision::fp32);
+  const size_t count = std::max<size_t>(1024, size_t(mib * 1024 * 1024 / sizeof(float)));
+  model::Buffer<float> dev(k.get());
+  dev.assign_zero(int64_t(count));
+  std::vector<float> buf(count);
+  const int rank = world_rank(w);
+  double best = 1e30;
+  size_t wrong = 0;
+  for (int iter = 0; iter < 3; iter++) {
+    for (size_t i = 0; i < count; i++) buf[i] = float((rank + 1) * int(i % 61 + 1));
+    k->copy_from_host(dev.data(), buf.data(), count * sizeof(float));
+    w->barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    k->copy_to_host(buf.data(), dev.data(), count * sizeof(float));
+    w->all_reduce(buf.data(), buf.size());
+    k->copy_from_host(dev.data(), buf.data(), count * sizeof(float));
+    k->synchronize();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    w->all_reduce(&s, 1);
+    best = std::min(best, s / n);
+  }
+  k->copy_to_host(buf.data(), dev.data(), count * sizeof(float));
+  const double factor = double(n) * (n + 1) / 2;
+  for (size_t i = 0; i < count; i++) wrong += double(buf[i]) != factor * double(i % 61 + 1);
+  DoctorRow row{"gpu allreduce", CheckStatus::pass,
+                fmt::format("host-staged through MPI: sum of {} ranks' GPU memory exact; {:.0f} MiB per rank in {:.1f} "
+                            "ms",
+                            n, double(count * sizeof(float)) / (1024 * 1024), best * 1e3)};
+  if (wrong > 0) {
+    row.status = CheckStatus::fail;
+    row.detail = fmt::format("the sum of {} ranks' GPU memory came back wrong in {} of {} values: the GPU copies or "
+                             "MPI corrupt data",
+                             n, wrong, count);
+  }
+  return row;
+}
+
 // Every rank writes a probe file into the run folder; rank 0 must see them all. Probes, and the
 // folder when it was made for this, are removed afterwards.
 DoctorRow check_run_dir(parallel::Communicator* w, const std::string& run_dir, const std::vector<std::string>& hosts) {
@@ -458,6 +535,13 @@ std::vector<DoctorRow> run_doctor(const DoctorOptions& o, parallel::Communicator
   rows.push_back(agree(w, check_disk(run_dir)));
   rows.push_back(agree(w, check_ranks(w, hosts, o.config)));
   rows.push_back(agree(w, check_allreduce(w, o.allreduce_mib)));
+  rows.push_back(agree(w, check_gpu(o.config, ranks_here)));
+  // (every rank takes part, or none: whether this rank's GPU is usable is agreed first)
+  if (w && w->size() > 1) {
+    double usable = model::device_usable(model::Device::cuda) ? 1.0 : 0.0;
+    w->all_reduce(&usable, 1);
+    if (usable == double(w->size())) rows.push_back(agree(w, check_gpu_allreduce(w, o.allreduce_mib)));
+  }
   rows.push_back(agree(w, check_run_dir(w, run_dir, hosts)));
   if (o.config) rows.push_back(agree(w, check_config_files(*o.config)));
   if (!o.config_error.empty()) {

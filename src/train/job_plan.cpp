@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -103,7 +104,8 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   m.activations = p.memory.activations;
   m.float_operands = p.memory.float_operands;
   m.communication = communication_bytes(cfg, p);
-  m.runtime = runtime > 0 ? runtime + kMpiRuntimeBytes : 0;
+  // A GPU's runtime (context, workspace, kernel scratch: the backend's figure), or this CPU process's.
+  m.runtime = p.memory.runtime + (runtime > 0 ? runtime + kMpiRuntimeBytes : 0);
   return m;
 }
 
@@ -341,8 +343,10 @@ std::vector<std::string> memory_suggestions(const TrainConfig& cfg, int64_t runt
       changes.push_back({fmt::format("model.micro_batch_size={}", mb), [mb](TrainConfig& c) { c.model.micro_batch_size = mb; }});
       break;
     }
+  // (tensor parallelism: not on GPUs, where preflight refuses it)
+  const bool gpu = cfg.trainer.accelerator == "gpu" || cfg.trainer.accelerator == "cuda";
   const int tp = std::max(1, cfg.model.tensor_model_parallel_size);
-  for (int t = tp * 2; t <= ranks_per_node && t <= 64; t *= 2)
+  for (int t = tp * 2; !gpu && t <= ranks_per_node && t <= 64; t *= 2)
     if (cfg.world_size() % (int64_t(t) * std::max(1, cfg.model.pipeline_model_parallel_size)) == 0) {
       changes.push_back({fmt::format("model.tensor_model_parallel_size={}", t), [t](TrainConfig& c) {
                            c.model.tensor_model_parallel_size = t;
@@ -379,6 +383,44 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
     acc = obs::find_accelerator(target.hardware);
     if (!acc) fail("--hardware {}: not a known machine, expected one of cpu, {}", target.hardware, obs::accelerator_names());
   }
+  // The device the job runs on: a named GPU's (the CUDA backend, planned for without one here), the
+  // GPU of this machine when the config asks for one, else what trainer.accelerator says.
+  std::optional<PlanCheck> device_check;
+  const std::string accelerator = cfg.trainer.accelerator;
+  const bool gpu_config = accelerator == "gpu" || accelerator == "cuda";
+  if (acc && acc->gpu && !gpu_config) {
+    if (accelerator != "auto")
+      device_check = PlanCheck{Status::warn, "device",
+                               fmt::format("trainer.accelerator={} trains on the cpu; these figures are for {} "
+                                           "(trainer.accelerator=gpu)\nhint: add trainer.accelerator=gpu to the job",
+                                           accelerator, acc->name)};
+    cfg.trainer.accelerator = "gpu";
+  } else if (acc && !acc->gpu && gpu_config) {
+    device_check = PlanCheck{Status::warn, "device",
+                             fmt::format("trainer.accelerator={} asks for a GPU, but {} has none; these figures are "
+                                         "for its cores\nhint: trainer.accelerator=cpu (on Trainium: tpu)",
+                                         accelerator, acc->name)};
+    cfg.trainer.accelerator = "cpu";
+  } else if (!acc && gpu_config) {
+    std::string why;
+    const obs::Accelerator* here = nullptr;
+    if (model::device_usable(model::Device::cuda, &why))
+      for (const obs::Accelerator& a : obs::accelerators())
+        if (a.gpu && model::device_description(model::Device::cuda).find(" " + a.name) != std::string::npos) here = &a;
+    if (!here) {
+      jp.checks.push_back(
+          {Status::fail, "device",
+           fmt::format("trainer.accelerator={}: {}, expected a GPU to plan for\nhint: name the GPU the job runs on: "
+                       "--hardware {}",
+                       accelerator,
+                       why.empty() ? "this machine's GPU " + model::device_description(model::Device::cuda) +
+                                         " has no published figures here"
+                                   : "no usable GPU on this machine (" + why + ")",
+                       obs::accelerator_names())});
+      return jp;
+    }
+    acc = here;
+  }
   jp.nodes = cfg.trainer.num_nodes;
   jp.ranks_per_node = cfg.trainer.devices;
   jp.max_steps = cfg.trainer.max_steps;
@@ -393,6 +435,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   jp.planned = true;
   jp.plan = stages.front();
   const RunPlan& p = jp.plan;
+  if (device_check) jp.checks.push_back(*device_check);
   const obs::MachineRates rates =
       acc ? obs::machine_rates(*acc, p.precision) : this_cpu_rates(p, jp.ranks_per_node, target.probe_seconds);
   jp.hardware = acc ? acc->description : rates.name;

@@ -36,7 +36,8 @@ struct RankMemory {
   int stage = 0;
   int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
   int64_t communication = 0;  // pipeline send/receive buffers
-  int64_t runtime = 0;        // libraries, kernels and MPI (this CPU: measured in this process)
+  int64_t runtime = 0;        // libraries, kernels and MPI (this CPU: measured in this process); a GPU's
+                              // context, library workspace and kernel scratch (model::MemoryPlan::runtime)
   // The bf16 modes' matmul operand form the figures assume (the weights' copy and the matmul-only
   // activations): bf16, or bf16 values held in floats (4 bytes) where the CPU's fp32 kernel is the one.
   bool float_operands = false;

@@ -16,6 +16,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
 #include "io/hf_export.h"
+#include "model/backend.h"
 #include "obs/progress.h"
 #include "obs/throughput.h"
 #include "parallel/pipeline.h"
@@ -144,10 +145,15 @@ void plan_shapes(const TrainConfig& cfg, RunPlan& p) {
 
 // The device the model runs on, and the layouts it runs: on a GPU, one GPU per rank and data
 // parallelism only (tensor and pipeline parallelism run on the cpu).
-void plan_device(const TrainConfig& cfg, RunPlan& p) {
+void plan_device(const TrainConfig& cfg, RunPlan& p, bool here) {
   // Lightning's "tpu" is the seeds' XLA (Neuron) path: there is no such device here, so the CPU.
   const std::string& acc = cfg.trainer.accelerator;
-  p.device = acc == "tpu" ? model::Device::cpu : model::choose_device(acc, "trainer.accelerator");
+  if (acc == "tpu")
+    p.device = model::Device::cpu;
+  else if (!here && (acc == "gpu" || acc == "cuda"))  // planned for, not used: it need not be here
+    p.device = model::Device::cuda;
+  else
+    p.device = model::choose_device(acc, "trainer.accelerator");
   if (std::string why; acc == "auto" && !model::device_usable(model::Device::cuda, &why))
     p.device_note = "trainer.accelerator=auto: no usable GPU (" + why + "), so training on the cpu";
   if (p.device != model::Device::cuda) return;
@@ -179,7 +185,7 @@ void plan_freeze(const TrainConfig& cfg, RunPlan& p) {
 }
 
 // This rank's part of the model, and what it will hold.
-void plan_memory(const TrainConfig& cfg, RunPlan& p, bool check_memory) {
+void plan_memory(const TrainConfig& cfg, RunPlan& p, bool here) {
   const parallel::ParallelLayout& lay = p.layout;
   p.zero1 = cfg.model.distributed_optimizer && lay.dp_size > 1;
   p.pipeline_split = cfg.model.pipeline_layers();
@@ -193,15 +199,16 @@ void plan_memory(const TrainConfig& cfg, RunPlan& p, bool check_memory) {
                                                        {"tp_size", "model.tensor_model_parallel_size"}}));
   p.slots = lay.pp_size > 1 ? parallel::pipeline_slots(lay.pp_size, lay.pp_rank, int(p.micro_batches)) : 1;
   const model::TrainingShape shape{p.precision, p.B,     p.T, p.recompute, p.recompute_layers,
-                                   p.slots,     p.zero1 ? lay.dp_size : 1};
-  p.memory = model::MemoryPlan::for_check(p.model, p.shard, shape, check_memory ? available_memory_bytes() : -1);
-  if (!check_memory) return;
-  check_memory_fits(p.memory.total(),
+                                   p.slots,     p.zero1 ? lay.dp_size : 1, p.device};
+  p.memory = model::MemoryPlan::for_check(p.model, p.shard, shape, here ? model::available_bytes(p.device) : -1);
+  if (!here) return;
+  model::check_device_memory_fits(p.device, p.memory.total(),
                     fmt::format("training {} parameters in {} at micro batch {} x seq {}",
                                 obs::format_count(double(p.model.num_params())), model::precision_name(p.precision),
                                 p.B, p.T),
-                    fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB",
-                                p.memory.state / 1e9, p.memory.activations / 1e9),
+                    fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB{}",
+                                p.memory.state / 1e9, p.memory.activations / 1e9,
+                                p.memory.runtime > 0 ? fmt::format(", runtime {:.1f} GB", p.memory.runtime / 1e9) : ""),
                     p.recompute == model::Recompute::full
                         ? "lower model.micro_batch_size (gradient accumulation keeps the global batch), or use a "
                           "machine with more memory"
@@ -231,7 +238,7 @@ std::string resolve_log_dir(const TrainConfig& c) {
   return (version.empty() ? base : base / version).string();
 }
 
-RunPlan preflight(const TrainConfig& cfg, int world_size, int rank, bool check_memory) {
+RunPlan preflight(const TrainConfig& cfg, int world_size, int rank, bool here) {
   check_world(cfg, world_size);
   RunPlan p;
   // TP innermost, then DP, then PP (Megatron's order): a replica's TP x PP ranks read the same
@@ -244,9 +251,9 @@ RunPlan preflight(const TrainConfig& cfg, int world_size, int rank, bool check_m
   check_files(cfg, p.log_dir);
   plan_model(cfg, p);
   plan_shapes(cfg, p);
-  plan_device(cfg, p);
+  plan_device(cfg, p, here);
   plan_freeze(cfg, p);
-  plan_memory(cfg, p, check_memory);
+  plan_memory(cfg, p, here);
   if (cfg.convert_to_hf) {
     p.export_dir = cfg.model.output_dir ? *cfg.model.output_dir : (fs::path(p.log_dir) / "hf").string();
     io::check_export_target(p.export_dir);

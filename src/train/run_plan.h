@@ -65,8 +65,9 @@ struct RunPlan {
 std::string resolve_log_dir(const TrainConfig& config);
 
 // The plan of rank `rank` of a job of world_size processes; throws Error for anything that would make
-// the job fail later. check_memory: refuse a plan that does not fit this machine's free memory (off
-// when planning for other machines: `llamatrain plan` compares with theirs).
-RunPlan preflight(const TrainConfig& config, int world_size, int rank, bool check_memory = true);
+// the job fail later. here: the job runs on this machine, so its device must be usable here and the
+// plan must fit the device's free memory; false when planning for other machines (`llamatrain plan`
+// compares with theirs, and plans for the GPU trainer.accelerator names on a machine without one).
+RunPlan preflight(const TrainConfig& config, int world_size, int rank, bool here = true);
 
 }  // namespace llamatrain::train

@@ -375,14 +375,16 @@ void Trainer::make_model() {
   const model::MemoryPlan& mem = plan_.memory;
   const int64_t vocab_rows = mc.padded_vocab_size(plan_.shard.tp_size);  // with the inert padding rows
   say(fmt::format("model: {:.2f}M parameters{} (C {}, L {}, H {}, Hkv {}, F {}, V {}{}), {}, recompute {}, "
-                  "memory {} (state {} + activations {}{})",
+                  "memory {} (state {} + activations {}{}{})",
                   double(mc.num_params()) / 1e6,
                   sharded ? fmt::format(", {:.2f}M on rank 0", double(model_->num_params()) / 1e6) : "", mc.dim,
                   mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim, mc.vocab_size,
                   vocab_rows > mc.vocab_size ? fmt::format(" padded to {} rows", vocab_rows) : "",
                   model::precision_name(plan_.precision), plan_.recompute_text(),
                   obs::format_bytes(double(mem.total())), obs::format_bytes(double(mem.state)),
-                  obs::format_bytes(double(mem.activations)), sharded ? " on rank 0" : ""));
+                  obs::format_bytes(double(mem.activations)),
+                  mem.runtime > 0 ? " + GPU runtime " + obs::format_bytes(double(mem.runtime)) : "",
+                  sharded ? " on rank 0" : ""));
   if (!mc.frozen.empty()) {  // model.freeze, counted over the whole model
     int64_t tensors = 0;
     for (const auto& t : io::hf_tensor_slices(mc)) tensors += mc.is_frozen(t.param);

@@ -11,6 +11,7 @@
 
 #include "model/backend.h"
 #include "model/config.h"
+#include "model/kernels.h"
 #include "obs/throughput.h"
 #include "test_util.h"
 #include "train/train_runs.h"
@@ -258,6 +259,79 @@ TEST(Plan, TheTrainiumPredictionReproducesItsCalibration) {
   EXPECT_EQ(p["layout"]["dp"], 4);
   EXPECT_NEAR(p["prediction"]["seq_per_s"].get<double>(), 3.7, 0.2) << p["prediction"].dump(1);
   EXPECT_EQ(check(p, "memory").value("status", ""), "PASS") << check(p, "memory");
+}
+
+// The arguments of a plan of Llama-2-7B (seq 4096, micro batch 1, full recompute, bf16-mixed, DP only)
+// on one node of the named hardware.
+std::vector<std::string> seven_b_on(const TempDir& dir, const std::string& hardware,
+                                    const std::vector<std::string>& extra = {}) {
+  const std::string seven = hf_folder(dir, "7b", 4096, 11008, 32, 32, 32, 32000);
+  std::vector<std::string> a = {"plan", source_path("configs/llama2_7b.yaml"), "model.init_from=" + seven,
+                                "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+                                "exp_manager.explicit_log_dir=" + (dir / "run"), "--hardware", hardware, "--nodes", "1",
+                                "trainer.precision=bf16-mixed", "model.tensor_model_parallel_size=1",
+                                "model.sequence_parallel=false", "--json"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+TEST(Plan, AGpuJobIsSizedByTheGpuBackendWithItsRuntime) {
+  // Llama-2-7B on an H200: the CUDA backend's figures, planned on a machine without a GPU. Analytic:
+  // 18 bytes per parameter of state (fp32 weights, their bf16 copy, fp32 gradients, two fp32 moments),
+  // the 32 layers' outputs (fp32, kept by full recompute) and one recomputed layer's activations, the
+  // lm head's chunk of logits, and the CUDA context: the plan within 10% of that.
+  TempDir dir;
+  model::LlamaConfig c;
+  c.dim = 4096, c.ffn_dim = 11008, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 32, c.vocab_size = 32000;
+  const double P = double(c.num_params()), N = 4096, C = 4096, F = 11008, L = 32;
+  const double layer = N * (3 * C + C + 2 * F + C) * 4 + N * (2 * C + F) * 2;  // qkv, att, h13, resid; bf16 inputs
+  const double analytic = P * 18 + L * N * C * 4 + layer + (256 << 20) + (640 << 20);
+  json figures[2];
+  int i = 0;
+  for (const char* cpu_form : {"fp32", "auto"}) {
+    // The CPU's operand form (forced to bf16 values in floats, or its own choice) changes no GPU figure.
+    ::setenv("LLAMATRAIN_BF16_MATMUL", cpu_form, 1);
+    const CliResult r = run_cli(seven_b_on(dir, "H200", {"trainer.accelerator=gpu"}));
+    ::unsetenv("LLAMATRAIN_BF16_MATMUL");
+    const json p = plan_json(r);
+    ASSERT_TRUE(p.contains("memory_per_rank")) << describe(r);
+    const json& m = p["memory_per_rank"][0];
+    EXPECT_EQ(m["operand_form"], "bf16") << m.dump();
+    EXPECT_EQ(m["weights"].get<int64_t>(), int64_t(P) * 6) << "fp32 weights and their bf16 copy";
+    EXPECT_GT(m["runtime"].get<int64_t>(), int64_t(600) << 20) << "the CUDA context and workspace";
+    EXPECT_NEAR(m["total"].get<double>(), analytic, 0.1 * analytic) << m.dump(1);
+    EXPECT_EQ(check(p, "memory").value("status", ""), "PASS") << check(p, "memory");
+    EXPECT_EQ(p["memory_available_per_rank"].get<int64_t>(), int64_t(143771) << 20) << "an H200's 143771 MiB";
+    figures[i++] = m;
+  }
+  EXPECT_EQ(figures[0], figures[1]);
+}
+
+TEST(Plan, LayoutsAndDevicesAGpuJobCannotHaveFail) {
+  TempDir dir;
+  // Tensor parallelism on GPUs: refused, as train refuses it.
+  json p = plan_json(run_cli(seven_b_on(dir, "H200", {"trainer.accelerator=gpu", "model.tensor_model_parallel_size=8"})));
+  EXPECT_EQ(check(p, "layout").value("status", ""), "FAIL");
+  EXPECT_NE(check(p, "layout").value("detail", "").find("on GPUs llamatrain trains with data parallelism"),
+            std::string::npos)
+      << check(p, "layout");
+  // A config that trains on the cpu, planned for a GPU: a warning that says how.
+  p = plan_json(run_cli(seven_b_on(dir, "H200", {"trainer.accelerator=cpu"})));
+  EXPECT_EQ(check(p, "device").value("status", ""), "WARN");
+  EXPECT_NE(check(p, "device").value("detail", "").find("hint: add trainer.accelerator=gpu"), std::string::npos);
+  // A GPU config with no --hardware, on a machine without a GPU: the plan names the option.
+  std::string why;
+  if (!model::device_usable(model::Device::cuda, &why)) {
+    const CliResult r = run_cli(plan_args(dir / "run", {"trainer.accelerator=gpu", "--json"}));
+    EXPECT_EQ(r.code, 1) << describe(r);
+    p = plan_json(r);
+    EXPECT_EQ(check(p, "device").value("status", ""), "FAIL");
+    EXPECT_NE(check(p, "device").value("detail", "").find("no usable GPU on this machine (" + why + ")"),
+              std::string::npos)
+        << check(p, "device");
+    EXPECT_NE(check(p, "device").value("detail", "").find("hint: name the GPU the job runs on: --hardware H100"),
+              std::string::npos);
+  }
 }
 
 TEST(Plan, UnknownHardwareIsAPlainError) {

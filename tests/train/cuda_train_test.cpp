@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/kernels.h"
 #include "test_util.h"
 #include "train/train_runs.h"
 
@@ -195,6 +196,74 @@ TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
     ASSERT_EQ(b.status, 0) << b.log;
     EXPECT_NE(b.log.find("data 2 x tensor 1 x pipeline 1"), std::string::npos) << b.log;
     expect_curves_close(one, two, 4, 1e-5, "2 ranks against 1");
+  }
+}
+
+// Whether LLAMATRAIN_CUDA_BIN runs on the emulation (whose memory size and faults a test can set).
+bool emulated() {
+  std::string out;
+  testing::run_capture(cuda_bin() + " doctor 2>&1", &out);
+  return out.find("CUDA emulator") != std::string::npos;
+}
+
+TEST(CudaTrain, GpuFailuresAreNamedByDiagnose) {
+  // Failures of the emulated GPU: its memory too small for the job (preflight's plain error, before
+  // anything loads), an allocation that fails while the job runs, and a kernel that faults.
+  SKIP_WITHOUT_CUDA_BIN();
+  if (!emulated()) GTEST_SKIP() << "the failures are made through the CUDA emulation's settings";
+  TempDir dir;
+  const std::string small = dir / "small";
+  const auto p = run_in(small, gpu_args(small, {"trainer.max_steps=3"}), {"LLAMATRAIN_EMU_DEVICE_MEMORY=2M"});
+  ASSERT_NE(p.status, 0) << p.log;
+  EXPECT_NE(p.log.find("but the GPU cuda:0 (CUDA emulator"), std::string::npos) << p.log;
+  EXPECT_NE(p.log.find(", runtime 0."), std::string::npos) << "the CUDA context and workspace counted:\n" << p.log;
+  EXPECT_EQ(p.log.find("loading"), std::string::npos) << p.log;
+  struct Case {
+    const char* name;
+    std::string env, cause, summary, fix;
+  };
+  for (const Case& c : {Case{"oom", "LLAMATRAIN_EMU_OOM_AT_ALLOCATION=20", "gpu_oom", "out of GPU memory",
+                             "less GPU memory"},
+                        Case{"fault", "LLAMATRAIN_EMU_FAULT_AT_LAUNCH=60", "gpu_fault",
+                             "a kernel faulted on the GPU on rank 0: CUDA call", "LLAMATRAIN_CUDA_SYNC=1"}}) {
+    SCOPED_TRACE(c.name);
+    const std::string run = dir / c.name;
+    const auto r = run_in(run, gpu_args(run, {"trainer.max_steps=3"}), {c.env});
+    ASSERT_NE(r.status, 0) << r.log;
+    EXPECT_NE(r.log.find("\"code\":\"" + c.cause + "\""), std::string::npos) << r.log;
+    std::string out;
+    testing::run_capture(testing::llamatrain_bin() + " diagnose --json " + run, &out);
+    const auto j = nlohmann::json::parse(out, nullptr, false);
+    EXPECT_EQ(j.value("cause", ""), c.cause) << out;
+    EXPECT_NE(j.value("summary", "").find(c.summary), std::string::npos) << out;
+    EXPECT_NE(j.value("fix", "").find(c.fix), std::string::npos) << out;
+  }
+}
+
+TEST(CudaTrain, DoctorReportsTheGpuAndItsAllReduce) {
+  SKIP_WITHOUT_CUDA_BIN();
+  TempDir dir;
+  std::string out;
+  ASSERT_EQ(testing::run_capture(cuda_bin() + " doctor --run-dir " + (dir / "r1") + " 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("PASS  gpu         cuda:0 "), std::string::npos) << out;
+  // Two ranks of a GPU job: the sum through the GPUs' memory, exact; two ranks on one GPU, a warning.
+  const auto r = run_in(dir / "mpi", {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2", cuda_bin(),
+                                      "doctor", "--all-ranks", "--run-dir", dir / "r2"});
+  EXPECT_NE(r.log.find("PASS  gpu allreduce  host-staged through MPI: sum of 2 ranks' GPU memory exact"),
+            std::string::npos)
+      << r.log;
+  if (emulated()) EXPECT_NE(r.log.find("2 ranks share 1 GPU"), std::string::npos) << r.log;
+  // A GPU job on a machine without a GPU (the CPU build's binary): the row fails and says why.
+  std::string why;
+  if (!model::device_usable(model::Device::cuda, &why)) {
+    std::string cpu;
+    testing::run_capture(testing::llamatrain_bin() + " doctor --run-dir " + (dir / "r3") + " " +
+                             testing::source_path("configs/tiny.yaml") + " trainer.accelerator=gpu model.data.data_prefix=[1.0," +
+                             testing::fixture_prefix() + "] model.tokenizer.model=" + testing::fixture("tokenizer.model") +
+                             " 2>&1",
+                         &cpu);
+    EXPECT_NE(cpu.find("FAIL  gpu "), std::string::npos) << cpu;
+    EXPECT_NE(cpu.find(" trainer.accelerator=gpu but no usable GPU: " + why), std::string::npos) << cpu;
   }
 }
 

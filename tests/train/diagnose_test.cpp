@@ -460,6 +460,28 @@ TEST(Diagnose, AnEventLineCutByAnotherRanksLine) {
   EXPECT_TRUE(has(d.j.value("summary", ""), "missing_text_document.idx does not exist")) << d.out;
 }
 
+TEST(Diagnose, TheGpuDriversRecordsAndNcclTimeouts) {
+  // A GPU has no failure to cause here: the lines the NVIDIA driver (dmesg) and NCCL write, replayed.
+  TempDir dir;
+  const std::string start =
+      R"(@event {"event":"start","time":"2026-12-02T10:00:00.000Z","job_id":"77","ranks":8,"dp":8,"tp":1,"pp":1,)"
+      R"("launcher":"srun","config":"c.yaml","overrides":[],"cwd":"/w","run_dir":"/w/run","max_steps":100})";
+  std::ofstream(dir / "lost.out") << start << "\n"
+                                  << "step 12/100 | loss 3.1\n";
+  std::ofstream(dir / "gpu07.dmesg.log")
+      << "[1234.5] NVRM: Xid (PCI:0000:9d:00): 79, pid=4711, GPU has fallen off the bus.\n";
+  auto d = diagnose({dir / "lost.out", dir / "gpu07.dmesg.log"});
+  EXPECT_EQ(d.j.value("cause", ""), "gpu_lost") << d.out;
+  EXPECT_TRUE(has(d.j.value("summary", ""), "Xid 79 on the GPU at PCI 0000:9d:00")) << d.out;
+  EXPECT_TRUE(has(d.j.value("fix", ""), "drain the node")) << d.out;
+
+  std::ofstream(dir / "nccl.out") << start << "\n"
+                                  << "gpu03:1234:1290 [3] NCCL WARN Timeout waiting for the peers (ring 0)\n";
+  d = diagnose({dir / "nccl.out"});
+  EXPECT_EQ(d.j.value("cause", ""), "nccl_timeout") << d.out;
+  EXPECT_TRUE(has(d.j.value("fix", ""), "NCCL_DEBUG=INFO")) << d.out;
+}
+
 TEST(Diagnose, NeverStartedAndUnreadable) {
   TempDir dir;
   fs::create_directories(dir / "empty");

@@ -109,6 +109,14 @@ void* device_malloc(size_t bytes) {
   Region& r = region();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.reserve();
+  // LLAMATRAIN_EMU_OOM_AT_ALLOCATION=N: the N-th allocation fails as a full device's would (another
+  // process taking the memory after preflight looked, or a plan that fell short).
+  static const long oom_at = [] {
+    const char* v = std::getenv("LLAMATRAIN_EMU_OOM_AT_ALLOCATION");
+    return v ? std::atol(v) : 0L;
+  }();
+  static long allocations = 0;
+  if (++allocations == oom_at) return nullptr;
   const size_t n = round_up(std::max<size_t>(bytes, 1), kAlign);
   for (auto it = r.free_blocks.begin(); it != r.free_blocks.end(); ++it) {
     if (it->second < n) continue;

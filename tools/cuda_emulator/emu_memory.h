@@ -3,8 +3,9 @@
 // emulated gemm); outside one, host code that dereferences a device pointer gets SIGSEGV, reported
 // as such with the allocation it hit, as on a GPU where a device pointer means nothing to the host.
 // The emulated device has LLAMATRAIN_EMU_DEVICE_MEMORY bytes (default 16G; suffixes K, M, G), so an
-// allocation past it fails as cudaMalloc does. New allocations are filled with garbage (0xff bytes:
-// NaN as floats), as cudaMalloc's memory is uninitialized.
+// allocation past it fails as cudaMalloc does (LLAMATRAIN_EMU_OOM_AT_ALLOCATION=N fails the N-th). New
+// allocations are filled with garbage (0xff bytes: NaN as floats), as cudaMalloc's memory is
+// uninitialized.
 #pragma once
 
 #include <cstddef>

@@ -21,7 +21,10 @@ namespace detail {
 
 void raise_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
   throw Error(fmt::format("CUDA call {} failed: {} ({}) at {}:{}", call, cudaGetErrorString(err),
-                          cudaGetErrorName(err), file, line));
+                          cudaGetErrorName(err), file, line),
+              err == cudaErrorMemoryAllocation                                  ? "gpu_oom"
+              : err == cudaErrorLaunchFailure || err == cudaErrorIllegalAddress ? "gpu_fault"
+                                                                                : "gpu");
 }
 
 void raise_cublas_error(int status, const char* call, const char* file, int line) {
@@ -31,6 +34,7 @@ void raise_cublas_error(int status, const char* call, const char* file, int line
 void raise_error(const std::string& message) { throw Error(message); }
 
 cudaStream_t cuda_stream() { return reinterpret_cast<cudaStream_t>(uintptr_t(1)); }
+bool sync_each_kernel() { return false; }  // (every launch has finished when it returns)
 
 void* scratch(int slot, size_t bytes) {
   static void* blocks[kScratchSlots] = {};
@@ -40,7 +44,7 @@ void* scratch(int slot, size_t bytes) {
     emu::device_release(blocks[slot]);
     const size_t want = bytes + bytes / 8;
     blocks[slot] = emu::device_malloc(want);
-    if (!blocks[slot]) throw Error(fmt::format("cudaMalloc of {} bytes of scratch failed: out of memory", want));
+    if (!blocks[slot]) throw Error(fmt::format("cudaMalloc of {} bytes of scratch failed: out of memory", want), "gpu_oom");
     sizes[slot] = want;
   }
   return blocks[slot];
@@ -84,6 +88,8 @@ int device_index() { return 0; }
 bool available() { return true; }
 std::string no_device_reason() { return ""; }
 std::string device_name() { return "CUDA emulator"; }
+std::string driver_version() { return ""; }
+std::string runtime_version() { return ""; }
 void* stream() { return detail::cuda_stream(); }
 
 void* device_alloc(size_t bytes) {
@@ -92,7 +98,8 @@ void* device_alloc(size_t bytes) {
   if (!p)
     throw Error(fmt::format("cudaMalloc of {} bytes failed: out of memory ({} of {} bytes free); hint: use a smaller "
                             "batch, sequence or model",
-                            bytes, emu::device_bytes_total() - emu::device_bytes_in_use(), emu::device_bytes_total()));
+                            bytes, emu::device_bytes_total() - emu::device_bytes_in_use(), emu::device_bytes_total()),
+                "gpu_oom");
   return p;
 }
 

@@ -276,6 +276,7 @@ const char* error_name(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
   }
   return "unknown error";
@@ -286,6 +287,17 @@ void run_grid(const char* kernel, dim3 grid, dim3 blk, size_t shared, const std:
   if (n == 0 || n > size_t(kMaxThreads) || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
       grid.z > 65535 || shared > (size_t(227) << 10)) {
     last_error = cudaErrorInvalidConfiguration;  // as the GPU: nothing runs, the error waits to be read
+    return;
+  }
+  // LLAMATRAIN_EMU_FAULT_AT_LAUNCH=N: the N-th launch faults (an illegal address) instead of running, as
+  // a kernel's bad access would on a GPU: the error path of a real fault, made on purpose.
+  static const long fault_at = [] {
+    const char* v = std::getenv("LLAMATRAIN_EMU_FAULT_AT_LAUNCH");
+    return v ? std::atol(v) : 0L;
+  }();
+  static long launches = 0;
+  if (++launches == fault_at) {
+    last_error = cudaErrorIllegalAddress;
     return;
   }
   Block& b = block();

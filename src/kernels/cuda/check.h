@@ -19,6 +19,8 @@ namespace llamatrain::cuda::detail {
 
 // The module's stream (created on first use, on the current device).
 cudaStream_t cuda_stream();
+// LLAMATRAIN_CUDA_SYNC=1: wait for each kernel and gemm as it is queued (CUDA_CHECK_LAUNCH).
+bool sync_each_kernel();
 
 // Device scratch that stays allocated between calls and grows to the largest request; slot k is
 // independent of the others. Work on it is ordered by the one stream; growing frees the old block
@@ -52,11 +54,14 @@ inline unsigned grid_for(int64_t n, int threads = 256) {
       ::llamatrain::cuda::detail::raise_cuda_error(cuda_check_err_, #call, __FILE__, __LINE__);      \
   } while (0)
 
-// After a kernel launch: a bad configuration shows up here (faults inside the kernel at the next
-// synchronizing call).
+// After a kernel launch: a bad configuration shows up here; a fault inside the kernel at the next
+// synchronizing call, or here with LLAMATRAIN_CUDA_SYNC=1 (sync_each_kernel), which waits for every
+// kernel and gemm, so that the error names the one that faulted (slow: for finding a fault).
 #define CUDA_CHECK_LAUNCH(name)                                                                      \
   do {                                                                                               \
     cudaError_t cuda_check_err_ = cudaGetLastError();                                                \
+    if (cuda_check_err_ == cudaSuccess && ::llamatrain::cuda::detail::sync_each_kernel())            \
+      cuda_check_err_ = cudaStreamSynchronize(::llamatrain::cuda::detail::cuda_stream());             \
     if (cuda_check_err_ != cudaSuccess)                                                              \
       ::llamatrain::cuda::detail::raise_cuda_error(cuda_check_err_, name, __FILE__, __LINE__);       \
   } while (0)

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sizes.h"
 #include "kernels/cuda/ops.h"  // fill_zero
 
 #define CUBLAS_CHECK(call)                                                                           \
@@ -27,7 +28,7 @@ namespace detail {
 
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kWorkspaceBytes = size_t(sizes::kGemmWorkspaceBytes);
 
 // Largest power of two (at most 256) dividing the address: what the algorithm may assume.
 int alignment_of(const void* p) {
@@ -117,6 +118,7 @@ void gemm(float* C, const void* A, bool trans_a, int lda, const void* B, bool tr
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(g.handle, p.desc, &alpha, A, p.a, B, p.b, &beta, C, p.c, C, p.c, &p.algo, g.workspace,
                               kWorkspaceBytes, cuda_stream()));
+  CUDA_CHECK_LAUNCH("cublasLtMatmul");
 }
 
 }  // namespace detail

@@ -17,6 +17,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/rng_device.cuh"
+#include "kernels/cuda/sizes.h"
 
 namespace llamatrain::cuda {
 
@@ -25,14 +26,12 @@ using detail::GemmType;
 
 namespace {
 
-constexpr int64_t kLogitsBytes = int64_t(256) << 20;
+constexpr int64_t kLogitsBytes = sizes::kLogitsBytes;
 constexpr int kCeThreads = 512;
 
 enum class Grad { none, f32, bf16_values, bf16 };
 
-int chunk_rows(int N, int V) {
-  return int(std::max<int64_t>(1, std::min<int64_t>(N, kLogitsBytes / (std::max<int64_t>(V, 1) * 4))));
-}
+int chunk_rows(int N, int V) { return int(sizes::lmhead_chunk_rows(N, V, kLogitsBytes)); }
 
 // One block per row of the chunk: the loss, and with kGrad the row's dlogits.
 template <Grad kGrad>
@@ -144,12 +143,7 @@ void lmhead_ce_backward(float* losses, float* dx, float* dwout, const float* x, 
 }
 
 int64_t lmhead_ce_scratch_bytes(int N, int C, int V, ComputeType ct, bool float_weight) {
-  if (N <= 0) return 0;
-  const int64_t R = chunk_rows(N, V);
-  int64_t bytes = R * V * int64_t(sizeof(float));                            // the chunk's logits
-  if (ct == ComputeType::bf16 && !float_weight) bytes += R * V * 2 + R * C * 2;  // bf16 dlogits, bf16 x chunk
-  if (ct == ComputeType::bf16 && float_weight) bytes += R * C * 4;              // x chunk as bf16 values
-  return bytes;
+  return sizes::lmhead_scratch_bytes(N, C, V, ct == ComputeType::bf16, float_weight, kLogitsBytes);
 }
 
 }  // namespace llamatrain::cuda

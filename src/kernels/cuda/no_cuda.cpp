@@ -24,6 +24,8 @@ int device_index() { return 0; }
 bool available() { return false; }
 std::string no_device_reason() { return kReason; }
 std::string device_name() { unavailable("device_name"); }
+std::string driver_version() { return ""; }
+std::string runtime_version() { return ""; }
 void* stream() { unavailable("stream"); }
 void* device_alloc(size_t) { unavailable("device_alloc"); }
 int64_t device_memory_used() { unavailable("device_memory_used"); }

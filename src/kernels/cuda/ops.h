@@ -1,6 +1,6 @@
 // CUDA kernels: the ops of kernels/cpu/ops.h with the same names, argument order and accumulation
 // rules (weight grads +=, input grads =, rmsnorm_backward's dx +=), on device pointers. Plain C++:
-// no CUDA type appears here, so the model includes it with g++. This is the folder's only public header.
+// no CUDA type appears here, so the model includes it with g++. With sizes.h, the folder's public headers.
 //   - every call queues its work on the module's one stream (stream()) and returns without waiting;
 //     copy_to_host and sum_squares wait for it; synchronize() waits for everything;
 //   - a failed CUDA / cuBLASLt call throws llamatrain::Error naming the call and the CUDA error string;
@@ -15,7 +15,8 @@
 // One host thread at a time (the kernels share scratch buffers). Call the conversions as
 // cuda::bf16_from_float / cuda::float_from_bf16: core/bf16.h's host ones are found by their arguments.
 // Built only where nvcc is found (LLAMATRAIN_CUDA); elsewhere no_cuda.cpp defines these functions:
-// device_count() is 0 and every other call throws.
+// device_count() is 0 and every other call throws. (sizes.h, the device memory the backend holds
+// besides the arenas, is plain arithmetic for the planner, in every build.)
 #pragma once
 
 #include <cstddef>
@@ -42,6 +43,10 @@ std::string no_device_reason();
 int device_index();
 // The current device's name ("NVIDIA H200").
 std::string device_name();
+// The NVIDIA driver's CUDA version and this build's runtime's, as "13.0" (cudaDriverGetVersion,
+// cudaRuntimeGetVersion); "" where unknown.
+std::string driver_version();
+std::string runtime_version();
 // The module's stream (a cudaStream_t); every kernel and copy below is queued on it.
 void* stream();
 

@@ -14,18 +14,37 @@
 #include "core/error.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/sizes.h"
 
 namespace llamatrain::cuda {
 
 namespace detail {
+
+// The failure's kind, for the error event and diagnose: the GPU's memory, a kernel's fault (sticky:
+// the context is unusable after it), a GPU that stopped answering, or another CUDA error.
+const char* cuda_error_code(cudaError_t err) {
+  switch (err) {
+    case cudaErrorMemoryAllocation: return "gpu_oom";
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction: case cudaErrorHardwareStackError: case cudaErrorInvalidPc:
+    case cudaErrorInvalidAddressSpace: case cudaErrorAssert: return "gpu_fault";
+    case cudaErrorECCUncorrectable: case cudaErrorNvlinkUncorrectable: case cudaErrorDevicesUnavailable:
+    case cudaErrorSystemNotReady: case cudaErrorLaunchTimeout: case cudaErrorUnknown: return "gpu_lost";
+    default: return "gpu";
+  }
+}
 
 void raise_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
   std::string hint;
   if (err == cudaErrorMemoryAllocation) hint = "; hint: the GPU is out of memory: use a smaller batch or model";
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
     hint = "; hint: check the NVIDIA driver with nvidia-smi";
+  if (std::string(cuda_error_code(err)) == "gpu_fault")
+    hint = "; hint: a kernel faulted (the call that reports it may come after the kernel): rerun with "
+           "LLAMATRAIN_CUDA_SYNC=1 to name the kernel";
   throw Error(fmt::format("CUDA call {} failed: {} ({}) at {}:{}{}", call, cudaGetErrorString(err),
-                          cudaGetErrorName(err), file, line, hint));
+                          cudaGetErrorName(err), file, line, hint),
+              cuda_error_code(err));
 }
 
 void raise_cublas_error(int status, const char* call, const char* file, int line) {
@@ -35,6 +54,14 @@ void raise_cublas_error(int status, const char* call, const char* file, int line
 }
 
 void raise_error(const std::string& message) { throw Error(message); }
+
+bool sync_each_kernel() {
+  static const bool on = [] {
+    const char* v = std::getenv("LLAMATRAIN_CUDA_SYNC");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
 
 cudaStream_t cuda_stream() {
   device_count();  // the device is chosen before the stream is made on it
@@ -54,7 +81,7 @@ void* scratch(int slot, size_t bytes) {
     if (blocks[slot]) CUDA_CHECK(cudaFree(blocks[slot]));  // waits for the work that used it
     blocks[slot] = nullptr;
     sizes[slot] = 0;
-    const size_t want = bytes + bytes / 8;  // room to grow a little before the next reallocation
+    const size_t want = size_t(sizes::grown(int64_t(bytes)));  // room to grow a little before the next reallocation
     CUDA_CHECK(cudaMalloc(&blocks[slot], want));
     sizes[slot] = want;
   }
@@ -134,6 +161,24 @@ std::string device_name() {
   return prop.name;
 }
 
+namespace {
+
+std::string version_text(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, v % 1000 / 10) : ""; }
+
+}  // namespace
+
+std::string driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return version_text(v);
+}
+
+std::string runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return version_text(v);
+}
+
 void* stream() { return detail::cuda_stream(); }
 
 void* device_alloc(size_t bytes) {
@@ -146,7 +191,8 @@ void* device_alloc(size_t bytes) {
     cudaMemGetInfo(&free_bytes, &total);
     throw Error(fmt::format("cudaMalloc of {} bytes failed: {} ({} of {} bytes free); hint: use a smaller batch, "
                             "sequence or model",
-                            bytes, cudaGetErrorString(err), free_bytes, total));
+                            bytes, cudaGetErrorString(err), free_bytes, total),
+                detail::cuda_error_code(err));
   }
   return p;
 }
