@@ -1,87 +1,152 @@
 #!/usr/bin/env bash
-# The check of one NVIDIA GPU machine, in one run: builds llamatrain with CUDA (sm_90a), runs the
-# CUDA kernel tests, the whole model on the CUDA backend against the reference backend and against
-# the PyTorch golden files, then `bench --device cuda` side by side with the PyTorch peer
-# (tools/reference/gpu_train_step.py) on three shapes, and prints one table last. Every part logs to
-# its own file under $OUT (default device_check_out/); a part that fails is marked in the table and
-# the others still run. Budget: about 8 minutes on one H200 (build 1-2, tests 1-2, benches 4).
+# The check of one NVIDIA GPU machine, in one run of at most 8 minutes: builds llamatrain with CUDA
+# (sm_90a) from the libraries of .devdeps (scripts/device_bundle.sh: the machine reaches no package
+# registry), runs the CUDA kernel tests, the model on the CUDA backend against the reference backend
+# and the PyTorch goldens, `train` on the GPU end to end (tests/train/cuda_train_test.cpp: the CPU's
+# curve, SIGKILL and resume, checkpoints across devices, the export, two data-parallel ranks, doctor),
+# a 1B-parameter model trained, saved, resumed and exported, and `bench --device cuda` beside the
+# PyTorch peer (tools/reference/gpu_train_step.py), and prints one table last.
 #
-# The machine needs no package registry: where the project root holds .devdeps (Debian packages of
-# the build's libraries, ../shared/device/README.md), they are unpacked first.
-# Usage: bash scripts/device_check.sh            (env: OUT, JOBS, STEPS=5, SKIP_BENCH=1, SKIP_PEER=1)
+# Every part runs under its own `timeout` and within the run's deadline (parts that would start after
+# it are skipped, and say so); each logs to its own file under $OUT, all of them gathered in
+# $OUT/logs.tar.gz; a failing part never stops the others.
+#
+# Usage: bash scripts/device_check.sh [--dry-run]
+#   --dry-run   without a GPU: builds as the real run does, then shows that every later part would
+#               start (its command, and a probe of it: the tests listed, the configs planned, the
+#               binaries' and the peer's --help, two ranks of mpirun), without running it
+#   env: OUT (default device_check_out), JOBS, STEPS (bench steps, default 3), DEADLINE_S (default 460;
+#        7200 for a dry run),
+#        SKIP_BENCH=1, SKIP_PEER=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
+DRY=0
+[ "${1:-}" = --dry-run ] && DRY=1
 OUT=${OUT:-$PWD/device_check_out}
 JOBS=${JOBS:-$(nproc)}
-STEPS=${STEPS:-5}
+STEPS=${STEPS:-3}
+# (a dry run builds on whatever machine it is given, often far smaller: no deadline to speak of)
+DEADLINE_S=${DEADLINE_S:-$([ $DRY = 1 ] && echo 7200 || echo 460)}
+BUILD_LIMIT=$([ $DRY = 1 ] && echo 6000 || echo 300)
 BUILD=build-gpu
 mkdir -p "$OUT"
 T0=$(date +%s)
 ROWS=()
-row() { ROWS+=("$(printf '%-44s %s' "$1" "$2")"); echo "== $1: $2 ($(( $(date +%s) - T0 )) s)"; }
-# part NAME LOG CMD...: runs CMD with its output in $OUT/LOG, and a row with its status
+row() { ROWS+=("$(printf '%-40s %s' "$1" "$2")"); echo "== $1: $2 ($(( $(date +%s) - T0 )) s)"; }
+left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }
+
+# part NAME LIMIT_S LOG CMD...: CMD under `timeout` (its limit, or the time left), its output in
+# $OUT/LOG, and a row: ok (with gtest's case counts), FAILED, timed out, or skipped.
 part() {
-  local name=$1 log=$2 rc=0
-  shift 2
-  "$@" >"$OUT/$log" 2>&1 || rc=$?
-  # gtest's count of cases (a case that skips, with no GPU, passes as far as ctest is concerned)
-  local cases
+  local name=$1 limit=$2 log=$3 rc=0 t
+  shift 3
+  t=$(left)
+  if [ "$t" -lt 15 ]; then row "$name" "skipped: the run's ${DEADLINE_S} s are spent"; return 1; fi
+  [ "$limit" -le "$t" ] || limit=$t
+  local t1
+  t1=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$log" 2>&1 || rc=$?
+  local took=$(( $(date +%s) - t1 )) cases
   cases=$(grep -hoE '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+' "$OUT/$log" | awk '{s[$2]+=$4} END {
     for (k in s) printf "%s%d %s", (n++ ? ", " : ""), s[k], tolower(k) }')
-  cases=${cases:+; cases: $cases}
-  if [ $rc = 0 ]; then row "$name" "ok$cases  ($log)"; return 0; fi
-  row "$name" "FAILED, exit $rc$cases  ($OUT/$log)"
-  return 1
+  cases=${cases:+; $cases}
+  case $rc in
+    0) row "$name" "ok, ${took} s$cases ($log)" ;;
+    124 | 137) row "$name" "TIMED OUT after ${limit} s$cases ($log)" ;;
+    *) row "$name" "FAILED (exit $rc), ${took} s$cases ($log)" ;;
+  esac
+  return $rc
+}
+# probe NAME LOG CMD...: --dry-run's stand-in for a part: CMD is a quick check that it would start.
+probe() {
+  local name=$1 log=$2
+  shift 2
+  if "$@" >"$OUT/$log" 2>&1; then row "$name" "would start ($log)"; else row "$name" "WOULD NOT START ($log)"; fi
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv >"$OUT/gpu.txt" 2>&1
-row "gpu" "$(tail -n 1 "$OUT/gpu.txt")"
-if [ -f .devdeps/unpack_debs.sh ]; then
-  # shellcheck disable=SC1091
-  source .devdeps/unpack_debs.sh .devdeps >"$OUT/devdeps.log" 2>&1 || row "devdeps" "FAILED ($OUT/devdeps.log)"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv >"$OUT/gpu.txt" 2>&1
+  row "gpu" "$(tail -n 1 "$OUT/gpu.txt")"
+else
+  row "gpu" "no nvidia-smi on this machine$([ $DRY = 1 ] && echo ' (dry run)')"
 fi
+if [ -f .devdeps/env.sh ]; then
+  t1=$(date +%s)
+  # shellcheck disable=SC1091
+  if source .devdeps/env.sh >"$OUT/devdeps.log" 2>&1; then
+    row "libraries (.devdeps)" "unpacked into $LLAMATRAIN_DEPS in $(( $(date +%s) - t1 )) s"
+  else
+    row "libraries (.devdeps)" "FAILED ($OUT/devdeps.log)"
+  fi
+else
+  row "libraries (.devdeps)" "none: the machine's own (scripts/device_bundle.sh make makes them)"
+fi
+# Programs other than ours (Python, the PyTorch peer) run with the machine's own libraries.
+THEIRS=(env LD_LIBRARY_PATH="${LLAMATRAIN_DEPS_SAVED_LD_LIBRARY_PATH:-}")
 
-TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test backend_test llama_golden_test)
-part "configure (CUDA on, sm_90a)" configure.log \
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMATRAIN_CUDA=ON -DLLAMATRAIN_WERROR=OFF &&
-  part "build ($JOBS jobs)" build.log ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}"
-BIN=$BUILD/llamatrain
+TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test backend_test llama_golden_test cuda_train_test)
+# shellcheck disable=SC2086
+part "configure (CUDA on, sm_90a)" 120 configure.log \
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMATRAIN_CUDA=ON -DLLAMATRAIN_CUDA_EMULATOR=OFF \
+  -DLLAMATRAIN_WERROR=OFF ${LLAMATRAIN_DEPS_CMAKE_ARGS:-} &&
+  part "build ($JOBS jobs)" "$BUILD_LIMIT" build.log ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}"
+BIN=$PWD/$BUILD/llamatrain
 if [ ! -x "$BIN" ]; then
   row "everything else" "skipped: no binary"
-  printf '%s\n' "${ROWS[@]}"
-  exit 1
-fi
-
-# Correctness first: the kernels against the CPU's and ref's, then the whole model on the GPU.
-part "cuda kernel tests (ctest -L cuda)" cuda_tests.log ctest --test-dir "$BUILD" -L cuda --output-on-failure
-part "model on cuda vs the reference backend" backend_cuda.log "$BUILD/backend_test" --gtest_filter='*Cuda*'
-part "model on cuda vs PyTorch goldens" golden_cuda.log "$BUILD/llama_golden_test" --gtest_filter='*cuda*'
-for log in backend_cuda.log golden_cuda.log; do
-  grep -E "SKIPPED|worst|rel err" "$OUT/$log" | head -n 40 >>"$OUT/summary.txt"
-done
-
-# Speed: llamatrain against PyTorch eager on the same shapes (MFU against 989 TFLOP/s, H100/H200
-# dense bf16), one after the other on the quiet GPU.
-bench_row() {  # bench_row LABEL ARGS-FOR-BENCH -- ARGS-FOR-THE-PEER
-  local label=$1
-  shift
-  local lt=() peer=() sep=0 a
-  for a in "$@"; do
-    if [ "$a" = -- ]; then sep=1; continue; fi
-    if [ $sep = 0 ]; then lt+=("$a"); else peer+=("$a"); fi
-  done
-  local log=bench_$(echo "$label" | tr -c 'a-zA-Z0-9' _).log
-  local j p
-  j=$("$BIN" bench --device cuda --precision bf16-mixed --steps "$STEPS" --json "${lt[@]}" 2>"$OUT/$log" | tail -n 1)
-  echo "$j" >>"$OUT/$log"
-  p=""
-  if [ "${SKIP_PEER:-0}" != 1 ]; then
-    p=$(python3 tools/reference/gpu_train_step.py --steps "$STEPS" --json "${peer[@]}" 2>>"$OUT/$log" | tail -n 1)
-    echo "$p" >>"$OUT/$log"
+else
+  # The fixture corpus, and the 1B-class model: the tiny config's data at Llama-scale widths
+  # (TinyLlama's shape: 22 layers of 2048, 32 heads, 4 kv heads; the fixture's 500-piece vocabulary).
+  "$BIN" preprocess --quiet --input tests/data/fixtures/corpus.jsonl \
+    --tokenizer-model tests/data/fixtures/tokenizer.model --output-prefix "$OUT/fx" --append-eod >"$OUT/preprocess.log" 2>&1
+  ONE_B=(configs/tiny.yaml "model.data.data_prefix=[1.0,$OUT/fx_text_document]"
+         model.tokenizer.model=tests/data/fixtures/tokenizer.model trainer.accelerator=gpu trainer.precision=bf16-mixed
+         model.hidden_size=2048 model.ffn_hidden_size=5632 model.num_layers=22 model.num_attention_heads=32
+         model.num_query_groups=4 model.encoder_seq_length=256 model.micro_batch_size=2 model.global_batch_size=4
+         trainer.log_every_n_steps=1 trainer.limit_val_batches=0 model.optim.sched.warmup_steps=1
+         exp_manager.explicit_log_dir="$OUT/one_b" exp_manager.resume_if_exists=true
+         exp_manager.checkpoint_callback_params.every_n_train_steps=2 convert_to_hf=true
+         model.output_dir="$OUT/one_b_hf")
+  CUDA_ENV=(env LLAMATRAIN_CUDA_BIN="$BIN" LLAMATRAIN_BIN="$BIN" OMP_NUM_THREADS=4)
+  if [ $DRY = 1 ]; then
+    probe "cuda kernel tests (ctest -L cuda)" cuda_tests.log ctest --test-dir "$BUILD" -N -L cuda
+    probe "model on cuda vs the reference" backend_cuda.log "$BUILD/backend_test" --gtest_list_tests --gtest_filter='*Cuda*'
+    probe "model on cuda vs PyTorch goldens" golden_cuda.log "$BUILD/llama_golden_test" --gtest_list_tests
+    probe "train on cuda (tiny, end to end)" cuda_train.log "$BUILD/cuda_train_test" --gtest_list_tests
+    probe "train 1B: plan on H200" one_b_plan.log "$BIN" plan "${ONE_B[@]}" trainer.max_steps=2 --hardware H200 --ranks-per-node 1
+    probe "mpirun: 2 ranks of doctor" mpirun.log mpirun --oversubscribe --allow-run-as-root -np 2 "$BIN" doctor --all-ranks
+    probe "bench --device cuda" bench.log "$BIN" bench --help
+    probe "PyTorch peer" peer.log "${THEIRS[@]}" python3 tools/reference/gpu_train_step.py --help
+  else
+    # Correctness first: the kernels against the CPU's and ref's, the model, then train end to end.
+    part "cuda kernel tests (ctest -L cuda)" 90 cuda_tests.log ctest --test-dir "$BUILD" -L cuda --output-on-failure
+    part "model on cuda vs the reference" 60 backend_cuda.log "$BUILD/backend_test" --gtest_filter='*Cuda*'
+    part "model on cuda vs PyTorch goldens" 60 golden_cuda.log "$BUILD/llama_golden_test" --gtest_filter='*cuda*:*Cuda*'
+    part "train on cuda (tiny, end to end)" 120 cuda_train.log "${CUDA_ENV[@]}" "$BUILD/cuda_train_test"
+    part "train 1B: 2 steps, save" 90 one_b_1.log "$BIN" train "${ONE_B[@]}" trainer.max_steps=2 convert_to_hf=false &&
+      part "train 1B: resume to 4, export" 120 one_b_2.log "$BIN" train "${ONE_B[@]}" trainer.max_steps=4
+    grep -hE "^(step|checkpoint|resumed|exported|model:|llamatrain train:)" "$OUT"/one_b_*.log >"$OUT/one_b_summary.txt" 2>/dev/null
   fi
-  local err
-  err=$(grep -m 1 '^error: ' "$OUT/$log" || true)
-  row "bench $label" "$(python3 - "$j" "$p" "${err:-see $OUT/$log}" <<'PY'
+
+  # Speed: llamatrain against PyTorch eager on the same shapes (MFU against 989 TFLOP/s, H100/H200
+  # dense bf16), one after the other on the quiet GPU.
+  bench_row() {  # bench_row LABEL ARGS-FOR-BENCH -- ARGS-FOR-THE-PEER
+    local label=$1
+    shift
+    local lt=() peer=() sep=0 a
+    for a in "$@"; do
+      if [ "$a" = -- ]; then sep=1; continue; fi
+      if [ $sep = 0 ]; then lt+=("$a"); else peer+=("$a"); fi
+    done
+    local log=bench_$(echo "$label" | tr -c 'a-zA-Z0-9' _).log
+    part "bench $label" 90 "$log" "$BIN" bench --device cuda --precision bf16-mixed --steps "$STEPS" --json "${lt[@]}"
+    local j p=""
+    j=$(grep '^{"model"' "$OUT/$log" | tail -n 1)
+    if [ "${SKIP_PEER:-0}" != 1 ]; then
+      part "peer $label" 90 "peer_$log" "${THEIRS[@]}" python3 tools/reference/gpu_train_step.py --steps "$STEPS" --json \
+        "${peer[@]}"
+      p=$(grep '^{' "$OUT/peer_$log" | tail -n 1)
+    fi
+    row "  $label" "$("${THEIRS[@]}" python3 - "$j" "$p" <<'PY'
 import json, sys
 def load(s):
     try:
@@ -94,23 +159,20 @@ parts = []
 if lt:
     mem = lt.get("device_mb", -1) * 1e6 / 2**30
     parts.append(f"llamatrain {lt['tokens_per_s']:.0f} tok/s ({100 * lt['gflops'] * 1e9 / peak:.1f}% MFU), "
-                 f"{mem:.1f} GiB (analytic {lt['analytic_mb'] * 1e6 / 2**30:.1f})")
-else:
-    parts.append("llamatrain FAILED: " + sys.argv[3])
+                 f"{mem:.1f} GiB (analytic {lt['analytic_mb'] * 1e6 / 2**30:.1f}; before the model "
+                 f"{lt.get('device_before_model_mb', -1) / 1e3:.2f} GB, runtime analytic {lt.get('runtime_analytic_mb', -1) / 1e3:.2f} GB)")
 if pt:
     parts.append(f"pytorch {pt['tokens_per_s']:.0f} tok/s ({100 * pt['tflops'] * 1e12 / peak:.1f}%), "
                  f"peak {pt['peak_gib']:.1f} GiB")
 if lt and pt:
     parts.append(f"ratio {lt['tokens_per_s'] / pt['tokens_per_s']:.2f}x")
-print("; ".join(parts))
+print("; ".join(parts) if parts else "no figures")
 PY
 )"
-}
-
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  # the 7B layer shape: Llama-2-7B with 8 of its 32 layers
-  mkdir -p "$OUT/llama2_7b_8l"
-  python3 - "$OUT/llama2_7b_8l/config.json" <<'PY'
+  }
+  if [ $DRY = 0 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
+    mkdir -p "$OUT/llama2_7b_8l"
+    "${THEIRS[@]}" python3 - "$OUT/llama2_7b_8l/config.json" <<'PY'
 import json, sys
 json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
            "intermediate_size": 11008, "num_hidden_layers": 8, "num_attention_heads": 32,
@@ -118,14 +180,17 @@ json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden
            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
            "bos_token_id": 1, "eos_token_id": 2}, open(sys.argv[1], "w"))
 PY
-  bench_row "tinyllama-1.1b seq 2048 x 8" --model tinyllama-1.1b --seq 2048 --batch 8 -- \
-    --dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --seq 2048 --batch 8
-  bench_row "llama2-7b 8 layers seq 4096 x 2" --model "$OUT/llama2_7b_8l/config.json" --seq 4096 --batch 2 -- \
-    --dim 4096 --layers 8 --heads 32 --ffn 11008 --seq 4096 --batch 2
-  bench_row "llama2-7b recompute seq 4096 x 1" --model llama2-7b --seq 4096 --batch 1 --recompute full -- \
-    --dim 4096 --layers 32 --heads 32 --ffn 11008 --seq 4096 --batch 1 --recompute full
+    bench_row "tinyllama-1.1b seq 2048 x 8" --model tinyllama-1.1b --seq 2048 --batch 8 -- \
+      --dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --seq 2048 --batch 8
+    bench_row "llama2-7b 8 layers seq 4096 x 2" --model "$OUT/llama2_7b_8l/config.json" --seq 4096 --batch 2 -- \
+      --dim 4096 --layers 8 --heads 32 --ffn 11008 --seq 4096 --batch 2
+    bench_row "llama2-7b recompute seq 4096 x 1" --model llama2-7b --seq 4096 --batch 1 --recompute full -- \
+      --dim 4096 --layers 32 --heads 32 --ffn 11008 --seq 4096 --batch 1 --recompute full
+  fi
 fi
 
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" --exclude=logs.tar.gz --exclude='one_b*' --exclude='fx_*' --exclude='llama2_7b_8l' . 2>/dev/null
 echo
-echo "device check, $(( $(date +%s) - T0 )) s, logs in $OUT:"
+echo "device check$([ $DRY = 1 ] && echo ' (dry run)'), $(( $(date +%s) - T0 )) s, logs in $OUT (logs.tar.gz):"
 printf '%s\n' "${ROWS[@]}" | tee "$OUT/table.txt"
+! grep -qE "FAILED|TIMED OUT|WOULD NOT START" "$OUT/table.txt"

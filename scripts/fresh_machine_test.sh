@@ -23,6 +23,12 @@
 #                        sets CXX and CC), e.g. --cxx g++-13 on trixie, a newer compiler's warnings;
 #                        when it is not the release's default GCC, links against the default's libstdc++
 #   --werror             warnings are errors in both commands (LLAMATRAIN_WERROR=ON, as in CI)
+#   --bundle DIR         instead of the two commands, the GPU machine's case: the root gets only a
+#                        compiler, CMake, ninja, pkg-config and python3, the library bundle DIR
+#                        (scripts/device_bundle.sh make DIR) as .devdeps, the host's CUDA toolkit
+#                        (/usr/local/cuda, read-only), and runs `bash scripts/device_check.sh --dry-run`:
+#                        the CUDA build configured and built from the bundle alone, every later part
+#                        shown to start
 set -euo pipefail
 
 usage() { sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -41,6 +47,7 @@ APT_SOURCES=""
 SUITE=bookworm
 CXX_PKG=""
 WERROR=0
+BUNDLE=""
 ARGS=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -61,6 +68,10 @@ while [ $# -gt 0 ]; do
       [[ "${2:-}" =~ ^g\+\+-[0-9]+$ ]] || die "--cxx takes a Debian GCC package such as g++-13, got '${2:-}'"
       CXX_PKG=$2; shift 2 ;;
     --werror) WERROR=1; shift ;;
+    --bundle)
+      [ -f "${2:-}/deps.tar.xz" ] && [ -f "${2:-}/env.sh" ] || die "--bundle needs a folder with deps.tar.xz and env.sh, got '${2:-}'" \
+        "bash scripts/device_bundle.sh make DIR"
+      BUNDLE=$(cd "$2" && pwd); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown option '$1'" "see: bash scripts/fresh_machine_test.sh --help" ;;
   esac
@@ -281,6 +292,36 @@ if [ -n "$CXX_PKG" ]; then
     LINK_DIR=/usr/lib/gcc/x86_64-linux-gnu/$default_major
   fi
   t_cxx=$((SECONDS - t0))
+fi
+
+if [ -n "$BUNDLE" ]; then
+  # The GPU machine's case: its tools, the bundle, the toolkit; the device check's dry run.
+  t0=$SECONDS
+  log "installing the GPU machine's tools in the root (log: $LOGS/tools.log)"
+  in_root "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    g++ cmake ninja-build pkg-config python3 xz-utils" >"$LOGS/tools.log" 2>&1 ||
+    die "could not install the build tools in the root (log: $LOGS/tools.log)"
+  mkdir -p "$ROOT/llamatrain/.devdeps"
+  cp "$BUNDLE/deps.tar.xz" "$BUNDLE/env.sh" "$ROOT/llamatrain/.devdeps/"
+  [ ! -f "$BUNDLE/MANIFEST" ] || cp "$BUNDLE/MANIFEST" "$ROOT/llamatrain/.devdeps/"
+  if [ -d /usr/local/cuda/ ]; then
+    mkdir -p "$ROOT/usr/local/cuda"
+    mount --bind -o ro "$(readlink -f /usr/local/cuda)" "$ROOT/usr/local/cuda"
+  fi
+  t_tools=$((SECONDS - t0))
+  t0=$SECONDS
+  log "running: bash scripts/device_check.sh --dry-run (log: $LOGS/device_check.log)"
+  check_rc=0
+  in_root "OUT=/llamatrain/device_check_out bash scripts/device_check.sh --dry-run" 2>&1 |
+    tee "$LOGS/device_check.log" &
+  wait $! || check_rc=$?
+  echo
+  echo "==== bundle test: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "checkout:    ${sha:0:10}; bundle $BUNDLE ($(du -h "$BUNDLE/deps.tar.xz" | cut -f1))"
+  echo "root:        Debian $SUITE with $(in_root "g++ --version | head -n 1" 2>/dev/null), cmake, ninja, pkg-config, python3; CUDA $([ -d /usr/local/cuda/ ] && echo "from the host" || echo "none")"
+  printf '%-32s %6d s\n' "root" "$t_base" "tools" "$t_tools" "device_check.sh --dry-run" "$((SECONDS - t0))"
+  [ "$check_rc" -eq 0 ] && echo "bundle test: ok" || echo "bundle test: FAILED (exit $check_rc)"
+  exit "$check_rc"
 fi
 
 JUNIT=build/release/test-results.xml
