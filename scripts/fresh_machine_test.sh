@@ -315,8 +315,10 @@ if [ -n "$BUNDLE" ]; then
   in_root "OUT=/llamatrain/device_check_out bash scripts/device_check.sh --dry-run" 2>&1 |
     tee "$LOGS/device_check.log" &
   wait $! || check_rc=$?
+  rm -rf "$LOGS/device_check_out"
+  cp -r "$ROOT/llamatrain/device_check_out" "$LOGS/" 2>/dev/null || true
   echo
-  echo "==== bundle test: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "==== bundle test: $(date -u '+%Y-%m-%d %H:%M UTC') (the check's logs: $LOGS/device_check_out)"
   echo "checkout:    ${sha:0:10}; bundle $BUNDLE ($(du -h "$BUNDLE/deps.tar.xz" | cut -f1))"
   echo "root:        Debian $SUITE with $(in_root "g++ --version | head -n 1" 2>/dev/null), cmake, ninja, pkg-config, python3; CUDA $([ -d /usr/local/cuda/ ] && echo "from the host" || echo "none")"
   printf '%-32s %6d s\n' "root" "$t_base" "tools" "$t_tools" "device_check.sh --dry-run" "$((SECONDS - t0))"
