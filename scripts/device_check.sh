@@ -85,10 +85,13 @@ fi
 THEIRS=(env LD_LIBRARY_PATH="${LLAMATRAIN_DEPS_SAVED_LD_LIBRARY_PATH:-}")
 
 TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test backend_test llama_golden_test cuda_train_test)
+# NCCL: the toolkit's, or the Python environment's (nvidia-nccl: site-packages/nvidia/nccl).
+NCCL_ROOT=${NCCL_ROOT:-$("${THEIRS[@]}" python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)}
+row "nccl" "${NCCL_ROOT:-the CUDA toolkit's, if it has one}"
 # shellcheck disable=SC2086
 part "configure (CUDA on, sm_90a)" 120 configure.log \
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMATRAIN_CUDA=ON -DLLAMATRAIN_CUDA_EMULATOR=OFF \
-  -DLLAMATRAIN_WERROR=OFF ${LLAMATRAIN_DEPS_CMAKE_ARGS:-} &&
+  -DLLAMATRAIN_WERROR=OFF ${NCCL_ROOT:+-DNCCL_ROOT=$NCCL_ROOT} ${LLAMATRAIN_DEPS_CMAKE_ARGS:-} &&
   part "build ($JOBS jobs)" "$BUILD_LIMIT" build.log ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}"
 BIN=$PWD/$BUILD/llamatrain
 if [ ! -x "$BIN" ]; then

@@ -3,9 +3,11 @@
 #include "model/backend.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <vector>
 
 #include <fmt/format.h>
@@ -18,6 +20,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sizes.h"
+#include "parallel/communicator.h"
 
 namespace llamatrain::model {
 
@@ -106,6 +109,56 @@ std::string device_description(Device d) {
 }
 
 int device_index(Device d) { return d == Device::cuda ? cuda::device_index() : -1; }
+
+namespace {
+
+class NcclCollectives final : public GpuCollectives {
+ public:
+  explicit NcclCollectives(parallel::Communicator& group) : size_(group.size()) {
+    std::vector<unsigned char> id(cuda::kNcclIdBytes);
+    if (group.rank() == 0) cuda::nccl_unique_id(id.data());
+    group.broadcast(id.data(), id.size(), 0);
+    comm_ = cuda::nccl_init(id.data(), group.size(), group.rank());
+  }
+  ~NcclCollectives() override { cuda::nccl_destroy(comm_); }
+  void mean(float* data, int64_t n) override {
+    cuda::nccl_all_reduce_sum(comm_, data, n);
+    cuda::scale(data, n, 1.0f / float(size_));
+  }
+  void all_gather(float* data, int64_t shard) override { cuda::nccl_all_gather(comm_, data, shard); }
+  std::string describe() const override { return "NCCL " + cuda::nccl_version(); }
+
+ private:
+  int size_;
+  void* comm_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuCollectives> make_gpu_collectives(parallel::Communicator& group, std::string* why_not) {
+  const char* want = std::getenv("LLAMATRAIN_GPU_COLLECTIVES");
+  std::string why;
+  if (want && std::string(want) == "host")
+    why = " (LLAMATRAIN_GPU_COLLECTIVES=host)";
+  else if (cuda::nccl_version().empty())
+    why = " (this build has no NCCL)";
+  // Which GPU each rank holds (host and PCI bus id, as a 48-bit hash: exact in a double), gathered:
+  // NCCL takes one rank per GPU.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string where = std::string(host) + "/" + cuda::device_pci_bus_id();
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : where) h = (h ^ c) * 1099511628211ull;
+  const double mine = double(h >> 16);
+  std::vector<double> all(size_t(group.size()));
+  group.all_gather(all.data(), &mine, 1);
+  std::sort(all.begin(), all.end());
+  if (why.empty() && std::adjacent_find(all.begin(), all.end()) != all.end())
+    why = " (ranks share a GPU, which NCCL refuses)";
+  if (why_not) *why_not = why;
+  if (!why.empty()) return nullptr;
+  return std::make_unique<NcclCollectives>(group);
+}
 
 GpuInfo gpu_info() {
   GpuInfo g;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "model/kernels.h"
@@ -12,6 +13,9 @@
 
 namespace llamatrain::cpu {
 enum class ComputeType;
+}
+namespace llamatrain::parallel {
+class Communicator;
 }
 
 namespace llamatrain::model {
@@ -41,6 +45,23 @@ double kernel_call_seconds(double seconds);
 std::string device_description(Device d);
 // The GPU this process uses (its index among the visible ones), or -1 for a host device.
 int device_index(Device d);
+// Data-parallel collectives on GPU memory through NCCL, for the ranks of `group`: a group made from
+// an id rank 0 draws and broadcasts over the group's communicator (collective: every rank of the job
+// makes its group at the same time). nullptr, with why_not set (the end of a sentence: " (this build
+// has no NCCL)"), where this build has no NCCL, where ranks of the group share a GPU (NCCL refuses
+// that), or where LLAMATRAIN_GPU_COLLECTIVES=host asks for the host-staged sums; every rank of the
+// group gets the same answer.
+class GpuCollectives {
+ public:
+  virtual ~GpuCollectives() = default;
+  // data (n floats, device) becomes the mean over the group: the sum, then times 1/size, as the
+  // host-staged path computes it.
+  virtual void mean(float* data, int64_t n) = 0;
+  // data (size x shard floats, device): every member's shard gathered on every member.
+  virtual void all_gather(float* data, int64_t shard) = 0;
+  virtual std::string describe() const = 0;  // "NCCL 2.28.3"
+};
+std::unique_ptr<GpuCollectives> make_gpu_collectives(parallel::Communicator& group, std::string* why_not);
 // What doctor says of this process's GPU.
 struct GpuInfo {
   bool usable = false;

@@ -181,6 +181,7 @@ class Trainer {
   // One (tokens, targets) pair per activation slot: a pipeline stage reads them again in the backward.
   std::vector<std::vector<int32_t>> tokens_, targets_;
   std::optional<parallel::GradReducer> reducer_;
+  std::unique_ptr<model::GpuCollectives> gpu_dp_;  // data parallelism on GPUs through NCCL (else host-staged)
   int64_t steps_run_ = 0;  // steps computed by this process (a rollback repeats some)
   int64_t nonfinite_run_ = 0;
   double t_last_ckpt_ = 0, t_log_ = 0;
@@ -519,6 +520,16 @@ void Trainer::prepare_steps() {
       for (const auto& [b, e] : model_->grad_ready_order()) order.push_back({size_t(b), size_t(e)});
     reducer_.emplace(*ranks_.dp, model_->grad_data(), size_t(model_->num_trainable()), kDpBucketElements, order);
   }
+  if (ranks_.dp && !model_->backend().host_memory()) {
+    std::string why_not;
+    gpu_dp_ = model::make_gpu_collectives(*ranks_.dp, &why_not);
+    say(gpu_dp_ ? fmt::format("data parallel on GPUs: gradients are summed by {} on the GPUs, after the backward's "
+                              "kernels on the same stream",
+                              gpu_dp_->describe())
+                : fmt::format("data parallel on GPUs: gradients are summed through host memory over MPI after the "
+                              "backward, {} at a time{}",
+                              obs::format_bytes(double(model::Kernels::host_piece_bytes())), why_not));
+  }
   t_last_ckpt_ = t_log_ = now_s();
   comm_mark_ = parallel::blocked_seconds();
 }
@@ -549,6 +560,8 @@ StepResult Trainer::train_step() {
     if (plan_.zero1) {  // every rank's updated shard to every rank, then the bf16 copies from the fp32 weights
       if (model_->backend().host_memory())
         parallel::all_gather_parameters(*ranks_.dp, model_->trainable_param_data(), *shards_);
+      else if (gpu_dp_)
+        gpu_dp_->all_gather(model_->param_arena() + model_->num_frozen(), int64_t(shards_->shard_size()));
       else
         parallel::all_gather_parameters(*ranks_.dp, staged(model_->param_arena() + model_->num_frozen(),
                                                            shards_->padded_size()),
@@ -614,13 +627,17 @@ float Trainer::reduce_gradients() {
   if (plan_.zero1) {
     if (host)
       parallel::reduce_scatter_gradients(*ranks_.dp, model_->grad_data(), *shards_);
+    else if (gpu_dp_)
+      gpu_dp_->mean(model_->grad_arena(), int64_t(shards_->padded_size()));
     else
       parallel::all_reduce_gradients(*ranks_.dp, staged(model_->grad_arena(), shards_->padded_size()), staged_piece());
     sq = model_->grad_sum_squares(model_->shard_begin(), model_->shard_end());
     ranks_.world->all_reduce(&sq, 1);
   } else {
     if (reducer_) reducer_->finish();
-    if (ranks_.dp && !host)
+    if (ranks_.dp && !host && gpu_dp_)
+      gpu_dp_->mean(model_->grad_arena(), model_->num_trainable());
+    else if (ranks_.dp && !host)
       parallel::all_reduce_gradients(*ranks_.dp, staged(model_->grad_arena(), size_t(model_->num_trainable())),
                                      staged_piece());
     sq = model_->grad_sum_squares(0, model_->num_trainable());

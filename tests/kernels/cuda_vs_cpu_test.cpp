@@ -144,6 +144,27 @@ TEST(CudaRuntime, CopiesFillAndErrors) {
   EXPECT_THROW(cuda::device_alloc(size_t(1) << 62), Error);  // 4 EiB: out of memory, as an Error
 }
 
+TEST(CudaRuntime, NcclOnOneRank) {
+  // A group of one: the sum is the array itself, the gather leaves it in place. (Several ranks: the
+  // data-parallel runs of tests/train/cuda_train_test.cpp, through the emulation's NCCL over MPI.)
+  SKIP_WITHOUT_DEVICE();
+  if (cuda::nccl_version().empty()) GTEST_SKIP() << "needs NCCL: llamatrain was built without it";
+  std::vector<unsigned char> id(cuda::kNcclIdBytes);
+  cuda::nccl_unique_id(id.data());
+  void* comm = cuda::nccl_init(id.data(), 1, 0);
+  const auto host = mt19937_normal(1000, 7);
+  DeviceArray<float> a(host);
+  cuda::nccl_all_reduce_sum(comm, a.get(), int64_t(host.size()));
+  EXPECT_EQ(a.download(), host);
+  cuda::nccl_all_gather(comm, a.get(), int64_t(host.size()));
+  EXPECT_EQ(a.download(), host);
+  cuda::scale(a.get(), int64_t(host.size()), 0.5f);
+  auto halves = host;
+  for (float& x : halves) x *= 0.5f;
+  EXPECT_EQ(a.download(), halves);
+  cuda::nccl_destroy(comm);
+}
+
 TEST(CudaVsRef, Embedding) {
   SKIP_WITHOUT_DEVICE();
   for (const auto& [N, C, V] : std::vector<std::tuple<int, int, int>>{{1, 1, 1}, {1037, 97, 1000}, {300, 128, 7}}) {

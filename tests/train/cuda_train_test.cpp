@@ -1,17 +1,20 @@
 // `llamatrain train` on the CUDA backend end to end, with the binary $LLAMATRAIN_CUDA_BIN: the CUDA
 // emulation's (llamatrain-cuda-emu, in the default suite) or, on a machine with a GPU, the program
 // itself (scripts/device_check.sh). The tiny config trains as the CPU backend does (fp32 within 1e-5
-// relative per step, bf16-mixed within 2%); a run killed with SIGKILL and resumed gives bitwise the
-// same losses and checkpoint; a checkpoint written on the GPU resumes on the CPU and the other way
-// round; the export is read by `generate` and `eval` on both backends alike; two data-parallel ranks
-// (with and without ZeRO-1) give one rank's curve; tensor and pipeline parallelism on the GPU are a
-// plain error before anything loads. Skips where there is no CUDA binary to run.
+// relative per step, bf16-mixed within 2%) and validates alike; non-finite steps roll back; a run
+// killed with SIGKILL and resumed gives bitwise the same losses and checkpoint; a checkpoint written
+// on the GPU resumes on the CPU and the other way round; the export is read by `generate` and `eval`
+// on both backends alike; two data-parallel ranks (with and without ZeRO-1) give one rank's curve;
+// doctor reports the GPU and sums through it; a GPU out of memory and a kernel's fault are named by
+// diagnose; tensor and pipeline parallelism on the GPU are a plain error before anything loads.
+// Skips where there is no CUDA binary to run.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/kernels.h"
+#include "obs/metrics.h"
 #include "test_util.h"
 #include "train/train_runs.h"
 
@@ -35,6 +39,13 @@ using testing::TempDir;
 std::string cuda_bin() {
   const char* b = std::getenv("LLAMATRAIN_CUDA_BIN");
   return b ? b : "";
+}
+
+// Whether LLAMATRAIN_CUDA_BIN runs on the emulation (whose memory size and faults a test can set).
+bool emulated() {
+  std::string out;
+  testing::run_capture(cuda_bin() + " doctor 2>&1", &out);
+  return out.find("CUDA emulator") != std::string::npos;
 }
 
 #define SKIP_WITHOUT_CUDA_BIN()                                                                         \
@@ -88,6 +99,44 @@ TEST(CudaTrain, FollowsTheCpuCurve) {
     EXPECT_NE(testing::read_file(gpu + "/train_log.txt").find("\"device\":\"cuda\""), std::string::npos);
     expect_curves_close(cpu, gpu, 6, rel, "cuda against cpu");
   }
+}
+
+// step -> val_loss of metrics.jsonl's validation records.
+std::map<int64_t, double> val_losses(const std::string& log_dir) {
+  std::map<int64_t, double> out;
+  for (const auto& r : obs::read_metrics(log_dir + "/metrics.jsonl"))
+    if (r.contains("val_loss")) out[r["step"].get<int64_t>()] = obs::metric_value(r, "val_loss");
+  return out;
+}
+
+TEST(CudaTrain, ValidatesAndRollsBackAsTheCpuDoes) {
+  // Validation every 2 steps on both backends: the same losses (fp32). Three non-finite steps in a
+  // row (an injected NaN gradient on the GPU) roll back to the last checkpoint and the run finishes.
+  SKIP_WITHOUT_CUDA_BIN();
+  TempDir dir;
+  const std::vector<std::string> val = {"trainer.max_steps=4", "trainer.val_check_interval=2",
+                                        "trainer.limit_val_batches=1"};
+  const std::string cpu = dir / "vcpu", gpu = dir / "vgpu";
+  ASSERT_EQ(run_in(cpu, cpu_args(cpu, val)).status, 0);
+  const auto g = run_in(gpu, gpu_args(gpu, val), kSmallPieces);
+  ASSERT_EQ(g.status, 0) << g.log;
+  const auto vc = val_losses(cpu), vg = val_losses(gpu);
+  ASSERT_EQ(vc.size(), 2u);
+  ASSERT_EQ(vg.size(), 2u);
+  for (const auto& [step, loss] : vc) EXPECT_NEAR(vg.at(step), loss, 1e-5 * loss) << "validation at step " << step;
+
+  const std::string rb = dir / "rollback";
+  const auto r = run_in(rb,
+                        gpu_args(rb, {"trainer.max_steps=6", "trainer.max_consecutive_nonfinite=3",
+                                      "exp_manager.checkpoint_callback_params.every_n_train_steps=2"}),
+                        {"LLAMATRAIN_INJECT_NONFINITE=3,4,5"});
+  ASSERT_EQ(r.status, 0) << r.log;
+  EXPECT_NE(r.log.find("rollback: 3 non-finite steps in a row; restored"), std::string::npos) << r.log;
+  // (steps 3 and 4 skipped their updates; step 4 still saved its checkpoint, the one restored)
+  EXPECT_NE(r.log.find("(step 4); steps 5-5 discarded and samples 16-19 skipped"), std::string::npos) << r.log;
+  const auto l = losses(rb);
+  ASSERT_TRUE(l.count(6)) << r.log;
+  EXPECT_TRUE(std::isfinite(l.at(6)));
 }
 
 TEST(CudaTrain, ResumeAfterSigkillIsBitwiseIdentical) {
@@ -175,6 +224,8 @@ TEST(CudaTrain, ExportReadsAlikeOnBothBackends) {
 }
 
 TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
+  // Two ranks against one, with and without ZeRO-1, through NCCL (the emulation's: over MPI) and
+  // through the host: each follows one rank's curve, and the two ways of summing agree bit for bit.
   SKIP_WITHOUT_CUDA_BIN();
   TempDir dir;
   const std::string one = dir / "one";
@@ -184,27 +235,46 @@ TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
   const auto a = run_in(one, argv, kSmallPieces);
   ASSERT_EQ(a.status, 0) << a.log;
   for (const bool zero1 : {false, true}) {
-    SCOPED_TRACE(zero1 ? "ZeRO-1" : "all-reduce");
-    const std::string two = dir / (zero1 ? "zero1" : "dp2");
-    auto argv2 = testing::mpi_train_argv(
-        MPIEXEC, 2, two,
-        {"trainer.accelerator=gpu", "trainer.max_steps=4", "model.encoder_seq_length=32",
-         std::string("model.distributed_optimizer=") + (zero1 ? "true" : "false")});
-    for (auto& s : argv2)
+    std::map<std::string, std::map<int64_t, double>> curves;
+    for (const char* path : {"nccl", "host"}) {
+      SCOPED_TRACE(std::string(zero1 ? "ZeRO-1, " : "all-reduce, ") + path);
+      const std::string two = dir / (std::string(zero1 ? "zero1_" : "dp2_") + path);
+      auto argv2 = testing::mpi_train_argv(
+          MPIEXEC, 2, two,
+          {"trainer.accelerator=gpu", "trainer.max_steps=4", "model.encoder_seq_length=32",
+           std::string("model.distributed_optimizer=") + (zero1 ? "true" : "false")});
+      for (auto& s : argv2)
+        if (s == testing::llamatrain_bin()) s = cuda_bin();
+      std::vector<std::string> env = kSmallPieces;
+      if (std::string(path) == "host") env.push_back("LLAMATRAIN_GPU_COLLECTIVES=host");
+      const auto b = run_in(two, argv2, env);
+      ASSERT_EQ(b.status, 0) << b.log;
+      EXPECT_NE(b.log.find("data 2 x tensor 1 x pipeline 1"), std::string::npos) << b.log;
+      const bool without_nccl = b.log.find("(this build has no NCCL)") != std::string::npos;
+      EXPECT_NE(b.log.find(std::string(path) == "host" || without_nccl ? "gradients are summed through host memory over MPI"
+                                                                       : "gradients are summed by NCCL"),
+                std::string::npos)
+          << b.log;
+      expect_curves_close(one, two, 4, 1e-5, "2 ranks against 1");
+      if (!without_nccl) curves[path] = losses(two);
+    }
+    if (curves.size() == 2)
+      EXPECT_EQ(curves["nccl"], curves["host"]) << "NCCL's sums and the host's, two ranks: the same additions";
+  }
+  // Two ranks on one GPU (NCCL refuses that): the host's sums, and the log says why.
+  if (emulated()) {
+    const std::string shared = dir / "shared";
+    auto argv3 = testing::mpi_train_argv(MPIEXEC, 2, shared,
+                                         {"trainer.accelerator=gpu", "trainer.max_steps=3", "model.encoder_seq_length=32"});
+    for (auto& s : argv3)
       if (s == testing::llamatrain_bin()) s = cuda_bin();
-    const auto b = run_in(two, argv2, kSmallPieces);
-    ASSERT_EQ(b.status, 0) << b.log;
-    EXPECT_NE(b.log.find("data 2 x tensor 1 x pipeline 1"), std::string::npos) << b.log;
-    expect_curves_close(one, two, 4, 1e-5, "2 ranks against 1");
+    const auto c = run_in(shared, argv3, {"LLAMATRAIN_EMU_DEVICES=1"});
+    ASSERT_EQ(c.status, 0) << c.log;
+    EXPECT_NE(c.log.find("gradients are summed through host memory over MPI"), std::string::npos) << c.log;
+    EXPECT_NE(c.log.find("at a time (ranks share a GPU, which NCCL refuses)"), std::string::npos) << c.log;
   }
 }
 
-// Whether LLAMATRAIN_CUDA_BIN runs on the emulation (whose memory size and faults a test can set).
-bool emulated() {
-  std::string out;
-  testing::run_capture(cuda_bin() + " doctor 2>&1", &out);
-  return out.find("CUDA emulator") != std::string::npos;
-}
 
 TEST(CudaTrain, GpuFailuresAreNamedByDiagnose) {
   // Failures of the emulated GPU: its memory too small for the job (preflight's plain error, before
@@ -246,13 +316,11 @@ TEST(CudaTrain, DoctorReportsTheGpuAndItsAllReduce) {
   std::string out;
   ASSERT_EQ(testing::run_capture(cuda_bin() + " doctor --run-dir " + (dir / "r1") + " 2>&1", &out), 0) << out;
   EXPECT_NE(out.find("PASS  gpu         cuda:0 "), std::string::npos) << out;
-  // Two ranks of a GPU job: the sum through the GPUs' memory, exact; two ranks on one GPU, a warning.
+  // Two ranks, each with its GPU: the mean through NCCL of their GPU memory, exact.
   const auto r = run_in(dir / "mpi", {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2", cuda_bin(),
                                       "doctor", "--all-ranks", "--run-dir", dir / "r2"});
-  EXPECT_NE(r.log.find("PASS  gpu allreduce  host-staged through MPI: sum of 2 ranks' GPU memory exact"),
-            std::string::npos)
-      << r.log;
-  if (emulated()) EXPECT_NE(r.log.find("2 ranks share 1 GPU"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("mean of 2 ranks' GPU memory exact"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("PASS  gpu allreduce  NCCL "), std::string::npos) << r.log;
   // A GPU job on a machine without a GPU (the CPU build's binary): the row fails and says why.
   std::string why;
   if (!model::device_usable(model::Device::cuda, &why)) {

@@ -4,6 +4,7 @@
 // as a plain loop in fp64 over the column-major operands (so matmul.cpp's and lmhead_ce.cu's
 // row-major to column-major mapping is checked against ref::). Errors are the real runtime's
 // llamatrain::Error messages.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -83,8 +84,31 @@ void check_device(const void* p, size_t bytes, const char* what) {
 
 }  // namespace
 
-int device_count() { return 1; }
-int device_index() { return 0; }
+namespace {
+
+// One emulated GPU per process of the node, as a job runs one rank per GPU: the local rank's.
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(name); v && *v) return std::max(0, std::atoi(v));
+  return 0;
+}
+int local_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"})
+    if (const char* v = std::getenv(name); v && *v) return std::max(1, std::atoi(v));
+  return 1;
+}
+
+}  // namespace
+
+// LLAMATRAIN_EMU_DEVICES=N: the node has N emulated GPUs, so ranks beyond N share them.
+int emulated_devices() {
+  const char* v = std::getenv("LLAMATRAIN_EMU_DEVICES");
+  return v && std::atoi(v) > 0 ? std::atoi(v) : std::max(local_size(), local_rank() + 1);
+}
+
+int device_count() { return emulated_devices(); }
+int device_index() { return local_rank() % emulated_devices(); }
+std::string device_pci_bus_id() { return fmt::format("emulated:{}", device_index()); }
 bool available() { return true; }
 std::string no_device_reason() { return ""; }
 std::string device_name() { return "CUDA emulator"; }

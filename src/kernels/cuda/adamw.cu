@@ -104,6 +104,10 @@ __global__ void fill_constant_kernel(float* out, int64_t n, float value) {
   GRID_STRIDE(i, n) out[i] = value;
 }
 
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
+}
+
 __global__ void fill_normal_kernel(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) {
   GRID_STRIDE(i, n) out[i] = std * rng::random_normal(seed, stream, first + uint64_t(i));
 }
@@ -161,6 +165,12 @@ void fill_constant(float* out, int64_t n, float value) {
   if (n <= 0) return;
   fill_constant_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, n, value);
   CUDA_CHECK_LAUNCH("fill_constant_kernel");
+}
+
+void scale(float* x, int64_t n, float s) {
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(x, n, s);
+  CUDA_CHECK_LAUNCH("scale_kernel");
 }
 
 void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) {

@@ -24,6 +24,7 @@ int device_index() { return 0; }
 bool available() { return false; }
 std::string no_device_reason() { return kReason; }
 std::string device_name() { unavailable("device_name"); }
+std::string device_pci_bus_id() { unavailable("device_pci_bus_id"); }
 std::string driver_version() { return ""; }
 std::string runtime_version() { return ""; }
 void* stream() { unavailable("stream"); }
@@ -155,6 +156,13 @@ double sum_squares(const float*, int64_t) { unavailable("sum_squares"); }
 double sum(const float*, int64_t) { unavailable("sum"); }
 
 void fill_constant(float*, int64_t, float) { unavailable("fill_constant"); }
+void scale(float*, int64_t, float) { unavailable("scale"); }
+std::string nccl_version() { return ""; }
+void nccl_unique_id(void*) { unavailable("nccl_unique_id"); }
+void* nccl_init(const void*, int, int) { unavailable("nccl_init"); }
+void nccl_destroy(void*) noexcept {}
+void nccl_all_reduce_sum(void*, float*, int64_t) { unavailable("nccl_all_reduce_sum"); }
+void nccl_all_gather(void*, float*, int64_t) { unavailable("nccl_all_gather"); }
 void fill_normal(float*, int64_t, float, uint64_t, uint32_t, uint64_t) { unavailable("fill_normal"); }
 
 void bf16_from_float(bf16*, const float*, int64_t) { unavailable("bf16_from_float"); }

@@ -41,8 +41,10 @@ std::string no_device_reason();
 // SLURM_LOCALID, MPI_LOCALRANKID or LOCAL_RANK; 0 without one) modulo device_count(), made current
 // at the first query. 0 without a device.
 int device_index();
-// The current device's name ("NVIDIA H200").
+// The current device's name ("NVIDIA H200"), and its PCI bus id ("0000:9D:00.0"): which GPU it is
+// whatever the process's CUDA_VISIBLE_DEVICES numbering.
 std::string device_name();
+std::string device_pci_bus_id();
 // The NVIDIA driver's CUDA version and this build's runtime's, as "13.0" (cudaDriverGetVersion,
 // cudaRuntimeGetVersion); "" where unknown.
 std::string driver_version();
@@ -165,10 +167,28 @@ double sum_squares(const float* x, int64_t n);
 double sum(const float* x, int64_t n);  // the plain sum (a loss total), the same way
 
 void fill_constant(float* out, int64_t n, float value);
+void scale(float* x, int64_t n, float s);  // x[i] *= s (one rounding each: the mean of a sum)
 void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first);
 
 void bf16_from_float(bf16* out, const float* in, int64_t n);          // round to nearest even
 void bf16_from_float(bf16_in_f32* out, const float* in, int64_t n);   // the same values, kept in floats
 void float_from_bf16(float* out, const bf16* in, int64_t n);
+
+// ---- NCCL: collectives over the GPUs of several processes (nccl.cpp where the build found NCCL;
+// no_nccl.cpp otherwise) ----
+
+// NCCL's version ("2.28.3"); "" where this build has no NCCL.
+std::string nccl_version();
+constexpr size_t kNcclIdBytes = 128;
+// A new group's id, made by one member; the caller hands it to the others (over MPI).
+void nccl_unique_id(void* out /*kNcclIdBytes*/);
+// This process's member of the group of nranks made from id: collective over the members, each on
+// its own device (device_index()). An opaque handle, for the calls below and nccl_destroy.
+void* nccl_init(const void* id, int nranks, int rank);
+void nccl_destroy(void* comm) noexcept;
+// data (n floats, device memory) becomes the sum over the group, in place, queued on the module's stream.
+void nccl_all_reduce_sum(void* comm, float* data, int64_t n);
+// data (nranks x n floats, device memory): member r's n floats at data + r * n, gathered on every member.
+void nccl_all_gather(void* comm, float* data, int64_t n);
 
 }  // namespace llamatrain::cuda

@@ -161,6 +161,14 @@ std::string device_name() {
   return prop.name;
 }
 
+std::string device_pci_bus_id() {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  char id[64] = {};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, dev));
+  return id;
+}
+
 namespace {
 
 std::string version_text(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, v % 1000 / 10) : ""; }
