@@ -86,8 +86,10 @@ THEIRS=(env LD_LIBRARY_PATH="${LLAMATRAIN_DEPS_SAVED_LD_LIBRARY_PATH:-}")
 
 TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test backend_test llama_golden_test cuda_train_test)
 # NCCL: the toolkit's, or the Python environment's (nvidia-nccl: site-packages/nvidia/nccl).
-NCCL_ROOT=${NCCL_ROOT:-$("${THEIRS[@]}" python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)}
-row "nccl" "${NCCL_ROOT:-the CUDA toolkit's, if it has one}"
+if [ -z "${NCCL_ROOT:-}" ]; then
+  NCCL_ROOT=$("${THEIRS[@]}" python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
+fi
+row "nccl" "${NCCL_ROOT:-from the CUDA toolkit, if it has it}"
 # shellcheck disable=SC2086
 part "configure (CUDA on, sm_90a)" 120 configure.log \
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMATRAIN_CUDA=ON -DLLAMATRAIN_CUDA_EMULATOR=OFF \
@@ -132,24 +134,9 @@ else
 
   # Speed: llamatrain against PyTorch eager on the same shapes (MFU against 989 TFLOP/s, H100/H200
   # dense bf16), one after the other on the quiet GPU.
-  bench_row() {  # bench_row LABEL ARGS-FOR-BENCH -- ARGS-FOR-THE-PEER
-    local label=$1
-    shift
-    local lt=() peer=() sep=0 a
-    for a in "$@"; do
-      if [ "$a" = -- ]; then sep=1; continue; fi
-      if [ $sep = 0 ]; then lt+=("$a"); else peer+=("$a"); fi
-    done
-    local log=bench_$(echo "$label" | tr -c 'a-zA-Z0-9' _).log
-    part "bench $label" 90 "$log" "$BIN" bench --device cuda --precision bf16-mixed --steps "$STEPS" --json "${lt[@]}"
-    local j p=""
-    j=$(grep '^{"model"' "$OUT/$log" | tail -n 1)
-    if [ "${SKIP_PEER:-0}" != 1 ]; then
-      part "peer $label" 90 "peer_$log" "${THEIRS[@]}" python3 tools/reference/gpu_train_step.py --steps "$STEPS" --json \
-        "${peer[@]}"
-      p=$(grep '^{' "$OUT/peer_$log" | tail -n 1)
-    fi
-    row "  $label" "$("${THEIRS[@]}" python3 - "$j" "$p" <<'PY'
+  # One line of a bench row's figures from llamatrain's and the peer's JSON lines.
+  bench_figures() {
+    "${THEIRS[@]}" python3 - "$1" "$2" <<'PY'
 import json, sys
 def load(s):
     try:
@@ -171,7 +158,25 @@ if lt and pt:
     parts.append(f"ratio {lt['tokens_per_s'] / pt['tokens_per_s']:.2f}x")
 print("; ".join(parts) if parts else "no figures")
 PY
-)"
+  }
+  bench_row() {  # bench_row LABEL ARGS-FOR-BENCH -- ARGS-FOR-THE-PEER
+    local label=$1
+    shift
+    local lt=() peer=() sep=0 a
+    for a in "$@"; do
+      if [ "$a" = -- ]; then sep=1; continue; fi
+      if [ $sep = 0 ]; then lt+=("$a"); else peer+=("$a"); fi
+    done
+    local log=bench_$(echo "$label" | tr -c 'a-zA-Z0-9' _).log
+    part "bench $label" 90 "$log" "$BIN" bench --device cuda --precision bf16-mixed --steps "$STEPS" --json "${lt[@]}"
+    local j p=""
+    j=$(grep '^{"model"' "$OUT/$log" | tail -n 1)
+    if [ "${SKIP_PEER:-0}" != 1 ]; then
+      part "peer $label" 90 "peer_$log" "${THEIRS[@]}" python3 tools/reference/gpu_train_step.py --steps "$STEPS" --json \
+        "${peer[@]}"
+      p=$(grep '^{' "$OUT/peer_$log" | tail -n 1)
+    fi
+    row "  $label" "$(bench_figures "$j" "$p")"
   }
   if [ $DRY = 0 ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
     mkdir -p "$OUT/llama2_7b_8l"

@@ -1,7 +1,7 @@
 // Row and elementwise kernels: embedding, RMSNorm, RoPE, SwiGLU, residual, bias. Plain kernels, one
 // thread per output element or one block per row, each the obvious transcription of kernels/ref's
 // loop; they match cpu:: to fp32 rounding (tests/kernels/cuda_vs_cpu_test.cpp).
-//   - embedding_backward adds with atomicAdd (rows of a repeated token sum in any order);
+//   - embedding_backward: a thread per column, the tokens in order (deterministic, no atomics);
 //   - rmsnorm: one block per row, the sum of squares and the backward's dot in fp64 as ref does;
 //     dweight's column sums run over the rows in a fixed order (no atomics);
 //   - rope: angle = pos * rope_inv_freq (core/rope.h) in fp64 (as kernels/cpu/rope.cpp builds its
@@ -33,12 +33,12 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
   }
 }
 
-__global__ void embedding_backward_kernel(float* dwte, const float* dout, const int32_t* tokens, int N, int C) {
-  const int64_t total = int64_t(N) * C;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / C, c = i % C;
-    atomicAdd(dwte + int64_t(tokens[n]) * C + c, dout[i]);
-  }
+// One thread per column, over the tokens in order: a repeated token's rows add in token order, as
+// ref's loop adds them, and every run the same (no atomics: a resumed run repeats its bits).
+__global__ void embedding_backward_kernel(float* dwte, const float* __restrict__ dout,
+                                          const int32_t* __restrict__ tokens, int N, int C) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x)
+    for (int n = 0; n < N; n++) dwte[int64_t(tokens[n]) * C + c] += dout[int64_t(n) * C + c];
 }
 
 // One block per row: rstd = 1/sqrt(mean(x^2) + eps) (fp64 sum), out = (x * rstd) * weight.
@@ -175,7 +175,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, int 
 
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) {
   if (int64_t(N) * C == 0) return;
-  embedding_backward_kernel<<<grid_for(int64_t(N) * C), 256, 0, cuda_stream()>>>(dwte, dout, tokens, N, C);
+  embedding_backward_kernel<<<grid_for(C, 128), 128, 0, cuda_stream()>>>(dwte, dout, tokens, N, C);
   CUDA_CHECK_LAUNCH("embedding_backward_kernel");
 }
 

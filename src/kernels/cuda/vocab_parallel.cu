@@ -1,8 +1,8 @@
 // Vocabulary-parallel embedding and cross-entropy (Megatron's), as ref::vocab_parallel_*: this
 // rank's rows [vocab_begin, vocab_begin + V) of the table and of the logits. One thread per element
-// for the embedding (backward: atomic adds) and the backward's dlogits, one block per row for the max
-// and the partials (exp in fp64 rounded once and their sum in fp64, as ref), one thread per row for
-// the losses.
+// for the embedding's forward and the backward's dlogits, one per column for the embedding's backward
+// (the tokens in order: deterministic), one block per row for the max and the partials (exp in fp64
+// rounded once and their sum in fp64, as ref), one thread per row for the losses.
 #include <cuda_runtime.h>
 
 #include "core/bf16.h"
@@ -31,11 +31,15 @@ __global__ void vp_embedding_forward_kernel(float* out, const int32_t* tokens, c
   }
 }
 
-__global__ void vp_embedding_backward_kernel(float* dwte, const float* dout, const int32_t* tokens,
-                                             int64_t vocab_begin, int V, int N, int C) {
-  GRID_STRIDE(i, int64_t(N) * C) {
-    const int64_t row = int64_t(tokens[i / C]) - vocab_begin;
-    if (row >= 0 && row < V) atomicAdd(dwte + row * C + i % C, dout[i]);
+// One thread per column, over the tokens in order (as embedding_backward: deterministic).
+__global__ void vp_embedding_backward_kernel(float* dwte, const float* __restrict__ dout,
+                                             const int32_t* __restrict__ tokens, int64_t vocab_begin, int V, int N,
+                                             int C) {
+  GRID_STRIDE(c, int64_t(C)) {
+    for (int n = 0; n < N; n++) {
+      const int64_t row = int64_t(tokens[n]) - vocab_begin;
+      if (row >= 0 && row < V) dwte[row * C + c] += dout[int64_t(n) * C + c];
+    }
   }
 }
 
@@ -105,8 +109,7 @@ void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const f
 void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
                                        int V, int N, int C) {
   if (int64_t(N) * C == 0) return;
-  vp_embedding_backward_kernel<<<grid_for(int64_t(N) * C), 256, 0, cuda_stream()>>>(dwte, dout, tokens, vocab_begin,
-                                                                                     V, N, C);
+  vp_embedding_backward_kernel<<<grid_for(C, 128), 128, 0, cuda_stream()>>>(dwte, dout, tokens, vocab_begin, V, N, C);
   CUDA_CHECK_LAUNCH("vp_embedding_backward_kernel");
 }
 
