@@ -85,6 +85,15 @@ make_bundle() {
   mkdir -p "$t/usr/include/x86_64-linux-gnu"
   ln -sfn ../../lib/x86_64-linux-gnu/openmpi/include "$t/usr/include/x86_64-linux-gnu/mpi"
   find "$work/tree" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
+  # A -dev package's link to a library the bundle leaves to the system (zlib, zstd, PCRE2's 8-bit
+  # library): to the system's soname, which any Debian or Ubuntu has whatever its version.
+  local l target
+  while read -r l; do
+    target=$(readlink "$l")
+    [[ "$target" = /* ]] || [ ! -e "$(dirname "$l")/$target" ] || continue
+    [[ "$(basename "$target")" =~ ^(lib.*\.so\.[0-9]+) ]] || continue
+    ln -sfn "/usr/lib/x86_64-linux-gnu/${BASH_REMATCH[1]}" "$l"
+  done < <(find "$work/tree" -type l -name 'lib*.so')
   mkdir -p "$dir"
   rm -f "$dir"/*.deb  # (an earlier recipe's files)
   tar -C "$work/tree" -cf - . | xz -T0 -6 >"$dir/deps.tar.xz.partial"

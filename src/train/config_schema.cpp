@@ -200,9 +200,9 @@ Schema build_schema() {
          "run goes back to the last checkpoint; 0: stop at the first",
          at_least(0));
   s.key("trainer.accelerator", FIELD(trainer.accelerator), "cpu",
-        "where the model trains: cpu; gpu or cuda (an NVIDIA GPU); auto (a GPU where one is usable, else cpu); ref "
-        "(the reference kernels: slow, for checking results); tpu, from configs written for XLA devices, trains on "
-        "the cpu",
+        "where the model trains: cpu; gpu or cuda (NVIDIA GPUs: one per rank, its local rank's; data parallelism "
+        "only); auto (a GPU where one is usable, else cpu, said in a note); ref (the reference kernels: slow, for "
+        "checking results); tpu, from configs written for XLA devices, trains on the cpu",
         {}, "cpu|gpu|cuda|auto|ref|tpu");
   for (const char* k : {"logger", "enable_checkpointing", "replace_sampler_ddp", "use_distributed_sampler",
                         "benchmark", "enable_model_summary", "num_sanity_val_steps"})

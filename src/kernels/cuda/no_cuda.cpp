@@ -1,6 +1,7 @@
 // CUDA backend stub: llamatrain was configured without CUDA (no nvcc found, or LLAMATRAIN_CUDA=OFF).
-// It defines every function of kernels/cuda/ops.h so callers link without #ifdefs: device_count()
-// is 0 with the reason, and every other call throws an Error saying how to build with CUDA.
+// It defines every function of kernels/cuda/ops.h (with no_nccl.cpp, NCCL's) so callers link without
+// #ifdefs: device_count() is 0 with the reason, and every other call throws an Error saying how to
+// build with CUDA.
 #include <string>
 
 #include "core/error.h"
@@ -157,12 +158,7 @@ double sum(const float*, int64_t) { unavailable("sum"); }
 
 void fill_constant(float*, int64_t, float) { unavailable("fill_constant"); }
 void scale(float*, int64_t, float) { unavailable("scale"); }
-std::string nccl_version() { return ""; }
-void nccl_unique_id(void*) { unavailable("nccl_unique_id"); }
-void* nccl_init(const void*, int, int) { unavailable("nccl_init"); }
-void nccl_destroy(void*) noexcept {}
-void nccl_all_reduce_sum(void*, float*, int64_t) { unavailable("nccl_all_reduce_sum"); }
-void nccl_all_gather(void*, float*, int64_t) { unavailable("nccl_all_gather"); }
+
 void fill_normal(float*, int64_t, float, uint64_t, uint32_t, uint64_t) { unavailable("fill_normal"); }
 
 void bf16_from_float(bf16*, const float*, int64_t) { unavailable("bf16_from_float"); }

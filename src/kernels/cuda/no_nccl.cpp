@@ -1,5 +1,6 @@
-// kernels/cuda/ops.h's nccl_* calls in a CUDA build without NCCL (CMake did not find nccl.h and
-// libnccl): nccl_version() is "" (the callers then sum through the host) and the rest throw.
+// kernels/cuda/ops.h's nccl_* calls in a build without NCCL (a CUDA build where CMake did not find
+// nccl.h and libnccl, or a build without CUDA): nccl_version() is "" (the callers then sum through
+// the host) and the rest throw.
 #include <string>
 
 #include "core/error.h"
