@@ -73,6 +73,12 @@ make_bundle() {
     echo >>"$work/MANIFEST"
   done
   rm -rf "$work"/tree/usr/share/{doc,man,info,lintian,locale,bug} "$work"/tree/etc/{init.d,cron.*}
+  # /lib into /usr/lib, as a merged-/usr system has them (one folder for the loader and CMake).
+  if [ -d "$work/tree/lib" ]; then
+    mkdir -p "$work/tree/usr/lib"
+    cp -a "$work/tree/lib/." "$work/tree/usr/lib/"
+    rm -rf "$work/tree/lib"
+  fi
   # What Debian's update-alternatives would make at install: Open MPI as the MPI (its wrappers, mpirun,
   # libmpi.so, the mpi include folder and .pc files), as relative links.
   local t=$work/tree

@@ -20,6 +20,9 @@ export CMAKE_PREFIX_PATH=$LLAMATRAIN_DEPS/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX
 export PKG_CONFIG_LIBDIR=$_llt_lib/pkgconfig:$LLAMATRAIN_DEPS/usr/share/pkgconfig
 export PKG_CONFIG_SYSROOT_DIR=$LLAMATRAIN_DEPS
 export OPAL_PREFIX=$LLAMATRAIN_DEPS/usr
+# (mpirun wants a remote shell even for a job on this machine alone: where there is none, it is told
+# that remote nodes cannot be reached)
+command -v ssh >/dev/null || command -v rsh >/dev/null || export OMPI_MCA_plm_rsh_agent=${OMPI_MCA_plm_rsh_agent:-false}
 # Open MPI's wrapper compiler for CMake's FindMPI (it reads its flags, relocated by OPAL_PREFIX), and
 # the loader path baked into what the build links (its tests run without this shell's environment
 # too).
