@@ -288,6 +288,45 @@ TEST(VocabResize, AResizedRunResumesFromItsCheckpoint) {
   EXPECT_EQ(testing::weight_differences(dir / "a/checkpoints/step_4", dir / "b/checkpoints/step_4").max_abs, 0.0);
 }
 
+TEST(VocabResize, OnTheGpuAResizeAndAFreezeLoadAndTrainAsOnTheCpu) {
+  // The CUDA backend (LLAMATRAIN_CUDA_BIN: the CUDA emulation's binary, or the program on a machine
+  // with a GPU): the grown model, written onto the device in pieces, exports the bytes the CPU's does;
+  // with the layers frozen, 3 steps follow the CPU's curve and leave the frozen weights as loaded.
+  const char* cuda = std::getenv("LLAMATRAIN_CUDA_BIN");
+  if (!cuda) GTEST_SKIP() << "needs a CUDA build of llamatrain: LLAMATRAIN_CUDA_BIN (the CUDA emulation, built with "
+                             "libboost-context-dev)";
+  TempDir dir;
+  auto on = [&](const std::string& bin, const std::string& run, std::vector<std::string> extra) {
+    const Fixture& f = fixture();
+    extra.insert(extra.begin(), {"model.init_from=" + f.base, "model.tokenizer.model=" + f.ext,
+                                 "model.data.data_prefix=[1.0," + f.prefix + "]", "model.optim.eps=1e-5",
+                                 "model.encoder_seq_length=32", "model.micro_batch_size=2",
+                                 "model.global_batch_size=4",
+                                 std::string("trainer.accelerator=") + (bin == cuda ? "gpu" : "cpu")});
+    auto argv = testing::train_args(run, extra);
+    argv[0] = bin;
+    return testing::run_in(run, argv, {"LLAMATRAIN_HOST_PIECE_BYTES=1024"});
+  };
+  std::vector<std::string> grown = kNoUpdate;
+  grown.push_back("model.new_token_init=subword_mean");
+  ASSERT_EQ(on(testing::llamatrain_bin(), dir / "cpu", grown).status, 0);
+  const auto g = on(cuda, dir / "gpu", grown);
+  ASSERT_EQ(g.status, 0) << g.log;
+  for (const char* t : {"model.embed_tokens.weight", "lm_head.weight", "model.layers.1.mlp.up_proj.weight"})
+    EXPECT_EQ(tensor(dir / "gpu/hf", t), tensor(dir / "cpu/hf", t)) << t;
+
+  const std::vector<std::string> frozen = {"trainer.max_steps=3", "model.freeze=[model.layers.*]"};
+  ASSERT_EQ(on(testing::llamatrain_bin(), dir / "fcpu", frozen).status, 0);
+  const auto h = on(cuda, dir / "fgpu", frozen);
+  ASSERT_EQ(h.status, 0) << h.log;
+  const auto lc = losses(dir / "fcpu"), lg = losses(dir / "fgpu");
+  ASSERT_EQ(steps_of(lg), step_range(1, 3));
+  for (const auto& [step, loss] : lc) EXPECT_NEAR(lg.at(step), loss, 1e-5 * loss) << "step " << step;
+  EXPECT_EQ(tensor(dir / "fgpu/checkpoints/step_3", "model.layers.0.self_attn.q_proj.weight"),
+            tensor(fixture().base, "model.layers.0.self_attn.q_proj.weight"))
+      << "a frozen tensor moved";
+}
+
 TEST(VocabResize, PlanReportsTheResize) {
   const Fixture& f = fixture();
   TempDir dir;
