@@ -104,7 +104,9 @@ TEST(Plan, TinyPassesWithFiguresThatAddUpAndWritesNothing) {
   // without a bf16 matmul kernel)
   ASSERT_TRUE(m["operand_form"] == "bf16" || m["operand_form"] == "bf16_in_f32") << m.dump();
   EXPECT_EQ(m["weights"].get<int64_t>(), c.num_params() * (m["operand_form"] == "bf16" ? 6 : 8));
-  if (!model::bf16_matmul_available()) EXPECT_EQ(m["operand_form"], "bf16_in_f32");
+  if (!model::bf16_matmul_available()) {
+    EXPECT_EQ(m["operand_form"], "bf16_in_f32");
+  }
   const json& q = p["prediction"];
   c.vocab_size = 500;
   EXPECT_DOUBLE_EQ(q["flops_per_step"].get<double>(), obs::step_flops(c, 8, 64));

@@ -260,8 +260,9 @@ TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
       expect_curves_close(one, two, 4, 1e-5, "2 ranks against 1");
       if (!without_nccl) curves[path] = losses(two);
     }
-    if (curves.size() == 2)
+    if (curves.size() == 2) {
       EXPECT_EQ(curves["nccl"], curves["host"]) << "NCCL's sums and the host's, two ranks: the same additions";
+    }
   }
   // Two ranks on one GPU (NCCL refuses that): the host's sums, and the log says why.
   if (emulated()) {
@@ -322,7 +323,9 @@ TEST(CudaTrain, DoctorReportsTheGpuAndItsAllReduce) {
   const auto r = run_in(dir / "mpi", {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2", cuda_bin(),
                                       "doctor", "--all-ranks", "--run-dir", dir / "r2"});
   EXPECT_NE(r.log.find("mean of 2 ranks' GPU memory exact"), std::string::npos) << r.log;
-  if (emulated()) EXPECT_NE(r.log.find("PASS  gpu allreduce  NCCL "), std::string::npos) << r.log;
+  if (emulated()) {
+    EXPECT_NE(r.log.find("PASS  gpu allreduce  NCCL "), std::string::npos) << r.log;
+  }
   // A GPU job on a machine without a GPU (the CPU build's binary): the row fails and says why.
   std::string why;
   if (!model::device_usable(model::Device::cuda, &why)) {
