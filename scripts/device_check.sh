@@ -4,8 +4,10 @@
 # registry), runs the CUDA kernel tests, the model on the CUDA backend against the reference backend
 # and the PyTorch goldens, `train` on the GPU end to end (tests/train/cuda_train_test.cpp: the CPU's
 # curve, SIGKILL and resume, checkpoints across devices, the export, two data-parallel ranks, doctor),
-# a 1B-parameter model trained, saved, resumed and exported, and `bench --device cuda` beside the
-# PyTorch peer (tools/reference/gpu_train_step.py), and prints one table last.
+# a 1B-parameter model trained, saved, resumed and exported, attention forward + backward (the
+# tensor-core kernels, the plain ones and PyTorch's SDPA: bench/cuda_attention_bench.cpp,
+# tools/reference/gpu_attention.py), and `bench --device cuda` beside the PyTorch peer
+# (tools/reference/gpu_train_step.py), and prints one table last.
 #
 # Every part runs under its own `timeout` and within the run's deadline (parts that would start after
 # it are skipped, and say so); each logs to its own file under $OUT, all of them gathered in
@@ -84,7 +86,8 @@ fi
 # Programs other than ours (Python, the PyTorch peer) run with the machine's own libraries.
 THEIRS=(env LD_LIBRARY_PATH="${LLAMATRAIN_DEPS_SAVED_LD_LIBRARY_PATH:-}")
 
-TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test backend_test llama_golden_test cuda_train_test)
+TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test backend_test llama_golden_test cuda_train_test
+         cuda_attention_bench)
 # NCCL: the toolkit's, or the Python environment's (nvidia-nccl: site-packages/nvidia/nccl).
 if [ -z "${NCCL_ROOT:-}" ]; then
   NCCL_ROOT=$("${THEIRS[@]}" python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
@@ -119,6 +122,8 @@ else
     probe "train on cuda (tiny, end to end)" cuda_train.log "$BUILD/cuda_train_test" --gtest_list_tests
     probe "train 1B: plan on H200" one_b_plan.log "$BIN" plan "${ONE_B[@]}" trainer.max_steps=2 --hardware H200 --ranks-per-node 1
     probe "mpirun: 2 ranks of doctor" mpirun.log mpirun --oversubscribe --allow-run-as-root -np 2 "$BIN" doctor --all-ranks
+    probe "attention bench" attention_bench.log "$BUILD/cuda_attention_bench" --help
+    probe "PyTorch SDPA peer" attention_peer.log "${THEIRS[@]}" python3 tools/reference/gpu_attention.py --help
     probe "bench --device cuda" bench.log "$BIN" bench --help
     probe "PyTorch peer" peer.log "${THEIRS[@]}" python3 tools/reference/gpu_train_step.py --help
   else
@@ -188,6 +193,25 @@ json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden
            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
            "bos_token_id": 1, "eos_token_id": 2}, open(sys.argv[1], "w"))
 PY
+    # Attention alone: the tensor-core kernels, the plain ones and PyTorch's SDPA, forward + backward.
+    attention_row() {  # attention_row LABEL ARGS (for both programs)
+      local label=$1 log=attention_$(echo "$1" | tr -c 'a-zA-Z0-9' _).log
+      shift
+      part "attention $label" 60 "$log" "$BUILD/cuda_attention_bench" --iters 5 --json "$@"
+      part "sdpa $label" 60 "peer_$log" "${THEIRS[@]}" python3 tools/reference/gpu_attention.py --iters 5 --json "$@"
+      local j p
+      j=$(grep -h '^{' "$OUT/$log" 2>/dev/null | tail -n 1)
+      p=$(grep -h '^{' "$OUT/peer_$log" 2>/dev/null | tail -n 1)
+      row "  $label" "$("${THEIRS[@]}" python3 -c '
+import json, sys
+a = json.loads(sys.argv[1] or "{}"); b = json.loads(sys.argv[2] or "{}")
+f = lambda d, k: "%.1f" % d[k] if k in d else "-"
+print("fwd+bwd TFLOP/s: flash", f(a, "flash_tflops"), "plain", f(a, "plain_tflops"), "sdpa", f(b, "sdpa_tflops"),
+      "| flash/sdpa %.2fx" % (a["flash_tflops"] / b["sdpa_tflops"]) if "flash_tflops" in a and "sdpa_tflops" in b else "")
+' "$j" "$p" 2>/dev/null)"
+    }
+    attention_row "seq 4096 hd 128 (llama2-7b)" --seq 4096 --heads 32 --head-dim 128
+    attention_row "seq 2048 x 8 hd 64 gqa 8 (tinyllama)" --batch 8 --seq 2048 --heads 32 --kv-heads 4 --head-dim 64
     bench_row "tinyllama-1.1b seq 2048 x 8" --model tinyllama-1.1b --seq 2048 --batch 8 -- \
       --dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --seq 2048 --batch 8
     bench_row "llama2-7b 8 layers seq 4096 x 2" --model "$OUT/llama2_7b_8l/config.json" --seq 4096 --batch 2 -- \

@@ -4,6 +4,8 @@
 // weights' matmul copy are bf16 (the GPU's bf16 gemm is always the faster one). Where llamatrain was
 // built without CUDA the cuda:: functions are stubs: device_count() is 0 and device_usable says why.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
@@ -20,6 +22,11 @@ class CudaKernels final : public Kernels {
   explicit CudaKernels(Precision p)
       : Kernels(p), ct_(p == Precision::fp32 ? cuda::ComputeType::f32 : cuda::ComputeType::bf16), copy_(this) {
     form_ = p == Precision::fp32 ? OperandForm::f32 : OperandForm::bf16;
+    if (!attention_choice_.empty() && attention_choice_ != "auto" && attention_choice_ != "plain" &&
+        attention_choice_ != "flash")
+      fail("LLAMATRAIN_CUDA_ATTENTION={} is not a choice\nhint: plain (the fp32 kernels), flash (tensor cores) or "
+           "auto (flash in the bf16 modes, the default)",
+           attention_choice_);
   }
 
   Device device() const override { return Device::cuda; }
@@ -123,11 +130,17 @@ class CudaKernels final : public Kernels {
   }
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
                          int window) override {
-    cuda::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
+    if (tensor_core_attention(D))
+      cuda::flash_attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
+    else
+      cuda::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                           int T, int H, int Hkv, int D, int window) override {
-    cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
+    if (tensor_core_attention(D))
+      cuda::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
+    else
+      cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
   }
   void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
                         int D, int window) override {
@@ -201,6 +214,14 @@ class CudaKernels final : public Kernels {
   }
 
  private:
+  // The bf16 modes take the tensor-core attention where the head dimension allows; fp32 keeps the
+  // plain fp32 kernels. LLAMATRAIN_CUDA_ATTENTION=plain or =flash overrides the choice (for
+  // comparing the two on a GPU).
+  bool tensor_core_attention(int D) const {
+    if (!cuda::flash_attention_supports(D)) return false;
+    if (attention_choice_ == "plain") return false;
+    return attention_choice_ == "flash" || precision_ != Precision::fp32;
+  }
   bool is_bf16(MatIn m) const { return m.kind == MatIn::Kind::operand && form_ == OperandForm::bf16; }
   cuda::Bf16Weight weight_copy(const float* param) const {
     if (precision_ == Precision::fp32) return nullptr;
@@ -211,6 +232,10 @@ class CudaKernels final : public Kernels {
 
   cuda::ComputeType ct_;
   Buffer<bf16> copy_;
+  std::string attention_choice_ = [] {
+    const char* v = std::getenv("LLAMATRAIN_CUDA_ATTENTION");
+    return std::string(v != nullptr ? v : "");
+  }();
 };
 
 }  // namespace

@@ -3,7 +3,9 @@
 // __syncthreads orders shared memory between the threads of a block, lanes of a warp waiting at
 // different barriers stop the program naming the kernel instead of hanging, the host dereferencing device memory
 // faults with a message, the device's memory runs out as cudaMalloc's does, and a bad launch
-// configuration is an error the next check reports. Built only with the emulation (CMakeLists.txt).
+// configuration is an error the next check reports, a launch above 48 KiB of dynamic shared memory needs
+// the kernel's opt-in, and the tensor-core instructions' twins (kernels/cuda/mma.cuh) hand each lane
+// the fragments the PTX ISA lays out. Built only with the emulation (CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -11,6 +13,7 @@
 
 #include "emu.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
 #include "core/error.h"
 
@@ -42,6 +45,45 @@ __global__ void divergent_barrier_kernel(float* out) {
 }
 
 __global__ void fill_kernel(float* out, float v) { out[threadIdx.x] = v; }
+
+uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
+
+// d (16x8) = a (16x16) * b (16x8) + c0, all row-major, one warp; each lane builds its fragments as
+// the PTX ISA lays them out for mma.m16n8k16 (lane l: group g = l / 4, index t = l % 4).
+__global__ void mma_kernel(float* d, const uint16_t* a, const uint16_t* b, const float* c0) {
+  const int l = threadIdx.x, g = l / 4, t = l % 4;
+  uint32_t af[4], bf[2];
+  float c[4];
+  for (int i = 0; i < 4; i++) {
+    const int row = g + 8 * (i % 2), col = 2 * t + 8 * (i / 2);
+    af[i] = pair(a[row * 16 + col], a[row * 16 + col + 1]);
+  }
+  for (int i = 0; i < 2; i++) {
+    const int k = 2 * t + 8 * i;
+    bf[i] = pair(b[k * 8 + g], b[(k + 1) * 8 + g]);
+  }
+  for (int i = 0; i < 4; i++) c[i] = c0[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+  llamatrain::cuda::detail::mma_bf16_16x8x16(c, af, bf);
+  for (int i = 0; i < 4; i++) d[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = c[i];
+}
+
+// Four 8x8 matrices of b16 (element (j, r, c) = j * 64 + r * 8 + c) in shared memory, rows padded to
+// 24 elements; lane l gives row l % 8 of matrix l / 8 and stores its four registers.
+__global__ void ldmatrix_kernel(uint32_t* out, bool trans) {
+  alignas(16) __shared__ uint16_t m[32 * 24];
+  for (int i = threadIdx.x; i < 32 * 24; i += 32) m[i] = uint16_t((i / 24) * 8 + i % 24);
+  __syncthreads();
+  uint32_t r[4];
+  llamatrain::cuda::detail::ldmatrix_x4(r, m + threadIdx.x * 24, trans);
+  for (int j = 0; j < 4; j++) out[threadIdx.x * 4 + j] = r[j];
+}
+
+__global__ void big_shared_kernel(float* out) {
+  float* big = emu::dynamic_smem<float>();  // extern __shared__ float big[], as to_host.py writes it
+  big[threadIdx.x] = float(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = big[31 - threadIdx.x];
+}
 
 template <typename T>
 T* device_array(size_t n) {
@@ -124,6 +166,74 @@ TEST(CudaEmulator, ABadLaunchIsTheNextCheck) {
     EXPECT_NE(std::string(e.what()).find("invalid configuration argument"), std::string::npos) << e.what();
   }
   CUDA_CHECK_LAUNCH("fill_kernel");  // read once, then cleared, as cudaGetLastError
+  cuda::device_free(d);
+}
+
+TEST(CudaEmulator, TensorCoreMmaMultipliesFragmentsAsLaidOut) {
+  // Small integers: exact in bf16, and every product and sum exact in fp32.
+  std::vector<uint16_t> a(16 * 16), b(16 * 8);
+  std::vector<float> c0(16 * 8), want(16 * 8);
+  auto bf16_of = [](int v) { return to_bf16(float(v)).bits; };
+  for (int i = 0; i < 256; i++) a[size_t(i)] = bf16_of((i * 7 + 3) % 9 - 4);
+  for (int i = 0; i < 128; i++) b[size_t(i)] = bf16_of((i * 5 + 1) % 7 - 3);
+  for (int i = 0; i < 128; i++) c0[size_t(i)] = float(i % 11) - 5.0f;
+  for (int r = 0; r < 16; r++)
+    for (int c = 0; c < 8; c++) {
+      float s = c0[size_t(r * 8 + c)];
+      for (int k = 0; k < 16; k++)
+        s += to_float(bf16{a[size_t(r * 16 + k)]}) * to_float(bf16{b[size_t(k * 8 + c)]});
+      want[size_t(r * 8 + c)] = s;
+    }
+  auto* d_a = device_array<uint16_t>(a.size());
+  auto* d_b = device_array<uint16_t>(b.size());
+  auto* d_c0 = device_array<float>(c0.size());
+  auto* d_d = device_array<float>(want.size());
+  cuda::copy_to_device(d_a, a.data(), a.size() * 2);
+  cuda::copy_to_device(d_b, b.data(), b.size() * 2);
+  cuda::copy_to_device(d_c0, c0.data(), c0.size() * 4);
+  emu::launch("mma_kernel", dim3(1), dim3(32), 0, nullptr, mma_kernel, d_d, d_a, d_b, d_c0);
+  CUDA_CHECK_LAUNCH("mma_kernel");
+  std::vector<float> got(want.size());
+  cuda::copy_to_host(got.data(), d_d, got.size() * 4);
+  EXPECT_EQ(got, want);
+  for (void* p : {static_cast<void*>(d_a), static_cast<void*>(d_b), static_cast<void*>(d_c0), static_cast<void*>(d_d)})
+    cuda::device_free(p);
+}
+
+TEST(CudaEmulator, LdmatrixHandsEachLaneItsRowsOrColumns) {
+  auto* d = device_array<uint32_t>(128);
+  for (bool trans : {false, true}) {
+    emu::launch("ldmatrix_kernel", dim3(1), dim3(32), 0, nullptr, ldmatrix_kernel, d, trans);
+    CUDA_CHECK_LAUNCH("ldmatrix_kernel");
+    std::vector<uint32_t> got(128);
+    cuda::copy_to_host(got.data(), d, got.size() * 4);
+    for (uint32_t l = 0; l < 32; l++)
+      for (uint32_t j = 0; j < 4; j++) {
+        const uint32_t g = l / 4, t = l % 4;
+        // Register j: matrix j's (row g, columns 2t, 2t+1), or transposed its (rows 2t, 2t+1, column g).
+        const uint32_t lo = trans ? j * 64 + 2 * t * 8 + g : j * 64 + g * 8 + 2 * t;
+        const uint32_t hi = trans ? lo + 8 : lo + 1;
+        EXPECT_EQ(got[l * 4 + j], lo | hi << 16) << "lane " << l << " register " << j << (trans ? " (trans)" : "");
+      }
+  }
+  cuda::device_free(d);
+}
+
+TEST(CudaEmulator, SharedMemoryAbove48KiBNeedsTheKernelsOptIn) {
+  float* d = device_array<float>(32);
+  const size_t bytes = size_t(64) << 10;
+  emu::launch("big_shared_kernel", dim3(1), dim3(32), bytes, nullptr, big_shared_kernel, d);
+  EXPECT_THROW(CUDA_CHECK_LAUNCH("big_shared_kernel"), Error);
+  ASSERT_EQ(cudaFuncSetAttribute(big_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+            cudaSuccess);
+  emu::launch("big_shared_kernel", dim3(1), dim3(32), bytes, nullptr, big_shared_kernel, d);
+  CUDA_CHECK_LAUNCH("big_shared_kernel");
+  std::vector<float> got(32);
+  cuda::copy_to_host(got.data(), d, got.size() * 4);
+  EXPECT_EQ(got[0], 31.0f);
+  EXPECT_EQ(got[31], 0.0f);
+  EXPECT_NE(cudaFuncSetAttribute(big_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 << 10),
+            cudaSuccess);  // more than the device has
   cuda::device_free(d);
 }
 

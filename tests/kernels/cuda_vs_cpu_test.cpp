@@ -457,6 +457,22 @@ TEST(CudaVsRef, AttentionDecode) {
   EXPECT_EQ(cuda::bf16_operands_as_floats_known(4096, 4096, 4096), std::optional<bool>(false));
 }
 
+// dq, dk and dv of a (B*T, W) dqkv each (a wrong part could hide in the whole's norm).
+void expect_parts_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                        int64_t rows, int H, int Hkv, int D, double tolerance) {
+  const int64_t W = int64_t(H + 2 * Hkv) * D;
+  for (const auto& [name, begin, end] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
+           {"dq", 0, int64_t(H) * D}, {"dk", int64_t(H) * D, int64_t(H + Hkv) * D}, {"dv", int64_t(H + Hkv) * D, W}}) {
+    std::vector<float> g, w;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t i = begin; i < end; i++) {
+        g.push_back(got[size_t(r * W + i)]);
+        w.push_back(want[size_t(r * W + i)]);
+      }
+    EXPECT_TRUE(close(what + " " + name, g, w, tolerance));
+  }
+}
+
 void check_attention(int B, int T, int H, int Hkv, int D, int window = 0) {
   SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " H=" << H << " Hkv=" << Hkv << " D=" << D
                                     << " window=" << window);
@@ -478,17 +494,144 @@ void check_attention(int B, int T, int H, int Hkv, int D, int window = 0) {
                            window);
   const auto got = d_dqkv.download();
   EXPECT_TRUE(close("attention dqkv", got, dqkv, kGemm));
-  // q, k and v parts each (a wrong part could hide in the whole's norm).
-  for (const auto& [name, begin, end] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
-           {"dq", 0, int64_t(H) * D}, {"dk", int64_t(H) * D, int64_t(H + Hkv) * D}, {"dv", int64_t(H + Hkv) * D, W}}) {
-    std::vector<float> g, w;
-    for (int64_t r = 0; r < int64_t(B) * T; r++)
-      for (int64_t i = begin; i < end; i++) {
-        g.push_back(got[size_t(r * W + i)]);
-        w.push_back(dqkv[size_t(r * W + i)]);
-      }
-    EXPECT_TRUE(close(std::string("attention ") + name, g, w, kGemm));
+  expect_parts_close("attention", got, dqkv, int64_t(B) * T, H, Hkv, D, kGemm);
+}
+
+std::vector<float> bf16_rounded(std::vector<float> v) {
+  for (float& x : v) x = to_float(to_bf16(x));
+  return v;
+}
+
+struct AttentionResult {
+  std::vector<float> out, lse, dqkv;
+};
+
+// ref:: attention of each document on its own (doc_start per token of each sequence; nullptr: one
+// document per sequence): what a document mask must give on the packed sequence.
+AttentionResult reference_by_document(const std::vector<float>& qkv, const std::vector<float>& dout,
+                                      const std::vector<int32_t>* doc_start, int B, int T, int H, int Hkv, int D,
+                                      int window) {
+  const int64_t W = int64_t(H + 2 * Hkv) * D, HD = int64_t(H) * D;
+  AttentionResult r{std::vector<float>(size_t(B) * T * HD), std::vector<float>(size_t(B) * H * T),
+                    std::vector<float>(qkv.size())};
+  for (int b = 0; b < B; b++)
+    for (int s = 0; s < T;) {
+      int e = s + 1;
+      while (doc_start != nullptr && e < T && (*doc_start)[size_t(b * T + e)] == s) e++;
+      if (doc_start == nullptr) e = T;
+      const int n = e - s;
+      const size_t first = size_t(b) * T + size_t(s);
+      std::vector<float> q(qkv.begin() + int64_t(first) * W, qkv.begin() + int64_t(first + n) * W);
+      std::vector<float> d(dout.begin() + int64_t(first) * HD, dout.begin() + int64_t(first + n) * HD);
+      std::vector<float> out(size_t(n) * HD), lse(size_t(H) * n), dq(q.size());
+      ref::attention_forward(out.data(), lse.data(), q.data(), 1, n, H, Hkv, D, window);
+      ref::attention_backward(dq.data(), d.data(), q.data(), out.data(), lse.data(), 1, n, H, Hkv, D, window);
+      std::copy(out.begin(), out.end(), r.out.begin() + int64_t(first) * HD);
+      std::copy(dq.begin(), dq.end(), r.dqkv.begin() + int64_t(first) * W);
+      for (int h = 0; h < H; h++)
+        for (int i = 0; i < n; i++) r.lse[(size_t(b) * H + h) * T + size_t(s + i)] = lse[size_t(h) * n + i];
+      s = e;
+    }
+  return r;
+}
+
+// cuda::attention_* (flash: the tensor-core kernels) on the device, with outputs poisoned first.
+AttentionResult run_cuda_attention(bool flash, const std::vector<float>& qkv, const std::vector<float>& dout,
+                                   const std::vector<int32_t>* doc_start, int B, int T, int H, int Hkv, int D,
+                                   int window) {
+  DeviceArray<float> d_qkv(qkv), d_out(size_t(B) * T * H * D), d_lse(size_t(B) * H * T), d_dout(dout),
+      d_dqkv(qkv.size());
+  DeviceArray<int32_t> d_doc(doc_start != nullptr ? *doc_start : std::vector<int32_t>{});
+  const int32_t* doc = doc_start != nullptr ? d_doc.get() : nullptr;
+  d_out.poison();
+  d_lse.poison();
+  d_dqkv.poison();
+  if (flash) {
+    cuda::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, Hkv, D, window, doc);
+    cuda::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, H, Hkv, D,
+                                   window, doc);
+  } else {
+    cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, Hkv, D, window, doc);
+    cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, H, Hkv, D,
+                             window, doc);
   }
+  return {d_out.download(), d_lse.download(), d_dqkv.download()};
+}
+
+// The tensor-core attention against ref:: on inputs already rounded to bf16 (so that what is left is
+// the rounding of the probabilities and their gradients to bf16 for the tensor cores, 1-2e-3
+// measured): within the tolerance of values rounded to bf16, lse within fp32 sums'. doc_start: the packed documents, against ref:: on
+// each document alone; the plain kernels are held to fp32 tolerances against the same.
+void check_flash_attention(int B, int T, int H, int Hkv, int D, int window = 0,
+                           const std::vector<int32_t>* doc_start = nullptr) {
+  SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " H=" << H << " Hkv=" << Hkv << " D=" << D
+                                    << " window=" << window << (doc_start != nullptr ? " documents" : ""));
+  const auto qkv = bf16_rounded(mt19937_normal(size_t(B) * T * (H + 2 * Hkv) * D, 50));
+  const auto dout = bf16_rounded(mt19937_normal(size_t(B) * T * H * D, 51));
+  const auto want = reference_by_document(qkv, dout, doc_start, B, T, H, Hkv, D, window);
+  const auto flash = run_cuda_attention(true, qkv, dout, doc_start, B, T, H, Hkv, D, window);
+  EXPECT_TRUE(close("flash out", flash.out, want.out, kBf16Values));
+  EXPECT_TRUE(close("flash lse", flash.lse, want.lse, kSums));
+  EXPECT_TRUE(close("flash dqkv", flash.dqkv, want.dqkv, kBf16Values));
+  expect_parts_close("flash", flash.dqkv, want.dqkv, int64_t(B) * T, H, Hkv, D, kBf16Values);
+  if (doc_start != nullptr) {
+    const auto plain = run_cuda_attention(false, qkv, dout, doc_start, B, T, H, Hkv, D, window);
+    EXPECT_TRUE(close("plain out", plain.out, want.out, kGemm));
+    EXPECT_TRUE(close("plain lse", plain.lse, want.lse, kSums));
+    expect_parts_close("plain", plain.dqkv, want.dqkv, int64_t(B) * T, H, Hkv, D, kGemm);
+  }
+}
+
+// Per token, the position its document starts at, for documents of the given lengths one after
+// another in each sequence (the last one filling the sequence).
+std::vector<int32_t> doc_starts(int B, int T, const std::vector<std::vector<int>>& lengths) {
+  std::vector<int32_t> starts(size_t(B) * T);
+  for (int b = 0; b < B; b++) {
+    int s = 0, i = 0;
+    for (int t = 0; t < T; t++) {
+      if (size_t(i) < lengths[size_t(b)].size() && t == s + lengths[size_t(b)][size_t(i)]) {
+        s = t;
+        i++;
+      }
+      starts[size_t(b) * T + t] = s;
+    }
+  }
+  return starts;
+}
+
+TEST(CudaVsRef, FlashAttention) {
+  SKIP_WITHOUT_DEVICE();
+  EXPECT_TRUE(cuda::flash_attention_supports(8));
+  EXPECT_TRUE(cuda::flash_attention_supports(128));
+  EXPECT_FALSE(cuda::flash_attention_supports(136));
+  EXPECT_FALSE(cuda::flash_attention_supports(256));
+  check_flash_attention(1, 1, 1, 1, 64);
+  check_flash_attention(2, 77, 4, 2, 64);    // GQA 2:1, a partial query and key tile
+  check_flash_attention(1, 150, 4, 1, 128);  // several tiles, group of 4, Llama's head dimension
+  check_flash_attention(1, 97, 2, 2, 32, 40);  // sliding window across tiles
+  check_flash_attention(2, 65, 3, 1, 80, 1);   // window of one: each query sees itself only
+  check_flash_attention(1, 64, 2, 1, 16);      // exactly one tile
+  check_flash_attention(1, 70, 4, 2, 8);       // head dimensions padded to the tensor cores' 16
+  check_flash_attention(2, 33, 2, 1, 12, 9);
+  check_flash_attention(1, 40, 2, 2, 120);
+  try {
+    cuda::flash_attention_forward(nullptr, nullptr, nullptr, 1, 4, 1, 1, 136);
+    FAIL() << "head dimension 136 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head dimension 136"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaVsRef, AttentionStopsAtDocumentBoundaries) {
+  SKIP_WITHOUT_DEVICE();
+  // Documents of 1, 13, 50 and 36 tokens in the first sequence (one starts inside a tile and ends in
+  // the next), 100 in the second, 64 + 36 in the third (a boundary on a tile's edge).
+  const int B = 3, T = 100;
+  const auto starts = doc_starts(B, T, {{1, 13, 50}, {}, {64}});
+  check_flash_attention(B, T, 4, 2, 64, 0, &starts);
+  check_flash_attention(B, T, 2, 1, 32, 20, &starts);  // with a window shorter than some documents
+  const auto singles = doc_starts(1, 70, {std::vector<int>(69, 1)});  // every token a document
+  check_flash_attention(1, 70, 2, 2, 16, 0, &singles);
 }
 
 TEST(CudaVsRef, Attention) {

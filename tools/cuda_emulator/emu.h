@@ -10,6 +10,10 @@
 // math (host libm runs instead), speed.
 #pragma once
 
+// Tells device code it runs here (kernels/cuda/mma.cuh takes the emulated twins of the tensor-core
+// instructions).
+#define LLAMATRAIN_CUDA_EMULATION 1
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 #undef __device__
 #undef __global__
@@ -27,6 +32,7 @@
 #define __global__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 // Shared memory: one static object per kernel instantiation, which every fiber of the running block
 // sees (blocks run one at a time).
 #define __shared__ static
@@ -54,6 +60,10 @@ void warp_sync();
 // that alternate, so that one barrier per exchange suffices (a lane cannot write the set its warp is
 // still reading: it would first pass the next exchange's barrier, which waits for every lane).
 uint64_t* exchange_slots();
+// The same for exchanges of up to kExchangeBytes per lane (a tensor-core instruction's fragments): lane
+// i's bytes at area + i * kExchangeBytes (i the thread's linear index in the block).
+constexpr size_t kExchangeBytes = 32;
+unsigned char* exchange_area();
 // The block's dynamic shared memory (the launch's `shared` bytes, filled with garbage first).
 void* dynamic_shared();
 
@@ -61,8 +71,15 @@ void* dynamic_shared();
 // error (cudaGetLastError). kernel: the kernel's name, for errors.
 void run_grid(const char* kernel, dim3 grid, dim3 block, size_t shared, const std::function<void()>& body);
 
+// Whether `entry` (a kernel) may launch with `shared` bytes of dynamic shared memory: up to 48 KiB, or
+// what cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, n) allowed.
+bool shared_allowed(const void* entry, size_t shared);
+
 template <typename F, typename... A>
 void launch(const char* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t, F f, A... args) {
+  if constexpr (std::is_pointer_v<F>) {
+    if (!shared_allowed(reinterpret_cast<const void*>(f), shared)) return;  // the launch error is kept
+  }
   run_grid(kernel, grid, block, shared, [&] { f(args...); });
 }
 
@@ -86,6 +103,22 @@ T shfl_xor(T v, int mask) {
   std::memcpy(&r, &other, sizeof(T));
   return r;
 }
+
+// The PTX ISA's warp-wide matrix instructions, as kernels/cuda/mma.cuh names them (see there). Each
+// lane hands its part to the warp and takes back what the ISA's fragment layout gives it: lane l is in
+// group g = l / 4 with index t = l % 4 in its group.
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8j..8j+7 give the addresses of rows 0..7
+// of matrix j (16-byte aligned); register j of lane l gets row g, elements 2t and 2t+1 of matrix j
+// (trans: elements (2t, g) and (2t+1, g), so that the matrix arrives transposed).
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans);
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d = a * b + c with a 16x16 and b 16x8, both
+// bf16 (two per register, the lower index in the low half), c and d 16x8 fp32:
+//   a[i]: row g + 8 * (i % 2), columns 2t + 8 * (i / 2) and the next;
+//   b[i]: column g, rows 2t + 8 * i and the next;
+//   c[i]: row g + 8 * (i / 2), column 2t + i % 2.
+void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]);
 
 }  // namespace emu
 

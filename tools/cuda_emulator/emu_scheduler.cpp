@@ -93,6 +93,7 @@ struct Block {
   ctx::fiber scheduler;  // the scheduler while the block's threads run
   int from = -1;         // who resumed the context now running: a thread's index, or -1 (the scheduler)
   std::vector<uint64_t> slots = std::vector<uint64_t>(2 * kMaxThreads);
+  std::vector<unsigned char> area = std::vector<unsigned char>(2 * kMaxThreads * kExchangeBytes);
   std::vector<unsigned char> shared;
   std::vector<unsigned> warp_alive, warp_waiting;
   size_t block_alive = 0, block_waiting = 0, finished = 0;
@@ -262,7 +263,73 @@ uint64_t* exchange_slots() {
   if (!b.running) fatal("a warp exchange outside a kernel");
   return b.slots.data() + (b.running->exchanges++ % 2) * kMaxThreads;
 }
+unsigned char* exchange_area() {
+  Block& b = block();
+  if (!b.running) fatal("a warp exchange outside a kernel");
+  return b.area.data() + (b.running->exchanges++ % 2) * kMaxThreads * kExchangeBytes;
+}
 void* dynamic_shared() { return block().shared.data(); }
+
+namespace {
+
+// The bf16 of a 32-bit register: element 0 in the low half.
+float bf16_half(uint32_t reg, int element) {
+  return __uint_as_float(element == 0 ? reg << 16 : reg & 0xffff0000u);
+}
+
+}  // namespace
+
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0)
+    fatal((Block::describe_block() + ": ldmatrix row address not 16-byte aligned").c_str());
+  unsigned char* area = exchange_area();
+  const unsigned me = current->linear, base = me & ~unsigned(kWarpSize - 1), lane = me - base;
+  std::memcpy(area + me * kExchangeBytes, &row, sizeof row);
+  warp_sync();
+  auto row_of = [&](unsigned src_lane) {
+    const uint16_t* p;
+    std::memcpy(&p, area + (base + src_lane) * kExchangeBytes, sizeof p);
+    return p;
+  };
+  const unsigned g = lane / 4, t = lane % 4;
+  for (unsigned j = 0; j < 4; j++) {
+    uint16_t lo, hi;
+    if (!trans) {
+      const uint16_t* p = row_of(8 * j + g);
+      lo = p[2 * t];
+      hi = p[2 * t + 1];
+    } else {
+      lo = row_of(8 * j + 2 * t)[g];
+      hi = row_of(8 * j + 2 * t + 1)[g];
+    }
+    r[j] = uint32_t(lo) | uint32_t(hi) << 16;
+  }
+}
+
+void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  unsigned char* area = exchange_area();
+  const unsigned me = current->linear, base = me & ~unsigned(kWarpSize - 1), lane = me - base;
+  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  std::memcpy(area + me * kExchangeBytes, mine, sizeof mine);
+  warp_sync();
+  auto reg = [&](unsigned src_lane, int i) {
+    uint32_t v;
+    std::memcpy(&v, area + (base + src_lane) * kExchangeBytes + 4 * i, 4);
+    return v;
+  };
+  // A(row, k) and B(k, col) from the lanes that hold them.
+  auto A = [&](unsigned row, unsigned k) {
+    return bf16_half(reg((row % 8) * 4 + (k % 8) / 2, int(row / 8 + 2 * (k / 8))), int(k % 2));
+  };
+  auto B = [&](unsigned k, unsigned col) { return bf16_half(reg(col * 4 + (k % 8) / 2, 4 + int(k / 8)), int(k % 2)); };
+  const unsigned g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; i++) {
+    const unsigned row = g + 8 * unsigned(i / 2), col = 2 * t + unsigned(i % 2);
+    float sum = 0.0f;  // products of two bf16 are exact in fp32
+    for (unsigned k = 0; k < 16; k++) sum += A(row, k) * B(k, col);
+    c[i] += sum;
+  }
+}
 
 cudaError_t take_last_error() {
   const cudaError_t e = last_error;
@@ -282,10 +349,35 @@ const char* error_name(cudaError_t e) {
   return "unknown error";
 }
 
+namespace {
+
+constexpr size_t kDefaultSharedLimit = size_t(48) << 10, kMaxShared = size_t(227) << 10;  // sm_90's
+
+std::map<const void*, size_t>& shared_limits() {
+  static std::map<const void*, size_t> limits;
+  return limits;
+}
+
+}  // namespace
+
+cudaError_t set_max_dynamic_shared(const void* entry, int bytes) {
+  if (bytes < 0 || size_t(bytes) > kMaxShared) return cudaErrorInvalidValue;
+  shared_limits()[entry] = size_t(bytes);
+  return cudaSuccess;
+}
+
+bool shared_allowed(const void* entry, size_t shared) {
+  if (shared <= kDefaultSharedLimit) return true;
+  const auto it = shared_limits().find(entry);
+  if (it != shared_limits().end() && shared <= it->second) return true;
+  last_error = cudaErrorInvalidValue;  // as the GPU: a launch above its kernel's limit does not run
+  return false;
+}
+
 void run_grid(const char* kernel, dim3 grid, dim3 blk, size_t shared, const std::function<void()>& body) {
   const size_t n = size_t(blk.x) * blk.y * blk.z;
   if (n == 0 || n > size_t(kMaxThreads) || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
-      grid.z > 65535 || shared > (size_t(227) << 10)) {
+      grid.z > 65535 || shared > kMaxShared) {
     last_error = cudaErrorInvalidConfiguration;  // as the GPU: nothing runs, the error waits to be read
     return;
   }

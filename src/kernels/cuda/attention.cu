@@ -11,7 +11,10 @@
 //         t >= u: dk = scale * sum p (dp - delta) q_t, dv = sum p dout_t.
 //   decode: one block per query head against the cached rows 0..pos (attention_decode).
 // A sliding window (window > 0: key u visible to query t iff t - window < u <= t) only moves the
-// first key of a query (and the last query of a key): the loops start (or stop) there.
+// first key of a query (and the last query of a key): the loops start (or stop) there. So do
+// documents (doc_start, per token the position its document starts at: key u visible to query t
+// only if doc_start[t] <= u).
+// flash_attention.cu computes the same on tensor cores; these kernels are its reference.
 // D <= kMaxD (kThreads * kDimsPerThread).
 #include <cuda_runtime.h>
 
@@ -32,8 +35,12 @@ constexpr int kThreads = 128;
 constexpr int kDimsPerThread = 4;
 constexpr int kMaxD = kThreads * kDimsPerThread;
 
-// The first key query t sees: 0, or t - window + 1 under a sliding window.
-__device__ __forceinline__ int first_key(int t, int window) { return window > 0 ? max(0, t - window + 1) : 0; }
+// The first key query t sees: 0, or t - window + 1 under a sliding window, and not before its
+// document's start (doc: this sequence's doc_start, or nullptr).
+__device__ __forceinline__ int first_key(int t, int window, const int32_t* doc = nullptr) {
+  const int u = window > 0 ? max(0, t - window + 1) : 0;
+  return doc != nullptr ? max(u, int(doc[t])) : u;
+}
 
 __device__ __forceinline__ float dot(const float* a, const float* b, int D) {
   float s = 0.0f;
@@ -41,8 +48,8 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int D) {
   return s;
 }
 
-__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int H, int Hkv, int D,
-                                         int window, float scale) {
+__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, const int32_t* doc_start, int T,
+                                         int H, int Hkv, int D, int window, float scale) {
   extern __shared__ float smem[];
   float* q_sh = smem;      // (D)
   float* p_sh = smem + D;  // (kThreads) probabilities of the current key tile
@@ -57,7 +64,8 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   __syncthreads();
   float acc[kDimsPerThread] = {};
   float m = -INFINITY, l = 0.0f;
-  for (int u0 = first_key(t, window); u0 <= t; u0 += kThreads) {
+  const int32_t* doc = doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr;
+  for (int u0 = first_key(t, window, doc); u0 <= t; u0 += kThreads) {
     const int u = u0 + tid;
     const float s = u <= t ? dot(q_sh, k0 + int64_t(u) * W, D) * scale : -INFINITY;
     const float m_new = fmaxf(m, detail::block_max(s, red));  // finite: key u0 <= t is in the tile
@@ -88,8 +96,8 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
 }
 
 __global__ void attention_backward_dq_kernel(float* dqkv, float* delta_out, const float* dout, const float* qkv,
-                                             const float* out, const float* lse, int T, int H, int Hkv, int D,
-                                             int window, float scale) {
+                                             const float* out, const float* lse, const int32_t* doc_start, int T,
+                                             int H, int Hkv, int D, int window, float scale) {
   extern __shared__ float smem[];
   float* q_sh = smem;           // (D)
   float* do_sh = smem + D;      // (D)
@@ -113,7 +121,8 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* delta_out, cons
   if (tid == 0) delta_out[row] = delta;
   const float L = lse[row];
   float acc[kDimsPerThread] = {};
-  for (int u0 = first_key(t, window); u0 <= t; u0 += kThreads) {
+  const int32_t* doc = doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr;
+  for (int u0 = first_key(t, window, doc); u0 <= t; u0 += kThreads) {
     const int u = u0 + tid;
     float ds = 0.0f;
     if (u <= t) {
@@ -143,8 +152,8 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* delta_out, cons
 }
 
 __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                              const float* delta, int T, int H, int Hkv, int D, int window,
-                                              float scale) {
+                                              const float* delta, const int32_t* doc_start, int T, int H, int Hkv,
+                                              int D, int window, float scale) {
   extern __shared__ float smem[];
   float* k_sh = smem;                      // (D)
   float* v_sh = smem + D;                  // (D)
@@ -160,14 +169,15 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
   }
   __syncthreads();
   float dk[kDimsPerThread] = {}, dv[kDimsPerThread] = {};
-  const int t_end = window > 0 ? min(T, u + window) : T;  // queries [u, t_end) see key u
+  const int t_end = window > 0 ? min(T, u + window) : T;  // queries [u, t_end) see key u (if in its document)
+  const int32_t* doc = doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr;
   for (int h = kvh * group; h < (kvh + 1) * group; h++) {
     const float* q0 = base + int64_t(h) * D;                      // q of (b, t = 0, h), row stride W
     const float* do0 = dout + int64_t(b) * T * H * D + int64_t(h) * D;  // dout of (b, t = 0, h), row stride H*D
     for (int t0 = u; t0 < t_end; t0 += kThreads) {
       const int t = t0 + tid;
       float p = 0.0f, ds = 0.0f;
-      if (t < t_end) {
+      if (t < t_end && (doc == nullptr || doc[t] <= u)) {
         const int64_t row = (int64_t(b) * H + h) * T + t;
         p = expf(dot(q0 + int64_t(t) * W, k_sh, D) * scale - lse[row]);
         const float dp = dot(do0 + int64_t(t) * H * D, v_sh, D);
@@ -242,27 +252,29 @@ void check_shape(const char* op, int B, int T, int H, int Hkv, int D) {
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window,
+                       const int32_t* doc_start) {
   if (B <= 0 || T <= 0 || H <= 0) return;
   check_shape("attention_forward", B, T, H, Hkv, D);
   const float scale = float(1.0 / std::sqrt(double(D)));
   const size_t shared = size_t(D + kThreads) * sizeof(float);
-  attention_forward_kernel<<<dim3(T, H, B), kThreads, shared, cuda_stream()>>>(out, lse, qkv, T, H, Hkv, D, window,
-                                                                                scale);
+  attention_forward_kernel<<<dim3(T, H, B), kThreads, shared, cuda_stream()>>>(out, lse, qkv, doc_start, T, H, Hkv,
+                                                                                D, window, scale);
   CUDA_CHECK_LAUNCH("attention_forward_kernel");
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int H, int Hkv, int D, int window) {
+                        int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
   if (B <= 0 || T <= 0 || H <= 0) return;
   check_shape("attention_backward", B, T, H, Hkv, D);
   const float scale = float(1.0 / std::sqrt(double(D)));
   auto* delta = static_cast<float*>(detail::scratch(detail::kScratchAttention, size_t(B) * H * T * sizeof(float)));
   attention_backward_dq_kernel<<<dim3(T, H, B), kThreads, size_t(2 * D + kThreads) * sizeof(float), cuda_stream()>>>(
-      dqkv, delta, dout, qkv, out, lse, T, H, Hkv, D, window, scale);
+      dqkv, delta, dout, qkv, out, lse, doc_start, T, H, Hkv, D, window, scale);
   CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
   attention_backward_dkv_kernel<<<dim3(T, Hkv, B), kThreads, size_t(2 * D + 2 * kThreads) * sizeof(float),
-                                  cuda_stream()>>>(dqkv, dout, qkv, lse, delta, T, H, Hkv, D, window, scale);
+                                  cuda_stream()>>>(dqkv, dout, qkv, lse, delta, doc_start, T, H, Hkv, D, window,
+                                                   scale);
   CUDA_CHECK_LAUNCH("attention_backward_dkv_kernel");
 }
 

@@ -82,12 +82,20 @@ void rope_backward(float*, const int32_t*, int, int, int, int, const RopeFreqs&,
   unavailable("rope_backward");
 }
 
-void attention_forward(float*, float*, const float*, int, int, int, int, int, int) {
+void attention_forward(float*, float*, const float*, int, int, int, int, int, int, const int32_t*) {
   unavailable("attention_forward");
 }
-void attention_backward(float*, const float*, const float*, const float*, const float*, int, int, int, int, int,
-                        int) {
+void attention_backward(float*, const float*, const float*, const float*, const float*, int, int, int, int, int, int,
+                        const int32_t*) {
   unavailable("attention_backward");
+}
+bool flash_attention_supports(int D) { return D > 0 && D <= 128; }
+void flash_attention_forward(float*, float*, const float*, int, int, int, int, int, int, const int32_t*) {
+  unavailable("flash_attention_forward");
+}
+void flash_attention_backward(float*, const float*, const float*, const float*, const float*, int, int, int, int, int,
+                              int, const int32_t*) {
+  unavailable("flash_attention_backward");
 }
 
 void attention_decode(float*, float*, const float*, const float*, int, int, int, int, int) {

@@ -7,8 +7,9 @@
 //   - matmuls go through cuBLASLt with fp32 accumulation: ComputeType::f32 multiplies fp32 values
 //     (CUBLAS_COMPUTE_32F, never TF32), ComputeType::bf16 bf16 values; one algorithm per shape is
 //     chosen by the heuristic once and cached, with one workspace shared by every call;
-//   - attention: one thread block per (b, h, query row), online softmax, lse saved for the backward,
-//     which recomputes the scores (no (B,H,T,T) tensor anywhere);
+//   - attention: the plain kernels (one thread block per (b, h, query row), fp32) and the tensor-core
+//     ones (flash_attention.cu); both an online softmax with lse saved for the backward, which
+//     recomputes the scores (no (B,H,T,T) tensor anywhere);
 //   - lmhead_ce_*: logits of a bounded chunk of rows at a time (cuBLASLt), never the whole (N,V);
 //   - adamw_update_bf16_sr and fill_normal draw from core/rng.h's Philox stream
 //     (kernels/cuda/rng_device.cuh), so both backends round and initialize bit for bit alike.
@@ -107,11 +108,24 @@ void rope_backward(float* dx, const int32_t* pos /*(N)*/, int N, int n_heads, in
                    const RopeFreqs& rope, bool round_rows = false);
 
 // window > 0: sliding-window attention (key u visible to query t iff t - window < u <= t).
+// doc_start (B,T), on the device, or nullptr: packed documents, each token's document starting at
+// position doc_start[b, t] of its sequence (non-decreasing along t); key u is visible to query t only
+// if doc_start[b, t] <= u, so no document attends to another.
 void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2Hkv)*D)*/, int B,
-                       int T, int H, int Hkv, int D, int window = 0);
+                       int T, int H, int Hkv, int D, int window = 0, const int32_t* doc_start = nullptr);
 void attention_backward(float* dqkv /*(B,T,(H+2Hkv)*D)*/, const float* dout /*(B,T,H*D)*/, const float* qkv,
                         const float* out /*(B,T,H*D)*/, const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv,
-                        int D, int window = 0);
+                        int D, int window = 0, const int32_t* doc_start = nullptr);
+
+// The same on tensor cores (flash_attention.cu, FlashAttention-2's scheme): q, k, v, dout and the
+// probabilities and their gradients rounded to bf16, every sum and the softmax statistics in fp32;
+// the lse of either forward serves either backward. For the bf16 precision modes; D at most 128
+// (flash_attention_supports). Deterministic (no atomics).
+bool flash_attention_supports(int D);
+void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
+                             int window = 0, const int32_t* doc_start = nullptr);
+void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                              int B, int T, int H, int Hkv, int D, int window = 0, const int32_t* doc_start = nullptr);
 
 // One query per head at position pos over the cache rows 0..pos (pos - window + 1..pos with a
 // window), each [k heads | v heads] (2*Hkv*D); scores (H, pos+1) is device scratch.

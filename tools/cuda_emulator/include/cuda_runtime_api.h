@@ -1,5 +1,6 @@
 // The CUDA emulator's stand-in for the toolkit's cuda_runtime_api.h: the few runtime types the
-// sources under src/kernels/cuda name (dim3, uint3, cudaError_t, cudaStream_t, cudaEvent_t), so the
+// sources under src/kernels/cuda name (dim3, uint3, cudaError_t, cudaStream_t, cudaEvent_t,
+// cudaFuncSetAttribute for dynamic shared memory above 48 KiB), so the
 // emulated build needs no CUDA toolkit. Only the emulated build puts this folder on the include path.
 #pragma once
 
@@ -23,7 +24,11 @@ using cudaStream_t = CUstream_st*;
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
 
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
 namespace emu {
+// Kernel `entry` may launch with up to `bytes` of dynamic shared memory (the GPU's opt-in above 48 KiB).
+cudaError_t set_max_dynamic_shared(const void* entry, int bytes);
 // The last launch error (a bad launch configuration), read and cleared by cudaGetLastError.
 cudaError_t take_last_error();
 const char* error_name(cudaError_t e);
@@ -33,3 +38,8 @@ inline cudaError_t cudaGetLastError() { return emu::take_last_error(); }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t e) { return emu::error_name(e); }
 inline const char* cudaGetErrorName(cudaError_t e) { return emu::error_name(e); }
+
+template <typename T>
+cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute, int value) {
+  return emu::set_max_dynamic_shared(reinterpret_cast<const void*>(entry), value);
+}

@@ -1,0 +1,487 @@
+// Causal grouped-query attention on tensor cores, in the manner of FlashAttention-2: the same inputs,
+// outputs and mask as attention.cu's plain kernels (which stay as the reference and the fp32 path),
+// with q, k, v, dout, the probabilities and their gradients rounded to bf16 for the tensor cores
+// (mma.cuh) and every sum, the softmax statistics and the outputs in fp32.
+//   forward: one block of 4 warps per (64 queries, head, sequence); each warp owns 16 query rows and
+//     keeps its q fragments, its output and its row statistics in registers. Per tile of 64 keys:
+//     k and v into shared memory (rounded to bf16 there), S = q k^T, the mask, an online softmax in
+//     the log2 domain, P (bf16, straight from the score registers) times v. lse as the plain kernel.
+//   backward, three kernels, no atomics (so a step is deterministic):
+//     delta = rowsum(dout * out), with dout rounded to bf16 as the dP matmul sees it (so that each
+//       row of dS sums to zero as the softmax's gradient must: with fp32 dout here and bf16 there,
+//       the mismatch sums coherently into dq, and a bias gradient's error doubled);
+//     dk, dv: one block per (64 keys, kv head, sequence), each warp 16 keys, over every query head
+//       of the group and each tile of 32 queries that sees them: S^T = k q^T and dP^T = v dout^T
+//       recomputed, P^T and dS^T = P^T (dP^T - delta) scale in registers, dv += P^T dout and
+//       dk += dS^T q;
+//     dq: one block per (64 queries, head, sequence), per key tile S and dP again and dq += dS k.
+//   The dq kernel recomputes S and dP once more (7 matmuls of a tile in the backward where one
+//   kernel with atomic dq sums would do 5): the price of a backward that sums in a fixed order.
+// Head dimensions up to 128: the kernels work on P, D rounded up to a multiple of 16 (the tensor
+// cores' k), with zero columns past D. Shared rows are P + 8 bf16 long: ldmatrix's eight 16-byte rows
+// then fall in distinct banks.
+// Mask: key u is visible to query t iff u <= t, t - u < window (window > 0) and, with documents,
+// doc_start[t] <= u (doc_start: per token, the position its document starts at in its sequence).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace llamatrain::cuda {
+
+using detail::cuda_stream;
+using detail::ldmatrix_x4;
+using detail::mma_bf16_16x8x16;
+using detail::pack_bf16x2;
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kQueries = 16 * kWarps;  // per forward and dq block
+constexpr int kKeys = 64;              // per tile (forward, dq) and per dkv block (16 per warp)
+constexpr int kBwdQueries = 32;        // per tile of the dkv kernel
+constexpr int kMaxD = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int P>
+constexpr int kStride = P + 8;  // bf16 per shared row
+
+struct Mask {
+  int T, window;
+  const int32_t* doc;  // this sequence's doc_start, or nullptr
+
+  __device__ __forceinline__ bool visible(int t, int u) const {
+    return u <= t && t < T && (window <= 0 || t - u < window) && (doc == nullptr || doc[t] <= u);
+  }
+  // The first key query t0 sees (queries after t0 see no earlier key).
+  __device__ __forceinline__ int first_key(int t0) const {
+    int u = window > 0 ? max(0, t0 - window + 1) : 0;
+    if (doc != nullptr) u = max(u, int(doc[t0]));
+    return u;
+  }
+  // Whether every query of [t0, t0 + rows) sees every key of [u0, u0 + cols), all inside [0, T):
+  // such a tile needs no mask.
+  __device__ __forceinline__ bool all_visible(int t0, int rows, int u0, int cols) const {
+    const int t1 = t0 + rows - 1, u1 = u0 + cols - 1;
+    if (t1 >= T || u1 > t0) return false;
+    if (window > 0 && t1 - u0 >= window) return false;
+    return doc == nullptr || doc[t1] <= u0;
+  }
+};
+
+// rows x D values of a row-major fp32 matrix (row stride `stride`, rows first.. of a sequence of T)
+// into shared memory as bf16 rows of P (D rounded up to a multiple of 16), zero past D and past T.
+template <int P>
+__device__ __forceinline__ void load_rows(uint16_t* dst, const float* src, int64_t stride, int first, int rows,
+                                          int T, int D) {
+  for (int i = 2 * int(threadIdx.x); i < rows * P; i += 2 * kThreads) {
+    const int r = i / P, d = i % P, t = first + r;
+    float lo = 0.0f, hi = 0.0f;
+    if (t < T) {
+      const float* p = src + int64_t(t) * stride + d;
+      if (d < D) lo = p[0];
+      if (d + 1 < D) hi = p[1];
+    }
+    *reinterpret_cast<uint32_t*>(dst + r * kStride<P> + d) = pack_bf16x2(lo, hi);
+  }
+}
+
+// c[n] += a * (rows n*8.. of `rows`)^T over D: the 16 x (8 * N) product of a warp's 16 rows (a, as
+// D/16 fragments) with N*8 rows of a shared matrix (each a column of the product).
+template <int P, int N>
+__device__ __forceinline__ void mma_rows_t(float (*c)[4], const uint32_t (*a)[4], const uint16_t* rows) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kc = 0; kc < P / 16; kc++) {
+#pragma unroll
+    for (int n = 0; n < N; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, rows + (n * 8 + (lane / 16) * 8 + lane % 8) * kStride<P> + kc * 16 + ((lane / 8) % 2) * 8,
+                  false);
+      mma_bf16_16x8x16(c[n], a[kc], b);
+      mma_bf16_16x8x16(c[n + 1], a[kc], b + 2);
+    }
+  }
+}
+
+// The same with `a` read from shared rows (16 of them, from a_rows) as it goes.
+template <int P, int N>
+__device__ __forceinline__ void mma_shared_rows_t(float (*c)[4], const uint16_t* a_rows, const uint16_t* rows) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kc = 0; kc < P / 16; kc++) {
+    uint32_t a[4];
+    ldmatrix_x4(a, a_rows + (lane % 16) * kStride<P> + kc * 16 + (lane / 16) * 8, false);
+#pragma unroll
+    for (int n = 0; n < N; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, rows + (n * 8 + (lane / 16) * 8 + lane % 8) * kStride<P> + kc * 16 + ((lane / 8) % 2) * 8,
+                  false);
+      mma_bf16_16x8x16(c[n], a, b);
+      mma_bf16_16x8x16(c[n + 1], a, b + 2);
+    }
+  }
+}
+
+// o[d] += p * rows: p a warp's 16 x (16 * K) probabilities in score registers (8-column blocks,
+// rounded to bf16 here), rows K*16 shared rows of D.
+template <int P, int K>
+__device__ __forceinline__ void mma_p_rows(float (*o)[4], const float (*p)[4], const uint16_t* rows) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kc = 0; kc < K; kc++) {
+    const uint32_t a[4] = {pack_bf16x2(p[2 * kc][0], p[2 * kc][1]), pack_bf16x2(p[2 * kc][2], p[2 * kc][3]),
+                           pack_bf16x2(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                           pack_bf16x2(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+    for (int db = 0; db < P / 8; db += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, rows + (kc * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kStride<P> + (db + lane / 16) * 8,
+                  true);
+      mma_bf16_16x8x16(o[db], a, b);
+      mma_bf16_16x8x16(o[db + 1], a, b + 2);
+    }
+  }
+}
+
+template <int P>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_kernel(float* out, float* lse, const float* qkv, const int32_t* doc_start, int T, int H, int Hkv,
+                         int D, int window, float scale_log2) {
+  extern __shared__ float smem[];
+  constexpr int S = kStride<P>;
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sk = sq + kQueries * S;
+  uint16_t* sv = sk + kKeys * S;
+  const int t0 = blockIdx.x * kQueries, h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
+  const int64_t W = int64_t(H + 2 * Hkv) * D;
+  const int kvh = h / (H / Hkv);
+  const float* base = qkv + int64_t(b) * T * W;
+  const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
+
+  load_rows<P>(sq, base + int64_t(h) * D, W, t0, kQueries, T, D);
+  __syncthreads();
+  uint32_t qf[P / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < P / 16; kc++)
+    ldmatrix_x4(qf[kc], sq + (warp * 16 + lane % 16) * S + kc * 16 + (lane / 16) * 8, false);
+
+  float o[P / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp
+  const int last = min(T, t0 + kQueries) - 1;
+  for (int u0 = mask.first_key(t0) / kKeys * kKeys; u0 <= last; u0 += kKeys) {
+    __syncthreads();  // the previous tile is read
+    load_rows<P>(sk, base + int64_t(H + kvh) * D, W, u0, kKeys, T, D);
+    load_rows<P>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, kKeys, T, D);
+    __syncthreads();
+    float s[kKeys / 8][4] = {};
+    mma_rows_t<P, kKeys / 8>(s, qf, sk);
+    const bool full = mask.all_visible(t0, kQueries, u0, kKeys);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int t = t0 + warp * 16 + g + 8 * i;
+      float mx = m[i];
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; n++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+          float& v = s[n][2 * i + j];
+          v = full || mask.visible(t, u0 + n * 8 + 2 * tl + j) ? v * scale_log2 : -INFINITY;
+          mx = fmaxf(mx, v);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base_max = mx == -INFINITY ? 0.0f : mx;  // a row that sees nothing yet keeps p = 0
+      const float corr = exp2f(m[i] - base_max);
+      m[i] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; n++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+          const float p = exp2f(s[n][2 * i + j] - base_max);
+          s[n][2 * i + j] = p;
+          sum += p;
+        }
+      l[i] = l[i] * corr + sum;
+#pragma unroll
+      for (int db = 0; db < P / 8; db++) {
+        o[db][2 * i] *= corr;
+        o[db][2 * i + 1] *= corr;
+      }
+    }
+    mma_p_rows<P, kKeys / 16>(o, s, sv);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    const int t = t0 + warp * 16 + g + 8 * i;
+    if (t >= T) continue;
+    const float inv = 1.0f / l[i];
+    float* row = out + (int64_t(b) * T + t) * H * D + int64_t(h) * D;
+#pragma unroll
+    for (int db = 0; db < P / 8; db++)
+#pragma unroll
+      for (int j = 0; j < 2; j++)
+        if (db * 8 + 2 * tl + j < D) row[db * 8 + 2 * tl + j] = o[db][2 * i + j] * inv;
+    if (tl == 0) lse[(int64_t(b) * H + h) * T + t] = (m[i] + log2f(l[i])) * kLn2;
+  }
+}
+
+// delta[b, h, t] = sum_d bf16(dout) * out over one head's row: a warp per row.
+__global__ void flash_delta_kernel(float* delta, const float* dout, const float* out, int B, int T, int H, int D) {
+  const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;  // (b, t, h)
+  const int lane = threadIdx.x % 32;
+  if (row >= int64_t(B) * T * H) return;
+  float s = 0.0f;
+  for (int d = lane; d < D; d += 32) s += rng::bf16_bits_to_float(rng::bf16_bits_rne(dout[row * D + d])) * out[row * D + d];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const int h = int(row % H);
+  const int64_t bt = row / H, b = bt / T, t = bt % T;
+  if (lane == 0) delta[(b * H + h) * T + t] = s;
+}
+
+template <int P>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                              const int32_t* doc_start, int T, int H, int Hkv, int D, int window, float scale,
+                              float scale_log2) {
+  extern __shared__ float smem[];
+  constexpr int S = kStride<P>;
+  uint16_t* sk = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sv = sk + kKeys * S;
+  uint16_t* sq = sv + kKeys * S;
+  uint16_t* sdo = sq + kBwdQueries * S;
+  float* slse = reinterpret_cast<float*>(sdo + kBwdQueries * S);  // (kBwdQueries), times log2(e)
+  float* sdelta = slse + kBwdQueries;                              // (kBwdQueries)
+  const int u0 = blockIdx.x * kKeys, kvh = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
+  const int64_t W = int64_t(H + 2 * Hkv) * D;
+  const int group = H / Hkv;
+  const float* base = qkv + int64_t(b) * T * W;
+  const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
+
+  load_rows<P>(sk, base + int64_t(H + kvh) * D, W, u0, kKeys, T, D);
+  load_rows<P>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, kKeys, T, D);
+  float dk[P / 8][4] = {}, dv[P / 8][4] = {};
+  const int u_last = min(T, u0 + kKeys) - 1;
+  for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+    for (int t0 = u0 / kBwdQueries * kBwdQueries; t0 < T; t0 += kBwdQueries) {
+      if (window > 0 && t0 - u_last >= window) break;                           // later queries see none
+      if (mask.doc != nullptr && mask.doc[t0] > u_last) break;                  // nor past this document
+      __syncthreads();  // the previous tile is read (and sk, sv written, the first time)
+      load_rows<P>(sq, base + int64_t(h) * D, W, t0, kBwdQueries, T, D);
+      load_rows<P>(sdo, dout + int64_t(b) * T * H * D + int64_t(h) * D, int64_t(H) * D, t0, kBwdQueries, T, D);
+      for (int i = threadIdx.x; i < kBwdQueries; i += kThreads) {
+        const int t = t0 + i;
+        const int64_t row = (int64_t(b) * H + h) * T + t;
+        slse[i] = t < T ? lse[row] * kLog2e : 0.0f;
+        sdelta[i] = t < T ? delta[row] : 0.0f;
+      }
+      __syncthreads();
+      // Rows: this warp's 16 keys; columns: the tile's queries.
+      float s[kBwdQueries / 8][4] = {}, dp[kBwdQueries / 8][4] = {};
+      mma_shared_rows_t<P, kBwdQueries / 8>(s, sk + warp * 16 * S, sq);
+      mma_shared_rows_t<P, kBwdQueries / 8>(dp, sv + warp * 16 * S, sdo);
+      const bool full = mask.all_visible(t0, kBwdQueries, u0, kKeys);
+#pragma unroll
+      for (int n = 0; n < kBwdQueries / 8; n++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          const int u = u0 + warp * 16 + g + 8 * (r / 2), c = n * 8 + 2 * tl + r % 2;
+          const float p = full || mask.visible(t0 + c, u) ? exp2f(s[n][r] * scale_log2 - slse[c]) : 0.0f;
+          s[n][r] = p;
+          dp[n][r] = p * (dp[n][r] - sdelta[c]) * scale;
+        }
+      mma_p_rows<P, kBwdQueries / 16>(dv, s, sdo);
+      mma_p_rows<P, kBwdQueries / 16>(dk, dp, sq);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int u = u0 + warp * 16 + g + 8 * i;
+    if (u >= T) continue;
+    float* row = dqkv + (int64_t(b) * T + u) * W;
+#pragma unroll
+    for (int db = 0; db < P / 8; db++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        const int d = db * 8 + 2 * tl + j;
+        if (d >= D) continue;
+        row[int64_t(H + kvh) * D + d] = dk[db][2 * i + j];
+        row[int64_t(H + Hkv + kvh) * D + d] = dv[db][2 * i + j];
+      }
+  }
+}
+
+template <int P>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                             const int32_t* doc_start, int T, int H, int Hkv, int D, int window, float scale,
+                             float scale_log2) {
+  extern __shared__ float smem[];
+  constexpr int S = kStride<P>;
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sdo = sq + kQueries * S;
+  uint16_t* sk = sdo + kQueries * S;
+  uint16_t* sv = sk + kKeys * S;
+  const int t0 = blockIdx.x * kQueries, h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
+  const int64_t W = int64_t(H + 2 * Hkv) * D;
+  const int kvh = h / (H / Hkv);
+  const float* base = qkv + int64_t(b) * T * W;
+  const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
+
+  load_rows<P>(sq, base + int64_t(h) * D, W, t0, kQueries, T, D);
+  load_rows<P>(sdo, dout + int64_t(b) * T * H * D + int64_t(h) * D, int64_t(H) * D, t0, kQueries, T, D);
+  float row_lse[2], row_delta[2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int t = t0 + warp * 16 + g + 8 * i;
+    const int64_t row = (int64_t(b) * H + h) * T + t;
+    row_lse[i] = t < T ? lse[row] * kLog2e : 0.0f;
+    row_delta[i] = t < T ? delta[row] : 0.0f;
+  }
+  float dq[P / 8][4] = {};
+  const int last = min(T, t0 + kQueries) - 1;
+  for (int u0 = mask.first_key(t0) / kKeys * kKeys; u0 <= last; u0 += kKeys) {
+    __syncthreads();  // the previous tile is read (and sq, sdo written, the first time)
+    load_rows<P>(sk, base + int64_t(H + kvh) * D, W, u0, kKeys, T, D);
+    load_rows<P>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, kKeys, T, D);
+    __syncthreads();
+    float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
+    mma_shared_rows_t<P, kKeys / 8>(s, sq + warp * 16 * S, sk);
+    mma_shared_rows_t<P, kKeys / 8>(dp, sdo + warp * 16 * S, sv);
+    const bool full = mask.all_visible(t0, kQueries, u0, kKeys);
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; n++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int i = r / 2, t = t0 + warp * 16 + g + 8 * i, u = u0 + n * 8 + 2 * tl + r % 2;
+        const float p = full || mask.visible(t, u) ? exp2f(s[n][r] * scale_log2 - row_lse[i]) : 0.0f;
+        dp[n][r] = p * (dp[n][r] - row_delta[i]) * scale;
+      }
+    mma_p_rows<P, kKeys / 16>(dq, dp, sk);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int t = t0 + warp * 16 + g + 8 * i;
+    if (t >= T) continue;
+    float* row = dqkv + (int64_t(b) * T + t) * W + int64_t(h) * D;
+#pragma unroll
+    for (int db = 0; db < P / 8; db++)
+#pragma unroll
+      for (int j = 0; j < 2; j++)
+        if (db * 8 + 2 * tl + j < D) row[db * 8 + 2 * tl + j] = dq[db][2 * i + j];
+  }
+}
+
+template <int P>
+constexpr size_t forward_shared() {
+  return size_t(kQueries + 2 * kKeys) * kStride<P> * 2;
+}
+template <int P>
+constexpr size_t dkv_shared() {
+  return size_t(2 * kKeys + 2 * kBwdQueries) * kStride<P> * 2 + 2 * kBwdQueries * sizeof(float);
+}
+template <int P>
+constexpr size_t dq_shared() {
+  return size_t(2 * kQueries + 2 * kKeys) * kStride<P> * 2;
+}
+
+// Kernels above 48 KiB of dynamic shared memory must ask for it once per kernel.
+template <typename K>
+void allow_shared(K kernel, size_t bytes) {
+  if (bytes > size_t(48) << 10)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <int P>
+void forward(float* out, float* lse, const float* qkv, const int32_t* doc_start, int B, int T, int H, int Hkv,
+             int D, int window, float scale) {
+  static const bool ready = (allow_shared(flash_forward_kernel<P>, forward_shared<P>()), true);
+  (void)ready;
+  const dim3 grid((T + kQueries - 1) / kQueries, H, B);
+  flash_forward_kernel<P><<<grid, kThreads, forward_shared<P>(), cuda_stream()>>>(out, lse, qkv, doc_start, T, H, Hkv,
+                                                                                  D, window, scale * kLog2e);
+  CUDA_CHECK_LAUNCH("flash_forward_kernel");
+}
+
+template <int P>
+void backward(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+              const int32_t* doc_start, int B, int T, int H, int Hkv, int D, int window, float scale) {
+  static const bool ready = (allow_shared(flash_backward_dkv_kernel<P>, dkv_shared<P>()),
+                             allow_shared(flash_backward_dq_kernel<P>, dq_shared<P>()), true);
+  (void)ready;
+  flash_backward_dkv_kernel<P><<<dim3((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P>(), cuda_stream()>>>(
+      dqkv, dout, qkv, lse, delta, doc_start, T, H, Hkv, D, window, scale, scale * kLog2e);
+  CUDA_CHECK_LAUNCH("flash_backward_dkv_kernel");
+  flash_backward_dq_kernel<P><<<dim3((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P>(), cuda_stream()>>>(
+      dqkv, dout, qkv, lse, delta, doc_start, T, H, Hkv, D, window, scale, scale * kLog2e);
+  CUDA_CHECK_LAUNCH("flash_backward_dq_kernel");
+}
+
+// Calls f.template operator()<P>() with P the head dimension D rounded up to a multiple of 16 (the
+// tensor cores' k): the columns past D are zero in shared memory and never written back.
+template <typename F>
+void with_head_dim(const char* op, int D, F&& f) {
+  switch (D > 0 ? (D + 15) / 16 * 16 : 0) {
+    case 16: return f.template operator()<16>();
+    case 32: return f.template operator()<32>();
+    case 48: return f.template operator()<48>();
+    case 64: return f.template operator()<64>();
+    case 80: return f.template operator()<80>();
+    case 96: return f.template operator()<96>();
+    case 112: return f.template operator()<112>();
+    case 128: return f.template operator()<128>();
+  }
+  detail::raise_error(std::string("cuda::") + op + ": head dimension " + std::to_string(D) +
+                      " not supported by the tensor-core attention (at most " + std::to_string(kMaxD) +
+                      "); the plain kernel (cuda::attention_forward) takes it");
+}
+
+void check_shape(const char* op, int B, int T, int H, int Hkv) {
+  if (Hkv > 0 && H % Hkv == 0 && H <= 65535 && B <= 65535 && Hkv <= 65535) return;
+  detail::raise_error(std::string("cuda::") + op + ": unsupported shape B=" + std::to_string(B) +
+                      " T=" + std::to_string(T) + " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
+                      ", expected H a multiple of Hkv and B, H <= 65535");
+}
+
+}  // namespace
+
+bool flash_attention_supports(int D) { return D > 0 && D <= kMaxD; }
+
+void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window,
+                             const int32_t* doc_start) {
+  if (B <= 0 || T <= 0 || H <= 0) return;
+  check_shape("flash_attention_forward", B, T, H, Hkv);
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  with_head_dim("flash_attention_forward", D, [&]<int kP>() {
+    forward<kP>(out, lse, qkv, doc_start, B, T, H, Hkv, D, window, scale);
+  });
+}
+
+void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                              int B, int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
+  if (B <= 0 || T <= 0 || H <= 0) return;
+  check_shape("flash_attention_backward", B, T, H, Hkv);
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  auto* delta = static_cast<float*>(detail::scratch(detail::kScratchAttention, size_t(B) * H * T * sizeof(float)));
+  const int64_t rows = int64_t(B) * T * H;
+  flash_delta_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, cuda_stream()>>>(delta, dout, out, B, T, H,
+                                                                                             D);
+  CUDA_CHECK_LAUNCH("flash_delta_kernel");
+  with_head_dim("flash_attention_backward", D, [&]<int kP>() {
+    backward<kP>(dqkv, dout, qkv, lse, delta, doc_start, B, T, H, Hkv, D, window, scale);
+  });
+}
+
+}  // namespace llamatrain::cuda
