@@ -272,6 +272,20 @@ void* dynamic_shared() { return block().shared.data(); }
 
 namespace {
 
+// This lane's `bytes` handed to its warp, once every lane of the warp has handed its own: lane i's
+// at lanes + i * kExchangeBytes.
+struct Warp {
+  const unsigned char* lanes;
+  unsigned lane;  // this thread's
+};
+Warp exchange_in_warp(const void* mine, size_t bytes) {
+  unsigned char* area = exchange_area();
+  const unsigned me = current->linear, base = me & ~unsigned(kWarpSize - 1);
+  std::memcpy(area + me * kExchangeBytes, mine, bytes);
+  warp_sync();
+  return Warp{area + base * kExchangeBytes, me - base};
+}
+
 // The bf16 of a 32-bit register: element 0 in the low half.
 float bf16_half(uint32_t reg, int element) {
   return __uint_as_float(element == 0 ? reg << 16 : reg & 0xffff0000u);
@@ -282,13 +296,11 @@ float bf16_half(uint32_t reg, int element) {
 void ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
   if (reinterpret_cast<uintptr_t>(row) % 16 != 0)
     fatal((Block::describe_block() + ": ldmatrix row address not 16-byte aligned").c_str());
-  unsigned char* area = exchange_area();
-  const unsigned me = current->linear, base = me & ~unsigned(kWarpSize - 1), lane = me - base;
-  std::memcpy(area + me * kExchangeBytes, &row, sizeof row);
-  warp_sync();
+  const Warp w = exchange_in_warp(&row, sizeof row);
+  const unsigned lane = w.lane;
   auto row_of = [&](unsigned src_lane) {
     const uint16_t* p;
-    std::memcpy(&p, area + (base + src_lane) * kExchangeBytes, sizeof p);
+    std::memcpy(&p, w.lanes + src_lane * kExchangeBytes, sizeof p);
     return p;
   };
   const unsigned g = lane / 4, t = lane % 4;
@@ -307,14 +319,12 @@ void ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
 }
 
 void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
-  unsigned char* area = exchange_area();
-  const unsigned me = current->linear, base = me & ~unsigned(kWarpSize - 1), lane = me - base;
-  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-  std::memcpy(area + me * kExchangeBytes, mine, sizeof mine);
-  warp_sync();
+  const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const Warp w = exchange_in_warp(mine, sizeof mine);
+  const unsigned lane = w.lane;
   auto reg = [&](unsigned src_lane, int i) {
     uint32_t v;
-    std::memcpy(&v, area + (base + src_lane) * kExchangeBytes + 4 * i, 4);
+    std::memcpy(&v, w.lanes + src_lane * kExchangeBytes + 4 * i, 4);
     return v;
   };
   // A(row, k) and B(k, col) from the lanes that hold them.

@@ -92,40 +92,42 @@ __device__ __forceinline__ void load_rows(uint16_t* dst, const float* src, int64
   }
 }
 
-// c[n] += a * (rows n*8.. of `rows`)^T over D: the 16 x (8 * N) product of a warp's 16 rows (a, as
-// D/16 fragments) with N*8 rows of a shared matrix (each a column of the product).
+// a: this warp's fragment of 16 shared rows (from `rows`), columns kc*16 to kc*16 + 15.
+template <int P>
+__device__ __forceinline__ void load_a(uint32_t a[4], const uint16_t* rows, int kc) {
+  const int lane = threadIdx.x % 32;
+  ldmatrix_x4(a, rows + (lane % 16) * kStride<P> + kc * 16 + (lane / 16) * 8, false);
+}
+
+// c[n] += a * (rows n*8.. of `rows`, columns kc*16..)^T: one 16-wide slice of the 16 x (8 * N)
+// product of a warp's 16 rows with N*8 rows of a shared matrix (each a column of the product).
 template <int P, int N>
-__device__ __forceinline__ void mma_rows_t(float (*c)[4], const uint32_t (*a)[4], const uint16_t* rows) {
+__device__ __forceinline__ void mma_a_rows_t(float (*c)[4], const uint32_t a[4], const uint16_t* rows, int kc) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int kc = 0; kc < P / 16; kc++) {
-#pragma unroll
-    for (int n = 0; n < N; n += 2) {
-      uint32_t b[4];
-      ldmatrix_x4(b, rows + (n * 8 + (lane / 16) * 8 + lane % 8) * kStride<P> + kc * 16 + ((lane / 8) % 2) * 8,
-                  false);
-      mma_bf16_16x8x16(c[n], a[kc], b);
-      mma_bf16_16x8x16(c[n + 1], a[kc], b + 2);
-    }
+  for (int n = 0; n < N; n += 2) {
+    uint32_t b[4];
+    ldmatrix_x4(b, rows + (n * 8 + (lane / 16) * 8 + lane % 8) * kStride<P> + kc * 16 + ((lane / 8) % 2) * 8, false);
+    mma_bf16_16x8x16(c[n], a, b);
+    mma_bf16_16x8x16(c[n + 1], a, b + 2);
   }
 }
 
-// The same with `a` read from shared rows (16 of them, from a_rows) as it goes.
+// The whole product over D, with a's fragments in registers (one per 16 columns) ...
+template <int P, int N>
+__device__ __forceinline__ void mma_rows_t(float (*c)[4], const uint32_t (*a)[4], const uint16_t* rows) {
+#pragma unroll
+  for (int kc = 0; kc < P / 16; kc++) mma_a_rows_t<P, N>(c, a[kc], rows, kc);
+}
+
+// ... or read from 16 shared rows (from a_rows) as it goes.
 template <int P, int N>
 __device__ __forceinline__ void mma_shared_rows_t(float (*c)[4], const uint16_t* a_rows, const uint16_t* rows) {
-  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kc = 0; kc < P / 16; kc++) {
     uint32_t a[4];
-    ldmatrix_x4(a, a_rows + (lane % 16) * kStride<P> + kc * 16 + (lane / 16) * 8, false);
-#pragma unroll
-    for (int n = 0; n < N; n += 2) {
-      uint32_t b[4];
-      ldmatrix_x4(b, rows + (n * 8 + (lane / 16) * 8 + lane % 8) * kStride<P> + kc * 16 + ((lane / 8) % 2) * 8,
-                  false);
-      mma_bf16_16x8x16(c[n], a, b);
-      mma_bf16_16x8x16(c[n + 1], a, b + 2);
-    }
+    load_a<P>(a, a_rows, kc);
+    mma_a_rows_t<P, N>(c, a, rows, kc);
   }
 }
 
@@ -170,8 +172,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   uint32_t qf[P / 16][4];
 #pragma unroll
-  for (int kc = 0; kc < P / 16; kc++)
-    ldmatrix_x4(qf[kc], sq + (warp * 16 + lane % 16) * S + kc * 16 + (lane / 16) * 8, false);
+  for (int kc = 0; kc < P / 16; kc++) load_a<P>(qf[kc], sq + warp * 16 * S, kc);
 
   float o[P / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp
