@@ -160,6 +160,11 @@ std::unique_ptr<GpuCollectives> make_gpu_collectives(parallel::Communicator& gro
   return std::make_unique<NcclCollectives>(group);
 }
 
+parallel::StagedArena staged_arena(Kernels& k, float* p, size_t n) {
+  return {n, [&k, p](float* host, size_t first, size_t count) { k.copy_to_host(host, p + first, 4 * count); },
+          [&k, p](size_t first, const float* host, size_t count) { k.copy_from_host(p + first, host, 4 * count); }};
+}
+
 GpuInfo gpu_info() {
   GpuInfo g;
   g.driver = cuda::driver_version();

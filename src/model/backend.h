@@ -10,6 +10,7 @@
 
 #include "model/kernels.h"
 #include "model/modes.h"
+#include "parallel/data_parallel.h"
 
 namespace llamatrain::cpu {
 enum class ComputeType;
@@ -62,6 +63,9 @@ class GpuCollectives {
   virtual std::string describe() const = 0;  // "NCCL 2.28.3"
 };
 std::unique_ptr<GpuCollectives> make_gpu_collectives(parallel::Communicator& group, std::string* why_not);
+// n floats of k's memory at p as the host-staged collectives (parallel::StagedArena) read and write
+// them: through k's copies.
+parallel::StagedArena staged_arena(Kernels& k, float* p, size_t n);
 // What doctor says of this process's GPU.
 struct GpuInfo {
   bool usable = false;

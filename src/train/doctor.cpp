@@ -26,6 +26,7 @@
 #include "data/blend.h"
 #include "model/backend.h"
 #include "model/kernels.h"
+#include "parallel/data_parallel.h"
 #include "train/run_plan.h"
 
 namespace llamatrain::train {
@@ -355,9 +356,8 @@ DoctorRow check_gpu(const TrainConfig* config, int ranks_here) {
   return row;
 }
 
-// The mean over the ranks of arrays in GPU memory, as data-parallel training takes it: through NCCL
-// where the build has it (else each rank's array copied to the host, all-reduced over MPI, copied
-// back, and divided), checked exactly.
+// The mean over the ranks of arrays in GPU memory, by the calls data-parallel training makes: NCCL's
+// where the build has it, else the host-staged all-reduce over MPI; checked exactly.
 DoctorRow check_gpu_allreduce(parallel::Communicator* w, double mib) {
   const int n = world_size(w);
   auto k = model::make_kernels(model::Device::cuda, model::Precision::fp32);
@@ -375,14 +375,10 @@ DoctorRow check_gpu_allreduce(parallel::Communicator* w, double mib) {
     k->copy_from_host(dev.data(), buf.data(), count * sizeof(float));
     w->barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    if (nccl) {
+    if (nccl)
       nccl->mean(dev.data(), int64_t(count));
-    } else {
-      k->copy_to_host(buf.data(), dev.data(), count * sizeof(float));
-      w->all_reduce(buf.data(), buf.size());
-      for (float& x : buf) x *= 1.0f / float(n);
-      k->copy_from_host(dev.data(), buf.data(), count * sizeof(float));
-    }
+    else
+      parallel::all_reduce_gradients(*w, model::staged_arena(*k, dev.data(), count), count);
     k->synchronize();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     w->all_reduce(&s, 1);

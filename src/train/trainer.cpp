@@ -646,11 +646,7 @@ float Trainer::reduce_gradients() {
   return float(std::sqrt(sq));
 }
 
-parallel::StagedArena Trainer::staged(float* p, size_t n) const {
-  model::Kernels& k = model_->backend();
-  return {n, [&k, p](float* host, size_t first, size_t count) { k.copy_to_host(host, p + first, 4 * count); },
-          [&k, p](size_t first, const float* host, size_t count) { k.copy_from_host(p + first, host, 4 * count); }};
-}
+parallel::StagedArena Trainer::staged(float* p, size_t n) const { return model::staged_arena(model_->backend(), p, n); }
 
 // ---- a non-finite step: skipped; after K in a row, the last checkpoint back and its data window skipped ----
 
