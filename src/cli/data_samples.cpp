@@ -82,18 +82,26 @@ void run_samples(const SamplesArgs& a) {
     fail("data samples: the {} split is empty\nhint: check model.data.splits_string (or the {}_ds files)", a.split,
          a.split);
   const int T = int(data.seq_length());
-  std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T));
+  train::MicroBatch batch = data.micro_batch(1);
+  const std::vector<int32_t>& tokens = batch.tokens;
+  const std::vector<int32_t>& targets = batch.targets;
   // Fine-tuning: the files, the chat template and the rows rejected, as the trainer logs them.
   if (!a.json && cfg.model.data.fine_tuning) std::printf("%s", data.describe().c_str());
   if (!a.json)
     std::printf("%s split: %lld samples of %d tokens; showing %lld from sample %lld\n", a.split.c_str(),
                 (long long)data.size(split), T, (long long)a.first, (long long)a.start);
   for (int64_t i = a.start; i < a.start + a.first; i++) {
-    const int64_t valid = data.fill(split, i, 1, tokens.data(), targets.data());
+    const int64_t valid = data.fill(split, i, batch);
+    // Document boundaries: the positions where a new document starts (attention stops before them).
+    std::vector<int> starts;
+    for (int t = 1; t < int(batch.doc_start.size()); t++)
+      if (batch.doc_start[size_t(t)] == t) starts.push_back(t);
     if (a.json) {
       std::vector<int> loss_mask(targets.size());
       for (size_t t = 0; t < targets.size(); t++) loss_mask[t] = targets[t] >= 0;
       nlohmann::json j{{"index", i}, {"tokens", tokens}, {"labels", targets}, {"loss_mask", loss_mask}};
+      if (!batch.positions.empty()) j["position_ids"] = batch.positions;
+      if (data.documents()) j["document_starts"] = starts;
       std::printf("%s\n", j.dump().c_str());
       continue;
     }
@@ -112,6 +120,11 @@ void run_samples(const SamplesArgs& a) {
       std::printf("  loss: %s\n", nlohmann::json(loss_view(*tok, tokens, targets))
                                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                                        .c_str());
+    if (data.documents()) {
+      std::printf("  documents start at: 0");
+      for (int t : starts) std::printf(" %d", t);
+      std::printf(" (attention stops at each)\n");
+    }
     if (valid < T) {
       std::printf("  masked target positions:");
       for (int t = 0; t < T; t++)
@@ -144,7 +157,9 @@ void register_data_samples(CLI::App& data_cmd) {
   cmd->add_option("--first", a->first, "number of samples")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   cmd->add_option("--start", a->start, "first global sample index")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--tokenizer-model", a->tokenizer_model, "decode with this tokenizer (default: the config's)");
-  cmd->add_flag("--json", a->json, "one JSON object per sample: index, tokens, labels, loss_mask");
+  cmd->add_flag("--json", a->json,
+                "one JSON object per sample: index, tokens, labels, loss_mask (position_ids and document_starts "
+                "where the data restarts them)");
   cmd->callback([a] { run_samples(*a); });
 }
 

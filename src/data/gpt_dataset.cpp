@@ -541,7 +541,9 @@ void make_gpt_sample(GptSample* out, const int32_t* text, int64_t valid, int64_t
   out->labels.resize(size_t(L));
   out->loss_mask.resize(size_t(L));
   out->position_ids.resize(size_t(L));
-  int32_t pos = 0;
+  out->doc_start.resize(size_t(L));
+  out->real = std::min(valid, L);
+  int32_t pos = 0, start = 0;
   for (int64_t t = 0; t < L; t++) {
     bool tok_real = t < valid, lab_real = t + 1 < valid;
     int32_t tok = tok_real ? text[t] : 0;
@@ -551,6 +553,8 @@ void make_gpt_sample(GptSample* out, const int32_t* text, int64_t valid, int64_t
     out->loss_mask[size_t(t)] = (!lab_real || (opt.eod_mask_loss && eod)) ? 0.0f : 1.0f;
     out->position_ids[size_t(t)] = opt.reset_position_ids ? pos : int32_t(t);
     pos = (opt.reset_position_ids && eod) ? 0 : pos + 1;
+    out->doc_start[size_t(t)] = start;
+    if (opt.reset_attention_mask && eod) start = int32_t(t + 1);
   }
 }
 

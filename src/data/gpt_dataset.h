@@ -147,12 +147,17 @@ struct SampleOptions {
   int32_t eod_id = -1;             // token that ends a document (Llama 2: 2)
   bool eod_mask_loss = false;      // loss_mask 0 where the input token is EOD
   bool reset_position_ids = false; // positions restart at 0 after each EOD input token
+  bool reset_attention_mask = false; // a document starts after each EOD input token (attention stops there)
 };
 struct GptSample {
   std::vector<int32_t> tokens;        // (L) text[0:L], padding replaced by 0
   std::vector<int32_t> labels;        // (L) text[1:L+1], padding replaced by 0
   std::vector<float> loss_mask;       // (L) 1, or 0 at padding / EOD inputs (eod_mask_loss)
   std::vector<int32_t> position_ids;  // (L) 0..L-1, restarted after EOD if reset_position_ids
+  // (L) the position where each input's document starts: 0, or with reset_attention_mask one past the
+  // last EOD input before it (Megatron's mask: after EOD at i, rows > i see no column <= i).
+  std::vector<int32_t> doc_start;
+  int64_t real = 0;  // inputs [0, real) hold text; the rest is padding
 };
 // text (L + 1) with `valid` real tokens -> the sample fields. Requires extra == 1.
 void make_gpt_sample(GptSample* out, const int32_t* text, int64_t valid, int64_t seq_length,

@@ -267,7 +267,19 @@ void make_sft_sample(GptSample* out, const std::vector<const SftExample*>& group
   out->labels.assign(size_t(L), kIgnoreLabel);
   out->loss_mask.assign(size_t(L), 0.0f);
   out->position_ids.resize(size_t(L));
+  out->doc_start.resize(size_t(L));
+  // Where each example starts in the sample; padding (inputs from n on) is one more document.
+  std::vector<int32_t> starts;
+  {
+    int64_t at = 0;
+    for (const SftExample* ex : group) {
+      starts.push_back(int32_t(at));
+      at += int64_t(ex->text.size());
+    }
+  }
   const int64_t n = int64_t(text.size());
+  out->real = std::min(n, L);
+  size_t doc = 0;
   for (int64_t t = 0; t < L; t++) {
     if (t < n) out->tokens[size_t(t)] = text[size_t(t)];
     if (t + 1 < n) {
@@ -278,6 +290,8 @@ void make_sft_sample(GptSample* out, const std::vector<const SftExample*>& group
     }
     // Padding continues counting from the last real position (its value is never used).
     out->position_ids[size_t(t)] = t < n ? pos[size_t(t)] : (n > 0 ? pos[size_t(n - 1)] : 0) + int32_t(t - n + 1);
+    while (doc + 1 < starts.size() && starts[doc + 1] <= t) doc++;
+    out->doc_start[size_t(t)] = t < n ? starts.empty() ? 0 : starts[doc] : int32_t(std::min(n, L));
   }
 }
 
@@ -289,6 +303,18 @@ SftDataset::SftDataset(std::vector<SftExample> examples, SftConfig cfg, uint32_t
     for (int64_t i = 0; i < int64_t(examples_.size()); i++) groups_.push_back({i});
   }
   if (groups_.empty()) fail("SFT dataset has no usable examples\nhint: check the field names and the file");
+}
+
+std::string SftDataset::describe_packing() const {
+  int64_t inputs = 0;  // inputs that hold an example's id: all of a group's ids but the very last
+  for (const auto& g : groups_) {
+    int64_t ids = 0;
+    for (int64_t e : g) ids += int64_t(examples_[size_t(e)].text.size());
+    inputs += std::min(ids, cfg_.seq_length);
+  }
+  const double slots = double(size()) * double(cfg_.seq_length);
+  return fmt::format("packed {} examples into {} samples of {} tokens, {:.1f}% padding", examples_.size(), size(),
+                     cfg_.seq_length, slots > 0 ? 100.0 * (1.0 - double(inputs) / slots) : 0.0);
 }
 
 void SftDataset::get(int64_t i, GptSample* out) const {

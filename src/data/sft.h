@@ -85,7 +85,8 @@ std::string format_sft_stats(const SftStats& s);
 std::vector<std::vector<int64_t>> pack_sft_examples(const std::vector<SftExample>& examples, int64_t capacity);
 // The sample of one group of examples (one example when padding): inputs are the concatenated
 // texts without their last id, labels shifted by one; loss_mask 1 exactly where the label is a
-// completion or EOS id of the same example; positions restart at each example; padding gets
+// completion or EOS id of the same example; positions restart at each example, and so do documents
+// (doc_start: each example is one, the padding after them another); padding gets
 // pad_id / kIgnoreLabel / 0.
 void make_sft_sample(GptSample* out, const std::vector<const SftExample*>& group, const SftConfig& cfg);
 
@@ -96,6 +97,8 @@ class SftDataset {
   SftDataset(std::vector<SftExample> examples, SftConfig cfg, uint32_t seed, bool shuffle);
   int64_t size() const { return int64_t(groups_.size()); }  // samples per epoch
   void get(int64_t i, GptSample* out) const;
+  // "packed E examples into S samples of L inputs, P% padding": the input positions no example fills.
+  std::string describe_packing() const;
 
  private:
   std::vector<SftExample> examples_;

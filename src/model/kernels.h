@@ -160,10 +160,13 @@ class Kernels {
   virtual void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D,
                              const RopeFreqs& rope, bool for_matmul) = 0;
   // window: 0 causal; > 0 a sliding window (key u visible to query t iff t - window < u <= t).
+  // doc_start (B, T) in the backend's memory, or nullptr: packed documents, key u visible to query t
+  // only if doc_start[b, t] <= u (ref::attention_forward states the layout).
   virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
-                                 int window) = 0;
+                                 int window, const int32_t* doc_start) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                  const float* lse, int B, int T, int H, int Hkv, int D, int window) = 0;
+                                  const float* lse, int B, int T, int H, int Hkv, int D, int window,
+                                  const int32_t* doc_start) = 0;
   virtual void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H,
                                 int Hkv, int D, int window) = 0;
   // A linear layer's bias (q/k/v): x (N, OC) += bias per row; dbias (OC) += the column sums of dout.

@@ -138,13 +138,13 @@ class CpuKernels final : public Kernels {
     // fp32 kernel reads it as is (MatIn::prepared).
     cpu::rope_backward(dx, pos, N, n_heads, row_stride, D, rope, for_matmul && form_ == OperandForm::bf16_in_f32);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
-                         int window) override {
-    cpu::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window,
+                         const int32_t* doc_start) override {
+    cpu::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window, doc_start);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                          int T, int H, int Hkv, int D, int window) override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
+                          int T, int H, int Hkv, int D, int window, const int32_t* doc_start) override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window, doc_start);
   }
   void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
                         int D, int window) override {

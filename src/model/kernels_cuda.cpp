@@ -128,19 +128,19 @@ class CudaKernels final : public Kernels {
                      bool) override {
     cuda::rope_backward(dx, pos, N, n_heads, row_stride, D, rope);  // bf16 operands: the matmul rounds dx
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
-                         int window) override {
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window,
+                         const int32_t* doc_start) override {
     if (tensor_core_attention(D))
-      cuda::flash_attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
+      cuda::flash_attention_forward(out, lse, qkv, B, T, H, Hkv, D, window, doc_start);
     else
-      cuda::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
+      cuda::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window, doc_start);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                          int T, int H, int Hkv, int D, int window) override {
+                          int T, int H, int Hkv, int D, int window, const int32_t* doc_start) override {
     if (tensor_core_attention(D))
-      cuda::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
+      cuda::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window, doc_start);
     else
-      cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
+      cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window, doc_start);
   }
   void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
                         int D, int window) override {

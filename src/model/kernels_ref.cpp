@@ -120,13 +120,13 @@ class RefKernels final : public Kernels {
     ref::rope_backward(dx, pos, N, n_heads, row_stride, D, rope);
     if (for_matmul) rounded(dx, int64_t(N) * row_stride);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
-                         int window) override {
-    ref::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window,
+                         const int32_t* doc_start) override {
+    ref::attention_forward(out, lse, qkv, B, T, H, Hkv, D, window, doc_start);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                          int T, int H, int Hkv, int D, int window) override {
-    ref::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
+                          int T, int H, int Hkv, int D, int window, const int32_t* doc_start) override {
+    ref::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window, doc_start);
   }
   void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
                         int D, int window) override {

@@ -156,6 +156,14 @@ struct StepStats {
   int64_t num_valid = 0; // targets >= 0
 };
 
+// Sequences that hold several documents (packed samples), per token of a micro-batch (B, T), in host
+// memory: its RoPE position, and the position in its sequence where its document starts (attention
+// stops there: a document sees only itself). nullptr: positions 0..T-1, one document per sequence.
+struct Documents {
+  const int32_t* positions = nullptr;  // (B, T)
+  const int32_t* doc_start = nullptr;  // (B, T), non-decreasing along T, each value t or the previous one
+};
+
 class LlamaModel {
  public:
   // config is the full model's; plan (default: all of it) says which part this rank holds, and tp is
@@ -235,11 +243,13 @@ class LlamaModel {
   int recompute_layers() const { return recompute_layers_; }  // layers [0, this) recompute
   // tokens, targets: (B, T). Fills activations and per-token losses; returns the mean loss over
   // targets >= 0 (target -100 is ignored). Needs no gradient state.
-  StepStats forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // docs: where the sequences hold several documents (packed samples); default one each.
+  StepStats forward(const int32_t* tokens, const int32_t* targets, int B, int T, const Documents& docs = {});
   // Forward then backward; gradients are ACCUMULATED into grads (call zero_grad() first).
   // The loss gradient of each valid token is grad_scale / num_valid (grad_scale = 1 for one
   // micro-batch; 1/num_micro_batches when averaging).
-  StepStats forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 1.0f);
+  StepStats forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 1.0f,
+                             const Documents& docs = {});
   // Logits (B*T, V) of the last forward's final-norm output into host memory (tests and evaluation
   // only; a single rank's model).
   void logits(float* out);
@@ -250,8 +260,9 @@ class LlamaModel {
   int activation_slots() const { return slots_; }
   // This stage's forward of one micro-batch into slot `slot`: from tokens (B, T) on the first stage,
   // from `input` (Nl, C), the previous stage's output, on the others. Ends at the last layer's output
-  // (stage_output) or, on the last stage, at the final norm.
-  void stage_forward(int slot, const int32_t* tokens, const float* input, int B, int T);
+  // (stage_output) or, on the last stage, at the final norm. docs (every stage gets the same) hold for
+  // the slot until its next forward: its backward uses them too.
+  void stage_forward(int slot, const int32_t* tokens, const float* input, int B, int T, const Documents& docs = {});
   const float* stage_output(int slot) const;  // (Nl, C)
   // The backward of the micro-batch in `slot`: from the loss on the last stage (targets (B, T); its
   // stats are returned, the loss gradient of each valid token being grad_scale / num_valid), from
@@ -348,6 +359,11 @@ class LlamaModel {
   void backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput);
   void backward_layers();       // layers L-1 .. 0
   void use_slot(int slot);  // points acts_ and the matmul inputs at slot `slot`
+  // Takes docs for slot's micro-batch (validated: Error on positions outside [0, T) or document starts
+  // that describe no documents); the current slot's, in the backend's memory:
+  void set_documents(int slot, const Documents& docs);
+  const int32_t* positions() const;  // (N)
+  const int32_t* doc_start() const;  // (N), or nullptr: one document per sequence
   // Token ids (host) where the kernels read them (the host array on host backends).
   const int32_t* device_ids(Buffer<int32_t>& staging, const int32_t* host);
   // The grad_ready_order() ranges completed at one point of the backward: the head (layer -1), layer
@@ -430,7 +446,14 @@ class LlamaModel {
   Buffer<std::byte> sp_ln_{&k_};
   Buffer<float> sp_tmp_{&k_};
   Buffer<float> row_max_{&k_}, row_stats_{&k_};
-  Buffer<int32_t> pos_{&k_};         // (N) positions 0..T-1 per sequence
+  // Per slot (slots, N): RoPE positions (0..T-1 per sequence unless set) and documents' starts.
+  struct SlotLayout {
+    bool positions = false;  // pos_ holds set positions (else 0..T-1)
+    bool documents = false;  // doc_ holds document starts (else attention spans the sequence)
+  };
+  Buffer<int32_t> pos_{&k_}, doc_{&k_};
+  std::vector<SlotLayout> slot_layout_;
+  int slot_ = 0;                     // the slot use_slot chose
   Buffer<int32_t> tokens_{&k_}, targets_{&k_};  // (N) the micro-batch's ids (backends of device memory)
   // Backward scratch, one layer's worth each.
   Buffer<float> dres_{&k_}, dln_{&k_}, dqkv_{&k_}, datt_{&k_}, dhmid_{&k_}, tmp_{&k_};

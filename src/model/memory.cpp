@@ -144,10 +144,13 @@ void LlamaModel::ensure_activations(int B, int T) {
   mm_arena_.assign_zero(lay.inputs * slots_ * int64_t(k_.operand_bytes()));
   use_slot(0);
 
+  // Every slot starts with one document per sequence at positions 0..T-1 (set_documents changes a slot).
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; n++) pos[size_t(n)] = int32_t(n % T);
-  pos_.assign_zero(N);
-  k_.copy_from_host(pos_.data(), pos.data(), sizeof(int32_t) * size_t(N));
+  pos_.assign_zero(N * slots_);
+  doc_.assign_zero(N * slots_);
+  for (int s = 0; s < slots_; s++) k_.copy_from_host(pos_.data() + s * N, pos.data(), sizeof(int32_t) * size_t(N));
+  slot_layout_.assign(size_t(slots_), SlotLayout{});
   const int64_t widest = std::max({C, QKV, HD, 2 * F});
   dres_.assign_zero(Nl * C);
   dln_.assign_zero(N * widest);
@@ -164,8 +167,45 @@ void LlamaModel::ensure_activations(int B, int T) {
   }
 }
 
+void LlamaModel::set_documents(int slot, const Documents& docs) {
+  const int B = B_, T = T_;
+  const int64_t N = int64_t(B) * T;
+  // Both checked before anything changes: a refused micro-batch leaves the slot as it was.
+  if (docs.positions != nullptr)
+    for (int64_t n = 0; n < N; n++)
+      if (docs.positions[n] < 0 || docs.positions[n] >= T)
+        fail("position id {} at token {} of a micro-batch: expected 0 <= position < seq_length {}", docs.positions[n],
+             n, T);
+  if (docs.doc_start != nullptr)
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        const int32_t d = docs.doc_start[int64_t(b) * T + t];
+        if (d != t && (t == 0 || d != docs.doc_start[int64_t(b) * T + t - 1]))
+          fail("document start {} at token {} of sequence {}: expected {} (a new document) or the previous token's "
+               "document start", d, t, b, t);
+      }
+  SlotLayout& lay = slot_layout_[size_t(slot)];
+  if (docs.positions != nullptr) {
+    k_.copy_from_host(pos_.data() + slot * N, docs.positions, sizeof(int32_t) * size_t(N));
+  } else if (lay.positions) {  // back to 0..T-1
+    std::vector<int32_t> pos(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; n++) pos[size_t(n)] = int32_t(n % T);
+    k_.copy_from_host(pos_.data() + slot * N, pos.data(), sizeof(int32_t) * size_t(N));
+  }
+  if (docs.doc_start != nullptr) k_.copy_from_host(doc_.data() + slot * N, docs.doc_start, sizeof(int32_t) * size_t(N));
+  lay.positions = docs.positions != nullptr;
+  lay.documents = docs.doc_start != nullptr;
+}
+
+const int32_t* LlamaModel::positions() const { return pos_.data() + int64_t(slot_) * B_ * T_; }
+
+const int32_t* LlamaModel::doc_start() const {
+  return slot_layout_[size_t(slot_)].documents ? doc_.data() + int64_t(slot_) * B_ * T_ : nullptr;
+}
+
 void LlamaModel::use_slot(int slot) {
   CHECK(slot >= 0 && slot < slots_ && B_ > 0, "activation slot {} of {}", slot, slots_);
+  slot_ = slot;
   const ActivationLayout lay =
       activation_layout(dims_, recompute_, recompute_layers_, B_, T_, stage_tokens(B_, T_));
   float* f = act_arena_.data() + int64_t(slot) * slot_floats_;

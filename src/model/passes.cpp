@@ -136,8 +136,9 @@ void LlamaModel::forward_layer(int l, bool for_backward) {
   norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);          // input_ln
   k_.matmul_forward(a.qkv[l], m.ln1[l], wqkv, N, C, QKV);                             // q, k, v
   if (w.bqkv) k_.bias_forward(a.qkv[l], w.bqkv + int64_t(l) * QKV, N, QKV);           // + q, k, v biases
-  k_.rope_forward(a.qkv[l], pos_.data(), N, H + Hkv, QKV, D, config_.rope_freqs());   // rotate q, k
-  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D, config_.sliding_window);  // causal GQA
+  k_.rope_forward(a.qkv[l], positions(), N, H + Hkv, QKV, D, config_.rope_freqs());  // rotate q, k
+  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D, config_.sliding_window,
+                       doc_start());                                                 // causal GQA
   k_.matmul_forward(tmp_.data(), a.att[l], wo, N, HD, C);                             // o_proj
   add_to_residual(a.resid[l], x, tmp_.data());                                        // h = x + attn
   norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);  // post_attn_ln
@@ -163,7 +164,7 @@ void LlamaModel::recompute_layer(int l) {
   const MatmulInputs& m = mm_;
   const float* x = l == 0 ? a.x0 : a.out[l - 1];
   norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);
-  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B_, T_, d.H, d.Hkv, d.D, config_.sliding_window);
+  k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B_, T_, d.H, d.Hkv, d.D, config_.sliding_window, doc_start());
   norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);
   k_.swiglu_forward(m.hmid[l], a.h13[l], N, d.F);
 }
@@ -185,8 +186,11 @@ float LlamaModel::mean_loss(int64_t num_valid) const {
   return num_valid > 0 ? float(sum / double(num_valid)) : 0.0f;
 }
 
-StepStats LlamaModel::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+StepStats LlamaModel::forward(const int32_t* tokens, const int32_t* targets, int B, int T, const Documents& docs) {
   CHECK(plan_.pp_size == 1, "forward() on a pipeline stage: use stage_forward / stage_loss");
+  ensure_activations(B, T);
+  use_slot(0);
+  set_documents(0, docs);
   forward_body(tokens, nullptr, B, T);
   StepStats stats;
   if (targets == nullptr) return stats;
@@ -194,16 +198,18 @@ StepStats LlamaModel::forward(const int32_t* tokens, const int32_t* targets, int
 }
 
 StepStats LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
-                                       float grad_scale) {
+                                       float grad_scale, const Documents& docs) {
   CHECK(plan_.pp_size == 1, "forward_backward() on a pipeline stage: use stage_forward / stage_backward");
-  stage_forward(0, tokens, nullptr, B, T);
+  stage_forward(0, tokens, nullptr, B, T, docs);
   return stage_backward(0, tokens, targets, nullptr, grad_scale);
 }
 
-void LlamaModel::stage_forward(int slot, const int32_t* tokens, const float* input, int B, int T) {
+void LlamaModel::stage_forward(int slot, const int32_t* tokens, const float* input, int B, int T,
+                               const Documents& docs) {
   CHECK(plan_.first_stage() ? tokens != nullptr : input != nullptr);
   ensure_activations(B, T);
   use_slot(slot);
+  set_documents(slot, docs);
   forward_body(tokens, input, B, T);
 }
 
@@ -359,10 +365,10 @@ void LlamaModel::backward_layers() {
     // dres now holds d(resid); resid = x + o_proj(att).
     k_.matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, N, HD, C);           // o_proj
     k_.attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D,
-                          config_.sliding_window);
+                          config_.sliding_window, doc_start());
     // Without a bias gradient, dqkv's only use is the next matmul: RoPE's pass may leave it in the
     // operand form's values. The bias (added before RoPE) takes the gradient of the pre-RoPE qkv.
-    k_.rope_backward(dqkv_.data(), pos_.data(), N, H + Hkv, QKV, D, config_.rope_freqs(), !dbqkv);  // rotate q, k
+    k_.rope_backward(dqkv_.data(), positions(), N, H + Hkv, QKV, D, config_.rope_freqs(), !dbqkv);  // rotate q, k
     if (dbqkv) k_.bias_backward(dbqkv, dqkv_.data(), N, QKV);                                      // q, k, v biases
     const MatIn dqkv = dbqkv ? MatIn(dqkv_.data()) : MatIn::prepared(dqkv_.data());
     k_.matmul_backward(dln, dwqkv, dqkv, m.ln1[l], wqkv, N, C, QKV);                               // q, k, v

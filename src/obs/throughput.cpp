@@ -20,6 +20,13 @@ double step_flops(const model::LlamaConfig& c, int64_t B, int64_t T) {
   return 6.0 * tokens * matmul_params + attention;
 }
 
+double step_flops_of(const model::LlamaConfig& c, double real_tokens, double attention_pairs) {
+  // step_flops(c, 1, T) = per_token * T + per_pair * T * T / 2
+  const double per_token = step_flops(c, 1, 1) - 3.0 * 2.0 * c.n_heads * c.head_dim() * c.n_layers;
+  const double per_pair = 2.0 * 3.0 * 2.0 * c.n_heads * c.head_dim() * c.n_layers;
+  return per_token * real_tokens + per_pair * attention_pairs;
+}
+
 double stage_flops(const model::LlamaConfig& c, int64_t B, int64_t T, int layers, bool lm_head) {
   model::LlamaConfig part = c;
   part.n_layers = layers;

@@ -17,6 +17,12 @@ namespace llamatrain::obs {
 // three times that for forward + backward.
 double step_flops(const model::LlamaConfig& c, int64_t B, int64_t T);
 
+// step_flops of a step whose samples are partly padding or packed documents: the matmul work of the
+// `real_tokens` text inputs and the attention of `attention_pairs` (query, key) pairs (causal within
+// each document; step_flops counts T*T/2 per sequence), the same convention, so a packed or padded
+// run compares honestly with one of full sequences.
+double step_flops_of(const model::LlamaConfig& c, double real_tokens, double attention_pairs);
+
 // The part of step_flops a pipeline stage computes: its layers' matmuls and attention, and the lm head
 // on the last stage (the embedding lookup is no matmul). The stages of a split sum to step_flops.
 double stage_flops(const model::LlamaConfig& c, int64_t B, int64_t T, int layers, bool lm_head);

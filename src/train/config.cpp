@@ -196,6 +196,7 @@ data::SampleOptions TrainConfig::sample_options(int32_t eod_id) const {
   o.eod_id = eod_id;
   o.eod_mask_loss = model.data.eod_mask_loss;
   o.reset_position_ids = model.data.reset_position_ids;
+  o.reset_attention_mask = model.data.reset_attention_mask;
   return o;
 }
 

@@ -111,6 +111,7 @@ struct DataConfig {
   int64_t seq_length = 0;
   std::optional<std::string> index_mapping_dir;
   bool reset_position_ids = false;
+  bool reset_attention_mask = false;
   bool eod_mask_loss = false;
   bool validation_drop_last = false;
   bool fine_tuning = false;  // true: JSONL from train_ds/validation_ds/test_ds instead of data_prefix

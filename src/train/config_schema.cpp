@@ -149,7 +149,8 @@ void add_sft_dataset(Schema& s, const std::string& ds, SftDatasetConfig DataConf
   s.ours(p + "completion_map", DS(completion_map), from_train("completion_map", "{}"),
          "map from the label's text to the completion, e.g. {entailment: yes, not_entailment: no}; {}: the label as is");
   s.ours(p + "pack", DS(pack), from_train("pack", "false"),
-         "pack consecutive examples into one sample (positions restart per example) instead of padding each");
+         "pack consecutive examples into one sample instead of padding each (positions restart and attention "
+         "stops at each example)");
 #undef DS
   s.ignored(p + "truncation_field", "the prompt is what gets truncated, whichever field it came from");
   for (const char* k : {"global_batch_size", "micro_batch_size", "num_workers", "memmap_workers", "pin_memory",
@@ -391,6 +392,8 @@ Schema build_schema() {
         "tokens per training sample", range(1, 1 << 24));
   s.key("model.data.reset_position_ids", FIELD(model.data.reset_position_ids), "false",
         "restart positions after each end-of-document token");
+  s.key("model.data.reset_attention_mask", FIELD(model.data.reset_attention_mask), "false",
+        "documents attend to themselves only: attention stops after each end-of-document token");
   s.key("model.data.eod_mask_loss", FIELD(model.data.eod_mask_loss), "false",
         "no loss on predictions made from an end-of-document token");
   s.key("model.data.validation_drop_last", FIELD(model.data.validation_drop_last), "true",
@@ -400,7 +403,6 @@ Schema build_schema() {
   s.only("model.data.data_impl", "mmap", "datasets are Megatron mmap .bin/.idx files");
   s.only("model.data.dataloader_type", "single",
          "samples are consumed in order (MegatronPretrainingSampler); cyclic is not implemented");
-  s.only("model.data.reset_attention_mask", "false", "attention is causal over the whole packed sequence");
   s.only("model.data.no_seqlen_plus_one_input_tokens", "false", "samples always read seq_length + 1 tokens");
   s.only("model.data.pad_samples_to_global_batch_size", "false", "partial global batches are dropped");
   s.key("model.data.chat", FIELD(model.data.chat), "false",

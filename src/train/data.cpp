@@ -41,6 +41,8 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
   fine_tuning_ = d.fine_tuning;
   sample_options_ = config.sample_options(tokenizer ? tokenizer->eos_id() : eod_id);
   if (!fine_tuning_) {
+    own_positions_ = d.reset_position_ids;
+    documents_ = d.reset_attention_mask;
     gpt_ = data::build_gpt_datasets(config.gpt_data_config(), requested, data::open_indexed_source);
     if (!gpt_[0])
       fail("model.data.splits_string \"{}\": the train split is empty, expected a positive train weight",
@@ -66,10 +68,7 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
     data::SftConfig sc = c.sft_config(tokenizer->pad_id() >= 0 ? tokenizer->pad_id() : 0);
     sc.seq_length = seq_length_;
     sc.chat = chat;
-    if (sc.pack)
-      fail("model.data.{}_ds.pack: true is not supported yet, expected false\nhint: packed samples need "
-           "per-example attention masks; use one padded example per sample",
-           s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test");
+    if (sc.pack) own_positions_ = documents_ = true;  // examples attend to themselves only
     std::vector<data::SftExample> examples;
     std::vector<std::string> rejected;  // first file:line: reason of each file
     for (const std::string& f : c.file_names) {
@@ -89,6 +88,7 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
                     "conversation rows)");
     sft_[int(s)] = std::make_shared<data::SftDataset>(std::move(examples), sc, uint32_t(config.model.seed),
                                                       c.shuffle);
+    if (sc.pack) description_ += fmt::format("  {:<10} {}\n", split_title(s), sft_[int(s)]->describe_packing());
   }
   if (!sft_[0]) fail("model.data.train_ds.file_names is empty, expected at least one JSONL file");
 }
@@ -98,7 +98,8 @@ int64_t TrainData::size(data::Split s) const {
   return gpt_[int(s)] ? gpt_[int(s)]->size() : 0;
 }
 
-int64_t TrainData::fill(data::Split s, int64_t first, int B, int32_t* tokens, int32_t* targets) const {
+int64_t TrainData::fill(data::Split s, int64_t first, int B, int32_t* tokens, int32_t* targets, int32_t* positions,
+                        int32_t* doc_start, int64_t* real) const {
   const int64_t T = seq_length_, n = size(s);
   CHECK(n > 0, "fill from an empty split");
   int64_t valid = 0;
@@ -115,14 +116,48 @@ int64_t TrainData::fill(data::Split s, int64_t first, int B, int32_t* tokens, in
       data::make_gpt_sample(&sample, text.data(), real, T, sample_options_);
     }
     CHECK(int64_t(sample.tokens.size()) == T && int64_t(sample.labels.size()) == T);
+    if (real != nullptr) real[b] = sample.real;
     for (int64_t t = 0; t < T; t++) {
       tokens[b * T + t] = sample.tokens[size_t(t)];
       const bool keep = sample.loss_mask[size_t(t)] > 0 && sample.labels[size_t(t)] >= 0;
       targets[b * T + t] = keep ? sample.labels[size_t(t)] : -100;
       valid += keep;
+      if (positions != nullptr) positions[b * T + t] = sample.position_ids[size_t(t)];
+      if (doc_start != nullptr) doc_start[b * T + t] = sample.doc_start[size_t(t)];
     }
   }
   return valid;
+}
+
+int64_t TrainData::fill(data::Split s, int64_t first, MicroBatch& mb) const {
+  std::vector<int32_t> starts;  // doc_start of the batch, to count pairs also where the model gets none
+  std::vector<int32_t>& docs = mb.doc_start.empty() ? starts : mb.doc_start;
+  docs.resize(mb.tokens.size());
+  std::vector<int64_t> real(size_t(mb.B));
+  const int64_t valid = fill(s, first, mb.B, mb.tokens.data(), mb.targets.data(),
+                             mb.positions.empty() ? nullptr : mb.positions.data(), docs.data(), real.data());
+  // Pairs per document over the real inputs: the sequences' real prefixes, cut at document starts.
+  mb.real_tokens = 0;
+  mb.attention_pairs = 0;
+  const int64_t T = seq_length_;
+  for (int b = 0; b < mb.B; b++) {
+    const int32_t* d = docs.data() + int64_t(b) * T;
+    mb.real_tokens += real[size_t(b)];
+    for (int64_t t = 0; t < real[size_t(b)]; t++) mb.attention_pairs += double(t - d[t]) + 0.5;  // len^2 / 2 a document
+  }
+  return valid;
+}
+
+MicroBatch TrainData::micro_batch(int B) const {
+  MicroBatch mb;
+  mb.B = B;
+  mb.T = int(seq_length_);
+  const size_t n = size_t(B) * size_t(seq_length_);
+  mb.tokens.resize(n);
+  mb.targets.resize(n);
+  if (own_positions_) mb.positions.resize(n);
+  if (documents_) mb.doc_start.resize(n);
+  return mb;
 }
 
 std::string TrainData::describe() const { return description_; }

@@ -16,9 +16,25 @@
 #include "data/gpt_dataset.h"
 #include "data/sft.h"
 #include "data/tokenizer.h"
+#include "model/llama.h"
 #include "train/config.h"
 
 namespace llamatrain::train {
+
+// One micro-batch's host arrays (B, T), sized by TrainData::micro_batch and filled by its fill:
+// positions and doc_start stay empty unless the data has them.
+struct MicroBatch {
+  int B = 0, T = 0;
+  std::vector<int32_t> tokens, targets, positions, doc_start;
+  // What the last fill holds: inputs that are text (not padding), and the (query, key) pairs its
+  // attention computes over them, causal within each document: sum of len^2 / 2 (obs::step_flops's
+  // convention: T^2 / 2 for a sequence of one document).
+  int64_t real_tokens = 0;
+  double attention_pairs = 0;
+  model::Documents documents() const {
+    return {positions.empty() ? nullptr : positions.data(), doc_start.empty() ? nullptr : doc_start.data()};
+  }
+};
 
 class TrainData {
  public:
@@ -34,10 +50,21 @@ class TrainData {
   int64_t seq_length() const { return seq_length_; }
   bool fine_tuning() const { return fine_tuning_; }
 
+  // Whether samples restart positions (reset_position_ids, packed fine-tuning examples) and whether
+  // they hold several documents that must not see each other (reset_attention_mask, packed examples):
+  // then fill's positions and doc_start are the model's model::Documents.
+  bool own_positions() const { return own_positions_; }
+  bool documents() const { return documents_; }
+
   // tokens and targets (B, T) of global samples first .. first+B-1 of split s; a sample index past
   // the end wraps around (a new pass over the split). targets are -100 where the loss is masked
-  // (padding, prompt tokens, EOD inputs with eod_mask_loss). Returns the number of unmasked targets.
-  int64_t fill(data::Split s, int64_t first, int B, int32_t* tokens, int32_t* targets) const;
+  // (padding, prompt tokens, EOD inputs with eod_mask_loss). positions and doc_start (B, T), when
+  // given, get each token's position and its document's start (data::GptSample); real (B), each
+  // sample's inputs that are text (not padding). Returns the number of unmasked targets.
+  int64_t fill(data::Split s, int64_t first, int B, int32_t* tokens, int32_t* targets, int32_t* positions = nullptr,
+               int32_t* doc_start = nullptr, int64_t* real = nullptr) const;
+  MicroBatch micro_batch(int B) const;
+  int64_t fill(data::Split s, int64_t first, MicroBatch& mb) const;
 
   // Multi-line description for the run's start: sources, weights, samples per split.
   std::string describe() const;
@@ -45,6 +72,7 @@ class TrainData {
  private:
   int64_t seq_length_ = 0;
   bool fine_tuning_ = false;
+  bool own_positions_ = false, documents_ = false;
   data::SampleOptions sample_options_;
   std::array<std::shared_ptr<const data::SampleDataset>, 3> gpt_{};
   std::array<std::shared_ptr<const data::SftDataset>, 3> sft_{};

@@ -26,7 +26,9 @@
 #include "obs/progress.h"
 #include "obs/throughput.h"
 #include "parallel/data_parallel.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/data.h"
 
 namespace llamatrain::train {
 
@@ -121,13 +123,18 @@ std::string padded_rows_text(const RunPlan& p) {
 
 // The data files exist, their token type can hold the tokenizer's ids, and the ids they hold (all of
 // them, or evenly spaced blocks of a large file) are inside the vocabulary.
+// Fine-tuning data: train's own TrainData reads, tokenizes, renders (chat templates) and packs the
+// JSONL, so every refusal of train's is a FAIL here, with its words.
 PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p) {
   const DataConfig& dc = cfg.model.data;
   if (dc.fine_tuning) {
-    int files = 0;
-    for (const auto* ds : {&dc.train_ds, &dc.validation_ds, &dc.test_ds}) files += int(ds->file_names.size());
-    return {Status::pass, "data", fmt::format("{} JSONL file{} (fine-tuning; tokenized when the run starts)", files,
-                                              files == 1 ? "" : "s")};
+    const TrainData data(cfg, p.tokenizer.get(), p.model.eos_id, {0, 0, 0});
+    std::string detail = fmt::format("fine-tuning: {} train samples", data.size(data::Split::train));
+    if (data.has(data::Split::valid)) detail += fmt::format(", {} validation", data.size(data::Split::valid));
+    if (data.has(data::Split::test)) detail += fmt::format(", {} test", data.size(data::Split::test));
+    std::string desc = data.describe();
+    while (!desc.empty() && desc.back() == '\n') desc.pop_back();
+    return {Status::pass, "data", detail + "\n" + desc};
   }
   const int64_t vocab = p.tokenizer ? p.tokenizer->vocab_size() : p.model.vocab_size;
   const std::string vocab_what =
@@ -180,6 +187,15 @@ PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p) {
   return {Status::pass, "data",
           fmt::format("{} file{}, {} tokens ({}), ids up to {} within {}", prefixes.size(),
                       prefixes.size() == 1 ? "" : "s", obs::format_count(double(tokens)), dtypes, max_id, vocab_what)};
+}
+
+// model.init_from's weights can be opened as train opens them (safetensors headers, shards of an index):
+// a folder of pytorch_model.bin only, a truncated header or a missing shard is a FAIL before the job
+// waits for nodes. The tensors themselves are read when the run starts.
+PlanCheck check_weights(const TrainConfig& cfg) {
+  if (!cfg.model.init_from) return {Status::pass, "weights", "random initialization (no model.init_from)"};
+  const io::SafetensorsCheckpoint ck(*cfg.model.init_from);
+  return {Status::pass, "weights", fmt::format("{}: {} tensors", *cfg.model.init_from, ck.names().size())};
 }
 
 // A resume would load a checkpoint this model can take.
@@ -463,6 +479,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
       jp.checks.push_back({Status::fail, what, filesystem_error_message(e)});
     }
   };
+  guarded("weights", [&] { return check_weights(cfg); });
   guarded("data", [&] { return check_data(cfg, p); });
   guarded("resume", [&] { return check_resume(cfg, p); });
   guarded("outputs", [&] { return check_outputs(p); });

@@ -179,13 +179,18 @@ class Trainer {
   double peak_gflops_ = 0, flops_per_step_ = 0;
   std::set<int64_t> inject_;  // each fires once (not again after a rollback)
   // One (tokens, targets) pair per activation slot: a pipeline stage reads them again in the backward.
-  std::vector<std::vector<int32_t>> tokens_, targets_;
+  std::vector<MicroBatch> batches_;  // per activation slot
   std::optional<parallel::GradReducer> reducer_;
   std::unique_ptr<model::GpuCollectives> gpu_dp_;  // data parallelism on GPUs through NCCL (else host-staged)
   int64_t steps_run_ = 0;  // steps computed by this process (a rollback repeats some)
   int64_t nonfinite_run_ = 0;
   double t_last_ckpt_ = 0, t_log_ = 0;
   int64_t steps_since_log_ = 0;
+  // This rank's micro-batches since the last record: sequences, their text inputs and attention pairs
+  // (MicroBatch), so that tokens/s and MFU count the work on text only (padding and cross-document
+  // pairs left out) as this rank saw it.
+  double seqs_since_log_ = 0, real_since_log_ = 0, pairs_since_log_ = 0;
+  double seqs_run_ = 0, real_run_ = 0;  // the same over the whole loop
   double comm_mark_ = 0;  // parallel::blocked_seconds() at the last record
   obs::StepTimeAverage step_times_;
 };
@@ -225,11 +230,17 @@ TrainResult Trainer::run() {
   result_.steps = st_.step;
   result_.last_loss = st_.loss;
   const double loop_s = now_s() - t_loop;
-  if (steps_run_ > 0)
+  if (steps_run_ > 0) {
+    const double real_fraction = seqs_run_ > 0 ? real_run_ / (seqs_run_ * plan_.T) : 1.0;  // text, not padding
     say(fmt::format("train loop: {} steps in {} = {} tokens/s end to end (data, logging, validation and "
-                    "checkpoints included)",
+                    "checkpoints included{})",
                     steps_run_, obs::format_duration(loop_s),
-                    obs::format_count(double(steps_run_) * double(plan_.global_batch) * plan_.T / loop_s)));
+                    obs::format_count(double(steps_run_) * double(plan_.global_batch) * plan_.T * real_fraction /
+                                      loop_s),
+                    real_fraction < 1.0 ? fmt::format("; text tokens only, {:.1f}% of the inputs were padding",
+                                                      100.0 * (1.0 - real_fraction))
+                                        : ""));
+  }
   if (!plan_.export_dir.empty() && result_.stop_signal == 0) export_hf();
   say(fmt::format("done: {} steps, last loss {:.4f}, total time {}", result_.steps, result_.last_loss,
                   obs::format_duration(now_s() - t_start)));
@@ -512,8 +523,8 @@ void Trainer::open_data() {
 // the order the backward completes them.
 void Trainer::prepare_steps() {
   const size_t n = size_t(plan_.B) * plan_.T;
-  tokens_.assign(size_t(plan_.slots), std::vector<int32_t>(n));
-  targets_.assign(size_t(plan_.slots), std::vector<int32_t>(n));
+  batches_.assign(size_t(plan_.slots), data_->micro_batch(plan_.B));
+  CHECK(batches_[0].tokens.size() == n);
   if (ranks_.dp && !plan_.zero1 && model_->backend().host_memory()) {  // (a device's: staged, reduce_gradients)
     std::vector<parallel::GradRange> order;
     if (cfg_.model.overlap_grad_sync)
@@ -580,8 +591,13 @@ double Trainer::micro_batches() {
   const float scale = 1.0f / float(num_micro);
   // Megatron's consumption order: block mb holds B x DP samples, this rank reads its B of them.
   auto fill = [&](int64_t mb, int slot) {
-    data_->fill(data::Split::train, st_.consumed_samples + (mb * plan_.layout.dp_size + plan_.layout.dp_rank) * B, B,
-                tokens_[size_t(slot)].data(), targets_[size_t(slot)].data());
+    MicroBatch& m = batches_[size_t(slot)];
+    data_->fill(data::Split::train, st_.consumed_samples + (mb * plan_.layout.dp_size + plan_.layout.dp_rank) * B, m);
+    seqs_since_log_ += B;
+    real_since_log_ += double(m.real_tokens);
+    seqs_run_ += B;
+    real_run_ += double(m.real_tokens);
+    pairs_since_log_ += m.attention_pairs;
   };
   // The backward of the step's last micro-batch starts the overlapped all-reduce of finished buckets.
   auto last_micro_batch = [&](bool last) {
@@ -596,19 +612,21 @@ double Trainer::micro_batches() {
     for (int64_t mb = 0; mb < num_micro; mb++) {
       fill(mb, 0);
       last_micro_batch(mb == num_micro - 1);
-      loss_sum += model_->forward_backward(tokens_[0].data(), targets_[0].data(), B, T, scale).loss;
+      const MicroBatch& m = batches_[0];
+      loss_sum += model_->forward_backward(m.tokens.data(), m.targets.data(), B, T, scale, m.documents()).loss;
     }
   } else {
     parallel::PipelineStage stage;
     stage.forward = [&](int mb, int slot, const float* input) {
       fill(mb, slot);
-      model_->stage_forward(slot, tokens_[size_t(slot)].data(), input, B, T);
+      const MicroBatch& m = batches_[size_t(slot)];
+      model_->stage_forward(slot, m.tokens.data(), input, B, T, m.documents());
     };
     stage.output = [&](int slot) { return model_->stage_output(slot); };
     stage.backward = [&](int mb, int slot, const float* doutput) {
       last_micro_batch(mb == num_micro - 1);
-      loss_sum +=
-          model_->stage_backward(slot, tokens_[size_t(slot)].data(), targets_[size_t(slot)].data(), doutput, scale).loss;
+      const MicroBatch& m = batches_[size_t(slot)];
+      loss_sum += model_->stage_backward(slot, m.tokens.data(), m.targets.data(), doutput, scale).loss;
     };
     stage.input_grad = [&] { return model_->stage_input_grad(); };
     parallel::run_1f1b(*ranks_.pp, int(num_micro), size_t(model_->stage_tokens(B, T) * plan_.model.dim), stage);
@@ -714,16 +732,26 @@ void Trainer::record(const StepResult& s) {
   r.consumed_samples = st_.consumed_samples;
   r.step_s = (now_s() - t_log_) / double(steps_since_log_);
   r.seq_per_s = double(plan_.global_batch) / r.step_s;
-  r.tokens_per_s = r.seq_per_s * plan_.T;
+  // Padding and packed documents: the fractions of the full sequences' tokens and attention pairs
+  // this rank's samples hold as text (1 and 1 for full sequences of one document each).
+  const double T = plan_.T;
+  const double real_fraction = seqs_since_log_ > 0 ? real_since_log_ / (seqs_since_log_ * T) : 1.0;
+  const double pair_fraction = seqs_since_log_ > 0 ? pairs_since_log_ / (seqs_since_log_ * T * T / 2) : 1.0;
+  r.tokens_per_s = r.seq_per_s * T * real_fraction;
+  const double flops = real_fraction == 1.0 && pair_fraction == 1.0
+                           ? flops_per_step_
+                           : obs::step_flops_of(plan_.model, double(plan_.global_batch) * T * real_fraction,
+                                                double(plan_.global_batch) * T * T / 2 * pair_fraction);
+  seqs_since_log_ = real_since_log_ = pairs_since_log_ = 0;
   // A peak probed while the machine was busy can be below what the steps then reach: the peak is at
   // least the rate achieved, so MFU never exceeds 100%.
-  if (const double achieved = flops_per_step_ / r.step_s / 1e9; achieved > peak_gflops_) {
+  if (const double achieved = flops / r.step_s / 1e9; achieved > peak_gflops_) {
     say(fmt::format("  note: the steps reach {:.1f} GFLOP/s, above the {:.1f} GFLOP/s the matmul probe measured at "
                     "the start (the machine was busy then?): MFU is taken against the higher rate from now on",
                     achieved, peak_gflops_));
     peak_gflops_ = achieved;
   }
-  r.mfu = obs::mfu(flops_per_step_, r.step_s, peak_gflops_ * 1e9);
+  r.mfu = obs::mfu(flops, r.step_s, peak_gflops_ * 1e9);
   r.comm_s = (parallel::blocked_seconds() - comm_mark_) / double(steps_since_log_);
   r.peak_rss = peak_rss_bytes();
   r.eta_s = step_times_.eta_s(r.max_steps - st_.step);
@@ -827,7 +855,9 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
                        parallel::Communicator* pp, const data::PieceLengths* lengths) {
   const int B = micro_batch_size, T = int(data.seq_length());
   const int ranks = dp ? dp->size() : 1, rank = dp ? dp->rank() : 0;
-  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+  MicroBatch batch = data.micro_batch(B);
+  const std::vector<int32_t>& tokens = batch.tokens;
+  const std::vector<int32_t>& targets = batch.targets;
   // {sum of micro-batch mean losses, nats, scored targets, bytes, characters}: exact in doubles
   double sums[5] = {0, 0, 0, 0, 0};
   auto add = [&](const model::StepStats& st) {  // one micro-batch's loss over `targets`
@@ -845,19 +875,19 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
   for (int64_t b = 0; b < batches; b++) {
     // Megatron's order: block mb of B x ranks samples, this rank's B of them.
     auto fill = [&](int64_t mb) {
-      data.fill(split, b * global_batch_size + (mb * ranks + rank) * B, B, tokens.data(), targets.data());
+      data.fill(split, b * global_batch_size + (mb * ranks + rank) * B, batch);
     };
     if (!pp) {
       for (int64_t mb = 0; mb < micro; mb++) {
         fill(mb);
-        add(m.forward(tokens.data(), targets.data(), B, T));
+        add(m.forward(tokens.data(), targets.data(), B, T, batch.documents()));
       }
     } else {
       // Forward only down the pipeline; the last stage has the losses.
       parallel::PipelineStage stage;
       stage.forward = [&](int mb, int slot, const float* input) {
         fill(mb);
-        m.stage_forward(slot, tokens.data(), input, B, T);
+        m.stage_forward(slot, tokens.data(), input, B, T, batch.documents());
         if (m.plan().last_stage()) add(m.stage_loss(slot, targets.data()));
       };
       stage.output = [&](int slot) { return m.stage_output(slot); };

@@ -2,7 +2,8 @@
 // real (a layout the heads do not divide, token ids beyond the vocabulary, a checkpoint of another
 // shape, an output path under a file, a model whose checkpoints cannot fit any disk, memory that an
 // accelerator does not have, then the override the plan suggests), the figures against their
-// definitions, the calibrated trn1 prediction, and that planning writes nothing.
+// definitions, the calibrated trn1 prediction, and that planning writes nothing; fine-tuning data
+// and weights that train refuses before its first step are FAILs of plan with train's own words.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -49,7 +50,8 @@ json check(const json& plan, const std::string& what) {
   return json::object();
 }
 
-// A Hugging Face folder with only a config.json (plan reads nothing else of init_from).
+// A Hugging Face folder of a config.json and a model.safetensors of no tensors (plan opens the weights'
+// headers only; the tensors are read when a run starts).
 // eps and max_positions as the config file on top states them (tiny: 1e-6, 256; Llama 2: 1e-5, 4096).
 std::string hf_folder(const TempDir& dir, const std::string& name, int hidden, int ffn, int layers, int heads,
                       int kv_heads, int vocab, double eps = 1e-5, int max_positions = 4096) {
@@ -70,6 +72,10 @@ std::string hf_folder(const TempDir& dir, const std::string& name, int hidden, i
             {"bos_token_id", 1},
             {"eos_token_id", 2}};
   write_file(path + "/config.json", c.dump(1));
+  const std::string header = "{}      ";  // 8 bytes: a header length, then the JSON (padded with spaces)
+  std::string st(8, '\0');
+  st[0] = char(header.size());
+  write_file(path + "/model.safetensors", st + header);
   return path;
 }
 
@@ -334,6 +340,67 @@ TEST(Plan, LayoutsAndDevicesAGpuJobCannotHaveFail) {
     EXPECT_NE(check(p, "device").value("detail", "").find("hint: name the GPU the job runs on: --hardware H100"),
               std::string::npos);
   }
+}
+
+// The first line of train's error (stderr: "error: ..."), or "" when it ran.
+std::string train_refusal(const std::vector<std::string>& cfg) {
+  std::vector<std::string> a = {"train"};
+  a.insert(a.end(), cfg.begin(), cfg.end());
+  const CliResult r = run_cli(a);
+  const size_t at = r.err.find("error: ");
+  if (at == std::string::npos) return "";
+  const size_t end = r.err.find('\n', at);
+  return r.err.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+}
+
+TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
+  TempDir dir;
+  write_file(dir / "bad.jsonl", "{\"input\": \"no completion field\"}\nnot json\n");
+  std::string rows;
+  for (int i = 0; i < 30; i++) rows += "{\"input\": \"Is " + std::to_string(i) + " even?\", \"output\": \"yes\"}\n";
+  write_file(dir / "good.jsonl", rows);
+  const std::string folder = hf_folder(dir, "bin_only", 64, 176, 2, 4, 2, 500, 1e-6, 256);
+  std::filesystem::remove(folder + "/model.safetensors");
+  write_file(folder + "/pytorch_model.bin", "not read");
+  auto sft = [&](const std::string& file) {
+    return std::vector<std::string>{source_path("configs/tiny.yaml"), "model.data.fine_tuning=true",
+                                    "model.data.train_ds.file_names=[" + file + "]",
+                                    "model.tokenizer.model=" + fixture("tokenizer.model"),
+                                    "exp_manager.explicit_log_dir=" + (dir / "run")};
+  };
+  struct Case {
+    std::string name, what;
+    std::vector<std::string> cfg;
+  };
+  std::vector<Case> cases = {
+      {"no usable row", "data", sft(dir / "bad.jsonl")},
+      {"chat rows without a template to render them", "data", sft(dir / "good.jsonl")},
+      {"weights in pytorch_model.bin only", "weights", plan_args(dir / "run", {"model.init_from=" + folder})},
+  };
+  cases[1].cfg.push_back("model.data.chat=true");
+  cases[2].cfg.erase(cases[2].cfg.begin());  // plan_args' "plan"
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string refusal = train_refusal(c.cfg);
+    ASSERT_FALSE(refusal.empty()) << "train must refuse this";
+    std::vector<std::string> a = {"plan"};
+    a.insert(a.end(), c.cfg.begin(), c.cfg.end());
+    a.push_back("--json");
+    const CliResult r = run_cli(a);
+    EXPECT_EQ(r.code, 1) << describe(r);
+    const json got = check(plan_json(r), c.what);
+    EXPECT_EQ(got.value("status", ""), "FAIL") << got;
+    EXPECT_NE(got.value("detail", "").find(refusal), std::string::npos) << "train said: " << refusal << "\n" << got;
+  }
+  // Packed fine-tuning data passes, and the plan says how the examples fill the samples.
+  auto packed = sft(dir / "good.jsonl");
+  packed.insert(packed.begin(), "plan");
+  packed.insert(packed.end(), {"model.data.train_ds.pack=true", "--json"});
+  const CliResult r = run_cli(packed);
+  EXPECT_EQ(r.code, 0) << describe(r);
+  const json data = check(plan_json(r), "data");
+  EXPECT_EQ(data.value("status", ""), "PASS") << data;
+  EXPECT_NE(data.value("detail", "").find("packed 30 examples into"), std::string::npos) << data;
 }
 
 TEST(Plan, UnknownHardwareIsAPlainError) {

@@ -1,6 +1,8 @@
 // GPT index construction and blending against the independent Python reference
 // (tools/reference/megatron_gpt_index.py): the committed goldens in tests/golden/gpt_index/ always,
-// and freshly generated random cases when Debian's python3 with numpy is present.
+// and freshly generated random cases when Debian's python3 with numpy is present; then the sample
+// fields of reset_attention_mask / reset_position_ids / eod_mask_loss against Megatron's rule as
+// tools/reference/megatron_masks.py writes it (a dense attention mask per sample).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -279,4 +281,74 @@ TEST(GptIndexGolden, RandomCasesMatchLivePythonReference) {
   for (size_t c = 0; c < results.size(); c++) check_case(results[c], "random case " + std::to_string(c));
   EXPECT_GE(g_compared_splits - before, 60);
   std::filesystem::remove_all(dir);
+}
+
+// Random samples (EOD at the start, at the end, twice in a row, none, many; partial samples with
+// padding) under every combination of the three switches: the document starts the attention uses
+// give exactly Megatron's dense mask, and positions and loss mask are Megatron's. A padded tail
+// (make_gpt_sample's kept partial sample) is compared on its real inputs only: Megatron has none.
+TEST(GptSampleMasks, MatchMegatronRuleOnRandomSamples) {
+  if (auto why = llamatrain::testing::python_missing({"numpy"}); !why.empty()) GTEST_SKIP() << why;
+  std::mt19937 rng(4242);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int32_t eod = 2;
+  struct Case {
+    std::vector<int32_t> text;
+    int64_t valid, L;
+    SampleOptions opt;
+  };
+  std::vector<Case> cases;
+  json specs = json::array();
+  for (int c = 0; c < 120; c++) {
+    Case k;
+    k.L = uni(1, 40);
+    k.text.resize(size_t(k.L) + 1);
+    const int eod_pct = c % 6 == 0 ? 0 : uni(5, 60);
+    for (auto& t : k.text) t = uni(0, 99) < eod_pct ? eod : uni(3, 50);
+    if (c % 5 == 1) k.text[0] = eod;
+    if (c % 5 == 2) k.text[size_t(k.L) - 1] = eod;
+    k.valid = c % 7 == 3 ? uni(1, int(k.L) + 1) : k.L + 1;
+    k.opt = SampleOptions{eod, (c & 1) != 0, (c & 2) != 0, (c & 4) != 0};
+    // Megatron's inputs: the real ones (a partial sample's padding has no counterpart there).
+    const int64_t real = std::min<int64_t>(k.valid, k.L);
+    specs.push_back({{"tokens", std::vector<int32_t>(k.text.begin(), k.text.begin() + real)},
+                     {"eod", eod},
+                     {"eod_mask_loss", k.opt.eod_mask_loss},
+                     {"reset_position_ids", k.opt.reset_position_ids},
+                     {"reset_attention_mask", k.opt.reset_attention_mask}});
+    cases.push_back(std::move(k));
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("megatron_masks_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string in = (dir / "cases.json").string(), out = (dir / "out.json").string();
+  std::ofstream(in) << specs.dump();
+  const std::string cmd = llamatrain::testing::system_python() + " " + LLAMATRAIN_SOURCE_DIR +
+                          "/tools/reference/megatron_masks.py < " + in + " > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const json results = json::parse(std::ifstream(out));
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(results.size(), cases.size());
+  int documents_seen = 0;
+  for (size_t c = 0; c < cases.size(); c++) {
+    const Case& k = cases[c];
+    SCOPED_TRACE("case " + std::to_string(c) + " " + specs[c].dump());
+    GptSample s;
+    make_gpt_sample(&s, k.text.data(), k.valid, k.L, k.opt);
+    const auto& want = results[c];
+    const auto mask = want["attention_mask"].get<std::vector<std::vector<int>>>();
+    const int64_t real = int64_t(mask.size());
+    for (int64_t t = 0; t < real; t++) {
+      for (int64_t u = 0; u < real; u++) {
+        const int visible = u <= t && u >= s.doc_start[size_t(t)];
+        ASSERT_EQ(visible, mask[size_t(t)][size_t(u)]) << "query " << t << " key " << u;
+      }
+      EXPECT_EQ(s.position_ids[size_t(t)], want["position_ids"][size_t(t)].get<int32_t>()) << "position " << t;
+      // Megatron's loss mask is over inputs; ours also drops the last input of a partial sample (no label).
+      if (t + 1 < k.valid) {
+        EXPECT_EQ(s.loss_mask[size_t(t)], want["loss_mask"][size_t(t)].get<float>()) << "loss mask " << t;
+      }
+      documents_seen += t > 0 && s.doc_start[size_t(t)] == t;
+    }
+  }
+  EXPECT_GE(documents_seen, 100);  // the cases did cut documents apart
 }

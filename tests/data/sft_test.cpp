@@ -238,13 +238,15 @@ TEST(SftSamples, PackingKeepsMasksPerExample) {
     GptSample s;
     make_sft_sample(&s, members, cfg);
     EXPECT_EQ(std::accumulate(s.loss_mask.begin(), s.loss_mask.end(), 0.0f), float(targets));
-    // Walk the examples: positions restart, the EOS -> next BOS label is not trained.
+    // Walk the examples: positions and documents restart, the EOS -> next BOS label is not trained.
     int64_t t = 0;
     for (const SftExample* ex : members) {
+      const int64_t start = t;
       for (int64_t k = 0; k < int64_t(ex->text.size()); k++, t++) {
         if (t >= 40) break;
         EXPECT_EQ(s.tokens[size_t(t)], ex->text[size_t(k)]);
         EXPECT_EQ(s.position_ids[size_t(t)], k);
+        EXPECT_EQ(s.doc_start[size_t(t)], start) << "token " << t;
         if (k + 1 < int64_t(ex->text.size())) {
           EXPECT_EQ(s.loss_mask[size_t(t)], k + 1 >= ex->prompt_len ? 1.0f : 0.0f);
         } else if (t + 1 < 40) {
@@ -256,6 +258,7 @@ TEST(SftSamples, PackingKeepsMasksPerExample) {
     for (int64_t k = n; k < 40; k++) {
       EXPECT_EQ(s.tokens[size_t(k)], 3);
       EXPECT_EQ(s.labels[size_t(k)], kIgnoreLabel);
+      EXPECT_EQ(s.doc_start[size_t(k)], n) << "padding is a document of its own, token " << k;
     }
   }
 }

@@ -1,6 +1,6 @@
 // The fast backends against the reference backend, whole model: all run the same passes
 // (model/passes.cpp) through model/kernels.h, over kernels/cpu, kernels/cuda (where a GPU is usable)
-// and kernels/ref. On every golden config and in every precision: the loss, the logits, every
+// and kernels/ref. On every golden config (packed documents among them) and in every precision: the loss, the logits, every
 // gradient and three AdamW steps' weights; in the bf16 modes for both of the CPU's operand forms; a
 // frozen model; and decoding.
 //
@@ -36,7 +36,11 @@ const std::string kGolden = std::string(LLAMATRAIN_SOURCE_DIR) + "/tests/golden/
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
+  std::vector<int32_t> positions, doc_start;  // the packed goldens' documents
   int B = 0, T = 0;
+  model::Documents docs() const {
+    return {positions.empty() ? nullptr : positions.data(), doc_start.empty() ? nullptr : doc_start.data()};
+  }
 };
 
 Batch golden_batch(const std::string& dir) {
@@ -49,6 +53,11 @@ Batch golden_batch(const std::string& dir) {
   b.targets.resize(size_t(b.B) * b.T);
   std::memcpy(b.tokens.data(), tok.data, tok.nbytes);
   std::memcpy(b.targets.data(), g.get("targets").data, g.get("targets").nbytes);
+  for (auto [name, out] : {std::pair{"positions", &b.positions}, std::pair{"doc_start", &b.doc_start}})
+    if (const auto* t = g.find(name)) {
+      out->resize(size_t(b.B) * b.T);
+      std::memcpy(out->data(), t->data, t->nbytes);
+    }
   return b;
 }
 
@@ -112,8 +121,8 @@ double compare_training(model::LlamaModel& cpu, model::LlamaModel& ref, const Ba
   for (int step = 1; step <= steps; step++) {
     cpu.zero_grad();
     ref.zero_grad();
-    const auto sc = cpu.forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T);
-    const auto sr = ref.forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T);
+    const auto sc = cpu.forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0f, b.docs());
+    const auto sr = ref.forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0f, b.docs());
     EXPECT_EQ(sc.num_valid, sr.num_valid) << label;
     EXPECT_NEAR(sc.loss, sr.loss, bound.loss * std::abs(sr.loss)) << label << " loss at step " << step;
     EXPECT_TRUE(std::isfinite(sc.loss) && std::isfinite(sr.loss)) << label;
@@ -199,7 +208,8 @@ TEST_P(BackendTest, CudaMatchesTheReferenceBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, BackendTest,
-                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "llama3_scaled", "window"),
+                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "llama3_scaled", "window",
+                                                              "packed", "packed_window"),
                                             ::testing::Values(Precision::fp32, Precision::bf16_mixed,
                                                               Precision::bf16_sr)),
                          [](const auto& info) {

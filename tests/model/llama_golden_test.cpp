@@ -1,6 +1,7 @@
 // The whole model against the PyTorch reference (tools/reference/gen_golden.py, computed in float64):
 // logits, loss, every parameter gradient, and 10 AdamW steps (losses, pre-clip grad norms, final
-// parameters), for MHA, GQA, tied embeddings and odd sizes; then bf16-mixed and bf16-sr within
+// parameters), for MHA, GQA, tied embeddings, odd sizes and packed documents (positions restarting
+// per document, attention masked block-diagonally: the reference's explicit mask); then bf16-mixed and bf16-sr within
 // bounds derived from bf16's precision. Each on the CPU backend, on the reference backend
 // (kernels/ref behind model/kernels.h), so the oracle itself is checked against PyTorch end to end,
 // and on the CUDA backend where a GPU is usable (skipped with the reason elsewhere).
@@ -31,6 +32,7 @@ struct Golden {
   std::string dir;
   std::unique_ptr<io::SafetensorsCheckpoint> g;
   std::vector<int32_t> tokens, targets;
+  std::vector<int32_t> positions, doc_start;  // packed documents (empty: one per sequence)
   int B = 0, T = 0;
 
   explicit Golden(const std::string& name) : dir(kGolden + name) {
@@ -42,6 +44,14 @@ struct Golden {
     targets.resize(size_t(B) * T);
     std::memcpy(tokens.data(), tok.data, tok.nbytes);
     std::memcpy(targets.data(), g->get("targets").data, g->get("targets").nbytes);
+    for (auto [name, out] : {std::pair{"positions", &positions}, std::pair{"doc_start", &doc_start}})
+      if (const auto* t = g->find(name)) {
+        out->resize(size_t(B) * T);
+        std::memcpy(out->data(), t->data, t->nbytes);
+      }
+  }
+  model::Documents docs() const {
+    return {positions.empty() ? nullptr : positions.data(), doc_start.empty() ? nullptr : doc_start.data()};
   }
   std::vector<float> f32(const std::string& name) const {
     const auto& t = g->get(name);
@@ -91,7 +101,7 @@ TEST_P(GoldenTest, Fp32LogitsLossGradients) {
   auto model = load(gold, model::Precision::fp32);
   const auto& c = model->config();
   model->zero_grad();
-  const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
+  const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
 
   const float want_loss = gold.f32("loss")[0];
   EXPECT_NEAR(stats.loss, want_loss, 1e-5 * std::abs(want_loss)) << "loss";
@@ -134,7 +144,7 @@ TEST_P(GoldenTest, Fp32TenAdamWSteps) {
   const auto norms = gold.f32("adamw.grad_norms");
   for (size_t step = 1; step <= losses.size(); step++) {
     model->zero_grad();
-    const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
+    const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
     const float norm = model->optimizer_step(opt, opt.lr, int(step));
     EXPECT_NEAR(stats.loss, losses[step - 1], 1e-5 * std::abs(losses[step - 1])) << "loss at step " << step;
     EXPECT_NEAR(norm, norms[step - 1], 1e-5 * std::abs(norms[step - 1])) << "grad norm at step " << step;
@@ -159,7 +169,7 @@ void expect_adamw_curve(model::LlamaModel& model, const Golden& gold, double rel
   double worst = 0;
   for (size_t step = 1; step <= losses.size(); step++) {
     model.zero_grad();
-    const auto stats = model.forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
+    const auto stats = model.forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
     model.optimizer_step(opt, opt.lr, int(step));
     EXPECT_NEAR(stats.loss, losses[step - 1], rel_tol * std::abs(losses[step - 1])) << label << " loss at step " << step;
     worst = std::max(worst, double(std::abs(stats.loss - losses[step - 1]) / losses[step - 1]));
@@ -176,7 +186,7 @@ void expect_adamw_curve(model::LlamaModel& model, const Golden& gold, double rel
 TEST_P(GoldenTest, Bf16MixedTracksReference) {
   Golden gold(name());
   auto model = load(gold, model::Precision::bf16_mixed);
-  model->forward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T);
+  model->forward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, gold.docs());
   std::vector<float> logits(size_t(gold.B) * gold.T * model->config().vocab_size);
   model->logits(logits.data());
   const double logits_err = rel_err(logits.data(), gold.f32("logits"));
@@ -197,7 +207,8 @@ TEST_P(GoldenTest, Bf16StochasticRoundingTracksReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
-                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "window"),
+                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "window",
+                                                              "packed", "packed_window"),
                                             ::testing::Values(model::Device::cpu, model::Device::ref,
                                                               model::Device::cuda)),
                          [](const auto& info) {

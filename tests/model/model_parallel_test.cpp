@@ -6,7 +6,8 @@
 // has its own tests). Also: recomputation under TP+SP changes nothing, bf16-mixed agrees loosely, a
 // vocabulary padded for the layout has inert padding rows, and the architecture variants (q/k/v
 // biases, a sliding window shorter than the sequence, llama3 RoPE scaling with head_dim != dim /
-// heads) split the same way.
+// heads) and packed documents (positions restarting, attention stopping at each document's start;
+// SP's all-gathered attention takes the boundaries of the whole sequence) split the same way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,13 +37,35 @@ constexpr int B = 2, T = 12;
 model::LlamaConfig variant(const std::string& name) {
   model::LlamaConfig c = config(name == "bias");
   if (name == "bias") c.qkv_bias = true;
-  if (name == "window") c.sliding_window = 5;
+  if (name == "window" || name == "packed_window") c.sliding_window = 5;
   if (name == "llama3") {
     c.head_size = 24;
     c.rope_theta = 500000.0f;
     c.rope_scaling = {model::RopeScaling::Type::llama3, 8.0f, 1.0f, 4.0f, 8};
   }
   return c;
+}
+
+// The packed variants' documents: row 0 of lengths 5, 1, 6, row 1 of 3, 9 (positions restart at
+// each); none for the others.
+struct Docs {
+  std::vector<int32_t> positions, starts;
+  model::Documents view() const {
+    return {positions.empty() ? nullptr : positions.data(), starts.empty() ? nullptr : starts.data()};
+  }
+};
+Docs documents(const std::string& name) {
+  Docs d;
+  if (!name.starts_with("packed")) return d;
+  for (const std::vector<int>& row : {std::vector<int>{5, 1, 6}, std::vector<int>{3, 9}}) {
+    int at = 0;
+    for (int n : row) {
+      for (int k = 0; k < n; k++) d.positions.push_back(k), d.starts.push_back(at);
+      at += n;
+    }
+    EXPECT_EQ(at, T);
+  }
+  return d;
 }
 
 // Random init leaves the biases at zero: give them values (a function of each element's place in the
@@ -84,13 +107,13 @@ struct Reference {
 };
 
 Reference reference(const model::LlamaConfig& c, model::Precision p, const std::vector<int32_t>& tokens,
-                    const std::vector<int32_t>& targets) {
+                    const std::vector<int32_t>& targets, const model::Documents& docs = {}) {
   model::LlamaModel m(c, p, 5);
   m.init_random(0.1f, 0.05f);
   set_biases(m);
   m.zero_grad();
   Reference r;
-  r.loss = m.forward_backward(tokens.data(), targets.data(), B, T).loss;
+  r.loss = m.forward_backward(tokens.data(), targets.data(), B, T, 1.0f, docs).loss;
   r.grads.assign(m.grad_data(), m.grad_data() + m.num_params());
   r.specs = m.param_specs();
   return r;
@@ -110,7 +133,7 @@ struct RankResult {
 
 // Runs one micro-step of the layout on threads; the ranks' results, by world rank.
 std::vector<RankResult> run_layout(const model::LlamaConfig& c, const Layout& lay, const std::vector<int32_t>& tokens,
-                                   const std::vector<int32_t>& targets) {
+                                   const std::vector<int32_t>& targets, const model::Documents& docs = {}) {
   const int world = lay.tp * lay.pp;
   std::vector<RankResult> results(static_cast<size_t>(world));  // each rank writes its own element
   parallel::run_local_ranks(
@@ -133,7 +156,7 @@ std::vector<RankResult> run_layout(const model::LlamaConfig& c, const Layout& la
           pp.irecv(buf.data(), act * 4, pp.rank() - 1, 0).wait();
           input = buf.data();
         }
-        m.stage_forward(0, tokens.data(), input, B, T);
+        m.stage_forward(0, tokens.data(), input, B, T, docs);
         if (!plan.last_stage()) pp.isend(m.stage_output(0), act * 4, pp.rank() + 1, 0).wait();
         const float* dout = nullptr;
         std::vector<float> gbuf(act);
@@ -202,8 +225,9 @@ void expect_matches_one_rank(const std::vector<RankResult>& ranks, const Referen
 }
 
 void check_layout(const model::LlamaConfig& c, const Layout& lay, const Reference& ref,
-                  const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, float tol) {
-  expect_matches_one_rank(run_layout(c, lay, tokens, targets), ref, tol, name_of(lay));
+                  const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, float tol,
+                  const model::Documents& docs = {}) {
+  expect_matches_one_rank(run_layout(c, lay, tokens, targets, docs), ref, tol, name_of(lay));
 }
 
 class ModelParallel : public ::testing::TestWithParam<bool> {};
@@ -269,13 +293,16 @@ TEST_P(ModelParallelVariant, StepEqualsOneRank) {
   // scaled RoPE act within each rank's heads, and head_dim sizes o_proj's split columns.
   const auto c = variant(GetParam());
   const auto tokens = ids(c.vocab_size, 7, false), targets = ids(c.vocab_size, 8, true);
-  const Reference ref = reference(c, model::Precision::fp32, tokens, targets);
+  const Docs docs = documents(GetParam());
+  const Reference ref = reference(c, model::Precision::fp32, tokens, targets, docs.view());
   for (const Layout& lay : {Layout{2, 1, false}, Layout{2, 1, true}, Layout{1, 2, false}, Layout{2, 2, true},
-                            Layout{4, 1, false}, Layout{2, 2, false, model::Recompute::selective}})
-    check_layout(c, lay, ref, tokens, targets, 2e-5f);
+                            Layout{4, 1, false}, Layout{2, 2, false, model::Recompute::selective},
+                            Layout{2, 2, true, model::Recompute::full}})
+    check_layout(c, lay, ref, tokens, targets, 2e-5f, docs.view());
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, ModelParallelVariant, ::testing::Values("bias", "window", "llama3"),
+INSTANTIATE_TEST_SUITE_P(Variants, ModelParallelVariant,
+                         ::testing::Values("bias", "window", "llama3", "packed", "packed_window"),
                          [](const auto& info) { return info.param; });
 
 TEST(ModelParallel, PaddedVocabularyRowsAreInert) {

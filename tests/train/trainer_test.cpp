@@ -7,7 +7,8 @@
 // reloads; bf16 modes end within 2% of fp32; recompute modes give bitwise the same run; every logged
 // value reaches metrics.jsonl and TensorBoard (under NeMo's tag) with the same value, validation's bits
 // per byte and per character among them, whose byte and character counts are SentencePiece's (Python)
-// count of the validation labels (of fine-tuning data: the completions only).
+// count of the validation labels (of fine-tuning data: the completions only); packed fine-tuning
+// samples validate to exactly the summed loss of padded ones.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -221,6 +222,88 @@ TEST(Trainer, ValidationBitsPerByteOfFineTuningDataCountOnlyTheCompletions) {
   EXPECT_NEAR(val["val_bits_per_char"].get<double>() * val["val_chars"].get<double>(),
               val["val_bits_per_byte"].get<double>() * val["val_bytes"].get<double>(),
               1e-9 * val["val_bits_per_byte"].get<double>() * val["val_bytes"].get<double>());
+}
+
+TEST(Trainer, PackedValidationScoresExactlyWhatPaddedValidationScores) {
+  // The same fine-tuning examples validated one per sample and packed several per sample (documents
+  // kept apart by the attention mask, positions restarting) score the same targets with the same
+  // summed loss, through the whole trainer; the packed run needs fewer samples, and `data samples`
+  // shows where its documents start (where positions restart).
+  TempDir dir;
+  std::string rows;
+  for (int i = 0; i < 12; i++)
+    rows += fmt::format("{{\"input\": \"Is {} even?\", \"output\": \"{}\"}}\n", i * 7, i % 2 ? "no, odd" : "yes");
+  testing::write_file(dir / "sft.jsonl", rows);
+  std::vector<std::string> data = {"model.data.fine_tuning=true",
+                                   "model.data.train_ds.file_names=[" + (dir / "sft.jsonl") + "]",
+                                   "model.data.validation_ds.file_names=[" + (dir / "sft.jsonl") + "]",
+                                   "model.data.train_ds.prompt_template=\"{input} {output}\"",
+                                   "model.data.train_ds.label_key=output",
+                                   "model.data.validation_ds.shuffle=false",
+                                   "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
+                                   "model.micro_batch_size=1", "model.global_batch_size=1",
+                                   // updates far below fp32 resolution: both runs validate the initial weights
+                                   "model.optim.lr=1e-30", "model.optim.sched.min_lr=0",
+                                   "trainer.max_steps=2", "model.optim.sched.warmup_steps=1",
+                                   "trainer.val_check_interval=2"};
+  // One pass over the validation split each (a batch is one sample): its size as `data samples` says.
+  auto split_size = [&](const std::string& pack) {
+    std::vector<std::string> args = {"data", "samples", testing::source_path("configs/tiny.yaml"), "--split",
+                                     "validation", "--first", "1", "model.data.train_ds.pack=" + pack};
+    args.insert(args.begin() + 3, data.begin(), data.end());
+    const auto listed = testing::run_cli(args);
+    EXPECT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
+    const size_t at = listed.out.find("validation split: ");
+    return at == std::string::npos ? 0 : std::stoi(listed.out.substr(at + 18));
+  };
+  std::map<std::string, nlohmann::json> val;
+  for (const char* pack : {"false", "true"}) {
+    auto args = data;
+    args.push_back(std::string("model.data.train_ds.pack=") + pack);
+    const int samples = split_size(pack);
+    if (std::string(pack) == "false") {
+      EXPECT_EQ(samples, 12);
+    } else {
+      EXPECT_LT(samples, 6) << "packed: several examples per sample";
+    }
+    args.push_back("trainer.limit_val_batches=" + std::to_string(samples));
+    const std::string run = dir / (std::string("run_") + pack);
+    const auto r = testing::run_in(run, train_args(run, args));
+    ASSERT_EQ(r.status, 0) << r.log;
+    for (const auto& rec : obs::read_metrics(run + "/metrics.jsonl"))
+      if (rec.contains("val_bits_per_byte")) val[pack] = rec;
+    ASSERT_FALSE(val[pack].is_null()) << r.log;
+    if (std::string(pack) == "true") {
+      EXPECT_NE(r.log.find("packed 12 examples into"), std::string::npos) << r.log;
+    }
+  }
+  // Nats summed over the scored targets: bits per byte x bytes x ln 2.
+  auto nats = [](const nlohmann::json& v) {
+    return v["val_bits_per_byte"].get<double>() * v["val_bytes"].get<double>() * std::log(2.0);
+  };
+  EXPECT_EQ(val["true"]["val_tokens"], val["false"]["val_tokens"]);
+  EXPECT_NEAR(nats(val["true"]), nats(val["false"]), 1e-5 * nats(val["false"]));
+
+  std::vector<std::string> samples = {"data", "samples", testing::source_path("configs/tiny.yaml"), "--split",
+                                      "validation", "--first", "2", "--json", "model.data.train_ds.pack=true"};
+  samples.insert(samples.begin() + 3, data.begin(), data.end());
+  const auto listed = testing::run_cli(samples);
+  ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
+  std::istringstream lines(listed.out);
+  int documents = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    const auto pos = j["position_ids"].get<std::vector<int>>();
+    std::vector<int> restarts;
+    for (int t = 1; t < int(pos.size()); t++)
+      if (pos[size_t(t)] == 0) restarts.push_back(t);
+    // Each example starts at position 0; the padding after the last one is a document too.
+    const auto starts = j["document_starts"].get<std::vector<int>>();
+    ASSERT_FALSE(starts.empty()) << line;
+    EXPECT_EQ(std::vector<int>(starts.begin(), starts.end() - (restarts.size() < starts.size())), restarts) << line;
+    documents += int(starts.size());
+  }
+  EXPECT_GE(documents, 4);
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {

@@ -56,6 +56,16 @@ CASES = {
                                num_key_value_heads=2, num_hidden_layers=2, vocab_size=64,
                                rms_norm_eps=1e-5, max_position_embeddings=64, model_type="mistral",
                                sliding_window=5), 2, 17, 1007, 1.0),
+    # Packed documents: each sequence holds several (lengths in EXTRAS), positions restart at each,
+    # and an explicit block-diagonal causal mask keeps them apart. GQA; then MHA with a window
+    # shorter than some documents and longer than others.
+    "packed": (ref.LlamaConfig(hidden_size=48, intermediate_size=96, num_attention_heads=4,
+                               num_key_value_heads=2, num_hidden_layers=2, vocab_size=90,
+                               rms_norm_eps=1e-5, max_position_embeddings=64), 2, 26, 1008, 1.0),
+    "packed_window": (ref.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                      num_key_value_heads=4, num_hidden_layers=2, vocab_size=64,
+                                      rms_norm_eps=1e-5, max_position_embeddings=64, model_type="mistral",
+                                      sliding_window=4), 2, 21, 1009, 1.0),
 }
 
 # Per case, beyond CASES: the ids the batch draws from (default: the whole vocabulary), and a
@@ -64,7 +74,46 @@ EXTRAS = {
     "qwen_bias": {"used_vocab": 70, "greedy": (5, 8)},
     "llama3_scaled": {"greedy": (30, 8)},
     "window": {"greedy": (4, 12)},
+    "packed": {"documents": [[5, 1, 12, 8], [9, 17]]},
+    "packed_window": {"documents": [[3, 10, 8], [1, 1, 19]]},
 }
+
+
+def documents(lengths_per_row, T):
+    """positions and doc_start (B, T) of rows holding documents of the given lengths (summing to T)."""
+    positions, starts = [], []
+    for lengths in lengths_per_row:
+        assert sum(lengths) == T, (lengths, T)
+        positions.append([p for n in lengths for p in range(n)])
+        starts.append([s for k, n in enumerate(lengths) for s in [sum(lengths[:k])] * n])
+    return np.array(positions, dtype=np.int32), np.array(starts, dtype=np.int32)
+
+
+def check_documents_apart(params_np, cfg, tokens, targets, lengths_per_row):
+    """The packed loss sum and gradients equal the sums over each document run alone (the mask's point)."""
+    T = tokens.shape[1]
+    pos, starts = documents(lengths_per_row, T)
+    tok, tgt = torch.from_numpy(tokens).long(), torch.from_numpy(targets).long()
+    n_valid = int((tgt != ref.IGNORE_INDEX).sum())
+    _, loss, grads = ref.loss_and_grads(ref.to_torch(params_np), cfg, tok, tgt, torch.from_numpy(pos),
+                                        torch.from_numpy(starts))
+    total, sums = 0.0, {n: torch.zeros_like(g) for n, g in grads.items()}
+    for b, lengths in enumerate(lengths_per_row):
+        at = 0
+        for n in lengths:
+            t1, g1 = tok[b:b + 1, at:at + n], tgt[b:b + 1, at:at + n]
+            k = int((g1 != ref.IGNORE_INDEX).sum())
+            at += n
+            if k == 0:
+                continue
+            _, l1, gr1 = ref.loss_and_grads(ref.to_torch(params_np), cfg, t1, g1)
+            total += l1.item() * k
+            for name in sums:
+                sums[name] += gr1[name] * k
+    assert abs(total - loss.item() * n_valid) <= 1e-9 * abs(total), (total, loss.item() * n_valid)
+    for name, g in grads.items():
+        err = (g * n_valid - sums[name]).abs().max().item()
+        assert err <= 1e-9 * max(1.0, sums[name].abs().max().item()), (name, err)
 
 
 def make_batch(cfg, B, T, rng, used_vocab=None):
@@ -90,18 +139,25 @@ def compute_golden(cfg, B, T, seed, hp, extras=None):
     tokens, targets = make_batch(cfg, B, T, np.random.default_rng(seed + 7919), extras.get("used_vocab"))
     tok = torch.from_numpy(tokens).long()
     tgt = torch.from_numpy(targets).long()
+    docs = {}
+    if "documents" in extras:
+        pos, starts = documents(extras["documents"], T)
+        check_documents_apart(init, cfg, tokens, targets, extras["documents"])
+        docs = {"positions": torch.from_numpy(pos), "doc_start": torch.from_numpy(starts)}
 
     params = ref.to_torch(init, torch.float64)
-    logits, loss, grads = ref.loss_and_grads(params, cfg, tok, tgt)
+    logits, loss, grads = ref.loss_and_grads(params, cfg, tok, tgt, **docs)
 
     params = ref.to_torch(init, torch.float64)
-    losses, norms = ref.adamw_train(params, cfg, tok, tgt, hp)
+    losses, norms = ref.adamw_train(params, cfg, tok, tgt, hp, **docs)
 
     g = {"tokens": tokens, "targets": targets,
          "logits": logits.numpy().astype(np.float32),
          "loss": np.array(loss.item(), dtype=np.float32),
          "adamw.losses": losses.astype(np.float32),
          "adamw.grad_norms": norms.astype(np.float32)}
+    for name, value in docs.items():  # stored as the C++ reads them: int32 (B, T)
+        g[name] = value.numpy().astype(np.int32)
     for name in init:
         g["grad." + name] = grads[name].numpy().astype(np.float32)
         g["final." + name] = params[name].detach().numpy().astype(np.float32)

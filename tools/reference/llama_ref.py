@@ -205,9 +205,14 @@ def rope_bands(cfg):
     return high, len(inv) - high - low, low
 
 
-def rope_cos_sin(T, D, theta, dtype, rope_scaling=None):
-    """cos, sin of shape (T, D) in rotate_half layout: angle[p, i] = angle[p, i + D/2] = p * inv_freq[i]."""
+def rope_cos_sin(T, D, theta, dtype, rope_scaling=None, positions=None):
+    """cos, sin of shape (T, D) in rotate_half layout: angle[p, i] = angle[p, i + D/2] = p * inv_freq[i];
+    with positions (B, T), of shape (B, 1, T, D) at those positions (broadcast over heads)."""
     inv_freq = rope_inv_freq(D, theta, rope_scaling)  # (D/2,)
+    if positions is not None:
+        freqs = positions.to(torch.float64)[..., None] * inv_freq  # (B, T, D/2)
+        emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # (B, 1, T, D)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
     pos = torch.arange(T, dtype=torch.float64)  # (T,)
     freqs = torch.outer(pos, inv_freq)  # (T, D/2)
     emb = torch.cat([freqs, freqs], dim=-1)  # (T, D)
@@ -225,9 +230,10 @@ def apply_rope(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
-def attention(x, params, prefix, cfg, cos, sin):
+def attention(x, params, prefix, cfg, cos, sin, doc_start=None):
     """Causal grouped-query self-attention; x (B, T, C) -> (B, T, C). Qwen2: q, k, v with biases;
-    Mistral: a sliding window of cfg.sliding_window keys."""
+    Mistral: a sliding window of cfg.sliding_window keys. doc_start (B, T): packed documents, key j
+    visible to query i only if doc_start[b, i] <= j (an explicit block-diagonal causal mask)."""
     B, T, _ = x.shape
     H, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
 
@@ -247,6 +253,9 @@ def attention(x, params, prefix, cfg, cos, sin):
     masked = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal = masked
     if cfg.sliding_window:  # Mistral: key j visible to query i iff i - W < j <= i
         masked = masked | torch.ones(T, T, dtype=torch.bool).tril(-cfg.sliding_window)
+    if doc_start is not None:  # (B, T, T): key j before query i's document
+        other_doc = torch.arange(T)[None, None, :] < doc_start.long()[:, :, None]
+        masked = (masked[None] | other_doc)[:, None]  # (B, 1, T, T)
     scores = scores.masked_fill(masked, float("-inf"))
     # HF computes the softmax in fp32 (float64 stays float64)
     sm_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
@@ -263,16 +272,17 @@ def mlp(x, params, prefix):
     return F.linear(F.silu(g) * u, params[prefix + "down_proj.weight"])
 
 
-def forward(params, cfg, tokens):
-    """tokens (B, T) int64 -> logits (B, T, V), positions 0..T-1."""
+def forward(params, cfg, tokens, positions=None, doc_start=None):
+    """tokens (B, T) int64 -> logits (B, T, V); positions (B, T) or None: 0..T-1; doc_start (B, T) or
+    None: packed documents that see only themselves (attention's mask)."""
     _, T = tokens.shape
     emb = params["model.embed_tokens.weight"]
     x = emb[tokens]  # (B, T, C)
-    cos, sin = rope_cos_sin(T, cfg.head_dim, cfg.rope_theta, emb.dtype, cfg.rope_scaling)
+    cos, sin = rope_cos_sin(T, cfg.head_dim, cfg.rope_theta, emb.dtype, cfg.rope_scaling, positions)
     for l in range(cfg.num_hidden_layers):
         p = f"model.layers.{l}."
         h = rmsnorm(x, params[p + "input_layernorm.weight"], cfg.rms_norm_eps)
-        x = x + attention(h, params, p + "self_attn.", cfg, cos, sin)
+        x = x + attention(h, params, p + "self_attn.", cfg, cos, sin, doc_start)
         h = rmsnorm(x, params[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
         x = x + mlp(h, params, p + "mlp.")
     x = rmsnorm(x, params["model.norm.weight"], cfg.rms_norm_eps)
@@ -294,11 +304,11 @@ def to_torch(params_np, dtype=torch.float64, requires_grad=True):
     return {n: torch.tensor(a, dtype=dtype).requires_grad_(requires_grad) for n, a in params_np.items()}
 
 
-def loss_and_grads(params, cfg, tokens, targets):
+def loss_and_grads(params, cfg, tokens, targets, positions=None, doc_start=None):
     """Returns (logits, loss, {name: grad}) with params a dict of leaf tensors."""
     for p in params.values():
         p.grad = None
-    logits = forward(params, cfg, tokens)
+    logits = forward(params, cfg, tokens, positions, doc_start)
     loss = cross_entropy(logits, targets)
     loss.backward()
     return logits.detach(), loss.detach(), {n: p.grad.detach().clone() for n, p in params.items()}
@@ -319,7 +329,7 @@ class AdamWHyper:
                 ("lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "steps")}
 
 
-def adamw_train(params, cfg, tokens, targets, hp):
+def adamw_train(params, cfg, tokens, targets, hp, positions=None, doc_start=None):
     """hp.steps optimizer steps on one batch; returns (losses, pre-clip grad norms), updates params.
 
     Each step: loss, grads, torch.nn.utils.clip_grad_norm_ (global L2 norm over all grads;
@@ -335,7 +345,7 @@ def adamw_train(params, cfg, tokens, targets, hp):
     losses, norms = [], []
     for _ in range(hp.steps):
         opt.zero_grad(set_to_none=True)
-        loss = cross_entropy(forward(params, cfg, tokens), targets)
+        loss = cross_entropy(forward(params, cfg, tokens, positions, doc_start), targets)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(plist, hp.grad_clip)
         opt.step()

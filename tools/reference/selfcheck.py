@@ -112,9 +112,10 @@ def meta_inv_freq(cfg, i, D):
     return (1 - smooth) * inv / r["factor"] + smooth * inv
 
 
-def meta_forward(params, cfg, tokens):
+def meta_forward(params, cfg, tokens, positions=None, doc_start=None):
     """Independent float64 forward: Meta layout (q/k rows permuted back), complex-pair RoPE, loops;
-    q/k/v biases (Qwen2), scalar llama3 frequencies, the sliding window as each query's first key."""
+    q/k/v biases (Qwen2), scalar llama3 frequencies, the sliding window and the document's start
+    (packed documents: doc_start (B, T), RoPE at positions (B, T)) as each query's first key."""
     C, H, Hkv, D = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     B, T = tokens.shape
     W = cfg.sliding_window or T
@@ -127,11 +128,12 @@ def meta_forward(params, cfg, tokens):
         cols = w.shape[1:]  # (C) for a weight, () for a bias
         return w.reshape(heads, 2, D // 2, *cols).transpose(1, 2).reshape(heads * D, *cols)
 
-    def rope_pairs(x):  # x (T, D) in Meta layout: pairs (2i, 2i+1) rotated by p * theta^(-2i/D)
+    def rope_pairs(x, b):  # x (T, D) in Meta layout: pairs (2i, 2i+1) rotated by p * theta^(-2i/D)
         out = torch.empty_like(x)
         for p in range(T):
+            pos = p if positions is None else int(positions[b, p])
             for i in range(D // 2):
-                a = p * meta_inv_freq(cfg, i, D)
+                a = pos * meta_inv_freq(cfg, i, D)
                 c, s = math.cos(a), math.sin(a)
                 out[p, 2 * i] = x[p, 2 * i] * c - x[p, 2 * i + 1] * s
                 out[p, 2 * i + 1] = x[p, 2 * i] * s + x[p, 2 * i + 1] * c
@@ -153,11 +155,13 @@ def meta_forward(params, cfg, tokens):
             q, k, v = h[b] @ wq.T + bq, h[b] @ wk.T + bk, h[b] @ wv.T + bv  # (T, H*D), (T, Hkv*D) x 2
             for hh in range(H):
                 g = hh // (H // Hkv)
-                qh = rope_pairs(q[:, hh * D:(hh + 1) * D])
-                kh = rope_pairs(k[:, g * D:(g + 1) * D])
+                qh = rope_pairs(q[:, hh * D:(hh + 1) * D], b)
+                kh = rope_pairs(k[:, g * D:(g + 1) * D], b)
                 vh = v[:, g * D:(g + 1) * D]
                 for t in range(T):
-                    u0 = max(0, t - W + 1)  # the first key in the window
+                    u0 = max(0, t - W + 1)  # the first key in the window (and in the document)
+                    if doc_start is not None:
+                        u0 = max(u0, int(doc_start[b, t]))
                     s = (kh[u0:t + 1] @ qh[t]) / math.sqrt(D)  # (t+1-u0,)
                     w = torch.exp(s - s.max())
                     att[b, t, hh * D:(hh + 1) * D] = (w / w.sum()) @ vh[u0:t + 1]
@@ -234,13 +238,13 @@ def check_safetensors():
 # ---------------------------------------------------------------------------------------------
 # (c) golden files
 # ---------------------------------------------------------------------------------------------
-def manual_adamw(init, cfg, tokens, targets, hp):
+def manual_adamw(init, cfg, tokens, targets, hp, docs):
     """The README's AdamW + clip formulas in numpy float64; grads from the reference's autograd."""
     p = {n: a.astype(np.float64) for n, a in init.items()}
     m = {n: np.zeros_like(a) for n, a in p.items()}
     v = {n: np.zeros_like(a) for n, a in p.items()}
     for step in range(1, hp.steps + 1):
-        _, _, g = ref.loss_and_grads(ref.to_torch(p), cfg, tokens, targets)
+        _, _, g = ref.loss_and_grads(ref.to_torch(p), cfg, tokens, targets, **docs)
         g = {n: t.numpy() for n, t in g.items()}
         norm = math.sqrt(sum(float((a * a).sum()) for a in g.values()))
         scale = min(1.0, hp.grad_clip / (norm + 1e-6))
@@ -280,12 +284,13 @@ def check_golden_case(name):
           f"{name}: model tensor names/dtypes")
     check(all(np.array_equal(model[n], init[n]) for n in init), f"{name}: model weights differ from the seeded init")
     check(set(gold) == set(fresh), f"{name}: golden tensor names {sorted(set(gold) ^ set(fresh))}")
-    for k in ("tokens", "targets"):
-        check(gold[k].dtype == np.int32 and np.array_equal(gold[k], fresh[k]), f"{name}: {k}")
+    for k in ("tokens", "targets", "positions", "doc_start"):
+        if k in gold:
+            check(gold[k].dtype == np.int32 and np.array_equal(gold[k], fresh[k]), f"{name}: {k}")
     tg = gold["targets"]
     check(all((tg[b] == ref.IGNORE_INDEX).any() for b in range(B)) and tg[B - 1, T - 1] == ref.IGNORE_INDEX,
           f"{name}: ignored targets")
-    worst = max(max_rel(gold[k], fresh[k]) for k in fresh if k not in ("tokens", "targets"))
+    worst = max(max_rel(gold[k], fresh[k]) for k in fresh if k not in ("tokens", "targets", "positions", "doc_start"))
     check(worst < 1e-6, f"{name}: golden arrays differ from a fresh computation by {worst:.2e} relative")
     check(gold["loss"].shape == () and gold["logits"].shape == (B, T, cfg.vocab_size), f"{name}: shapes")
     check(abs(float(gold["adamw.losses"][0]) - float(gold["loss"])) < 1e-6, f"{name}: adamw.losses[0] != loss")
@@ -294,8 +299,9 @@ def check_golden_case(name):
     params = ref.to_torch(init, torch.float64, requires_grad=False)
     tok = torch.from_numpy(gold["tokens"]).long()
     tgt = torch.from_numpy(gold["targets"]).long()
-    lm = meta_forward(params, cfg, tok)
-    l64 = ref.forward(params, cfg, tok)
+    docs = {k: torch.from_numpy(gold[k]) for k in ("positions", "doc_start") if k in gold}
+    lm = meta_forward(params, cfg, tok, **docs)
+    l64 = ref.forward(params, cfg, tok, **docs)
     dl = float((lm - l64).abs().max())
     check(dl < 1e-12, f"{name}: HF-layout and Meta-layout forwards differ by {dl:.2e}")
     dloss = abs(float(meta_loss(lm, tgt)) - float(ref.cross_entropy(l64, tgt)))
@@ -303,7 +309,7 @@ def check_golden_case(name):
     check(max_rel(gold["logits"], lm.numpy()) < 1e-6, f"{name}: stored logits vs independent forward")
 
     # the AdamW trajectory, against the formulas in README.md
-    manual = manual_adamw(init, cfg, tok, tgt, hp)
+    manual = manual_adamw(init, cfg, tok, tgt, hp, docs)
     worst_p = max(max_rel(gold["final." + n], manual[n]) for n in init)
     check(worst_p < 1e-6, f"{name}: final params vs hand-written AdamW differ by {worst_p:.2e} relative")
     moved = max(float(np.abs(gold["final." + n] - init[n]).max()) for n in init)

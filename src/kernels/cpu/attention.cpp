@@ -33,6 +33,12 @@
 // A query row may then have no visible key in the first tile it meets, so the forward's running max
 // starts at -FLT_MAX instead of -inf (exp(-inf - -inf) would be NaN); the first processed key tile
 // stores dq instead of key tile 0.
+// Packed documents (doc_start: key j visible to query i only if doc_start[i] <= j) work the same
+// way per sequence: a query tile's first key tile is the one holding its first row's document start
+// (doc_start is non-decreasing, so that row sees the earliest keys of the tile), the query tiles that
+// see a key tile are those whose first row's document starts at or before its last key, and tiles
+// a boundary crosses get the other documents' scores -inf (mask_docs). A sequence of many short
+// documents so computes little more than its documents' own triangles.
 #include <omp.h>
 
 #include <algorithm>
@@ -283,6 +289,19 @@ void mask_window(float* S /*(kB,kB)*/, int rows, int i0, int j0, int window, boo
     }
 }
 
+// Scores of keys before their query's document set to -inf on a tile pair a document boundary
+// crosses (layout as mask_window's; doc: the sequence's doc_start): key j0 + j is masked for query
+// i0 + i iff j0 + j < doc[i0 + i]. Query columns past the sequence's end (padding) are left as they are.
+void mask_docs(float* S /*(kB,kB)*/, int rows, int cols, int i0, int j0, const int32_t* doc, bool transposed) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) {
+      const int i = transposed ? c : r, j = transposed ? r : c;
+      float& s = S[r * kB + c];
+      s = j0 + j < doc[i0 + i] ? -inf : s;
+    }
+}
+
 // Diagonal tiles (query tile == key tile: row/column i is position i0+i for both) get the scores
 // of keys after their query set to -inf, so exp gives them P = 0 exactly. mask_lower works on
 // S (queries, keys), rows i < ni, masking every column j > i (padding columns included);
@@ -315,24 +334,53 @@ struct AlignedFree {
 using Scratch = std::unique_ptr<float[], AlignedFree>;
 Scratch alloc_scratch(size_t n) { return Scratch(new (std::align_val_t(64)) float[n]); }
 
+// doc_start (B,T), if given, must describe documents: each value the previous one or its own
+// position (0 at position 0); the tile ranges above rely on it.
+void check_documents(const int32_t* doc_start, int B, int T) {
+  if (doc_start == nullptr) return;
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const int32_t d = doc_start[int64_t(b) * T + t];
+      CHECK(d == t || (t > 0 && d == doc_start[int64_t(b) * T + t - 1]),
+            "attention: doc_start[{}, {}] = {} is neither {} nor the previous token's document start", b, t, d, t);
+    }
+}
+
 // Sizes and qkv offsets shared by every tile of one call.
 struct Geometry {
   int B, T, H, Hkv, D, group, n_tiles;
   int window;  // 0: causal; else the sliding window
   int64_t W;   // qkv row width (H + 2*Hkv) * D
   float scale;
-  Geometry(int B_, int T_, int H_, int Hkv_, int D_, int window_)
+  const int32_t* doc_start;  // (B,T) packed documents, or nullptr
+  Geometry(int B_, int T_, int H_, int Hkv_, int D_, int window_, const int32_t* doc_start_)
       : B(B_), T(T_), H(H_), Hkv(Hkv_), D(D_), group(H_ / Hkv_), n_tiles((T_ + kB - 1) / kB), window(window_),
-        W(int64_t(H_ + 2 * Hkv_) * D_), scale(float(1.0 / std::sqrt(double(D_)))) {}
+        W(int64_t(H_ + 2 * Hkv_) * D_), scale(float(1.0 / std::sqrt(double(D_)))), doc_start(doc_start_) {}
   int rows(int tile) const { return std::min(kB, T - tile * kB); }
-  // The key tiles query tile qt sees: [first_key_tile(qt), qt]; the query tiles that see key tile kt:
-  // [kt, last_query_tile(kt)] (the same pairs). Whether the window's edge crosses pair (qt, kt):
-  // its first key is outside the window of its last query.
-  int first_key_tile(int qt) const { return window > 0 ? std::max(0, qt * kB - window + 1) / kB : 0; }
-  int last_query_tile(int kt) const {
-    return window > 0 ? std::min(n_tiles - 1, (kt * kB + kB - 1 + window - 1) / kB) : n_tiles - 1;
+  bool masked_rows() const { return window > 0 || doc_start != nullptr; }  // a row may miss a whole tile
+  const int32_t* doc(int b) const { return doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr; }
+  // The key tiles query tile qt of sequence b sees: [first_key_tile(b, qt), qt]; the query tiles that
+  // see key tile kt: [kt, last_query_tile(b, kt)] (the same pairs: doc_start is non-decreasing, so a
+  // query tile's first row sees its earliest keys). Whether the window's edge crosses pair (qt, kt): its
+  // first key is outside the window of its last query; a document boundary: its last query's document
+  // starts after its first key.
+  int first_key_tile(int b, int qt) const {
+    const int w = window > 0 ? std::max(0, qt * kB - window + 1) / kB : 0;
+    return doc_start != nullptr ? std::max(w, int(doc(b)[qt * kB]) / kB) : w;
+  }
+  int last_query_tile(int b, int kt) const {
+    int last = window > 0 ? std::min(n_tiles - 1, (kt * kB + kB - 1 + window - 1) / kB) : n_tiles - 1;
+    if (doc_start != nullptr) {
+      const int32_t* d = doc(b);
+      const int last_key = kt * kB + rows(kt) - 1;
+      while (last > kt && d[last * kB] > last_key) last--;
+    }
+    return last;
   }
   bool window_cuts(int qt, int kt) const { return window > 0 && kt * kB <= qt * kB + rows(qt) - 1 - window; }
+  bool doc_cuts(int b, int qt, int kt) const {
+    return doc_start != nullptr && doc(b)[qt * kB + rows(qt) - 1] > kt * kB;
+  }
   // Offsets into row b*T + t of qkv (or dqkv): q head h, k and v of kv head kvh.
   int64_t row(int b, int t) const { return (int64_t(b) * T + t) * W; }
   int64_t q_col(int h) const { return int64_t(h) * D; }
@@ -357,16 +405,17 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
   prefetch_rows(out + (int64_t(b) * g.T + i0) * g.H * D + g.q_col(h), int64_t(g.H) * D, ni, D, true);
   std::fill(O, O + int64_t(kB) * D, 0.0f);
   // A row with no visible key in a tile keeps m = -FLT_MAX there, so corr = exp(0) and p = exp(-inf).
-  const float m0 = g.window > 0 ? -std::numeric_limits<float>::max() : -std::numeric_limits<float>::infinity();
+  const float m0 = g.masked_rows() ? -std::numeric_limits<float>::max() : -std::numeric_limits<float>::infinity();
   std::fill(m, m + kB, m0);
   std::fill(l, l + kB, 0.0f);
-  // Key tiles above the diagonal are fully masked, as are those before the window: skipped.
-  for (int kt = g.first_key_tile(qt); kt <= qt; kt++) {
+  // Key tiles above the diagonal are fully masked, as are those before the window or the document: skipped.
+  for (int kt = g.first_key_tile(b, qt); kt <= qt; kt++) {
     const int j0 = kt * kB, nj = g.rows(kt);
     const bool diag = kt == qt;
     tile_dot(St, qkv + g.row(b, j0) + g.k_col(kvh), g.W, Qt, nj, D, diag ? Tri::upper : Tri::none);
     if (diag) mask_upper(St, nj);  // earlier tiles are full (nj == kB) and visible up to the window
     if (g.window_cuts(qt, kt)) mask_window(St, nj, i0, j0, g.window, true);
+    if (g.doc_cuts(b, qt, kt)) mask_docs(St, nj, ni, i0, j0, g.doc(b), true);
     // Columns i >= ni are padding (Qt is 0 there): computed, finite, never stored.
     std::copy(St, St + kB, mx);
     for (int j = 1; j < nj; j++)
@@ -420,6 +469,7 @@ ONE_BODY void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float*
   tile_dot(P, q, g.W, Kt, ni, D, tri_q);
   if (diag) mask_lower(P, ni);
   if (g.window_cuts(qt, kt)) mask_window(P, ni, i0, j0, g.window, false);
+  if (g.doc_cuts(b, qt, kt)) mask_docs(P, ni, nj, i0, j0, g.doc(b), false);
   for (int i = 0; i < ni; i++) {
     float* p = P + i * kB;
     const float li = lse_i[i];
@@ -441,7 +491,7 @@ ONE_BODY void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float*
   // dq's first term comes from the query tile's first key tile (0 without a window): written, not added to.
   if (dq != nullptr)
     tile_axpy(dq, ldq, dS, kB, 1, qkv + g.row(b, j0) + g.k_col(kvh), g.W, ni, nj, D, tri_q,
-              kt > g.first_key_tile(qt));
+              kt > g.first_key_tile(b, qt));
 }
 
 // dk, dv of key tile kt of (b, kvh), summed over the group's query heads and the query tiles at and
@@ -461,7 +511,7 @@ void backward_key_tile(float* dqkv, const float* dout, const float* qkv, const f
   prefetch_rows(dqkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D, true);  // stored after the loop
   prefetch_rows(dqkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D, true);
   for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
-    for (int qt = kt; qt <= g.last_query_tile(kt); qt++) {
+    for (int qt = kt; qt <= g.last_query_tile(b, kt); qt++) {
       float* dq = dq_too ? dqkv + g.row(b, qt * kB) + g.q_col(h) : nullptr;
       backward_tile(dq, g.W, dk, dv, dout, qkv, lse, di, Kt, Vt, g, b, h, qt, kt, tile_scratch);
     }
@@ -481,7 +531,7 @@ void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const
   float* Vt = Kt + int64_t(D) * kB;                // (D,kB)
   float* tile_scratch = Vt + 3 * int64_t(D) * kB;  // 2*kB*kB, where backward_key_tile has it
   float* dq = dqkv + g.row(b, qt * kB) + g.q_col(h);
-  for (int kt = g.first_key_tile(qt); kt <= qt; kt++) {
+  for (int kt = g.first_key_tile(b, qt); kt <= qt; kt++) {
     const int j0 = kt * kB, nj = g.rows(kt);
     pack_transposed(Kt, qkv + g.row(b, j0) + g.k_col(kvh), g.W, nj, D);
     pack_transposed(Vt, qkv + g.row(b, j0) + g.v_col(kvh), g.W, nj, D);
@@ -565,19 +615,22 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 }  // namespace
 
 void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/,
-                       int B, int T, int H, int Hkv, int D, int window) {
+                       int B, int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
   CHECK(Hkv > 0 && H % Hkv == 0, "attention: H {} must be a multiple of Hkv {}", H, Hkv);
   if (B <= 0 || T <= 0) return;
-  const Geometry g(B, T, H, Hkv, D, window < T ? window : 0);
+  check_documents(doc_start, B, T);
+  const Geometry g(B, T, H, Hkv, D, window < T ? window : 0, doc_start);
   forward_all(out, lse, qkv, g);
 }
 
 void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(B,T,H*D)*/,
                         const float* qkv /*(B,T,(H+2*Hkv)*D)*/, const float* out /*(B,T,H*D)*/,
-                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D, int window) {
+                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D, int window,
+                        const int32_t* doc_start) {
   CHECK(Hkv > 0 && H % Hkv == 0, "attention: H {} must be a multiple of Hkv {}", H, Hkv);
   if (B <= 0 || T <= 0) return;
-  const Geometry g(B, T, H, Hkv, D, window < T ? window : 0);
+  check_documents(doc_start, B, T);
+  const Geometry g(B, T, H, Hkv, D, window < T ? window : 0, doc_start);
   backward_all(dqkv, dout, qkv, out, lse, g);
 }
 

@@ -137,12 +137,13 @@ void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_st
   CALL(rope_backward, dx, pos, N, n_heads, row_stride, D, rope, round_rows);
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window) {
-  CALL(attention_forward, out, lse, qkv, B, T, H, Hkv, D, window);
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window,
+                       const int32_t* doc_start) {
+  CALL(attention_forward, out, lse, qkv, B, T, H, Hkv, D, window, doc_start);
 }
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int H, int Hkv, int D, int window) {
-  CALL(attention_backward, dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window);
+                        int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
+  CALL(attention_backward, dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window, doc_start);
 }
 void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv, int D,
                       int window) {

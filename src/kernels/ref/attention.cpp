@@ -1,6 +1,7 @@
 // Reference causal grouped-query attention (ref::attention_forward / attention_backward): plain
 // loops over (b, h, t), one query row's scores at a time, every sum in fp64. A sliding window
-// (window > 0) makes query t see keys u in [t - window + 1, t] only: the rows start there. The oracle for
+// (window > 0) makes query t see keys u in [t - window + 1, t] only, packed documents (doc_start)
+// keys u >= doc_start[t] only: the rows start at the later of the two. The oracle for
 // cpu::attention_*; checked itself by finite differences (tests/kernels/ref_gradcheck_attention_test.cpp).
 // The backward ignores the saved out and lse and recomputes the softmax in fp64, so it depends on
 // nothing the forward saved. Derivation: docs/derivations.md, section "Attention".
@@ -16,8 +17,12 @@ namespace llamatrain::ref {
 
 namespace {
 
-// The first key query t sees: 0, or t - window + 1 under a sliding window (Mistral's mask).
-int first_key(int t, int window) { return window > 0 ? std::max(0, t - window + 1) : 0; }
+// The first key query t of a sequence sees: 0, or t - window + 1 under a sliding window (Mistral's
+// mask), or its document's start (doc: the sequence's doc_start, or nullptr), whichever is later.
+int first_key(int t, int window, const int32_t* doc) {
+  const int w = window > 0 ? std::max(0, t - window + 1) : 0;
+  return doc != nullptr ? std::max(w, int(doc[t])) : w;
+}
 
 // Softmax probabilities p[u0..t] of query row q (D) against keys k_u0..k_t (rows of qkv at stride W):
 // s[u] = scale * q.k_u; p = exp(s - max s) / sum. Returns lse = max s + log(sum).
@@ -43,7 +48,7 @@ double causal_softmax_row(std::vector<double>& p, const float* q /*(D)*/, const 
 }  // namespace
 
 void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/,
-                       int B, int T, int H, int Hkv, int D, int window) {
+                       int B, int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
   const int64_t W = int64_t(H + 2 * Hkv) * D;  // qkv row width
   const int group = H / Hkv;                   // query heads per kv head
   const double scale = 1.0 / std::sqrt(double(D));
@@ -51,6 +56,7 @@ void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const f
   std::vector<double> acc(D);
   for (int b = 0; b < B; b++) {
     const float* qkv_b = qkv + int64_t(b) * T * W;
+    const int32_t* doc = doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr;
     for (int h = 0; h < H; h++) {
       const int kvh = h / group;
       const float* k0 = qkv_b + int64_t(H + kvh) * D;        // k of (b, t=0, kvh)
@@ -58,7 +64,7 @@ void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const f
       for (int t = 0; t < T; t++) {
         const float* q = qkv_b + t * W + int64_t(h) * D;
         // p = softmax(q.k_u * scale for u0 <= u <= t)   (torch: scaled_dot_product_attention, is_causal)
-        const int u0 = first_key(t, window);
+        const int u0 = first_key(t, window, doc);
         lse[(int64_t(b) * H + h) * T + t] = float(causal_softmax_row(p, q, k0, W, u0, t, D, scale));
         // out = sum_u p[u] * v_u
         for (int d = 0; d < D; d++) acc[d] = 0.0;
@@ -75,7 +81,8 @@ void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const f
 
 void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(B,T,H*D)*/,
                         const float* qkv /*(B,T,(H+2*Hkv)*D)*/, const float* out /*(B,T,H*D)*/,
-                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D, int window) {
+                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D, int window,
+                        const int32_t* doc_start) {
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int group = H / Hkv;
   const double scale = 1.0 / std::sqrt(double(D));
@@ -86,13 +93,14 @@ void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(
   for (int b = 0; b < B; b++) {
     const float* qkv_b = qkv + int64_t(b) * T * W;
     double* g_b = g.data() + int64_t(b) * T * W;
+    const int32_t* doc = doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr;
     for (int h = 0; h < H; h++) {
       const int kvh = h / group;  // GQA: dk, dv of kvh sum over its group's query heads
       const int64_t qoff = int64_t(h) * D, koff = int64_t(H + kvh) * D, voff = int64_t(H + Hkv + kvh) * D;
       for (int t = 0; t < T; t++) {
         const float* q = qkv_b + t * W + qoff;
         const float* dy = dout + (int64_t(b) * T + t) * H * D + qoff;  // dout row (b, t, h)
-        const int u0 = first_key(t, window);
+        const int u0 = first_key(t, window, doc);
         causal_softmax_row(p, q, qkv_b + koff, W, u0, t, D, scale);
         // dP[u] = dout . v_u ;  rowdot = sum_u P[u] dP[u]
         double rowdot = 0.0;

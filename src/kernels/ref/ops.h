@@ -65,12 +65,15 @@ void rope_backward(float* dx, const int32_t* pos /*(N)*/, int N, int n_heads, in
 // wide: qkv (B,T,(H+2*Hkv)*D). Query head h uses kv head h / (H/Hkv). Scale 1/sqrt(D).
 // out (B,T,H*D); lse (B,H,T) = log-sum-exp of the scaled scores of each query (saved for backward).
 // window > 0: a sliding window (Mistral), key u visible to query t iff t - window < u <= t; 0: causal.
+// doc_start (B,T) or nullptr: packed documents, doc_start[b, t] the position in its sequence where
+// token t's document starts (non-decreasing in t, each value either the previous one or t); key u is
+// visible to query t only if doc_start[b, t] <= u, so no document sees another.
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
-                       int window = 0);
+                       int window = 0, const int32_t* doc_start = nullptr);
 // dqkv (B,T,(H+2*Hkv)*D) is overwritten with the gradient w.r.t. the (post-rope) q, k, v.
 void attention_backward(float* dqkv, const float* dout /*(B,T,H*D)*/, const float* qkv,
                         const float* out /*(B,T,H*D)*/, const float* lse /*(B,H,T)*/, int B, int T, int H,
-                        int Hkv, int D, int window = 0);
+                        int Hkv, int D, int window = 0, const int32_t* doc_start = nullptr);
 
 // The bias of a linear layer (Qwen2's q/k/v): x[n, :] += bias; backward dbias += sum_n dout[n, :]
 // (summed in fp64), the input gradient being dout itself.
