@@ -151,6 +151,9 @@ void add_train(CLI::App& parent) {
     std::fprintf(stderr, "read %lld documents from %zu file%s%s%s\n", static_cast<long long>(res.documents),
                  res.files.size(), res.files.size() == 1 ? "" : "s", cut.c_str(),
                  res.skipped_lines ? fmt::format(", {} lines skipped", res.skipped_lines).c_str() : "");
+    if (!res.byte_order_mark_files.empty())
+      std::fprintf(stderr, "note: %zu file(s) began with a UTF-8 byte-order mark, not read as text: %s\n",
+                   res.byte_order_mark_files.size(), fmt::format("{}", fmt::join(res.byte_order_mark_files, ", ")).c_str());
     std::fprintf(stderr, "tokenizer train: %s: %d pieces (%s), trained in %s (reading %s)\n", opt->output.c_str(),
                  res.pieces, opt->model_type.c_str(), obs::format_duration(res.train_seconds).c_str(),
                  obs::format_duration(res.read_seconds).c_str());

@@ -244,6 +244,14 @@ bool LineReader::refill() {
 }
 
 bool LineReader::next(std::string_view* line) {
+  if (line_number_ == 0 && !bom_) {  // before the first line: a byte-order mark is no text (Python's utf-8-sig)
+    while (end_ - begin_ < 3 && refill()) {
+    }
+    if (end_ - begin_ >= 3 && std::memcmp(buf_.data() + begin_, "\xEF\xBB\xBF", 3) == 0) {
+      begin_ += 3;
+      bom_ = true;
+    }
+  }
   size_t scanned = begin_;
   while (true) {
     const char* start = buf_.data() + scanned;

@@ -30,8 +30,10 @@ class LineReader {
   LineReader& operator=(const LineReader&) = delete;
 
   // The next line without its '\n'; false at the end of the file. The view stays valid until the
-  // next call. Throws Error (with file:line) on a damaged or truncated compressed stream.
+  // next call. Throws Error (with file:line) on a damaged or truncated compressed stream. A UTF-8
+  // byte-order mark that starts the file is not part of the first line (byte_order_mark() says so).
   bool next(std::string_view* line);
+  bool byte_order_mark() const { return bom_; }
   int64_t line_number() const { return line_number_; }  // 1-based, of the line last returned
   uint64_t bytes_consumed() const;  // bytes of the file read so far (compressed bytes if compressed)
   uint64_t file_size() const { return file_size_; }
@@ -49,6 +51,7 @@ class LineReader {
   std::vector<char> buf_;  // decompressed bytes [begin_, end_) not yet returned
   size_t begin_ = 0, end_ = 0;
   bool eof_ = false;
+  bool bom_ = false;
   int64_t line_number_ = 0;
 };
 

@@ -59,6 +59,7 @@ struct Shared {
   int64_t total_batches = 0;
   bool abort = false;
   std::exception_ptr error;
+  std::vector<std::string> bom_files;  // the reader's, read after it joined
 
   void set_error(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mu);
@@ -103,6 +104,7 @@ void reader_main(Shared* sh, const std::vector<std::string>* files, const Prepro
         }
       }
       finished_bytes += reader.bytes_consumed();
+      if (reader.byte_order_mark()) sh->bom_files.push_back((*files)[f]);
       batch->consumed_after = finished_bytes;
       if (batch->lines() > 0 && !push(batch)) return;
     }
@@ -454,6 +456,7 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
   }
   progress(true);
   for (auto& t : guard.threads) t.join();
+  st.byte_order_mark_files = sh.bom_files;
 
   check_output_plausible(st, opt, seen);
   for (auto& w : writers) w->finish();
@@ -503,6 +506,7 @@ std::string stats_json(const PreprocessStats& st, const PreprocessOptions& opt) 
   }
   j["skipped"] = skipped;
   j["skipped_total"] = total;
+  j["byte_order_mark_files"] = st.byte_order_mark_files;
   j["elapsed_s"] = st.elapsed_s;
   j["workers"] = st.workers;
   // File names need not be UTF-8 on Linux; JSON text must be (bytes that are not show as U+FFFD).
@@ -533,6 +537,9 @@ std::string format_summary(const PreprocessStats& st, const PreprocessOptions& o
                        fmt::join(st.locations[r], ", "), st.skipped[r] > static_cast<int64_t>(st.locations[r].size()) ? ", ..." : "");
     }
   }
+  if (!st.byte_order_mark_files.empty())
+    s += fmt::format("  note: {} file(s) began with a UTF-8 byte-order mark, not read as text: {}\n",
+                     st.byte_order_mark_files.size(), fmt::join(st.byte_order_mark_files, ", "));
   s += fmt::format("  conventions: bos={} append_eod={} (eos) need_pad_id={} vocab={} dtype={}\n", opt.bos ? "yes" : "no",
                    opt.append_eod ? "yes" : "no", opt.need_pad_id ? "yes" : "no", st.vocab_size, dtype_name(st.dtype));
   s += fmt::format("  stats: {}.stats.json\n", opt.output_prefix);

@@ -56,6 +56,7 @@ struct PreprocessStats {
   std::array<std::vector<std::string>, kNumLineStatus> locations;  // first file:line per reason
   double elapsed_s = 0;
   int workers = 0;
+  std::vector<std::string> byte_order_mark_files;  // inputs that began with a UTF-8 BOM (skipped)
 };
 
 // The dataset prefix written for one key: OUTPUT_PREFIX_<key>_document.

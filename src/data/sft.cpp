@@ -188,6 +188,10 @@ std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer&
   while (std::getline(in, line)) {
     lineno++;
     stats->lines++;
+    if (lineno == 1 && line.starts_with("\xEF\xBB\xBF")) {  // as data::LineReader: a BOM is no text
+      line.erase(0, 3);
+      stats->byte_order_mark = true;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) {
       stats->blank++;
@@ -228,6 +232,7 @@ std::string format_sft_stats(const SftStats& s) {
   std::string r = fmt::format("{} examples from {} lines; {} malformed, {} truncated, {} blank", s.examples,
                               s.lines, s.malformed, s.truncated, s.blank);
   for (const auto& [k, v] : s.reasons) r += fmt::format("; {}: {}", k, v);
+  if (s.byte_order_mark) r += "; began with a UTF-8 byte-order mark, not read as text";
   for (const auto& l : s.locations) r += "\n  " + l;
   return r;
 }

@@ -53,6 +53,7 @@ struct SftStats {
   int64_t truncated = 0;  // examples cut to fit seq_length + 1 tokens
   std::map<std::string, int64_t> reasons;  // malformed count per reason
   std::vector<std::string> locations;      // first max_reported "file:line: reason"
+  bool byte_order_mark = false;            // the file began with a UTF-8 BOM (not read as text)
 };
 
 struct SftExample {

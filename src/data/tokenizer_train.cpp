@@ -118,6 +118,7 @@ class DocumentIterator : public sentencepiece::SentenceIterator {
       std::string_view line;
       if (!reader_->next(&line)) {
         report_bytes();
+        if (reader_->byte_order_mark()) res_->byte_order_mark_files.push_back(reader_->path());
         reader_.reset();
         continue;
       }

@@ -39,6 +39,7 @@ struct TokenizerTrainResult {
   int64_t sentences = 0;          // what the trainer got: documents, long ones cut into several
   int64_t cut_documents = 0;      // documents longer than max_sentence_length
   int64_t skipped_lines = 0;      // blank, malformed or keyless lines
+  std::vector<std::string> byte_order_mark_files;  // inputs that began with a UTF-8 BOM (not read as text)
   int pieces = 0;
   double read_seconds = 0, train_seconds = 0;
 };

@@ -237,6 +237,38 @@ TEST(Preprocess, GzipAndZstdInputsGiveIdenticalOutput) {
   }
 }
 
+TEST(Preprocess, AByteOrderMarkIsNoTextAndIsSaid) {
+  // A file saved with a UTF-8 BOM (Windows editors) gives the same dataset as without, in JSONL (its
+  // first row is no "invalid JSON") and text format (no U+FEFF token), plain and compressed, and the
+  // summary and stats.json name it.
+  TempDir dir;
+  const std::string text = read_file(fixture("corpus.jsonl"));
+  const std::string bom = "\xEF\xBB\xBF";
+  std::string lines;
+  for (const char* l : {"First line of a text file.", "Second line, and more words."}) lines += std::string(l) + "\n";
+  write_file(dir / "bom.jsonl", bom + text);
+  write_file(dir / "bom.jsonl.gz", gzip_bytes(bom + text));
+  write_file(dir / "plain.txt", lines);
+  write_file(dir / "bom.txt", bom + lines);
+  for (std::string in : {"bom.jsonl", "bom.jsonl.gz"}) {
+    SCOPED_TRACE(in);
+    auto o = base_options(dir / in, dir / ("o_" + in));
+    o.append_eod = true;
+    auto st = run_preprocess(o);
+    expect_same_dataset(dir / ("o_" + in + "_text_document"), golden("fixture_eod_text_document"));
+    EXPECT_EQ(st.byte_order_mark_files, std::vector<std::string>{dir / in});
+    EXPECT_NE(format_summary(st, o).find("byte-order mark"), std::string::npos) << format_summary(st, o);
+    EXPECT_NE(read_file(dir / ("o_" + in + ".stats.json")).find(dir / in), std::string::npos);
+  }
+  for (std::string in : {"plain.txt", "bom.txt"}) {
+    auto o = base_options(dir / in, dir / ("o_" + in));
+    o.input_format = InputFormat::kText;
+    const auto st = run_preprocess(o);
+    EXPECT_EQ(st.byte_order_mark_files.size(), in == "bom.txt" ? 1u : 0u);
+  }
+  expect_same_dataset(dir / "o_bom.txt_text_document", dir / "o_plain.txt_text_document");
+}
+
 TEST(Preprocess, TruncatedCompressedInputIsAClearError) {
   TempDir dir;
   std::string text;

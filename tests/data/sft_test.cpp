@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "data/sft.h"
+#include "data/tokenizer_train.h"
 #include "data/tokenizer.h"
 
 using namespace llamatrain;
@@ -293,4 +294,42 @@ TEST(SftDataset, EpochOrderIsSeededAndCoversEveryExample) {
     EXPECT_EQ(x.tokens, z.tokens);
   }
   EXPECT_THROW(SftDataset({}, cfg, 1, true), Error);
+}
+
+TEST(ByteOrderMark, IsNoTextForTheSftLoaderAndTheTokenizerTrainer) {
+  // A UTF-8 BOM at the start of a file is skipped and said, never a lost or altered first row: the SFT
+  // loader and the tokenizer trainer's document reader (JSONL and text) read the same as without.
+  const std::string dir = (fs::temp_directory_path() / ("bom_" + std::to_string(::getpid()))).string();
+  fs::create_directories(dir);
+  const std::string rows = "{\"input\": \"Is 2 even?\", \"output\": \"yes\"}\n{\"input\": \"Is 3 even?\", \"output\": \"no\"}\n";
+  const std::string bom = "\xEF\xBB\xBF";
+  std::ofstream(dir + "/plain.jsonl") << rows;
+  std::ofstream(dir + "/bom.jsonl") << bom + rows;
+  std::ofstream(dir + "/plain.txt") << "first line\nsecond line\n";
+  std::ofstream(dir + "/bom.txt") << bom + "first line\nsecond line\n";
+  SftConfig cfg;
+  cfg.seq_length = 32;
+  SftStats plain_stats, bom_stats;
+  const auto plain = load_sft_jsonl(dir + "/plain.jsonl", tok(), cfg, &plain_stats);
+  const auto with_bom = load_sft_jsonl(dir + "/bom.jsonl", tok(), cfg, &bom_stats);
+  ASSERT_EQ(with_bom.size(), 2u) << format_sft_stats(bom_stats);
+  EXPECT_EQ(with_bom[0].text, plain[0].text);
+  EXPECT_EQ(bom_stats.malformed, 0);
+  EXPECT_TRUE(bom_stats.byte_order_mark);
+  EXPECT_FALSE(plain_stats.byte_order_mark);
+  EXPECT_NE(format_sft_stats(bom_stats).find("byte-order mark"), std::string::npos);
+  for (const char* ext : {".jsonl", ".txt"}) {
+    SCOPED_TRACE(ext);
+    TokenizerTrainOptions o;
+    o.json_keys = {"input"};
+    int64_t skipped_plain = 0, skipped_bom = 0;
+    o.inputs = {dir + "/plain" + ext};
+    const auto docs_plain = read_documents(o, &skipped_plain);
+    o.inputs = {dir + "/bom" + ext};
+    const auto docs_bom = read_documents(o, &skipped_bom);
+    EXPECT_EQ(docs_bom, docs_plain);
+    EXPECT_EQ(skipped_bom, skipped_plain);
+    EXPECT_EQ(docs_bom.size(), 2u);
+  }
+  fs::remove_all(dir);
 }
