@@ -54,6 +54,7 @@ void run_export(const ExportArgs& a) {
     if (std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model"))
       o.tokenizer_model = a.checkpoint;
   }
+  o.source_dir = a.checkpoint;  // its generation_config.json, when it has one that fits
   io::check_export_target(a.out);
   const auto t0 = std::chrono::steady_clock::now();
   std::fprintf(stderr, "export: loading %s ...\n", a.checkpoint.c_str());
@@ -72,6 +73,7 @@ void run_export(const ExportArgs& a) {
               rep.dir.c_str(), obs::format_bytes(double(rep.bytes)).c_str(), rep.num_shards,
               rep.num_shards == 1 ? "" : "s", o.tokenizer_model.empty() ? ", no tokenizer" : ", with tokenizer",
               obs::format_duration(dt).c_str(), rep.max_abs_logit_diff, rep.tolerance);
+  std::printf("generation_config.json %s\n", rep.generation_config.c_str());
   if (o.tokenizer_model.empty())
     std::fprintf(stderr,
                  "note: no tokenizer.json or tokenizer.model in %s and no --tokenizer-model: the export has no "

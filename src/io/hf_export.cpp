@@ -47,6 +47,34 @@ std::string generation_config_json(const model::LlamaConfig& c) {
   return g.dump(2) + "\n";
 }
 
+// The source folder's generation_config.json when it parses and its token ids fit the model's
+// vocabulary (then copied byte for byte); "" otherwise, with *why saying what was wrong.
+std::string release_generation_config(const std::string& source_dir, const model::LlamaConfig& c, std::string* why) {
+  const fs::path path = fs::path(source_dir) / "generation_config.json";
+  std::error_code ec;
+  if (source_dir.empty() || !fs::is_regular_file(path, ec)) return "";
+  std::string text;
+  {
+    const MappedFile bytes(path.string(), "generation config");
+    text.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  const json g = json::parse(text, nullptr, false);
+  if (!g.is_object()) {
+    *why = path.string() + " is not a JSON object";
+    return "";
+  }
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    if (!g.contains(key) || g[key].is_null()) continue;
+    const json ids = g[key].is_array() ? g[key] : json::array({g[key]});
+    for (const json& id : ids)
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab_size) {
+        *why = fmt::format("{}: {} {} is not a token id below vocab_size {}", path.string(), key, id.dump(), c.vocab_size);
+        return "";
+      }
+  }
+  return text;
+}
+
 const HfExtraFile* find_file(const std::vector<HfExtraFile>& files, const std::string& name) {
   for (const auto& f : files)
     if (f.name == name) return &f;
@@ -209,7 +237,12 @@ ExportReport export_hf(model::LlamaModel& m, const std::string& out_dir, const E
   report.dir = out_dir;
   write_hf_weights(m, tmp, dtype, o.max_shard_bytes, o.progress);
   const model::LlamaConfig& c = m.config();
-  write_file_atomic(out.file("generation_config.json"), generation_config_json(c));
+  std::string why;
+  const std::string release = release_generation_config(o.source_dir, c, &why);
+  write_file_atomic(out.file("generation_config.json"), release.empty() ? generation_config_json(c) : release);
+  report.generation_config = !release.empty() ? "kept from " + o.source_dir
+                             : why.empty()    ? "written from the model's config"
+                                              : "written from the model's config (" + why + ")";
   if (!o.tokenizer_model.empty()) write_tokenizer_files(out, o.tokenizer_model, c);
   for (const auto& e : fs::directory_iterator(tmp)) {
     if (e.path().filename().string().ends_with(".safetensors")) {

@@ -25,6 +25,10 @@ struct ExportOptions {
   // (tokenizer_source_files).
   std::string tokenizer_model;
   int64_t max_shard_bytes = 5'000'000'000;   // transformers' default max_shard_size (5GB)
+  // "" or the Hugging Face folder the model started from (model.init_from): its generation_config.json,
+  // the family's own release settings (Qwen2.5-Instruct's two end-of-turn ids, sampling defaults), is
+  // kept as it is when its token ids fit the model; otherwise one is written from the model's config.
+  std::string source_dir;
   BytesDone progress;                        // optional: bytes of each tensor written
 };
 
@@ -34,6 +38,7 @@ struct ExportReport {
   int num_shards = 0;
   double max_abs_logit_diff = 0;  // reloaded model against the source, on the check tokens
   double tolerance = 0;           // what that difference was held to
+  std::string generation_config;  // where generation_config.json came from, for the log
 };
 
 // Fails early (before any work) when out_dir is a file, a folder holding files an export would not

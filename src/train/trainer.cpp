@@ -836,14 +836,15 @@ void Trainer::export_hf() {
   io::ExportOptions eo;
   eo.torch_dtype = fp32 ? "float32" : "bfloat16";
   eo.tokenizer_model = plan_.tokenizer_path;
+  if (cfg_.model.init_from) eo.source_dir = *cfg_.model.init_from;
   IoProgress bar("exporting", out.num_params() * (fp32 ? 4 : 2));
   eo.progress = bar.callback();
   say(fmt::format("exporting Hugging Face checkpoint to {} ...", plan_.export_dir));
   const auto rep = io::export_hf(out, plan_.export_dir, eo);
   say(fmt::format("exported {} ({}, {} shard{}) in {}; reloaded and checked: max logit difference {:.2g} "
-                  "(bound {:.2g})",
+                  "(bound {:.2g}); generation_config.json {}",
                   rep.dir, obs::format_bytes(double(rep.bytes)), rep.num_shards, rep.num_shards == 1 ? "" : "s",
-                  obs::format_duration(now_s() - t0), rep.max_abs_logit_diff, rep.tolerance));
+                  obs::format_duration(now_s() - t0), rep.max_abs_logit_diff, rep.tolerance, rep.generation_config));
   result_.hf_export = rep.dir;
   event("export", {{"path", rep.dir}, {"bytes", rep.bytes}, {"shards", rep.num_shards}});
 }

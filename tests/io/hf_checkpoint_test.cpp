@@ -358,6 +358,32 @@ const std::vector<std::string> kArchitectureKeys = {
     "rms_norm_eps",        "rope_theta",   "tie_word_embeddings",                    "eos_token_id",
     "hidden_act",          "torch_dtype"};
 
+TEST(HfExport, TheReleasesGenerationConfigIsKeptWhenItsIdsFit) {
+  // A release's generation_config.json (Qwen2.5-Instruct's: two end-of-turn ids, a pad id, sampling
+  // defaults) is what the family ships, and more than config.json says: the export keeps it byte for
+  // byte when its ids fit the model, and otherwise writes one from the config, saying why.
+  auto m = io::load_hf_model(kQwen2, model::Precision::fp32);
+  TempDir tmp;
+  fs::create_directories(tmp / "src");
+  const std::string release =
+      "{\n  \"bos_token_id\": 456,\n  \"pad_token_id\": 456,\n  \"do_sample\": true,\n  \"eos_token_id\": [\n"
+      "    457,\n    456\n  ],\n  \"repetition_penalty\": 1.05,\n  \"temperature\": 0.7,\n  \"top_p\": 0.8,\n"
+      "  \"top_k\": 20\n}\n";
+  testing::write_file(tmp / "src/generation_config.json", release);
+  io::ExportOptions o;
+  o.torch_dtype = "float32";
+  o.source_dir = tmp / "src";
+  const auto kept = io::export_hf(*m, tmp / "out", o);
+  EXPECT_EQ(testing::read_file(tmp / "out/generation_config.json"), release);
+  EXPECT_CONTAINS(kept.generation_config, "kept from");
+  // An id beyond the vocabulary (another model's file): written from the config, and said.
+  testing::write_file(tmp / "src/generation_config.json", "{\"eos_token_id\": [151645, 151643]}");
+  const auto written = io::export_hf(*m, tmp / "out2", o);
+  const json gen = json::parse(testing::read_file(tmp / "out2/generation_config.json"));
+  EXPECT_EQ(gen["eos_token_id"], 456);
+  EXPECT_CONTAINS(written.generation_config, "151645");
+}
+
 TEST(HfExport, TinyQwen2FolderRoundTrips) {
   const model::LlamaConfig q = io::read_hf_config(kQwen2);
   EXPECT_EQ(q.family, model::Family::qwen2);
