@@ -16,7 +16,8 @@ namespace {
 
 constexpr std::string_view kSupported =
     "llama2 (Llama 2 chat: [INST] ... [/INST] with <<SYS>>), llama3 (Llama 3: <|start_header_id|> ... "
-    "<|eot_id|>), chatml (<|im_start|> ... <|im_end|> as Qwen2.5)";
+    "<|eot_id|>), chatml (<|im_start|> ... <|im_end|> as Qwen2.5, with its default system turn), chatml_plain "
+    "(the same without a default system turn)";
 
 // Length of the whitespace code point at s[i] (0 when none): the characters that both Python's
 // str.strip() (Jinja's trim and .strip() in transformers) and JavaScript's trim() remove.
@@ -131,16 +132,18 @@ bool render_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& m, boo
 }
 
 // The default system prompt of a ChatML template: the text of a literal
-// '<|im_start|>system\n...<|im_end|>' (Jinja's \n written as backslash-n) without quotes,
-// backslashes or Jinja in it; empty when the template has none.
+// '<|im_start|>system\n...<|im_end|>' without quotes, backslashes or Jinja in it; empty when the
+// template has none. The \n is backslash-n in Jinja source, or a real line break where the JSON
+// of tokenizer_config.json held the template with its escapes resolved (as transformers reads some).
 std::string chatml_default_system(const std::string& jinja) {
-  const std::string open = "<|im_start|>system\\n", close = "<|im_end|>";
-  for (size_t at = jinja.find(open); at != std::string::npos; at = jinja.find(open, at + 1)) {
-    const size_t b = at + open.size(), e = jinja.find(close, b);
-    if (e == std::string::npos) break;
-    const std::string s = jinja.substr(b, e - b);
-    if (!s.empty() && s.find_first_of("'\"\\{}+") == std::string::npos) return s;
-  }
+  const std::string close = "<|im_end|>";
+  for (const std::string open : {"<|im_start|>system\\n", "<|im_start|>system\n"})
+    for (size_t at = jinja.find(open); at != std::string::npos; at = jinja.find(open, at + 1)) {
+      const size_t b = at + open.size(), e = jinja.find(close, b);
+      if (e == std::string::npos) break;
+      const std::string s = jinja.substr(b, e - b);
+      if (!s.empty() && s.find_first_of("'\"\\{}+\n") == std::string::npos) return s;
+    }
   return "";
 }
 
@@ -162,9 +165,11 @@ ChatTemplate builtin_chat_template(std::string_view name) {
   else if (name == "chatml") {
     t.format = ChatFormat::chatml;
     t.default_system = std::string(kQwenDefaultSystem);
+  } else if (name == "chatml_plain") {
+    t.format = ChatFormat::chatml;
   } else {
-    fail("chat template \"{}\": unknown, expected auto, llama2, llama3 or chatml\nhint: the built-in ones are {}", name,
-         kSupported);
+    fail("chat template \"{}\": unknown, expected auto, llama2, llama3, chatml or chatml_plain\nhint: the built-in "
+         "ones are {}", name, kSupported);
   }
   t.source = fmt::format("built-in {}", name);
   return t;
@@ -173,13 +178,15 @@ ChatTemplate builtin_chat_template(std::string_view name) {
 ChatTemplate recognise_chat_template(const std::string& jinja, const std::string& where) {
   auto has = [&](std::string_view s) { return jinja.find(s) != std::string::npos; };
   const std::string hint =
-      fmt::format("hint: set model.data.chat_template to llama2, llama3 or chatml to render with one of the built-in "
-                  "templates ({}) instead of this one",
+      fmt::format("hint: set model.data.chat_template to llama2, llama3, chatml or chatml_plain to render with one of "
+                  "the built-in templates ({}) instead of this one",
                   kSupported);
   auto unsupported = [&](std::string_view what) {
     fail("chat template of {}: {}, which is not rendered here\n{}", where, what, hint);
   };
-  if (has("<think>") || has("reasoning_content")) unsupported("it renders reasoning (<think>) blocks");
+  if (has("<think>") || has("reasoning_content"))
+    unsupported("it renders reasoning (<think>) blocks (for Qwen3's conversations without them, chatml_plain renders "
+                "its turns)");
   if (has("Cutting Knowledge Date")) unsupported("it adds a dated system header (\"Cutting Knowledge Date\", Llama 3.1 and later)");
   ChatTemplate t;
   if (has("[INST]") && has("<<SYS>>")) {
@@ -201,7 +208,7 @@ ChatTemplate recognise_chat_template(const std::string& jinja, const std::string
 
 ChatTemplate load_chat_template(std::string_view choice, const std::string& tokenizer_config) {
   if (choice != "auto") return builtin_chat_template(choice);
-  const std::string hint = "hint: set model.data.chat_template to llama2, llama3 or chatml";
+  const std::string hint = "hint: set model.data.chat_template to llama2, llama3, chatml or chatml_plain";
   if (tokenizer_config.empty() || !is_regular_file(tokenizer_config))
     fail("model.data.chat_template auto: no tokenizer_config.json{} to take the chat template from\n{}",
          tokenizer_config.empty() ? "" : " at " + tokenizer_config, hint);
@@ -261,8 +268,24 @@ bool chat_row_messages(std::string_view line, std::vector<ChatMessage>* messages
     messages->push_back({"assistant", output});
     return true;
   }
-  if (row.contains("conversations"))
-    return bad(why, "\"conversations\" rows (ShareGPT) are not read; expected \"messages\" with role and content");
+  if (auto it = row.find("conversations"); it != row.end()) {  // ShareGPT: [{"from": ..., "value": ...}, ...]
+    if (!it->is_array()) return bad(why, "\"conversations\" is not a list; expected [{\"from\": ..., \"value\": ...}, ...]");
+    for (const auto& m : *it) {
+      if (!m.is_object() || !m.contains("from") || !m["from"].is_string())
+        return bad(why, "a ShareGPT turn has no \"from\" string; expected {\"from\": \"human\", \"value\": ...}");
+      const std::string from = m["from"].get<std::string>();
+      const std::string role = from == "human" || from == "user"        ? "user"
+                               : from == "gpt" || from == "assistant"   ? "assistant"
+                               : from == "system"                       ? "system"
+                                                                        : "";
+      if (role.empty())
+        return bad(why, fmt::format("ShareGPT turn from \"{}\"; expected human, gpt or system (tool turns are not "
+                                    "rendered: drop them or the row)", from));
+      if (!m.contains("value") || !m["value"].is_string()) return bad(why, "a ShareGPT turn has no \"value\" string");
+      messages->push_back({role, m["value"].get<std::string>()});
+    }
+    return true;
+  }
   return bad(why, "neither \"messages\" nor Alpaca's \"instruction\"/\"output\"");
 }
 

@@ -1,9 +1,10 @@
-// Chat templates for fine-tuning: conversation records ({"messages": [{role, content}, ...]}) and
-// Alpaca records ({instruction, input, output}) -> the text of a model family's chat template as
+// Chat templates for fine-tuning: conversation records ({"messages": [{role, content}, ...]}, or
+// ShareGPT's {"conversations": [{from, value}, ...]}) and Alpaca records ({instruction, input,
+// output}) -> the text of a model family's chat template as
 // segments (text, special token or not, in the loss or not) -> token ids with a per-id loss flag.
 // Three families are built in, each written to render exactly what its Hugging Face chat_template
 // renders: Llama 2 chat ([INST] / <<SYS>>), Llama 3 (header ids, <|eot_id|>) and ChatML as Qwen2.5
-// has it (with its default system prompt). A tokenizer_config.json chat_template is recognised by
+// has it (with its default system prompt; chatml_plain without one). A tokenizer_config.json chat_template is recognised by
 // distinctive substrings, never executed: there is no Jinja engine here. Leaves out: tool calls,
 // reasoning ("thinking") blocks, dated Llama 3.1+ system headers.
 #pragma once
@@ -48,17 +49,19 @@ inline constexpr std::string_view kQwenDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 std::string_view chat_format_name(ChatFormat f);  // llama2 | llama3 | chatml
-// A built-in template by name (llama2 | llama3 | chatml); Error naming the choices otherwise.
+// A built-in template by name (llama2 | llama3 | chatml | chatml_plain); Error naming the choices otherwise.
 ChatTemplate builtin_chat_template(std::string_view name);
 // Recognises a Jinja chat_template as one of the built-in families; Error naming `where`, the
 // supported families and the key that chooses one explicitly when it is none of them.
 ChatTemplate recognise_chat_template(const std::string& jinja, const std::string& where);
-// `choice` is auto | llama2 | llama3 | chatml; auto reads the chat_template of tokenizer_config
+// `choice` is auto or a built-in name; auto reads the chat_template of tokenizer_config
 // (a tokenizer_config.json path, "" when there is none) and recognises it.
 ChatTemplate load_chat_template(std::string_view choice, const std::string& tokenizer_config);
 
-// A JSONL row -> messages: {"messages": [...]} as is; Alpaca's {instruction, input, output} as a
-// user turn (instruction, a blank line and the input when it is non-empty) and an assistant turn.
+// A JSONL row -> messages: {"messages": [...]} as is; ShareGPT's {"conversations": [...]} with
+// from human/user, gpt/assistant, system as those roles (tool turns refused by name); Alpaca's
+// {instruction, input, output} as a user turn (instruction, a blank line and the input when it is
+// non-empty) and an assistant turn.
 // false with *why (a short reason that says the fix) for a row that is neither, or has an unknown
 // role, a missing or non-string content.
 bool chat_row_messages(std::string_view json_line, std::vector<ChatMessage>* messages, std::string* why);

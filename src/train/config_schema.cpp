@@ -410,8 +410,10 @@ Schema build_schema() {
         "output}), rendered with model.data.chat_template; the loss covers the assistant turns");
   s.ours("model.data.chat_template", FIELD(model.data.chat_template), "auto",
          "template of model.data.chat rows: auto (the chat_template of the tokenizer's tokenizer_config.json, "
-         "recognised), llama2 (Llama 2 chat, [INST]), llama3 (Llama 3 header tokens), chatml (Qwen2.5's ChatML)",
-         {}, "auto|llama2|llama3|chatml");
+         "recognised), llama2 (Llama 2 chat, [INST]), llama3 (Llama 3 header tokens), chatml (Qwen2.5's ChatML, "
+         "with its default system turn), chatml_plain (ChatML without a default system turn: Qwen3 and other "
+         "ChatML models)",
+         {}, "auto|llama2|llama3|chatml|chatml_plain");
   s.ignored("model.data.skip_warmup", "datasets are mmapped without warm-up");
   s.ignored("model.data.num_workers", "data loading is in-process");
   add_sft_dataset(s, "train_ds", &DataConfig::train_ds);

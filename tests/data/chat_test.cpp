@@ -159,7 +159,59 @@ TEST(ChatTemplates, RecognisedBySubstringsOrRefusedWithTheChoices) {
   expect_error([&] { load_chat_template("auto", d / "tokenizer_config.json"); },
                {"no chat_template", "model.data.chat_template", "llama2"});
   expect_error([&] { load_chat_template("auto", d / "missing.json"); }, {"missing.json", "model.data.chat_template"});
-  expect_error([] { builtin_chat_template("vicuna"); }, {"vicuna", "llama2, llama3 or chatml"});
+  expect_error([] { builtin_chat_template("vicuna"); }, {"vicuna", "llama2, llama3, chatml or chatml_plain"});
+}
+
+TEST(ChatTemplates, AChatmlTemplateWithRealLineBreaksKeepsItsDefaultSystemTurn) {
+  // The same Qwen2 template as tokenizer_config.json holds it when its escapes were resolved (real line
+  // breaks inside the Jinja strings, as transformers reads some files): the same default system turn.
+  const std::string qwen2 =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou "
+      "are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' "
+      "}}{% endif %}";
+  std::string resolved;  // every backslash-n of the template a line break
+  for (size_t i = 0; i < qwen2.size(); i++) {
+    const bool escape = qwen2[i] == '\\' && i + 1 < qwen2.size() && qwen2[i + 1] == 'n';
+    resolved.push_back(escape ? '\n' : qwen2[i]);
+    i += escape;
+  }
+  ASSERT_EQ(resolved.find('\\'), std::string::npos);
+  const ChatTemplate a = recognise_chat_template(qwen2, "escaped"), b = recognise_chat_template(resolved, "resolved");
+  EXPECT_EQ(b.default_system, "You are a helpful assistant.");
+  const std::vector<ChatMessage> m = {{"user", "hi"}, {"assistant", "yo"}};
+  EXPECT_EQ(render_text(b, m, false), render_text(a, m, false));
+}
+
+TEST(ChatTemplates, ChatmlPlainHasNoDefaultSystemTurn) {
+  const ChatTemplate plain = builtin_chat_template("chatml_plain"), qwen = builtin_chat_template("chatml");
+  EXPECT_EQ(plain.format, ChatFormat::chatml);
+  EXPECT_EQ(render_text(plain, {{"user", "hi"}, {"assistant", "yo"}}, true),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n<|im_start|>assistant\n");
+  // With the conversation's own system turn both render the same.
+  const std::vector<ChatMessage> with_system = {{"system", "Be brief."}, {"user", "hi"}, {"assistant", "yo"}};
+  EXPECT_EQ(render_text(plain, with_system, false), render_text(qwen, with_system, false));
+}
+
+TEST(ChatRecords, ShareGptRowsAreTheirMessages) {
+  std::vector<ChatMessage> got, want;
+  std::string why;
+  ASSERT_TRUE(chat_row_messages(R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "Q"},
+      {"from": "gpt", "value": "A"}, {"from": "user", "value": "Q2"}, {"from": "assistant", "value": "A2"}]})", &got, &why))
+      << why;
+  ASSERT_TRUE(chat_row_messages(R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "A"}, {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]})",
+                                &want, &why))
+      << why;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); i++) {
+    EXPECT_EQ(got[i].role, want[i].role) << i;
+    EXPECT_EQ(got[i].content, want[i].content) << i;
+  }
+  EXPECT_FALSE(chat_row_messages(R"({"conversations": [{"from": "tool", "value": "{}"}]})", &got, &why));
+  EXPECT_NE(why.find("\"tool\""), std::string::npos) << why;
+  EXPECT_FALSE(chat_row_messages(R"({"conversations": [{"from": "human"}]})", &got, &why));
+  EXPECT_NE(why.find("value"), std::string::npos) << why;
 }
 
 // Ids of `text` with the special-token strings of `t` as their ids and every other run encoded whole:
@@ -387,7 +439,7 @@ TEST(ChatRecords, BadRecordsAreRejectedWithFileLineAndTheFix) {
       path + ":3: a message has no \"content\"",
       path + ":4: conversation without an assistant turn",
       path + ":5: message 2 is user, expected assistant",
-      path + ":6: \"conversations\" rows (ShareGPT) are not read; expected \"messages\"",
+      path + ":6: conversation without an assistant turn",  // a ShareGPT row, read, with no gpt turn
       path + ":7: Alpaca row without an \"output\" string"};
   ASSERT_EQ(stats.locations.size(), expected.size()) << format_sft_stats(stats);
   for (size_t i = 0; i < expected.size(); i++)
