@@ -6,6 +6,10 @@
 // drawn from the counter-based RNG keyed by --seed, so a seed reproduces a sample exactly. Ids past
 // the tokenizer's pieces (a padded vocab) are never sampled. The text printed is exactly the decoded
 // ids (data::DecodeStream holds back only unfinished characters).
+// --chat renders the prompt as a user turn (after --system's, if given) with the model's chat template
+// (the tokenizer_config.json beside its tokenizer, or --template NAME), as training renders
+// conversations, adds the assistant header and stops at the template's end of turn too; it prints the
+// reply only. --print-prompt-ids prints the prompt's ids and stops (the template checked by eye).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -22,6 +26,7 @@
 #include "core/file.h"
 #include "core/memory.h"
 #include "core/rng.h"
+#include "data/chat.h"
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
 #include "model/backend.h"
@@ -42,7 +47,47 @@ struct GenerateOptions {
   std::string precision = "fp32";
   std::string device = "cpu";
   bool print_ids = false;
+  bool chat = false;
+  std::string chat_template;  // "" (auto with --chat) or a built-in name; implies chat
+  std::string system;         // with chat: a system turn first
+  bool print_prompt_ids = false;
 };
+
+// The prompt's ids: the text after BOS, or (chat) the rendered user turn with its assistant header.
+// *stop gets the template's end-of-turn id with chat.
+std::vector<int> prompt_ids(const GenerateOptions& o, const data::Tokenizer& tokenizer, const std::string& tok_path,
+                            std::vector<int>* stop) {
+  std::vector<int> ids;
+  if (!o.chat && o.chat_template.empty()) {
+    if (!o.system.empty()) fail("generate: --system needs --chat (or --template NAME)\nhint: add --chat");
+    // BOS as the tokenizer adds it: Llama's <s> or <|begin_of_text|>; none for Qwen2, whose config.json
+    // still names a bos_token_id.
+    if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+    for (int id : tokenizer.encode(o.prompt)) ids.push_back(id);
+    return ids;
+  }
+  const std::filesystem::path tok_dir =
+      std::filesystem::is_directory(tok_path) ? std::filesystem::path(tok_path) : std::filesystem::path(tok_path).parent_path();
+  std::string config = (tok_dir / "tokenizer_config.json").string();
+  if (!path_exists(config)) config = (std::filesystem::path(o.model_dir) / "tokenizer_config.json").string();
+  if ((o.chat_template.empty() || o.chat_template == "auto") && !path_exists(config))
+    fail("generate --chat: {} has no tokenizer_config.json to take the chat template from\nhint: name one with "
+         "--template llama2, llama3, chatml or chatml_plain",
+         o.model_dir);
+  const data::ChatTemplate t =
+      data::load_chat_template(o.chat_template.empty() ? "auto" : o.chat_template, path_exists(config) ? config : "");
+  data::check_chat_tokens(t, tokenizer);
+  std::vector<data::ChatMessage> messages;
+  if (!o.system.empty()) messages.push_back({"system", o.system});
+  messages.push_back({"user", o.prompt});
+  std::vector<data::ChatSegment> segments;
+  std::string why;
+  if (!data::render_chat(t, messages, true, &segments, &why)) fail("generate --chat: {}", why);
+  std::vector<uint8_t> in_loss;
+  data::encode_chat(segments, tokenizer, &ids, &in_loss);
+  stop->push_back(tokenizer.piece_to_id(data::chat_end_of_turn(t)));
+  return ids;
+}
 
 // Picks the next token: argmax at temperature 0, else nucleus sampling with uniform u in [0, 1).
 int sample_token(const std::vector<float>& logits, float temperature, float top_p, float u) {
@@ -91,18 +136,21 @@ void run_generate(const GenerateOptions& o) {
     fail("{}: tokenizer has {} pieces, expected at most vocab_size {} from config.json\nhint: use the "
          "tokenizer that came with the model",
          tok_path, tokenizer.vocab_size(), cfg.vocab_size);
-  // BOS as the tokenizer adds it: Llama's <s> or <|begin_of_text|>; none for Qwen2, whose config.json
-  // still names a bos_token_id.
-  const int bos = tokenizer.bos_id();
-  std::vector<int> ids;
-  if (bos >= 0) ids.push_back(bos);
-  for (int id : tokenizer.encode(o.prompt)) ids.push_back(id);
+  std::vector<int> stop = {cfg.eos_id};
+  stop.insert(stop.end(), cfg.extra_eos_ids.begin(), cfg.extra_eos_ids.end());
+  const std::vector<int> ids = prompt_ids(o, tokenizer, tok_path, &stop);
+  const bool chat = o.chat || !o.chat_template.empty();
+  if (o.print_prompt_ids) {
+    for (size_t i = 0; i < ids.size(); i++) std::printf("%s%d", i ? " " : "", ids[i]);
+    std::printf("\n");
+    return;
+  }
   const int64_t total = int64_t(ids.size()) + o.max_new_tokens;
   if (total > cfg.max_seq_len)
     fail("generate: prompt ({} tokens{}) + --max-new-tokens {} = {}, expected at most "
          "max_position_embeddings {}\nhint: lower --max-new-tokens to {} or shorten the prompt",
-         ids.size(), bos >= 0 ? " with BOS" : "", o.max_new_tokens, total, cfg.max_seq_len,
-         std::max<int64_t>(0, cfg.max_seq_len - int64_t(ids.size())));
+         ids.size(), chat ? " with its chat template" : tokenizer.bos_id() >= 0 ? " with BOS" : "", o.max_new_tokens,
+         total, cfg.max_seq_len, std::max<int64_t>(0, cfg.max_seq_len - int64_t(ids.size())));
   {
     const int64_t weights = model::LlamaModel::weight_bytes(cfg, precision);
     model::check_device_memory_fits(device, weights, fmt::format("{} in {}", o.model_dir, o.precision),
@@ -122,7 +170,7 @@ void run_generate(const GenerateOptions& o) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
   };
-  if (!o.print_ids) print(o.prompt);
+  if (!o.print_ids && !chat) print(o.prompt);
   // Ids past the tokenizer's pieces (a vocab padded for speed, e.g. 32000 pieces in a 32064 embedding)
   // have no text: they are never sampled.
   const int pieces = tokenizer.vocab_size();
@@ -130,8 +178,7 @@ void run_generate(const GenerateOptions& o) {
     std::fill(logits.begin() + pieces, logits.end(), -std::numeric_limits<float>::infinity());
     const int next = sample_token(logits, o.temperature, o.top_p, random_uniform(o.seed, uint32_t(step), 0, 0));
     generated.push_back(next);
-    if (next == c.eos_id || std::find(c.extra_eos_ids.begin(), c.extra_eos_ids.end(), next) != c.extra_eos_ids.end())
-      break;
+    if (std::find(stop.begin(), stop.end(), next) != stop.end()) break;
     if (!o.print_ids) print(text.push(next));
     if (step + 1 < o.max_new_tokens) model->decode_step(logits.data(), next, int(ids.size() + step));
   }
@@ -154,7 +201,10 @@ void register_generate(CLI::App& app) {
       "  llamatrain generate out/hf --prompt \"Once upon a time\" --temperature 0 --max-new-tokens 32\n"
       "  llamatrain generate out/hf --prompt \"Hi\" --temperature 0.8 --top-p 0.95 --seed 7\n"
       "  llamatrain generate /models/Qwen2.5-0.5B --prompt \"The capital of France is\" --temperature 0\n"
-      "  llamatrain generate out/hf --prompt \"Hi\" --tokenizer-model /models/Llama-2-7b-hf/tokenizer.model");
+      "  llamatrain generate out/hf --prompt \"Hi\" --tokenizer-model /models/Llama-2-7b-hf/tokenizer.model\n"
+      "  llamatrain generate /models/Qwen2.5-7B-Instruct --chat --prompt \"用一句话介绍北京\" --temperature 0\n"
+      "  llamatrain generate out/hf --template llama2 --system \"Be brief.\" --prompt \"Hi\"\n"
+      "  llamatrain generate out/hf --chat --prompt \"Hi\" --print-prompt-ids   # the template's ids, no model run");
   cmd->add_option("model", o->model_dir,
                   "HF folder with config.json, *.safetensors and tokenizer.json or tokenizer.model")
       ->required();
@@ -170,6 +220,13 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--precision", o->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();
   add_device_option(cmd, &o->device);
   cmd->add_flag("--print-ids", o->print_ids, "Print generated token ids instead of text");
+  cmd->add_flag("--chat", o->chat,
+                "The prompt is a user turn rendered with the model's chat template (its tokenizer_config.json); "
+                "prints the reply, which stops at the template's end of turn");
+  cmd->add_option("--template", o->chat_template,
+                  "With --chat (implied): llama2 | llama3 | chatml | chatml_plain | auto instead of the model's");
+  cmd->add_option("--system", o->system, "With --chat: a system turn before the prompt");
+  cmd->add_flag("--print-prompt-ids", o->print_prompt_ids, "Print the prompt's token ids and stop (no model run)");
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -292,7 +292,8 @@ bool chat_row_messages(std::string_view line, std::vector<ChatMessage>* messages
 bool render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                  std::vector<ChatSegment>* segments, std::string* why) {
   segments->clear();
-  if (std::none_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; }))
+  if (!add_generation_prompt &&
+      std::none_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; }))
     return bad(why, "conversation without an assistant turn: nothing to train on (add the reply, or drop the row)");
   switch (t.format) {
     case ChatFormat::llama2: return render_llama2(messages, segments, why);
@@ -306,6 +307,15 @@ std::string chat_text(const std::vector<ChatSegment>& segments) {
   std::string s;
   for (const auto& g : segments) s += g.text;
   return s;
+}
+
+std::string chat_end_of_turn(const ChatTemplate& t) {
+  switch (t.format) {
+    case ChatFormat::llama2: return "</s>";
+    case ChatFormat::llama3: return "<|eot_id|>";
+    case ChatFormat::chatml: return "<|im_end|>";
+  }
+  return "";
 }
 
 std::vector<std::string> chat_special_tokens(const ChatTemplate& t) {

@@ -65,9 +65,10 @@ ChatTemplate load_chat_template(std::string_view choice, const std::string& toke
 // false with *why (a short reason that says the fix) for a row that is neither, or has an unknown
 // role, a missing or non-string content.
 bool chat_row_messages(std::string_view json_line, std::vector<ChatMessage>* messages, std::string* why);
-// Messages -> segments of the template's text; false with *why when the conversation has no
-// assistant turn or breaks the template's rules (Llama 2: user/assistant alternate after an
-// optional first system message). add_generation_prompt appends the next assistant header.
+// Messages -> segments of the template's text; false with *why when the conversation breaks the
+// template's rules (Llama 2: user/assistant alternate after an optional first system message) or,
+// for training (no add_generation_prompt), has no assistant turn. add_generation_prompt appends the
+// next assistant header: a prompt for generation.
 bool render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                  std::vector<ChatSegment>* segments, std::string* why);
 std::string chat_text(const std::vector<ChatSegment>& segments);  // the segments' text joined
@@ -75,6 +76,8 @@ std::string chat_text(const std::vector<ChatSegment>& segments);  // the segment
 // The special-token strings the template emits; Error naming each one the tokenizer lacks (as a
 // piece or added token), the tokenizer and the fix.
 std::vector<std::string> chat_special_tokens(const ChatTemplate& t);
+// The token that ends an assistant turn (</s>, <|eot_id|>, <|im_end|>): where generation stops.
+std::string chat_end_of_turn(const ChatTemplate& t);
 void check_chat_tokens(const ChatTemplate& t, const Tokenizer& tok);
 // Segments -> ids and, per id, 1 when it belongs to an in-loss segment. Special segments are their
 // piece_to_id; each run of consecutive text segments is encoded as one text (so the ids are those
