@@ -237,18 +237,32 @@ std::string format_sft_stats(const SftStats& s) {
   return r;
 }
 
-std::vector<std::vector<int64_t>> pack_sft_examples(const std::vector<SftExample>& examples, int64_t capacity) {
+std::vector<std::vector<int64_t>> pack_sft_examples(const std::vector<SftExample>& examples, int64_t capacity,
+                                                    uint32_t seed, bool shuffle, int64_t window) {
+  CHECK(window >= 1, "packing window {}", window);
+  const int64_t n = int64_t(examples.size());
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle && n > 1) NumpyRandomState(seed).shuffle(order.data(), n);
+  auto length = [&](int64_t e) { return int64_t(examples[size_t(e)].text.size()); };
   std::vector<std::vector<int64_t>> groups;
-  int64_t used = capacity + 1;  // forces a new group first
-  for (int64_t i = 0; i < int64_t(examples.size()); i++) {
-    int64_t n = int64_t(examples[size_t(i)].text.size());
-    CHECK(n <= capacity, "example {} has {} ids, capacity {}", i, n, capacity);
-    if (used + n > capacity) {
-      groups.emplace_back();
-      used = 0;
+  for (int64_t w0 = 0; w0 < n; w0 += window) {
+    std::vector<int64_t> win(order.begin() + w0, order.begin() + std::min(n, w0 + window));
+    std::stable_sort(win.begin(), win.end(), [&](int64_t a, int64_t b) { return length(a) > length(b); });
+    const size_t first = groups.size();
+    std::vector<int64_t> used;  // of the window's groups
+    for (int64_t e : win) {
+      const int64_t len = length(e);
+      CHECK(len <= capacity, "example {} has {} ids, capacity {}", e, len, capacity);
+      size_t g = 0;
+      while (g < used.size() && used[g] + len > capacity) g++;
+      if (g == used.size()) {
+        groups.emplace_back();
+        used.push_back(0);
+      }
+      groups[first + g].push_back(e);
+      used[g] += len;
     }
-    groups.back().push_back(i);
-    used += n;
   }
   return groups;
 }
@@ -303,7 +317,7 @@ void make_sft_sample(GptSample* out, const std::vector<const SftExample*>& group
 SftDataset::SftDataset(std::vector<SftExample> examples, SftConfig cfg, uint32_t seed, bool shuffle)
     : examples_(std::move(examples)), cfg_(std::move(cfg)), seed_(seed), shuffle_(shuffle) {
   if (cfg_.pack) {
-    groups_ = pack_sft_examples(examples_, cfg_.seq_length + 1);
+    groups_ = pack_sft_examples(examples_, cfg_.seq_length + 1, seed_, shuffle_);
   } else {
     for (int64_t i = 0; i < int64_t(examples_.size()); i++) groups_.push_back({i});
   }

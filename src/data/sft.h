@@ -82,8 +82,13 @@ std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer&
 // One-line summary of stats for the log.
 std::string format_sft_stats(const SftStats& s);
 
-// Greedy packing in order: each group is consecutive examples whose texts total <= capacity.
-std::vector<std::vector<int64_t>> pack_sft_examples(const std::vector<SftExample>& examples, int64_t capacity);
+// Packing: groups of examples whose texts total <= capacity, every example in exactly one. The
+// examples are taken in windows of `window` (in order, or shuffled by NumpyRandomState(seed) when
+// shuffle is set, so the groups are a pure function of the data and the seed); inside a window,
+// first-fit decreasing (longest first, each into the first open group it fits, else a new group),
+// which leaves less padding than packing in order; a window's groups in the order they opened.
+std::vector<std::vector<int64_t>> pack_sft_examples(const std::vector<SftExample>& examples, int64_t capacity,
+                                                    uint32_t seed = 0, bool shuffle = false, int64_t window = 1024);
 // The sample of one group of examples (one example when padding): inputs are the concatenated
 // texts without their last id, labels shifted by one; loss_mask 1 exactly where the label is a
 // completion or EOS id of the same example; positions restart at each example, and so do documents
