@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "timing.h"
 #include "kernels/cpu/ops.h"
 
 namespace llamatrain::attention_v1 {
@@ -27,33 +28,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }  // namespace llamatrain::attention_v1
 
 using namespace llamatrain;
+using bench::median;
+using bench::seconds;
+using bench::Seconds;
 
 namespace {
-
-// Process CPU seconds (all threads): on a shared machine wall time includes time spent descheduled,
-// CPU time does not (run with OMP_WAIT_POLICY=passive so barrier spinning is not counted as work).
-double cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-struct Seconds {
-  double wall, cpu;
-};
-
-template <typename F>
-Seconds seconds(F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const double c0 = cpu_seconds();
-  f();
-  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), cpu_seconds() - c0};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0.0;

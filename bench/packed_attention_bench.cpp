@@ -20,36 +20,13 @@
 #include <random>
 #include <vector>
 
+#include "timing.h"
 #include "kernels/cpu/ops.h"
 
 using namespace llamatrain;
-
-namespace {
-
-double cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-struct Seconds {
-  double wall, cpu;
-};
-
-template <typename F>
-Seconds seconds(F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const double c0 = cpu_seconds();
-  f();
-  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), cpu_seconds() - c0};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using bench::median;
+using bench::seconds;
+using bench::Seconds;
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 7;

@@ -125,6 +125,17 @@ int64_t LlamaModel::stage_tokens(int B, int T) const {
   return plan_.sequence_parallel ? N / plan_.tp_size : N;
 }
 
+namespace {
+
+// (B, T) positions 0..T-1 of every sequence: a micro-batch of one document per sequence.
+std::vector<int32_t> sequence_positions(int B, int T) {
+  std::vector<int32_t> pos(static_cast<size_t>(B) * size_t(T));
+  for (size_t n = 0; n < pos.size(); n++) pos[n] = int32_t(n % size_t(T));
+  return pos;
+}
+
+}  // namespace
+
 void LlamaModel::ensure_activations(int B, int T) {
   if (B == B_ && T == T_) return;
   CHECK(B > 0 && T > 0);
@@ -145,8 +156,7 @@ void LlamaModel::ensure_activations(int B, int T) {
   use_slot(0);
 
   // Every slot starts with one document per sequence at positions 0..T-1 (set_documents changes a slot).
-  std::vector<int32_t> pos(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; n++) pos[size_t(n)] = int32_t(n % T);
+  const std::vector<int32_t> pos = sequence_positions(B, T);
   pos_.assign_zero(N * slots_);
   doc_.assign_zero(N * slots_);
   for (int s = 0; s < slots_; s++) k_.copy_from_host(pos_.data() + s * N, pos.data(), sizeof(int32_t) * size_t(N));
@@ -188,9 +198,7 @@ void LlamaModel::set_documents(int slot, const Documents& docs) {
   if (docs.positions != nullptr) {
     k_.copy_from_host(pos_.data() + slot * N, docs.positions, sizeof(int32_t) * size_t(N));
   } else if (lay.positions) {  // back to 0..T-1
-    std::vector<int32_t> pos(static_cast<size_t>(N));
-    for (int64_t n = 0; n < N; n++) pos[size_t(n)] = int32_t(n % T);
-    k_.copy_from_host(pos_.data() + slot * N, pos.data(), sizeof(int32_t) * size_t(N));
+    k_.copy_from_host(pos_.data() + slot * N, sequence_positions(B, T).data(), sizeof(int32_t) * size_t(N));
   }
   if (docs.doc_start != nullptr) k_.copy_from_host(doc_.data() + slot * N, docs.doc_start, sizeof(int32_t) * size_t(N));
   lay.positions = docs.positions != nullptr;

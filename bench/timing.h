@@ -1,0 +1,37 @@
+// Timing helpers of the side-by-side kernel benches (attention_bench, packed_attention_bench): wall and
+// process CPU seconds of one call, and the median of repeated figures.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <vector>
+
+namespace llamatrain::bench {
+
+// Process CPU seconds (all threads): on a shared machine wall time includes time spent descheduled,
+// CPU time does not (run with OMP_WAIT_POLICY=passive so barrier spinning is not counted as work).
+inline double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+struct Seconds {
+  double wall, cpu;
+};
+
+template <typename F>
+Seconds seconds(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = cpu_seconds();
+  f();
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), cpu_seconds() - c0};
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace llamatrain::bench
