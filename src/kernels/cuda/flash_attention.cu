@@ -75,12 +75,37 @@ struct Mask {
   }
 };
 
-// rows x D values of a row-major fp32 matrix (row stride `stride`, rows first.. of a sequence of T)
+// ROWS x D values of a row-major fp32 matrix (row stride `stride`, rows first.. of a sequence of T)
 // into shared memory as bf16 rows of P (D rounded up to a multiple of 16), zero past D and past T.
-template <int P>
-__device__ __forceinline__ void load_rows(uint16_t* dst, const float* src, int64_t stride, int first, int rows,
-                                          int T, int D) {
-  for (int i = 2 * int(threadIdx.x); i < rows * P; i += 2 * kThreads) {
+// Where D is P and the rows are 16-byte aligned (every Llama shape), each thread reads 16 bytes at a
+// time, a batch of them in flight before the first is converted and stored; else 4 bytes at a time.
+template <int P, int ROWS>
+__device__ __forceinline__ void load_rows(uint16_t* dst, const float* src, int64_t stride, int first, int T, int D) {
+  constexpr int kPieces = ROWS * P / 4;  // of 4 floats
+  static_assert(kPieces % kThreads == 0, "each thread loads the same number of pieces");
+  constexpr int kEach = kPieces / kThreads, kBatch = kEach < 4 ? kEach : 4;
+  if (D == P && (reinterpret_cast<uintptr_t>(src) | uintptr_t(stride) * sizeof(float)) % 16 == 0) {
+#pragma unroll
+    for (int b0 = 0; b0 < kEach; b0 += kBatch) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; j++) {
+        if (b0 + j >= kEach) break;  // (the last batch may be short: known when unrolled)
+        const int c = (b0 + j) * kThreads + int(threadIdx.x), t = first + c / (P / 4);
+        v[j] = t < T ? *reinterpret_cast<const float4*>(src + int64_t(t) * stride + c % (P / 4) * 4)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; j++) {
+        if (b0 + j >= kEach) break;
+        const int c = (b0 + j) * kThreads + int(threadIdx.x);
+        *reinterpret_cast<uint2*>(dst + c / (P / 4) * kStride<P> + c % (P / 4) * 4) =
+            make_uint2(pack_bf16x2(v[j].x, v[j].y), pack_bf16x2(v[j].z, v[j].w));
+      }
+    }
+    return;
+  }
+  for (int i = 2 * int(threadIdx.x); i < ROWS * P; i += 2 * kThreads) {
     const int r = i / P, d = i % P, t = first + r;
     float lo = 0.0f, hi = 0.0f;
     if (t < T) {
@@ -168,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
 
-  load_rows<P>(sq, base + int64_t(h) * D, W, t0, kQueries, T, D);
+  load_rows<P, kQueries>(sq, base + int64_t(h) * D, W, t0, T, D);
   __syncthreads();
   uint32_t qf[P / 16][4];
 #pragma unroll
@@ -179,8 +204,8 @@ __global__ void __launch_bounds__(kThreads)
   const int last = min(T, t0 + kQueries) - 1;
   for (int u0 = mask.first_key(t0) / kKeys * kKeys; u0 <= last; u0 += kKeys) {
     __syncthreads();  // the previous tile is read
-    load_rows<P>(sk, base + int64_t(H + kvh) * D, W, u0, kKeys, T, D);
-    load_rows<P>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, kKeys, T, D);
+    load_rows<P, kKeys>(sk, base + int64_t(H + kvh) * D, W, u0, T, D);
+    load_rows<P, kKeys>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, T, D);
     __syncthreads();
     float s[kKeys / 8][4] = {};
     mma_rows_t<P, kKeys / 8>(s, qf, sk);
@@ -270,8 +295,8 @@ __global__ void __launch_bounds__(kThreads)
   const float* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
 
-  load_rows<P>(sk, base + int64_t(H + kvh) * D, W, u0, kKeys, T, D);
-  load_rows<P>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, kKeys, T, D);
+  load_rows<P, kKeys>(sk, base + int64_t(H + kvh) * D, W, u0, T, D);
+  load_rows<P, kKeys>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, T, D);
   float dk[P / 8][4] = {}, dv[P / 8][4] = {};
   const int u_last = min(T, u0 + kKeys) - 1;
   for (int h = kvh * group; h < (kvh + 1) * group; h++) {
@@ -279,8 +304,8 @@ __global__ void __launch_bounds__(kThreads)
       if (window > 0 && t0 - u_last >= window) break;                           // later queries see none
       if (mask.doc != nullptr && mask.doc[t0] > u_last) break;                  // nor past this document
       __syncthreads();  // the previous tile is read (and sk, sv written, the first time)
-      load_rows<P>(sq, base + int64_t(h) * D, W, t0, kBwdQueries, T, D);
-      load_rows<P>(sdo, dout + int64_t(b) * T * H * D + int64_t(h) * D, int64_t(H) * D, t0, kBwdQueries, T, D);
+      load_rows<P, kBwdQueries>(sq, base + int64_t(h) * D, W, t0, T, D);
+      load_rows<P, kBwdQueries>(sdo, dout + int64_t(b) * T * H * D + int64_t(h) * D, int64_t(H) * D, t0, T, D);
       for (int i = threadIdx.x; i < kBwdQueries; i += kThreads) {
         const int t = t0 + i;
         const int64_t row = (int64_t(b) * H + h) * T + t;
@@ -341,8 +366,8 @@ __global__ void __launch_bounds__(kThreads)
   const float* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
 
-  load_rows<P>(sq, base + int64_t(h) * D, W, t0, kQueries, T, D);
-  load_rows<P>(sdo, dout + int64_t(b) * T * H * D + int64_t(h) * D, int64_t(H) * D, t0, kQueries, T, D);
+  load_rows<P, kQueries>(sq, base + int64_t(h) * D, W, t0, T, D);
+  load_rows<P, kQueries>(sdo, dout + int64_t(b) * T * H * D + int64_t(h) * D, int64_t(H) * D, t0, T, D);
   float row_lse[2], row_delta[2];
 #pragma unroll
   for (int i = 0; i < 2; i++) {
@@ -355,8 +380,8 @@ __global__ void __launch_bounds__(kThreads)
   const int last = min(T, t0 + kQueries) - 1;
   for (int u0 = mask.first_key(t0) / kKeys * kKeys; u0 <= last; u0 += kKeys) {
     __syncthreads();  // the previous tile is read (and sq, sdo written, the first time)
-    load_rows<P>(sk, base + int64_t(H + kvh) * D, W, u0, kKeys, T, D);
-    load_rows<P>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, kKeys, T, D);
+    load_rows<P, kKeys>(sk, base + int64_t(H + kvh) * D, W, u0, T, D);
+    load_rows<P, kKeys>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, T, D);
     __syncthreads();
     float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
     mma_shared_rows_t<P, kKeys / 8>(s, sq + warp * 16 * S, sk);

@@ -1,5 +1,5 @@
 // The CUDA emulator's stand-in for the toolkit's cuda_runtime_api.h: the few runtime types the
-// sources under src/kernels/cuda name (dim3, uint3, cudaError_t, cudaStream_t, cudaEvent_t,
+// sources under src/kernels/cuda name (dim3, uint3, float4, uint2, cudaError_t, cudaStream_t, cudaEvent_t,
 // cudaFuncSetAttribute for dynamic shared memory above 48 KiB), so the
 // emulated build needs no CUDA toolkit. Only the emulated build puts this folder on the include path.
 #pragma once
@@ -9,6 +9,16 @@
 struct uint3 {
   unsigned x, y, z;
 };
+
+// The vector types with their alignment (a float4 load is one 16-byte access on the GPU).
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
