@@ -1,16 +1,23 @@
-// `llamatrain eval MODEL --data PREFIX ...`: loss, perplexity, bits per byte and bits per character
-// of a checkpoint or Hugging Face folder on Megatron indexed datasets. Each dataset is read in order
-// as one token stream (documents concatenated, as pretraining packs them) cut into windows of
-// seq-length + 1 tokens with stride seq-length; every target of every full window counts once, so the
-// loss is the mean next-token cross-entropy over the stream, and bits per byte is the same losses
-// summed, over ln 2 and the targets' bytes of text (data/piece_lengths.h; per character likewise).
-// No shuffling: the same data gives the same figures. Without a tokenizer (the folder's
-// tokenizer.model or tokenizer.json, or --tokenizer) the per-byte figures are left out.
+// `llamatrain eval MODEL --data PREFIX ... --chat FILE ...`: loss, perplexity, bits per byte and bits
+// per character of a checkpoint or Hugging Face folder.
+// - On Megatron indexed datasets (--data): each dataset is read in order as one token stream (documents
+//   concatenated, as pretraining packs them) cut into windows of seq-length + 1 tokens with stride
+//   seq-length; every target of every full window counts once, so the loss is the mean next-token
+//   cross-entropy over the stream.
+// - On fine-tuning conversations (--chat: {"messages"}, ShareGPT or Alpaca JSONL rows): each row is
+//   rendered with the model's chat template and cut to seq-length + 1 ids exactly as training's
+//   fine-tuning data does (data/sft.h), one example per sample or packed (--pack, documents masked),
+//   and only the assistant turns' tokens are scored: the loss is the mean over those targets, the
+//   figure training's validation reports for the same file.
+// Bits per byte is the same losses summed, over ln 2 and the targets' bytes of text (data/piece_lengths.h;
+// per character likewise). No shuffling: the same data gives the same figures. Without a tokenizer
+// (the folder's tokenizer.model or tokenizer.json, or --tokenizer) the per-byte figures are left out.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -18,8 +25,10 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "data/chat.h"
 #include "data/indexed_dataset.h"
 #include "data/piece_lengths.h"
+#include "data/sft.h"
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
 #include "obs/progress.h"
@@ -31,6 +40,9 @@ namespace {
 struct EvalArgs {
   std::string model_dir;
   std::vector<std::string> prefixes;
+  std::vector<std::string> chats;   // conversation JSONL files
+  std::string chat_template = "auto";
+  bool pack = false;
   int seq = 256;
   int batch = 4;
   int64_t max_windows = 0;
@@ -43,8 +55,9 @@ struct EvalArgs {
 struct EvalResult {
   double loss = NAN;
   double loss_sum = 0;  // nats over every target
-  int64_t windows = 0, targets = 0;
+  int64_t windows = 0, targets = 0;  // windows: the samples (chat)
   data::TextSums text;  // the targets' bytes and characters (with a tokenizer)
+  int64_t conversations = 0, truncated = 0, skipped = 0;  // chat: rows scored, cut to fit, rejected
   double bits(int64_t n) const { return loss_sum / std::log(2.0) / double(n); }
 };
 
@@ -107,6 +120,82 @@ EvalResult eval_prefix(model::LlamaModel& m, const std::string& prefix, const Ev
   return r;
 }
 
+// The conversations of one JSONL file as training's fine-tuning data makes them (cfg: the template,
+// seq-length, padding or packing), scored in order, each sample once: the assistant tokens' losses.
+EvalResult eval_chat(model::LlamaModel& m, const std::string& file, const EvalArgs& a, const data::Tokenizer& tok,
+                     const data::SftConfig& cfg, const data::PieceLengths* lengths, const std::string& tokenizer) {
+  data::SftStats stats;
+  std::vector<data::SftExample> examples = data::load_sft_jsonl(file, tok, cfg, &stats);
+  std::fprintf(stderr, "%s: %s\n", file.c_str(), data::format_sft_stats(stats).c_str());
+  if (examples.empty())
+    fail("{}: no usable conversation{}{}\nhint: rows are {{\"messages\": [{{\"role\": ..., \"content\": ...}}]}}, "
+         "ShareGPT's {{\"conversations\": [{{\"from\": ..., \"value\": ...}}]}} or Alpaca's {{\"instruction\", "
+         "\"input\", \"output\"}}, each with an assistant turn",
+         file, stats.locations.empty() ? "" : "; rows rejected:\n  ", fmt::join(stats.locations, "\n  "));
+  const int64_t conversations = int64_t(examples.size());
+  const data::SftDataset ds(std::move(examples), cfg, 0, false);
+  if (cfg.pack) std::fprintf(stderr, "%s: %s\n", file.c_str(), ds.describe_packing().c_str());
+  const int B = a.batch, T = int(cfg.seq_length);
+  const int64_t total = a.max_windows > 0 ? std::min(ds.size(), a.max_windows) : ds.size();
+  obs::ProgressOptions po;
+  po.label = "eval " + file;
+  po.total = total;
+  po.noun = "samples";
+  obs::Progress progress(po);
+  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T), positions(size_t(B) * T),
+      doc_start(size_t(B) * T);
+  data::GptSample sample;
+  EvalResult r;
+  for (int64_t done = 0; done < total;) {
+    const int nb = int(std::min<int64_t>(B, total - done));
+    for (int b = 0; b < nb; b++) {
+      ds.get(done + b, &sample);
+      for (int t = 0; t < T; t++) {
+        const size_t i = size_t(b) * T + size_t(t);
+        tokens[i] = sample.tokens[size_t(t)];
+        targets[i] = sample.loss_mask[size_t(t)] > 0 ? sample.labels[size_t(t)] : -100;
+        positions[i] = sample.position_ids[size_t(t)];
+        doc_start[i] = sample.doc_start[size_t(t)];
+      }
+    }
+    // Packed samples hold several conversations: positions restart and attention stops at each.
+    const model::Documents docs = cfg.pack ? model::Documents{positions.data(), doc_start.data()} : model::Documents{};
+    const model::StepStats st = m.forward(tokens.data(), targets.data(), nb, T, docs);
+    if (st.num_valid > 0) r.loss_sum += double(st.loss) * double(st.num_valid);
+    r.targets += st.num_valid;
+    if (lengths) {
+      const data::TextSums s = lengths->sum(targets.data(), int64_t(nb) * T, tokenizer.c_str());
+      r.text.tokens += s.tokens, r.text.bytes += s.bytes, r.text.chars += s.chars;
+    }
+    done += nb;
+    progress.advance(nb);
+  }
+  progress.finish();
+  r.windows = total;
+  r.conversations = conversations;
+  r.truncated = stats.truncated;
+  r.skipped = stats.malformed;
+  r.loss = r.targets > 0 ? r.loss_sum / double(r.targets) : NAN;
+  return r;
+}
+
+// The chat template --template names; auto: the one tokenizer_config.json beside the tokenizer, else
+// in the model folder, holds (as training's model.data.chat_template=auto).
+data::ChatTemplate eval_chat_template(const EvalArgs& a, const std::string& tokenizer_path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> dirs;
+  if (!tokenizer_path.empty())
+    dirs.push_back(is_directory(tokenizer_path) ? fs::path(tokenizer_path) : fs::path(tokenizer_path).parent_path());
+  dirs.push_back(a.model_dir);
+  std::string config;
+  for (const fs::path& dir : dirs)
+    if (is_regular_file((dir / "tokenizer_config.json").string())) {
+      config = (dir / "tokenizer_config.json").string();
+      break;
+    }
+  return data::load_chat_template(a.chat_template, config);
+}
+
 // The tokenizer the per-byte figures need: --tokenizer, else the model folder's (tokenizer.model,
 // else tokenizer.json), else none.
 std::string find_tokenizer(const EvalArgs& a) {
@@ -115,12 +204,72 @@ std::string find_tokenizer(const EvalArgs& a) {
   return is_regular_file(inside) ? inside : "";
 }
 
+// One result: a line, or with --json one object.
+void print_result(const std::string& what, const EvalResult& r, const EvalArgs& a, bool chat, bool text,
+                  const std::string& tokenizer_path, const std::string& template_source) {
+  if (a.json) {
+    nlohmann::ordered_json j{{"data", what}, {"loss", r.loss}, {"perplexity", std::exp(r.loss)}};
+    if (chat) {
+      j["kind"] = "chat";
+      j["samples"] = r.windows;
+      j["conversations"] = r.conversations;
+      j["truncated"] = r.truncated;
+      j["skipped"] = r.skipped;
+      j["packed"] = a.pack;
+      j["template"] = template_source;
+    } else {
+      j["windows"] = r.windows;
+    }
+    j["targets"] = r.targets;
+    j["loss_sum"] = r.loss_sum;
+    if (text) {
+      j["bits_per_byte"] = r.bits(r.text.bytes);
+      j["bits_per_char"] = r.bits(r.text.chars);
+      j["bytes"] = r.text.bytes;
+      j["chars"] = r.text.chars;
+      j["tokenizer"] = tokenizer_path;
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    const std::string bits = text ? fmt::format(", {:.4f} bits per byte, {:.4f} bits per character",
+                                                r.bits(r.text.bytes), r.bits(r.text.chars))
+                                  : "";
+    const std::string counts = text ? fmt::format("; {} bytes, {} characters", r.text.bytes, r.text.chars) : "";
+    const std::string units =
+        chat ? fmt::format("{} assistant tokens of {} conversations in {} {} of {} tokens", r.targets, r.conversations,
+                           r.windows, a.pack ? "packed samples" : "samples", a.seq)
+             : fmt::format("{} windows of {} tokens", r.windows, a.seq);
+    std::printf("%s: loss %.4f, perplexity %.2f%s (%s%s)\n", what.c_str(), r.loss, std::exp(r.loss), bits.c_str(),
+                units.c_str(), counts.c_str());
+  }
+  std::fflush(stdout);
+}
+
 void run_eval(const EvalArgs& a) {
+  if (a.prefixes.empty() && a.chats.empty())
+    fail("eval: nothing to score\nhint: give --data PREFIX (an indexed dataset) or --chat FILE.jsonl (conversations)");
   const auto precision = model::parse_precision(a.precision);
   const model::Device device = model::choose_device(a.device, "--device");
   const std::string tokenizer_path = find_tokenizer(a);
+  if (!a.chats.empty() && tokenizer_path.empty())
+    fail("--chat: {} has no tokenizer.model or tokenizer.json to render the conversations with\nhint: give the one "
+         "the model was trained with: --tokenizer PATH",
+         a.model_dir);
+  std::optional<data::Tokenizer> tok;
   std::optional<data::PieceLengths> lengths;
-  if (!tokenizer_path.empty()) lengths = data::piece_lengths(data::Tokenizer(tokenizer_path));
+  if (!tokenizer_path.empty()) {
+    tok.emplace(tokenizer_path);
+    lengths = data::piece_lengths(*tok);
+  }
+  // Training's fine-tuning samples: the template, seq-length + 1 ids an example, pad id as train's.
+  data::SftConfig chat_cfg;
+  if (!a.chats.empty()) {
+    chat_cfg.chat = eval_chat_template(a, tokenizer_path);
+    data::check_chat_tokens(*chat_cfg.chat, *tok);
+    chat_cfg.seq_length = a.seq;
+    chat_cfg.pad_id = tok->pad_id() >= 0 ? tok->pad_id() : 0;
+    chat_cfg.pack = a.pack;
+  }
   auto m = io::load_hf_model(a.model_dir, precision, device);
   if (a.seq > m->config().max_seq_len)
     fail("--seq-length {}: the model's context is {} tokens, expected at most that", a.seq, m->config().max_seq_len);
@@ -129,31 +278,12 @@ void run_eval(const EvalArgs& a) {
                  "note: bits per byte and per character left out: %s has no tokenizer.model (give one with "
                  "--tokenizer)\n",
                  a.model_dir.c_str());
-  for (const auto& prefix : a.prefixes) {
-    const EvalResult r = eval_prefix(*m, prefix, a, lengths ? &*lengths : nullptr, tokenizer_path);
-    if (a.json) {
-      nlohmann::ordered_json j{{"data", prefix},        {"loss", r.loss},       {"perplexity", std::exp(r.loss)},
-                               {"windows", r.windows}, {"targets", r.targets}, {"loss_sum", r.loss_sum}};
-      if (lengths) {
-        j["bits_per_byte"] = r.bits(r.text.bytes);
-        j["bits_per_char"] = r.bits(r.text.chars);
-        j["bytes"] = r.text.bytes;
-        j["chars"] = r.text.chars;
-        j["tokenizer"] = tokenizer_path;
-      }
-      std::printf("%s\n", j.dump().c_str());
-    } else {
-      const std::string text =
-          lengths ? fmt::format(", {:.4f} bits per byte, {:.4f} bits per character", r.bits(r.text.bytes),
-                                r.bits(r.text.chars))
-                  : "";
-      const std::string counts =
-          lengths ? fmt::format("; {} bytes, {} characters", r.text.bytes, r.text.chars) : "";
-      std::printf("%s: loss %.4f, perplexity %.2f%s (%lld windows of %d tokens%s)\n", prefix.c_str(), r.loss,
-                  std::exp(r.loss), text.c_str(), (long long)r.windows, a.seq, counts.c_str());
-    }
-    std::fflush(stdout);
-  }
+  for (const auto& prefix : a.prefixes)
+    print_result(prefix, eval_prefix(*m, prefix, a, lengths ? &*lengths : nullptr, tokenizer_path), a, false,
+                 lengths.has_value(), tokenizer_path, "");
+  for (const auto& file : a.chats)
+    print_result(file, eval_chat(*m, file, a, *tok, chat_cfg, &*lengths, tokenizer_path), a, true, true,
+                 tokenizer_path, chat_cfg.chat->source);
 }
 
 }  // namespace
@@ -167,18 +297,34 @@ void register_eval(CLI::App& app) {
       "of --seq-length + 1 tokens (stride --seq-length); the loss is the mean cross-entropy of every target.\n"
       "Bits per byte is the targets' losses summed, in bits, over the UTF-8 bytes of text they stand for\n"
       "(per character likewise): unlike perplexity it compares models with different tokenizers on the same\n"
-      "text. It needs the tokenizer: the model folder's tokenizer.model or tokenizer.json, or --tokenizer.\n\n"
+      "text. It needs the tokenizer: the model folder's tokenizer.model or tokenizer.json, or --tokenizer.\n"
+      "Each --chat file's rows are rendered with the chat template (--template) and cut to --seq-length + 1\n"
+      "tokens as fine-tuning data is; the loss is the mean over the assistant turns' tokens only (prompts,\n"
+      "system turns and padding are not scored), the figure training's validation reports for the same\n"
+      "file at the same sequence length.\n\n"
       "Examples:\n"
       "  llamatrain eval runs/zh/checkpoints/step_500 --data data/zh_val_text_document --data data/en_val_text_document\n"
       "  llamatrain eval /models/Llama-2-7b-hf --data data/book_text_document --seq-length 4096 --batch 1 "
       "--max-windows 64 --precision bf16-mixed\n"
       "  llamatrain eval runs/zh/hf --data data/zh_val_text_document --json | jq .bits_per_char   # vs the base model's\n"
-      "  llamatrain eval runs/pretrain/checkpoints/step_100 --data data/val_text_document --tokenizer tokenizer.model\n");
+      "  llamatrain eval runs/pretrain/checkpoints/step_100 --data data/val_text_document --tokenizer tokenizer.model\n"
+      "  llamatrain eval runs/sft/hf --chat data/chat_val.jsonl --seq-length 2048   # = the run's val_loss on that file\n");
   cmd->add_option("model", a->model_dir, "checkpoint folder (step_N) or Hugging Face folder")->required();
-  cmd->add_option("--data", a->prefixes, "dataset prefix (repeatable)")->required();
+  cmd->add_option("--data", a->prefixes, "dataset prefix (repeatable)");
+  cmd->add_option("--chat", a->chats,
+                  "conversation JSONL ({\"messages\"}, ShareGPT or Alpaca rows; repeatable): only the assistant "
+                  "turns are scored, as fine-tuning trains them")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--template", a->chat_template,
+                  "chat template for --chat: auto (the model folder's tokenizer_config.json) | llama2 | llama3 | "
+                  "chatml | chatml_plain")
+      ->capture_default_str();
+  cmd->add_flag("--pack", a->pack,
+                "--chat: pack conversations into each sample (each attends to itself only), as pack: true trains");
   cmd->add_option("--seq-length", a->seq, "tokens per window")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--batch", a->batch, "windows per forward pass")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--max-windows", a->max_windows, "stop after this many windows per dataset (0: all)")
+  cmd->add_option("--max-windows", a->max_windows,
+                  "stop after this many windows (samples with --chat) per dataset (0: all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--precision", a->precision, "fp32 | bf16-mixed | bf16-sr")->capture_default_str();

@@ -35,7 +35,7 @@ struct StepRecord {
   std::vector<Metric> metrics(bool multi_rank) const;
 };
 
-// One validation: the loss (NeMo's val_loss, the mean of micro-batch means) and, when the run has a
+// One validation: the loss (the mean over every scored target, as Megatron's) and, when the run has a
 // tokenizer, bits per byte and per character over the scored targets (train/trainer.h: EvalLoss).
 struct ValidationRecord {
   int64_t step = 0, batches = 0;

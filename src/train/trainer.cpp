@@ -859,16 +859,15 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
   MicroBatch batch = data.micro_batch(B);
   const std::vector<int32_t>& tokens = batch.tokens;
   const std::vector<int32_t>& targets = batch.targets;
-  // {sum of micro-batch mean losses, nats, scored targets, bytes, characters}: exact in doubles
-  double sums[5] = {0, 0, 0, 0, 0};
+  // {nats, scored targets, bytes, characters}: exact in doubles
+  double sums[4] = {0, 0, 0, 0};
   auto add = [&](const model::StepStats& st) {  // one micro-batch's loss over `targets`
-    sums[0] += st.loss;
-    sums[1] += double(st.loss) * double(st.num_valid);
-    sums[2] += double(st.num_valid);
+    if (st.num_valid > 0) sums[0] += double(st.loss) * double(st.num_valid);  // its mean, back to its sum
+    sums[1] += double(st.num_valid);
     if (lengths) {
       const data::TextSums text = lengths->sum(targets.data(), int64_t(B) * T);
-      sums[3] += double(text.bytes);
-      sums[4] += double(text.chars);
+      sums[2] += double(text.bytes);
+      sums[3] += double(text.chars);
     }
   };
   int64_t count = 0;
@@ -896,16 +895,15 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
     }
     count += micro;
   }
-  if (pp) pp->all_reduce(sums, 5);  // only the last stage's are not 0
+  if (pp) pp->all_reduce(sums, 4);  // only the last stage's are not 0
   EvalLoss r;
   if (count == 0) return r;
-  sums[0] /= double(count);         // this rank's mean loss; over dp, the mean of the ranks' means
-  if (dp) dp->all_reduce(sums, 5);  // (each has the same count), and the sums summed
-  r.loss = sums[0] / double(ranks);
-  r.loss_sum = sums[1];
-  r.tokens = int64_t(sums[2]);
-  r.bytes = int64_t(sums[3]);
-  r.chars = int64_t(sums[4]);
+  if (dp) dp->all_reduce(sums, 4);  // every rank's targets
+  r.loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+  r.loss_sum = sums[0];
+  r.tokens = int64_t(sums[1]);
+  r.bytes = int64_t(sums[2]);
+  r.chars = int64_t(sums[3]);
   return r;
 }
 

@@ -49,7 +49,7 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
 // scored targets, in bits, over those targets' UTF-8 bytes (characters) as data/piece_lengths.h
 // counts them: sum(loss) / ln 2 / bytes. Control targets (</s>) add their loss but no bytes.
 struct EvalLoss {
-  double loss = NAN;       // the mean of the micro-batches' mean losses (NeMo's val_loss)
+  double loss = NAN;       // loss_sum / tokens: the mean over every scored target (Megatron's)
   double loss_sum = 0;     // nats summed over every scored target (targets -100 left out)
   int64_t tokens = 0;      // scored targets
   int64_t bytes = 0, chars = 0;  // their text; 0 when evaluated without piece lengths

@@ -4,7 +4,8 @@
 // checked against decoded documents): loss, loss sum, bits per byte and per character agree to 1e-6
 // relative and the counts exactly, and bits per byte is the loss sum / ln 2 / bytes. The checkpoint
 // folder gives the export's figures; a folder without tokenizer.model leaves them out with a note,
-// and --tokenizer brings them back.
+// and --tokenizer brings them back. On conversations (--chat) eval gives the loss, target count and
+// bits per byte that training's validation reported for the same file, padded or packed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "obs/metrics.h"
 #include "test_util.h"
 
 namespace llamatrain {
@@ -124,6 +126,80 @@ TEST(Eval, CheckpointFolderAndExplicitTokenizerGiveTheSameFigures) {
   ASSERT_TRUE(text.exited && text.code == 0) << testing::describe(text);
   for (const char* s : {"bits per byte", "bits per character", "4 windows of 32 tokens", "bytes,", "characters)"})
     EXPECT_NE(text.out.find(s), std::string::npos) << s << " in\n" << text.out;
+}
+
+TEST(Eval, ChatConversationsScoreAsTrainingValidatesThem) {
+  TempDir d;
+  // 16 conversations of different lengths, {"messages"} and ShareGPT rows, some with a system turn,
+  // one of two exchanges, one cut to fit 64 tokens.
+  using nlohmann::json;
+  auto msg = [](const char* role, const std::string& content) { return json{{"role", role}, {"content", content}}; };
+  std::string rows;
+  for (int i = 0; i < 16; i++) {
+    const std::string q = std::to_string(i) + "+" + std::to_string(3 * i) + "?";
+    const std::string ans = std::to_string(4 * i) + (i % 3 ? "." : ", which is even, since four divides it.");
+    json row;
+    if (i % 4 == 1)
+      row = {{"conversations", {{{"from", "human"}, {"value", q}}, {{"from", "gpt"}, {"value", ans}}}}};
+    else if (i == 6)
+      row = {{"messages", {msg("user", q), msg("assistant", ans), msg("user", "And twice that?"), msg("assistant", "Twice.")}}};
+    else if (i == 9)
+      row = {{"messages", {msg("user", std::string(300, 'a')), msg("assistant", "A long one.")}}};
+    else if (i % 2)
+      row = {{"messages", {msg("system", "Be brief."), msg("user", q), msg("assistant", ans)}}};
+    else
+      row = {{"messages", {msg("user", q), msg("assistant", ans)}}};
+    rows += row.dump() + "\n";
+  }
+  const std::string chat = d / "chat.jsonl";
+  testing::write_file(chat, rows);
+  const std::string tok = testing::source_path("tests/golden/tiny_hf/tokenizer.model");
+  // Validation over every conversation once: 2 batches of 8 samples, in fp32.
+  const auto train = run_cli({"train", testing::source_path("configs/tiny.yaml"), "model.data.fine_tuning=true",
+                              "model.data.chat=true", "model.data.chat_template=llama2",
+                              "model.data.train_ds.file_names=[" + chat + "]",
+                              "model.data.validation_ds.file_names=[" + chat + "]", "model.tokenizer.model=" + tok,
+                              "exp_manager.explicit_log_dir=" + (d / "run"), "trainer.max_steps=2",
+                              "model.optim.sched.warmup_steps=1", "trainer.val_check_interval=2",
+                              "trainer.limit_val_batches=2", "trainer.precision=32"});
+  ASSERT_TRUE(train.exited && train.code == 0) << testing::describe(train);
+  nlohmann::json val;
+  for (const auto& rec : obs::read_metrics(d / "run/metrics.jsonl"))
+    if (rec.contains("val_loss")) val = rec;
+  ASSERT_FALSE(val.is_null()) << train.out;
+
+  auto eval = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"eval", d / "run/checkpoints/step_2", "--chat", chat, "--template", "llama2",
+                                     "--seq-length", "64", "--batch", "3", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    EXPECT_TRUE(r.exited && r.code == 0) << testing::describe(r);
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json padded = eval({});
+  EXPECT_EQ(padded["kind"], "chat");
+  EXPECT_EQ(padded["conversations"].get<int>(), 16) << padded.dump();
+  EXPECT_EQ(padded["samples"].get<int>(), 16);
+  EXPECT_EQ(padded["skipped"].get<int>(), 0) << padded.dump();
+  EXPECT_GE(padded["truncated"].get<int>(), 1) << padded.dump();
+  EXPECT_EQ(padded["targets"].get<int64_t>(), val["val_tokens"].get<int64_t>()) << val.dump();
+  expect_rel(padded["loss"].get<double>(), val["val_loss"].get<double>(), 1e-5, "loss vs val_loss");
+  expect_rel(padded["bits_per_byte"].get<double>(), val["val_bits_per_byte"].get<double>(), 1e-5, "bits per byte");
+  // Only the assistant turns count: far fewer targets than tokens.
+  EXPECT_LT(padded["targets"].get<int64_t>(), 16 * 64 / 3);
+  // Packed, each conversation attends to itself only and its positions restart: the same targets
+  // and losses in fewer samples.
+  const nlohmann::json packed = eval({"--pack"});
+  EXPECT_LT(packed["samples"].get<int>(), 16) << packed.dump();
+  EXPECT_EQ(packed["targets"], padded["targets"]);
+  expect_rel(packed["loss_sum"].get<double>(), padded["loss_sum"].get<double>(), 1e-5, "packed loss sum");
+
+  // Nothing to score, and a file without one usable conversation: plain errors that say what to give.
+  testing::expect_plain_error(run_cli({"eval", d / "run/checkpoints/step_2"}), {"--data", "--chat"});
+  testing::write_file(d / "none.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}]})" "\n");
+  testing::expect_plain_error(
+      run_cli({"eval", d / "run/checkpoints/step_2", "--chat", d / "none.jsonl", "--template", "llama2"}),
+      {"none.jsonl", "no usable conversation", "assistant"});
 }
 
 }  // namespace
