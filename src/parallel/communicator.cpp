@@ -161,6 +161,22 @@ void Communicator::broadcast(void* data, size_t bytes, int root) {
   do_broadcast(data, bytes, root);
 }
 
+std::string Communicator::broadcast_string(std::string s, int root) {
+  if (size() == 1) return s;
+  uint64_t n = s.size();
+  broadcast(&n, sizeof n, root);
+  s.resize(size_t(n));
+  if (n > 0) broadcast(s.data(), size_t(n), root);
+  return s;
+}
+
+std::vector<std::string> Communicator::gather_strings(const std::string& mine) {
+  std::vector<std::string> all;
+  all.reserve(size_t(size()));
+  for (int r = 0; r < size(); r++) all.push_back(broadcast_string(mine, r));
+  return all;
+}
+
 void Communicator::barrier() {
   WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_, start_collective("barrier", "no data"));
   do_barrier();

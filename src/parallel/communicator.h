@@ -100,6 +100,10 @@ class Communicator {
   void reduce_scatter(double* out, const double* in, size_t count) { reduce_scatter(out, in, count, DType::f64); }
   // data (bytes) on every rank becomes root's.
   void broadcast(void* data, size_t bytes, int root);
+  // root's string on every rank (each rank passes its own; only root's is read).
+  std::string broadcast_string(std::string s, int root);
+  // Every rank's string, in rank order, on every rank.
+  std::vector<std::string> gather_strings(const std::string& mine);
   void barrier();
   // Point to point, matched by (source, tag) in order of posting. A send's buffer must stay untouched
   // and a receive's unread until wait(); a receive must expect exactly the bytes sent.

@@ -49,21 +49,14 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 int world_size(parallel::Communicator* w) { return w ? w->size() : 1; }
 int world_rank(parallel::Communicator* w) { return w ? w->rank() : 0; }
 
-// root's string on every rank.
+// root's string on every rank (s itself without a world).
 std::string broadcast_string(parallel::Communicator* w, std::string s, int root) {
-  if (!w || w->size() == 1) return s;
-  uint64_t n = s.size();
-  w->broadcast(&n, sizeof(n), root);
-  s.resize(n);
-  if (n > 0) w->broadcast(s.data(), n, root);
-  return s;
+  return w ? w->broadcast_string(std::move(s), root) : s;
 }
 
 // Every rank's string, in rank order, on every rank.
 std::vector<std::string> gather_strings(parallel::Communicator* w, const std::string& mine) {
-  std::vector<std::string> all;
-  for (int r = 0; r < world_size(w); r++) all.push_back(broadcast_string(w, mine, r));
-  return all;
+  return w ? w->gather_strings(mine) : std::vector<std::string>{mine};
 }
 
 // The sum over the ranks of a count.

@@ -91,15 +91,8 @@ double dp_mean(parallel::Communicator* dp, double v) {
   return v / dp->size();
 }
 
-// Rank 0's string on every rank.
-std::string broadcast_string(parallel::Communicator* c, std::string s) {
-  if (!c || c->size() == 1) return s;
-  uint64_t n = s.size();
-  c->broadcast(&n, sizeof n, 0);
-  s.resize(n);
-  c->broadcast(s.data(), n, 0);
-  return s;
-}
+// Rank 0's string on every rank (s itself without a world).
+std::string from_rank0(parallel::Communicator* c, std::string s) { return c ? c->broadcast_string(std::move(s), 0) : s; }
 
 // One training step's outcome, before the loop decides what to do with it.
 struct StepResult {
@@ -310,15 +303,10 @@ void Trainer::start() {
 void Trainer::describe_run(const std::optional<std::string>& resume) {
   const parallel::ParallelLayout& lay = plan_.layout;
   const JobInfo job = job_from_environment();
-  // Every rank's host in rank order (SLURM's node list says it without asking the ranks).
-  std::vector<std::string> hosts{host_name()};
-  if (ranks_.world && job.node_list.empty()) {
-    std::vector<std::string> all;
-    for (int r = 0; r < ranks_.world->size(); r++) all.push_back(broadcast_string(ranks_.world, hosts[0]));
-    hosts.clear();
-    for (const auto& h : all)
-      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
-  }
+  // The distinct hosts, in the order of their first rank.
+  std::vector<std::string> hosts;
+  for (const auto& h : ranks_.world ? ranks_.world->gather_strings(host_name()) : std::vector{host_name()})
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
   std::string nodes = job.node_list;
   if (nodes.empty())
     for (const auto& h : hosts) nodes += (nodes.empty() ? "" : ",") + h;
@@ -456,7 +444,7 @@ std::optional<std::string> Trainer::find_resume(std::vector<std::string>* warnin
   if (ranks_.world) {
     LongWait wait(ranks_.world, long_wait_s_, "rank 0 verifying checkpoints");
     // (on an error rank 0 stops the job; the others wait at the next collective until then)
-    const std::string chosen = broadcast_string(ranks_.world, resume.value_or(""));
+    const std::string chosen = from_rank0(ranks_.world, resume.value_or(""));
     resume = chosen.empty() ? std::nullopt : std::optional<std::string>(chosen);
   }
   return resume;
@@ -693,7 +681,7 @@ void Trainer::rollback(const StepResult& s) {
   for (const auto& w : warnings) say("warning: " + w);
   if (ranks_.world) {
     LongWait wait(ranks_.world, long_wait_s_, "rank 0 verifying checkpoints");
-    const std::string chosen = broadcast_string(ranks_.world, ck ? ck->path : "");
+    const std::string chosen = from_rank0(ranks_.world, ck ? ck->path : "");
     if (!chosen.empty()) ck = CheckpointInfo{chosen, 0};
   }
   if (!ck)

@@ -44,6 +44,8 @@ job=$(submit_wait --nodes 2 "$SRC/launch/slurm/run.slurm" "$model") || fail "the
 log=$WORK/slurm-llamatrain-$job.out
 [ "$(slurm_job_field "$job" JobState)" = COMPLETED ] || fail "job $job is $(slurm_job_field "$job" JobState)"
 expect_in "$log" "run.slurm: job $job (start 1 of at most 4) on 2 nodes (n[1-2]), 2 ranks"
+# The start event names each node once, in rank order (each rank reports its own host).
+expect_in "$WORK/logs/$job/0/rank-0.log" '"nodes":"n[1-2]","hosts":["n1","n2"]'
 # Rank 0 tells the story; rank 1's file exists for its own errors.
 [ -f "$WORK/logs/$job/0/rank-1.log" ] || fail "no per-rank log for rank 1"
 expect_in "$WORK/logs/$job/0/rank-0.log" "step $TRAIN_ITERS/$TRAIN_ITERS"
