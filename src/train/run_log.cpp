@@ -12,7 +12,7 @@
 namespace llamatrain::train {
 
 std::vector<StepRecord::Metric> StepRecord::metrics(bool multi_rank) const {
-  return {
+  std::vector<Metric> m = {
       {"loss", "reduced_train_loss", loss},
       {"lr", "lr", lr},
       {"grad_norm", "grad_norm", grad_norm},
@@ -23,6 +23,8 @@ std::vector<StepRecord::Metric> StepRecord::metrics(bool multi_rank) const {
       {"comm_time_s", multi_rank ? "comm_time_s" : nullptr, comm_s},
       {"peak_rss_bytes", nullptr, peak_rss},
   };
+  if (device_memory >= 0) m.push_back({"device_memory_bytes", nullptr, device_memory});
+  return m;
 }
 
 RunLog::RunLog(const Console& console, const std::string& log_dir, bool active, bool tensorboard, bool multi_rank)
@@ -41,7 +43,11 @@ void RunLog::step(const StepRecord& r) {
   console_.say(fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.2f} seq/s | {} tok/s | MFU "
                            "{:.1f}% {}| mem {} | ETA {}",
                            r.step, r.max_steps, r.loss, r.lr, r.grad_norm, r.seq_per_s, obs::format_count(r.tokens_per_s),
-                           100 * r.mfu, comm, obs::format_bytes(r.peak_rss), obs::format_duration(r.eta_s)));
+                           100 * r.mfu, comm,
+                           r.device_memory >= 0 ? fmt::format("{} GPU, {} host", obs::format_bytes(r.device_memory),
+                                                              obs::format_bytes(r.peak_rss))
+                                                : obs::format_bytes(r.peak_rss),
+                           obs::format_duration(r.eta_s)));
   const auto metrics = r.metrics(multi_rank_);
   nlohmann::ordered_json fields{{"step", r.step}, {"max_steps", r.max_steps}};
   for (const auto& m : metrics) {

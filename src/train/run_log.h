@@ -24,6 +24,7 @@ struct StepRecord {
   double seq_per_s = 0, tokens_per_s = 0, mfu = 0;
   double comm_s = 0;          // per step, blocked in communication (any group)
   double peak_rss = 0;        // bytes
+  double device_memory = -1;  // bytes in use on the run's GPU (cudaMemGetInfo: every process's); < 0 on a CPU
   double eta_s = 0;
 
   struct Metric {

@@ -742,6 +742,7 @@ void Trainer::record(const StepResult& s) {
   r.mfu = obs::mfu(flops, r.step_s, peak_gflops_ * 1e9);
   r.comm_s = (parallel::blocked_seconds() - comm_mark_) / double(steps_since_log_);
   r.peak_rss = peak_rss_bytes();
+  r.device_memory = double(model::device_memory_used(plan_.device));  // (-1 on a CPU)
   r.eta_s = step_times_.eta_s(r.max_steps - st_.step);
   log_->step(r);
   t_log_ = now_s();

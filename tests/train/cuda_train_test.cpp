@@ -97,6 +97,14 @@ TEST(CudaTrain, FollowsTheCpuCurve) {
     ASSERT_EQ(b.status, 0) << b.log;
     EXPECT_NE(b.log.find("; device cuda:0 ("), std::string::npos) << b.log;
     EXPECT_NE(testing::read_file(gpu + "/train_log.txt").find("\"device\":\"cuda\""), std::string::npos);
+    // The step line and metrics give the GPU's memory in use beside the host's; a CPU run's only the host's.
+    EXPECT_NE(b.log.find(" GPU, "), std::string::npos) << b.log;
+    EXPECT_EQ(a.log.find(" GPU, "), std::string::npos) << a.log;
+    for (const auto& rec : obs::read_metrics(gpu + "/metrics.jsonl"))
+      if (rec.contains("loss")) {
+        EXPECT_GT(obs::metric_value(rec, "device_memory_bytes"), 0) << rec.dump();
+      }
+    for (const auto& rec : obs::read_metrics(cpu + "/metrics.jsonl")) EXPECT_FALSE(rec.contains("device_memory_bytes"));
     expect_curves_close(cpu, gpu, 6, rel, "cuda against cpu");
   }
 }
