@@ -6,7 +6,6 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,38 +39,53 @@ constexpr const char* kFormat = "llamatrain-checkpoint";
 constexpr int kVersion = 1;
 constexpr int64_t kCrcBlock = 64 << 20;
 
-// CRC32C of each kCrcBlock-byte block of a file, blocks computed in parallel.
+// CRC32C of each kCrcBlock-byte block of a file, blocks computed in parallel. Read with pread in
+// pieces of kCrcPiece bytes, not mapped: a mapping's pages count in the process's resident memory
+// (and in a SLURM job's memory limit) until it is unmapped, so checking a 100 GB checkpoint would
+// need 100 GB of room; this needs kCrcPiece per thread.
+constexpr size_t kCrcPiece = 4 << 20;
 std::vector<uint32_t> block_crcs(const fs::path& p, int64_t* size_out, const io::BytesDone& progress = {}) {
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open {}: {}", p.string(), std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
+    const int e = errno;
     ::close(fd);
-    fail("cannot stat {}: {}", p.string(), std::strerror(errno));
+    fail("cannot stat {}: {}", p.string(), std::strerror(e));
   }
   const int64_t size = st.st_size;
   *size_out = size;
   std::vector<uint32_t> crcs(size_t((size + kCrcBlock - 1) / kCrcBlock));
-  if (size == 0) {
-    ::close(fd);
-    return crcs;
-  }
-  void* map = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) fail("cannot map {}: {}", p.string(), std::strerror(errno));
-  ::madvise(map, size_t(size), MADV_SEQUENTIAL);
-  const auto* bytes = static_cast<const uint8_t*>(map);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   const int64_t n = int64_t(crcs.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t b = 0; b < n; b++) {
-    const int64_t begin = b * kCrcBlock, len = std::min(kCrcBlock, size - begin);
-    crcs[size_t(b)] = crc32c(bytes + begin, size_t(len));
-    if (progress) {
+  std::string error;  // the first failure (an exception may not leave the parallel region)
+#pragma omp parallel
+  {
+    std::vector<uint8_t> piece(kCrcPiece);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < n; b++) {
+      const int64_t begin = b * kCrcBlock, len = std::min(kCrcBlock, size - begin);
+      uint32_t crc = 0;
+      for (int64_t at = 0; at < len;) {
+        const ssize_t got = ::pread(fd, piece.data(), size_t(std::min<int64_t>(int64_t(kCrcPiece), len - at)), begin + at);
+        if (got <= 0) {
+          const std::string why = got < 0 ? std::strerror(errno) : "the file ended early (truncated while read?)";
+#pragma omp critical(checkpoint_crc_error)
+          if (error.empty()) error = fmt::format("cannot read {} at byte {}: {}", p.string(), begin + at, why);
+          break;
+        }
+        crc = crc32c(piece.data(), size_t(got), crc);
+        at += got;
+      }
+      crcs[size_t(b)] = crc;
+      if (progress) {
 #pragma omp critical(checkpoint_progress)
-      progress(len);
+        progress(len);
+      }
     }
   }
-  ::munmap(map, size_t(size));
+  ::close(fd);
+  if (!error.empty()) fail("{}", error);
   return crcs;
 }
 

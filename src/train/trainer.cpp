@@ -235,8 +235,11 @@ TrainResult Trainer::run() {
                                         : ""));
   }
   if (!plan_.export_dir.empty() && result_.stop_signal == 0) export_hf();
-  say(fmt::format("done: {} steps, last loss {:.4f}, total time {}", result_.steps, result_.last_loss,
-                  obs::format_duration(now_s() - t_start)));
+  // The process's peak resident memory over the whole run, saves and the export included: what a
+  // SLURM --mem must allow (the step lines' figure is the peak up to that step).
+  const double peak_rss = peak_rss_bytes();
+  say(fmt::format("done: {} steps, last loss {:.4f}, total time {}, peak memory {} (rank 0's host)", result_.steps,
+                  result_.last_loss, obs::format_duration(now_s() - t_start), obs::format_bytes(peak_rss)));
   event("end", {{"reason", result_.stop_signal ? "signal" : "max_steps"},
                 {"steps", result_.steps},
                 {"max_steps", max_steps},
@@ -245,6 +248,7 @@ TrainResult Trainer::run() {
                 {"checkpoint", result_.last_checkpoint},
                 {"skipped_steps", st_.skipped_steps},
                 {"rollbacks", st_.rollbacks},
+                {"peak_rss_bytes", peak_rss},
                 {"seconds", now_s() - t_start}});
   return result_;
 }
