@@ -35,6 +35,7 @@ struct TrainerConfig {
   int64_t limit_test_batches = 0;
   std::optional<double> gradient_clip_val;  // global L2 norm; null or 0 = no clipping
   int64_t max_consecutive_nonfinite = 0;    // ours: non-finite steps skipped in a row before rollback
+  int64_t max_consecutive_rollbacks = 0;     // ours: rollbacks with no checkpoint saved between them
 
   bool operator==(const TrainerConfig&) const = default;
 };

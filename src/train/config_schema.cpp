@@ -200,6 +200,10 @@ Schema build_schema() {
          "a step whose loss or gradient norm is not finite is skipped (no update); after this many in a row the "
          "run goes back to the last checkpoint; 0: stop at the first",
          at_least(0));
+  s.ours("trainer.max_consecutive_rollbacks", FIELD(trainer.max_consecutive_rollbacks), "3",
+         "rollbacks with no new checkpoint saved between them; a run that diverges once more stops with a "
+         "divergence error, its checkpoints as they were; 0: never roll back",
+         at_least(0));
   s.key("trainer.accelerator", FIELD(trainer.accelerator), "cpu",
         "where the model trains: cpu; gpu or cuda (NVIDIA GPUs: one per rank, its local rank's; data parallelism "
         "only); auto (a GPU where one is usable, else cpu, said in a note); ref (the reference kernels: slow, for "

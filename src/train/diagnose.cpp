@@ -71,7 +71,9 @@ struct Findings {
   std::string killed_ranks_text;  // srun's task list ("0-2,5") when it names several
   std::set<int> watchdog_ranks;
   std::string watchdog_what;
-  std::set<int64_t> skip_steps, rollback_steps;
+  std::set<int64_t> skip_steps;
+  std::set<std::string> skip_events, rollback_events;  // step (from_step) and time of each
+  int64_t skip_count = 0;
   int64_t first_skip = -1;
   int64_t rollback_count = 0;
   int64_t last_step = -1;
@@ -169,11 +171,19 @@ void scan(const LogText& log, Findings& f, const std::string& latest_start) {
         f.last_checkpoint = (*e)["path"].get<std::string>();
       } else if (kind == "skip" && e->contains("step") && (*e)["step"].is_number()) {
         const int64_t step = (*e)["step"].get<int64_t>();
-        if (f.skip_steps.insert(step).second && f.skips.size() < 3) f.skips.push_back(ev);
+        // (train_log.txt and the job's stdout hold the same events: each once, by step and time, so that
+        // a step skipped again after a rollback counts again)
+        if (f.skip_events.insert(std::to_string(step) + e->value("time", std::string())).second) {
+          f.skip_count++;
+          if (f.skips.size() < 3) f.skips.push_back(ev);
+        }
+        f.skip_steps.insert(step);
         if (f.first_skip < 0) f.first_skip = step;
       } else if (kind == "rollback") {
-        // (train_log.txt and the job's stdout hold the same events: each rollback once)
-        if (f.rollback_steps.insert(e->value("from_step", int64_t(-1))).second) f.rollback_count++;
+        // (each rollback once, as the skips)
+        if (f.rollback_events.insert(std::to_string(e->value("from_step", int64_t(-1))) + e->value("time", std::string()))
+                .second)
+          f.rollback_count++;
         if (f.rollbacks.size() < 2) f.rollbacks.push_back(ev);
       }
       continue;
@@ -443,6 +453,15 @@ void error_cause(const Findings& f, Diagnosis& d) {
     for (const auto& s : f.skips) d.evidence.push_back(s);
     for (const auto& r : f.rollbacks) d.evidence.push_back(r);
     d.fix = hint.empty() ? "lower model.optim.lr or lengthen the warmup, and check the data" : hint;
+  } else if (code == "divergence") {
+    d.summary = fmt::format("training kept diverging{}: non-finite from step {}, {} rollback(s) and {} skipped step(s), "
+                            "then the rollback budget ran out",
+                            where, f.first_skip, f.rollback_count, f.skip_count);
+    for (const auto& s : f.skips) d.evidence.push_back(s);
+    for (const auto& r : f.rollbacks) d.evidence.push_back(r);
+    d.fix = hint.empty() ? "resume from the last checkpoint with a lower model.optim.lr or a longer warmup, and check "
+                           "the data the divergent steps read"
+                         : hint;
   } else if (code == "checkpoint") {
     d.summary = "a checkpoint is missing or damaged" + where + ": " + first_line(message);
     for (const auto& w : f.damaged_checkpoint) d.evidence.push_back(w);
@@ -514,7 +533,7 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
   d.rollbacks = f.rollback_count;
   if (!f.skip_steps.empty())
     d.notes.push_back(fmt::format("{} non-finite step(s) skipped, the first at step {}; {} rollback(s)",
-                                  f.skip_steps.size(), f.first_skip, f.rollback_count));
+                                  f.skip_count, f.first_skip, f.rollback_count));
   if (!f.damaged_checkpoint.empty())
     d.notes.push_back("a damaged checkpoint was skipped: " + f.damaged_checkpoint.front().text);
   const int ranks =

@@ -34,7 +34,7 @@ struct Evidence {
 
 struct Diagnosis {
   // Stable names: success, host_oom, oom, time_limit, cancelled, stopped_by_signal, killed_by_signal,
-  // watchdog, comm, nonfinite, data, checkpoint, config, disk_full, io, export, internal, error,
+  // watchdog, comm, nonfinite, divergence, data, checkpoint, config, disk_full, io, export, internal, error,
   // vanished (started, then nothing), never_started.
   std::string cause;
   std::string summary;  // one sentence for a person

@@ -52,17 +52,25 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Steps listed in $LLAMATRAIN_INJECT_NONFINITE ("5,6,7") get a NaN gradient: a fault injection that
-// tests the skip-and-rollback path through the real checks.
-std::set<int64_t> injected_nonfinite_steps() {
-  std::set<int64_t> steps;
+// Steps listed in $LLAMATRAIN_INJECT_NONFINITE ("5,6,7") get a NaN gradient, each once; "N+" makes
+// every step from N on non-finite, each time it runs (a run that keeps diverging): a fault injection
+// that tests the skip-and-rollback path through the real checks.
+struct InjectedNonfinite {
+  std::set<int64_t> once;
+  int64_t from = -1;
+};
+InjectedNonfinite injected_nonfinite_steps() {
+  InjectedNonfinite r;
   const char* env = std::getenv("LLAMATRAIN_INJECT_NONFINITE");
-  if (!env) return steps;
+  if (!env) return r;
   std::stringstream ss(env);
   std::string item;
   while (std::getline(ss, item, ','))
-    if (!item.empty()) steps.insert(std::strtoll(item.c_str(), nullptr, 10));
-  return steps;
+    if (!item.empty() && item.back() == '+')
+      r.from = std::strtoll(item.c_str(), nullptr, 10);
+    else if (!item.empty())
+      r.once.insert(std::strtoll(item.c_str(), nullptr, 10));
+  return r;
 }
 
 // The job's communicators for this rank's layout; null where the group has one rank, so `if (dp)`
@@ -170,13 +178,14 @@ class Trainer {
   std::optional<LrSchedule> sched_;
   model::AdamWConfig opt_;
   double peak_gflops_ = 0, flops_per_step_ = 0;
-  std::set<int64_t> inject_;  // each fires once (not again after a rollback)
+  InjectedNonfinite inject_;  // the listed steps fire once (not again after a rollback)
   // One (tokens, targets) pair per activation slot: a pipeline stage reads them again in the backward.
   std::vector<MicroBatch> batches_;  // per activation slot
   std::optional<parallel::GradReducer> reducer_;
   std::unique_ptr<model::GpuCollectives> gpu_dp_;  // data parallelism on GPUs through NCCL (else host-staged)
   int64_t steps_run_ = 0;  // steps computed by this process (a rollback repeats some)
   int64_t nonfinite_run_ = 0;
+  int64_t rollbacks_since_save_ = 0;  // rollbacks with no checkpoint saved since (the divergence budget)
   double t_last_ckpt_ = 0, t_log_ = 0;
   int64_t steps_since_log_ = 0;
   // This rank's micro-batches since the last record: sequences, their text inputs and attention pairs
@@ -547,7 +556,8 @@ StepResult Trainer::train_step() {
   steps_run_++;
   model_->zero_grad();
   // (fault injection: a NaN the backward accumulates into, reduced to every rank like any gradient)
-  if (inject_.erase(s.step) && rank0()) model_->backend().set(model_->grad_arena(), NAN);
+  if ((inject_.once.erase(s.step) || (inject_.from >= 0 && s.step >= inject_.from)) && rank0())
+    model_->backend().set(model_->grad_arena(), NAN);
   const double loss_sum = micro_batches();
   // Sums over the model-parallel copies of a parameter (SP norm weights, the tied embedding).
   model_->reduce_model_parallel_grads(plan_.layout.pp_size > 1 ? ranks_.groups.embedding.get() : nullptr);
@@ -694,6 +704,15 @@ void Trainer::rollback(const StepResult& s) {
             "there is no checkpoint to roll back to\nhint: lower model.optim.lr or raise warmup, check the data, "
             "or save checkpoints earlier (exp_manager.checkpoint_callback_params.every_n_train_steps)",
             nonfinite_run_, s.step);
+  const int64_t budget = cfg_.trainer.max_consecutive_rollbacks;
+  if (rollbacks_since_save_ >= budget)
+    fail_as("divergence",
+            "training keeps diverging: {} non-finite steps in a row up to step {}, after {} rollback{} to {} with no "
+            "checkpoint saved since (trainer.max_consecutive_rollbacks={}); the checkpoints are as they were\nhint: "
+            "resume from {} with a lower model.optim.lr or a longer warmup, and check the data after sample {}",
+            nonfinite_run_, s.step, rollbacks_since_save_, rollbacks_since_save_ == 1 ? "" : "s", ck->path, budget,
+            ck->path, s.first_sample);
+  rollbacks_since_save_++;
   const TrainerState keep = st_;
   st_ = load_checkpoint(ck->path, *model_);
   say(fmt::format("rollback: {} non-finite steps in a row; restored {} (step {}); steps {}-{} discarded and "
@@ -799,6 +818,7 @@ void Trainer::save(const char* why) {
     LongWait wait(ranks_.world, long_wait_s_, why_wait), wait_mp(ranks_.mp, long_wait_s_, why_wait);
     path = save_checkpoint(plan_.checkpoint_dir, *model_, st_, plan_.tokenizer_path, config_yaml_, bar.callback(),
                            SaveGroups{ranks_.world, ranks_.mp, plan_.layout});
+    rollbacks_since_save_ = 0;  // a new good state: the divergence budget starts again
   }
   result_.last_checkpoint = path;
   context_ = context;

@@ -494,6 +494,47 @@ TEST(Trainer, NonFiniteStepsAreSkippedThenRolledBack) {
   EXPECT_NE(early.log.find("no checkpoint to roll back to"), std::string::npos) << early.log;
 }
 
+TEST(Trainer, ARunThatKeepsDivergingStopsWithinItsRollbackBudget) {
+  // Every step from 7 on is non-finite, each time it runs: 3 in a row roll back to step 5, twice
+  // (trainer.max_consecutive_rollbacks=2), then the run stops with a divergence error that names the
+  // checkpoint to resume from; that checkpoint is untouched, and diagnose counts every skip and rollback.
+  TempDir dir;
+  const std::string run = dir / "run";
+  const auto r = run_train(run,
+                           {"trainer.max_steps=12", "trainer.max_consecutive_nonfinite=3",
+                            "trainer.max_consecutive_rollbacks=2",
+                            "exp_manager.checkpoint_callback_params.every_n_train_steps=5"},
+                           {"LLAMATRAIN_INJECT_NONFINITE=7+"});
+  EXPECT_EQ(r.status, 1) << r.log;
+  int rollbacks = 0;
+  for (size_t at = r.log.find("rollback: 3 non-finite steps in a row; restored"); at != std::string::npos;
+       at = r.log.find("rollback: 3 non-finite steps in a row; restored", at + 1))
+    rollbacks++;
+  EXPECT_EQ(rollbacks, 2) << r.log;
+  EXPECT_NE(r.log.find("training keeps diverging: 3 non-finite steps in a row up to step 9, after 2 rollbacks to "),
+            std::string::npos)
+      << r.log;
+  EXPECT_NE(r.log.find("trainer.max_consecutive_rollbacks=2"), std::string::npos) << r.log;
+  std::vector<std::string> warnings;
+  const auto ck = train::latest_valid_checkpoint(run + "/checkpoints", &warnings);
+  ASSERT_TRUE(ck.has_value());
+  EXPECT_EQ(ck->step, 5);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  const auto d = testing::run_cli({"diagnose", "--json", run + "/train_log.txt"});
+  const auto j = nlohmann::json::parse(d.out);
+  EXPECT_EQ(j["cause"], "divergence") << d.out;
+  EXPECT_EQ(j["rollbacks"].get<int>(), 2) << d.out;
+  EXPECT_NE(j["summary"].get<std::string>().find("9 skipped step(s)"), std::string::npos) << d.out;
+
+  // A checkpoint saved after a rollback starts the budget again: one rollback, then the run finishes.
+  const auto ok = run_train(dir / "ok",
+                            {"trainer.max_steps=12", "trainer.max_consecutive_nonfinite=3",
+                             "trainer.max_consecutive_rollbacks=1",
+                             "exp_manager.checkpoint_callback_params.every_n_train_steps=5"},
+                            {"LLAMATRAIN_INJECT_NONFINITE=7,8,9"});
+  EXPECT_EQ(ok.status, 0) << ok.log;
+}
+
 TEST(Trainer, FullDiskDuringSaveIsAClearErrorAndKeepsTheLastGoodCheckpoint) {
   TempDir dir;
   const std::string mnt = dir / "small";
