@@ -455,6 +455,14 @@ std::optional<CheckpointInfo> latest_valid_checkpoint(const std::string& checkpo
   return std::nullopt;
 }
 
+std::string all_checkpoints_damaged(const std::string& checkpoints_dir, const std::vector<std::string>& damaged) {
+  return fmt::format(
+      "exp_manager.resume_if_exists: every checkpoint in {} is damaged ({}), and starting again from step 0 would "
+      "lose the run:\n  {}\nhint: repair or restore one (model.resume_from_checkpoint=PATH resumes from a copy kept "
+      "elsewhere); to start over from step 0 instead, move them out of {} or set exp_manager.resume_if_exists=false",
+      checkpoints_dir, damaged.size(), fmt::join(damaged, "\n  "), checkpoints_dir);
+}
+
 TrainerState read_trainer_state(const std::string& path) {
   const fs::path p = fs::path(path) / kStateFile;
   const json st = read_json(p);

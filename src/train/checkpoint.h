@@ -110,6 +110,11 @@ int64_t checkpoint_file_bytes(const std::string& path);
 std::optional<CheckpointInfo> latest_valid_checkpoint(const std::string& checkpoints_dir,
                                                       std::vector<std::string>* warnings);
 
+// The error of a resume that found checkpoints in checkpoints_dir but none intact (damaged: what
+// verify_checkpoint said of each, newest first): starting again from step 0 would silently throw the
+// run away, so this is an error whatever resume_ignore_no_checkpoint says.
+std::string all_checkpoints_damaged(const std::string& checkpoints_dir, const std::vector<std::string>& damaged);
+
 // Reads trainer_state.json (throws Error naming the file and field).
 TrainerState read_trainer_state(const std::string& path);
 

@@ -209,6 +209,11 @@ PlanCheck check_resume(const TrainConfig& cfg, const RunPlan& p) {
   } else if (cfg.exp_manager.resume_if_exists) {
     std::vector<std::string> warnings;
     const auto ck = latest_valid_checkpoint(p.checkpoint_dir, &warnings);
+    if (!ck && !warnings.empty()) {
+      std::vector<std::string> damaged;
+      for (const auto& w : warnings) damaged.push_back(w.substr(w.find(": ") + 2));  // ("skipping checkpoint X: why")
+      return {Status::fail, "resume", all_checkpoints_damaged(p.checkpoint_dir, damaged)};
+    }
     if (!ck) {
       if (!cfg.exp_manager.resume_ignore_no_checkpoint)
         return {Status::fail, "resume",

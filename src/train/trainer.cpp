@@ -440,15 +440,20 @@ std::optional<std::string> Trainer::find_resume(std::vector<std::string>* warnin
   } else if (cfg_.exp_manager.resume_if_exists) {
     // The newest checkpoint that verifies (each file's size and CRC32C), newest first.
     const auto all = list_checkpoints(plan_.checkpoint_dir);
+    std::vector<std::string> damaged;
     for (auto it = all.rbegin(); it != all.rend() && !resume; ++it) {
       IoProgress bar("verifying " + it->path, checkpoint_file_bytes(it->path));
       const std::string why = verify_checkpoint(it->path, bar.callback());
       if (why.empty())
         resume = it->path;
-      else
+      else {
         warnings->push_back(fmt::format("warning: skipping checkpoint {}: {}", it->path, why));
+        damaged.push_back(why);
+      }
     }
-    if (!resume && !cfg_.exp_manager.resume_ignore_no_checkpoint)
+    if (!resume && !damaged.empty())
+      *error = all_checkpoints_damaged(plan_.checkpoint_dir, damaged);
+    else if (!resume && !cfg_.exp_manager.resume_ignore_no_checkpoint)
       *error = fmt::format(
           "exp_manager.resume_if_exists: no usable checkpoint in {}, and resume_ignore_no_checkpoint is false\n"
           "hint: set exp_manager.resume_ignore_no_checkpoint=true to start fresh",

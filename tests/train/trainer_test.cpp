@@ -465,6 +465,40 @@ TEST(Trainer, CorruptNewestCheckpointIsSkippedWithAWarning) {
   EXPECT_NE(r.log.find("resumed at step 5"), std::string::npos) << r.log;
 }
 
+TEST(Trainer, EveryCheckpointDamagedIsAnErrorNamingEachNotAFreshStart) {
+  // Both checkpoints damaged: even with resume_ignore_no_checkpoint=true (the default) the resume
+  // stops, naming each, and so does plan; resume_if_exists=false is the way to start over.
+  TempDir dir;
+  const std::string run = dir / "run";
+  std::vector<std::string> extra = {"trainer.max_steps=10", "exp_manager.resume_if_exists=true",
+                                    "exp_manager.resume_ignore_no_checkpoint=true",
+                                    "exp_manager.checkpoint_callback_params.every_n_train_steps=5",
+                                    "exp_manager.checkpoint_callback_params.save_top_k=3"};
+  ASSERT_EQ(run_train(run, extra).status, 0);
+  for (const char* step : {"step_5", "step_10"}) {
+    const std::string victim = run + "/checkpoints/" + step + "/model.safetensors";
+    std::string bytes = testing::read_file(victim);
+    bytes[bytes.size() / 2] ^= 0x40;
+    testing::write_file(victim, bytes);
+  }
+  extra[0] = "trainer.max_steps=12";
+  const auto r = run_train(run, extra);
+  EXPECT_EQ(r.status, 1) << r.log;
+  for (const char* s : {"every checkpoint in", "is damaged (2)", "step_10/model.safetensors: checksum mismatch",
+                        "step_5/model.safetensors: checksum mismatch", "exp_manager.resume_if_exists=false"})
+    EXPECT_NE(r.log.find(s), std::string::npos) << s << " in\n" << r.log;
+  EXPECT_EQ(r.log.find("step 1/12"), std::string::npos) << r.log;
+  std::vector<std::string> plan = train_args(run, extra);
+  plan[1] = "plan";
+  plan.erase(plan.begin());
+  const auto planned = testing::run_cli(plan);
+  EXPECT_NE(planned.code, 0) << planned.out;
+  EXPECT_NE(planned.out.find("is damaged (2)"), std::string::npos) << planned.out;
+  // Told to start over, it does.
+  extra[1] = "exp_manager.resume_if_exists=false";
+  EXPECT_EQ(run_train(run, extra).status, 0);
+}
+
 TEST(Trainer, NonFiniteStepsAreSkippedThenRolledBack) {
   // One injected NaN gradient: that step's update is skipped and training goes on. Three in a row
   // (the limit): the run rolls back to the last checkpoint, skips that data window and finishes.
