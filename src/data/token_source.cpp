@@ -49,4 +49,21 @@ std::string file_fingerprint(const std::string& path) {
   return fmt::format("{}:{}:{}", path, int64_t(st.st_size), mtime_ns);
 }
 
+VocabCheckedSource::VocabCheckedSource(std::shared_ptr<const TokenSource> inner, int64_t vocab, std::string where)
+    : inner_(std::move(inner)), vocab_(vocab), where_(std::move(where)) {}
+
+void VocabCheckedSource::read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const {
+  inner_->read(seq, offset, count, out);
+  int32_t bad = 0;
+  for (int64_t j = 0; j < count; j++) bad |= int32_t(out[j] < 0 || out[j] >= vocab_);  // (no branch per token)
+  if (bad == 0) return;
+  for (int64_t j = 0; j < count; j++)
+    if (out[j] < 0 || out[j] >= vocab_)
+      fail_as("data",
+              "{}: document {} holds token id {} at position {}, outside the model's vocabulary of {} ids\nhint: the "
+              "data was tokenized with another tokenizer, or the file is damaged; preprocess it again with the "
+              "model's tokenizer (`llamatrain plan` checks the ids before a run)",
+              where_, seq, out[j], offset + j, vocab_);
+}
+
 }  // namespace llamatrain::data

@@ -5,6 +5,8 @@
 // Leaves out: writing, document boundaries (GPTDataset works on sequences), dtype handling.
 #pragma once
 
+#include <memory>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +45,27 @@ class InMemoryTokenSource : public TokenSource {
  private:
   std::vector<std::vector<int32_t>> sequences_;
   std::string name_;
+};
+
+// Another source whose every id read is checked against a vocabulary of `vocab` ids: an id outside it
+// (a corpus made with another tokenizer, a flipped byte) is an Error with code "data" naming `where`
+// (the dataset's path), the sequence and the position, never an out-of-bounds read in the model. The
+// check is one compare per token of a copy already made.
+class VocabCheckedSource : public TokenSource {
+ public:
+  VocabCheckedSource(std::shared_ptr<const TokenSource> inner, int64_t vocab, std::string where);
+  int64_t num_sequences() const override { return inner_->num_sequences(); }
+  int32_t sequence_length(int64_t i) const override { return inner_->sequence_length(i); }
+  void read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const override;
+  const int32_t* sizes_data() const override { return inner_->sizes_data(); }
+  std::string fingerprint() const override { return inner_->fingerprint(); }
+  std::string default_cache_dir() const override { return inner_->default_cache_dir(); }
+  std::string name() const override { return inner_->name(); }
+
+ private:
+  std::shared_ptr<const TokenSource> inner_;
+  int64_t vocab_;
+  std::string where_;
 };
 
 // "path:size:mtime_ns" of a file, or fails naming it when it cannot be read. Used by file-backed

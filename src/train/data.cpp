@@ -35,7 +35,7 @@ std::string tokenizer_config_path(const TrainConfig& config, const data::Tokeniz
 }  // namespace
 
 TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer, int32_t eod_id,
-                     std::array<int64_t, 3> requested) {
+                     std::array<int64_t, 3> requested, int64_t vocab_size) {
   const DataConfig& d = config.model.data;
   seq_length_ = d.seq_length;
   fine_tuning_ = d.fine_tuning;
@@ -43,7 +43,12 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
   if (!fine_tuning_) {
     own_positions_ = d.reset_position_ids;
     documents_ = d.reset_attention_mask;
-    gpt_ = data::build_gpt_datasets(config.gpt_data_config(), requested, data::open_indexed_source);
+    const data::SourceOpener open = [vocab_size](const std::string& prefix) -> std::shared_ptr<const data::TokenSource> {
+      auto source = data::open_indexed_source(prefix);
+      if (vocab_size <= 0) return source;
+      return std::make_shared<data::VocabCheckedSource>(std::move(source), vocab_size, prefix + ".bin");
+    };
+    gpt_ = data::build_gpt_datasets(config.gpt_data_config(), requested, open);
     if (!gpt_[0])
       fail("model.data.splits_string \"{}\": the train split is empty, expected a positive train weight",
            d.splits_string);

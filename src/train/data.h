@@ -42,8 +42,10 @@ class TrainData {
   // fine-tuning data (it tokenizes the JSONL); for indexed data it gives the EOD id (else eod_id
   // below). requested[k] are the sample counts Megatron would ask of each split. Throws Error
   // naming the file or key for missing or unusable data.
+  // vocab_size > 0: every id read from an indexed dataset is checked against it (an Error with code
+  // "data" naming the file, document and position; data::VocabCheckedSource).
   TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer, int32_t eod_id,
-            std::array<int64_t, 3> requested);
+            std::array<int64_t, 3> requested, int64_t vocab_size = 0);
 
   bool has(data::Split s) const { return size(s) > 0; }
   int64_t size(data::Split s) const;  // samples in the split (0 if it does not exist)

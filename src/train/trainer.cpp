@@ -507,12 +507,12 @@ void Trainer::open_data() {
   say("data: building sample indices ...");
   const double t0 = now_s();
   const data::Tokenizer* tok = plan_.tokenizer.get();
-  if (rank0()) data_.emplace(cfg_, tok, plan_.model.eos_id, requested);
+  if (rank0()) data_.emplace(cfg_, tok, plan_.model.eos_id, requested, plan_.model.vocab_size);
   if (ranks_.world) {
     LongWait wait(ranks_.world, long_wait_s_, "rank 0 building the sample indices");
     ranks_.world->barrier();
   }
-  if (!rank0()) data_.emplace(cfg_, tok, plan_.model.eos_id, requested);
+  if (!rank0()) data_.emplace(cfg_, tok, plan_.model.eos_id, requested, plan_.model.vocab_size);
   std::string desc = data_->describe();
   if (!desc.empty() && desc.back() == '\n') desc.pop_back();
   say(fmt::format("data ready in {}:\n{}", obs::format_duration(now_s() - t0), desc));

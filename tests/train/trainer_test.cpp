@@ -465,6 +465,30 @@ TEST(Trainer, CorruptNewestCheckpointIsSkippedWithAWarning) {
   EXPECT_NE(r.log.find("resumed at step 5"), std::string::npos) << r.log;
 }
 
+TEST(Trainer, ATokenIdOutsideTheVocabularyIsANamedDataError) {
+  // A flipped pair of bytes in the .bin (an id past the tokenizer's 500): the step that reads it stops
+  // with an error naming the file, the document and the position, never an out-of-bounds read; diagnose
+  // says `data`.
+  TempDir dir;
+  const auto pre = testing::run_cli({"preprocess", "--quiet", "--input", testing::fixture("corpus.jsonl"),
+                                     "--tokenizer-model", testing::fixture("tokenizer.model"), "--output-prefix",
+                                     dir / "fx", "--append-eod"});
+  ASSERT_EQ(pre.code, 0) << testing::describe(pre);
+  const std::string bin = dir / "fx_text_document.bin";
+  std::string bytes = testing::read_file(bin);
+  ASSERT_GT(bytes.size(), 602u);
+  bytes[600] = char(0xE8), bytes[601] = char(0xFD);  // 65000, little-endian uint16
+  testing::write_file(bin, bytes);
+  const std::string run = dir / "run";
+  const auto r = run_train(run, {"trainer.max_steps=3", "model.data.data_prefix=[1.0," + (dir / "fx_text_document") + "]"});
+  EXPECT_EQ(r.status, 1) << r.log;
+  for (const char* s : {"fx_text_document.bin: document ", "holds token id 65000 at position",
+                        "outside the model's vocabulary of 500 ids"})
+    EXPECT_NE(r.log.find(s), std::string::npos) << s << " in\n" << r.log;
+  const auto d = testing::run_cli({"diagnose", "--json", run + "/train_log.txt"});
+  EXPECT_EQ(nlohmann::json::parse(d.out)["cause"], "data") << d.out;
+}
+
 TEST(Trainer, EveryCheckpointDamagedIsAnErrorNamingEachNotAFreshStart) {
   // Both checkpoints damaged: even with resume_ignore_no_checkpoint=true (the default) the resume
   // stops, naming each, and so does plan; resume_if_exists=false is the way to start over.
