@@ -476,7 +476,7 @@ void error_cause(const Findings& f, Diagnosis& d) {
         "exp_manager.checkpoint_callback_params.save_top_k, or move the checkpoints with "
         "exp_manager.checkpoint_callback_params.dirpath";
   } else if (code == "data") {
-    d.summary = "the training data is missing or unreadable" + where + ": " + first_line(message);
+    d.summary = "the training data is missing, unreadable or wrong" + where + ": " + first_line(message);
     d.fix = hint.empty() ? "check model.data.data_prefix (the output prefix of `llamatrain preprocess`)" : hint;
   } else if (code == "config") {
     d.summary = "a configuration error" + where + ": " + first_line(message);

@@ -710,6 +710,12 @@ void Trainer::rollback(const StepResult& s) {
             "or save checkpoints earlier (exp_manager.checkpoint_callback_params.every_n_train_steps)",
             nonfinite_run_, s.step);
   const int64_t budget = cfg_.trainer.max_consecutive_rollbacks;
+  if (budget == 0)
+    fail_as("divergence",
+            "training diverged: {} non-finite steps in a row up to step {}, and rollbacks are off "
+            "(trainer.max_consecutive_rollbacks=0)\nhint: resume from {} with a lower model.optim.lr or a longer "
+            "warmup, and check the data after sample {}",
+            nonfinite_run_, s.step, ck->path, s.first_sample);
   if (rollbacks_since_save_ >= budget)
     fail_as("divergence",
             "training keeps diverging: {} non-finite steps in a row up to step {}, after {} rollback{} to {} with no "

@@ -584,6 +584,16 @@ TEST(Trainer, ARunThatKeepsDivergingStopsWithinItsRollbackBudget) {
   EXPECT_EQ(j["rollbacks"].get<int>(), 2) << d.out;
   EXPECT_NE(j["summary"].get<std::string>().find("9 skipped step(s)"), std::string::npos) << d.out;
 
+  // With rollbacks off the first run of non-finite steps ends it.
+  const auto off = run_train(dir / "off",
+                             {"trainer.max_steps=12", "trainer.max_consecutive_nonfinite=3",
+                              "trainer.max_consecutive_rollbacks=0",
+                              "exp_manager.checkpoint_callback_params.every_n_train_steps=5"},
+                             {"LLAMATRAIN_INJECT_NONFINITE=7+"});
+  EXPECT_EQ(off.status, 1) << off.log;
+  EXPECT_NE(off.log.find("rollbacks are off (trainer.max_consecutive_rollbacks=0)"), std::string::npos) << off.log;
+  EXPECT_EQ(off.log.find("rollback: "), std::string::npos) << off.log;
+
   // A checkpoint saved after a rollback starts the budget again: one rollback, then the run finishes.
   const auto ok = run_train(dir / "ok",
                             {"trainer.max_steps=12", "trainer.max_consecutive_nonfinite=3",
