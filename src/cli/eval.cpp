@@ -59,6 +59,18 @@ struct EvalResult {
   data::TextSums text;  // the targets' bytes and characters (with a tokenizer)
   int64_t conversations = 0, truncated = 0, skipped = 0;  // chat: rows scored, cut to fit, rejected
   double bits(int64_t n) const { return loss_sum / std::log(2.0) / double(n); }
+
+  // One forward pass's outcome over its n (batch x seq) targets: the mean back to a sum, and the
+  // targets' text.
+  void add(const model::StepStats& st, const int32_t* targets_, int64_t n, const data::PieceLengths* lengths,
+           const std::string& tokenizer) {
+    if (st.num_valid > 0) loss_sum += double(st.loss) * double(st.num_valid);
+    targets += st.num_valid;
+    if (lengths) {
+      const data::TextSums s = lengths->sum(targets_, n, tokenizer.c_str());
+      text.tokens += s.tokens, text.bytes += s.bytes, text.chars += s.chars;
+    }
+  }
 };
 
 EvalResult eval_prefix(model::LlamaModel& m, const std::string& prefix, const EvalArgs& a,
@@ -104,13 +116,7 @@ EvalResult eval_prefix(model::LlamaModel& m, const std::string& prefix, const Ev
       }
       window[0] = window[size_t(T)];
     }
-    const model::StepStats st = m.forward(tokens.data(), targets.data(), nb, T);
-    r.loss_sum += double(st.loss) * double(st.num_valid);  // the mean over the targets, back to their sum
-    r.targets += st.num_valid;
-    if (lengths) {
-      const data::TextSums s = lengths->sum(targets.data(), int64_t(nb) * T, tokenizer.c_str());
-      r.text.tokens += s.tokens, r.text.bytes += s.bytes, r.text.chars += s.chars;
-    }
+    r.add(m.forward(tokens.data(), targets.data(), nb, T), targets.data(), int64_t(nb) * T, lengths, tokenizer);
     done += nb;
     progress.advance(nb);
   }
@@ -160,13 +166,7 @@ EvalResult eval_chat(model::LlamaModel& m, const std::string& file, const EvalAr
     }
     // Packed samples hold several conversations: positions restart and attention stops at each.
     const model::Documents docs = cfg.pack ? model::Documents{positions.data(), doc_start.data()} : model::Documents{};
-    const model::StepStats st = m.forward(tokens.data(), targets.data(), nb, T, docs);
-    if (st.num_valid > 0) r.loss_sum += double(st.loss) * double(st.num_valid);
-    r.targets += st.num_valid;
-    if (lengths) {
-      const data::TextSums s = lengths->sum(targets.data(), int64_t(nb) * T, tokenizer.c_str());
-      r.text.tokens += s.tokens, r.text.bytes += s.bytes, r.text.chars += s.chars;
-    }
+    r.add(m.forward(tokens.data(), targets.data(), nb, T, docs), targets.data(), int64_t(nb) * T, lengths, tokenizer);
     done += nb;
     progress.advance(nb);
   }

@@ -557,12 +557,16 @@ TEST(Trainer, ARunThatKeepsDivergingStopsWithinItsRollbackBudget) {
   // (trainer.max_consecutive_rollbacks=2), then the run stops with a divergence error that names the
   // checkpoint to resume from; that checkpoint is untouched, and diagnose counts every skip and rollback.
   TempDir dir;
+  // 12 steps, a checkpoint every 5, rollback after 3 non-finite steps in a row.
+  auto train = [&](const std::string& name, int rollbacks, const std::string& inject) {
+    return run_train(dir / name,
+                     {"trainer.max_steps=12", "trainer.max_consecutive_nonfinite=3",
+                      "trainer.max_consecutive_rollbacks=" + std::to_string(rollbacks),
+                      "exp_manager.checkpoint_callback_params.every_n_train_steps=5"},
+                     {"LLAMATRAIN_INJECT_NONFINITE=" + inject});
+  };
   const std::string run = dir / "run";
-  const auto r = run_train(run,
-                           {"trainer.max_steps=12", "trainer.max_consecutive_nonfinite=3",
-                            "trainer.max_consecutive_rollbacks=2",
-                            "exp_manager.checkpoint_callback_params.every_n_train_steps=5"},
-                           {"LLAMATRAIN_INJECT_NONFINITE=7+"});
+  const auto r = train("run", 2, "7+");
   EXPECT_EQ(r.status, 1) << r.log;
   int rollbacks = 0;
   for (size_t at = r.log.find("rollback: 3 non-finite steps in a row; restored"); at != std::string::npos;
@@ -585,21 +589,13 @@ TEST(Trainer, ARunThatKeepsDivergingStopsWithinItsRollbackBudget) {
   EXPECT_NE(j["summary"].get<std::string>().find("9 skipped step(s)"), std::string::npos) << d.out;
 
   // With rollbacks off the first run of non-finite steps ends it.
-  const auto off = run_train(dir / "off",
-                             {"trainer.max_steps=12", "trainer.max_consecutive_nonfinite=3",
-                              "trainer.max_consecutive_rollbacks=0",
-                              "exp_manager.checkpoint_callback_params.every_n_train_steps=5"},
-                             {"LLAMATRAIN_INJECT_NONFINITE=7+"});
+  const auto off = train("off", 0, "7+");
   EXPECT_EQ(off.status, 1) << off.log;
   EXPECT_NE(off.log.find("rollbacks are off (trainer.max_consecutive_rollbacks=0)"), std::string::npos) << off.log;
   EXPECT_EQ(off.log.find("rollback: "), std::string::npos) << off.log;
 
   // A checkpoint saved after a rollback starts the budget again: one rollback, then the run finishes.
-  const auto ok = run_train(dir / "ok",
-                            {"trainer.max_steps=12", "trainer.max_consecutive_nonfinite=3",
-                             "trainer.max_consecutive_rollbacks=1",
-                             "exp_manager.checkpoint_callback_params.every_n_train_steps=5"},
-                            {"LLAMATRAIN_INJECT_NONFINITE=7,8,9"});
+  const auto ok = train("ok", 1, "7,8,9");
   EXPECT_EQ(ok.status, 0) << ok.log;
 }
 
