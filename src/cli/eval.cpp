@@ -179,23 +179,6 @@ EvalResult eval_chat(model::LlamaModel& m, const std::string& file, const EvalAr
   return r;
 }
 
-// The chat template --template names; auto: the one tokenizer_config.json beside the tokenizer, else
-// in the model folder, holds (as training's model.data.chat_template=auto).
-data::ChatTemplate eval_chat_template(const EvalArgs& a, const std::string& tokenizer_path) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> dirs;
-  if (!tokenizer_path.empty())
-    dirs.push_back(is_directory(tokenizer_path) ? fs::path(tokenizer_path) : fs::path(tokenizer_path).parent_path());
-  dirs.push_back(a.model_dir);
-  std::string config;
-  for (const fs::path& dir : dirs)
-    if (is_regular_file((dir / "tokenizer_config.json").string())) {
-      config = (dir / "tokenizer_config.json").string();
-      break;
-    }
-  return data::load_chat_template(a.chat_template, config);
-}
-
 // The tokenizer the per-byte figures need: --tokenizer, else the model folder's (tokenizer.model,
 // else tokenizer.json), else none.
 std::string find_tokenizer(const EvalArgs& a) {
@@ -264,7 +247,8 @@ void run_eval(const EvalArgs& a) {
   // Training's fine-tuning samples: the template, seq-length + 1 ids an example, pad id as train's.
   data::SftConfig chat_cfg;
   if (!a.chats.empty()) {
-    chat_cfg.chat = eval_chat_template(a, tokenizer_path);
+    // (auto: the tokenizer_config.json beside the tokenizer, else in the model folder, as train's)
+    chat_cfg.chat = data::load_chat_template(a.chat_template, data::find_tokenizer_config(tokenizer_path, a.model_dir));
     data::check_chat_tokens(*chat_cfg.chat, *tok);
     chat_cfg.seq_length = a.seq;
     chat_cfg.pad_id = tok->pad_id() >= 0 ? tok->pad_id() : 0;

@@ -3,6 +3,7 @@
 #include "data/chat.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -204,6 +205,17 @@ ChatTemplate recognise_chat_template(const std::string& jinja, const std::string
   }
   t.source = fmt::format("{} (recognised as {})", where, chat_format_name(t.format));
   return t;
+}
+
+std::string find_tokenizer_config(const std::string& tokenizer_path, const std::string& fallback_dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> dirs;
+  if (!tokenizer_path.empty())
+    dirs.push_back(is_directory(tokenizer_path) ? fs::path(tokenizer_path) : fs::path(tokenizer_path).parent_path());
+  if (!fallback_dir.empty()) dirs.push_back(fallback_dir);
+  for (const fs::path& dir : dirs)
+    if (is_regular_file((dir / "tokenizer_config.json").string())) return (dir / "tokenizer_config.json").string();
+  return "";
 }
 
 ChatTemplate load_chat_template(std::string_view choice, const std::string& tokenizer_config) {

@@ -57,6 +57,9 @@ ChatTemplate recognise_chat_template(const std::string& jinja, const std::string
 // `choice` is auto or a built-in name; auto reads the chat_template of tokenizer_config
 // (a tokenizer_config.json path, "" when there is none) and recognises it.
 ChatTemplate load_chat_template(std::string_view choice, const std::string& tokenizer_config);
+// The tokenizer_config.json that `auto` reads: the one beside the tokenizer (a file, or a folder that
+// holds it), else the one in `fallback_dir` (the model's folder; "" for none); "" when neither has one.
+std::string find_tokenizer_config(const std::string& tokenizer_path, const std::string& fallback_dir);
 
 // A JSONL row -> messages: {"messages": [...]} as is; ShareGPT's {"conversations": [...]} with
 // from human/user, gpt/assistant, system as those roles (tool turns refused by name); Alpaca's

@@ -20,18 +20,6 @@ const char* split_title(data::Split s) {
   return s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test";
 }
 
-// The tokenizer_config.json beside the tokenizer, else in model.init_from; "" when neither has one.
-std::string tokenizer_config_path(const TrainConfig& config, const data::Tokenizer& tok) {
-  std::vector<std::string> candidates;
-  const std::string& p = tok.path();
-  candidates.push_back(is_directory(p) ? (std::filesystem::path(p) / "tokenizer_config.json").string()
-                                       : (std::filesystem::path(p).parent_path() / "tokenizer_config.json").string());
-  if (config.model.init_from) candidates.push_back(*config.model.init_from + "/tokenizer_config.json");
-  for (const auto& c : candidates)
-    if (is_regular_file(c)) return c;
-  return "";
-}
-
 }  // namespace
 
 TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer, int32_t eod_id,
@@ -64,7 +52,8 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
   const std::array<const SftDatasetConfig*, 3> cfgs = {&d.train_ds, &d.validation_ds, &d.test_ds};
   std::optional<data::ChatTemplate> chat;
   if (d.chat) {
-    chat = data::load_chat_template(d.chat_template, tokenizer_config_path(config, *tokenizer));
+    chat = data::load_chat_template(d.chat_template,
+                                      data::find_tokenizer_config(tokenizer->path(), config.model.init_from.value_or("")));
     description_ += fmt::format("  chat template: {}\n", chat->source);
   }
   for (data::Split s : kSplits) {
