@@ -29,6 +29,7 @@ TEST_PACKAGES=(
   slurmctld slurmd slurm-client munge   # a real SLURM cluster on this machine for the slurm tests
   python3-torch python3-numpy python3-sentencepiece   # PyTorch reference
   python3-protobuf      # decodes our TensorBoard event files and SentencePiece models in tests
+  python3-jinja2        # Python's Jinja, as transformers renders chat templates: the chat-template reference
   libopenblas0-openmp   # a real BLAS for that reference (the default libblas3 is ~15x slower)
   chromium fonts-dejavu-core   # renders `llamatrain report`'s page headless in its browser test
   qemu-user             # runs the binary on CPU models without AVX-512 and without AVX2

@@ -301,7 +301,7 @@ void register_eval(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--template", a->chat_template,
                   "chat template for --chat: auto (the model folder's tokenizer_config.json) | llama2 | llama3 | "
-                  "chatml | chatml_plain")
+                  "chatml | chatml_plain | qwen3")
       ->capture_default_str();
   cmd->add_flag("--pack", a->pack,
                 "--chat: pack conversations into each sample (each attends to itself only), as pack: true trains");

@@ -66,16 +66,12 @@ std::vector<int> prompt_ids(const GenerateOptions& o, const data::Tokenizer& tok
     for (int id : tokenizer.encode(o.prompt)) ids.push_back(id);
     return ids;
   }
-  const std::filesystem::path tok_dir =
-      std::filesystem::is_directory(tok_path) ? std::filesystem::path(tok_path) : std::filesystem::path(tok_path).parent_path();
-  std::string config = (tok_dir / "tokenizer_config.json").string();
-  if (!path_exists(config)) config = (std::filesystem::path(o.model_dir) / "tokenizer_config.json").string();
-  if ((o.chat_template.empty() || o.chat_template == "auto") && !path_exists(config))
+  const std::string config = data::find_tokenizer_config(tok_path, o.model_dir);
+  if ((o.chat_template.empty() || o.chat_template == "auto") && config.empty())
     fail("generate --chat: {} has no tokenizer_config.json to take the chat template from\nhint: name one with "
-         "--template llama2, llama3, chatml or chatml_plain",
+         "--template llama2, llama3, chatml, chatml_plain or qwen3",
          o.model_dir);
-  const data::ChatTemplate t =
-      data::load_chat_template(o.chat_template.empty() ? "auto" : o.chat_template, path_exists(config) ? config : "");
+  const data::ChatTemplate t = data::load_chat_template(o.chat_template.empty() ? "auto" : o.chat_template, config);
   data::check_chat_tokens(t, tokenizer);
   std::vector<data::ChatMessage> messages;
   if (!o.system.empty()) messages.push_back({"system", o.system});
@@ -224,7 +220,7 @@ void register_generate(CLI::App& app) {
                 "The prompt is a user turn rendered with the model's chat template (its tokenizer_config.json); "
                 "prints the reply, which stops at the template's end of turn");
   cmd->add_option("--template", o->chat_template,
-                  "With --chat (implied): llama2 | llama3 | chatml | chatml_plain | auto instead of the model's");
+                  "With --chat (implied): llama2 | llama3 | chatml | chatml_plain | qwen3 | auto instead of the model's");
   cmd->add_option("--system", o->system, "With --chat: a system turn before the prompt");
   cmd->add_flag("--print-prompt-ids", o->print_prompt_ids, "Print the prompt's token ids and stop (no model run)");
   cmd->callback([o] { run_generate(*o); });

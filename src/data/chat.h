@@ -2,11 +2,13 @@
 // ShareGPT's {"conversations": [{from, value}, ...]}) and Alpaca records ({instruction, input,
 // output}) -> the text of a model family's chat template as
 // segments (text, special token or not, in the loss or not) -> token ids with a per-id loss flag.
-// Three families are built in, each written to render exactly what its Hugging Face chat_template
-// renders: Llama 2 chat ([INST] / <<SYS>>), Llama 3 (header ids, <|eot_id|>) and ChatML as Qwen2.5
-// has it (with its default system prompt; chatml_plain without one). A tokenizer_config.json chat_template is recognised by
-// distinctive substrings, never executed: there is no Jinja engine here. Leaves out: tool calls,
-// reasoning ("thinking") blocks, dated Llama 3.1+ system headers.
+// Four families are built in, each written to render exactly what its Hugging Face chat_template
+// renders: Llama 2 chat ([INST] / <<SYS>>), Llama 3 (header ids, <|eot_id|>), ChatML as Qwen2.5 has
+// it (with its default system prompt, tool definitions, tool calls and tool results; chatml_plain
+// without a default system turn or tools) and Qwen3 (ChatML with reasoning blocks: the last answer's
+// <think> block rendered, the ones before the last user query stripped, as its template does). A
+// tokenizer_config.json chat_template is recognised by distinctive substrings, never executed: there is
+// no Jinja engine here. Leaves out: other reasoning templates, dated Llama 3.1+ system headers.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,7 @@
 
 namespace llamatrain::data {
 
-enum class ChatFormat { llama2, llama3, chatml };
+enum class ChatFormat { llama2, llama3, chatml, qwen3 };
 
 struct ChatTemplate {
   ChatFormat format = ChatFormat::llama3;
@@ -28,12 +30,34 @@ struct ChatTemplate {
   // llama3: the template appends the assistant header even without add_generation_prompt (Meta's
   // Llama 3.0 template does).
   bool generation_prompt_always = false;
+  // chatml: renders tool definitions, tool calls and tool results as Qwen2.5's template does (qwen3
+  // always renders them, as Qwen3's does).
+  bool tools = false;
   std::string source;  // "built-in llama3", "<path> (recognised as chatml)": for messages
 };
 
+// A call an assistant turn makes (OpenAI's {"type": "function", "function": {name, arguments}}).
+struct ToolCall {
+  std::string name;
+  std::string arguments_json;    // the arguments as Jinja's tojson writes them (Python json.dumps)
+  bool arguments_is_text = false;  // the arguments were a JSON string (OpenAI's form): their text
+  std::string arguments_text;
+};
+
 struct ChatMessage {
-  std::string role;  // system | user | assistant
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
+  std::string role;  // system | user | assistant | tool
   std::string content;
+  bool has_reasoning = false;  // assistant: a reasoning_content field (Qwen3 renders it in <think>)
+  std::string reasoning;
+  std::vector<ToolCall> tool_calls;  // assistant
+};
+
+// One training record: its messages and the tools it declares (each as Jinja's tojson writes it).
+struct ChatRow {
+  std::vector<ChatMessage> messages;
+  std::vector<std::string> tools;
 };
 
 // One piece of rendered text: a special token (emitted as its id, never tokenized) or plain text
@@ -49,7 +73,7 @@ inline constexpr std::string_view kQwenDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 std::string_view chat_format_name(ChatFormat f);  // llama2 | llama3 | chatml
-// A built-in template by name (llama2 | llama3 | chatml | chatml_plain); Error naming the choices otherwise.
+// A built-in template by name (llama2 | llama3 | chatml | chatml_plain | qwen3); Error naming the choices otherwise.
 ChatTemplate builtin_chat_template(std::string_view name);
 // Recognises a Jinja chat_template as one of the built-in families; Error naming `where`, the
 // supported families and the key that chooses one explicitly when it is none of them.
@@ -61,19 +85,29 @@ ChatTemplate load_chat_template(std::string_view choice, const std::string& toke
 // holds it), else the one in `fallback_dir` (the model's folder; "" for none); "" when neither has one.
 std::string find_tokenizer_config(const std::string& tokenizer_path, const std::string& fallback_dir);
 
-// A JSONL row -> messages: {"messages": [...]} as is; ShareGPT's {"conversations": [...]} with
-// from human/user, gpt/assistant, system as those roles (tool turns refused by name); Alpaca's
+// A JSONL row -> messages and tools: {"messages": [...]} as is (roles system, user, assistant, tool;
+// an assistant's reasoning_content and tool_calls, whose content may then be null), with "tools" (a
+// list, or a JSON string holding one, as LLaMA-Factory writes it); ShareGPT's {"conversations": [...]}
+// with from human/user, gpt/assistant, system, observation/tool (a tool result) and function_call (an
+// assistant's call: {"name", "arguments"} or a list of them, as JSON or its text); Alpaca's
 // {instruction, input, output} as a user turn (instruction, a blank line and the input when it is
 // non-empty) and an assistant turn.
 // false with *why (a short reason that says the fix) for a row that is neither, or has an unknown
-// role, a missing or non-string content.
-bool chat_row_messages(std::string_view json_line, std::vector<ChatMessage>* messages, std::string* why);
-// Messages -> segments of the template's text; false with *why when the conversation breaks the
-// template's rules (Llama 2: user/assistant alternate after an optional first system message) or,
-// for training (no add_generation_prompt), has no assistant turn. add_generation_prompt appends the
-// next assistant header: a prompt for generation.
+// role, a missing or non-string content, a malformed tool call.
+bool chat_row(std::string_view json_line, ChatRow* row, std::string* why);
+// A row -> segments of the template's text; false with *why when the conversation breaks the
+// template's rules (Llama 2: user/assistant alternate after an optional first system message), holds
+// what the template does not render (tools, tool calls or reasoning where it has none: never dropped
+// silently) or, for training (no add_generation_prompt), has no assistant turn. add_generation_prompt
+// appends the next assistant header: a prompt for generation.
+bool render_chat(const ChatTemplate& t, const ChatRow& row, bool add_generation_prompt, std::vector<ChatSegment>* segments,
+                 std::string* why);
 bool render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                  std::vector<ChatSegment>* segments, std::string* why);
+// Jinja's tojson as transformers defines it (Python's json.dumps with ", " and ": " separators and
+// non-ASCII kept): the text chat templates put tool definitions and call arguments in. `json` is
+// JSON text; its keys keep their order.
+std::string chat_tojson(std::string_view json);
 std::string chat_text(const std::vector<ChatSegment>& segments);  // the segments' text joined
 
 // The special-token strings the template emits; Error naming each one the tokenizer lacks (as a

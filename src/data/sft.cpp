@@ -141,9 +141,9 @@ SftExample tokenize_sft_example(const std::string& prompt, const std::string& co
 bool chat_sft_example(std::string_view line, const Tokenizer& tok, const SftConfig& cfg, SftExample* ex,
                       bool* truncated, std::string* why) {
   CHECK(cfg.chat.has_value(), "chat_sft_example without a chat template");
-  std::vector<ChatMessage> messages;
+  ChatRow row;
   std::vector<ChatSegment> segments;
-  if (!chat_row_messages(line, &messages, why) || !render_chat(*cfg.chat, messages, false, &segments, why)) return false;
+  if (!chat_row(line, &row, why) || !render_chat(*cfg.chat, row, false, &segments, why)) return false;
   std::vector<int> ids;
   encode_chat(segments, tok, &ids, &ex->loss);
   ex->text.assign(ids.begin(), ids.end());

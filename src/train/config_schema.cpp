@@ -410,14 +410,15 @@ Schema build_schema() {
   s.only("model.data.no_seqlen_plus_one_input_tokens", "false", "samples always read seq_length + 1 tokens");
   s.only("model.data.pad_samples_to_global_batch_size", "false", "partial global batches are dropped");
   s.key("model.data.chat", FIELD(model.data.chat), "false",
-        "fine-tuning rows are conversations ({messages: [{role, content}]}) or Alpaca records ({instruction, input, "
-        "output}), rendered with model.data.chat_template; the loss covers the assistant turns");
+        "fine-tuning rows are conversations ({messages: [{role, content}]}, with tools, tool calls and tool results "
+        "where the template renders them; ShareGPT {conversations}) or Alpaca records ({instruction, input, output}), "
+        "rendered with model.data.chat_template; the loss covers the assistant turns");
   s.ours("model.data.chat_template", FIELD(model.data.chat_template), "auto",
          "template of model.data.chat rows: auto (the chat_template of the tokenizer's tokenizer_config.json, "
          "recognised), llama2 (Llama 2 chat, [INST]), llama3 (Llama 3 header tokens), chatml (Qwen2.5's ChatML, "
-         "with its default system turn), chatml_plain (ChatML without a default system turn: Qwen3 and other "
-         "ChatML models)",
-         {}, "auto|llama2|llama3|chatml|chatml_plain");
+         "with its default system turn and tools), chatml_plain (ChatML without a default system turn or tools), "
+         "qwen3 (Qwen3's ChatML: <think> reasoning blocks as its template renders them, tools)",
+         {}, "auto|llama2|llama3|chatml|chatml_plain|qwen3");
   s.ignored("model.data.skip_warmup", "datasets are mmapped without warm-up");
   s.ignored("model.data.num_workers", "data loading is in-process");
   add_sft_dataset(s, "train_ds", &DataConfig::train_ds);
