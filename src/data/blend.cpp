@@ -182,9 +182,13 @@ BlendSpec parse_data_prefix(const std::vector<std::string>& items) {
   for (size_t i = 0; i < items.size(); i += 2) {
     double w;
     as_number(items[i], &w);
+    if (!(std::isfinite(w) && w >= 0.0))
+      fail("data_prefix weight \"{}\" of {} is not a number >= 0\nhint: data_prefix: [0.7, /data/a_text_document, 0.3, "
+           "/data/b_text_document]", items[i], items[i + 1]);
     spec.weights.push_back(w);
     spec.prefixes.push_back(items[i + 1]);
   }
+  normalize_weights(spec.weights);  // their sum must be > 0: checked with the config, not at the first sample
   return spec;
 }
 

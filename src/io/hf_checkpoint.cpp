@@ -80,16 +80,23 @@ bool ends_with_any(const std::string& name, std::initializer_list<const char*> t
 // A tied model's checkpoint that still holds lm_head.weight (some exports write the shared tensor
 // under both names; Qwen2.5's small models ship without it): accepted only when it equals
 // model.embed_tokens.weight element for element, since the tied model could not hold a different one.
+// check_tied_shape checks its shape from the header; check_tied_copy, its values.
+void check_tied_shape(const SafetensorsCheckpoint& ckpt, const model::LlamaConfig& c) {
+  const std::string emb = "model.embed_tokens.weight", head = "lm_head.weight";
+  const TensorView& b = ckpt.get(head);
+  if (b.shape != std::vector<int64_t>{c.vocab_size, c.dim})
+    fail("{}: tensor {} has shape [{}], expected [{}, {}] (a copy of {}: config.json says tie_word_embeddings)\n"
+         "hint: set tie_word_embeddings to false in config.json if the model has its own output layer",
+         ckpt.file_of(head), head, fmt::join(b.shape, ", "), c.vocab_size, c.dim, emb);
+}
+
 void check_tied_copy(const SafetensorsCheckpoint& ckpt, const model::LlamaConfig& c) {
   const std::string emb = "model.embed_tokens.weight", head = "lm_head.weight";
   const std::vector<int64_t> shape = {c.vocab_size, c.dim};
   const TensorView& a = ckpt.get(emb);
   const TensorView& b = ckpt.get(head);
   const std::string& file = ckpt.file_of(head);
-  if (b.shape != shape)
-    fail("{}: tensor {} has shape [{}], expected [{}, {}] (a copy of {}: config.json says tie_word_embeddings)\n"
-         "hint: set tie_word_embeddings to false in config.json if the model has its own output layer",
-         file, head, fmt::join(b.shape, ", "), c.vocab_size, c.dim, emb);
+  check_tied_shape(ckpt, c);
   bool equal = a.dtype == b.dtype && a.nbytes == b.nbytes && std::memcmp(a.data, b.data, a.nbytes) == 0;
   if (!equal && a.dtype != b.dtype) {  // the same values in two dtypes
     constexpr int64_t kChunk = 1 << 20;
@@ -139,31 +146,54 @@ void check_tied_copy(const SafetensorsCheckpoint& ckpt, const model::LlamaConfig
        file, name, model::family_name(c.family));
 }
 
-}  // namespace
-
-void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDone& progress,
-                     const VocabGrowth* growth) {
-  SafetensorsCheckpoint ckpt(dir);
-  std::set<std::string> used;
-  // A grown vocabulary: the checkpoint's tensors are those of its own vocab_size, the first rows of
-  // the model's (rows are row-major, so they are its first elements).
-  model::LlamaConfig file_config = m.config();
+// The checkpoint's tensors as the model of `config` reads them: those of its own vocab_size when the
+// vocabulary grows (the model's first rows, as rows are row-major).
+model::LlamaConfig file_config_of(const model::LlamaConfig& config, const VocabGrowth* growth) {
+  model::LlamaConfig file_config = config;
   if (growth && growth->active()) {
     CHECK(growth->rows == file_config.vocab_size, "vocabulary growth to {} rows, model has {}", growth->rows,
           file_config.vocab_size);
     file_config.vocab_size = int(growth->base_rows);
   }
-  const std::vector<HfTensorSlice> slices = hf_tensor_slices(file_config);
-  // Tensors the architecture lacks first: a fused W_pack is refused as that, not as missing q_proj.
+  return file_config;
+}
+
+// Every check of loading that needs no tensor's data, from the headers: tensors the architecture lacks
+// first (a fused W_pack is refused as that, not as missing q_proj), then each tensor the model reads
+// present with its shape and a dtype it converts.
+void check_headers(const SafetensorsCheckpoint& ckpt, const model::LlamaConfig& config,
+                   const model::LlamaConfig& file_config, const std::vector<HfTensorSlice>& slices) {
+  std::set<std::string> used;
   for (const auto& t : slices) used.insert(t.hf_name);
   for (const auto& name : ckpt.names()) {
     if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
-    if (name == "lm_head.weight" && m.config().tie_embeddings) {
-      check_tied_copy(ckpt, file_config);
+    if (name == "lm_head.weight" && config.tie_embeddings) {
+      check_tied_shape(ckpt, file_config);
       continue;
     }
-    refuse_unexpected(ckpt, m.config(), name);
+    refuse_unexpected(ckpt, config, name);
   }
+  for (const auto& t : slices) ckpt.read_f32(t.hf_name, t.shape, 0, 0, nullptr);
+}
+
+}  // namespace
+
+size_t check_hf_weights(const std::string& dir, const model::LlamaConfig& config, const VocabGrowth* growth) {
+  const SafetensorsCheckpoint ckpt(dir);
+  const model::LlamaConfig file_config = file_config_of(config, growth);
+  check_headers(ckpt, config, file_config, hf_tensor_slices(file_config));
+  return ckpt.names().size();
+}
+
+void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDone& progress,
+                     const VocabGrowth* growth) {
+  SafetensorsCheckpoint ckpt(dir);
+  const model::LlamaConfig file_config = file_config_of(m.config(), growth);
+  const std::vector<HfTensorSlice> slices = hf_tensor_slices(file_config);
+  check_headers(ckpt, m.config(), file_config, slices);
+  const std::vector<std::string> names = ckpt.names();
+  if (m.config().tie_embeddings && std::find(names.begin(), names.end(), "lm_head.weight") != names.end())
+    check_tied_copy(ckpt, file_config);
   for (const auto& t : slices) {
     const TensorView& view = ckpt.get(t.hf_name);  // present (and, below, the right shape) on every rank
     const model::ParamSpec* s = m.find_param(t.param);

@@ -58,6 +58,10 @@ std::string hf_names_of(const model::LlamaConfig& config, const std::string& ten
 // dtype in all. With growth (io/vocab_resize.h) the checkpoint has growth->base_rows vocabulary rows and
 // the model growth->rows: the base rows are copied and the new ones made by fill_new_rows.
 struct VocabGrowth;
+// load_hf_weights' checks that need no tensor's data, from the headers alone (what `plan` checks): the
+// same Errors for a missing tensor, a wrong shape or dtype, or a tensor the architecture lacks. Returns
+// the checkpoint's tensor count.
+size_t check_hf_weights(const std::string& dir, const model::LlamaConfig& config, const VocabGrowth* growth = nullptr);
 void load_hf_weights(model::LlamaModel& model, const std::string& dir, const BytesDone& progress = {},
                      const VocabGrowth* growth = nullptr);
 

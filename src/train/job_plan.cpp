@@ -26,7 +26,7 @@
 #include "obs/progress.h"
 #include "obs/throughput.h"
 #include "parallel/data_parallel.h"
-#include "io/safetensors.h"
+#include "io/hf_checkpoint.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -189,13 +189,14 @@ PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p) {
                       prefixes.size() == 1 ? "" : "s", obs::format_count(double(tokens)), dtypes, max_id, vocab_what)};
 }
 
-// model.init_from's weights can be opened as train opens them (safetensors headers, shards of an index):
-// a folder of pytorch_model.bin only, a truncated header or a missing shard is a FAIL before the job
-// waits for nodes. The tensors themselves are read when the run starts.
-PlanCheck check_weights(const TrainConfig& cfg) {
+// model.init_from's weights can be opened as train opens them (safetensors headers, shards of an index)
+// and hold what the model reads: a folder of pytorch_model.bin only, a truncated header, a missing
+// shard, a missing tensor, a wrong shape or dtype, a tensor the architecture lacks is a FAIL before the
+// job waits for nodes, in train's words. The tensors' values are read when the run starts.
+PlanCheck check_weights(const TrainConfig& cfg, const RunPlan& p) {
   if (!cfg.model.init_from) return {Status::pass, "weights", "random initialization (no model.init_from)"};
-  const io::SafetensorsCheckpoint ck(*cfg.model.init_from);
-  return {Status::pass, "weights", fmt::format("{}: {} tensors", *cfg.model.init_from, ck.names().size())};
+  const size_t tensors = io::check_hf_weights(*cfg.model.init_from, p.model, &p.growth);
+  return {Status::pass, "weights", fmt::format("{}: {} tensors, each of the model's shape", *cfg.model.init_from, tensors)};
 }
 
 // A resume would load a checkpoint this model can take.
@@ -484,7 +485,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
       jp.checks.push_back({Status::fail, what, filesystem_error_message(e)});
     }
   };
-  guarded("weights", [&] { return check_weights(cfg); });
+  guarded("weights", [&] { return check_weights(cfg, p); });
   guarded("data", [&] { return check_data(cfg, p); });
   guarded("resume", [&] { return check_resume(cfg, p); });
   guarded("outputs", [&] { return check_outputs(p); });

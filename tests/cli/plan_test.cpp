@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/backend.h"
@@ -50,8 +52,9 @@ json check(const json& plan, const std::string& what) {
   return json::object();
 }
 
-// A Hugging Face folder of a config.json and a model.safetensors of no tensors (plan opens the weights'
-// headers only; the tensors are read when a run starts).
+// A Hugging Face folder of a config.json and a model.safetensors that holds every tensor of that
+// config in bf16 with no data written: plan reads the weights' headers only (the tensors' values are
+// read when a run starts), and the file is sparse, so a 7B folder takes no disk.
 // eps and max_positions as the config file on top states them (tiny: 1e-6, 256; Llama 2: 1e-5, 4096).
 std::string hf_folder(const TempDir& dir, const std::string& name, int hidden, int ffn, int layers, int heads,
                       int kv_heads, int vocab, double eps = 1e-5, int max_positions = 4096) {
@@ -72,10 +75,35 @@ std::string hf_folder(const TempDir& dir, const std::string& name, int hidden, i
             {"bos_token_id", 1},
             {"eos_token_id", 2}};
   write_file(path + "/config.json", c.dump(1));
-  const std::string header = "{}      ";  // 8 bytes: a header length, then the JSON (padded with spaces)
+  const int64_t kv = int64_t(hidden) / heads * kv_heads;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {{"model.embed_tokens.weight", {vocab, hidden}}};
+  for (int l = 0; l < layers; l++) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    tensors.insert(tensors.end(), {{p + "self_attn.q_proj.weight", {hidden, hidden}},
+                                   {p + "self_attn.k_proj.weight", {kv, hidden}},
+                                   {p + "self_attn.v_proj.weight", {kv, hidden}},
+                                   {p + "self_attn.o_proj.weight", {hidden, hidden}},
+                                   {p + "mlp.gate_proj.weight", {ffn, hidden}},
+                                   {p + "mlp.up_proj.weight", {ffn, hidden}},
+                                   {p + "mlp.down_proj.weight", {hidden, ffn}},
+                                   {p + "input_layernorm.weight", {hidden}},
+                                   {p + "post_attention_layernorm.weight", {hidden}}});
+  }
+  tensors.insert(tensors.end(), {{"model.norm.weight", {hidden}}, {"lm_head.weight", {vocab, hidden}}});
+  json header = json::object();
+  int64_t offset = 0;
+  for (const auto& [tensor, shape] : tensors) {
+    int64_t bytes = 2;
+    for (int64_t d : shape) bytes *= d;
+    header[tensor] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
   std::string st(8, '\0');
-  st[0] = char(header.size());
-  write_file(path + "/model.safetensors", st + header);
+  for (int i = 0; i < 8; i++) st[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
+  write_file(path + "/model.safetensors", st + h);
+  std::filesystem::resize_file(path + "/model.safetensors", 8 + h.size() + uint64_t(offset));  // sparse
   return path;
 }
 
@@ -359,32 +387,78 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
   std::string rows;
   for (int i = 0; i < 30; i++) rows += "{\"input\": \"Is " + std::to_string(i) + " even?\", \"output\": \"yes\"}\n";
   write_file(dir / "good.jsonl", rows);
-  const std::string folder = hf_folder(dir, "bin_only", 64, 176, 2, 4, 2, 500, 1e-6, 256);
-  std::filesystem::remove(folder + "/model.safetensors");
-  write_file(folder + "/pytorch_model.bin", "not read");
-  auto sft = [&](const std::string& file) {
-    return std::vector<std::string>{source_path("configs/tiny.yaml"), "model.data.fine_tuning=true",
-                                    "model.data.train_ds.file_names=[" + file + "]",
-                                    "model.tokenizer.model=" + fixture("tokenizer.model"),
-                                    "exp_manager.explicit_log_dir=" + (dir / "run")};
+  std::string tool_rows;
+  for (int i = 0; i < 4; i++)
+    tool_rows += R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "",)"
+                 R"( "tool_calls": [{"name": "f", "arguments": {}}]}, {"role": "tool", "content": "ok"},)"
+                 R"( {"role": "assistant", "content": "done"}]})" "\n";
+  write_file(dir / "tools.jsonl", tool_rows);
+  // A tokenizer whose tokenizer_config.json holds a template none of the built-in ones renders.
+  std::filesystem::create_directories(dir / "gemma");
+  std::filesystem::copy_file(fixture("tokenizer.model"), dir / "gemma/tokenizer.model");
+  write_file(dir / "gemma/tokenizer_config.json", R"({"chat_template": "{{ bos_token }}<start_of_turn>user"})");
+  const std::string bin_only = hf_folder(dir, "bin_only", 64, 176, 2, 4, 2, 500, 1e-6, 256);
+  std::filesystem::remove(bin_only + "/model.safetensors");
+  write_file(bin_only + "/pytorch_model.bin", "not read");
+  // Weights of a 2-layer model under a config.json of 3 layers, and of another MLP width.
+  const std::string missing = hf_folder(dir, "missing", 64, 176, 2, 4, 2, 500, 1e-6, 256);
+  const std::string narrow = hf_folder(dir, "narrow", 64, 176, 2, 4, 2, 500, 1e-6, 256);
+  for (const auto& [folder, key, value] : {std::tuple{missing, "num_hidden_layers", 3}, {narrow, "intermediate_size", 192}}) {
+    json c = json::parse(read_file(folder + "/config.json"));
+    c[key] = value;
+    write_file(folder + "/config.json", c.dump(1));
+  }
+  // The fixture corpus with its .bin cut short.
+  const std::string cut = dir / "cut_text_document";
+  std::filesystem::copy_file(fixture_prefix() + ".idx", cut + ".idx");
+  std::filesystem::copy_file(fixture_prefix() + ".bin", cut + ".bin");
+  std::filesystem::resize_file(cut + ".bin", std::filesystem::file_size(cut + ".bin") / 2);
+  auto sft = [&](const std::string& file, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {source_path("configs/tiny.yaml"), "model.data.fine_tuning=true",
+                                  "model.data.train_ds.file_names=[" + file + "]",
+                                  "model.tokenizer.model=" + fixture("tokenizer.model"),
+                                  "exp_manager.explicit_log_dir=" + (dir / "run")};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
   };
+  auto pretrain = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> a = plan_args(dir / "run", extra);
+    a.erase(a.begin());  // "plan"
+    return a;
+  };
+  // what: the plan check that fails; "" for a config error, which stops plan as it stops train.
   struct Case {
     std::string name, what;
     std::vector<std::string> cfg;
   };
-  std::vector<Case> cases = {
+  const std::vector<Case> cases = {
       {"no usable row", "data", sft(dir / "bad.jsonl")},
-      {"chat rows without a template to render them", "data", sft(dir / "good.jsonl")},
-      {"weights in pytorch_model.bin only", "weights", plan_args(dir / "run", {"model.init_from=" + folder})},
+      {"chat rows without a template to render them", "data", sft(dir / "good.jsonl", {"model.data.chat=true"})},
+      {"tool calls the chat template cannot render", "data",
+       sft(dir / "tools.jsonl", {"model.data.chat=true", "model.data.chat_template=llama2"})},
+      {"a chat template none of the built-in ones renders", "data",
+       sft(dir / "tools.jsonl", {"model.data.chat=true", "model.tokenizer.model=" + (dir / "gemma/tokenizer.model")})},
+      {"fine-tuning data that does not exist", "layout", sft(dir / "none.jsonl")},
+      {"weights in pytorch_model.bin only", "weights", pretrain({"model.init_from=" + bin_only})},
+      {"weights that miss a layer's tensors", "weights", pretrain({"model.init_from=" + missing, "model.num_layers=3"})},
+      {"weights of another shape", "weights", pretrain({"model.init_from=" + narrow, "model.ffn_hidden_size=192"})},
+      {"a .bin shorter than its .idx", "data", pretrain({"model.data.data_prefix=[1.0," + cut + "]"})},
+      {"a tokenizer that does not exist", "layout", pretrain({"model.tokenizer.model=" + (dir / "none.model")})},
+      {"a blend weight below zero", "", pretrain({"model.data.data_prefix=[-1.0," + fixture_prefix() + "]"})},
+      {"an unknown key", "", pretrain({"model.frobnicate=1"})},
   };
-  cases[1].cfg.push_back("model.data.chat=true");
-  cases[2].cfg.erase(cases[2].cfg.begin());  // plan_args' "plan"
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string refusal = train_refusal(c.cfg);
     ASSERT_FALSE(refusal.empty()) << "train must refuse this";
     std::vector<std::string> a = {"plan"};
     a.insert(a.end(), c.cfg.begin(), c.cfg.end());
+    if (c.what.empty()) {
+      const CliResult r = run_cli(a);
+      EXPECT_NE(r.code, 0) << describe(r);
+      EXPECT_NE(r.err.find("error: " + refusal), std::string::npos) << "train said: " << refusal << "\n" << describe(r);
+      continue;
+    }
     a.push_back("--json");
     const CliResult r = run_cli(a);
     EXPECT_EQ(r.code, 1) << describe(r);
