@@ -80,9 +80,10 @@ std::string text_of(const train::JobPlan& jp, const std::string& config) {
 
     const obs::StepPrediction& q = jp.prediction;
     s += fmt::format("\npredicted step on {}:\n", jp.hardware);
-    s += fmt::format("  {:.3g} FLOPs per step; step {}: {} tokens/s, {:.3g} seq/s, {} steps in {}\n", q.flops,
-                     obs::format_duration(q.step_s), obs::format_count(q.tokens_per_s), q.seq_per_s, jp.max_steps,
-                     obs::format_duration(q.step_s * double(jp.max_steps)));
+    s += fmt::format("  {:.3g} FLOPs per step; step {}: {} tokens/s{}, {:.3g} seq/s, {} steps in {}\n", q.flops,
+                     obs::format_duration(q.step_s), obs::format_count(q.tokens_per_s),
+                     q.text_fraction < 1 ? fmt::format(" of text ({:.1f}% of the inputs are padding)", 100 * (1 - q.text_fraction)) : "",
+                     q.seq_per_s, jp.max_steps, obs::format_duration(q.step_s * double(jp.max_steps)));
     std::string parts;
     auto part = [&](const char* what, double sec) {
       if (sec > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", what, obs::format_duration(sec));
@@ -135,6 +136,7 @@ std::string json_of(const train::JobPlan& jp) {
     const obs::StepPrediction& q = jp.prediction;
     j["prediction"] = {{"flops_per_step", q.flops},     {"step_s", q.step_s},
                        {"tokens_per_s", q.tokens_per_s}, {"seq_per_s", q.seq_per_s},
+                       {"text_fraction", q.text_fraction},
                        {"matmul_s", q.matmul_s},         {"attention_s", q.attention_s},
                        {"elementwise_s", q.elementwise_s}, {"tensor_parallel_s", q.tensor_parallel_s},
                        {"pipeline_s", q.pipeline_s},     {"data_parallel_s", q.data_parallel_s},

@@ -53,7 +53,7 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
   const double layer_recompute = forward_matmul(QKV / t, C) + forward_matmul(C, HD / t) +
                                  forward_matmul(2 * F / t, C) + forward_matmul(C, F / t);
   const double layer_attention_flops = 3.0 * 2.0 * double(w.B) * (double(c.n_heads) / t) * double(w.T) * w.T *
-                                       c.head_dim();
+                                       c.head_dim() * w.attention_fraction;
   const double act_bytes = w.precision == model::Precision::fp32 ? 4 : m.activation_bytes;
   const double layer_tp_bytes = 4 * double(N) * C * act_bytes;  // 2 all-reduces forward, 2 backward
   const std::vector<int> split = w.split.empty() ? std::vector<int>{c.n_layers} : w.split;
@@ -118,9 +118,13 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
   p.step_s = p.matmul_s + p.attention_s + p.elementwise_s + p.tensor_parallel_s + p.pipeline_s + p.data_parallel_s +
              p.optimizer_s;
   const double sequences = double(w.B) * mb * dp;
-  p.flops = step_flops(c, int64_t(sequences), w.T);
+  p.text_fraction = w.text_fraction;
+  p.flops = w.text_fraction == 1.0 && w.text_attention_fraction == 1.0
+                ? step_flops(c, int64_t(sequences), w.T)
+                : step_flops_of(c, sequences * w.T * w.text_fraction,
+                                sequences * double(w.T) * w.T / 2 * w.text_attention_fraction);
   p.seq_per_s = p.step_s > 0 ? sequences / p.step_s : 0;
-  p.tokens_per_s = p.seq_per_s * w.T;
+  p.tokens_per_s = p.seq_per_s * w.T * w.text_fraction;
   return p;
 }
 

@@ -30,6 +30,13 @@ struct StepWork {
   bool zero1 = false;
   bool sequence_parallel = false;  // norms and residuals on 1/tp of the tokens
   int64_t params_per_rank = 0;     // the busiest stage's rank's parameters (LlamaModel::num_params)
+  // The data's shape (1 for sequences of one document and no padding; packed or padded fine-tuning
+  // samples have less): the inputs that are text, of B x T; the attention the kernel computes (document
+  // masks skip the pairs across documents, the padding included); the attention among the text's own
+  // documents (throughput's convention). The last two over one causal sequence's T^2 / 2 pairs a sample.
+  double text_fraction = 1.0;
+  double attention_fraction = 1.0;
+  double text_attention_fraction = 1.0;
 };
 
 // What the prediction needs of the hardware, per rank.
@@ -47,7 +54,7 @@ struct MachineRates {
 };
 
 struct StepPrediction {
-  double flops = 0;             // model FLOPs of the step (obs::step_flops of the global batch)
+  double flops = 0;             // model FLOPs of the step (obs::step_flops_of the global batch's text)
   double matmul_s = 0;          // the busiest stage's, per step (recompute included)
   double attention_s = 0;
   double elementwise_s = 0;     // their memory traffic and the fixed cost of each call
@@ -56,7 +63,8 @@ struct StepPrediction {
   double data_parallel_s = 0;   // the gradient all-reduce (or ZeRO-1's reduce-scatter + all-gather)
   double optimizer_s = 0;
   double step_s = 0;            // the sum: nothing assumed to overlap
-  double tokens_per_s = 0, seq_per_s = 0;
+  double tokens_per_s = 0, seq_per_s = 0;  // tokens of text (padding not counted)
+  double text_fraction = 1.0;              // StepWork's: the inputs that are text
 };
 
 StepPrediction predict_step(const StepWork& work, const MachineRates& machine);

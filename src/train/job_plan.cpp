@@ -121,14 +121,35 @@ std::string padded_rows_text(const RunPlan& p) {
                      tp > 1 ? fmt::format(" ({} per tensor-parallel rank)", rows / tp) : "");
 }
 
+// The step model's view of fine-tuning samples (obs::StepWork's fractions), from the first (up to)
+// 256 samples of the train split as the run fills them: text inputs, the attention pairs the kernel
+// computes (within documents where the samples have them, padding included) and those among the text.
+void data_shape(const TrainData& data, obs::StepWork* w) {
+  const int64_t n = std::min<int64_t>(data.size(data::Split::train), 256), T = data.seq_length();
+  if (n == 0) return;
+  MicroBatch mb = data.micro_batch(1);
+  double text = 0, kernel_pairs = 0, text_pairs = 0;
+  for (int64_t i = 0; i < n; i++) {
+    data.fill(data::Split::train, i, mb);
+    text += double(mb.real_tokens);
+    text_pairs += mb.attention_pairs;
+    for (int64_t t = 0; t < T; t++) kernel_pairs += mb.doc_start.empty() ? double(t) + 0.5 : double(t - mb.doc_start[size_t(t)]) + 0.5;
+  }
+  const double full = double(n) * double(T) * double(T) / 2;
+  w->text_fraction = text / (double(n) * double(T));
+  w->attention_fraction = kernel_pairs / full;
+  w->text_attention_fraction = text_pairs / full;
+}
+
 // The data files exist, their token type can hold the tokenizer's ids, and the ids they hold (all of
 // them, or evenly spaced blocks of a large file) are inside the vocabulary.
 // Fine-tuning data: train's own TrainData reads, tokenizes, renders (chat templates) and packs the
-// JSONL, so every refusal of train's is a FAIL here, with its words.
-PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p) {
+// JSONL, so every refusal of train's is a FAIL here, with its words; `shape` gets its samples' shape.
+PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p, obs::StepWork* shape) {
   const DataConfig& dc = cfg.model.data;
   if (dc.fine_tuning) {
     const TrainData data(cfg, p.tokenizer.get(), p.model.eos_id, {0, 0, 0});
+    data_shape(data, shape);
     std::string detail = fmt::format("fine-tuning: {} train samples", data.size(data::Split::train));
     if (data.has(data::Split::valid)) detail += fmt::format(", {} validation", data.size(data::Split::valid));
     if (data.has(data::Split::test)) detail += fmt::format(", {} test", data.size(data::Split::test));
@@ -461,7 +482,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   const obs::MachineRates rates =
       acc ? obs::machine_rates(*acc, p.precision) : this_cpu_rates(p, jp.ranks_per_node, target.probe_seconds);
   jp.hardware = acc ? acc->description : rates.name;
-  jp.prediction = obs::predict_step(step_work(p, stages, jp.ranks_per_node), rates);
+  obs::StepWork work = step_work(p, stages, jp.ranks_per_node);
   // This process's resident memory now, its kernels probed: the libraries and the kernels' own state,
   // as a rank has them (an accelerator's runtime is not counted).
   if (!acc) ::malloc_trim(0);  // what the probes freed is not the runtime's
@@ -486,7 +507,8 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
     }
   };
   guarded("weights", [&] { return check_weights(cfg, p); });
-  guarded("data", [&] { return check_data(cfg, p); });
+  guarded("data", [&] { return check_data(cfg, p, &work); });
+  jp.prediction = obs::predict_step(work, rates);
   guarded("resume", [&] { return check_resume(cfg, p); });
   guarded("outputs", [&] { return check_outputs(p); });
   guarded("disk", [&] { return check_disk(cfg, p); });

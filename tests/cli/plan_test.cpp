@@ -477,6 +477,54 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
   EXPECT_NE(data.value("detail", "").find("packed 30 examples into"), std::string::npos) << data;
 }
 
+// The step prediction of fine-tuning data knows its samples: tokens/s counts text, not padding, and
+// packed examples' attention stops at their boundaries (rates of a named GPU: the same on any machine).
+TEST(Plan, ThePredictedStepKnowsPaddingAndPacking) {
+  TempDir dir;
+  std::string rows;
+  for (int i = 0; i < 30; i++) rows += "{\"input\": \"Is " + std::to_string(i) + " even?\", \"output\": \"yes\"}\n";
+  write_file(dir / "rows.jsonl", rows);
+  const std::vector<std::string> gpu = {"--hardware", "H100", "--ranks-per-node", "1", "--json"};
+  auto predict = [&](std::vector<std::string> a) {
+    a.insert(a.begin(), "plan");
+    a.insert(a.end(), gpu.begin(), gpu.end());
+    const CliResult r = run_cli(a);
+    EXPECT_EQ(r.code, 0) << describe(r);
+    return plan_json(r);
+  };
+  std::vector<std::string> corpus = plan_args(dir / "run", {});
+  corpus.erase(corpus.begin());  // "plan"
+  const json pretrain = predict(corpus);
+  const std::vector<std::string> sft = {source_path("configs/tiny.yaml"), "model.data.fine_tuning=true",
+                                        "model.data.train_ds.file_names=[" + (dir / "rows.jsonl") + "]",
+                                        "model.tokenizer.model=" + fixture("tokenizer.model"),
+                                        "exp_manager.explicit_log_dir=" + (dir / "run")};
+  const json padded = predict(sft);
+  auto with_pack = sft;
+  with_pack.push_back("model.data.train_ds.pack=true");
+  const json packed = predict(with_pack);
+  const json &a = pretrain["prediction"], &b = padded["prediction"], &c = packed["prediction"];
+  EXPECT_EQ(a["text_fraction"].get<double>(), 1.0);
+  const int T = 64;  // configs/tiny.yaml
+  for (const json* q : {&a, &b, &c})
+    EXPECT_NEAR((*q)["tokens_per_s"].get<double>(), (*q)["seq_per_s"].get<double>() * T * (*q)["text_fraction"].get<double>(),
+                1e-9 * (*q)["tokens_per_s"].get<double>());
+  // Padded: short rows, most of each sample padding, attention as one causal sequence.
+  EXPECT_LT(b["text_fraction"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(b["attention_s"].get<double>(), a["attention_s"].get<double>());
+  EXPECT_DOUBLE_EQ(b["matmul_s"].get<double>(), a["matmul_s"].get<double>());
+  EXPECT_LT(b["flops_per_step"].get<double>(), a["flops_per_step"].get<double>());
+  // Packed: the padding the packer reports, and attention only within each example.
+  const std::string detail = check(packed, "data").value("detail", "");
+  const size_t at = detail.find("% padding");
+  ASSERT_NE(at, std::string::npos) << detail;
+  const double padding = std::stod(detail.substr(detail.rfind(' ', at) + 1)) / 100;
+  EXPECT_NEAR(1 - c["text_fraction"].get<double>(), padding, 0.0006) << detail;
+  EXPECT_GT(c["text_fraction"].get<double>(), 2 * b["text_fraction"].get<double>());
+  EXPECT_LT(c["attention_s"].get<double>(), 0.5 * a["attention_s"].get<double>());
+  EXPECT_DOUBLE_EQ(c["matmul_s"].get<double>(), a["matmul_s"].get<double>());
+}
+
 TEST(Plan, UnknownHardwareIsAPlainError) {
   TempDir dir;
   expect_plain_error(run_cli(plan_args(dir / "run", {"--hardware", "tpu9"})), {"--hardware tpu9", "H100", "trn1.32xlarge"});
