@@ -426,10 +426,16 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
     a.erase(a.begin());  // "plan"
     return a;
   };
+  write_file(dir / "a_file", "");
   // what: the plan check that fails; "" for a config error, which stops plan as it stops train.
+  // words: what the plan's detail holds, when it is not train's first line (memory and outputs are
+  // planned per rank and per folder, and say so in their own figures).
   struct Case {
+    Case(std::string n, std::string w, std::vector<std::string> c, std::string p = "")
+        : name(std::move(n)), what(std::move(w)), cfg(std::move(c)), words(std::move(p)) {}
     std::string name, what;
     std::vector<std::string> cfg;
+    std::string words;
   };
   const std::vector<Case> cases = {
       {"no usable row", "data", sft(dir / "bad.jsonl")},
@@ -446,6 +452,13 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
       {"a tokenizer that does not exist", "layout", pretrain({"model.tokenizer.model=" + (dir / "none.model")})},
       {"a blend weight below zero", "", pretrain({"model.data.data_prefix=[-1.0," + fixture_prefix() + "]"})},
       {"an unknown key", "", pretrain({"model.frobnicate=1"})},
+      {"an export folder under a file", "layout", pretrain({"model.convert_to_hf=true", "model.output_dir=" + (dir / "a_file/hf")})},
+      {"a log folder under a file", "outputs", pretrain({"exp_manager.explicit_log_dir=" + (dir / "a_file/run")}),
+       "is not a writable folder"},
+      {"a model no memory here holds", "memory",
+       pretrain({"model.hidden_size=8192", "model.ffn_hidden_size=22016", "model.num_layers=16",
+                 "model.num_attention_heads=64", "model.num_query_groups=64"}),
+       "a rank needs"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -464,7 +477,8 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
     EXPECT_EQ(r.code, 1) << describe(r);
     const json got = check(plan_json(r), c.what);
     EXPECT_EQ(got.value("status", ""), "FAIL") << got;
-    EXPECT_NE(got.value("detail", "").find(refusal), std::string::npos) << "train said: " << refusal << "\n" << got;
+    EXPECT_NE(got.value("detail", "").find(c.words.empty() ? refusal : c.words), std::string::npos)
+        << "train said: " << refusal << "\n" << got;
   }
   // Packed fine-tuning data passes, and the plan says how the examples fill the samples.
   auto packed = sft(dir / "good.jsonl");
