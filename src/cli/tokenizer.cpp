@@ -167,9 +167,11 @@ void add_merge(CLI::App& parent) {
   cmd->footer(
       "Keeps every piece of BASE at its id with its score and type, and BASE's trainer and normalizer settings;\n"
       "appends ADD's normal and user-defined pieces that BASE lacks, in ADD's order (never its <unk>,\n"
-      "control or byte pieces). By default a normal piece made only of characters BASE has as pieces is\n"
-      "left out, and new pieces score below every BASE piece: text made of BASE's characters then encodes\n"
-      "exactly as under BASE. --new-scores zero gives them score 0 as Chinese-LLaMA's merge does: above\n"
+      "control or byte pieces). By default a normal piece is added when it holds a letter of a script new to\n"
+      "BASE (Han for Llama 2: it has Han characters but almost no Han pieces of two) or a visible character\n"
+      "BASE lacks; pieces of BASE's own letters, digits and punctuation only, and pieces with a line break or\n"
+      "tab BASE spells in bytes, are left out, and new pieces score below every BASE piece: text of BASE's\n"
+      "scripts then encodes exactly as under BASE. --new-scores zero gives them score 0 as Chinese-LLaMA's merge does: above\n"
       "Llama's scores, so BPE merges them first. --pad-to-multiple appends unused pieces <unused_K>, which\n"
       "no text encodes to. docs/tokenizer.md has the rule and its effect.\n\n"
       "Examples:\n"
@@ -183,21 +185,24 @@ void add_merge(CLI::App& parent) {
   cmd->add_option("--new-scores", *scores, "below (default: after every BASE merge) or zero (first, as Chinese-LLaMA)")
       ->check(CLI::IsMember({"below", "zero"}));
   cmd->add_flag("--all-pieces", opt->all_pieces,
-                "also add pieces made only of characters BASE has (they can change BASE's encodings)");
+                "add every piece BASE lacks, those left out by default too (they can change BASE's encodings)");
   cmd->add_option("--pad-to-multiple", opt->pad_to_multiple,
                   "append unused pieces up to a multiple of M (NeMo's make_vocab_size_divisible_by)")
       ->check(integer_in(1, 1 << 20));
   cmd->callback([opt, scores] {
     opt->new_scores = *scores == "zero" ? data::NewScores::kZero : data::NewScores::kBelow;
     const auto r = data::run_tokenizer_merge(*opt);
-    std::string skipped = r.skipped_base_chars
-                              ? fmt::format(", {} left out as made of base characters (--all-pieces adds them)",
-                                            r.skipped_base_chars)
-                              : "";
     std::fprintf(stderr, "tokenizer merge: %s: %d pieces = %d base + %d added%s\n", opt->output.c_str(), r.total,
                  r.base_pieces, r.added, r.padding ? fmt::format(" + {} padding", r.padding).c_str() : "");
-    std::fprintf(stderr, "  of %d pieces in %s: %d added, %d already in %s%s\n", r.add_candidates, opt->add.c_str(),
-                 r.added, r.already_in_base, opt->base.c_str(), skipped.c_str());
+    std::fprintf(stderr, "  of %d pieces in %s: %d added, %d already in %s\n", r.add_candidates, opt->add.c_str(),
+                 r.added, r.already_in_base, opt->base.c_str());
+    if (!opt->all_pieces) {
+      std::fprintf(stderr, "  added for a script new to %s or a character it lacks: %d (new scripts: %s)\n",
+                   opt->base.c_str(), r.added, r.new_scripts.empty() ? "none" : fmt::format("{}", fmt::join(r.new_scripts, ", ")).c_str());
+      std::fprintf(stderr, "  left out, as they could form in text %s already encodes (--all-pieces adds them): %d of "
+                   "its own letters, digits and punctuation only, %d with a line break, tab or space it spells in bytes\n",
+                   opt->base.c_str(), r.skipped_base_chars, r.skipped_whitespace);
+    }
     if (r.added > 0)
       std::fprintf(stderr, "  new scores: %s\n",
                    opt->new_scores == data::NewScores::kZero

@@ -2,7 +2,14 @@
 #include "data/tokenizer_merge.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
 #include <unordered_set>
+
+#include <unicode/uchar.h>
+#include <unicode/uscript.h>
+#include <unicode/utf8.h>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -38,6 +45,51 @@ std::vector<std::string_view> code_points(std::string_view s) {
 
 bool mergeable(PieceType t) { return t == PieceType::kNormal || t == PieceType::kUserDefined; }
 
+// The code point of a UTF-8 character (code_points' element); -1 for an invalid one.
+UChar32 code_point(std::string_view c) {
+  int32_t i = 0;
+  UChar32 cp = 0;
+  U8_NEXT(reinterpret_cast<const uint8_t*>(c.data()), i, int32_t(c.size()), cp);
+  return cp;
+}
+
+// A letter's script (Latin, Han, Cyrillic, ...); USCRIPT_COMMON for digits, punctuation, symbols and
+// spaces, USCRIPT_INHERITED for combining marks.
+UScriptCode script_of(UChar32 cp) {
+  UErrorCode e = U_ZERO_ERROR;
+  const UScriptCode s = cp < 0 ? USCRIPT_UNKNOWN : uscript_getScript(cp, &e);
+  return U_FAILURE(e) ? USCRIPT_UNKNOWN : s;
+}
+
+bool is_letter_script(UScriptCode s) { return s != USCRIPT_COMMON && s != USCRIPT_INHERITED && s != USCRIPT_UNKNOWN; }
+
+// Whitespace and control characters (line breaks, tabs, ...); SentencePiece's ▁ is a symbol, not one.
+bool is_space_or_control(UChar32 cp) { return cp >= 0 && (u_isUWhiteSpace(cp) || u_iscntrl(cp)); }
+
+// The scripts BASE merges: those of the letters of BASE's pieces of two or more characters (▁ aside),
+// each piece counted once per script. A script that more than 1% of those pieces hold is BASE's own.
+std::set<UScriptCode> own_scripts(const ModelProtoFile& base) {
+  std::map<UScriptCode, int> pieces_with;
+  int multi = 0;
+  for (const auto& p : base.pieces) {
+    if (!mergeable(p.type)) continue;
+    std::set<UScriptCode> scripts;
+    int chars = 0;
+    for (std::string_view c : code_points(p.piece)) {
+      if (c == "\u2581") continue;
+      chars++;
+      if (const UScriptCode s = script_of(code_point(c)); is_letter_script(s)) scripts.insert(s);
+    }
+    if (chars < 2) continue;
+    multi++;
+    for (UScriptCode s : scripts) pieces_with[s]++;
+  }
+  std::set<UScriptCode> own;
+  for (const auto& [s, n] : pieces_with)
+    if (n * 100 > multi) own.insert(s);
+  return own;
+}
+
 // True when BPE could form `text` by merging two adjacent symbols: some split into a left and a
 // right part each of which is a single character or a piece.
 bool formable(std::string_view text, const std::unordered_set<std::string>& pieces) {
@@ -72,9 +124,12 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
     }
   }
   res->lowest_base_score = lowest;
+  const std::set<UScriptCode> own = own_scripts(base);
+  std::set<std::string> new_scripts;
 
-  // New pieces in ADD's id order (its BPE merge order), scored by the chosen rule.
-  float next_below = lowest - 1.0f;
+  // New pieces in ADD's id order (its BPE merge order), scored by the chosen rule: each below the
+  // last by 1, or by one float32 step where 1 rounds away (below -2^24).
+  float next_below = std::min(lowest - 1.0f, std::nextafter(lowest, -INFINITY));
   for (const auto& p : add.pieces) {
     if (!mergeable(p.type)) continue;  // ADD's unknown, control and byte pieces are never taken
     ++res->add_candidates;
@@ -83,10 +138,25 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
       continue;
     }
     if (!opt.all_pieces && p.type == PieceType::kNormal) {  // user-defined symbols are always wanted
-      const auto cps = code_points(p.piece);
-      const bool only_base_chars =
-          std::all_of(cps.begin(), cps.end(), [&](std::string_view c) { return base_chars.count(std::string(c)); });
-      if (only_base_chars) {
+      // Wanted: a piece that only text of a new script, or text BASE spells in bytes, can hold.
+      bool wanted = false, space = false;
+      for (std::string_view c : code_points(p.piece)) {
+        if (c == "\u2581") continue;
+        const UChar32 cp = code_point(c);
+        const UScriptCode s = script_of(cp);
+        if (is_letter_script(s) && !own.count(s)) {
+          wanted = true;
+          new_scripts.insert(uscript_getName(s));
+        }
+        const bool in_base = base_chars.count(std::string(c)) > 0;
+        if (!in_base && is_space_or_control(cp)) space = true;
+        if (!in_base && !is_space_or_control(cp)) wanted = true;
+      }
+      if (space) {  // a line break or tab: every document of BASE's text has them
+        ++res->skipped_whitespace;
+        continue;
+      }
+      if (!wanted) {
         ++res->skipped_base_chars;
         continue;
       }
@@ -95,7 +165,7 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
     n.piece = p.piece;
     n.type = p.type;
     n.score = opt.new_scores == NewScores::kZero ? 0.0f : next_below;
-    next_below -= 1.0f;
+    next_below = std::min(next_below - 1.0f, std::nextafter(next_below, -INFINITY));
     res->lowest_new_score = n.score;
     have.insert(n.piece);
     base.pieces.push_back(std::move(n));
@@ -128,6 +198,7 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
              base.pieces[i].piece);
   }
   res->total = static_cast<int>(base.pieces.size());
+  res->new_scripts.assign(new_scripts.begin(), new_scripts.end());
   return serialize_model_proto(base);
 }
 

@@ -310,6 +310,115 @@ TEST_F(TokenizerTools, EnglishEncodesAsUnderTheBaseByDefaultAndNotUnderScoreZero
   EXPECT_LE(st[2].tokens, st[0].tokens);  // such merges only join base tokens
 }
 
+// A base like Llama 2's: English with some hundreds of Han characters as pieces of their own but no
+// Han pieces of two (Llama 2 has 1,456 and 3), and an addition trained on Chinese prose with line
+// breaks. The default merge must give Chinese nearly all that --all-pieces gives (a Chinese word made
+// of the base's characters is wanted: Han is new to the base) and leave English documents, line
+// breaks included, encoded exactly as the base encodes them.
+TEST_F(TokenizerTools, ANewScriptGetsItsPiecesEvenOfBaseCharactersAndEnglishStaysAsUnderTheBase) {
+  std::mt19937 rng(99);
+  Lexicon en = english_words(rng), zh = chinese_words(rng);
+  std::vector<std::string> base_docs, add_docs, zh_heldout, en_heldout;
+  // English without line breaks: the base spells them in bytes, as Llama 2 spells "\n" in <0x0A>.
+  for (int k = 0; k < 1500; ++k) {
+    std::string d = english_doc(en, rng);
+    std::replace(d.begin(), d.end(), '\n', ' ');
+    base_docs.push_back(d);
+  }
+  // 400 of the 600 Han characters, each alone between spaces: pieces of their own, no Han merges.
+  for (int k = 0; k < 40; ++k) {
+    std::string d;
+    for (int c = 0; c < 400; ++c) {
+      if (c) d += ' ';
+      d += utf8(0x4E00 + 17 * ((c + k) % 400));
+    }
+    base_docs.push_back(d);
+  }
+  for (int k = 0; k < 1000; ++k)
+    add_docs.push_back(chinese_doc(zh, en, rng, true) + "\n" + chinese_doc(zh, en, rng, true) + "\n\n" +
+                       chinese_doc(zh, en, rng, false));
+  for (int k = 0; k < 200; ++k) zh_heldout.push_back(chinese_doc(zh, en, rng, false));
+  for (int k = 0; k < 400; ++k) en_heldout.push_back(english_doc(en, rng) + "\n" + english_doc(en, rng) + "\n\n\t" + english_doc(en, rng));
+  write_jsonl(path("han_base.jsonl"), base_docs);
+  write_jsonl(path("zh_lines.jsonl"), add_docs);
+  write_jsonl(path("zh_heldout.jsonl"), zh_heldout);
+  write_jsonl(path("en_lines.jsonl"), en_heldout);
+  for (auto [in, out, v] : {std::tuple{"han_base.jsonl", "han_base.model", "1600"}, {"zh_lines.jsonl", "zh_lines.model", "2000"}}) {
+    auto r = run_cli({"tokenizer", "train", "--input", path(in), "-o", path(out), "--vocab-size", v, "--threads", "1"});
+    ASSERT_EQ(r.code, 0) << testing::describe(r);
+  }
+  // The base is what this case needs: the Han characters as pieces, hardly any Han piece of two.
+  const auto base = data::parse_model_proto(testing::read_file(path("han_base.model")), "han_base");
+  int han_chars = 0, han_multi = 0, multi = 0;
+  for (const auto& p : base.pieces) {
+    std::string text = p.piece;
+    for (size_t at; (at = text.find("\u2581")) != std::string::npos;) text.erase(at, 3);
+    const bool han = text.find("\xe4") != std::string::npos || text.find("\xe5") != std::string::npos ||
+                     text.find("\xe6") != std::string::npos || text.find("\xe7") != std::string::npos;
+    const size_t chars = std::count_if(text.begin(), text.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; });
+    if (p.type != data::PieceType::kNormal) continue;
+    han_chars += han && chars == 1;
+    multi += chars >= 2;
+    han_multi += han && chars >= 2;
+  }
+  ASSERT_GE(han_chars, 300);
+  ASSERT_LE(han_multi * 100, multi) << "the base must not merge Han (as Llama 2 does not)";
+  const auto add = data::parse_model_proto(testing::read_file(path("zh_lines.model")), "zh_lines");
+  ASSERT_TRUE(std::any_of(add.pieces.begin(), add.pieces.end(), [](const data::ModelPiece& p) {
+    return p.type == data::PieceType::kNormal && p.piece.find('\n') != std::string::npos;
+  })) << "the addition must have pieces with line breaks for this case";
+
+  auto r = run_cli({"tokenizer", "merge", path("han_base.model"), path("zh_lines.model"), "-o", path("han_default.model")});
+  ASSERT_EQ(r.code, 0) << testing::describe(r);
+  EXPECT_NE(r.err.find("new scripts: Han"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("with a line break, tab or space it spells in bytes"), std::string::npos) << r.err;
+  const std::string log = r.err;
+  r = run_cli({"tokenizer", "merge", path("han_base.model"), path("zh_lines.model"), "-o", path("han_all.model"), "--all-pieces"});
+  ASSERT_EQ(r.code, 0) << testing::describe(r);
+
+  data::TokenizerStatsOptions so;
+  so.models = {path("han_base.model"), path("han_default.model"), path("han_all.model")};
+  so.inputs = {path("zh_heldout.jsonl")};
+  const auto zh_stats = data::run_tokenizer_stats(so);
+  so.inputs = {path("en_lines.jsonl")};
+  const auto en_stats = data::run_tokenizer_stats(so);
+  auto per_han = [](const data::TokenizerStats& st) { return st.scripts[0].tokens / st.scripts[0].chars; };
+  const double base_rate = per_han(zh_stats[0]), def = per_han(zh_stats[1]), all = per_han(zh_stats[2]);
+  std::printf("tokens per Han character: base %.3f, default merge %.3f, --all-pieces %.3f; English documents "
+              "differing: default %lld, --all-pieces %lld of %lld\n%s",
+              base_rate, def, all, static_cast<long long>(en_stats[1].documents_differing),
+              static_cast<long long>(en_stats[2].documents_differing), static_cast<long long>(en_stats[0].documents),
+              log.c_str());
+  ASSERT_LT(all, base_rate);
+  EXPECT_GE(base_rate - def, 0.9 * (base_rate - all)) << "the default must give Chinese at least 90% of --all-pieces";
+  EXPECT_LE(en_stats[1].documents_differing * 1000, en_stats[1].documents * 5) << "at most 0.5% of English may change";
+  EXPECT_GT(en_stats[2].documents_differing, en_stats[1].documents_differing) << "--all-pieces does change English";
+  // SentencePiece's own module loads the result and encodes as ours.
+  if (testing::python_missing({"sentencepiece"}).empty()) {
+    data::Tokenizer t(path("han_default.model"));
+    const Json e = python_json({"encode", path("han_default.model"), path("zh_heldout.jsonl")});
+    for (size_t k = 0; k < zh_heldout.size(); ++k)
+      ASSERT_EQ(t.encode(zh_heldout[k]), e["ids"][k].get<std::vector<int>>()) << k;
+  }
+}
+
+// New scores keep ADD's order where a step of 1 rounds away in float32 (below Llama 2's -1e9).
+TEST_F(TokenizerTools, NewScoresBelowAVeryLowBaseScoreStayDistinct) {
+  auto base = data::parse_model_proto(testing::read_file(path("en.model")), "en");
+  for (auto& p : base.pieces)
+    if (p.type == data::PieceType::kNormal && p.score < -10) {
+      p.score = -1e9f;
+      p.raw.clear();  // written again with the new score
+    }
+  testing::write_file(path("low.model"), data::serialize_model_proto(base));
+  auto r = run_cli({"tokenizer", "merge", path("low.model"), path("zh.model"), "-o", path("low_merged.model")});
+  ASSERT_EQ(r.code, 0) << testing::describe(r);
+  const auto merged = data::parse_model_proto(testing::read_file(path("low_merged.model")), "low_merged");
+  ASSERT_GT(merged.pieces.size(), base.pieces.size() + 10);
+  for (size_t i = base.pieces.size(); i < merged.pieces.size(); ++i)
+    EXPECT_LT(merged.pieces[i].score, i == base.pieces.size() ? -1e9f : merged.pieces[i - 1].score) << i;
+}
+
 TEST_F(TokenizerTools, PaddingReachesTheMultipleAndNeverAppearsInAnEncoding) {
   auto r = run_cli({"tokenizer", "merge", path("en.model"), path("zh.model"), "-o", path("padded.model"),
                     "--pad-to-multiple", "512"});

@@ -29,9 +29,10 @@ wait_steps() {  # RUN_DIR N JOB
   fail "run $1 did not reach step $2 in 60 s"
 }
 
-# 1. SIGKILL (60 steps: the requeued start finishes in seconds)
+# 1. SIGKILL (400 steps: the requeued start finishes in seconds, and the first still runs when rank 1
+# is looked for on a loaded machine; 60 steps took about a second and were sometimes done by then)
 export LLAMATRAIN_RUN_DIR=$WORK/killed
-job=$(TRAIN_ITERS=60 LLAMATRAIN_MAX_RESTARTS=1 submit --nodes 2 "$script" "$model")
+job=$(TRAIN_ITERS=400 LLAMATRAIN_MAX_RESTARTS=1 submit --nodes 2 "$script" "$model")
 wait_steps "$LLAMATRAIN_RUN_DIR" 3 "$job"
 pid=$(rank_pid "$job" 1) || fail "no process of rank 1 of job $job"
 kill -KILL "$pid"
@@ -66,7 +67,7 @@ expect_in "$WORK/$log" "run.slurm: job $job (start 2 of at most 2)"
 # The job log now holds both starts: the latest is diagnosed.
 diagnose_job killed-finished "$log" killed
 expect_diagnosis killed-finished success
-[ "$(diag_field killed-finished .last_step)" = 60 ] || fail "the requeued job ended at step $(diag_field killed-finished .last_step), expected 60"
+[ "$(diag_field killed-finished .last_step)" = 400 ] || fail "the requeued job ended at step $(diag_field killed-finished .last_step), expected 400"
 
 # 2. SIGSTOP: the watchdog
 export LLAMATRAIN_RUN_DIR=$WORK/hung

@@ -78,11 +78,14 @@ submit_wait() {
 # rank_pid JOB RANK: the pid of the llamatrain process of that rank of the job (its environment
 # says SLURM_JOB_ID and SLURM_PROCID); waits up to 30 s for it.
 rank_pid() {
-  local e pid env i
-  for ((i = 0; i < 300; i++)); do
+  local e pid env comm end=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$end" ]; do
     for e in /proc/[0-9]*/environ; do
       pid=${e#/proc/}; pid=${pid%/environ}
-      [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = llamatrain ] || continue
+      # `read`, a builtin: no process started per candidate (the scan must be quick on a loaded
+      # machine, while the rank still runs).
+      { read -r comm <"/proc/$pid/comm"; } 2>/dev/null || continue
+      [ "$comm" = llamatrain ] || continue
       env=$({ tr '\0' '\n' <"$e"; } 2>/dev/null) || continue
       if grep -qxF "SLURM_JOB_ID=$1" <<<"$env" && grep -qxF "SLURM_PROCID=$2" <<<"$env"; then
         echo "$pid"
