@@ -23,6 +23,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "data/blend.h"
 #include "model/backend.h"
 #include "model/kernels.h"
@@ -44,7 +45,6 @@ const char* check_status_name(CheckStatus s) {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 int world_size(parallel::Communicator* w) { return w ? w->size() : 1; }
 int world_rank(parallel::Communicator* w) { return w ? w->rank() : 0; }
@@ -163,19 +163,22 @@ std::map<std::string, double> meminfo() {
   return out;
 }
 
+// What train and plan count as available (core::available_memory_bytes: MemAvailable, or less under a
+// cgroup limit such as `sbatch --mem`'s), in their unit (GB).
 DoctorRow check_memory(int ranks_here) {
   const auto m = meminfo();
-  const double avail = m.count("MemAvailable") ? m.at("MemAvailable") : 0, total = m.count("MemTotal") ? m.at("MemTotal") : 0;
+  const double avail = double(std::max<int64_t>(0, available_memory_bytes()));
+  const double total = m.count("MemTotal") ? m.at("MemTotal") : 0;
   DoctorRow row{"memory", CheckStatus::pass,
-                fmt::format("{:.1f} GiB available of {:.1f} GiB on this node ({} rank{} here)", avail / kGiB,
-                            total / kGiB, ranks_here, ranks_here == 1 ? "" : "s")};
+                fmt::format("{:.1f} GB available of {:.1f} GB on this node ({} rank{} here)", avail / 1e9, total / 1e9,
+                            ranks_here, ranks_here == 1 ? "" : "s")};
   if (const char* slurm_mb = std::getenv("SLURM_MEM_PER_NODE")) row.detail += fmt::format("; SLURM limit {} MiB", slurm_mb);
-  if (avail < 0.5 * kGiB) {
+  if (avail < 0.5e9) {
     row.status = CheckStatus::fail;
-    row.detail += "; under 0.5 GiB free: a model and its optimizer state will not fit";
-  } else if (avail < 2 * kGiB) {
+    row.detail += "; under 0.5 GB free: a model and its optimizer state will not fit";
+  } else if (avail < 2e9) {
     row.status = CheckStatus::warn;
-    row.detail += "; under 2 GiB free";
+    row.detail += "; under 2 GB free";
   }
   return row;
 }
@@ -195,13 +198,13 @@ DoctorRow check_disk(const std::string& run_dir) {
     return {"disk", CheckStatus::fail, fmt::format("cannot read the free space of {}", at.string())};
   const double free_b = double(s.f_bavail) * double(s.f_frsize), total = double(s.f_blocks) * double(s.f_frsize);
   DoctorRow row{"disk", CheckStatus::pass,
-                fmt::format("{:.1f} GiB free of {:.1f} GiB at {}", free_b / kGiB, total / kGiB, at.string())};
-  if (free_b < 0.25 * kGiB) {
+                fmt::format("{:.1f} GB free of {:.1f} GB at {}", free_b / 1e9, total / 1e9, at.string())};
+  if (free_b < 0.25e9) {
     row.status = CheckStatus::fail;
-    row.detail += "; under 0.25 GiB: checkpoints cannot be saved";
-  } else if (free_b < 4 * kGiB) {
+    row.detail += "; under 0.25 GB: checkpoints cannot be saved";
+  } else if (free_b < 4e9) {
     row.status = CheckStatus::warn;
-    row.detail += "; under 4 GiB: a large model's checkpoints need more";
+    row.detail += "; under 4 GB: a large model's checkpoints need more";
   }
   return row;
 }
@@ -333,8 +336,8 @@ DoctorRow check_gpu(const TrainConfig* config, int ranks_here) {
     return {"gpu", CheckStatus::pass, fmt::format("none ({}): training runs on the cpu", g.why_not)};
   }
   DoctorRow row{"gpu", CheckStatus::pass,
-                fmt::format("cuda:{} {} of {} visible; {:.1f} of {:.1f} GiB free{}; {} rank{} on this node", g.index,
-                            g.name, g.count, double(g.free_bytes) / kGiB, double(g.total_bytes) / kGiB,
+                fmt::format("cuda:{} {} of {} visible; {:.1f} of {:.1f} GB free{}; {} rank{} on this node", g.index,
+                            g.name, g.count, double(g.free_bytes) / 1e9, double(g.total_bytes) / 1e9,
                             g.driver.empty() ? "" : fmt::format("; driver CUDA {}, runtime {}", g.driver, g.runtime),
                             ranks_here, ranks_here == 1 ? "" : "s")};
   if (ranks_here > g.count) {
@@ -343,8 +346,8 @@ DoctorRow check_gpu(const TrainConfig* config, int ranks_here) {
                               g.count, g.count == 1 ? "" : "s", g.count);
   } else if (double(g.free_bytes) < 0.9 * double(g.total_bytes)) {
     row.status = CheckStatus::warn;
-    row.detail += fmt::format("; {:.1f} GiB held by other processes (nvidia-smi names them)",
-                              double(g.total_bytes - g.free_bytes) / kGiB);
+    row.detail += fmt::format("; {:.1f} GB held by other processes (nvidia-smi names them)",
+                              double(g.total_bytes - g.free_bytes) / 1e9);
   }
   return row;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.h"
 #include "model/kernels.h"
 #include "test_util.h"
 #include "train/train_runs.h"
@@ -51,6 +52,20 @@ TEST(Doctor, OneProcessPassesWithEveryCheck) {
   EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("doctor: 9 checks, 0 failed"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir / "run")) << "the run folder made for the check was left behind";
+}
+
+// The memory doctor reports is what train and plan count (a cgroup limit included), in their GB.
+TEST(Doctor, MemoryIsWhatTrainCountsInItsUnit) {
+  TempDir dir;
+  const auto r = run_cli({"doctor", "--run-dir", dir / "run"});
+  ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
+  const std::string line = row(r.out, "PASS  memory");
+  const size_t at = line.find(" GB available of ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double shown = std::stod(line.substr(line.rfind(' ', at - 1) + 1)) * 1e9;
+  const double avail = double(available_memory_bytes());
+  EXPECT_NEAR(shown, avail, 0.1 * avail + 0.2e9) << line;
+  EXPECT_EQ(r.out.find("GiB"), std::string::npos) << r.out;
 }
 
 TEST(Doctor, ConfigFilesReadable) {
