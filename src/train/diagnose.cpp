@@ -688,8 +688,14 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
   return d;
 }
 
+bool Diagnosis::retry() const {
+  for (const char* c : {"killed_by_signal", "stopped_by_signal", "watchdog", "comm", "vanished"})
+    if (cause == c) return true;
+  return false;
+}
+
 nlohmann::ordered_json Diagnosis::to_json() const {
-  nlohmann::ordered_json j{{"cause", cause}, {"summary", summary}};
+  nlohmann::ordered_json j{{"cause", cause}, {"retry", retry()}, {"summary", summary}};
   j["rank"] = rank ? nlohmann::ordered_json(*rank) : nlohmann::ordered_json();
   j["signal"] = signal ? nlohmann::ordered_json(*signal) : nlohmann::ordered_json();
   auto& ev = j["evidence"] = nlohmann::ordered_json::array();

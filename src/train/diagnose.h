@@ -49,6 +49,10 @@ struct Diagnosis {
   int64_t rollbacks = 0;              // rollbacks to a checkpoint after non-finite steps
   std::vector<std::string> notes;     // what else happened (non-finite steps skipped, rollbacks)
 
+  // Whether starting the job again can help (a rank killed or stopped from outside, a hung rank the
+  // watchdog ended, a communication failure, a rank that vanished): what SLURM's run.slurm requeues on.
+  // A config, data, memory or divergence failure would fail the same way again.
+  bool retry() const;
   nlohmann::ordered_json to_json() const;
   std::string to_text() const;
 };

@@ -140,6 +140,7 @@ TEST(Diagnose, AFinishedRunAndItsEventLines) {
   const auto d = diagnose({run});
   EXPECT_EQ(d.status, 0) << d.out;
   EXPECT_EQ(d.j.value("cause", ""), "success") << d.out;
+  EXPECT_EQ(d.j.value("retry", true), false) << d.out;
   EXPECT_EQ(d.j.value("last_step", -1), 4) << d.out;
   EXPECT_EQ(d.j.value("last_checkpoint", ""), run + "/checkpoints/step_4") << d.out;
 }
@@ -158,6 +159,7 @@ TEST(Diagnose, ARankKilledBySigkill) {
   const auto d = diagnose({run});
   EXPECT_EQ(d.status, 0) << d.out;
   EXPECT_EQ(d.j.value("cause", ""), "killed_by_signal") << d.out;
+  EXPECT_EQ(d.j.value("retry", false), true) << d.out;
   EXPECT_EQ(d.j["rank"], 1) << d.out;
   EXPECT_EQ(d.j["signal"], 9) << d.out;
   EXPECT_GE(d.j.value("last_step", -1), 3) << d.out;
@@ -214,6 +216,7 @@ TEST(Diagnose, AStoppedRankIsNamedByTheWatchdog) {
   EXPECT_NE(r.status, 0);
   const auto d = diagnose({run});
   EXPECT_EQ(d.j.value("cause", ""), "watchdog") << d.out;
+  EXPECT_EQ(d.j.value("retry", false), true) << d.out;
   EXPECT_EQ(d.j["rank"], 1) << d.out;
   EXPECT_TRUE(has(d.j.value("summary", ""), "rank 1 never joined")) << d.out;
   expect_resumes(d, run);
@@ -232,6 +235,7 @@ TEST(Diagnose, AMemoryLimitMakesAnOutOfMemoryError) {
   ASSERT_TRUE(has(r.log, "\"code\":\"oom\"")) << r.log;
   const auto d = diagnose({run});
   EXPECT_EQ(d.j.value("cause", ""), "oom") << d.out;
+  EXPECT_EQ(d.j.value("retry", true), false) << d.out;
   EXPECT_EQ(d.j["rank"], 0) << d.out;
   expect_resumes(d, run);
 }
@@ -435,8 +439,15 @@ TEST(Diagnose, AConfigError) {
   EXPECT_NE(r.status, 0);
   const auto d = diagnose({run});
   EXPECT_EQ(d.j.value("cause", ""), "config") << d.out;
+  EXPECT_EQ(d.j.value("retry", true), false) << d.out;
   EXPECT_TRUE(has(d.j.value("summary", ""), "model.tensor_model_parallel_size (override")) << d.out;
   EXPECT_TRUE(has(resume_of(d), "model.tensor_model_parallel_size=0")) << d.out;
+  // The fields a batch script reads (run.slurm: `read -r cause retry`), without a JSON parser.
+  auto fields = llamatrain::testing::run_cli({"diagnose", "--field", "cause", "--field", "retry", "--field", "rank", run});
+  EXPECT_EQ(fields.code, 0) << fields.err;
+  EXPECT_EQ(fields.out, "config 0 " + (d.j["rank"].is_null() ? std::string("-") : d.j["rank"].dump()) + "\n");
+  fields = llamatrain::testing::run_cli({"diagnose", "--field", "reason", run});
+  llamatrain::testing::expect_plain_error(fields, {"diagnose --field reason: no such field", "cause, retry"});
 }
 
 // Two ranks failing at once under mpirun: the launcher forwarded rank 0's event line in two chunks
