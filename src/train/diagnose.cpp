@@ -86,6 +86,7 @@ struct Findings {
   // srun or SLURM ending the step (--kill-on-bad-exit after an error, MPI_Abort after the watchdog,
   // scancel) killed it, a consequence and not the cause.
   bool kill_while_step_ending = false;
+  bool kill_before_cancel = false;  // a rank killed before any cancellation in its log: the first failure
 };
 
 int signal_number(const std::string& name) {
@@ -240,6 +241,7 @@ void scan(const LogText& log, Findings& f, const std::string& latest_start) {
       if (!f.killed_signal) {
         f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
         f.kill_while_step_ending = step_ending_here;
+        f.kill_before_cancel = f.cancelled.empty() && !step_ending_here;
       }
       f.killed.push_back(ev);
     } else if (std::regex_search(line, m, srun_exit)) {
@@ -600,7 +602,7 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
         "the rank that never joined was stuck (stopped, blocked in I/O, a dead node or a deadlock): check its node "
         "(`llamatrain doctor`); if the operation is legitimately that slow, raise LLAMATRAIN_WATCHDOG_TIMEOUT";
     d.resume = resume_command(f);
-  } else if (!f.cancelled.empty() && (f.job_cancelled || (f.killed.empty() && f.bad_exit.empty()))) {
+  } else if (!f.cancelled.empty() && ((f.job_cancelled && !f.kill_before_cancel) || (f.killed.empty() && f.bad_exit.empty()))) {
     d.cause = "cancelled";
     d.summary = f.cancel_detail.empty() ? "the job was cancelled (scancel, or an administrator)"
                                         : "the job was " + f.cancel_detail;
@@ -615,6 +617,12 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
     const int sig = f.killed_signal.value_or(0);
     d.summary = fmt::format("rank {} was killed by signal {} ({})", f.killed_rank.value_or(-1), sig, signal_name(sig));
     d.evidence = f.killed;
+    // A plain srun (no --kill-on-bad-exit) left the other ranks waiting until someone cancelled the
+    // job: the kill came first and is the cause; the cancellation followed.
+    if (f.kill_before_cancel && !f.cancelled.empty()) {
+      d.evidence.push_back(f.cancelled.front());
+      d.notes.push_back("the job was cancelled afterwards, while the other ranks waited for the killed one");
+    }
     d.fix = sig == 9 ? "something outside the program killed it: the kernel's OOM killer (give diagnose the output of "
                        "`dmesg` from that node), the scheduler, or a person; check that node's memory and logs"
             : sig == 11 || sig == 7 || sig == 6

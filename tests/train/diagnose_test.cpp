@@ -450,6 +450,31 @@ TEST(Diagnose, AConfigError) {
   llamatrain::testing::expect_plain_error(fields, {"diagnose --field reason: no such field", "cause, retry"});
 }
 
+// A plain srun (no --kill-on-bad-exit): rank 1 is killed at step 3, rank 0 waits for it, and the job
+// is cancelled minutes later. The kill is the first failure and the cause; the cancellation followed.
+// A job cancelled first, whose ranks srun then reports killed, stays a cancellation.
+TEST(Diagnose, TheFirstFailureIsTheCauseNotTheCancellationAfterIt) {
+  TempDir dir;
+  const std::string start =
+      R"(@event {"event":"start","time":"2026-12-02T14:00:00.000Z","job_id":"12","nodes":"n[1-2]","ranks":2,)"
+      R"("launcher":"srun","config":"configs/tiny.yaml","overrides":[],"cwd":"/w","run_dir":"/w/run"})";
+  const std::string step = R"(@event {"event":"step","time":"2026-12-02T14:00:03.000Z","step":3,"max_steps":100,"loss":5.1})";
+  std::ofstream(dir / "killed.out") << start << "\n" << step << "\n"
+                                    << "srun: error: n2: task 1: Killed\n"
+                                    << "slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-12-02T14:09:00 ***\n";
+  auto d = diagnose({dir / "killed.out"});
+  EXPECT_EQ(d.j.value("cause", ""), "killed_by_signal") << d.out;
+  EXPECT_EQ(d.j["rank"], 1) << d.out;
+  EXPECT_EQ(d.j.value("retry", false), true) << d.out;
+  EXPECT_TRUE(has(d.out, "cancelled afterwards")) << d.out;
+  std::ofstream(dir / "cancelled.out") << start << "\n" << step << "\n"
+                                       << "slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-12-02T14:09:00 ***\n"
+                                       << "srun: error: n2: task 1: Killed\n";
+  d = diagnose({dir / "cancelled.out"});
+  EXPECT_EQ(d.j.value("cause", ""), "cancelled") << d.out;
+  EXPECT_EQ(d.j.value("retry", true), false) << d.out;
+}
+
 // Two ranks failing at once under mpirun: the launcher forwarded rank 0's event line in two chunks
 // with rank 1's whole line between them (a job log seen under load). The complete event is found.
 TEST(Diagnose, AnEventLineCutByAnotherRanksLine) {
