@@ -50,6 +50,7 @@ struct GenerateOptions {
   bool chat = false;
   std::string chat_template;  // "" (auto with --chat) or a built-in name; implies chat
   std::string system;         // with chat: a system turn first
+  bool no_thinking = false;   // qwen3: the empty reasoning block of enable_thinking=False
   bool print_prompt_ids = false;
 };
 
@@ -60,6 +61,7 @@ std::vector<int> prompt_ids(const GenerateOptions& o, const data::Tokenizer& tok
   std::vector<int> ids;
   if (!o.chat && o.chat_template.empty()) {
     if (!o.system.empty()) fail("generate: --system needs --chat (or --template NAME)\nhint: add --chat");
+    if (o.no_thinking) fail("generate: --no-thinking needs --chat (or --template qwen3)\nhint: add --chat");
     // BOS as the tokenizer adds it: Llama's <s> or <|begin_of_text|>; none for Qwen2, whose config.json
     // still names a bos_token_id.
     if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
@@ -71,13 +73,18 @@ std::vector<int> prompt_ids(const GenerateOptions& o, const data::Tokenizer& tok
     fail("generate --chat: {} has no tokenizer_config.json to take the chat template from\nhint: name one with "
          "--template llama2, llama3, chatml, chatml_plain or qwen3",
          o.model_dir);
-  const data::ChatTemplate t = data::load_chat_template(o.chat_template.empty() ? "auto" : o.chat_template, config);
+  data::ChatTemplate t = data::load_chat_template(o.chat_template.empty() ? "auto" : o.chat_template, config);
   data::check_chat_tokens(t, tokenizer);
   std::vector<data::ChatMessage> messages;
   if (!o.system.empty()) messages.push_back({"system", o.system});
   messages.push_back({"user", o.prompt});
   std::vector<data::ChatSegment> segments;
   std::string why;
+  if (o.no_thinking && t.format != data::ChatFormat::qwen3)
+    fail("generate --no-thinking: the chat template ({}) has no reasoning blocks to leave out\nhint: drop "
+         "--no-thinking, or use a Qwen3 model (--template qwen3)",
+         t.source);
+  t.enable_thinking = !o.no_thinking;
   if (!data::render_chat(t, messages, true, &segments, &why)) fail("generate --chat: {}", why);
   std::vector<uint8_t> in_loss;
   data::encode_chat(segments, tokenizer, &ids, &in_loss);
@@ -200,7 +207,8 @@ void register_generate(CLI::App& app) {
       "  llamatrain generate out/hf --prompt \"Hi\" --tokenizer-model /models/Llama-2-7b-hf/tokenizer.model\n"
       "  llamatrain generate /models/Qwen2.5-7B-Instruct --chat --prompt \"用一句话介绍北京\" --temperature 0\n"
       "  llamatrain generate out/hf --template llama2 --system \"Be brief.\" --prompt \"Hi\"\n"
-      "  llamatrain generate out/hf --chat --prompt \"Hi\" --print-prompt-ids   # the template's ids, no model run");
+      "  llamatrain generate out/hf --chat --prompt \"Hi\" --print-prompt-ids   # the template's ids, no model run\n"
+      "  llamatrain generate /models/Qwen3-8B --chat --no-thinking --prompt \"Hi\"");
   cmd->add_option("model", o->model_dir,
                   "HF folder with config.json, *.safetensors and tokenizer.json or tokenizer.model")
       ->required();
@@ -222,6 +230,9 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--template", o->chat_template,
                   "With --chat (implied): llama2 | llama3 | chatml | chatml_plain | qwen3 | auto instead of the model's");
   cmd->add_option("--system", o->system, "With --chat: a system turn before the prompt");
+  cmd->add_flag("--no-thinking", o->no_thinking,
+                "With a Qwen3 template: answer without reasoning (an empty <think> block after the assistant header, "
+                "as its template renders enable_thinking=False)");
   cmd->add_flag("--print-prompt-ids", o->print_prompt_ids, "Print the prompt's token ids and stop (no model run)");
   cmd->callback([o] { run_generate(*o); });
 }

@@ -212,7 +212,7 @@ std::string_view rstrip_newlines(std::string_view s) {
 // or have reasoning; every other turn renders its content only: reasoning before the last query is
 // dropped, as the template does to training data. Tool calls: the arguments' text when they were a
 // string, else tojson; a line break before each but a first one with no content before it.
-bool render_qwen3(const ChatRow& row, bool gen, std::vector<ChatSegment>* out) {
+bool render_qwen3(const ChatTemplate& t, const ChatRow& row, bool gen, std::vector<ChatSegment>* out) {
   const std::vector<ChatMessage>& m = row.messages;
   const bool has_system = !m.empty() && m[0].role == "system";
   if (!row.tools.empty())
@@ -264,6 +264,7 @@ bool render_qwen3(const ChatRow& row, bool gen, std::vector<ChatSegment>* out) {
   if (gen) {
     special(out, "<|im_start|>");
     text(out, "assistant\n");
+    if (!t.enable_thinking) text(out, "<think>\n\n</think>\n\n");
   }
   return true;
 }
@@ -593,7 +594,7 @@ bool render_chat(const ChatTemplate& t, const ChatRow& row, bool add_generation_
     case ChatFormat::llama2: return render_llama2(messages, segments, why);
     case ChatFormat::llama3: return render_llama3(t, messages, add_generation_prompt, segments);
     case ChatFormat::chatml: return render_chatml(t, row, add_generation_prompt, segments);
-    case ChatFormat::qwen3: return render_qwen3(row, add_generation_prompt, segments);
+    case ChatFormat::qwen3: return render_qwen3(t, row, add_generation_prompt, segments);
   }
   return bad(why, "unknown chat format");
 }

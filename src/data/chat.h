@@ -33,6 +33,9 @@ struct ChatTemplate {
   // chatml: renders tool definitions, tool calls and tool results as Qwen2.5's template does (qwen3
   // always renders them, as Qwen3's does).
   bool tools = false;
+  // qwen3, for generation: false renders the generation prompt as its template does under
+  // enable_thinking=False (an empty <think> block after the assistant header: answer without reasoning).
+  bool enable_thinking = true;
   std::string source;  // "built-in llama3", "<path> (recognised as chatml)": for messages
 };
 

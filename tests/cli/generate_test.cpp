@@ -144,6 +144,31 @@ TEST(Generate, ChatWithoutATemplateNamesTheOption) {
   testing::expect_plain_error(s, {"--system", "--chat"});
 }
 
+// --no-thinking: Qwen3's generation prompt with enable_thinking=False, the ids of the same rendering
+// training's code makes; refused by name for a template without reasoning blocks.
+TEST(Generate, NoThinkingClosesAnEmptyReasoningBlockAfterTheHeader) {
+  const std::string dir = testing::source_path("tests/golden/tiny_qwen2");
+  const auto r = run_cli({"generate", dir, "--template", "qwen3", "--no-thinking", "--prompt", "Hi", "--print-prompt-ids"});
+  ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
+  std::vector<int> got;
+  std::istringstream in(r.out);
+  for (int id; in >> id;) got.push_back(id);
+  const data::Tokenizer tok(dir + "/tokenizer.json");
+  data::ChatTemplate t = data::builtin_chat_template("qwen3");
+  t.enable_thinking = false;
+  std::vector<data::ChatSegment> segments;
+  std::string why;
+  const std::vector<data::ChatMessage> messages = {{"user", "Hi"}};
+  ASSERT_TRUE(data::render_chat(t, messages, true, &segments, &why)) << why;
+  ASSERT_TRUE(data::chat_text(segments).ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  std::vector<int> want;
+  std::vector<uint8_t> in_loss;
+  data::encode_chat(segments, tok, &want, &in_loss);
+  EXPECT_EQ(got, want);
+  testing::expect_plain_error(run_cli({"generate", dir, "--template", "chatml", "--no-thinking", "--prompt", "Hi"}),
+                              {"--no-thinking", "no reasoning blocks", "qwen3"});
+}
+
 TEST(Generate, MissingFolderIsAClearError) {
   const auto r = run_cli({"generate", "/nonexistent/model", "--prompt", "hi"});
   testing::expect_plain_error(r, {"/nonexistent/model"});

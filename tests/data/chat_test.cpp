@@ -84,9 +84,11 @@ std::string js_references(std::string* why) {
 // Python's Jinja as transformers sets it up, or js/chat_templates.mjs through @huggingface/jinja with
 // NODE_PATH `js`): {name: [{"plain", "generation"} | {"error"}]}; null after a test failure.
 nlohmann::json reference_renders(const std::map<std::string, std::string>& configs, const nlohmann::ordered_json& conversations,
-                                 const std::string& js = "") {
+                                 const std::string& js = "", const nlohmann::ordered_json& template_kwargs = {}) {
   TempDir d;
-  lt::write_file(d / "cases.json", nlohmann::ordered_json{{"configs", configs}, {"conversations", conversations}}.dump());
+  nlohmann::ordered_json cases{{"configs", configs}, {"conversations", conversations}};
+  if (!template_kwargs.is_null()) cases["template_kwargs"] = template_kwargs;
+  lt::write_file(d / "cases.json", cases.dump());
   const std::string cmd = js.empty() ? lt::system_python() + " " + lt::source_path("tools/reference/chat_templates.py")
                                      : "NODE_PATH=" + js + "/node_modules node " +
                                            lt::source_path("tools/reference/js/chat_templates.mjs");
@@ -209,6 +211,19 @@ TEST(ChatTemplates, ToolsCallsResultsAndReasoningRenderAsEachFamilysTemplate) {
   }
   EXPECT_GE(compared, 60);
   EXPECT_GE(refused, 20);
+  // Qwen3's generation prompt under enable_thinking=False (generate --no-thinking).
+  const auto no_think = reference_renders({{"qwen3", configs.at("qwen3")}}, rows, "", {{"enable_thinking", false}});
+  ASSERT_FALSE(no_think.is_null());
+  ChatTemplate q = load_chat_template("auto", configs.at("qwen3"));
+  q.enable_thinking = false;
+  for (size_t r = 0; r < rows.size(); r++) {
+    ChatRow row;
+    ASSERT_TRUE(chat_row(rows[r].dump(), &row, &why)) << why;
+    std::vector<ChatSegment> segs;
+    ASSERT_TRUE(render_chat(q, row, true, &segs, &why)) << why;
+    EXPECT_EQ(chat_text(segs), no_think["qwen3"][r]["generation"].get<std::string>()) << "row " << r;
+    EXPECT_TRUE(chat_text(segs).ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  }
 }
 
 // What a tool row trains: each assistant turn's text after its header (reasoning block, content, tool

@@ -9,7 +9,8 @@ add_generation_prompt in the context. The chat-template tests' reference for wha
   /usr/bin/python3 tools/reference/chat_templates.py CASES.json > renders.json
 
 CASES.json: {"configs": {name: tokenizer_config.json path}, "conversations": [[{role, content}...] |
-{"messages": [...], "tools": [...]}, ...]}. Output: {name: [{"plain": text, "generation": text} |
+{"messages": [...], "tools": [...]}, ...], "template_kwargs": {...} (optional: more context for every
+render, such as {"enable_thinking": false})}. Output: {name: [{"plain": text, "generation": text} |
 {"error": message}, ...]} in conversation order; "generation" rendered with add_generation_prompt.
 """
 import json
@@ -58,7 +59,8 @@ def main():
             def render(add_generation_prompt):
                 return template.render(messages=messages, tools=tools, bos_token=token(cfg.get("bos_token")),
                                        eos_token=token(cfg.get("eos_token")),
-                                       add_generation_prompt=add_generation_prompt)
+                                       add_generation_prompt=add_generation_prompt,
+                                       **cases.get("template_kwargs", {}))
 
             try:
                 renders.append({"plain": render(False), "generation": render(True)})
