@@ -206,8 +206,8 @@ std::string_view rstrip_newlines(std::string_view s) {
 
 // Qwen3: ChatML without a default system turn, tools as Qwen2.5 declares them (after the system text
 // and a blank line, when there is one). Reasoning: an assistant turn's reasoning_content, else the text
-// before its last </think> (after the last <think> in it, line breaks trimmed), with the content the
-// text after it. Assistant turns after the last user query (a user message that is not a tool
+// before its first </think> (after the last <think> before that, line breaks trimmed), with the content
+// the text after its last </think>. Assistant turns after the last user query (a user message that is not a tool
 // response) render "<think>\n" + reasoning + "\n</think>\n\n" + content when they are the last message
 // or have reasoning; every other turn renders its content only: reasoning before the last query is
 // dropped, as the template does to training data. Tool calls: the arguments' text when they were a

@@ -7,7 +7,6 @@
 #include <set>
 #include <unordered_set>
 
-#include <unicode/uchar.h>
 #include <unicode/uscript.h>
 #include <unicode/utf8.h>
 
@@ -63,8 +62,12 @@ UScriptCode script_of(UChar32 cp) {
 
 bool is_letter_script(UScriptCode s) { return s != USCRIPT_COMMON && s != USCRIPT_INHERITED && s != USCRIPT_UNKNOWN; }
 
-// Whitespace and control characters (line breaks, tabs, ...); SentencePiece's ▁ is a symbol, not one.
-bool is_space_or_control(UChar32 cp) { return cp >= 0 && (u_isUWhiteSpace(cp) || u_iscntrl(cp)); }
+// The line breaks, tabs and other control characters that documents of any script hold (ASCII's, and
+// Unicode's line and paragraph separators); SentencePiece's ▁ is a symbol, not one. A script's own
+// spaces (U+3000, the ideographic space) are its text, not every document's.
+bool is_space_or_control(UChar32 cp) {
+  return (cp >= 0 && cp < 0x20) || cp == 0x7F || cp == 0x85 || cp == 0x2028 || cp == 0x2029 || cp == ' ';
+}
 
 // The scripts BASE merges: those of the letters of BASE's pieces of two or more characters (▁ aside),
 // each piece counted once per script. A script that more than 1% of those pieces hold is BASE's own.

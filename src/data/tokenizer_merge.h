@@ -32,7 +32,7 @@ struct TokenizerMergeResult {
   int base_pieces = 0, add_candidates = 0;  // ADD's NORMAL and USER_DEFINED pieces
   int added = 0, already_in_base = 0, padding = 0;
   int skipped_base_chars = 0;  // BASE's letters (of its own scripts), digits and punctuation only
-  int skipped_whitespace = 0;  // and a line break, tab or other space BASE has no piece for
+  int skipped_whitespace = 0;  // a line break, tab, other control character or ASCII space BASE has no piece for
   std::vector<std::string> new_scripts;  // the scripts (ICU names) that count as new to BASE
   int total = 0;
   float lowest_base_score = 0, lowest_new_score = 0;
