@@ -1,6 +1,7 @@
 // `llamatrain plan CONFIG [key=value ...] [--nodes N --ranks-per-node R --hardware NAME] [--json]`:
 // argument wiring and printing. train::plan_job does the checks and the figures; the exit status is 1
 // when any check fails, so a batch script can stop before the expensive job.
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -70,6 +71,8 @@ std::string text_of(const train::JobPlan& jp, const std::string& config) {
     row("optimizer", [](const train::RankMemory& m) { return m.optimizer; });
     row("activations", [](const train::RankMemory& m) { return m.activations; });
     row("communication", [](const train::RankMemory& m) { return m.communication; });
+    if (std::any_of(jp.stages.begin(), jp.stages.end(), [](const train::RankMemory& m) { return m.save_gather > 0; }))
+      row("save gather", [](const train::RankMemory& m) { return m.save_gather; });
     row("runtime", [](const train::RankMemory& m) { return m.runtime; });
     row("total", [](const train::RankMemory& m) { return m.total(); });
     if (jp.memory_per_rank >= 0) s += fmt::format("  {:<15} {:>10}\n", "available", gb(jp.memory_per_rank));
@@ -126,6 +129,7 @@ std::string json_of(const train::JobPlan& jp) {
                                       {"optimizer", m.optimizer},
                                       {"activations", m.activations},
                                       {"communication", m.communication},
+                                      {"save_gather", m.save_gather},
                                       {"runtime", m.runtime},
                                       {"total", m.total()},
                                       {"operand_form", p.precision == model::Precision::fp32 ? "fp32"

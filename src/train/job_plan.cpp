@@ -108,6 +108,11 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   m.communication = communication_bytes(cfg, p);
   // A GPU's runtime (context, workspace, kernel scratch: the backend's figure), or this CPU process's.
   m.runtime = p.memory.runtime + (runtime > 0 ? runtime + kMpiRuntimeBytes : 0);
+  // The gathered weights are host memory: the rank's own memory on this CPU; beside an accelerator's
+  // (planned with runtime 0), the host's, which the accelerator's figure does not hold.
+  const bool model_parallel = p.layout.tp_size * p.layout.pp_size > 1;
+  if (runtime > 0 && model_parallel && p.layout.tp_rank == 0 && p.layout.pp_rank == 0)
+    m.save_gather = p.model.num_params() * 4;
   return m;
 }
 

@@ -38,10 +38,14 @@ struct RankMemory {
   int64_t communication = 0;  // pipeline send/receive buffers
   int64_t runtime = 0;        // libraries, kernels and MPI (this CPU: measured in this process); a GPU's
                               // context, library workspace and kernel scratch (model::MemoryPlan::runtime)
+  // Under tensor or pipeline parallelism, the rank that writes a checkpoint's weights (the first of
+  // stage 0) gathers the whole model's fp32 weights at each save (train/gather_weights.h), in host
+  // memory: counted when planning this CPU, 0 elsewhere and for an accelerator's memory.
+  int64_t save_gather = 0;
   // The bf16 modes' matmul operand form the figures assume (the weights' copy and the matmul-only
   // activations): bf16, or bf16 values held in floats (4 bytes) where the CPU's fp32 kernel is the one.
   bool float_operands = false;
-  int64_t total() const { return weights + gradients + optimizer + activations + communication + runtime; }
+  int64_t total() const { return weights + gradients + optimizer + activations + communication + runtime + save_gather; }
 };
 
 struct JobPlan {
