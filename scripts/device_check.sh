@@ -88,7 +88,7 @@ fi
 THEIRS=(env LD_LIBRARY_PATH="${LLAMATRAIN_DEPS_SAVED_LD_LIBRARY_PATH:-}")
 
 TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test backend_test llama_golden_test cuda_train_test
-         cuda_attention_bench)
+         cuda_attention_bench cuda_ops_bench)
 # NCCL: the toolkit's, or the Python environment's (nvidia-nccl: site-packages/nvidia/nccl).
 if [ -z "${NCCL_ROOT:-}" ]; then
   NCCL_ROOT=$("${THEIRS[@]}" python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
@@ -124,6 +124,7 @@ else
     probe "train 1B: plan on H200" one_b_plan.log "$BIN" plan "${ONE_B[@]}" trainer.max_steps=2 --hardware H200 --ranks-per-node 1
     probe "mpirun: 2 ranks of doctor" mpirun.log mpirun --oversubscribe --allow-run-as-root -np 2 "$BIN" doctor --all-ranks
     probe "attention bench" attention_bench.log "$BUILD/cuda_attention_bench" --help
+    probe "ops bench" ops_bench.log "$BUILD/cuda_ops_bench" --help
     probe "PyTorch SDPA peer" attention_peer.log "${THEIRS[@]}" python3 tools/reference/gpu_attention.py --help
     probe "bench --device cuda" bench.log "$BIN" bench --help
     probe "PyTorch peer" peer.log "${THEIRS[@]}" python3 tools/reference/gpu_train_step.py --help
@@ -215,6 +216,15 @@ print("fwd+bwd TFLOP/s: flash", f(a, "flash_tflops"), "plain", f(a, "plain_tflop
     }
     attention_row "seq 4096 hd 128 (llama2-7b)" --seq 4096 --heads 32 --head-dim 128
     attention_row "seq 2048 x 8 hd 64 gqa 8 (tinyllama)" --batch 8 --seq 2048 --heads 32 --kv-heads 4 --head-dim 64
+    # The other ops, each against the device's copy rate (GB/s) or in TFLOP/s (the lm head).
+    ops_row() {  # ops_row LABEL ARGS
+      local label=$1 log=ops_$(echo "$1" | tr -c 'a-zA-Z0-9' _).log
+      shift
+      part "ops $label" 60 "$log" "$BUILD/cuda_ops_bench" --iters 5 "$@"
+      row "  ops $label" "$(grep -E 'copy|of the copy|TFLOP' "$OUT/$log" 2>/dev/null | sed 's/^ *//' | tr -s ' ' | paste -sd ';' -)"
+    }
+    ops_row "llama2-7b 4096 tokens"
+    ops_row "tinyllama 16384 tokens" --tokens 16384 --hidden 2048 --ffn 5632 --heads 32 --kv-heads 4 --head-dim 64
     # (the whole 7B first: the figure users compare)
     bench_row "llama2-7b recompute seq 4096 x 1" --model llama2-7b --seq 4096 --batch 1 --recompute full -- \
       --dim 4096 --layers 32 --heads 32 --ffn 11008 --seq 4096 --batch 1 --recompute full

@@ -176,6 +176,12 @@ class Kernels {
   virtual void swiglu_forward(Operand out, const float* h13, int N, int F) = 0;
   virtual void swiglu_backward(Operand dh13, const float* dout, const float* h13, int N, int F) = 0;
   virtual void residual_forward(float* out, const float* a, const float* b, int64_t n) = 0;
+  // resid = a + b (N rows of C), then normed = rmsnorm(resid): a backend may do both in one pass.
+  virtual void residual_rmsnorm_forward(float* resid, Operand normed, float* rstd, const float* a, const float* b,
+                                        const float* weight, int N, int C, float eps) {
+    residual_forward(resid, a, b, int64_t(N) * C);
+    rmsnorm_forward(normed, rstd, resid, weight, N, C, eps);
+  }
   // The lm head and cross-entropy fused (V real rows of wout; dwout may be nullptr).
   virtual void lmhead_ce_forward(float* losses, const float* x, const float* wout, const int32_t* targets, int N,
                                  int C, int V) = 0;

@@ -91,6 +91,13 @@ class CudaKernels final : public Kernels {
     else
       cuda::rmsnorm_forward(static_cast<float*>(out.p), rstd, x, weight, N, C, eps);
   }
+  void residual_rmsnorm_forward(float* resid, Operand normed, float* rstd, const float* a, const float* b,
+                                const float* weight, int N, int C, float eps) override {
+    if (form_ == OperandForm::bf16)
+      cuda::residual_rmsnorm_forward(resid, static_cast<bf16*>(normed.p), rstd, a, b, weight, N, C, eps);
+    else
+      cuda::residual_rmsnorm_forward(resid, static_cast<float*>(normed.p), rstd, a, b, weight, N, C, eps);
+  }
   void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
                         const float* rstd, int N, int C) override {
     cuda::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, N, C);

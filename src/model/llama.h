@@ -384,6 +384,9 @@ class LlamaModel {
   // out = x + partial, partial (N, C) being this rank's part of a row-parallel matmul (summed over TP,
   // scattered over the tokens under SP);
   void add_to_residual(float* out, const float* x, float* partial);
+  // the two above in one: out = x + partial, then normed = the norm of out (fused on one rank);
+  void add_to_residual_and_norm(float* out, Operand normed, float* rstd, const float* x, float* partial,
+                                const float* weight);
   // backward: the residual gradient (Nl, C) on all N tokens (SP all-gather), and a column-parallel
   // matmul's input gradient (N, C) summed over TP on this rank's tokens (in place, or SP's scratch).
   const float* all_tokens(const float* dres);

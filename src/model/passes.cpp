@@ -59,6 +59,16 @@ void LlamaModel::add_to_residual(float* out, const float* x, float* partial) {
   }
 }
 
+void LlamaModel::add_to_residual_and_norm(float* out, Operand normed, float* rstd, const float* x, float* partial,
+                                          const float* weight) {
+  if (plan_.tp_size == 1) {  // one pass where the backend fuses them
+    k_.residual_rmsnorm_forward(out, normed, rstd, x, partial, weight, B_ * T_, dims_.C, config_.norm_eps);
+    return;
+  }
+  add_to_residual(out, x, partial);
+  norm_for_matmul(normed, rstd, out, weight);
+}
+
 const float* LlamaModel::all_tokens(const float* dres) {
   if (!plan_.sequence_parallel) return dres;  // reduce_from_tp's backward: identity
   const int64_t Nl = stage_tokens(B_, T_);
@@ -133,20 +143,26 @@ void LlamaModel::forward_layer(int l, bool for_backward) {
   const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
   const float* w2 = w.w2 + int64_t(l) * C * F;
 
-  norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);          // input_ln
+  // On one rank the forward's residual adds carry the next norm with them (fused where the backend can).
+  const bool fused = plan_.tp_size == 1 && !for_backward;
+  if (!fused || l == 0) norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);  // input_ln
   k_.matmul_forward(a.qkv[l], m.ln1[l], wqkv, N, C, QKV);                             // q, k, v
   if (w.bqkv) k_.bias_forward(a.qkv[l], w.bqkv + int64_t(l) * QKV, N, QKV);           // + q, k, v biases
   k_.rope_forward(a.qkv[l], positions(), N, H + Hkv, QKV, D, config_.rope_freqs());  // rotate q, k
   k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D, config_.sliding_window,
                        doc_start());                                                 // causal GQA
   k_.matmul_forward(tmp_.data(), a.att[l], wo, N, HD, C);                             // o_proj
-  add_to_residual(a.resid[l], x, tmp_.data());                                        // h = x + attn
-  norm_for_matmul(m.ln2[l], a.ln2_rstd[l], a.resid[l], w.ffn_norm + int64_t(l) * C);  // post_attn_ln
+  add_to_residual_and_norm(a.resid[l], m.ln2[l], a.ln2_rstd[l], x, tmp_.data(),
+                           w.ffn_norm + int64_t(l) * C);  // h = x + attn; post_attn_ln
   k_.matmul_forward(a.h13[l], m.ln2[l], w13, N, C, 2 * F);                            // gate | up
   k_.swiglu_forward(m.hmid[l], a.h13[l], N, F);                                       // silu(g) * u
   if (for_backward) return;  // the backward needs nothing past this point (out is saved)
   k_.matmul_forward(tmp_.data(), m.hmid[l], w2, N, F, C);                             // down_proj
-  add_to_residual(a.out[l], a.resid[l], tmp_.data());                                 // h + mlp
+  if (fused && l + 1 < d.L)  // h + mlp; the next layer's input_ln
+    add_to_residual_and_norm(a.out[l], m.ln1[l + 1], a.ln1_rstd[l + 1], a.resid[l], tmp_.data(),
+                             w.attn_norm + int64_t(l + 1) * C);
+  else
+    add_to_residual(a.out[l], a.resid[l], tmp_.data());  // h + mlp
 }
 
 void LlamaModel::recompute_layer(int l) {

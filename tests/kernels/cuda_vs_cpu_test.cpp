@@ -220,10 +220,55 @@ void check_rmsnorm(int N, int C) {
 
 TEST(CudaVsRef, Rmsnorm) {
   SKIP_WITHOUT_DEVICE();
-  for (const auto& [N, C] : std::vector<std::pair<int, int>>{{1, 1}, {17, 4095}, {1031, 288}, {5, 8192}}) {
+  // Widths that move 4 at a time (288, 8192) and one at a time (1, 4095); 1031 and 4099 rows split the
+  // weight gradient's rows into many chunks, the last one short.
+  for (const auto& [N, C] : std::vector<std::pair<int, int>>{{1, 1}, {17, 4095}, {1031, 288}, {5, 8192}, {4099, 64}}) {
     check_rmsnorm<float>(N, C);
     check_rmsnorm<bf16>(N, C);
     check_rmsnorm<bf16_in_f32>(N, C);
+  }
+}
+
+// The residual add fused with the next norm: resid exactly a + b, the norm as rmsnorm_forward of it;
+// `offset` floats into the arrays make the bases unaligned (the one-at-a-time path at any width).
+template <typename T>
+void check_residual_rmsnorm(int N, int C, int offset) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset " << offset << " out bytes " << sizeof(T));
+  const size_t n = size_t(N) * C;
+  const auto a = mt19937_normal(n + offset, 15, 2.0f), b = mt19937_normal(n + offset, 16), w = mt19937_normal(size_t(C), 17);
+  const float eps = 1e-6f;
+  std::vector<float> sum(n), want(n), rstd(static_cast<size_t>(N));
+  ref::residual_forward(sum.data(), a.data() + offset, b.data() + offset, int64_t(n));
+  ref::rmsnorm_forward(want.data(), rstd.data(), sum.data(), w.data(), N, C, eps);
+  if constexpr (!std::is_same_v<T, float>) want = testing::bf16_rounded(want);
+  DeviceArray<float> d_a(a), d_b(b), d_w(w), d_resid(n + offset), d_rstd(static_cast<size_t>(N));
+  DeviceArray<T> d_out(n + offset);
+  d_resid.poison();
+  d_out.poison();
+  d_rstd.poison();
+  cuda::residual_rmsnorm_forward(d_resid.get() + offset, d_out.get() + offset, d_rstd.get(), d_a.get() + offset,
+                                 d_b.get() + offset, d_w.get(), N, C, eps);
+  const auto resid = d_resid.download();
+  EXPECT_EQ(std::vector<float>(resid.begin() + offset, resid.end()), sum) << "one fp32 add per element is exact";
+  const auto out = widen(d_out.download());
+  EXPECT_TRUE(close("residual_rmsnorm out", std::vector<float>(out.begin() + offset, out.end()), want,
+                    std::is_same_v<T, float> ? kElementwise : kBf16Values));
+  EXPECT_TRUE(close("residual_rmsnorm rstd", d_rstd.download(), rstd, kElementwise));
+  // In place (resid is a), as rmsnorm_forward of the sum.
+  DeviceArray<float> d_x(a);
+  cuda::residual_rmsnorm_forward(d_x.get() + offset, d_out.get() + offset, d_rstd.get(), d_x.get() + offset,
+                                 d_b.get() + offset, d_w.get(), N, C, eps);
+  const auto x = d_x.download();
+  EXPECT_EQ(std::vector<float>(x.begin() + offset, x.end()), sum);
+}
+
+TEST(CudaVsRef, ResidualAddFusedWithTheNorm) {
+  SKIP_WITHOUT_DEVICE();
+  for (const auto& [N, C, offset] : std::vector<std::tuple<int, int, int>>{{1, 1, 0}, {33, 4095, 0}, {65, 512, 0},
+                                                                          {7, 512, 1}, {3, 8192, 2}}) {
+    check_residual_rmsnorm<float>(N, C, offset);
+    check_residual_rmsnorm<bf16>(N, C, offset);
+    check_residual_rmsnorm<bf16_in_f32>(N, C, offset);
   }
 }
 
@@ -327,6 +372,31 @@ TEST(CudaVsCpu, Rope) {
     // The v heads are not touched.
     for (int n = 0; n < N; n++)
       for (int i = (H + Hkv) * D; i < stride; i++) ASSERT_EQ(f[size_t(n) * stride + i], x[size_t(n) * stride + i]);
+  }
+}
+
+// RoPE's cos/sin table lasts while its shape does: a call with fewer tokens reuses it, other
+// frequencies or head dims rebuild it, more tokens grow it; positions past it compute their own.
+TEST(CudaVsCpu, RopeTableFollowsItsShape) {
+  SKIP_WITHOUT_DEVICE();
+  struct Call {
+    int N, D;
+    float theta;
+    int max_pos;
+  };
+  for (const Call& c : std::vector<Call>{{300, 64, 10000.0f, 300}, {10, 64, 10000.0f, 300}, {10, 64, 500000.0f, 300},
+                                         {500, 64, 500000.0f, 500}, {40, 128, 500000.0f, 40}, {3, 64, 10000.0f, 70000}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << c.N << " D=" << c.D << " theta=" << c.theta);
+    const int H = 2, Hkv = 1, stride = (H + 2 * Hkv) * c.D;
+    std::vector<int32_t> pos(static_cast<size_t>(c.N));
+    for (int n = 0; n < c.N; n++) pos[size_t(n)] = (n * 7919) % c.max_pos;
+    const auto x = mt19937_normal(size_t(c.N) * stride, 31);
+    auto want = x;
+    cpu::rope_forward(want.data(), pos.data(), c.N, H + Hkv, stride, c.D, c.theta);
+    DeviceArray<int32_t> d_pos(pos);
+    DeviceArray<float> d_x(x);
+    cuda::rope_forward(d_x.get(), d_pos.get(), c.N, H + Hkv, stride, c.D, c.theta);
+    EXPECT_TRUE(close("rope forward", d_x.download(), want, kElementwise));
   }
 }
 
@@ -696,6 +766,15 @@ TEST(CudaVsRef, SwigluAndResidual) {
   EXPECT_EQ(d_out.download(), want) << "one fp32 add per element is exact";
   cuda::residual_forward(d_a.get(), d_a.get(), d_b.get(), n);  // out aliasing a
   EXPECT_EQ(d_a.download(), want);
+  // Unaligned bases (one at a time) and a length under 4.
+  for (const auto& [offset, len] : std::vector<std::pair<int, int64_t>>{{1, 1001}, {2, 3}, {0, 3}}) {
+    DeviceArray<float> d_a2(a), d_out2(static_cast<size_t>(n));
+    d_out2.poison();
+    cuda::residual_forward(d_out2.get() + offset, d_a2.get() + offset, d_b.get() + offset, len);
+    const auto got = d_out2.download();
+    for (int64_t i = 0; i < len; i++) ASSERT_EQ(got[size_t(offset + i)], want[size_t(offset + i)]) << "element " << i;
+    EXPECT_TRUE(std::isnan(got[size_t(offset + len)])) << "past the end untouched";
+  }
 }
 
 // The lm head + CE against ref (fp64 logits) on small shapes, with ignored targets, and against

@@ -34,7 +34,9 @@ enum ScratchSlot : int {
   kScratchDlogits = 3,   // lmhead_ce: the chunk's bf16 dlogits
   kScratchAttention = 4, // attention_backward: rowdot (B,H,T)
   kScratchReduce = 5,    // sum_squares partials
-  kScratchSlots = 6
+  kScratchNormWeight = 6, // rmsnorm_backward: the weight gradient's fp64 partials per chunk of rows
+  kScratchRope = 7,       // rope: the cos/sin table of positions (kept while its shape lasts)
+  kScratchSlots = 8
 };
 
 // Blocks of 256 threads over n elements, at most a bounded grid (grid-stride loops cover the rest).

@@ -17,6 +17,9 @@
 //     dq: one block per (64 queries, head, sequence), per key tile S and dP again and dq += dS k.
 //   The dq kernel recomputes S and dP once more (7 matmuls of a tile in the backward where one
 //   kernel with atomic dq sums would do 5): the price of a backward that sums in a fixed order.
+// Where D is a multiple of 16 (every Llama shape) the wrappers round q, k, v and dout to bf16 once
+// per call (with_bf16_copies), and the kernels copy those tiles as they are, 16 bytes a thread: half
+// the bytes of the fp32 arrays that every query (key) block would otherwise read and round again.
 // Head dimensions up to 128: the kernels work on P, D rounded up to a multiple of 16 (the tensor
 // cores' k), with zero columns past D. Shared rows are P + 8 bf16 long: ldmatrix's eight 16-byte rows
 // then fall in distinct banks.
@@ -26,6 +29,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/mma.cuh"
@@ -117,6 +121,47 @@ __device__ __forceinline__ void load_rows(uint16_t* dst, const float* src, int64
   }
 }
 
+// The same from a bf16 copy of the matrix (the wrappers round q, k, v and dout once per call where D
+// is P): 16 bytes (8 values) a thread at a time, copied as they are; else 2 values at a time.
+template <int P, int ROWS>
+__device__ __forceinline__ void load_rows(uint16_t* dst, const bf16* src, int64_t stride, int first, int T, int D) {
+  constexpr int kPieces = ROWS * P / 8;  // of 8 bf16
+  constexpr int kEach = (kPieces + kThreads - 1) / kThreads, kBatch = kEach < 4 ? kEach : 4;
+  if (D == P && (reinterpret_cast<uintptr_t>(src) | uintptr_t(stride) * sizeof(bf16)) % 16 == 0) {
+#pragma unroll
+    for (int b0 = 0; b0 < kEach; b0 += kBatch) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; j++) {
+        if (b0 + j >= kEach) break;
+        const int c = (b0 + j) * kThreads + int(threadIdx.x), t = first + c / (P / 8);
+        v[j] = c < kPieces && t < T ? *reinterpret_cast<const float4*>(src + int64_t(t) * stride + c % (P / 8) * 8)
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; j++) {
+        if (b0 + j >= kEach) break;
+        const int c = (b0 + j) * kThreads + int(threadIdx.x);
+        if (c >= kPieces) break;
+        uint16_t* d = dst + c / (P / 8) * kStride<P> + c % (P / 8) * 8;
+        *reinterpret_cast<uint2*>(d) = make_uint2(__float_as_uint(v[j].x), __float_as_uint(v[j].y));
+        *reinterpret_cast<uint2*>(d + 4) = make_uint2(__float_as_uint(v[j].z), __float_as_uint(v[j].w));
+      }
+    }
+    return;
+  }
+  for (int i = 2 * int(threadIdx.x); i < ROWS * P; i += 2 * kThreads) {
+    const int r = i / P, d = i % P, t = first + r;
+    uint32_t lo = 0, hi = 0;
+    if (t < T) {
+      const bf16* p = src + int64_t(t) * stride + d;
+      if (d < D) lo = p[0].bits;
+      if (d + 1 < D) hi = p[1].bits;
+    }
+    *reinterpret_cast<uint32_t*>(dst + r * kStride<P> + d) = lo | (hi << 16);
+  }
+}
+
 // a: this warp's fragment of 16 shared rows (from `rows`), columns kc*16 to kc*16 + 15.
 template <int P>
 __device__ __forceinline__ void load_a(uint32_t a[4], const uint16_t* rows, int kc) {
@@ -177,9 +222,9 @@ __device__ __forceinline__ void mma_p_rows(float (*o)[4], const float (*p)[4], c
   }
 }
 
-template <int P>
+template <int P, typename Src>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(float* out, float* lse, const float* qkv, const int32_t* doc_start, int T, int H, int Hkv,
+    flash_forward_kernel(float* out, float* lse, const Src* qkv, const int32_t* doc_start, int T, int H, int Hkv,
                          int D, int window, float scale_log2) {
   extern __shared__ float smem[];
   constexpr int S = kStride<P>;
@@ -190,7 +235,7 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int kvh = h / (H / Hkv);
-  const float* base = qkv + int64_t(b) * T * W;
+  const Src* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
 
   load_rows<P, kQueries>(sq, base + int64_t(h) * D, W, t0, T, D);
@@ -275,9 +320,9 @@ __global__ void flash_delta_kernel(float* delta, const float* dout, const float*
   if (lane == 0) delta[(b * H + h) * T + t] = s;
 }
 
-template <int P>
+template <int P, typename Src>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+    flash_backward_dkv_kernel(float* dqkv, const Src* dout, const Src* qkv, const float* lse, const float* delta,
                               const int32_t* doc_start, int T, int H, int Hkv, int D, int window, float scale,
                               float scale_log2) {
   extern __shared__ float smem[];
@@ -292,7 +337,7 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int group = H / Hkv;
-  const float* base = qkv + int64_t(b) * T * W;
+  const Src* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
 
   load_rows<P, kKeys>(sk, base + int64_t(H + kvh) * D, W, u0, T, D);
@@ -348,9 +393,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int P>
+template <int P, typename Src>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+    flash_backward_dq_kernel(float* dqkv, const Src* dout, const Src* qkv, const float* lse, const float* delta,
                              const int32_t* doc_start, int T, int H, int Hkv, int D, int window, float scale,
                              float scale_log2) {
   extern __shared__ float smem[];
@@ -363,7 +408,7 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int kvh = h / (H / Hkv);
-  const float* base = qkv + int64_t(b) * T * W;
+  const Src* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
 
   load_rows<P, kQueries>(sq, base + int64_t(h) * D, W, t0, T, D);
@@ -430,29 +475,59 @@ void allow_shared(K kernel, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+// q, k, v (and dout) as bf16 for the kernels: where D is P, rounded once per call into scratch (the
+// matmul operand slots, free between matmuls; at most N x the widest row), so each tile is half the
+// bytes and copied as it is (the values the fp32 path rounds tile by tile: the same bits); else the
+// fp32 arrays, rounded as each tile is loaded.
+template <int P, typename F>
+void with_bf16_copies(const float* qkv, int64_t n_qkv, const float* dout, int64_t n_dout, int D, F&& launch) {
+  if (D != P) return launch(qkv, dout);
+  auto* q16 = static_cast<bf16*>(detail::scratch(detail::kScratchInpBf16, size_t(n_qkv) * sizeof(bf16)));
+  cuda::bf16_from_float(q16, qkv, n_qkv);
+  bf16* d16 = nullptr;
+  if (dout != nullptr) {
+    d16 = static_cast<bf16*>(detail::scratch(detail::kScratchDoutBf16, size_t(n_dout) * sizeof(bf16)));
+    cuda::bf16_from_float(d16, dout, n_dout);
+  }
+  launch(static_cast<const bf16*>(q16), static_cast<const bf16*>(d16));
+}
+
 template <int P>
 void forward(float* out, float* lse, const float* qkv, const int32_t* doc_start, int B, int T, int H, int Hkv,
              int D, int window, float scale) {
-  static const bool ready = (allow_shared(flash_forward_kernel<P>, forward_shared<P>()), true);
+  static const bool ready = (allow_shared(flash_forward_kernel<P, float>, forward_shared<P>()),
+                             allow_shared(flash_forward_kernel<P, bf16>, forward_shared<P>()), true);
   (void)ready;
   const dim3 grid((T + kQueries - 1) / kQueries, H, B);
-  flash_forward_kernel<P><<<grid, kThreads, forward_shared<P>(), cuda_stream()>>>(out, lse, qkv, doc_start, T, H, Hkv,
-                                                                                  D, window, scale * kLog2e);
-  CUDA_CHECK_LAUNCH("flash_forward_kernel");
+  const int64_t n_qkv = int64_t(B) * T * (H + 2 * Hkv) * D;
+  with_bf16_copies<P>(qkv, n_qkv, nullptr, 0, D, [&](const auto* q, const auto*) {
+    using Src = std::remove_cv_t<std::remove_pointer_t<decltype(q)>>;
+    flash_forward_kernel<P, Src><<<grid, kThreads, forward_shared<P>(), cuda_stream()>>>(out, lse, q, doc_start, T, H,
+                                                                                       Hkv, D, window, scale * kLog2e);
+    CUDA_CHECK_LAUNCH("flash_forward_kernel");
+  });
 }
 
 template <int P>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
               const int32_t* doc_start, int B, int T, int H, int Hkv, int D, int window, float scale) {
-  static const bool ready = (allow_shared(flash_backward_dkv_kernel<P>, dkv_shared<P>()),
-                             allow_shared(flash_backward_dq_kernel<P>, dq_shared<P>()), true);
+  static const bool ready = (allow_shared(flash_backward_dkv_kernel<P, float>, dkv_shared<P>()),
+                             allow_shared(flash_backward_dq_kernel<P, float>, dq_shared<P>()),
+                             allow_shared(flash_backward_dkv_kernel<P, bf16>, dkv_shared<P>()),
+                             allow_shared(flash_backward_dq_kernel<P, bf16>, dq_shared<P>()), true);
   (void)ready;
-  flash_backward_dkv_kernel<P><<<dim3((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P>(), cuda_stream()>>>(
-      dqkv, dout, qkv, lse, delta, doc_start, T, H, Hkv, D, window, scale, scale * kLog2e);
-  CUDA_CHECK_LAUNCH("flash_backward_dkv_kernel");
-  flash_backward_dq_kernel<P><<<dim3((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P>(), cuda_stream()>>>(
-      dqkv, dout, qkv, lse, delta, doc_start, T, H, Hkv, D, window, scale, scale * kLog2e);
-  CUDA_CHECK_LAUNCH("flash_backward_dq_kernel");
+  const int64_t n_qkv = int64_t(B) * T * (H + 2 * Hkv) * D, n_dout = int64_t(B) * T * H * D;
+  with_bf16_copies<P>(qkv, n_qkv, dout, n_dout, D, [&](const auto* q, const auto* d) {
+    using Src = std::remove_cv_t<std::remove_pointer_t<decltype(q)>>;
+    flash_backward_dkv_kernel<P, Src><<<dim3((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P>(),
+                                      cuda_stream()>>>(dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale,
+                                                       scale * kLog2e);
+    CUDA_CHECK_LAUNCH("flash_backward_dkv_kernel");
+    flash_backward_dq_kernel<P, Src><<<dim3((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P>(),
+                                     cuda_stream()>>>(dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale,
+                                                      scale * kLog2e);
+    CUDA_CHECK_LAUNCH("flash_backward_dq_kernel");
+  });
 }
 
 // Calls f.template operator()<P>() with P the head dimension D rounded up to a multiple of 16 (the

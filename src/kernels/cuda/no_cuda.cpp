@@ -57,6 +57,16 @@ void rmsnorm_forward(T*, float*, const float*, const float*, int, int, float) {
 template void rmsnorm_forward(float*, float*, const float*, const float*, int, int, float);
 template void rmsnorm_forward(bf16*, float*, const float*, const float*, int, int, float);
 template void rmsnorm_forward(bf16_in_f32*, float*, const float*, const float*, int, int, float);
+template <typename T>
+void residual_rmsnorm_forward(float*, T*, float*, const float*, const float*, const float*, int, int, float) {
+  unavailable("residual_rmsnorm_forward");
+}
+template void residual_rmsnorm_forward(float*, float*, float*, const float*, const float*, const float*, int, int,
+                                       float);
+template void residual_rmsnorm_forward(float*, bf16*, float*, const float*, const float*, const float*, int, int,
+                                       float);
+template void residual_rmsnorm_forward(float*, bf16_in_f32*, float*, const float*, const float*, const float*, int,
+                                       int, float);
 void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*, int, int) {
   unavailable("rmsnorm_backward");
 }

@@ -88,6 +88,11 @@ void vocab_parallel_embedding_backward(float* dwte /*(V,C)*/, const float* dout 
 template <typename T>
 void rmsnorm_forward(T* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/, const float* weight /*(C)*/,
                      int N, int C, float eps);
+// resid = a + b, then out = rmsnorm(resid): residual_forward and rmsnorm_forward in one pass (resid
+// may be a).
+template <typename T>
+void residual_rmsnorm_forward(float* resid /*(N,C)*/, T* out /*(N,C)*/, float* rstd /*(N)*/, const float* a,
+                              const float* b, const float* weight /*(C)*/, int N, int C, float eps);
 // dx += ..., dweight += ... (dweight may be nullptr: a frozen weight).
 void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* dout /*(N,C)*/,
                       const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/, int N, int C);
