@@ -5,7 +5,8 @@
 // faults with a message, the device's memory runs out as cudaMalloc's does, and a bad launch
 // configuration is an error the next check reports, a launch above 48 KiB of dynamic shared memory needs
 // the kernel's opt-in, and the tensor-core instructions' twins (kernels/cuda/mma.cuh) hand each lane
-// the fragments the PTX ISA lays out. Built only with the emulation (CMakeLists.txt).
+// the fragments the PTX ISA lays out, and cp.async's copies land only at the wait that completes them.
+// Built only with the emulation (CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -237,5 +238,58 @@ TEST(CudaEmulator, SharedMemoryAbove48KiBNeedsTheKernelsOptIn) {
   cuda::device_free(d);
 }
 
+// Two groups of cp.async copies per thread (4 floats each, from src[0..] and src[4*32..]) into shared
+// memory that holds -1 first: what a thread reads of its own destination before any wait, after
+// waiting for all but the newest group, and after waiting for all.
+__global__ void cp_async_kernel(float* seen, const float* src) {
+  alignas(16) __shared__ float tile[2 * 32 * 4];
+  const int t = threadIdx.x;
+  for (int j = 0; j < 4; j++) tile[t * 4 + j] = tile[128 + t * 4 + j] = -1.0f;
+  llamatrain::cuda::detail::cp_async_16(tile + t * 4, src + t * 4);
+  llamatrain::cuda::detail::cp_async_commit();
+  llamatrain::cuda::detail::cp_async_16(tile + 128 + t * 4, src + 128 + t * 4);
+  llamatrain::cuda::detail::cp_async_commit();
+  seen[t * 3] = tile[t * 4] + tile[128 + t * 4];  // neither landed: -2
+  llamatrain::cuda::detail::cp_async_wait<1>();
+  seen[t * 3 + 1] = tile[t * 4] + tile[128 + t * 4];  // the first landed
+  llamatrain::cuda::detail::cp_async_wait<0>();
+  seen[t * 3 + 2] = tile[t * 4] + tile[128 + t * 4];  // both
+}
+
+__global__ void cp_async_misaligned_kernel(const float* src) {
+  alignas(16) __shared__ float tile[8];
+  llamatrain::cuda::detail::cp_async_16(tile, src + 1);
+}
+
 }  // namespace
+
+// cp.async's copies land only when a wait lets their group complete (the latest moment the ISA
+// allows), so a kernel that reads a tile before waiting for it fails here.
+TEST(CudaEmulator, AsyncCopiesLandAtTheirWait) {
+  std::vector<float> host(256);
+  std::iota(host.begin(), host.end(), 1.0f);
+  float* d_src = static_cast<float*>(cuda::device_alloc(host.size() * sizeof(float)));
+  float* d_seen = static_cast<float*>(cuda::device_alloc(96 * sizeof(float)));
+  cuda::copy_to_device(d_src, host.data(), host.size() * sizeof(float));
+  emu::launch("cp_async_kernel", dim3(1), dim3(32), 0, nullptr, cp_async_kernel, d_seen, d_src);
+  CUDA_CHECK_LAUNCH("cp_async_kernel");
+  std::vector<float> seen(96);
+  cuda::copy_to_host(seen.data(), d_seen, seen.size() * sizeof(float));
+  for (int t = 0; t < 32; t++) {
+    const float first = host[size_t(t) * 4], second = host[128 + size_t(t) * 4];
+    EXPECT_EQ(seen[size_t(t) * 3], -2.0f) << "thread " << t << ": read before any wait";
+    EXPECT_EQ(seen[size_t(t) * 3 + 1], first - 1.0f) << "thread " << t << ": after wait_group 1";
+    EXPECT_EQ(seen[size_t(t) * 3 + 2], first + second) << "thread " << t << ": after wait_group 0";
+  }
+  cuda::device_free(d_seen);
+  cuda::device_free(d_src);
+}
+
+TEST(CudaEmulatorDeathTest, AMisalignedAsyncCopyStopsTheProgram) {
+  float* d = static_cast<float*>(cuda::device_alloc(64 * sizeof(float)));
+  EXPECT_DEATH(emu::launch("cp_async_misaligned_kernel", dim3(1), dim3(1), 0, nullptr, cp_async_misaligned_kernel, d),
+               "misaligned");
+  cuda::device_free(d);
+}
+
 }  // namespace llamatrain

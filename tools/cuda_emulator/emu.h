@@ -64,7 +64,7 @@ uint64_t* exchange_slots();
 // i's bytes at area + i * kExchangeBytes (i the thread's linear index in the block).
 constexpr size_t kExchangeBytes = 32;
 unsigned char* exchange_area();
-// The block's dynamic shared memory (the launch's `shared` bytes, filled with garbage first).
+// The block's dynamic shared memory (the launch's `shared` bytes, filled with garbage at each block's start).
 void* dynamic_shared();
 
 // Runs body once per thread of every block of the grid; an invalid configuration is kept as the last
@@ -119,6 +119,14 @@ void ldmatrix_x4(uint32_t r[4], const void* row, bool trans);
 //   b[i]: column g, rows 2t + 8 * i and the next;
 //   c[i]: row g + 8 * (i / 2), column 2t + i % 2.
 void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], const uint32_t b[2]);
+
+// cp.async.cg.shared.global (16 bytes), cp.async.commit_group and cp.async.wait_group n: the source is
+// read when the copy is issued; the 16 bytes land in shared memory only when a wait lets the copy's
+// group complete (the latest moment the ISA allows), so reading a tile before its wait reads the old
+// one, as it may on the GPU. Unaligned addresses stop the program, as a misaligned access faults there.
+void cp_async_16(void* dst, const void* src);
+void cp_async_commit();
+void cp_async_wait(int pending);
 
 }  // namespace emu
 

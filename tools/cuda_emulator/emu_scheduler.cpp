@@ -361,6 +361,47 @@ const char* error_name(cudaError_t e) {
 
 namespace {
 
+// Each thread's cp.async copies: the groups it committed (oldest first) and the one still open.
+struct AsyncCopy {
+  void* dst;
+  unsigned char bytes[16];
+};
+struct AsyncCopies {
+  std::vector<std::vector<AsyncCopy>> groups;
+  std::vector<AsyncCopy> open;
+};
+std::vector<AsyncCopies>& async_copies() {
+  static std::vector<AsyncCopies> copies(kMaxThreads);
+  return copies;
+}
+
+}  // namespace
+
+void cp_async_16(void* dst, const void* src) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % 16 != 0)
+    fatal("cp.async of 16 bytes at a misaligned address");
+  AsyncCopy c;
+  c.dst = dst;
+  std::memcpy(c.bytes, src, sizeof c.bytes);
+  async_copies()[current->linear].open.push_back(c);
+}
+
+void cp_async_commit() {
+  AsyncCopies& a = async_copies()[current->linear];
+  a.groups.push_back(std::move(a.open));
+  a.open.clear();
+}
+
+void cp_async_wait(int pending) {
+  AsyncCopies& a = async_copies()[current->linear];
+  while (a.groups.size() > size_t(std::max(pending, 0))) {
+    for (const AsyncCopy& c : a.groups.front()) std::memcpy(c.dst, c.bytes, sizeof c.bytes);
+    a.groups.erase(a.groups.begin());
+  }
+}
+
+namespace {
+
 constexpr size_t kDefaultSharedLimit = size_t(48) << 10, kMaxShared = size_t(227) << 10;  // sm_90's
 
 std::map<const void*, size_t>& shared_limits() {
@@ -413,7 +454,8 @@ void run_grid(const char* kernel, dim3 grid, dim3 blk, size_t shared, const std:
     t->index.linear = u;
     t->warp = u / kWarpSize;
   }
-  b.shared.assign(std::max<size_t>(shared, 64), 0xff);  // garbage, as uninitialized shared memory
+  b.shared.resize(std::max<size_t>(shared, 64));  // garbage (filled per block below)
+  for (AsyncCopies& a : async_copies()) a = AsyncCopies{};  // a kernel's copies never land in the next one
   b.body = &body;
   kernel_name = kernel;
   grid_dim = grid;
@@ -423,6 +465,10 @@ void run_grid(const char* kernel, dim3 grid, dim3 blk, size_t shared, const std:
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) {
         block_index = uint3{x, y, z};
+        // Each block's dynamic shared memory starts as garbage (as on the GPU, where it holds whatever
+        // an earlier block left): a kernel that reads a tile before it lands cannot find the previous
+        // block's copy of the same tile there.
+        std::fill(b.shared.begin(), b.shared.end(), static_cast<unsigned char>(0xff - (x + y + z) % 7));
         b.run(n);
       }
   if (profile().on) {

@@ -18,8 +18,9 @@
 //   The dq kernel recomputes S and dP once more (7 matmuls of a tile in the backward where one
 //   kernel with atomic dq sums would do 5): the price of a backward that sums in a fixed order.
 // Where D is a multiple of 16 (every Llama shape) the wrappers round q, k, v and dout to bf16 once
-// per call (with_bf16_copies), and the kernels copy those tiles as they are, 16 bytes a thread: half
-// the bytes of the fp32 arrays that every query (key) block would otherwise read and round again.
+// per call (with_bf16_copies), and the kernels copy those tiles as they are with cp.async, double
+// buffered (TilePairs: the next tile in flight while this one is used); half the bytes of the fp32
+// arrays, which every query (key) block would otherwise read and round again, tile by tile.
 // Head dimensions up to 128: the kernels work on P, D rounded up to a multiple of 16 (the tensor
 // cores' k), with zero columns past D. Shared rows are P + 8 bf16 long: ldmatrix's eight 16-byte rows
 // then fall in distinct banks.
@@ -162,6 +163,82 @@ __device__ __forceinline__ void load_rows(uint16_t* dst, const bf16* src, int64_
   }
 }
 
+// ROWS x P values of a bf16 matrix (D == P, 16-byte aligned rows) into shared rows by cp.async, 16
+// bytes a copy; rows past T zeroed with plain stores. The copies land at the caller's cp_async_wait.
+template <int P, int ROWS>
+__device__ __forceinline__ void load_rows_async(uint16_t* dst, const bf16* src, int64_t stride, int first, int T) {
+  constexpr int kPieces = ROWS * P / 8;
+  for (int c = int(threadIdx.x); c < kPieces; c += kThreads) {
+    const int r = c / (P / 8), t = first + r;
+    uint16_t* d = dst + r * kStride<P> + c % (P / 8) * 8;
+    if (t < T) {
+      detail::cp_async_16(d, src + int64_t(t) * stride + c % (P / 8) * 8);
+    } else {
+      *reinterpret_cast<uint2*>(d) = make_uint2(0u, 0u);
+      *reinterpret_cast<uint2*>(d + 4) = make_uint2(0u, 0u);
+    }
+  }
+}
+
+// Where tile i of a loop comes from: two matrices (k and v, or q and dout), ROWS rows from `first`.
+template <typename Src>
+struct TileSource {
+  const Src* a;
+  int64_t a_stride;
+  const Src* b;
+  int64_t b_stride;
+  int first;
+};
+
+// The pairs of tiles a loop walks (k and v over key tiles in the forward and dq kernels, q and dout
+// over query tiles in the dk/dv kernel). From bf16 copies, two buffers: tile i + 1 is copied by
+// cp.async while tile i is used (FlashAttention-2's double buffering); from fp32, one buffer, each
+// tile loaded and rounded in place. Iteration i: a __syncthreads (the previous tile is read), next(),
+// a __syncthreads, then a(i) and b(i) hold tile i. `where(i)` gives tile i's TileSource.
+template <int P, int ROWS, typename Src>
+struct TilePairs {
+  static constexpr bool kAsync = std::is_same_v<Src, bf16>;
+  static constexpr int kBuffers = kAsync ? 2 : 1;
+  static constexpr int kTile = ROWS * kStride<P>;  // bf16 per tile
+  uint16_t* buf;                                   // kBuffers x (a tile, b tile)
+  int T, D, count;                                 // tiles 0 .. count - 1
+
+  template <typename Where>
+  __device__ __forceinline__ void load(const Where& where, int i, int slot) const {
+    const TileSource<Src> w = where(i);
+    uint16_t* a = buf + slot * 2 * kTile;
+    if constexpr (kAsync) {
+      load_rows_async<P, ROWS>(a, w.a, w.a_stride, w.first, T);
+      load_rows_async<P, ROWS>(a + kTile, w.b, w.b_stride, w.first, T);
+      detail::cp_async_commit();
+    } else {
+      load_rows<P, ROWS>(a, w.a, w.a_stride, w.first, T, D);
+      load_rows<P, ROWS>(a + kTile, w.b, w.b_stride, w.first, T, D);
+    }
+  }
+  // Before the loop: the first tile's copy starts.
+  template <typename Where>
+  __device__ __forceinline__ void start(const Where& where) const {
+    if constexpr (kAsync)
+      if (count > 0) load(where, 0, 0);
+  }
+  template <typename Where>
+  __device__ __forceinline__ void next(const Where& where, int i) const {
+    if constexpr (kAsync) {
+      if (i + 1 < count) {
+        load(where, i + 1, (i + 1) % 2);
+        detail::cp_async_wait<1>();
+      } else {
+        detail::cp_async_wait<0>();
+      }
+    } else {
+      load(where, i, 0);
+    }
+  }
+  __device__ __forceinline__ const uint16_t* a(int i) const { return buf + (i % kBuffers) * 2 * kTile; }
+  __device__ __forceinline__ const uint16_t* b(int i) const { return a(i) + kTile; }
+};
+
 // a: this warp's fragment of 16 shared rows (from `rows`), columns kc*16 to kc*16 + 15.
 template <int P>
 __device__ __forceinline__ void load_a(uint32_t a[4], const uint16_t* rows, int kc) {
@@ -229,14 +306,18 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ float smem[];
   constexpr int S = kStride<P>;
   uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
-  uint16_t* sk = sq + kQueries * S;
-  uint16_t* sv = sk + kKeys * S;
   const int t0 = blockIdx.x * kQueries, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int kvh = h / (H / Hkv);
   const Src* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
+  const int last = min(T, t0 + kQueries) - 1, first = mask.first_key(t0) / kKeys * kKeys;
+  const TilePairs<P, kKeys, Src> kv{sq + kQueries * S, T, D, first <= last ? (last - first) / kKeys + 1 : 0};
+  const auto key_tile = [&](int i) {
+    return TileSource<Src>{base + int64_t(H + kvh) * D, W, base + int64_t(H + Hkv + kvh) * D, W, first + i * kKeys};
+  };
+  kv.start(key_tile);  // in flight while q loads
 
   load_rows<P, kQueries>(sq, base + int64_t(h) * D, W, t0, T, D);
   __syncthreads();
@@ -246,12 +327,12 @@ __global__ void __launch_bounds__(kThreads)
 
   float o[P / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp
-  const int last = min(T, t0 + kQueries) - 1;
-  for (int u0 = mask.first_key(t0) / kKeys * kKeys; u0 <= last; u0 += kKeys) {
+  for (int it = 0; it < kv.count; it++) {
+    const int u0 = first + it * kKeys;
     __syncthreads();  // the previous tile is read
-    load_rows<P, kKeys>(sk, base + int64_t(H + kvh) * D, W, u0, T, D);
-    load_rows<P, kKeys>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, T, D);
+    kv.next(key_tile, it);
     __syncthreads();
+    const uint16_t *sk = kv.a(it), *sv = kv.b(it);
     float s[kKeys / 8][4] = {};
     mma_rows_t<P, kKeys / 8>(s, qf, sk);
     const bool full = mask.all_visible(t0, kQueries, u0, kKeys);
@@ -329,52 +410,62 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int S = kStride<P>;
   uint16_t* sk = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sv = sk + kKeys * S;
-  uint16_t* sq = sv + kKeys * S;
-  uint16_t* sdo = sq + kBwdQueries * S;
-  float* slse = reinterpret_cast<float*>(sdo + kBwdQueries * S);  // (kBwdQueries), times log2(e)
-  float* sdelta = slse + kBwdQueries;                              // (kBwdQueries)
+  float* slse = reinterpret_cast<float*>(sv + kKeys * S);  // (kBwdQueries), times log2(e)
+  float* sdelta = slse + kBwdQueries;                        // (kBwdQueries)
   const int u0 = blockIdx.x * kKeys, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int group = H / Hkv;
   const Src* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
+  const int u_last = min(T, u0 + kKeys) - 1;
+  // The query tiles that see these keys: from the first that holds u0 up to the end of the sequence,
+  // the window (later queries see none) or the document (nor past it); the same for every head.
+  const int t_first = u0 / kBwdQueries * kBwdQueries;
+  int t_end = t_first;
+  while (t_end < T && !(window > 0 && t_end - u_last >= window) && !(mask.doc != nullptr && mask.doc[t_end] > u_last))
+    t_end += kBwdQueries;
+  const int tiles = (t_end - t_first) / kBwdQueries;
+  const TilePairs<P, kBwdQueries, Src> qd{reinterpret_cast<uint16_t*>(sdelta + kBwdQueries), T, D, group * tiles};
+  const Src* dout_base = dout + int64_t(b) * T * H * D;
+  const auto query_tile = [&](int i) {  // head kvh * group + i / tiles, tile i % tiles
+    const int h = kvh * group + i / tiles;
+    return TileSource<Src>{base + int64_t(h) * D, W, dout_base + int64_t(h) * D, int64_t(H) * D,
+                           t_first + i % tiles * kBwdQueries};
+  };
+  qd.start(query_tile);  // in flight while k and v load
 
   load_rows<P, kKeys>(sk, base + int64_t(H + kvh) * D, W, u0, T, D);
   load_rows<P, kKeys>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, T, D);
   float dk[P / 8][4] = {}, dv[P / 8][4] = {};
-  const int u_last = min(T, u0 + kKeys) - 1;
-  for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-    for (int t0 = u0 / kBwdQueries * kBwdQueries; t0 < T; t0 += kBwdQueries) {
-      if (window > 0 && t0 - u_last >= window) break;                           // later queries see none
-      if (mask.doc != nullptr && mask.doc[t0] > u_last) break;                  // nor past this document
-      __syncthreads();  // the previous tile is read (and sk, sv written, the first time)
-      load_rows<P, kBwdQueries>(sq, base + int64_t(h) * D, W, t0, T, D);
-      load_rows<P, kBwdQueries>(sdo, dout + int64_t(b) * T * H * D + int64_t(h) * D, int64_t(H) * D, t0, T, D);
-      for (int i = threadIdx.x; i < kBwdQueries; i += kThreads) {
-        const int t = t0 + i;
-        const int64_t row = (int64_t(b) * H + h) * T + t;
-        slse[i] = t < T ? lse[row] * kLog2e : 0.0f;
-        sdelta[i] = t < T ? delta[row] : 0.0f;
-      }
-      __syncthreads();
-      // Rows: this warp's 16 keys; columns: the tile's queries.
-      float s[kBwdQueries / 8][4] = {}, dp[kBwdQueries / 8][4] = {};
-      mma_shared_rows_t<P, kBwdQueries / 8>(s, sk + warp * 16 * S, sq);
-      mma_shared_rows_t<P, kBwdQueries / 8>(dp, sv + warp * 16 * S, sdo);
-      const bool full = mask.all_visible(t0, kBwdQueries, u0, kKeys);
-#pragma unroll
-      for (int n = 0; n < kBwdQueries / 8; n++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          const int u = u0 + warp * 16 + g + 8 * (r / 2), c = n * 8 + 2 * tl + r % 2;
-          const float p = full || mask.visible(t0 + c, u) ? exp2f(s[n][r] * scale_log2 - slse[c]) : 0.0f;
-          s[n][r] = p;
-          dp[n][r] = p * (dp[n][r] - sdelta[c]) * scale;
-        }
-      mma_p_rows<P, kBwdQueries / 16>(dv, s, sdo);
-      mma_p_rows<P, kBwdQueries / 16>(dk, dp, sq);
+  for (int it = 0; it < qd.count; it++) {
+    const int h = kvh * group + it / tiles, t0 = t_first + it % tiles * kBwdQueries;
+    __syncthreads();  // the previous tile is read (and sk, sv written, the first time)
+    qd.next(query_tile, it);
+    const uint16_t *sq = qd.a(it), *sdo = qd.b(it);
+    for (int i = threadIdx.x; i < kBwdQueries; i += kThreads) {
+      const int t = t0 + i;
+      const int64_t row = (int64_t(b) * H + h) * T + t;
+      slse[i] = t < T ? lse[row] * kLog2e : 0.0f;
+      sdelta[i] = t < T ? delta[row] : 0.0f;
     }
+    __syncthreads();
+    // Rows: this warp's 16 keys; columns: the tile's queries.
+    float s[kBwdQueries / 8][4] = {}, dp[kBwdQueries / 8][4] = {};
+    mma_shared_rows_t<P, kBwdQueries / 8>(s, sk + warp * 16 * S, sq);
+    mma_shared_rows_t<P, kBwdQueries / 8>(dp, sv + warp * 16 * S, sdo);
+    const bool full = mask.all_visible(t0, kBwdQueries, u0, kKeys);
+#pragma unroll
+    for (int n = 0; n < kBwdQueries / 8; n++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int u = u0 + warp * 16 + g + 8 * (r / 2), c = n * 8 + 2 * tl + r % 2;
+        const float p = full || mask.visible(t0 + c, u) ? exp2f(s[n][r] * scale_log2 - slse[c]) : 0.0f;
+        s[n][r] = p;
+        dp[n][r] = p * (dp[n][r] - sdelta[c]) * scale;
+      }
+    mma_p_rows<P, kBwdQueries / 16>(dv, s, sdo);
+    mma_p_rows<P, kBwdQueries / 16>(dk, dp, sq);
   }
 #pragma unroll
   for (int i = 0; i < 2; i++) {
@@ -402,14 +493,18 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int S = kStride<P>;
   uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sdo = sq + kQueries * S;
-  uint16_t* sk = sdo + kQueries * S;
-  uint16_t* sv = sk + kKeys * S;
   const int t0 = blockIdx.x * kQueries, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int kvh = h / (H / Hkv);
   const Src* base = qkv + int64_t(b) * T * W;
   const Mask mask{T, window, doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr};
+  const int last = min(T, t0 + kQueries) - 1, first = mask.first_key(t0) / kKeys * kKeys;
+  const TilePairs<P, kKeys, Src> kv{sdo + kQueries * S, T, D, first <= last ? (last - first) / kKeys + 1 : 0};
+  const auto key_tile = [&](int i) {
+    return TileSource<Src>{base + int64_t(H + kvh) * D, W, base + int64_t(H + Hkv + kvh) * D, W, first + i * kKeys};
+  };
+  kv.start(key_tile);  // in flight while q and dout load
 
   load_rows<P, kQueries>(sq, base + int64_t(h) * D, W, t0, T, D);
   load_rows<P, kQueries>(sdo, dout + int64_t(b) * T * H * D + int64_t(h) * D, int64_t(H) * D, t0, T, D);
@@ -422,12 +517,12 @@ __global__ void __launch_bounds__(kThreads)
     row_delta[i] = t < T ? delta[row] : 0.0f;
   }
   float dq[P / 8][4] = {};
-  const int last = min(T, t0 + kQueries) - 1;
-  for (int u0 = mask.first_key(t0) / kKeys * kKeys; u0 <= last; u0 += kKeys) {
+  for (int it = 0; it < kv.count; it++) {
+    const int u0 = first + it * kKeys;
     __syncthreads();  // the previous tile is read (and sq, sdo written, the first time)
-    load_rows<P, kKeys>(sk, base + int64_t(H + kvh) * D, W, u0, T, D);
-    load_rows<P, kKeys>(sv, base + int64_t(H + Hkv + kvh) * D, W, u0, T, D);
+    kv.next(key_tile, it);
     __syncthreads();
+    const uint16_t *sk = kv.a(it), *sv = kv.b(it);
     float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
     mma_shared_rows_t<P, kKeys / 8>(s, sq + warp * 16 * S, sk);
     mma_shared_rows_t<P, kKeys / 8>(dp, sdo + warp * 16 * S, sv);
@@ -455,17 +550,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int P>
+template <int P, typename Src>
 constexpr size_t forward_shared() {
-  return size_t(kQueries + 2 * kKeys) * kStride<P> * 2;
+  return size_t(kQueries + 2 * TilePairs<P, kKeys, Src>::kBuffers * kKeys) * kStride<P> * 2;
 }
-template <int P>
+template <int P, typename Src>
 constexpr size_t dkv_shared() {
-  return size_t(2 * kKeys + 2 * kBwdQueries) * kStride<P> * 2 + 2 * kBwdQueries * sizeof(float);
+  return size_t(2 * kKeys + 2 * TilePairs<P, kBwdQueries, Src>::kBuffers * kBwdQueries) * kStride<P> * 2 +
+         2 * kBwdQueries * sizeof(float);
 }
-template <int P>
+template <int P, typename Src>
 constexpr size_t dq_shared() {
-  return size_t(2 * kQueries + 2 * kKeys) * kStride<P> * 2;
+  return size_t(2 * kQueries + 2 * TilePairs<P, kKeys, Src>::kBuffers * kKeys) * kStride<P> * 2;
 }
 
 // Kernels above 48 KiB of dynamic shared memory must ask for it once per kernel.
@@ -495,15 +591,15 @@ void with_bf16_copies(const float* qkv, int64_t n_qkv, const float* dout, int64_
 template <int P>
 void forward(float* out, float* lse, const float* qkv, const int32_t* doc_start, int B, int T, int H, int Hkv,
              int D, int window, float scale) {
-  static const bool ready = (allow_shared(flash_forward_kernel<P, float>, forward_shared<P>()),
-                             allow_shared(flash_forward_kernel<P, bf16>, forward_shared<P>()), true);
+  static const bool ready = (allow_shared(flash_forward_kernel<P, float>, forward_shared<P, float>()),
+                             allow_shared(flash_forward_kernel<P, bf16>, forward_shared<P, bf16>()), true);
   (void)ready;
   const dim3 grid((T + kQueries - 1) / kQueries, H, B);
   const int64_t n_qkv = int64_t(B) * T * (H + 2 * Hkv) * D;
   with_bf16_copies<P>(qkv, n_qkv, nullptr, 0, D, [&](const auto* q, const auto*) {
     using Src = std::remove_cv_t<std::remove_pointer_t<decltype(q)>>;
-    flash_forward_kernel<P, Src><<<grid, kThreads, forward_shared<P>(), cuda_stream()>>>(out, lse, q, doc_start, T, H,
-                                                                                       Hkv, D, window, scale * kLog2e);
+    flash_forward_kernel<P, Src><<<grid, kThreads, forward_shared<P, Src>(), cuda_stream()>>>(
+        out, lse, q, doc_start, T, H, Hkv, D, window, scale * kLog2e);
     CUDA_CHECK_LAUNCH("flash_forward_kernel");
   });
 }
@@ -511,19 +607,19 @@ void forward(float* out, float* lse, const float* qkv, const int32_t* doc_start,
 template <int P>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
               const int32_t* doc_start, int B, int T, int H, int Hkv, int D, int window, float scale) {
-  static const bool ready = (allow_shared(flash_backward_dkv_kernel<P, float>, dkv_shared<P>()),
-                             allow_shared(flash_backward_dq_kernel<P, float>, dq_shared<P>()),
-                             allow_shared(flash_backward_dkv_kernel<P, bf16>, dkv_shared<P>()),
-                             allow_shared(flash_backward_dq_kernel<P, bf16>, dq_shared<P>()), true);
+  static const bool ready = (allow_shared(flash_backward_dkv_kernel<P, float>, dkv_shared<P, float>()),
+                             allow_shared(flash_backward_dq_kernel<P, float>, dq_shared<P, float>()),
+                             allow_shared(flash_backward_dkv_kernel<P, bf16>, dkv_shared<P, bf16>()),
+                             allow_shared(flash_backward_dq_kernel<P, bf16>, dq_shared<P, bf16>()), true);
   (void)ready;
   const int64_t n_qkv = int64_t(B) * T * (H + 2 * Hkv) * D, n_dout = int64_t(B) * T * H * D;
   with_bf16_copies<P>(qkv, n_qkv, dout, n_dout, D, [&](const auto* q, const auto* d) {
     using Src = std::remove_cv_t<std::remove_pointer_t<decltype(q)>>;
-    flash_backward_dkv_kernel<P, Src><<<dim3((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P>(),
+    flash_backward_dkv_kernel<P, Src><<<dim3((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P, Src>(),
                                       cuda_stream()>>>(dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale,
                                                        scale * kLog2e);
     CUDA_CHECK_LAUNCH("flash_backward_dkv_kernel");
-    flash_backward_dq_kernel<P, Src><<<dim3((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P>(),
+    flash_backward_dq_kernel<P, Src><<<dim3((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P, Src>(),
                                      cuda_stream()>>>(dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale,
                                                       scale * kLog2e);
     CUDA_CHECK_LAUNCH("flash_backward_dq_kernel");

@@ -59,4 +59,36 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float c[4], const uint32_t a[4]
 #endif
 }
 
+// cp.async.cg.shared.global [dst], [src], 16: 16 bytes from global to shared memory (both 16-byte
+// aligned), in flight until a cp_async_wait lets them land. cp_async_commit closes this thread's
+// group of copies issued since the last one; cp_async_wait<N> waits until at most N of its groups, the
+// newest, are still in flight. The copies are the thread's own: other threads see them after a
+// __syncthreads that follows the wait. (The emulation holds each copy back until the wait that must
+// land it, so a kernel that reads a tile before its wait reads the old tile there too.)
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+#ifdef LLAMATRAIN_CUDA_EMULATION
+  emu::cp_async_16(dst, src);
+#else
+  const unsigned address = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(src) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef LLAMATRAIN_CUDA_EMULATION
+  emu::cp_async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef LLAMATRAIN_CUDA_EMULATION
+  emu::cp_async_wait(N);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 }  // namespace llamatrain::cuda::detail
