@@ -1,7 +1,10 @@
-// Megatron indexed dataset writer and mmap reader; see indexed_dataset.h and docs/formats.md section 1.
+// Megatron indexed dataset writer and reader (the .idx mapped, the .bin read with pread); see indexed_dataset.h and docs/formats.md section 1.
 // All multi-byte values are little-endian and read/written through memcpy (the arrays are unaligned).
 #include "data/indexed_dataset.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cerrno>
@@ -389,9 +392,36 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
       bin_(data_path(prefix), "dataset token data", kPrefixHint) {
   static const uint8_t kEmpty[1] = {0};
   index_ = parse_index(idx_.data() ? idx_.data() : kEmpty, idx_.size(), idx_.path(), bin_.size(), bin_.path());
+  bin_fd_ = ::open(bin_.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (bin_fd_ < 0)
+    fail_as("data", "cannot open dataset token data {}: {}\nhint: {}", bin_.path(), std::strerror(errno), kPrefixHint);
 }
 
-IndexedDataset::~IndexedDataset() = default;
+IndexedDataset::~IndexedDataset() {
+  if (bin_fd_ >= 0) ::close(bin_fd_);
+}
+
+void IndexedDataset::read_bin(int64_t at, size_t bytes, uint8_t* out, int64_t i) const {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t r = ::pread(bin_fd_, out + done, bytes - done, off_t(at) + off_t(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0)
+      fail_as("data", "{}: cannot read bytes [{}, {}) of sequence {}: {}\nhint: check the disk or the file system "
+              "it is on; the run can resume from its last checkpoint", bin_.path(), at, at + int64_t(bytes), i,
+              std::strerror(errno));
+    if (r == 0) {
+      struct stat st {};
+      const int64_t now = ::fstat(bin_fd_, &st) == 0 ? int64_t(st.st_size) : -1;
+      fail_as("data",
+              "{}: sequence {} ends at byte {}, but the file now holds {} bytes ({} when the run opened it): it was "
+              "truncated or rewritten in place while the run read it\nhint: preprocess into a new prefix (never over "
+              "the files a running job reads), point data_prefix at it, and resume from the last checkpoint",
+              bin_.path(), i, at + int64_t(bytes), now, bin_.size());
+    }
+    done += size_t(r);
+  }
+}
 
 int32_t IndexedDataset::sequence_length(int64_t i) const {
   CHECK(i >= 0 && static_cast<uint64_t>(i) < index_.num_sequences, "sequence {} out of range [0, {})", i,
@@ -422,7 +452,11 @@ void IndexedDataset::read_as(int64_t i, int64_t offset, int64_t count, T* out) c
   const int64_t len = sequence_length(i);
   CHECK(offset >= 0 && count >= 0 && offset + count <= len, "tokens [{}, {}) out of sequence {} of length {}", offset,
         offset + count, i, len);
-  const uint8_t* p = bin_.data() + sequence_pointer(i) + offset * dtype_itemsize(index_.dtype);
+  const size_t item = dtype_itemsize(index_.dtype);
+  thread_local std::vector<uint8_t> bytes;  // this thread's last read, reused
+  bytes.resize(size_t(count) * item);
+  if (count > 0) read_bin(sequence_pointer(i) + offset * int64_t(item), bytes.size(), bytes.data(), i);
+  const uint8_t* p = bytes.data();
   auto copy = [&](auto tag) {
     using S = decltype(tag);
     for (int64_t j = 0; j < count; ++j) out[j] = static_cast<T>(load<S>(p + j * sizeof(S)));

@@ -103,7 +103,10 @@ struct IndexView {
 IndexView parse_index(const uint8_t* data, size_t size, const std::string& idx_name, uint64_t bin_size,
                       const std::string& bin_name);
 
-// Read-only mmapped dataset. Thread-safe for concurrent reads after construction.
+// Read-only dataset: the .idx mapped, the .bin's tokens read with pread (never through a mapping, so
+// a .bin truncated or rewritten in place while a job reads it is an Error naming the file, where a
+// mapped read would kill the process with SIGBUS). Thread-safe for concurrent reads after
+// construction.
 class IndexedDataset {
  public:
   explicit IndexedDataset(const std::string& prefix);  // opens PREFIX.idx and PREFIX.bin; throws Error
@@ -124,7 +127,7 @@ class IndexedDataset {
   void read(int64_t i, int64_t offset, int64_t count, int32_t* out) const;  // out: (count,)
   void read(int64_t i, int64_t offset, int64_t count, int64_t* out) const;  // out: (count,)
   std::vector<int32_t> sequence(int64_t i) const;  // the whole sequence i
-  // The raw .bin bytes (for merging); (bin_size(),) bytes.
+  // The raw .bin bytes, mapped (for merging and `plan`'s whole-file checks); (bin_size(),) bytes.
   const uint8_t* bin_data() const { return bin_.data(); }
   uint64_t bin_size() const { return bin_.size(); }
   uint64_t idx_size() const { return idx_.size(); }
@@ -132,10 +135,14 @@ class IndexedDataset {
  private:
   template <typename T>
   void read_as(int64_t i, int64_t offset, int64_t count, T* out) const;
+  // bytes of the .bin from byte `at` (sequence i's) into out; an Error with code "data" naming the file
+  // when it ends first or cannot be read.
+  void read_bin(int64_t at, size_t bytes, uint8_t* out, int64_t i) const;
 
   std::string prefix_;
   MappedFile idx_;  // PREFIX.idx
   MappedFile bin_;  // PREFIX.bin
+  int bin_fd_ = -1;  // PREFIX.bin again, for the token reads
   IndexView index_;
 };
 

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <random>
 
@@ -117,6 +119,41 @@ TEST(IndexedDataset, RoundTripRandomDocumentsBothDtypes) {
     std::vector<int64_t> part64(5);
     ds.read(d, 3, 5, part64.data());
     for (int j = 0; j < 5; ++j) EXPECT_EQ(part64[j], docs[d][3 + j]);
+  }
+}
+
+// A .bin truncated (or rewritten in place) under a reader that opened it whole: the tokens still in
+// the file read as before; a read past the new end is an Error with the "data" code naming the file,
+// where it ends and the fix, never a SIGBUS (the reader does not map the .bin).
+TEST(IndexedDataset, ABinTruncatedUnderTheReaderIsANamedError) {
+  TempDir dir;
+  const std::string prefix = dir / "corpus";
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 40; ++d) docs.push_back(std::vector<int32_t>(size_t(100 + d), d + 1));
+  {
+    IndexedDatasetWriter w(prefix, TokenDtype::kUint16);
+    for (const auto& d : docs) w.add_document(d);
+    w.finish();
+  }
+  IndexedDataset ds(prefix);
+  const int64_t cut = ds.sequence_pointer(20) + 10;  // inside sequence 20
+  ASSERT_EQ(::truncate((prefix + ".bin").c_str(), off_t(cut)), 0);
+  EXPECT_EQ(ds.sequence(19), docs[19]) << "what is still in the file reads as before";
+  std::vector<int32_t> head(5);
+  ds.read(20, 0, 5, head.data());  // bytes [0, 10) of sequence 20 are still there
+  EXPECT_EQ(head, std::vector<int32_t>(5, 21));
+  for (int64_t seq : {int64_t(20), int64_t(39)}) {
+    try {
+      (void)ds.sequence(seq);
+      ADD_FAILURE() << "read sequence " << seq << " past the end of the truncated file";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(std::string(e.code()), "data");
+      for (const std::string& part : std::vector<std::string>{prefix + ".bin", "sequence " + std::to_string(seq),
+                                     "now holds " + std::to_string(cut) + " bytes",
+                                     "truncated or rewritten in place", "resume from the last checkpoint"})
+        EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in: " << msg;
+    }
   }
 }
 

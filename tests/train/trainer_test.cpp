@@ -489,6 +489,49 @@ TEST(Trainer, ATokenIdOutsideTheVocabularyIsANamedDataError) {
   EXPECT_EQ(nlohmann::json::parse(d.out)["cause"], "data") << d.out;
 }
 
+TEST(Trainer, ABinTruncatedUnderARunningJobIsANamedDataError) {
+  // The .bin is cut to a tenth while the job trains (as `cp` over it or a preprocess writing in place
+  // would): the step that reads past the new end stops the run with an error naming the file, never a
+  // SIGBUS; the last checkpoint stays loadable and diagnose says `data`, naming the file.
+  TempDir dir;
+  const auto pre = testing::run_cli({"preprocess", "--quiet", "--input", testing::fixture("corpus.jsonl"),
+                                     "--tokenizer-model", testing::fixture("tokenizer.model"), "--output-prefix",
+                                     dir / "fx", "--append-eod"});
+  ASSERT_EQ(pre.code, 0) << testing::describe(pre);
+  const std::string bin = dir / "fx_text_document.bin", run = dir / "run";
+  fs::create_directories(run);
+  const pid_t pid = spawn(train_args(run, {"trainer.max_steps=100000", "trainer.log_every_n_steps=50",
+                                           "exp_manager.checkpoint_callback_params.every_n_train_steps=5",
+                                           "model.data.data_prefix=[1.0," + (dir / "fx_text_document") + "]"}),
+                          run + "/stdout.txt");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline && train::list_checkpoints(run + "/checkpoints").empty())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_FALSE(train::list_checkpoints(run + "/checkpoints").empty()) << testing::read_file(run + "/stdout.txt");
+  ASSERT_EQ(::truncate(bin.c_str(), off_t(fs::file_size(bin) / 10)), 0);
+  // (A mapped read past the new end inside the file's last page reads zeros: a run that goes on.)
+  const auto cut_at = std::chrono::steady_clock::now();
+  const auto exited = [pid] {  // without reaping it: wait_for does
+    siginfo_t info{};
+    return ::waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+  };
+  while (!exited() && std::chrono::steady_clock::now() - cut_at < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (std::chrono::steady_clock::now() - cut_at >= std::chrono::seconds(60)) ::kill(pid, SIGKILL);
+  const auto r = wait_for(pid, run + "/stdout.txt");
+  EXPECT_EQ(r.status, 1) << r.log;
+  for (const std::string& s : std::vector<std::string>{bin + ": sequence ", "truncated or rewritten in place while the run read it",
+                              "resume from the last checkpoint"})
+    EXPECT_NE(r.log.find(s), std::string::npos) << s << " in\n" << r.log;
+  std::vector<std::string> warnings;
+  EXPECT_TRUE(train::latest_valid_checkpoint(run + "/checkpoints", &warnings).has_value());
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  const auto d = testing::run_cli({"diagnose", "--json", run + "/train_log.txt"});
+  const auto j = nlohmann::json::parse(d.out);
+  EXPECT_EQ(j["cause"], "data") << d.out;
+  EXPECT_NE(j["summary"].get<std::string>().find("fx_text_document.bin"), std::string::npos) << d.out;
+}
+
 TEST(Trainer, EveryCheckpointDamagedIsAnErrorNamingEachNotAFreshStart) {
   // Both checkpoints damaged: even with resume_ignore_no_checkpoint=true (the default) the resume
   // stops, naming each, and so does plan; resume_if_exists=false is the way to start over.
