@@ -348,10 +348,22 @@ std::string resume_command(const Findings& f, const std::vector<std::string>& ex
   const std::string config = str("config"), cwd = str("cwd"), run_dir = str("run_dir"), launcher = str("launcher");
   if (config.empty()) return "";
   const int ranks = s.contains("ranks") && s["ranks"].is_number() ? s["ranks"].get<int>() : 1;
+  // The launcher and the program as the run was started (its options kept, so the command runs as
+  // printed), or, from a run that did not record them, the plain launcher with the rank count.
+  std::vector<std::string> launch;
+  if (s.contains("launcher_command") && s["launcher_command"].is_array())
+    for (const auto& w : s["launcher_command"])
+      if (w.is_string()) launch.push_back(w.get<std::string>());
+  std::string program = str("program");
+  if (program.empty()) program = "llamatrain";
+  const bool relative_program = program.find('/') != std::string::npos && !fs::path(program).is_absolute();
   std::string cmd;
-  if (!cwd.empty() && !fs::path(config).is_absolute()) cmd += "cd " + shell_word(cwd) + " && ";
-  if (ranks > 1) cmd += launcher == "srun" ? "srun " : fmt::format("mpirun -np {} ", ranks);
-  cmd += "llamatrain train " + shell_word(config);
+  if (!cwd.empty() && (!fs::path(config).is_absolute() || relative_program)) cmd += "cd " + shell_word(cwd) + " && ";
+  if (!launch.empty())
+    for (const auto& w : launch) cmd += shell_word(w) + " ";
+  else if (ranks > 1)
+    cmd += launcher == "srun" ? "srun " : fmt::format("mpirun -np {} ", ranks);
+  cmd += shell_word(program) + " train " + shell_word(config);
   std::vector<std::string> overrides;
   if (s.contains("overrides") && s["overrides"].is_array())
     for (const auto& o : s["overrides"])

@@ -70,6 +70,50 @@ JobInfo job_from_environment() {
   return j;
 }
 
+namespace {
+// Process pid's arguments as it was started (/proc/PID/cmdline); empty when unreadable.
+std::vector<std::string> process_args(pid_t pid) {
+  std::string text;
+  if (FILE* f = std::fopen(fmt::format("/proc/{}/cmdline", pid).c_str(), "rb")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+    std::fclose(f);
+  }
+  std::vector<std::string> args;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find('\0', at);
+    args.push_back(text.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    at = end == std::string::npos ? text.size() : end + 1;
+  }
+  return args;
+}
+}  // namespace
+
+std::vector<std::string> launcher_command() {
+  const std::string launcher = job_from_environment().launcher;
+  if (launcher == "srun") {
+    std::vector<std::string> c = {"srun"};
+    for (const auto& [var, option] : {std::pair{"SLURM_STEP_NUM_NODES", "--nodes="},
+                                      std::pair{"SLURM_STEP_NUM_TASKS", "--ntasks="},
+                                      std::pair{"SLURM_CPUS_PER_TASK", "--cpus-per-task="}})
+      if (const std::string v = env(var); !v.empty()) c.push_back(option + v);
+    return c;
+  }
+  if (launcher != "mpirun") return {};
+  const std::vector<std::string> parent = process_args(::getppid()), self = process_args(::getpid());
+  if (parent.empty() || self.empty()) return {};
+  const std::string name = std::filesystem::path(parent[0]).filename().string();
+  if (!(name.starts_with("mpirun") || name.starts_with("mpiexec") || name == "orterun" || name == "prterun")) return {};
+  for (size_t i = 1; i < parent.size(); i++)
+    if (parent[i] == self[0]) return std::vector<std::string>(parent.begin(), parent.begin() + long(i));
+  return {};
+}
+
+std::string program_as_started() {
+  const std::vector<std::string> self = process_args(::getpid());
+  return self.empty() ? std::string() : self[0];
+}
+
 int rank_from_environment() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
     if (const std::string v = env(name); !v.empty()) return std::atoi(v.c_str());
@@ -98,7 +142,9 @@ nlohmann::ordered_json command_fields(const RunCommand& command, int ranks) {
           {"overrides", command.overrides},
           {"cwd", std::filesystem::current_path(ec).string()},
           {"ranks", ranks},
-          {"launcher", job_from_environment().launcher}};
+          {"launcher", job_from_environment().launcher},
+          {"launcher_command", launcher_command()},
+          {"program", program_as_started()}};
 }
 
 int ranks_from_environment() {

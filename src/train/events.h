@@ -38,6 +38,13 @@ struct JobInfo {
   std::string launcher;                     // "srun", "mpirun" or "" (a single process started directly)
 };
 JobInfo job_from_environment();
+// How to start this job again, as it was started: the launcher's command line before the program
+// (mpirun's own options as typed: -np, --allow-run-as-root, -x, --mca, --hostfile..., read from the
+// parent process when it is mpirun, mpiexec, orterun or prterun; srun's --nodes, --ntasks and
+// --cpus-per-task from SLURM's step variables), empty for a single process or a launcher not known;
+// and this program as it was named (argv[0]).
+std::vector<std::string> launcher_command();
+std::string program_as_started();
 // This process's rank as the launcher says it before MPI starts (OpenMPI, PMIx, SLURM), 0 without one.
 int rank_from_environment();
 std::string host_name();
@@ -47,7 +54,8 @@ struct RunCommand {
   std::string config;                  // the YAML path as given
   std::vector<std::string> overrides;  // key=value, in order
 };
-// The fields of the start event that say how to run it again: config, overrides, cwd, ranks, launcher.
+// The fields of the start event that say how to run it again: config, overrides, cwd, ranks, launcher,
+// launcher_command and program.
 nlohmann::ordered_json command_fields(const RunCommand& command, int ranks);
 // The job's number of ranks as the launcher says it before MPI starts, 1 without one.
 int ranks_from_environment();

@@ -340,6 +340,8 @@ void Trainer::describe_run(const std::optional<std::string>& resume) {
                   {"tp", lay.tp_size},
                   {"pp", lay.pp_size},
                   {"launcher", job.launcher},
+                  {"launcher_command", launcher_command()},
+                  {"program", program_as_started()},
                   {"device", model::device_name(plan_.device)},
                   {"device_detail", device},
                   {"precision", model::precision_name(plan_.precision)},

@@ -109,11 +109,19 @@ Diagnosed diagnose(const std::vector<std::string>& paths) {
 std::string resume_of(const Diagnosed& d) { return d.j.value("resume", ""); }
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// The resume command of a run in `run` started by job_argv: its launcher, config and overrides, the
-// folder, and resume_if_exists.
-void expect_resumes(const Diagnosed& d, const std::string& run) {
+// How job_argv started the job: mpirun with its own options as typed, any wrapper before the program
+// (`prefix`: what job_argv put there), then the program as named.
+std::string launched_as(const std::vector<std::string>& prefix = {}) {
+  std::string cmd = std::string(MPIEXEC) + " --oversubscribe --allow-run-as-root -np 2 ";
+  for (const auto& w : prefix) cmd += w + " ";
+  return cmd + llamatrain_bin() + " train ";
+}
+
+// The resume command of a run in `run` started by job_argv: its launcher (options kept), program,
+// config and overrides, the folder, and resume_if_exists.
+void expect_resumes(const Diagnosed& d, const std::string& run, const std::vector<std::string>& prefix = {}) {
   const std::string cmd = resume_of(d);
-  EXPECT_TRUE(has(cmd, "mpirun -np 2 llamatrain train ")) << d.out;
+  EXPECT_TRUE(has(cmd, launched_as(prefix))) << d.out;
   EXPECT_TRUE(has(cmd, llamatrain::testing::source_path("configs/tiny.yaml"))) << d.out;
   EXPECT_TRUE(has(cmd, "exp_manager.explicit_log_dir=" + run)) << d.out;
   EXPECT_TRUE(has(cmd, "'model.data.data_prefix=[1.0,")) << d.out;  // quoted for the shell
@@ -184,15 +192,15 @@ TEST(Diagnose, SigtermStopsAndSaves) {
   EXPECT_TRUE(has(d.j.value("last_checkpoint", ""), run + "/checkpoints/step_")) << d.out;
   expect_resumes(d, run);
 
-  // The resume command itself, run by the shell as a user would (two steps more than were done):
-  // it resumes from the checkpoint, and the diagnosis of the folder is now that attempt's.
+  // The resume command itself, run by the shell as printed (two steps more than were done), with
+  // nothing of the test's environment that would let mpirun run as root or oversubscribe: it resumes
+  // from the checkpoint, and the diagnosis of the folder is now that attempt's.
   const int64_t saved = d.j.value("last_step", int64_t(-1));
   ASSERT_GT(saved, 0) << d.out;
-  const std::string bin_dir = fs::path(llamatrain_bin()).parent_path().string();
-  const std::vector<std::string> env = {"PATH=" + bin_dir + ":" + std::getenv("PATH"), "OMPI_ALLOW_RUN_AS_ROOT=1",
-                                        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_rmaps_base_oversubscribe=1"};
-  const auto again = wait_for(spawn({"/bin/sh", "-c", resume_of(d) + " trainer.max_steps=" + std::to_string(saved + 2)},
-                                    run + "/job2.out", env),
+  const auto again = wait_for(spawn({"/usr/bin/env", "-u", "OMPI_ALLOW_RUN_AS_ROOT", "-u", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+                                     "-u", "OMPI_MCA_rmaps_base_oversubscribe", "/bin/sh", "-c",
+                                     resume_of(d) + " trainer.max_steps=" + std::to_string(saved + 2)},
+                                    run + "/job2.out"),
                               run + "/job2.out");
   ASSERT_EQ(again.status, 0) << again.log;
   EXPECT_TRUE(has(again.log, "resumed at step " + std::to_string(saved))) << again.log;
@@ -237,7 +245,7 @@ TEST(Diagnose, AMemoryLimitMakesAnOutOfMemoryError) {
   EXPECT_EQ(d.j.value("cause", ""), "oom") << d.out;
   EXPECT_EQ(d.j.value("retry", true), false) << d.out;
   EXPECT_EQ(d.j["rank"], 0) << d.out;
-  expect_resumes(d, run);
+  expect_resumes(d, run, {"prlimit", "--as=1000000000"});  // the wrapper kept, as it was started
 }
 
 TEST(Diagnose, TheKernelsOomKillerFromDmesg) {
@@ -410,7 +418,7 @@ TEST(Diagnose, AMissingDataPath) {
   EXPECT_TRUE(d.j["rank"] == 0 || d.j["rank"] == 1) << d.out;
   EXPECT_TRUE(has(d.j.value("summary", ""), "missing_text_document.idx does not exist")) << d.out;
   // it never started: the command to run again once the path is right, as it was
-  EXPECT_TRUE(has(resume_of(d), "mpirun -np 2 llamatrain train ")) << d.out;
+  EXPECT_TRUE(has(resume_of(d), launched_as())) << d.out;
   EXPECT_TRUE(has(resume_of(d), "missing_text_document")) << d.out;
   EXPECT_FALSE(has(resume_of(d), "resume_if_exists")) << d.out;
 }
