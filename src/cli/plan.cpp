@@ -102,7 +102,7 @@ std::string text_of(const train::JobPlan& jp, const std::string& config) {
   }
   s += "\nchecks:\n";
   for (const train::PlanCheck& c : jp.checks)
-    s += fmt::format("  {} {:<8} {}\n", train::status_name(c.status), c.what, indented(c.detail, "                "));
+    s += fmt::format("  {} {:<8} {}\n", train::check_status_name(c.status), c.what, indented(c.detail, "                "));
   for (size_t i = 1; i < jp.suggestions.size(); i++) s += "  also fits: " + jp.suggestions[i] + "\n";
   s += jp.ok() ? "plan: the job can run\n" : "plan: the job would fail (FAIL above)\n";
   return s;
@@ -148,7 +148,7 @@ std::string json_of(const train::JobPlan& jp) {
                        {"total_s", q.step_s * double(jp.max_steps)}};
   }
   for (const train::PlanCheck& c : jp.checks)
-    j["checks"].push_back({{"status", train::status_name(c.status)}, {"what", c.what}, {"detail", c.detail}});
+    j["checks"].push_back({{"status", train::check_status_name(c.status)}, {"what", c.what}, {"detail", c.detail}});
   j["suggestions"] = jp.suggestions;
   return j.dump(2) + "\n";
 }

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "core/memory.h"
 
 #include "kernels/cpu/matmul_choice.h"
@@ -144,9 +145,7 @@ std::unique_ptr<GpuCollectives> make_gpu_collectives(parallel::Communicator& gro
     why = " (this build has no NCCL)";
   // Which GPU each rank holds (host and PCI bus id, as a 48-bit hash: exact in a double), gathered:
   // NCCL takes one rank per GPU.
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  const std::string where = std::string(host) + "/" + cuda::device_pci_bus_id();
+  const std::string where = host_name() + "/" + cuda::device_pci_bus_id();
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : where) h = (h ^ c) * 1099511628211ull;
   const double mine = double(h >> 16);

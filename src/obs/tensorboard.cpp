@@ -15,6 +15,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/host.h"
 
 
 namespace llamatrain::obs {
@@ -165,12 +166,6 @@ std::pair<std::string, int64_t> latest_event_file(const std::filesystem::path& d
     if (name > latest.first) latest = {name, std::stoll(digits)};
   }
   return latest;
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
 }
 
 }  // namespace

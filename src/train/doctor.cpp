@@ -23,6 +23,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/host.h"
 #include "core/memory.h"
 #include "data/blend.h"
 #include "model/backend.h"
@@ -34,17 +35,7 @@ namespace llamatrain::train {
 
 namespace fs = std::filesystem;
 
-const char* check_status_name(CheckStatus s) {
-  switch (s) {
-    case CheckStatus::pass: return "PASS";
-    case CheckStatus::warn: return "WARN";
-    case CheckStatus::fail: return "FAIL";
-  }
-  return "?";
-}
-
 namespace {
-
 
 int world_size(parallel::Communicator* w) { return w ? w->size() : 1; }
 int world_rank(parallel::Communicator* w) { return w ? w->rank() : 0; }
@@ -83,11 +74,6 @@ DoctorRow agree(parallel::Communicator* w, DoctorRow mine) {
   return out;
 }
 
-std::string local_hostname() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
-  return name;
-}
 
 // ---- this machine ----
 
@@ -518,7 +504,7 @@ DoctorRow check_config_files(const TrainConfig& c) {
 }  // namespace
 
 std::vector<DoctorRow> run_doctor(const DoctorOptions& o, parallel::Communicator* w) {
-  const std::vector<std::string> hosts = gather_strings(w, local_hostname());
+  const std::vector<std::string> hosts = gather_strings(w, host_name());
   const int ranks_here = int(std::count(hosts.begin(), hosts.end(), hosts[size_t(world_rank(w))]));
   const bool has_amx = cpuinfo_first_cpu()["flags"].find("amx_bf16") != std::string::npos;
   std::string run_dir = o.run_dir;

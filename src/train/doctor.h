@@ -11,12 +11,11 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "train/check_status.h"
 #include "train/config.h"
 
 namespace llamatrain::train {
 
-enum class CheckStatus { pass = 0, warn = 1, fail = 2 };
-const char* check_status_name(CheckStatus s);  // "PASS" | "WARN" | "FAIL"
 
 struct DoctorRow {
   std::string check;   // "cpu", "matmul", "memory", ...

@@ -120,11 +120,6 @@ int rank_from_environment() {
   return 0;
 }
 
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
 
 std::string error_code(const std::exception& e, const char* context) {
   if (const auto* err = dynamic_cast<const Error*>(&e); err && *err->code()) return err->code();

@@ -47,7 +47,6 @@ std::vector<std::string> launcher_command();
 std::string program_as_started();
 // This process's rank as the launcher says it before MPI starts (OpenMPI, PMIx, SLURM), 0 without one.
 int rank_from_environment();
-std::string host_name();
 
 // How the run was started, for its start event: a tool repeats it to resume.
 struct RunCommand {

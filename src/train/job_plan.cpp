@@ -35,7 +35,6 @@ namespace llamatrain::train {
 namespace fs = std::filesystem;
 using Status = PlanCheck::Status;
 
-const char* status_name(Status s) { return s == Status::pass ? "PASS" : s == Status::warn ? "WARN" : "FAIL"; }
 
 bool JobPlan::ok() const {
   return std::none_of(checks.begin(), checks.end(), [](const PlanCheck& c) { return c.status == Status::fail; });

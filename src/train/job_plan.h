@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "obs/step_model.h"
+#include "train/check_status.h"
 #include "train/config.h"
 #include "train/run_plan.h"
 
@@ -24,12 +25,11 @@ struct JobTarget {
 };
 
 struct PlanCheck {
-  enum class Status { pass, warn, fail };
+  using Status = CheckStatus;
   Status status = Status::pass;
   std::string what;    // "layout", "data", "memory", ...
   std::string detail;  // the finding, or the error and its hint
 };
-const char* status_name(PlanCheck::Status s);  // "PASS", "WARN", "FAIL"
 
 // One rank's memory in its parts, in bytes.
 struct RankMemory {

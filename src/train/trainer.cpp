@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/host.h"
 #include "core/memory.h"
 #include "data/piece_lengths.h"
 #include "io/hf_checkpoint.h"
