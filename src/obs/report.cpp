@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "obs/log_lines.h"
 #include "obs/progress.h"
 
 namespace llamatrain::obs {
@@ -128,31 +129,25 @@ void read_metrics_file(RunData& run, const std::string& path) {
         fmt::format("{}: {} record{} without an integer \"step\" left out", path, no_step, no_step == 1 ? "" : "s"));
 }
 
-// "[2026-12-01 16:30:00] text" -> the time; "" when the line has no such prefix.
-std::string log_time(const std::string& line) {
-  if (line.size() < 21 || line[0] != '[' || line[20] != ']') return "";
-  return line.substr(1, 19);
-}
-
 void read_train_log(RunData& run, const std::string& path) {
   bool ends_in_newline = true;
   const std::vector<std::string> lines = read_lines(path, &ends_in_newline);
   int64_t bad = 0;
   std::vector<std::tuple<nlohmann::json, int64_t, std::string>> steps;  // the step and validation events
   for (size_t i = 0; i < lines.size(); i++) {
-    const std::string time = log_time(lines[i]);
+    const std::string time = line_time(lines[i]);
     if (!time.empty()) {  // the stamps sort as text
       if (run.first_time.empty() || time < run.first_time) run.first_time = time;
       if (time > run.last_time) run.last_time = time;
     }
-    const size_t at = lines[i].find("@event ");
-    if (at == std::string::npos) continue;
-    nlohmann::json e = nlohmann::json::parse(lines[i].substr(at + 7), nullptr, /*allow_exceptions=*/false);
-    const auto kind = e.is_object() ? e.find("event") : e.end();
-    if (!e.is_object() || kind == e.end() || !kind->is_string()) {
+    if (lines[i].find(kEventMarker) == std::string::npos) continue;
+    const std::optional<nlohmann::json> parsed = parse_event_line(lines[i]);
+    if (!parsed) {
       bad++;
       continue;
     }
+    const nlohmann::json& e = *parsed;
+    const auto kind = e.find("event");
     const std::string source = fmt::format("train_log.txt:{}", i + 1);
     // metrics.jsonl's records again: "step" is a curve, not a table row; "validation" is both (its
     // loss only: its batch count and time are no curves)

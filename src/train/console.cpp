@@ -32,10 +32,7 @@ void Console::write(const std::string& line, bool to_stdout) const {
     std::fflush(stdout);
   }
   if (log_) {
-    const std::time_t t = std::time(nullptr);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::gmtime(&t));
-    std::fprintf(log_, "[%s] %s\n", stamp, line.c_str());
+    std::fprintf(log_, "%s\n", obs::stamped_line(line).c_str());
     std::fflush(log_);
   }
 }

@@ -13,24 +13,21 @@
 #include <string_view>
 #include <vector>
 
+#include "obs/log_lines.h"
+
 namespace llamatrain::train {
 
-inline constexpr std::string_view kEventMarker = "@event ";
-
-// Now in UTC with milliseconds, "2026-12-01T16:59:12.345Z" (sorts as text in time order).
-std::string utc_time_ms();
+// The event line's format (obs/log_lines.h), as the trainer and diagnose name it.
+using obs::event_line;
+using obs::kEventMarker;
+using obs::parse_event_line;
+using obs::utc_time_ms;
 
 // Whether event lines go to stdout: yes under a launcher (srun, mpirun: the job's log) or when it is
 // a file or a pipe, no for a single process on a terminal, where they would only repeat the human
 // lines. The run folder's train_log.txt has them either way.
 bool events_on_stdout();
 
-// `@event {"event": kind, "time": utc_time_ms(), ...fields}` on one line (non-finite numbers become null).
-std::string event_line(const char* kind, nlohmann::ordered_json fields = nlohmann::ordered_json::object());
-// The event of a line that holds one after any prefix (a time stamp, "[rank N] "), or the last
-// complete one of a line that several ranks' output was interleaved into; nullopt for any other
-// line, a JSON object without "event" included.
-std::optional<nlohmann::json> parse_event_line(std::string_view line);
 
 // The job as the scheduler or the launcher names it: SLURM's job id and name and node list when set.
 struct JobInfo {

@@ -273,12 +273,18 @@ TEST_F(Report, EventLinesBecomeATableAndMarkers) {
   log += "[rank 1] @event {\"event\":\"error\",\"code\":\"oom\",\"rank\":1,\"step\":4}\n";
   log += "[2026-12-01 10:00:03] @event {\"event\":\"future_kind\",\"extra\":[1,2]}\n";
   log += "[2026-12-01 10:00:04] @event {\"event\": broken\n";
+  // Two ranks printing at once: rank 0's event cut by rank 1's whole line; rank 1's is read (as
+  // diagnose reads it: obs/log_lines.h), and the cut one is not counted as a broken line.
+  log += "[2026-12-01 10:00:05] @event {\"event\":\"checkpoint_saved\",\"step\":6,\"pa[rank 1] @event "
+         "{\"event\":\"rollback\",\"step\":6,\"to_step\":3}\n";
   write_file(run + "/train_log.txt", log);
   const obs::RunData data = obs::read_run(run);
   std::vector<std::string> kinds;
   for (const auto& e : data.events) kinds.push_back(e.kind);
   // by step; one without a step goes with the one before it in the log
-  EXPECT_EQ(kinds, (std::vector<std::string>{"checkpoint_saved", "error", "future_kind", "rollback"}));
+  EXPECT_EQ(kinds, (std::vector<std::string>{"checkpoint_saved", "error", "future_kind", "rollback", "rollback"}));
+  EXPECT_EQ(data.events[4].time, "2026-12-01 10:00:05");
+  EXPECT_EQ(data.events[4].step, 6);
   EXPECT_EQ(data.events[3].time, "2026-12-01 10:00:02");
   EXPECT_EQ(data.events[3].step, 5);
   EXPECT_FALSE(data.events[2].step.has_value());
