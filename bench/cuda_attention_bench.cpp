@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
+#include "timing.h"
 
 namespace {
 
@@ -64,17 +65,7 @@ Args parse(int argc, char** argv) {
 
 template <typename F>
 double median_ms(int iters, F&& call) {
-  for (int i = 0; i < 2; i++) call();
-  cuda::synchronize();
-  std::vector<double> ms;
-  for (int i = 0; i < iters; i++) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call();
-    cuda::synchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return bench::median_ms(iters, std::forward<F>(call), [] { cuda::synchronize(); });
 }
 
 }  // namespace

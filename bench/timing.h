@@ -1,5 +1,5 @@
-// Timing helpers of the side-by-side kernel benches (attention_bench, packed_attention_bench): wall and
-// process CPU seconds of one call, and the median of repeated figures.
+// Timing helpers of the kernel benches (attention_bench, packed_attention_bench, the CUDA benches):
+// wall and process CPU seconds of one call, and the median of repeated figures.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +32,22 @@ Seconds seconds(F&& f) {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The median wall milliseconds of `iters` calls after two warmup calls, `wait()` after each (a GPU
+// bench waits for the device: cuda::synchronize).
+template <typename F, typename W>
+double median_ms(int iters, F&& call, W&& wait) {
+  for (int i = 0; i < 2; i++) call();
+  wait();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; i++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    wait();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median(std::move(ms));
 }
 
 }  // namespace llamatrain::bench

@@ -465,15 +465,20 @@ TEST(Trainer, CorruptNewestCheckpointIsSkippedWithAWarning) {
   EXPECT_NE(r.log.find("resumed at step 5"), std::string::npos) << r.log;
 }
 
+// The fixture corpus preprocessed into dir/fx_text_document, a copy of its own for a test to damage.
+void own_corpus(const TempDir& dir) {
+  const auto pre = testing::run_cli({"preprocess", "--quiet", "--input", testing::fixture("corpus.jsonl"),
+                                     "--tokenizer-model", testing::fixture("tokenizer.model"), "--output-prefix",
+                                     dir / "fx", "--append-eod"});
+  ASSERT_EQ(pre.code, 0) << testing::describe(pre);
+}
+
 TEST(Trainer, ATokenIdOutsideTheVocabularyIsANamedDataError) {
   // A flipped pair of bytes in the .bin (an id past the tokenizer's 500): the step that reads it stops
   // with an error naming the file, the document and the position, never an out-of-bounds read; diagnose
   // says `data`.
   TempDir dir;
-  const auto pre = testing::run_cli({"preprocess", "--quiet", "--input", testing::fixture("corpus.jsonl"),
-                                     "--tokenizer-model", testing::fixture("tokenizer.model"), "--output-prefix",
-                                     dir / "fx", "--append-eod"});
-  ASSERT_EQ(pre.code, 0) << testing::describe(pre);
+  ASSERT_NO_FATAL_FAILURE(own_corpus(dir));
   const std::string bin = dir / "fx_text_document.bin";
   std::string bytes = testing::read_file(bin);
   ASSERT_GT(bytes.size(), 602u);
@@ -494,10 +499,7 @@ TEST(Trainer, ABinTruncatedUnderARunningJobIsANamedDataError) {
   // would): the step that reads past the new end stops the run with an error naming the file, never a
   // SIGBUS; the last checkpoint stays loadable and diagnose says `data`, naming the file.
   TempDir dir;
-  const auto pre = testing::run_cli({"preprocess", "--quiet", "--input", testing::fixture("corpus.jsonl"),
-                                     "--tokenizer-model", testing::fixture("tokenizer.model"), "--output-prefix",
-                                     dir / "fx", "--append-eod"});
-  ASSERT_EQ(pre.code, 0) << testing::describe(pre);
+  ASSERT_NO_FATAL_FAILURE(own_corpus(dir));
   const std::string bin = dir / "fx_text_document.bin", run = dir / "run";
   fs::create_directories(run);
   const pid_t pid = spawn(train_args(run, {"trainer.max_steps=100000", "trainer.log_every_n_steps=50",
