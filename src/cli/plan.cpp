@@ -75,6 +75,10 @@ std::string text_of(const train::JobPlan& jp, const std::string& config) {
       row("save gather", [](const train::RankMemory& m) { return m.save_gather; });
     row("runtime", [](const train::RankMemory& m) { return m.runtime; });
     row("total", [](const train::RankMemory& m) { return m.total(); });
+    if (std::any_of(jp.stages.begin(), jp.stages.end(), [](const train::RankMemory& m) { return m.export_hf > 0; })) {
+      row("export (end)", [](const train::RankMemory& m) { return m.export_hf; });
+      row("peak", [](const train::RankMemory& m) { return m.peak(); });
+    }
     if (jp.memory_per_rank >= 0) s += fmt::format("  {:<15} {:>10}\n", "available", gb(jp.memory_per_rank));
     std::string modes;
     for (const auto& [mode, bytes] : jp.activations_by_recompute)
@@ -132,6 +136,8 @@ std::string json_of(const train::JobPlan& jp) {
                                       {"save_gather", m.save_gather},
                                       {"runtime", m.runtime},
                                       {"total", m.total()},
+                                      {"export_hf", m.export_hf},
+                                      {"peak", m.peak()},
                                       {"operand_form", p.precision == model::Precision::fp32 ? "fp32"
                                                        : m.float_operands                  ? "bf16_in_f32"
                                                                                            : "bf16"}});

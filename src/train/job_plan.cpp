@@ -42,7 +42,7 @@ bool JobPlan::ok() const {
 
 int64_t JobPlan::peak_rank_bytes() const {
   int64_t peak = 0;
-  for (const RankMemory& m : stages) peak = std::max(peak, m.total());
+  for (const RankMemory& m : stages) peak = std::max(peak, m.peak());
   return peak;
 }
 
@@ -112,6 +112,9 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   const bool model_parallel = p.layout.tp_size * p.layout.pp_size > 1;
   if (runtime > 0 && model_parallel && p.layout.tp_rank == 0 && p.layout.pp_rank == 0)
     m.save_gather = p.model.num_params() * 4;
+  const bool writes_export = p.layout.dp_rank == 0 && p.layout.tp_rank == 0 && p.layout.pp_rank == 0;
+  if (runtime > 0 && !p.export_dir.empty() && writes_export)
+    m.export_hf = p.model.num_params() * (4 + (p.precision == model::Precision::fp32 ? 4 : 2));
   return m;
 }
 
@@ -364,7 +367,7 @@ obs::StepWork step_work(const RunPlan& p, const std::vector<RunPlan>& stages, in
 int64_t peak_with(TrainConfig cfg, int64_t runtime) {
   try {
     int64_t peak = 0;
-    for (const RunPlan& s : stage_plans(cfg)) peak = std::max(peak, rank_memory(cfg, s, runtime).total());
+    for (const RunPlan& s : stage_plans(cfg)) peak = std::max(peak, rank_memory(cfg, s, runtime).peak());
     return peak;
   } catch (const Error&) {
     return -1;

@@ -42,10 +42,16 @@ struct RankMemory {
   // stage 0) gathers the whole model's fp32 weights at each save (train/gather_weights.h), in host
   // memory: counted when planning this CPU, 0 elsewhere and for an accelerator's memory.
   int64_t save_gather = 0;
+  // With convert_to_hf, the export at the end of the run on the rank that writes it (the first of
+  // stage 0 and data-parallel 0): the exported files read back (in their dtype) into a second model of
+  // fp32 weights, which is checked against the trained one. Host memory, counted like save_gather;
+  // it comes after the last step, on top of what the steps hold.
+  int64_t export_hf = 0;
   // The bf16 modes' matmul operand form the figures assume (the weights' copy and the matmul-only
   // activations): bf16, or bf16 values held in floats (4 bytes) where the CPU's fp32 kernel is the one.
   bool float_operands = false;
   int64_t total() const { return weights + gradients + optimizer + activations + communication + runtime + save_gather; }
+  int64_t peak() const { return total() + export_hf; }  // the steps', then the export's at the end
 };
 
 struct JobPlan {
