@@ -35,40 +35,12 @@ using nlohmann::json;
 
 namespace {
 
-// Length of the valid UTF-8 sequence at p (1..4), or 0 with *bad = the maximal invalid subpart (>= 1).
-size_t utf8_seq(const unsigned char* p, size_t n, size_t* bad) {
-  const unsigned b = p[0];
-  if (b < 0x80) return 1;
-  size_t len = 0;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (b >= 0xC2 && b <= 0xDF) len = 2;
-  else if (b >= 0xE0 && b <= 0xEF) { len = 3; if (b == 0xE0) lo = 0xA0; if (b == 0xED) hi = 0x9F; }
-  else if (b >= 0xF0 && b <= 0xF4) { len = 4; if (b == 0xF0) lo = 0x90; if (b == 0xF4) hi = 0x8F; }
-  else { *bad = 1; return 0; }
-  for (size_t i = 1; i < len; ++i) {
-    const unsigned c = i < n ? p[i] : 0;
-    if (i >= n || c < (i == 1 ? lo : 0x80) || c > (i == 1 ? hi : 0xBF)) { *bad = i; return 0; }
-  }
-  return len;
-}
-
 // The byte of a "<0xXX>" piece, -1 for any other string.
 int byte_piece_value(std::string_view p) {
   if (p.size() != 6 || !p.starts_with("<0x") || p[5] != '>') return -1;
   auto hex = [](char ch) { return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1; };
   const int hi = hex(p[3]), lo = hex(p[4]);
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
-}
-
-size_t utf8_char_len(unsigned char b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; }
-
-uint32_t utf8_decode_at(std::string_view s, size_t i) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + i;
-  const size_t len = utf8_char_len(p[0]);
-  if (len == 1) return p[0];
-  uint32_t cp = p[0] & (0xFF >> (len + 1));
-  for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[k] & 0x3F);
-  return cp;
 }
 
 bool is_unicode_space(uint32_t c) {  // Unicode White_Space
@@ -79,7 +51,7 @@ bool is_unicode_space(uint32_t c) {  // Unicode White_Space
 std::string_view trim_end_space(std::string_view s) {
   while (!s.empty()) {
     size_t i = s.size() - 1;
-    while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+    while (i > 0 && utf8_continuation(static_cast<unsigned char>(s[i]))) --i;
     if (!is_unicode_space(utf8_decode_at(s, i))) break;
     s = s.substr(0, i);
   }
@@ -88,37 +60,12 @@ std::string_view trim_end_space(std::string_view s) {
 
 std::string_view trim_start_space(std::string_view s) {
   while (!s.empty() && is_unicode_space(utf8_decode_at(s, 0)))
-    s.remove_prefix(utf8_char_len(static_cast<unsigned char>(s[0])));
+    s.remove_prefix(utf8_char_length(static_cast<unsigned char>(s[0])));
   return s;
 }
 
 }  // namespace
 
-bool utf8_valid(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t i = 0, bad = 0;
-  while (i < s.size()) {
-    if (p[i] < 0x80) { ++i; continue; }
-    const size_t len = utf8_seq(p + i, s.size() - i, &bad);
-    if (len == 0) return false;
-    i += len;
-  }
-  return true;
-}
-
-std::string utf8_lossy(std::string_view s) {
-  if (utf8_valid(s)) return std::string(s);
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  std::string out;
-  out.reserve(s.size() + 8);
-  size_t i = 0, bad = 0;
-  while (i < s.size()) {
-    const size_t len = utf8_seq(p + i, s.size() - i, &bad);
-    if (len) { out.append(s.substr(i, len)); i += len; }
-    else { out.append("\xEF\xBF\xBD"); i += bad; }
-  }
-  return out;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Components
@@ -148,7 +95,7 @@ const ByteTable& byte_table() {
 bool byte_level_to_bytes(std::string_view s, std::string* out) {
   out->clear();
   if (!utf8_valid(s)) return false;
-  for (size_t i = 0; i < s.size(); i += utf8_char_len(static_cast<unsigned char>(s[i]))) {
+  for (size_t i = 0; i < s.size(); i += utf8_char_length(static_cast<unsigned char>(s[i]))) {
     const uint32_t cp = utf8_decode_at(s, i);
     const int b = cp < 512 ? byte_table().cp_to_byte[cp] : -1;
     if (b < 0) return false;
@@ -198,7 +145,7 @@ class Regex {
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.md);
       const size_t b = ov[0], e = ov[1];
       if (e > b) f(b, e);
-      at = e > b ? e : e + (e < s.size() ? utf8_char_len(static_cast<unsigned char>(s[e])) : 1);
+      at = e > b ? e : e + (e < s.size() ? utf8_char_length(static_cast<unsigned char>(s[e])) : 1);
     }
   }
 
@@ -952,7 +899,7 @@ void HfTokenizer::Impl::bpe(std::string_view word, std::vector<int>* out) const 
   sym.reserve(word.size());
   bool prev_unk = false;
   for (size_t i = 0; i < word.size();) {
-    const size_t len = byte_level ? 1 : utf8_char_len(static_cast<unsigned char>(word[i]));
+    const size_t len = byte_level ? 1 : utf8_char_length(static_cast<unsigned char>(word[i]));
     int id = -1;
     if (byte_level) id = byte_sym[static_cast<unsigned char>(word[i])];
     else if (auto it = vocab.find(std::string(word.substr(i, len))); it != vocab.end()) id = it->second;

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace llamatrain::data {
 
 class HfTokenizer {
@@ -57,9 +59,8 @@ class HfTokenizer {
   std::vector<int> prefix_ids_, suffix_ids_;
 };
 
-// U+FFFD for each maximal invalid subpart of `s` (the WHATWG / from_utf8_lossy rule); `s` unchanged
-// when it is valid.
-std::string utf8_lossy(std::string_view s);
-bool utf8_valid(std::string_view s);
+// core/utf8.h's, as the tokenizer's users have named them.
+using llamatrain::utf8_lossy;
+using llamatrain::utf8_valid;
 
 }  // namespace llamatrain::data

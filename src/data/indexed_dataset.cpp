@@ -1,4 +1,5 @@
-// Megatron indexed dataset writer and reader (the .idx mapped, the .bin read with pread); see indexed_dataset.h and docs/formats.md section 1.
+// Megatron indexed dataset writer and reader (the .idx mapped, the .bin read with pread); see
+// indexed_dataset.h and docs/formats.md section 1.
 // All multi-byte values are little-endian and read/written through memcpy (the arrays are unaligned).
 #include "data/indexed_dataset.h"
 

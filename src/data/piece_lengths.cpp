@@ -5,14 +5,13 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace llamatrain::data {
 
 namespace {
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581
-
-bool is_continuation(unsigned char b) { return (b & 0xC0) == 0x80; }
 
 }  // namespace
 
@@ -33,7 +32,7 @@ std::string piece_text(const std::string& piece) {
 void piece_text_lengths(const std::string& piece, int32_t* bytes, int32_t* chars) {
   const std::string text = piece_text(piece);
   *bytes = int32_t(text.size()), *chars = 0;
-  for (const char c : text) *chars += !is_continuation(static_cast<unsigned char>(c));
+  for (const char c : text) *chars += !utf8_continuation(static_cast<unsigned char>(c));
 }
 
 PieceLengths piece_lengths(const Tokenizer& tok) {
@@ -48,13 +47,13 @@ PieceLengths piece_lengths(const Tokenizer& tok) {
       unsigned value = 0;
       CHECK(std::sscanf(piece.c_str(), "<0x%2X>", &value) == 1, "byte piece {} of {}", piece, tok.path());
       out.bytes[size_t(id)] = 1;
-      out.chars[size_t(id)] = !is_continuation(static_cast<unsigned char>(value));
+      out.chars[size_t(id)] = !utf8_continuation(static_cast<unsigned char>(value));
       continue;
     }
     std::string raw;
     if (tok.is_huggingface() && tok.raw_bytes(id, &raw)) {  // a byte-level token: the bytes it stands for
       out.bytes[size_t(id)] = int32_t(raw.size());
-      for (const char c : raw) out.chars[size_t(id)] += !is_continuation(static_cast<unsigned char>(c));
+      for (const char c : raw) out.chars[size_t(id)] += !utf8_continuation(static_cast<unsigned char>(c));
       continue;
     }
     piece_text_lengths(piece, &out.bytes[size_t(id)], &out.chars[size_t(id)]);

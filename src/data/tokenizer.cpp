@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/utf8.h"
 #include "data/hf_tokenizer.h"
 
 namespace llamatrain::data {
@@ -206,22 +207,6 @@ int Tokenizer::pad_id() const { return hf_ ? hf_->pad_id() : sp_->pad_id(); }
 // ---------------------------------------------------------------------------------------------
 // DecodeStream
 
-namespace {
-
-// Length of the UTF-8 sequence a byte starts: 1..4, 0 for a continuation byte, -1 for a byte that
-// never starts one (C0, C1, F5..FF).
-int utf8_length(unsigned b) {
-  if (b < 0x80) return 1;
-  if (b < 0xC0) return 0;
-  if (b < 0xC2) return -1;
-  if (b < 0xE0) return 2;
-  if (b < 0xF0) return 3;
-  if (b < 0xF5) return 4;
-  return -1;
-}
-
-}  // namespace
-
 int DecodeStream::held_back() const {
   // Walk back over the trailing tokens of raw bytes (at most 4 bytes can belong to an unfinished
   // character) to the last byte that starts a sequence; hold back the tokens from the one holding it
@@ -232,7 +217,7 @@ int DecodeStream::held_back() const {
   for (int back = 1; back <= 4 && back <= n; ++back) {
     if (!tok_.raw_bytes(ids_[n - back], &bytes)) return 0;
     for (int k = int(bytes.size()) - 1; k >= 0; --k) {
-      const int len = utf8_length(static_cast<unsigned char>(bytes[k]));
+      const int len = utf8_start_length(static_cast<unsigned char>(bytes[k]));
       const int have = bytes_after + int(bytes.size()) - k;  // this byte and those after it
       if (have > 4) return 0;
       if (len == 0) continue;              // a continuation byte: keep looking for its start

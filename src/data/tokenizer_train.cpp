@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/utf8.h"
 #include "data/jsonl_reader.h"
 #include "data/tokenizer.h"
 
@@ -56,7 +57,7 @@ void cut_document(std::string_view doc, size_t max, std::deque<std::string>* out
     size_t cut = doc.rfind('\n', max - 1);
     if (cut == std::string_view::npos || cut == 0) {
       cut = max;
-      while (cut > 0 && (static_cast<uint8_t>(doc[cut]) & 0xC0) == 0x80) --cut;
+      while (cut > 0 && utf8_continuation(static_cast<uint8_t>(doc[cut]))) --cut;
       if (cut == 0) cut = max;
     } else {
       cut += 1;  // the line break stays with the part before it

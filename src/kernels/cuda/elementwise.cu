@@ -2,7 +2,7 @@
 // RoPE, SwiGLU, residual, bias. Each the transcription of kernels/ref's loop; they match cpu:: to fp32
 // rounding (tests/kernels/cuda_vs_cpu_test.cpp). Memory bound, so:
 //   - rows whose width is a multiple of 4 on 16-byte aligned pointers are read and written 16 bytes
-//     at a time (Vec4 below; bf16 outputs as 8-byte stores of four), other shapes one element at a time;
+//     at a time (Vec<4> below; bf16 outputs as 8-byte stores of four), other shapes one element at a time;
 //   - embedding_backward: a thread per column, the tokens in order (deterministic, no atomics);
 //   - rmsnorm: one block per row, the sum of squares and the backward's dot in fp64 as ref does;
 //     dweight in two passes: fp64 column sums per chunk of rows (sizes::norm_weight_chunks, enough
