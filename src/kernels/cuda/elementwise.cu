@@ -324,7 +324,7 @@ const float* rope_table(int rows, int D, const RopeFreqs& rope) {
   };
   static Built built;
   const int64_t half = D / 2;
-  void* at = detail::scratch(detail::kScratchRope, size_t(rows) * size_t(half) * 2 * sizeof(float));
+  void* at = detail::scratch(detail::kScratchRope, size_t(sizes::rope_table_bytes(rows, D)));  // as planned
   if (at != built.at || D != built.D || !(rope == built.rope) || rows > built.rows) {
     rope_table_kernel<<<grid_for(int64_t(rows) * half), 256, 0, cuda_stream()>>>(static_cast<float*>(at), rows, D,
                                                                                 rope);
