@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "io/torch_checkpoint.h"
 
 namespace llamatrain::io {
 
@@ -434,18 +435,27 @@ int64_t TensorView::numel() const {
   return n;
 }
 
+const TensorView* TensorFile::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+void TensorFile::index_names() {
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
+}
+
 SafetensorsFile::SafetensorsFile(const std::string& path)
-    : path_(path), map_(path, "safetensors file", "check the path and permissions") {
+    : TensorFile(path), map_(path, "safetensors file", "check the path and permissions") {
   if (map_.size() < 8) fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", path, map_.size(), kHint);
   parse_file(map_.data(), map_.size(), path_, tensors_, metadata_);
-  for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
+  index_names();
 }
 
 SafetensorsFile::~SafetensorsFile() = default;
 
-const TensorView* SafetensorsFile::find(const std::string& name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+std::unique_ptr<TensorFile> open_tensor_file(const std::string& path) {
+  if (is_torch_file_name(path)) return std::make_unique<TorchFile>(path);
+  return std::make_unique<SafetensorsFile>(path);
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(path) {
@@ -454,37 +464,47 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
   if (ec && ec != std::errc::no_such_file_or_directory)
     fail("cannot access checkpoint {}: {}\nhint: check the path and its permissions", path, ec.message());
   if (!fs::exists(st))
-    fail("checkpoint {} does not exist, expected a folder with model.safetensors or "
-         "model.safetensors.index.json, or a .safetensors file\nhint: check the path",
+    fail("checkpoint {} does not exist, expected a folder with model.safetensors, model.safetensors.index.json, "
+         "pytorch_model.bin or pytorch_model.bin.index.json, or one such file\nhint: check the path",
          path);
-  auto add_file = [&](const std::string& file) {
-    files_.push_back(std::make_unique<SafetensorsFile>(file));
-    const SafetensorsFile* f = files_.back().get();
-    for (const TensorView& t : f->tensors()) index_[t.name] = {f, &t};
-  };
-  std::string index_path;
-  if (fs::is_directory(st)) {
-    fs::path dir(path);
-    if (fs::exists(dir / "model.safetensors.index.json", ec)) {
-      index_path = (dir / "model.safetensors.index.json").string();
-    } else if (fs::exists(dir / "model.safetensors", ec)) {
-      add_file((dir / "model.safetensors").string());
-      return;
-    } else {
-      fail("{}: found neither model.safetensors nor model.safetensors.index.json, expected a "
-           "Hugging Face safetensors checkpoint\nhint: point at the folder holding the .safetensors "
-           "files (a .bin/.pth checkpoint must be converted first)",
-           path);
-    }
-  } else if (path.size() >= 11 && path.compare(path.size() - 11, 11, ".index.json") == 0) {
-    index_path = path;
-  } else {
-    add_file(path);
+  if (!fs::is_directory(st)) {
+    add(path);
     return;
   }
+  // safetensors first, as Hugging Face prefers them when a folder holds both.
+  const fs::path dir(path);
+  for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
+                           "pytorch_model.bin"}) {
+    const std::string file = (dir / name).string();
+    if (fs::exists(file, ec)) {
+      add(file);
+      return;
+    }
+  }
+  fail("{}: found none of model.safetensors, model.safetensors.index.json, pytorch_model.bin and "
+       "pytorch_model.bin.index.json, expected a Hugging Face checkpoint\nhint: point at the folder holding the "
+       "weights (a checkpoint in another format, such as Meta's consolidated.00.pth, must be converted to the "
+       "Hugging Face layout first)",
+       path);
+}
 
-  // Sharded: the index maps every tensor name to a shard file in the same folder.
-  const std::string text = read_small_file(index_path, kMaxHeader, "safetensors index");
+void SafetensorsCheckpoint::add(const std::string& file) {
+  if (file.ends_with(".index.json"))
+    add_index(file);
+  else
+    add_file(file);
+}
+
+void SafetensorsCheckpoint::add_file(const std::string& file) {
+  files_.push_back(open_tensor_file(file));
+  const TensorFile* f = files_.back().get();
+  for (const TensorView& t : f->tensors()) index_[t.name] = {f, &t};
+}
+
+// Sharded: the index maps every tensor name to a shard file in the same folder.
+void SafetensorsCheckpoint::add_index(const std::string& index_path) {
+  std::error_code ec;
+  const std::string text = read_small_file(index_path, kMaxHeader, "checkpoint index");
   json index = parse_json_strict(text.data(), text.data() + text.size(), index_path);
   if (!index.is_object())
     fail("{}: index is a JSON {}, expected an object with \"weight_map\"\n{}", index_path, index.type_name(), kHint);
@@ -493,7 +513,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
     fail("{}: \"weight_map\" is {}, expected an object mapping tensor names to shard files\n{}", index_path,
          wm == index.end() ? std::string("missing") : preview(*wm), kHint);
   const fs::path dir = fs::path(index_path).parent_path();
-  std::map<std::string, const SafetensorsFile*> shards;
+  std::map<std::string, const TensorFile*> shards;
   for (auto it = wm->begin(); it != wm->end(); ++it) {
     if (!it->is_string())
       fail("{}: weight_map maps tensor {} to {}, expected a shard file name (a string)\n{}", index_path,
@@ -511,7 +531,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
              "shard file next to the index\nhint: the checkpoint is incomplete; re-download the "
              "missing shard",
              index_path, quoted(it.key()), quoted(shard), shard_path);
-      files_.push_back(std::make_unique<SafetensorsFile>(shard_path));
+      files_.push_back(open_tensor_file(shard_path));
       s = shards.emplace(shard, files_.back().get()).first;
     }
     const TensorView* t = s->second->find(it.key());

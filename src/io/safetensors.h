@@ -1,5 +1,6 @@
 // safetensors (docs/formats.md section 3): mmap-based reader for one file or a sharded checkpoint
-// (model.safetensors.index.json), and a writer that produces byte-identical output to the
+// (model.safetensors.index.json; a folder of pytorch_model.bin files opens through the same checkpoint
+// class, io/torch_checkpoint.h reading them), and a writer that produces byte-identical output to the
 // reference implementation (dtype-descending then name order, compact JSON, 8-byte padded header,
 // __metadata__ first). Every validation failure throws Error naming the file and the tensor.
 #pragma once
@@ -33,29 +34,47 @@ struct TensorView {
   int64_t numel() const;
 };
 
-// One mmapped .safetensors file, fully validated at open.
-class SafetensorsFile {
+// A file of named tensors, mmapped and fully validated at open: a .safetensors file (below) or a
+// torch.save archive (io/torch_checkpoint.h). Its TensorViews point into the mmap.
+class TensorFile {
  public:
-  explicit SafetensorsFile(const std::string& path);  // throws Error
-  ~SafetensorsFile();
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  virtual ~TensorFile() = default;
+  TensorFile(const TensorFile&) = delete;
+  TensorFile& operator=(const TensorFile&) = delete;
 
   const std::string& path() const { return path_; }
-  const std::vector<TensorView>& tensors() const { return tensors_; }  // in offset order
-  const TensorView* find(const std::string& name) const;              // nullptr if absent
+  const std::vector<TensorView>& tensors() const { return tensors_; }
+  const TensorView* find(const std::string& name) const;  // nullptr if absent
+
+ protected:
+  explicit TensorFile(const std::string& path) : path_(path) {}
+  void index_names();  // by_name_ from tensors_, once they are filled
+
+  std::string path_;
+  std::vector<TensorView> tensors_;
+  std::map<std::string, size_t> by_name_;  // name -> index in tensors_
+};
+
+// One mmapped .safetensors file; tensors() in offset order.
+class SafetensorsFile : public TensorFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);  // throws Error
+  ~SafetensorsFile() override;
+
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
-  std::string path_;
   MappedFile map_;
-  std::vector<TensorView> tensors_;
-  std::map<std::string, size_t> by_name_;  // name -> index in tensors_
   std::map<std::string, std::string> metadata_;
 };
 
-// A checkpoint folder or file: DIR/model.safetensors, DIR/model.safetensors.index.json + shards,
-// or a direct path to one .safetensors file.
+// The file of one checkpoint's weights by its name: a torch.save archive (*.bin, *.pt, *.pth) or a
+// .safetensors file (any other name).
+std::unique_ptr<TensorFile> open_tensor_file(const std::string& path);  // throws Error
+
+// A checkpoint folder or file: DIR/model.safetensors, DIR/model.safetensors.index.json + shards, and
+// when the folder has neither, DIR/pytorch_model.bin or DIR/pytorch_model.bin.index.json + shards
+// (torch.save archives, io/torch_checkpoint.h); or a direct path to one such file or index.
 class SafetensorsCheckpoint {
  public:
   explicit SafetensorsCheckpoint(const std::string& path);  // throws Error
@@ -63,7 +82,7 @@ class SafetensorsCheckpoint {
   // Throws Error "<path>: tensor <name> not found" when absent.
   const TensorView& get(const std::string& name) const;
   std::vector<std::string> names() const;
-  // The .safetensors file that holds tensor `name` (Error as get() when absent), for messages.
+  // The file that holds tensor `name` (Error as get() when absent), for messages.
   const std::string& file_of(const std::string& name) const;
   // Copies a tensor into fp32 (converting F32/BF16/F16), checking the shape; throws Error naming
   // the file, tensor, shape seen and shape expected.
@@ -76,9 +95,13 @@ class SafetensorsCheckpoint {
   const std::string& path() const { return path_; }
 
  private:
+  void add(const std::string& file);  // a tensor file or an index (*.index.json)
+  void add_file(const std::string& file);
+  void add_index(const std::string& index_path);
+
   std::string path_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, std::pair<const SafetensorsFile*, const TensorView*>> index_;
+  std::vector<std::unique_ptr<TensorFile>> files_;
+  std::map<std::string, std::pair<const TensorFile*, const TensorView*>> index_;
 };
 
 struct TensorToWrite {
