@@ -117,9 +117,9 @@ int sample_token(const std::vector<float>& logits, float temperature, float top_
 
 void run_generate(const GenerateOptions& o) {
   if (!is_directory(o.model_dir))
-    fail("generate: model folder {} {}, expected a Hugging Face folder with config.json, *.safetensors and "
-         "tokenizer.model\nhint: check the path (`llamatrain export CHECKPOINT --hf DIR`, or training with "
-         "convert_to_hf=true, writes such a folder)",
+    fail("generate: model folder {} {}, expected a Hugging Face folder with config.json, *.safetensors (or "
+         "pytorch_model*.bin) and tokenizer.model\nhint: check the path (`llamatrain export CHECKPOINT --hf DIR`, "
+         "or training with convert_to_hf=true, writes such a folder)",
          o.model_dir, path_exists(o.model_dir) ? "is not a folder" : "does not exist");
   // The folder's own tokenizer: tokenizer.json (with the tokenizer_config.json beside it), else the
   // SentencePiece tokenizer.model.
@@ -210,7 +210,8 @@ void register_generate(CLI::App& app) {
       "  llamatrain generate out/hf --chat --prompt \"Hi\" --print-prompt-ids   # the template's ids, no model run\n"
       "  llamatrain generate /models/Qwen3-8B --chat --no-thinking --prompt \"Hi\"");
   cmd->add_option("model", o->model_dir,
-                  "HF folder with config.json, *.safetensors and tokenizer.json or tokenizer.model")
+                  "HF folder with config.json, *.safetensors or pytorch_model*.bin, and tokenizer.json or "
+                  "tokenizer.model")
       ->required();
   cmd->add_option("--prompt", o->prompt, "Prompt text (BOS is prepended when the tokenizer has one)")->required();
   cmd->add_option("--tokenizer-model", o->tokenizer_model,

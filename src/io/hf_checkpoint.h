@@ -56,7 +56,8 @@ std::string hf_names_of(const model::LlamaConfig& config, const std::string& ten
 // exact copy of model.embed_tokens.weight. q/k/v biases (qkv_bias) are rows of "bqkv", one column each.
 // progress (optional) gets the bytes read of each tensor: model.num_params() elements of the files'
 // dtype in all. With growth (io/vocab_resize.h) the checkpoint has growth->base_rows vocabulary rows and
-// the model growth->rows: the base rows are copied and the new ones made by fill_new_rows.
+// the model growth->rows: the base rows are copied and the new ones made by fill_new_rows. A folder of
+// pytorch_model.bin files (or their index) instead of safetensors loads the same way (SafetensorsCheckpoint).
 struct VocabGrowth;
 // load_hf_weights' checks that need no tensor's data, from the headers alone (what `plan` checks): the
 // same Errors for a missing tensor, a wrong shape or dtype, or a tensor the architecture lacks. Returns

@@ -319,8 +319,8 @@ Schema build_schema() {
   s.key("model.resume_from_checkpoint", FIELD(model.resume_from_checkpoint), "null",
         "a checkpoint folder to load (weights, optimizer, step, data position)");
   s.ours("model.init_from", FIELD(model.init_from), "null",
-         "a Hugging Face folder (config.json, safetensors, tokenizer.model) to start from; the architecture then "
-         "comes from its config.json and model shape keys must agree with it or be absent");
+         "a Hugging Face folder (config.json, safetensors or pytorch_model.bin, tokenizer.model) to start from; the "
+         "architecture then comes from its config.json and model shape keys must agree with it or be absent");
   s.ours("model.new_token_init", FIELD(model.new_token_init), "subword_mean",
          "with init_from and a tokenizer with more pieces than its vocab_size: the new embedding and output rows; "
          "subword_mean (each the mean of the rows of the pieces init_from's tokenizer.model splits its text into), "

@@ -55,7 +55,7 @@ void apply_init_from(TrainConfig& cfg, const Context& ctx) {
   const std::string dir = *m.init_from;
   if (!fs::is_directory(dir))
     fail_key(ctx, "model.init_from", "got '{}', which is not a folder, expected a Hugging Face model folder\n"
-             "hint: the folder holds config.json, *.safetensors and tokenizer.model", dir);
+             "hint: the folder holds config.json, *.safetensors (or pytorch_model*.bin) and tokenizer.model", dir);
   const std::string json = (fs::path(dir) / "config.json").string();
   if (!fs::exists(json))
     fail_key(ctx, "model.init_from", "'{}' has no config.json, expected a Hugging Face model folder\n"

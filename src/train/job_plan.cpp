@@ -217,9 +217,9 @@ PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p, obs::StepWork* sh
                       prefixes.size() == 1 ? "" : "s", obs::format_count(double(tokens)), dtypes, max_id, vocab_what)};
 }
 
-// model.init_from's weights can be opened as train opens them (safetensors headers, shards of an index)
-// and hold what the model reads: a folder of pytorch_model.bin only, a truncated header, a missing
-// shard, a missing tensor, a wrong shape or dtype, a tensor the architecture lacks is a FAIL before the
+// model.init_from's weights can be opened as train opens them (safetensors headers or pytorch_model.bin
+// archives, shards of an index) and hold what the model reads: a folder without weights, a truncated
+// header or archive, a missing shard, a missing tensor, a wrong shape or dtype, a tensor the architecture lacks is a FAIL before the
 // job waits for nodes, in train's words. The tensors' values are read when the run starts.
 PlanCheck check_weights(const TrainConfig& cfg, const RunPlan& p) {
   if (!cfg.model.init_from) return {Status::pass, "weights", "random initialization (no model.init_from)"};

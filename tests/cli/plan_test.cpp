@@ -388,7 +388,7 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
   write_file(dir / "gemma/tokenizer_config.json", R"({"chat_template": "{{ bos_token }}<start_of_turn>user"})");
   const std::string bin_only = hf_folder(dir, "bin_only", 64, 176, 2, 4, 2, 500, 1e-6, 256);
   std::filesystem::remove(bin_only + "/model.safetensors");
-  write_file(bin_only + "/pytorch_model.bin", "not read");
+  write_file(bin_only + "/pytorch_model.bin", "not a zip");
   // Weights of a 2-layer model under a config.json of 3 layers, and of another MLP width.
   const std::string missing = hf_folder(dir, "missing", 64, 176, 2, 4, 2, 500, 1e-6, 256);
   const std::string narrow = hf_folder(dir, "narrow", 64, 176, 2, 4, 2, 500, 1e-6, 256);
@@ -434,7 +434,7 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
       {"a chat template none of the built-in ones renders", "data",
        sft(dir / "tools.jsonl", {"model.data.chat=true", "model.tokenizer.model=" + (dir / "gemma/tokenizer.model")})},
       {"fine-tuning data that does not exist", "layout", sft(dir / "none.jsonl")},
-      {"weights in pytorch_model.bin only", "weights", pretrain({"model.init_from=" + bin_only})},
+      {"a pytorch_model.bin that is not a torch.save archive", "weights", pretrain({"model.init_from=" + bin_only})},
       {"weights that miss a layer's tensors", "weights", pretrain({"model.init_from=" + missing, "model.num_layers=3"})},
       {"weights of another shape", "weights", pretrain({"model.init_from=" + narrow, "model.ffn_hidden_size=192"})},
       {"a .bin shorter than its .idx", "data", pretrain({"model.data.data_prefix=[1.0," + cut + "]"})},
