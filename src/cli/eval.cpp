@@ -12,6 +12,8 @@
 // Bits per byte is the same losses summed, over ln 2 and the targets' bytes of text (data/piece_lengths.h;
 // per character likewise). No shuffling: the same data gives the same figures. Without a tokenizer
 // (the folder's tokenizer.model or tokenizer.json, or --tokenizer) the per-byte figures are left out.
+// - On a multiple-choice benchmark (--task mmlu|ceval|cmmlu --data DIR): k-shot accuracy per subject,
+//   category and overall (src/eval/: the files, the prompts, the scoring); one process.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -30,6 +32,10 @@
 #include "data/piece_lengths.h"
 #include "data/sft.h"
 #include "data/tokenizer.h"
+#include "eval/benchmark.h"
+#include "eval/choice_scorer.h"
+#include "eval/prompts.h"
+#include "eval/summary.h"
 #include "io/hf_checkpoint.h"
 #include "obs/progress.h"
 
@@ -50,6 +56,12 @@ struct EvalArgs {
   std::string device = "cpu";
   std::string tokenizer;  // "" : MODEL/tokenizer.model (else tokenizer.json) if there is one
   bool json = false;
+  // Benchmarks (--task): --data is the benchmark's folder.
+  std::string task;
+  int shots = 5;
+  std::vector<std::string> subjects;
+  std::string dump;          // JSONL of every question's prompt, log-likelihoods and prediction
+  bool seq_given = false;    // --seq-length given (else the model's context)
 };
 
 struct EvalResult {
@@ -228,7 +240,128 @@ void print_result(const std::string& what, const EvalResult& r, const EvalArgs& 
   std::fflush(stdout);
 }
 
+// ---- multiple-choice benchmarks ----
+
+void write_dump(const std::string& path, const eval::Benchmark& b, const std::vector<eval::ScoredQuestion>& scored) {
+  std::string out;
+  for (const auto& q : scored) {
+    const auto& p = q.prepared;
+    nlohmann::ordered_json j{{"subject", b.subjects[size_t(p.subject)].name},
+                             {"index", p.index},
+                             {"shots", p.shots},
+                             {"cut", p.cut},
+                             {"one_pass", p.one_pass},
+                             {"tokens", p.tokens},
+                             {"continuation_tokens", p.continuation_tokens},
+                             {"context", p.context},
+                             {"loglik", q.loglik},
+                             {"predicted", q.predicted},
+                             {"predicted_norm", q.predicted_norm},
+                             {"answer", q.answer}};
+    out += j.dump() + "\n";
+  }
+  write_file_atomic(path, out);
+}
+
+nlohmann::ordered_json group_json(const eval::GroupAccuracy& g) {
+  return {{"name", g.name}, {"questions", g.micro.questions}, {"correct", g.micro.correct},
+          {"acc", g.micro.acc()}, {"acc_norm", g.micro.acc_norm()}, {"acc_macro", g.macro}, {"subjects", g.subjects}};
+}
+
+void print_benchmark_json(const eval::Benchmark& b, const eval::Summary& s, const EvalArgs& a, int seq) {
+  nlohmann::ordered_json j{{"task", eval::task_name(b.task)},
+                           {"split", eval::scored_split(b.task)},
+                           {"shots", a.shots},
+                           {"seq_length", seq},
+                           {"prompts", "lm-evaluation-harness"},
+                           {"headline", eval::headline_macro(b.task) ? "acc_macro" : "acc"},
+                           {"acc", s.overall.micro.acc()},
+                           {"acc_norm", s.overall.micro.acc_norm()},
+                           {"acc_macro", s.overall.macro},
+                           {"questions", s.overall.micro.questions},
+                           {"correct", s.overall.micro.correct},
+                           {"one_pass", s.one_pass},
+                           {"fewer_shots", s.fewer_shots},
+                           {"cut", s.cut}};
+  j["categories"] = nlohmann::ordered_json::array();
+  for (const auto& c : s.categories) j["categories"].push_back(group_json(c));
+  j["subjects"] = nlohmann::ordered_json::array();
+  for (const auto& x : s.subjects) j["subjects"].push_back(group_json(x));
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void print_benchmark_table(const eval::Benchmark& b, const eval::Summary& s, const EvalArgs& a, int seq) {
+  std::printf("%s %d-shot, %s split, lm-evaluation-harness prompts, %lld questions of %zu subjects, %d tokens "
+              "at most\n\n",
+              eval::task_title(b.task), a.shots, eval::scored_split(b.task), (long long)s.overall.micro.questions,
+              s.subjects.size(), seq);
+  std::printf("%-42s %9s %8s\n", "subject", "questions", "acc");
+  for (const auto& x : s.subjects)
+    std::printf("%-42s %9lld %8.4f\n", x.name.c_str(), (long long)x.micro.questions, x.micro.acc());
+  std::printf("\n%-24s %8s %9s %8s %8s\n", "category", "subjects", "questions", "micro", "macro");
+  for (const auto& c : s.categories)
+    std::printf("%-24s %8d %9lld %8.4f %8.4f\n", c.name.c_str(), c.subjects, (long long)c.micro.questions,
+                c.micro.acc(), c.macro);
+  std::printf("%-24s %8d %9lld %8.4f %8.4f\n", "overall", s.overall.subjects,
+              (long long)s.overall.micro.questions, s.overall.micro.acc(), s.overall.macro);
+  std::printf("\n%s: %.4f (%s)\n", eval::task_title(b.task),
+              eval::headline_macro(b.task) ? s.overall.macro : s.overall.micro.acc(),
+              eval::headline_macro(b.task) ? "macro: the mean of the subjects' accuracies, as its papers report it"
+                                           : "micro: correct answers over all questions, as its papers report it");
+  std::fflush(stdout);
+}
+
+// What a run's fit of the prompts to the context did, on stderr.
+void note_fitting(const eval::Summary& s, const EvalArgs& a, int seq) {
+  if (s.fewer_shots > 0)
+    std::fprintf(stderr,
+                 "note: %lld questions had fewer than %d examples (the subject has fewer dev rows, or the last ones "
+                 "were dropped to fit %d tokens)\n",
+                 (long long)s.fewer_shots, a.shots, seq);
+  if (s.cut > 0)
+    std::fprintf(stderr, "note: %lld questions did not fit %d tokens even without examples: their first tokens were cut\n",
+                 (long long)s.cut, seq);
+}
+
+void run_benchmark(const EvalArgs& a) {
+  const eval::Task task = eval::parse_task(a.task);
+  if (a.prefixes.size() != 1 || !a.chats.empty())
+    fail("--task {}: {} --data folders{}, expected one (the benchmark's folder)\nhint: llamatrain eval MODEL --task {} "
+         "--data DIR",
+         a.task, a.prefixes.size(), a.chats.empty() ? "" : " and --chat files", a.task);
+  if (a.shots < 0 || a.shots > 5)
+    fail("--shots {}: expected 0 to 5 (the dev split holds 5 examples per subject)", a.shots);
+  const eval::Benchmark bench = eval::load_benchmark(task, a.prefixes[0], a.subjects, a.shots > 0);
+  if (task == eval::Task::ceval)
+    std::fprintf(stderr, "note: C-Eval's test answers are not public: scoring the val split (%lld questions)\n",
+                 (long long)bench.num_questions());
+  const std::string tokenizer_path = find_tokenizer(a);
+  if (tokenizer_path.empty())
+    fail("--task {}: {} has no tokenizer.model or tokenizer.json to write the prompts with\nhint: give the model's: "
+         "--tokenizer PATH",
+         a.task, a.model_dir);
+  const data::Tokenizer tok(tokenizer_path);
+  auto m = io::load_hf_model(a.model_dir, model::parse_precision(a.precision), model::choose_device(a.device, "--device"));
+  const int context = m->config().max_seq_len;
+  if (a.seq_given && a.seq > context)
+    fail("--seq-length {}: the model's context is {} tokens, expected at most that", a.seq, context);
+  eval::ScoreOptions o;
+  o.shots = a.shots;
+  o.seq = a.seq_given ? a.seq : context;
+  o.batch = a.batch;
+  o.keep_prompts = !a.dump.empty();
+  const std::vector<eval::ScoredQuestion> scored = eval::score_benchmark(*m, tok, bench, o);
+  const eval::Summary summary = eval::summarize(bench, scored, a.shots);
+  if (!a.dump.empty()) write_dump(a.dump, bench, scored);
+  note_fitting(summary, a, o.seq);
+  if (a.json)
+    print_benchmark_json(bench, summary, a, o.seq);
+  else
+    print_benchmark_table(bench, summary, a, o.seq);
+}
+
 void run_eval(const EvalArgs& a) {
+  if (!a.task.empty()) return run_benchmark(a);
   if (a.prefixes.empty() && a.chats.empty())
     fail("eval: nothing to score\nhint: give --data PREFIX (an indexed dataset) or --chat FILE.jsonl (conversations)");
   const auto precision = model::parse_precision(a.precision);
@@ -292,9 +425,19 @@ void register_eval(CLI::App& app) {
       "--max-windows 64 --precision bf16-mixed\n"
       "  llamatrain eval runs/zh/hf --data data/zh_val_text_document --json | jq .bits_per_char   # vs the base model's\n"
       "  llamatrain eval runs/pretrain/checkpoints/step_100 --data data/val_text_document --tokenizer tokenizer.model\n"
-      "  llamatrain eval runs/sft/hf --chat data/chat_val.jsonl --seq-length 2048   # = the run's val_loss on that file\n");
+      "  llamatrain eval runs/sft/hf --chat data/chat_val.jsonl --seq-length 2048   # = the run's val_loss on that file\n\n"
+      "Multiple-choice benchmarks (--task): --data is the folder the benchmark's archive unpacks into\n"
+      "(MMLU: data/ with dev/ and test/; C-Eval: dev/ and val/, its test answers being unpublished;\n"
+      "CMMLU: dev/ and test/). Each question is written as lm-evaluation-harness writes it, after --shots\n"
+      "examples from dev, and the choice whose \" A\" .. \" D\" is the most likely is the model's answer.\n"
+      "Accuracy per subject, per category, and overall (micro: over questions; macro: the mean over\n"
+      "subjects, C-Eval's and CMMLU's published average). --batch is sequences per forward pass.\n\n"
+      "  llamatrain eval runs/zh/hf --task cmmlu --data cmmlu_v1_0_1            # did Chinese improve?\n"
+      "  llamatrain eval runs/zh/hf --task ceval --data ceval-exam --json | jq .acc_macro\n"
+      "  llamatrain eval /models/Llama-2-7b-hf --task mmlu --data mmlu/data --precision bf16-mixed   # English kept?\n"
+      "  llamatrain eval runs/zh/hf --task mmlu --data mmlu --shots 0 --subjects college_physics,virology --dump q.jsonl\n");
   cmd->add_option("model", a->model_dir, "checkpoint folder (step_N) or Hugging Face folder")->required();
-  cmd->add_option("--data", a->prefixes, "dataset prefix (repeatable)");
+  cmd->add_option("--data", a->prefixes, "dataset prefix (repeatable); with --task, the benchmark's folder");
   cmd->add_option("--chat", a->chats,
                   "conversation JSONL ({\"messages\"}, ShareGPT or Alpaca rows; repeatable): only the assistant "
                   "turns are scored, as fine-tuning trains them")
@@ -305,7 +448,11 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--pack", a->pack,
                 "--chat: pack conversations into each sample (each attends to itself only), as pack: true trains");
-  cmd->add_option("--seq-length", a->seq, "tokens per window")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  CLI::Option* seq_option = cmd->add_option("--seq-length", a->seq,
+                                            "tokens per window (--task: the most tokens a prompt may have; default "
+                                            "the model's context)")
+                                ->capture_default_str()
+                                ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--batch", a->batch, "windows per forward pass")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-windows", a->max_windows,
                   "stop after this many windows (samples with --chat) per dataset (0: all)")
@@ -316,8 +463,19 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--tokenizer", a->tokenizer,
                   "tokenizer.model or tokenizer.json the data was made with (default: the model folder's, if it "
                   "has one)");
-  cmd->add_flag("--json", a->json, "one JSON object per dataset on stdout");
-  cmd->callback([a] { run_eval(*a); });
+  cmd->add_flag("--json", a->json, "one JSON object per dataset (benchmark) on stdout");
+  cmd->add_option("--task", a->task,
+                  "score a multiple-choice benchmark: mmlu | ceval | cmmlu (--data is then its folder)");
+  cmd->add_option("--shots", a->shots, "--task: examples from the dev split before each question (0 to 5)")
+      ->capture_default_str();
+  cmd->add_option("--subjects", a->subjects, "--task: only these subjects (file-name stems, comma separated)")
+      ->delimiter(',');
+  cmd->add_option("--dump", a->dump,
+                  "--task: write every question's prompt, choice log-likelihoods and prediction to this JSONL file");
+  cmd->callback([a, seq_option] {
+    a->seq_given = seq_option->count() > 0;
+    run_eval(*a);
+  });
 }
 
 }  // namespace llamatrain::cli

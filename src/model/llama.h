@@ -253,6 +253,10 @@ class LlamaModel {
   // Logits (B*T, V) of the last forward's final-norm output into host memory (tests and evaluation
   // only; a single rank's model).
   void logits(float* out);
+  // Logits (n, V) of `rows` (indices b*T + t into the last forward's B*T tokens) only, into host
+  // memory: what scoring a few positions of long sequences needs (multiple-choice evaluation), in
+  // n x V floats instead of B*T x V. Same single-rank rule as logits().
+  void logits_rows(float* out, const int64_t* rows, int n);
 
   // Pipeline stages. A micro-batch's activations live in one of `slots` sets (1F1B keeps up to
   // PP - stage micro-batches in flight); set before a forward, like set_recompute.

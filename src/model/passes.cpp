@@ -409,4 +409,20 @@ void LlamaModel::logits(float* out) {
   k_.copy_to_host(out, dev.data(), sizeof(float) * size_t(N) * V);
 }
 
+void LlamaModel::logits_rows(float* out, const int64_t* rows, int n) {
+  CHECK(B_ > 0, "logits_rows() before forward()");
+  CHECK(!is_sharded(), "logits_rows() of a model-parallel rank");
+  const int C = config_.dim, V = config_.vocab_size;
+  // Gather the rows' final-norm outputs (n, C), then one lm-head matmul over them.
+  Buffer<float> x(&k_), logits(&k_);
+  x.assign_zero(int64_t(n) * C);
+  for (int i = 0; i < n; i++) {
+    CHECK(rows[i] >= 0 && rows[i] < int64_t(B_) * T_, "logits_rows(): row {} outside the batch", rows[i]);
+    k_.copy(x.data() + int64_t(i) * C, acts_.lnf + rows[i] * C, sizeof(float) * size_t(C));
+  }
+  logits.assign_zero(int64_t(n) * V);
+  k_.matmul_forward(logits.data(), x.data(), params_.wout, n, C, V);
+  k_.copy_to_host(out, logits.data(), sizeof(float) * size_t(n) * V);
+}
+
 }  // namespace llamatrain::model

@@ -17,8 +17,9 @@ declare -A uses=(
   [model]="core kernels/ref kernels/cpu kernels/cuda parallel"
   [io]="core data model"
   [obs]="core model"
+  [eval]="core data model obs"
   [train]="core parallel data model io obs"
-  [cli]="core parallel data model io obs train"
+  [cli]="core parallel data model io obs eval train"
 )
 layer_of() {  # src-relative path -> layer
   case "$1" in

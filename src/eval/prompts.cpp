@@ -1,0 +1,68 @@
+// Prompt strings of the three benchmarks (see prompts.h for the layout and its source).
+#include "eval/prompts.h"
+
+#include <fmt/format.h>
+
+#include "core/utf8.h"
+
+namespace llamatrain::eval {
+
+namespace {
+
+// The code points Python's str.isspace() is true for (Unicode White_Space with bidi class WS, B or
+// S, or category Zs): ASCII's \t \n \v \f \r, the separators \x1c-\x1f, space, NEL, NBSP and the
+// Unicode spaces and line/paragraph separators.
+bool python_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Whether the character at s[i] is a space, and its length (an invalid byte sequence: its maximal
+// invalid subpart, never a space).
+bool space_at(std::string_view s, size_t i, size_t* length) {
+  size_t bad = 0;
+  const size_t n = utf8_sequence(reinterpret_cast<const unsigned char*>(s.data()) + i, s.size() - i, &bad);
+  *length = n > 0 ? n : bad;
+  return n > 0 && python_space(utf8_decode_at(s, i));
+}
+
+std::string choice_letter(int choice) { return std::string(1, char('A' + choice)); }
+
+}  // namespace
+
+std::string python_strip(std::string_view s) {
+  size_t begin = 0, end = 0, n = 0;  // [begin, end): from the first to past the last non-space character
+  while (begin < s.size() && space_at(s, begin, &n)) begin += n;
+  for (size_t i = begin; i < s.size(); i += n)
+    if (!space_at(s, i, &n)) end = i + n;
+  return std::string(s.substr(begin, end > begin ? end - begin : 0));
+}
+
+std::string prompt_description(Task t, const Subject& s) {
+  switch (t) {
+    case Task::mmlu: return fmt::format("The following are multiple choice questions (with answers) about {}.\n\n", s.title);
+    case Task::ceval: return fmt::format("以下是中国关于{}的单项选择题，请选出其中的正确答案。\n\n", s.title);
+    case Task::cmmlu: return fmt::format("以下是关于{}的单项选择题，请直接给出正确答案的选项。\n\n", s.title);
+  }
+  return "";
+}
+
+std::string question_text(Task t, const Question& q) {
+  std::string out = python_strip(q.question);
+  for (int k = 0; k < 4; k++) out += fmt::format("\n{}. {}", choice_letter(k), q.choices[size_t(k)]);
+  out += t == Task::mmlu ? "\nAnswer:" : "\n答案：";
+  return out;
+}
+
+std::string continuation(int choice) { return fmt::format(" {}", choice_letter(choice)); }
+
+std::string build_context(Task t, const Subject& s, int shots, const Question& q) {
+  std::string out = prompt_description(t, s);
+  for (int i = 0; i < shots && i < int(s.dev.size()); i++) {
+    const Question& shot = s.dev[size_t(i)];
+    out += question_text(t, shot) + continuation(shot.answer) + "\n\n";
+  }
+  return out + question_text(t, q);
+}
+
+}  // namespace llamatrain::eval
