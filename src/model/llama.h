@@ -253,6 +253,9 @@ class LlamaModel {
   // Logits (B*T, V) of the last forward's final-norm output into host memory (tests and evaluation
   // only; a single rank's model).
   void logits(float* out);
+  // The cross-entropy summed over each sequence of the last loss (forward, or stage_loss on the last
+  // stage), in fp64: out (B). Validation splits its figure by the data source of each sequence.
+  void sequence_loss_sums(double* out) const;
 
   // Pipeline stages. A micro-batch's activations live in one of `slots` sets (1F1B keeps up to
   // PP - stage micro-batches in flight); set before a forward, like set_recompute.
