@@ -85,6 +85,7 @@ void run_samples(const SamplesArgs& a) {
   train::MicroBatch batch = data.micro_batch(1);
   const std::vector<int32_t>& tokens = batch.tokens;
   const std::vector<int32_t>& targets = batch.targets;
+  const std::vector<std::string>& sources = data.sources(split);  // names, when the split blends several
   // Fine-tuning: the files, the chat template and the rows rejected, as the trainer logs them.
   if (!a.json && cfg.model.data.fine_tuning) std::printf("%s", data.describe().c_str());
   if (!a.json)
@@ -102,10 +103,12 @@ void run_samples(const SamplesArgs& a) {
       nlohmann::json j{{"index", i}, {"tokens", tokens}, {"labels", targets}, {"loss_mask", loss_mask}};
       if (!batch.positions.empty()) j["position_ids"] = batch.positions;
       if (data.documents()) j["document_starts"] = starts;
+      if (!sources.empty()) j["source"] = sources[size_t(batch.source[0])];
       std::printf("%s\n", j.dump().c_str());
       continue;
     }
-    std::printf("sample %lld (%lld of %d targets in the loss):\n", (long long)i, (long long)valid, T);
+    std::printf("sample %lld (%lld of %d targets in the loss%s):\n", (long long)i, (long long)valid, T,
+                sources.empty() ? "" : fmt::format("; source {}", sources[size_t(batch.source[0])]).c_str());
     if (tok) {
       const std::vector<int> ids(tokens.begin(), tokens.end());
       std::printf("  text: %s\n", nlohmann::json(tok->decode(ids)).dump(-1, ' ', false,
@@ -148,7 +151,9 @@ void register_data_samples(CLI::App& data_cmd) {
       "  llamatrain data samples run.yaml --first 100 --json > samples.jsonl    # ids and labels (-100 = masked)\n"
       "  llamatrain data samples sft.yaml model.data.chat=true model.data.chat_template=llama3 --first 2\n\n"
       "The `loss:` line shows the text again with the ids the loss trains on between \u27E6 and \u27E7 (for chat data:\n"
-      "each assistant turn and its end token); --json gives loss_mask, 1 per target position in the loss.\n");
+      "each assistant turn and its end token); --json gives loss_mask, 1 per target position in the loss. Where\n"
+      "the split blends several data_prefix sources, each sample names its source (as validation's per-source\n"
+      "figures do).\n");
   cmd->add_option("config", a->config, "YAML config")->required();
   cmd->add_option("overrides", a->overrides, "key=value overrides");
   cmd->add_option("--split", a->split, "train | validation | test")

@@ -1,6 +1,7 @@
 // Blending and the top-level dataset builder; see blend.h.
 #include "data/blend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,8 @@
 #include "core/error.h"
 
 namespace llamatrain::data {
+
+namespace fs = std::filesystem;
 
 double numpy_sum(const double* a, int64_t n) {
   // numpy's pairwise_sum: < 8 items left to right from 0; <= 128 with 8 accumulators; else halves.
@@ -156,6 +159,11 @@ int64_t BlendedDataset::sample_text(int64_t i, int32_t* text) const {
   return datasets_[size_t(dataset_index_[size_t(i)])]->sample_text(dataset_sample_index_[size_t(i)], text);
 }
 
+int BlendedDataset::source_of(int64_t i) const {
+  CHECK(i >= 0 && i < size_, "blended sample {} of {}", i, size_);
+  return dataset_index_[size_t(i)];
+}
+
 BlendSpec parse_data_prefix(const std::vector<std::string>& items) {
   if (items.empty()) fail("data_prefix is empty\nhint: data_prefix: [1.0, /path/to/corpus_text_document]");
   auto as_number = [](const std::string& s, double* v) {
@@ -238,14 +246,74 @@ std::shared_ptr<const SampleDataset> build_gpt_split(const GptDataConfig& cfg, c
   return std::make_shared<const BlendedDataset>(parts, lens, n < 0 ? -1 : std::min(n, total));
 }
 
+const std::vector<std::string>& split_data_prefix(const GptDataConfig& cfg, Split split) {
+  if (!cfg.per_split || split == Split::train) return cfg.data_prefix;
+  return split == Split::valid ? cfg.validation_prefix : cfg.test_prefix;
+}
+
+std::vector<std::string> source_names(const std::vector<std::string>& prefixes) {
+  std::vector<std::vector<std::string>> parts;  // each prefix's path components, last first
+  for (const std::string& p : prefixes) {
+    std::vector<std::string> c;
+    for (const auto& part : fs::path(p).lexically_normal()) {
+      if (!part.empty() && part != "/") c.push_back(part.string());
+    }
+    std::reverse(c.begin(), c.end());
+    if (c.empty()) c.push_back(p);
+    for (const char* end : {"_text_document", "_document"}) {
+      const std::string e = end;
+      if (c[0].size() > e.size() && c[0].compare(c[0].size() - e.size(), e.size(), e) == 0) {
+        c[0].resize(c[0].size() - e.size());
+        break;
+      }
+    }
+    parts.push_back(std::move(c));
+  }
+  auto name = [&](size_t i, size_t depth) {
+    std::string n;
+    for (size_t d = std::min(depth, parts[i].size()); d-- > 0;) n += (n.empty() ? "" : "/") + parts[i][d];
+    return n;
+  };
+  std::vector<std::string> out(prefixes.size());
+  for (size_t i = 0; i < prefixes.size(); i++) {
+    // The fewest trailing components that no other prefix (with a different path) shares.
+    size_t depth = 1;
+    for (size_t j = 0; j < prefixes.size(); j++) {
+      if (j == i || parts[j] == parts[i]) continue;
+      while (depth < parts[i].size() && name(i, depth) == name(j, depth)) depth++;
+    }
+    out[i] = name(i, depth);
+  }
+  for (size_t i = 0; i < out.size(); i++) {  // the same prefix twice
+    int seen = 1;
+    for (size_t j = 0; j < i; j++) seen += parts[j] == parts[i];
+    if (seen > 1) out[i] += fmt::format("#{}", seen);
+  }
+  return out;
+}
+
 std::array<std::shared_ptr<const SampleDataset>, 3> build_gpt_datasets(const GptDataConfig& cfg,
                                                                        std::array<int64_t, 3> num_samples,
                                                                        const SourceOpener& open) {
-  BlendSpec spec = parse_data_prefix(cfg.data_prefix);
-  std::vector<std::shared_ptr<const TokenSource>> sources;
-  for (const auto& p : spec.prefixes) sources.push_back(open(p));
   std::array<std::shared_ptr<const SampleDataset>, 3> out;
-  for (int k = 0; k < 3; k++) out[size_t(k)] = build_gpt_split(cfg, spec, sources, Split(k), num_samples[size_t(k)]);
+  if (!cfg.per_split) {
+    BlendSpec spec = parse_data_prefix(cfg.data_prefix);
+    std::vector<std::shared_ptr<const TokenSource>> sources;
+    for (const auto& p : spec.prefixes) sources.push_back(open(p));
+    for (int k = 0; k < 3; k++) out[size_t(k)] = build_gpt_split(cfg, spec, sources, Split(k), num_samples[size_t(k)]);
+    return out;
+  }
+  // Each split from its own prefixes, every file whole: a splits_string that gives it everything.
+  for (int k = 0; k < 3; k++) {
+    const std::vector<std::string>& items = split_data_prefix(cfg, Split(k));
+    if (items.empty()) continue;
+    GptDataConfig whole = cfg;
+    whole.splits_string = k == 0 ? "1,0,0" : k == 1 ? "0,1,0" : "0,0,1";
+    BlendSpec spec = parse_data_prefix(items);
+    std::vector<std::shared_ptr<const TokenSource>> sources;
+    for (const auto& p : spec.prefixes) sources.push_back(open(p));
+    out[size_t(k)] = build_gpt_split(whole, spec, sources, Split(k), num_samples[size_t(k)]);
+  }
   return out;
 }
 

@@ -28,6 +28,8 @@ class SampleDataset {
   virtual int64_t text_length() const = 0;  // L + extra
   // Writes sample i (text_length()) and returns the number of real tokens.
   virtual int64_t sample_text(int64_t i, int32_t* text) const = 0;
+  // Which of the blend's sources (data_prefix's order) sample i comes from: 0 unless blended.
+  virtual int source_of(int64_t i) const { return 0; }
 };
 
 class GptSplitDataset : public SampleDataset {
@@ -63,6 +65,7 @@ class BlendedDataset : public SampleDataset {
   int64_t size() const override { return size_; }
   int64_t text_length() const override { return datasets_[0]->text_length(); }
   int64_t sample_text(int64_t i, int32_t* text) const override;
+  int source_of(int64_t i) const override;
   const std::vector<int16_t>& dataset_index() const { return dataset_index_; }
   const std::vector<int64_t>& dataset_sample_index() const { return dataset_sample_index_; }
   const std::vector<double>& weights() const { return weights_; }
@@ -84,7 +87,11 @@ struct BlendSpec {
 BlendSpec parse_data_prefix(const std::vector<std::string>& items);
 
 struct GptDataConfig {
-  std::vector<std::string> data_prefix;   // model.data.data_prefix
+  std::vector<std::string> data_prefix;   // model.data.data_prefix (the train split's when per_split)
+  // model.data.data_prefix as {train, validation, test}: each split blends its own prefixes, each
+  // file whole (Megatron's blend_per_split); splits_string is not used. An empty list: no such split.
+  bool per_split = false;
+  std::vector<std::string> validation_prefix, test_prefix;
   std::string splits_string = "969,30,1"; // model.data.splits_string
   int64_t seq_length = 0;                 // model.data.seq_length
   uint32_t seed = 1234;                   // model.seed
@@ -98,10 +105,18 @@ using SourceOpener = std::function<std::shared_ptr<const TokenSource>(const std:
 std::shared_ptr<const SampleDataset> build_gpt_split(const GptDataConfig& cfg, const BlendSpec& spec,
                                                      const std::vector<std::shared_ptr<const TokenSource>>& sources,
                                                      Split split, int64_t num_samples);
+// The data_prefix items split `split` reads (empty: the split has no prefixes of its own).
+const std::vector<std::string>& split_data_prefix(const GptDataConfig& cfg, Split split);
+// Short names of a blend's prefixes, for per-source figures: each file name without the directory and
+// preprocess's "_text_document" (or "_document") ending; where two are the same, as many parent folders
+// as tell them apart, and a prefix given twice "#2", "#3", ... ("/data/zh_text_document" -> "zh").
+std::vector<std::string> source_names(const std::vector<std::string>& prefixes);
+
 // Builds train/valid/test as Megatron does: one unweighted prefix -> a GptDataset per split;
 // weights given -> each prefix's split sized ceil(ceil(N*w)*(1+surplus)), blended to
 // sum_k ceil(N*w_k) samples; several unweighted prefixes -> one epoch each, blended by their
 // lengths to min(N, total). num_samples[k] < 0 means None. A split that does not exist is null.
+// per_split: each split is built so from its own prefixes, each file whole.
 std::array<std::shared_ptr<const SampleDataset>, 3> build_gpt_datasets(const GptDataConfig& cfg,
                                                                        std::array<int64_t, 3> num_samples,
                                                                        const SourceOpener& open);

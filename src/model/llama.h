@@ -257,6 +257,9 @@ class LlamaModel {
   // memory: what scoring a few positions of long sequences needs (multiple-choice evaluation), in
   // n x V floats instead of B*T x V. Same single-rank rule as logits().
   void logits_rows(float* out, const int64_t* rows, int n);
+  // The cross-entropy summed over each sequence of the last loss (forward, or stage_loss on the last
+  // stage), in fp64: out (B). Validation splits its figure by the data source of each sequence.
+  void sequence_loss_sums(double* out) const;
 
   // Pipeline stages. A micro-batch's activations live in one of `slots` sets (1F1B keeps up to
   // PP - stage micro-batches in flight); set before a forward, like set_recompute.

@@ -395,6 +395,11 @@ void LlamaModel::backward_layers() {
   }
 }
 
+void LlamaModel::sequence_loss_sums(double* out) const {
+  CHECK(B_ > 0 && plan_.last_stage(), "sequence_loss_sums() before a loss, or off the last stage");
+  for (int b = 0; b < B_; b++) out[b] = k_.sum(acts_.losses + int64_t(b) * T_, T_);
+}
+
 void LlamaModel::logits(float* out) {
   CHECK(B_ > 0, "logits() before forward()");
   CHECK(!is_sharded(), "logits() of a model-parallel rank");

@@ -153,8 +153,12 @@ void read_train_log(RunData& run, const std::string& path) {
     // loss only: its batch count and time are no curves)
     const auto step = integer_field(e, {"step"});
     if (step && kind->get<std::string>() == "step") steps.emplace_back(e, *step, source);
-    if (step && kind->get<std::string>() == "validation" && e.contains("val_loss"))
-      steps.emplace_back(nlohmann::json{{"val_loss", e["val_loss"]}}, *step, source);
+    if (step && kind->get<std::string>() == "validation" && e.contains("val_loss")) {
+      nlohmann::json curves;  // the loss and each source's figures ("val_loss/NAME", ...)
+      for (const auto& [key, v] : e.items())
+        if (key == "val_loss" || (key.starts_with("val_") && key.find('/') != std::string::npos)) curves[key] = v;
+      steps.emplace_back(curves, *step, source);
+    }
     if (kind->get<std::string>() == "step") continue;
     run.events.push_back(
         {time, kind->get<std::string>(), integer_field(e, {"step", "from_step", "at_step"}), e, source});
@@ -699,6 +703,17 @@ std::string render_chart(const ChartSpec& spec, const std::vector<RunData>& runs
   return out;
 }
 
+// A chart's title from its key: validation figures in words, per source "..., source NAME".
+std::string chart_title(const std::string& key) {
+  static const std::map<std::string, std::string> words = {{"val_loss", "validation loss"},
+                                                           {"val_bits_per_byte", "validation bits per byte"},
+                                                           {"val_bits_per_char", "validation bits per character"}};
+  const size_t slash = key.find('/');
+  const auto it = words.find(key.substr(0, slash));
+  if (it == words.end()) return key;
+  return slash == std::string::npos ? it->second : fmt::format("{}, source {}", it->second, key.substr(slash + 1));
+}
+
 std::vector<ChartSpec> chart_specs(const std::vector<RunData>& runs) {
   std::vector<ChartSpec> specs = {
       {"loss", "loss", Unit::kPlain, false},
@@ -710,15 +725,17 @@ std::vector<ChartSpec> chart_specs(const std::vector<RunData>& runs) {
       {"peak_rss_bytes", "peak memory (RSS, rank 0)", Unit::kBytes, false},
       {"comm_time_s", "time blocked in communication per step", Unit::kSeconds, false},
   };
-  // Keys nobody draws: the validation loss is on the loss chart; the rest are counters or derived.
+  // Keys nobody draws: the validation loss is on the loss chart; the rest are counters or derived
+  // (each source's too: "val_tokens/NAME").
   std::set<std::string> known = {"step",       "max_steps", "val_loss",  "val_ppl", "consumed_samples",
                                  "val_tokens", "val_bytes", "val_chars"};
+  const std::set<std::string> counters = {"val_ppl", "val_tokens", "val_bytes", "val_chars"};
   for (const auto& s : specs) known.insert(s.key);
   std::set<std::string> extra;
   for (const auto& run : runs)
     for (const auto& [key, curve] : run.series)
-      if (!known.contains(key)) extra.insert(key);
-  for (const auto& key : extra) specs.push_back({key, key, Unit::kPlain, false});
+      if (!known.contains(key) && !counters.contains(key.substr(0, key.find('/')))) extra.insert(key);
+  for (const auto& key : extra) specs.push_back({key, chart_title(key), Unit::kPlain, false});
   // comm_time_s is 0 on one process: no chart unless some run spent time there.
   std::erase_if(specs, [&](const ChartSpec& s) {
     if (s.key != "comm_time_s") return false;

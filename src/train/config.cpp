@@ -183,6 +183,9 @@ LrSchedule TrainConfig::lr_schedule() const { return make_schedule(model.optim.s
 data::GptDataConfig TrainConfig::gpt_data_config() const {
   data::GptDataConfig g;
   g.data_prefix = model.data.data_prefix.train;
+  g.per_split = model.data.data_prefix.per_split;
+  g.validation_prefix = model.data.data_prefix.validation;
+  g.test_prefix = model.data.data_prefix.test;
   g.splits_string = model.data.splits_string;
   g.seq_length = model.data.seq_length;
   g.seed = uint32_t(model.seed);

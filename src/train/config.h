@@ -204,7 +204,7 @@ struct TrainConfig {
   int64_t data_parallel_size() const;  // world / (TP * PP)
   int64_t num_micro_batches() const;   // global_batch_size / (micro_batch_size * DP)
   LrSchedule lr_schedule() const;      // model.optim.sched resolved against trainer.max_steps
-  data::GptDataConfig gpt_data_config() const;  // model.data for data::build_gpt_datasets (train prefix)
+  data::GptDataConfig gpt_data_config() const;  // model.data for data::build_gpt_datasets (every split's prefixes)
   data::SampleOptions sample_options(int32_t eod_id) const;
   bool operator==(const TrainConfig&) const = default;
 };

@@ -36,13 +36,17 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
       if (vocab_size <= 0) return source;
       return std::make_shared<data::VocabCheckedSource>(std::move(source), vocab_size, prefix + ".bin");
     };
-    gpt_ = data::build_gpt_datasets(config.gpt_data_config(), requested, open);
+    const data::GptDataConfig gpt = config.gpt_data_config();
+    gpt_ = data::build_gpt_datasets(gpt, requested, open);
     if (!gpt_[0])
       fail("model.data.splits_string \"{}\": the train split is empty, expected a positive train weight",
            d.splits_string);
     for (data::Split s : kSplits) {
       const auto& ds = gpt_[int(s)];
-      if (ds) description_ += fmt::format("  {:<10} {} samples of {} tokens\n", split_title(s), ds->size(), seq_length_);
+      if (!ds) continue;
+      description_ += fmt::format("  {:<10} {} samples of {} tokens\n", split_title(s), ds->size(), seq_length_);
+      const data::BlendSpec spec = data::parse_data_prefix(data::split_data_prefix(gpt, s));
+      if (spec.prefixes.size() > 1) source_names_[int(s)] = data::source_names(spec.prefixes);
     }
     return;
   }
@@ -93,7 +97,7 @@ int64_t TrainData::size(data::Split s) const {
 }
 
 int64_t TrainData::fill(data::Split s, int64_t first, int B, int32_t* tokens, int32_t* targets, int32_t* positions,
-                        int32_t* doc_start, int64_t* real) const {
+                        int32_t* doc_start, int64_t* real, int* source) const {
   const int64_t T = seq_length_, n = size(s);
   CHECK(n > 0, "fill from an empty split");
   int64_t valid = 0;
@@ -108,7 +112,9 @@ int64_t TrainData::fill(data::Split s, int64_t first, int B, int32_t* tokens, in
       text.resize(size_t(ds.text_length()));
       const int64_t real = ds.sample_text(i % n, text.data());
       data::make_gpt_sample(&sample, text.data(), real, T, sample_options_);
+      if (source != nullptr) source[b] = ds.source_of(i % n);
     }
+    if (source != nullptr && fine_tuning_) source[b] = 0;
     CHECK(int64_t(sample.tokens.size()) == T && int64_t(sample.labels.size()) == T);
     if (real != nullptr) real[b] = sample.real;
     for (int64_t t = 0; t < T; t++) {
@@ -128,8 +134,10 @@ int64_t TrainData::fill(data::Split s, int64_t first, MicroBatch& mb) const {
   std::vector<int32_t>& docs = mb.doc_start.empty() ? starts : mb.doc_start;
   docs.resize(mb.tokens.size());
   std::vector<int64_t> real(size_t(mb.B));
+  mb.source.resize(size_t(mb.B));
   const int64_t valid = fill(s, first, mb.B, mb.tokens.data(), mb.targets.data(),
-                             mb.positions.empty() ? nullptr : mb.positions.data(), docs.data(), real.data());
+                             mb.positions.empty() ? nullptr : mb.positions.data(), docs.data(), real.data(),
+                             mb.source.data());
   // Pairs per document over the real inputs: the sequences' real prefixes, cut at document starts.
   mb.real_tokens = 0;
   mb.attention_pairs = 0;

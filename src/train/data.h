@@ -26,6 +26,7 @@ namespace llamatrain::train {
 struct MicroBatch {
   int B = 0, T = 0;
   std::vector<int32_t> tokens, targets, positions, doc_start;
+  std::vector<int> source;  // (B) each sample's source in TrainData::sources (0 unless blended)
   // What the last fill holds: inputs that are text (not padding), and the (query, key) pairs its
   // attention computes over them, causal within each document: sum of len^2 / 2 (obs::step_flops's
   // convention: T^2 / 2 for a sequence of one document).
@@ -55,6 +56,10 @@ class TrainData {
   // Whether samples restart positions (reset_position_ids, packed fine-tuning examples) and whether
   // they hold several documents that must not see each other (reset_attention_mask, packed examples):
   // then fill's positions and doc_start are the model's model::Documents.
+  // The names of the sources a split blends (data/blend.h: source_names), in data_prefix's order;
+  // empty unless it blends two or more (validation reports a figure for each).
+  const std::vector<std::string>& sources(data::Split s) const { return source_names_[int(s)]; }
+
   bool own_positions() const { return own_positions_; }
   bool documents() const { return documents_; }
 
@@ -62,9 +67,10 @@ class TrainData {
   // the end wraps around (a new pass over the split). targets are -100 where the loss is masked
   // (padding, prompt tokens, EOD inputs with eod_mask_loss). positions and doc_start (B, T), when
   // given, get each token's position and its document's start (data::GptSample); real (B), each
-  // sample's inputs that are text (not padding). Returns the number of unmasked targets.
+  // sample's inputs that are text (not padding); source (B), each sample's source. Returns the number
+  // of unmasked targets.
   int64_t fill(data::Split s, int64_t first, int B, int32_t* tokens, int32_t* targets, int32_t* positions = nullptr,
-               int32_t* doc_start = nullptr, int64_t* real = nullptr) const;
+               int32_t* doc_start = nullptr, int64_t* real = nullptr, int* source = nullptr) const;
   MicroBatch micro_batch(int B) const;
   int64_t fill(data::Split s, int64_t first, MicroBatch& mb) const;
 
@@ -78,6 +84,7 @@ class TrainData {
   data::SampleOptions sample_options_;
   std::array<std::shared_ptr<const data::SampleDataset>, 3> gpt_{};
   std::array<std::shared_ptr<const data::SftDataset>, 3> sft_{};
+  std::array<std::vector<std::string>, 3> source_names_;
   std::string description_;
 };
 

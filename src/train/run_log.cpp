@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -74,32 +75,56 @@ void RunLog::step(const StepRecord& r) {
   }
 }
 
+namespace {
+
+// A validation's figures as metrics.jsonl keys: "val_loss", ... or, for a source, "val_loss/NAME", ...
+void add_validation_fields(nlohmann::ordered_json& fields, const ValidationRecord& v) {
+  const std::string at = v.name.empty() ? "" : "/" + v.name;
+  fields["val_loss" + at] = v.loss;
+  fields["val_ppl" + at] = std::exp(v.loss);
+  if (!v.has_text) return;
+  fields["val_bits_per_byte" + at] = v.bits_per_byte;
+  fields["val_bits_per_char" + at] = v.bits_per_char;
+  fields["val_tokens" + at] = v.tokens;
+  fields["val_bytes" + at] = v.bytes;
+  fields["val_chars" + at] = v.chars;
+}
+
+std::string validation_figures(const ValidationRecord& v) {
+  return fmt::format("loss {:.4f}, perplexity {:.2f}{}", v.loss, std::exp(v.loss),
+                     v.has_text ? fmt::format(", {:.4f} bits per byte, {:.4f} bits per character", v.bits_per_byte,
+                                              v.bits_per_char)
+                                : "");
+}
+
+}  // namespace
+
 void RunLog::validation(const ValidationRecord& v) {
-  const double ppl = std::exp(v.loss);
-  const std::string text =
-      v.has_text ? fmt::format(", {:.4f} bits per byte, {:.4f} bits per character", v.bits_per_byte, v.bits_per_char)
-                 : "";
-  console_.say(fmt::format("validation at step {}: loss {:.4f}, perplexity {:.2f}{} ({} batches, {})", v.step, v.loss,
-                           ppl, text, v.batches, obs::format_duration(v.seconds)));
-  nlohmann::ordered_json fields{{"step", v.step}, {"val_loss", v.loss}, {"val_ppl", ppl}};
-  if (v.has_text) {
-    fields["val_bits_per_byte"] = v.bits_per_byte;
-    fields["val_bits_per_char"] = v.bits_per_char;
-    fields["val_tokens"] = v.tokens;
-    fields["val_bytes"] = v.bytes;
-    fields["val_chars"] = v.chars;
-  }
+  console_.say(fmt::format("validation at step {}: {} ({} batches, {})", v.step, validation_figures(v), v.batches,
+                           obs::format_duration(v.seconds)));
+  size_t width = 0;
+  for (const auto& s : v.sources) width = std::max(width, s.name.size());
+  for (const auto& s : v.sources)
+    console_.say(fmt::format("  {:<{}}  {} ({} targets)", s.name + ":", width + 1, validation_figures(s), s.tokens));
+  nlohmann::ordered_json fields{{"step", v.step}};
+  add_validation_fields(fields, v);
+  for (const auto& s : v.sources) add_validation_fields(fields, s);
   nlohmann::ordered_json event = fields;
   event["batches"] = v.batches;
   event["seconds"] = v.seconds;
   console_.event(event_line("validation", event));
   if (metrics_) metrics_->write(fields);
   if (tb_) {
-    tb_->add_scalar("val_loss", float(v.loss), v.step);
-    if (v.has_text) {
-      tb_->add_scalar("val_bits_per_byte", float(v.bits_per_byte), v.step);
-      tb_->add_scalar("val_bits_per_char", float(v.bits_per_char), v.step);
-    }
+    auto scalars = [&](const ValidationRecord& r) {
+      const std::string at = r.name.empty() ? "" : "/" + r.name;
+      tb_->add_scalar("val_loss" + at, float(r.loss), v.step);
+      if (r.has_text) {
+        tb_->add_scalar("val_bits_per_byte" + at, float(r.bits_per_byte), v.step);
+        tb_->add_scalar("val_bits_per_char" + at, float(r.bits_per_char), v.step);
+      }
+    };
+    scalars(v);
+    for (const auto& s : v.sources) scalars(s);
     tb_->flush();
   }
 }

@@ -44,6 +44,10 @@ struct ValidationRecord {
   bool has_text = false;  // bits per byte / per character and the counts below are set
   double bits_per_byte = 0, bits_per_char = 0;
   int64_t tokens = 0, bytes = 0, chars = 0;
+  // A blended split: each source's figures over its sequences of the same batches (name set, sources
+  // empty). metrics.jsonl, the event and TensorBoard get them as "val_loss/NAME", ...
+  std::string name;
+  std::vector<ValidationRecord> sources;
 };
 
 class RunLog {

@@ -793,14 +793,20 @@ void Trainer::validate() {
                                      plan_.global_batch, plan_.B, ranks_.dp, ranks_.pp,
                                      piece_lengths_ ? &*piece_lengths_ : nullptr);
   result_.last_val_loss = val.loss;
-  ValidationRecord v;
-  v.step = st_.step;
-  v.batches = cfg_.trainer.limit_val_batches;
-  v.loss = val.loss;
-  v.has_text = piece_lengths_.has_value();
-  v.bits_per_byte = val.bits_per_byte();
-  v.bits_per_char = val.bits_per_char();
-  v.tokens = val.tokens, v.bytes = val.bytes, v.chars = val.chars;
+  auto record = [&](const EvalLoss& e) {
+    ValidationRecord v;
+    v.step = st_.step;
+    v.batches = cfg_.trainer.limit_val_batches;
+    v.name = e.name;
+    v.loss = e.loss;
+    v.has_text = piece_lengths_.has_value();
+    v.bits_per_byte = e.bits_per_byte();
+    v.bits_per_char = e.bits_per_char();
+    v.tokens = e.tokens, v.bytes = e.bytes, v.chars = e.chars;
+    return v;
+  };
+  ValidationRecord v = record(val);
+  for (const EvalLoss& s : val.sources) v.sources.push_back(record(s));
   v.seconds = now_s() - t0;
   log_->validation(v);
   t_log_ += now_s() - t0;  // validation time is not step time
@@ -886,8 +892,10 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
   MicroBatch batch = data.micro_batch(B);
   const std::vector<int32_t>& tokens = batch.tokens;
   const std::vector<int32_t>& targets = batch.targets;
-  // {nats, scored targets, bytes, characters}: exact in doubles
-  double sums[4] = {0, 0, 0, 0};
+  // {nats, scored targets, bytes, characters} of the whole, then of each source: exact in doubles
+  const std::vector<std::string>& names = data.sources(split);
+  std::vector<double> sums(4 * (1 + names.size()), 0.0);
+  std::vector<double> rows(size_t(B), 0.0);
   auto add = [&](const model::StepStats& st) {  // one micro-batch's loss over `targets`
     if (st.num_valid > 0) sums[0] += double(st.loss) * double(st.num_valid);  // its mean, back to its sum
     sums[1] += double(st.num_valid);
@@ -895,6 +903,19 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
       const data::TextSums text = lengths->sum(targets.data(), int64_t(B) * T);
       sums[2] += double(text.bytes);
       sums[3] += double(text.chars);
+    }
+    if (names.empty()) return;
+    m.sequence_loss_sums(rows.data());
+    for (int b = 0; b < B; b++) {  // each sequence to its source
+      double* s = &sums[4 * size_t(1 + batch.source[size_t(b)])];
+      const int32_t* row = targets.data() + int64_t(b) * T;
+      s[0] += rows[size_t(b)];
+      s[1] += double(std::count_if(row, row + T, [](int32_t t) { return t >= 0; }));
+      if (lengths) {
+        const data::TextSums text = lengths->sum(row, T);
+        s[2] += double(text.bytes);
+        s[3] += double(text.chars);
+      }
     }
   };
   int64_t count = 0;
@@ -922,15 +943,25 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
     }
     count += micro;
   }
-  if (pp) pp->all_reduce(sums, 4);  // only the last stage's are not 0
+  if (pp) pp->all_reduce(sums.data(), sums.size());  // only the last stage's are not 0
   EvalLoss r;
   if (count == 0) return r;
-  if (dp) dp->all_reduce(sums, 4);  // every rank's targets
-  r.loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
-  r.loss_sum = sums[0];
-  r.tokens = int64_t(sums[1]);
-  r.bytes = int64_t(sums[2]);
-  r.chars = int64_t(sums[3]);
+  if (dp) dp->all_reduce(sums.data(), sums.size());  // every rank's targets
+  auto figures = [&](size_t k) {
+    const double* s = &sums[4 * k];
+    EvalLoss e;
+    e.loss = s[1] > 0 ? s[0] / s[1] : NAN;
+    e.loss_sum = s[0];
+    e.tokens = int64_t(s[1]);
+    e.bytes = int64_t(s[2]);
+    e.chars = int64_t(s[3]);
+    return e;
+  };
+  r = figures(0);
+  for (size_t k = 0; k < names.size(); k++) {
+    r.sources.push_back(figures(1 + k));
+    r.sources.back().name = names[k];
+  }
   return r;
 }
 

@@ -53,6 +53,10 @@ struct EvalLoss {
   double loss_sum = 0;     // nats summed over every scored target (targets -100 left out)
   int64_t tokens = 0;      // scored targets
   int64_t bytes = 0, chars = 0;  // their text; 0 when evaluated without piece lengths
+  // A split that blends sources (TrainData::sources): the same figures of each source's sequences of
+  // the same batches, in the blend's order, each named; they sum to the whole.
+  std::string name;
+  std::vector<EvalLoss> sources;
   double bits_per_byte() const { return bytes > 0 ? loss_sum / std::log(2.0) / double(bytes) : NAN; }
   double bits_per_char() const { return chars > 0 ? loss_sum / std::log(2.0) / double(chars) : NAN; }
 };
@@ -62,7 +66,7 @@ struct EvalLoss {
 // and the result (the same on every rank) covers all of them: the mean loss averaged, the sums
 // summed. With pp (the stages of a pipeline), the micro-batches run forward down the pipeline and
 // the last stage, which has the losses, counts the targets. lengths (null: no bytes or characters
-// counted) is the tokenizer's table of piece lengths.
+// counted) is the tokenizer's table of piece lengths. A blended split also gets each source's figures.
 class TrainData;
 EvalLoss evaluate_loss(model::LlamaModel& model, const TrainData& data, data::Split split, int64_t batches,
                        int64_t global_batch_size, int micro_batch_size, parallel::Communicator* dp = nullptr,

@@ -12,10 +12,13 @@ between </s>) whose decode is valid text counts exactly its decoded text's bytes
 one (the space add_dummy_prefix adds). Prints one JSON object.
 With --labels FILE (the JSON lines of `llamatrain data samples --json`) it only counts the tokens,
 bytes and characters of the labels that are not -100 (what validation's bits per byte divides by);
-that needs numpy and sentencepiece only.
+that needs numpy and sentencepiece only. With FOLDER and --samples FILE (the same JSON lines) it
+scores those samples as validation does, each on its own (tokens in, labels not -100 scored), and
+prints the figures of the whole and of each "source" the lines name (validation per source).
 Examples:
   /usr/bin/python3 tools/reference/bits_per_byte.py out/hf --data data/val_text_document --seq-length 256
   /usr/bin/python3 tools/reference/bits_per_byte.py --labels samples.jsonl --tokenizer tokenizer.model
+  /usr/bin/python3 tools/reference/bits_per_byte.py out/hf --samples samples.jsonl
 """
 import argparse
 import json
@@ -74,6 +77,45 @@ def check_documents(sp, stream, nbytes, nchars):
     return checked
 
 
+def score_samples(path, params, cfg, lengths):
+    """Figures of the whole and of each source over the samples of `llamatrain data samples --json`."""
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import llama_ref as ref
+    nbytes, nchars = lengths
+    sums = {}  # name -> [nats, targets, bytes, chars]; "" is the whole
+
+    def add(name, nats, labels):
+        s = sums.setdefault(name, [0.0, 0, 0, 0])
+        s[0] += nats
+        s[1] += int(labels.size)
+        s[2] += int(nbytes[labels].sum())
+        s[3] += int(nchars[labels].sum())
+
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            tokens, labels = np.array(row["tokens"]), np.array(row["labels"])
+            with torch.no_grad():
+                logits = ref.forward(params, cfg, torch.tensor(tokens[None, :], dtype=torch.long))[0]
+                losses = F.cross_entropy(logits, torch.tensor(labels), ignore_index=-100, reduction="none")
+            nats, scored = float(losses.sum()), labels[labels >= 0]
+            add("", nats, scored)
+            if row.get("source"):
+                add(row["source"], nats, scored)
+
+    def figures(s):
+        out = {"loss": s[0] / s[1], "loss_sum": s[0], "tokens": s[1], "bytes": s[2], "chars": s[3]}
+        if s[2]:
+            out.update(bits_per_byte=s[0] / math.log(2) / s[2], bits_per_char=s[0] / math.log(2) / s[3])
+        return out
+
+    return {"whole": figures(sums[""]), "sources": {k: figures(v) for k, v in sums.items() if k}}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", nargs="?", help="Hugging Face folder")
@@ -82,6 +124,7 @@ def main():
     ap.add_argument("--max-windows", type=int, default=0)
     ap.add_argument("--tokenizer", help="default: FOLDER/tokenizer.model")
     ap.add_argument("--labels", help="JSON lines with 'labels': count them only")
+    ap.add_argument("--samples", help="JSON lines with 'tokens', 'labels' and 'source': score them per source")
     a = ap.parse_args()
     sp = spm.SentencePieceProcessor(model_file=a.tokenizer or os.path.join(a.folder, "tokenizer.model"))
     if a.labels:
@@ -91,8 +134,8 @@ def main():
         print(json.dumps({"tokens": int(labels.size), "bytes": int(nbytes[labels].sum()),
                           "chars": int(nchars[labels].sum())}))
         return
-    if not (a.folder and a.data and a.seq_length):
-        ap.error("FOLDER, --data and --seq-length are required (or --labels)")
+    if not (a.folder and (a.samples or (a.data and a.seq_length))):
+        ap.error("FOLDER with --data and --seq-length, or with --samples, is required (or --labels)")
     # The model needs PyTorch and the reference (--labels does not).
     import torch
     import torch.nn.functional as F
@@ -105,6 +148,9 @@ def main():
     tensors = load_weights(a.folder)
     params = ref.to_torch({n: tensors[n] for n, _ in ref.param_shapes(cfg)}, torch.float64, requires_grad=False)
 
+    if a.samples:
+        print(json.dumps(score_samples(a.samples, params, cfg, piece_lengths(sp))))
+        return
     stream = read_stream(a.data)
     nbytes, nchars = piece_lengths(sp)
     docs = check_documents(sp, stream, nbytes, nchars)
