@@ -27,6 +27,7 @@ using testing::TempDir;
 
 // The fixture corpus cut in two (its first documents, the rest), each preprocessed: two sources of a blend.
 std::vector<std::string> two_sources(const std::string& dir) {
+  std::filesystem::create_directories(dir);
   std::vector<std::string> lines;
   std::istringstream in(testing::read_file(testing::fixture("corpus.jsonl")));
   for (std::string line; std::getline(in, line);)
@@ -123,7 +124,7 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
   EXPECT_NE(one.at("val_loss/first"), one.at("val_loss/second"));
 
   // The console names each source; report draws a chart for each.
-  const std::string log = testing::read_file(dir / "one" / "train_log.txt");
+  const std::string log = testing::read_file(dir / "one/train_log.txt");
   EXPECT_NE(log.find("  first:"), std::string::npos) << log;
   EXPECT_NE(log.find("  second:"), std::string::npos) << log;
   obs::ReportOptions ro;
@@ -155,7 +156,7 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
     std::string cmd;
     for (const auto& a : argv) cmd += "'" + a + "' ";
     std::string samples;
-    ASSERT_EQ(testing::run_capture(fmt::format("{}--split validation --first 16 --json > {}", cmd, (dir / "samples.jsonl").string()), &samples),
+    ASSERT_EQ(testing::run_capture(fmt::format("{}--split validation --first 16 --json > {}", cmd, dir / "samples.jsonl"), &samples),
               0)
         << samples;
     std::string ref;
