@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 #include <limits>
 
 #include <fmt/format.h>
@@ -252,41 +253,50 @@ const std::vector<std::string>& split_data_prefix(const GptDataConfig& cfg, Spli
 }
 
 std::vector<std::string> source_names(const std::vector<std::string>& prefixes) {
-  std::vector<std::vector<std::string>> parts;  // each prefix's path components, last first
-  for (const std::string& p : prefixes) {
+  // Each prefix's path components, last first, with or without preprocess's ending on the file name.
+  auto components = [](const std::string& path, bool strip) {
     std::vector<std::string> c;
-    for (const auto& part : fs::path(p).lexically_normal()) {
+    for (const auto& part : fs::path(path).lexically_normal())
       if (!part.empty() && part != "/") c.push_back(part.string());
-    }
     std::reverse(c.begin(), c.end());
-    if (c.empty()) c.push_back(p);
-    for (const char* end : {"_text_document", "_document"}) {
-      const std::string e = end;
-      if (c[0].size() > e.size() && c[0].compare(c[0].size() - e.size(), e.size(), e) == 0) {
-        c[0].resize(c[0].size() - e.size());
-        break;
-      }
+    if (c.empty()) c.push_back(path);
+    for (const std::string_view end : {"_text_document", "_document"}) {
+      if (!strip || !c[0].ends_with(end)) continue;
+      if (c[0].size() > end.size()) c[0].resize(c[0].size() - end.size());
+      break;
     }
-    parts.push_back(std::move(c));
-  }
-  auto name = [&](size_t i, size_t depth) {
-    std::string n;
-    for (size_t d = std::min(depth, parts[i].size()); d-- > 0;) n += (n.empty() ? "" : "/") + parts[i][d];
-    return n;
+    return c;
   };
-  std::vector<std::string> out(prefixes.size());
-  for (size_t i = 0; i < prefixes.size(); i++) {
-    // The fewest trailing components that no other prefix (with a different path) shares.
+  const size_t n = prefixes.size();
+  std::vector<std::string> path(n);
+  std::vector<std::vector<std::string>> parts(n);
+  for (size_t i = 0; i < n; i++) {
+    path[i] = fs::path(prefixes[i]).lexically_normal().string();
+    parts[i] = components(prefixes[i], true);
+  }
+  // Two files that differ only in their ending ("x_document", "x_text_document") keep it.
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < n; j++)
+      if (path[j] != path[i] && components(prefixes[j], true) == components(prefixes[i], true))
+        parts[i] = components(prefixes[i], false);
+  auto name = [&](size_t i, size_t depth) {
+    std::string s;
+    for (size_t d = std::min(depth, parts[i].size()); d-- > 0;) s += (s.empty() ? "" : "/") + parts[i][d];
+    return s;
+  };
+  std::vector<std::string> out(n);
+  for (size_t i = 0; i < n; i++) {
+    // The fewest trailing components that no other file shares.
     size_t depth = 1;
-    for (size_t j = 0; j < prefixes.size(); j++) {
-      if (j == i || parts[j] == parts[i]) continue;
+    for (size_t j = 0; j < n; j++) {
+      if (path[j] == path[i]) continue;
       while (depth < parts[i].size() && name(i, depth) == name(j, depth)) depth++;
     }
     out[i] = name(i, depth);
-  }
-  for (size_t i = 0; i < out.size(); i++) {  // the same prefix twice
-    int seen = 1;
-    for (size_t j = 0; j < i; j++) seen += parts[j] == parts[i];
+    for (size_t j = 0; j < n; j++)  // "x" and "/x": only the whole path tells them apart
+      if (path[j] != path[i] && name(j, parts[j].size()) == out[i]) out[i] = path[i];
+    int seen = 1;  // the same file given again (up-weighted by repeating it)
+    for (size_t j = 0; j < i; j++) seen += path[j] == path[i];
     if (seen > 1) out[i] += fmt::format("#{}", seen);
   }
   return out;

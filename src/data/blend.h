@@ -109,7 +109,8 @@ std::shared_ptr<const SampleDataset> build_gpt_split(const GptDataConfig& cfg, c
 const std::vector<std::string>& split_data_prefix(const GptDataConfig& cfg, Split split);
 // Short names of a blend's prefixes, for per-source figures: each file name without the directory and
 // preprocess's "_text_document" (or "_document") ending; where two are the same, as many parent folders
-// as tell them apart, and a prefix given twice "#2", "#3", ... ("/data/zh_text_document" -> "zh").
+// as tell them apart (the ending kept where only it differs, the whole path where nothing else does),
+// and a prefix given again "#2", "#3", ... ("/data/zh_text_document" -> "zh"). Distinct for any paths.
 std::vector<std::string> source_names(const std::vector<std::string>& prefixes);
 
 // Builds train/valid/test as Megatron does: one unweighted prefix -> a GptDataset per split;

@@ -100,7 +100,8 @@ std::string validation_figures(const ValidationRecord& v) {
 }  // namespace
 
 void RunLog::validation(const ValidationRecord& v) {
-  console_.say(fmt::format("validation at step {}: {} ({} batches, {})", v.step, validation_figures(v), v.batches,
+  console_.say(fmt::format("validation at step {}: {} ({} batch{}, {})", v.step, validation_figures(v), v.batches,
+                           v.batches == 1 ? "" : "es",
                            obs::format_duration(v.seconds)));
   size_t width = 0;
   for (const auto& s : v.sources) width = std::max(width, s.name.size());

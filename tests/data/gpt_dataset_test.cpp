@@ -10,6 +10,10 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "data/blend.h"
@@ -403,4 +407,66 @@ TEST(Blend, BuilderCoversSingleWeightedAndUnweightedPrefixes) {
   EXPECT_EQ(count[1], b2->datasets()[1]->size());
   cfg.data_prefix = {"0.5", "/a", "0.5", "/b"};
   EXPECT_THROW(build_gpt_datasets(cfg, {-1, 2, 0}, open), Error);  // weights need a size
+}
+
+TEST(Blend, PerSplitPrefixesBuildEachSplitFromItsOwnFilesWhole) {
+  std::map<std::string, std::shared_ptr<const TokenSource>> files{
+      {"/a", make_source(random_sizes(1, 50, 0), "a")}, {"/b", make_source(random_sizes(2, 70, 0), "b")},
+      {"/c", make_source(random_sizes(3, 30, 0), "c")}};
+  auto open = [&](const std::string& p) { return files.at(p); };
+  GptDataConfig cfg;
+  cfg.seq_length = 8;
+  cfg.splits_string = "98,2,0";  // not used: each split reads its own files whole
+  cfg.cache.enabled = false;
+  cfg.per_split = true;
+  cfg.data_prefix = {"0.7", "/a", "0.3", "/b"};
+  cfg.validation_prefix = {"/c"};
+  auto out = build_gpt_datasets(cfg, {40, -1, 10}, open);
+  EXPECT_EQ(out[2], nullptr);  // no test prefixes: no test split, whatever its size
+  auto train = std::dynamic_pointer_cast<const BlendedDataset>(out[0]);
+  ASSERT_NE(train, nullptr);
+  EXPECT_EQ(train->size(), 40);
+  EXPECT_EQ(split_data_prefix(cfg, Split::valid), cfg.validation_prefix);
+  // Every document of each train file is in its train part (splits_string would have kept 98%).
+  for (int k = 0; k < 2; k++) {
+    const GptIndex& idx = static_cast<const GptSplitDataset&>(*train->datasets()[size_t(k)]).gpt().index();
+    std::set<int32_t> docs(idx.doc_index, idx.doc_index + idx.doc_index_size);
+    EXPECT_EQ(int64_t(docs.size()), files.at(k ? "/b" : "/a")->num_sequences()) << k;
+  }
+  // Validation: the one unweighted file, one epoch of all of it; sources name only blends.
+  auto valid = std::dynamic_pointer_cast<const GptSplitDataset>(out[1]);
+  ASSERT_NE(valid, nullptr);
+  std::set<int32_t> docs(valid->gpt().index().doc_index,
+                         valid->gpt().index().doc_index + valid->gpt().index().doc_index_size);
+  EXPECT_EQ(docs.size(), 30u);
+  EXPECT_EQ(valid->gpt().index().num_epochs, 1);
+  for (int64_t i = 0; i < valid->size(); i++) EXPECT_EQ(valid->source_of(i), 0);
+  // Which source each blended sample comes from is the blend's own dataset index.
+  for (int64_t i = 0; i < train->size(); i++) EXPECT_EQ(train->source_of(i), train->dataset_index()[size_t(i)]);
+}
+
+TEST(Blend, SourceNamesAreShortDistinctAndStable) {
+  // File names without preprocess's ending; parent folders only where names collide.
+  EXPECT_EQ(source_names({"/data/zh_text_document", "/data/en_text_document"}),
+            (std::vector<std::string>{"zh", "en"}));
+  EXPECT_EQ(source_names({"/x/wiki/zh_text_document", "/y/news/zh_text_document", "/y/news/en_document"}),
+            (std::vector<std::string>{"wiki/zh", "news/zh", "en"}));
+  EXPECT_EQ(source_names({"/a/b/c/corpus_text_document", "/a/d/c/corpus_text_document"}),
+            (std::vector<std::string>{"b/c/corpus", "d/c/corpus"}));
+  // Relative and unnormalized paths name the same way; a name that is only an ending stays whole.
+  EXPECT_EQ(source_names({"data/./zh_text_document", "../other//en_text_document", "_text_document"}),
+            (std::vector<std::string>{"zh", "en", "_text_document"}));
+  // One path a suffix of the other: the shorter keeps all it has.
+  EXPECT_EQ(source_names({"zh_text_document", "/data/zh_text_document"}),
+            (std::vector<std::string>{"zh", "data/zh"}));
+  // The same prefix twice (a file up-weighted by repeating it) counts its repeats.
+  EXPECT_EQ(source_names({"/d/zh_text_document", "/d/en_text_document", "/d/zh_text_document"}),
+            (std::vector<std::string>{"zh", "en", "zh#2"}));
+  // Names never collide, whatever the paths.
+  const std::vector<std::string> many = {"/a/x_text_document", "/b/x_text_document", "/a/x_document",
+                                         "/c/a/x_text_document", "x", "/a/x_text_document", "a/x_text_document",
+                                         "/x", "x_text_document"};
+  const auto names = source_names(many);
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), many.size()) << fmt::format("{}", names);
+  EXPECT_EQ(source_names({"/only/one_text_document"}), (std::vector<std::string>{"one"}));
 }
