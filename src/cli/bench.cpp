@@ -93,7 +93,9 @@ void run_bench(const BenchOptions& o) {
     fail("--batch {} x --seq {}: {} tokens per step, expected at most {}", o.batch, o.seq, int64_t(o.batch) * o.seq,
          std::numeric_limits<int32_t>::max());
   cfg.max_seq_len = std::max(cfg.max_seq_len, o.seq);
-  cfg.frozen = io::frozen_tensors(cfg, o.freeze, "--freeze");
+  const io::FreezeSet frozen = io::resolve_freeze(cfg, o.freeze, "--freeze");
+  cfg.frozen = frozen.tensors;
+  cfg.frozen_parts = frozen.parts;
   const auto precision = model::parse_precision(o.precision);
   const model::Device device = model::choose_device(o.device, "--device");
   const int B = o.batch, T = o.seq, N = B * T;

@@ -312,12 +312,55 @@ std::string hf_names_of(const model::LlamaConfig& c, const std::string& tensor) 
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
-std::vector<std::string> frozen_tensors(const model::LlamaConfig& c, const std::vector<std::string>& patterns,
-                                        const std::string& key) {
-  const auto slices = hf_tensor_slices(c);
-  auto matches = [](const std::string& pattern, const std::string& name) {
-    return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+namespace {
+
+// A model.freeze pattern: a glob over HF names, and optionally "[a:b]", the rows of each matched tensor
+// (elements of a 1-D one) from a to b (Python's slice without a step; a or b may be left out).
+struct FreezePattern {
+  std::string glob;
+  bool sliced = false;
+  int64_t begin = 0, end = -1;  // end -1: to the end
+};
+
+FreezePattern parse_freeze_pattern(const std::string& p, const std::string& key) {
+  FreezePattern out{p};
+  if (p.empty() || p.back() != ']') return out;
+  const size_t open = p.rfind('[');
+  const size_t colon = p.find(':', open == std::string::npos ? 0 : open);
+  if (open == std::string::npos || colon == std::string::npos || colon > p.size() - 1)
+    fail("{}: '{}' ends in ']' without a row range '[begin:end]'\nhint: e.g. model.embed_tokens.weight[:32000] "
+         "freezes the first 32000 rows",
+         key, p);
+  auto number = [&](const std::string& text, int64_t fallback) {
+    if (text.empty()) return fallback;
+    size_t used = 0;
+    int64_t v = -1;
+    try {
+      v = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || v < 0)
+      fail("{}: '{}' has the row range [{}], expected [begin:end] with whole numbers >= 0 (either may be left "
+           "out)\nhint: e.g. model.embed_tokens.weight[:32000]",
+           key, p, p.substr(open + 1, p.size() - open - 2));
+    return v;
   };
+  out.glob = p.substr(0, open);
+  out.sliced = true;
+  out.begin = number(p.substr(open + 1, colon - open - 1), 0);
+  out.end = number(p.substr(colon + 1, p.size() - colon - 2), -1);
+  if (out.end >= 0 && out.end <= out.begin)
+    fail("{}: '{}' is an empty row range, expected begin < end\nhint: e.g. model.embed_tokens.weight[:32000]", key,
+         p);
+  return out;
+}
+
+}  // namespace
+
+FreezeSet resolve_freeze(const model::LlamaConfig& c, const std::vector<std::string>& patterns,
+                         const std::string& key) {
+  const auto slices = hf_tensor_slices(c);
   // The names once per form, with their shapes, for the message of a pattern that matches nothing.
   auto name_list = [&] {
     std::string out;
@@ -331,42 +374,70 @@ std::vector<std::string> frozen_tensors(const model::LlamaConfig& c, const std::
     }
     return out + fmt::format("\n  (N = 0..{})", c.n_layers - 1);
   };
-  std::map<std::string, std::pair<int, int>> count;  // tensor -> (HF tensors matched, HF tensors)
+  std::vector<FreezePattern> parsed;
   for (const auto& p : patterns) {
     if (p.empty()) fail("{}: an empty pattern, expected a Hugging Face parameter name or glob\nhint: remove it", key);
-    if (std::none_of(slices.begin(), slices.end(), [&](const HfTensorSlice& t) { return matches(p, t.hf_name); }))
+    parsed.push_back(parse_freeze_pattern(p, key));
+    const FreezePattern& f = parsed.back();
+    auto matches = [&](const HfTensorSlice& t) { return fnmatch(f.glob.c_str(), t.hf_name.c_str(), 0) == 0; };
+    if (std::none_of(slices.begin(), slices.end(), matches))
       fail("{}: '{}' matches no parameter of the model, expected a Hugging Face parameter name or glob (* matches "
-           "any characters, dots included); the model's parameters:{}\nhint: e.g. model.layers.* freezes every layer",
-           key, p, name_list());
-  }
-  for (const auto& t : slices) {
-    auto& [hit, all] = count[t.param];
-    all++;
-    if (std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) { return matches(p, t.hf_name); }))
-      hit++;
-  }
-  std::vector<std::string> frozen;
-  for (const std::string& name : c.tensor_names()) {
-    const auto [hit, all] = count[name];
-    if (hit == 0) continue;
-    if (hit < all) {
-      std::vector<std::string> matched;
-      for (const auto& t : slices)
-        if (t.param == name && matched.size() < 3 &&
-            std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) { return matches(p, t.hf_name); }))
-          matched.push_back(t.hf_name);
-      fail("{}: the patterns match {} of the {} parameters ({}{}) that the model keeps in one tensor, expected all "
-           "of them or none: {} (all layers)\nhint: freeze whole kinds over all layers, e.g. model.layers.* or "
-           "model.layers.*.mlp.*; q/k/v_proj train together, as do gate/up_proj",
-           key, hit, all, fmt::join(matched, ", "), hit > 3 ? ", ..." : "", hf_names_of(c, name));
+           "any characters, dots included), optionally with a row range [begin:end]; the model's parameters:{}\n"
+           "hint: e.g. model.layers.* freezes every layer, model.layers.0.* the first",
+           key, f.glob, name_list());
+    for (const auto& t : slices) {  // a row range inside each tensor it names, where the size is known
+      const bool vocab_unknown = (t.param == "wte" || t.param == "wout") && c.vocab_size <= 0;
+      const int64_t units = t.shape.size() == 1 ? t.shape[0] : t.rows;
+      if (f.sliced && matches(t) && !vocab_unknown && f.begin >= units)
+        fail("{}: '{}' starts at row {} of {}, which has {} rows, expected a range inside it\nhint: rows are "
+             "numbered from 0, e.g. {}[:{}]",
+             key, p, f.begin, t.hf_name, units, f.glob, units);
     }
-    frozen.push_back(name);
   }
-  if (!patterns.empty() && frozen.size() == c.tensor_names().size())
+  // Each model tensor's frozen element ranges in its full tensor, merged.
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
+  std::map<std::string, int64_t> size;
+  for (const auto& t : slices) {
+    const bool flat = t.shape.size() == 1;  // a norm weight or a bias: its elements are its rows
+    const int64_t units = flat ? t.shape[0] : t.rows, per = flat ? 1 : t.cols;
+    size[t.param] += t.rows * t.cols;
+    for (const auto& f : parsed) {
+      if (fnmatch(f.glob.c_str(), t.hf_name.c_str(), 0) != 0) continue;
+      const int64_t b = f.sliced ? std::min(f.begin, units) : 0;
+      const int64_t e = f.sliced && f.end >= 0 ? std::min(f.end, units) : units;
+      if (b < e) ranges[t.param].emplace_back(t.element + b * per, t.element + e * per);
+    }
+  }
+  FreezeSet out;
+  for (const std::string& name : c.tensor_names()) {
+    auto it = ranges.find(name);
+    if (it == ranges.end()) continue;
+    auto& r = it->second;
+    std::sort(r.begin(), r.end());
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (const auto& x : r) {
+      if (!merged.empty() && x.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, x.second);
+      else
+        merged.push_back(x);
+    }
+    const bool unknown_rows = (name == "wte" || name == "wout") && c.vocab_size <= 0;
+    if (!unknown_rows && merged.size() == 1 && merged[0].first == 0 && merged[0].second == size[name]) {
+      out.tensors.push_back(name);
+      continue;
+    }
+    if (unknown_rows && std::none_of(parsed.begin(), parsed.end(), [](const FreezePattern& f) { return f.sliced; }) &&
+        !merged.empty()) {
+      out.tensors.push_back(name);  // a whole vocabulary tensor, its size not known yet
+      continue;
+    }
+    for (const auto& [b, e] : merged) out.parts.push_back({name, b, e});
+  }
+  if (!patterns.empty() && out.tensors.size() == c.tensor_names().size())
     fail("{}: the patterns freeze every parameter of the model, expected something left to train\nhint: leave "
          "the embedding or the output layer out (e.g. [model.layers.*, model.norm.weight])",
          key);
-  return frozen;
+  return out;
 }
 
 }  // namespace llamatrain::io

@@ -33,15 +33,21 @@ struct HfTensorSlice {
 std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaConfig& config);
 std::vector<HfTensorSlice> hf_tensor_slices(const model::LlamaModel& model);
 
-// The model tensors (LlamaConfig::frozen names, in arena order) that Hugging Face name patterns
-// freeze (model.freeze). A pattern is an fnmatch glob over the full model's HF tensor names, `*`
-// matching any characters, dots included ("model.layers.*" is every layer tensor). Each model
-// tensor holds several HF tensors (all layers stacked; q/k/v_proj in one, gate/up_proj in one): it
-// is frozen when the patterns match all of them. Errors (naming `key`): a pattern that matches no
-// tensor (listing the names), patterns that match only some of a model tensor's HF tensors (such as
-// one layer: only whole tensors over all layers can be frozen), or every tensor frozen.
-std::vector<std::string> frozen_tensors(const model::LlamaConfig& config, const std::vector<std::string>& patterns,
-                                        const std::string& key = "model.freeze");
+// What model.freeze's patterns freeze: whole model tensors (LlamaConfig::frozen, in arena order: no
+// gradient, no moments) and parts of others (LlamaConfig::frozen_parts: some layers of a stacked
+// tensor, q_proj of one layer, a vocabulary's first rows). A pattern is an fnmatch glob over the full
+// model's HF tensor names, `*` matching any characters, dots included ("model.layers.*" is every layer
+// tensor, "model.layers.0.*" the first layer's), optionally followed by a row range "[begin:end]" of
+// each tensor it names (elements for a 1-D one; either end may be left out: "[:32000]"). A model
+// tensor whose HF tensors the patterns cover whole is frozen whole. Errors (naming `key`): a pattern
+// that matches no tensor (listing the names), a malformed or empty row range, or one past a tensor's
+// rows, and every tensor frozen. With vocab_size <= 0 (not known yet), vocabulary rows are not checked.
+struct FreezeSet {
+  std::vector<std::string> tensors;
+  std::vector<model::FrozenPart> parts;
+};
+FreezeSet resolve_freeze(const model::LlamaConfig& config, const std::vector<std::string>& patterns,
+                         const std::string& key = "model.freeze");
 // A model tensor's HF names with the layer as '*' ("model.layers.*.mlp.down_proj.weight"), for messages.
 std::string hf_names_of(const model::LlamaConfig& config, const std::string& tensor);
 

@@ -83,6 +83,11 @@ void LlamaConfig::validate(const std::string& where) const {
       fail("config {}: frozen tensor {} is not a tensor of this model, expected one of {}\nhint: freeze by Hugging "
            "Face name (model.freeze)",
            where, f, fmt::join(names, ", "));
+  for (const FrozenPart& part : frozen_parts)
+    if (std::find(names.begin(), names.end(), part.tensor) == names.end() || part.begin < 0 || part.end <= part.begin)
+      fail("config {}: frozen part {} [{}, {}) is not a range of a tensor of this model, expected one of {}\nhint: "
+           "freeze by Hugging Face name (model.freeze)",
+           where, part.tensor, part.begin, part.end, fmt::join(names, ", "));
 }
 
 std::vector<std::string> LlamaConfig::tensor_names() const {

@@ -34,6 +34,14 @@ struct RopeScaling {
   int original_max_pos = 8192;  // original_max_position_embeddings
 };
 
+// Elements [begin, end) of the full (unsharded) tensor `tensor` ("wte", "wqkv", ...), in its
+// row-major order: one layer of a stacked tensor, q_proj's rows of one layer, a vocabulary's rows.
+struct FrozenPart {
+  std::string tensor;
+  int64_t begin = 0, end = 0;
+  bool operator==(const FrozenPart&) const = default;
+};
+
 struct LlamaConfig {
   int dim = 0;          // C   hidden_size
   int ffn_dim = 0;      // F   intermediate_size
@@ -59,8 +67,12 @@ struct LlamaConfig {
   int sliding_window = 0;
   // Tensors that do not train, by the model's names ("wte", "wqkv", ...; all layers of a stacked
   // one): no gradient, no optimizer state. Set from the Hugging Face name patterns of model.freeze
-  // (io::frozen_tensors); not part of the architecture (checkpoints and exports ignore it).
+  // (io::resolve_freeze); not part of the architecture (checkpoints and exports ignore it).
   std::vector<std::string> frozen = {};
+  // Parts of trainable tensors that do not train (model.freeze patterns over some layers or rows):
+  // their weights are not updated (nor decayed) and their gradients count in no norm; they keep
+  // their gradient and moment storage, which stays zero. Not part of the architecture either.
+  std::vector<FrozenPart> frozen_parts = {};
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }  // D
   RopeFreqs rope_freqs() const;  // rope_theta and rope_scaling as the kernels take them

@@ -117,6 +117,27 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     if (s.frozen) frozen += s.numel;
   }
   for (auto& s : specs) s.grad_offset = s.frozen ? -1 : s.offset - frozen;
+  // Frozen parts: where this rank's runs of the full tensor meet each part, in local offsets.
+  for (auto& s : specs) {
+    if (s.frozen) continue;
+    for (const FrozenPart& part : c.frozen_parts) {
+      if (part.tensor != s.name) continue;
+      s.shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
+        const int64_t b = std::max(full, part.begin), e = std::min(full + n, part.end);
+        if (b < e) s.frozen_ranges.emplace_back(local + (b - full), local + (e - full));
+      });
+    }
+    auto& r = s.frozen_ranges;
+    std::sort(r.begin(), r.end());
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (const auto& x : r) {
+      if (!merged.empty() && x.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, x.second);
+      else
+        merged.push_back(x);
+    }
+    r = std::move(merged);
+  }
   return specs;
 }
 
@@ -285,10 +306,17 @@ void LlamaModel::zero_grad() {
   k_.zero(grad_arena_.data(), grad_arena_.size() * sizeof(float));
 }
 
-float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step) {
+float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step, float embedding_lr) {
+  zero_frozen_grads();
   const float norm = grad_norm();
-  optimizer_update(opt, lr, step, norm);
+  optimizer_update(opt, lr, step, norm, embedding_lr);
   return norm;
+}
+
+void LlamaModel::zero_frozen_grads() {
+  ensure_training_state();
+  for (const ParamSpec& s : specs_)
+    for (const auto& [b, e] : s.frozen_ranges) k_.zero(grad_arena_.data() + s.grad_offset + b, size_t(e - b) * sizeof(float));
 }
 
 float LlamaModel::grad_norm() { return float(std::sqrt(grad_sum_squares(0, num_trainable()))); }
@@ -338,33 +366,43 @@ void LlamaModel::reduce_model_parallel_grads(parallel::Communicator* embedding_g
       if (s.name == "wte") embedding_group->all_reduce(grads_.wte, size_t(s.numel));
 }
 
-void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, float norm) {
+void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, float norm, float embedding_lr) {
   CHECK(step >= 1);
   ensure_training_state();
   float scale = 1.0f;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = float(opt.grad_clip / (double(norm) + 1e-6));
   // Each trainable tensor's part inside the optimizer shard (all of it without ZeRO-1), in gradient
   // arena offsets; moments are indexed from the shard's start. Frozen tensors are not touched (nor
-  // decayed).
+  // decayed), nor are the frozen parts of the others. The embedding and the output layer may have a
+  // learning rate of their own.
   const int64_t lo = shard_begin_, hi = shard_end();
-  for (const ParamSpec& s : specs_) {
-    if (s.frozen) continue;
-    const int64_t g = std::max(s.grad_offset, lo), b = std::min(s.grad_offset + s.numel, hi);
-    if (g >= b) continue;
+  auto update = [&](const ParamSpec& s, int64_t g, int64_t b, float rate) {  // gradient arena [g, b)
     const int64_t n = b - g, k = g - lo, a = g + num_frozen_;  // a: in the parameter arena
     const float wd = s.decay ? opt.weight_decay : 0.0f;
     float* p = param_arena_.data() + a;
     const float* gr = grad_arena_.data() + g;
     if (precision_ == Precision::bf16_sr) {
-      k_.adamw_update_sr(master_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, lr, opt.beta1,
+      k_.adamw_update_sr(master_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, rate, opt.beta1,
                          opt.beta2, opt.eps, wd, step, scale, seed_, uint32_t(s.full_id), uint64_t(a - s.offset));
     } else if (precision_ == Precision::bf16_mixed) {
-      k_.adamw_update_mixed(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr, opt.beta1, opt.beta2, opt.eps, wd,
+      k_.adamw_update_mixed(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, rate, opt.beta1, opt.beta2, opt.eps, wd,
                             step, scale);
     } else {
-      k_.adamw_update(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, lr, opt.beta1, opt.beta2, opt.eps, wd, step,
+      k_.adamw_update(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, rate, opt.beta1, opt.beta2, opt.eps, wd, step,
                       scale);
     }
+  };
+  for (const ParamSpec& s : specs_) {
+    if (s.frozen) continue;
+    const float rate = embedding_lr >= 0 && (s.full_id == kWte || s.full_id == kWout) ? embedding_lr : lr;
+    int64_t g = std::max(s.grad_offset, lo);
+    const int64_t b = std::min(s.grad_offset + s.numel, hi);
+    for (const auto& [fb, fe] : s.frozen_ranges) {  // the trainable runs between the frozen ranges
+      const int64_t stop = std::min(b, s.grad_offset + fb);
+      if (g < stop) update(s, g, stop, rate);
+      g = std::max(g, s.grad_offset + fe);
+    }
+    if (g < b) update(s, g, b, rate);
   }
 }
 

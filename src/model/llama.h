@@ -62,6 +62,9 @@ struct ParamSpec {
   // that the gradient arena, the moments and the ZeRO-1 shards cover.
   bool frozen = false;
   int64_t grad_offset = -1;    // into the gradient arena (offset - num_frozen()); -1 when frozen
+  // LlamaConfig::frozen_parts on this rank: element ranges [begin, end) of the local tensor (from
+  // offset, or grad_offset) that are never updated and whose gradient is zeroed before the norm.
+  std::vector<std::pair<int64_t, int64_t>> frozen_ranges;
 };
 
 // Views into the parameter (or gradient) arena; a frozen tensor's gradient view is nullptr. Shapes: C dim, L layers, H heads, Hkv kv heads,
@@ -286,11 +289,16 @@ class LlamaModel {
 
   // Global grad norm (before clipping), then AdamW on every tensor. step is 1-based.
   // Returns the pre-clip grad norm.
-  float optimizer_step(const AdamWConfig& opt, float lr, int step);
-  // The two halves of optimizer_step: the global L2 norm of the gradients, and AdamW given that norm
-  // (a caller that skips non-finite steps looks at the norm first).
+  // embedding_lr >= 0: the learning rate of the embedding and the output layer (wte, wout; others
+  // take lr), as a separate parameter group would.
+  float optimizer_step(const AdamWConfig& opt, float lr, int step, float embedding_lr = -1.0f);
+  // The halves of optimizer_step: the frozen parts' gradients zeroed (LlamaConfig::frozen_parts; after
+  // every gradient sum, before the norm), the global L2 norm of the gradients, and AdamW given that
+  // norm (a caller that skips non-finite steps looks at the norm first), which leaves frozen parts as
+  // they are.
+  void zero_frozen_grads();
   float grad_norm();
-  void optimizer_update(const AdamWConfig& opt, float lr, int step, float grad_norm);
+  void optimizer_update(const AdamWConfig& opt, float lr, int step, float grad_norm, float embedding_lr = -1.0f);
 
   // Data-parallel overlap: the ranges [begin, end) of the gradient arena (trainable tensors only) in the order the backward
   // completes them (the lm head and final norm, then layer by layer from the last, then the

@@ -226,6 +226,17 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
   if (dp) groups.layout = parallel::ParallelLayout::make(dp->size(), 1, 1, dp->rank());
   return save_checkpoint(checkpoints_dir, model, state, tokenizer_model, config_yaml, progress, groups);
 }
+namespace {
+
+// model.freeze's parts of tensors, for the record: [{"tensor": "wte", "elements": [begin, end]}, ...]
+json frozen_parts_json(const model::LlamaConfig& c) {
+  json out = json::array();
+  for (const auto& p : c.frozen_parts) out.push_back({{"tensor", p.tensor}, {"elements", {p.begin, p.end}}});
+  return out;
+}
+
+}  // namespace
+
 
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
                             const std::string& tokenizer_model, const std::string& config_yaml,
@@ -368,6 +379,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
             {"train_seconds", state.train_seconds},
             {"num_params", model.config().num_params()},
             {"frozen", model.config().frozen},
+            {"frozen_parts", frozen_parts_json(model.config())},
             {"layout",
              {{"tensor_parallel", layout.tp_size},
               {"pipeline_parallel", layout.pp_size},

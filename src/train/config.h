@@ -129,6 +129,9 @@ struct OptimConfig {
   double weight_decay = 0;
   std::vector<double> betas;   // [beta1, beta2]
   double eps = 0;
+  // ours (Axolotl's embedding_lr): the peak learning rate of the embedding and the output layer,
+  // scheduled as lr is (null: lr)
+  std::optional<double> embedding_lr;
   SchedConfig sched;
 
   bool operator==(const OptimConfig&) const = default;
@@ -170,8 +173,10 @@ struct ModelConfig {
   std::string new_token_init = "subword_mean";
   std::optional<std::string> output_dir;  // Hugging Face export folder (convert_to_hf)
   // ours: Hugging Face parameter-name patterns (fnmatch) of the tensors that do not train
-  // (io::frozen_tensors resolves them against the model).
+  // (io::resolve_freeze resolves them against the model).
   std::vector<std::string> freeze = {};
+  // ours: with a vocabulary grown from init_from, only the new rows of the embedding and output layer train
+  bool freeze_base_vocab = false;
   TokenizerConfig tokenizer;
   DataConfig data;
   OptimConfig optim;

@@ -331,8 +331,12 @@ Schema build_schema() {
         "where convert_to_hf writes the Hugging Face checkpoint; null: chosen by the trainer under the log folder");
   s.ignored("model.config_path", "the exported config.json is written from the model itself");
   s.ours("model.freeze", FIELD(model.freeze), "[]",
-         "Hugging Face parameter names (fnmatch patterns; * also matches dots) of tensors that do not train: no "
-         "gradient, no optimizer state, unchanged weights; e.g. [model.layers.*, model.norm.weight]");
+         "Hugging Face parameter names (fnmatch patterns; * also matches dots) of tensors that do not train, "
+         "optionally with a row range: unchanged weights, and for whole tensors no gradient and no optimizer "
+         "state; e.g. [model.layers.*, model.norm.weight], [model.layers.0.*], [model.embed_tokens.weight[:32000]]");
+  s.ours("model.freeze_base_vocab", FIELD(model.freeze_base_vocab), "false",
+         "with init_from and a tokenizer of more pieces: the embedding and output rows init_from had do not "
+         "train, only the new ones (and what else is not frozen)");
   for (const char* k : {"hidden_dropout", "attention_dropout", "ffn_dropout"})
     s.only(std::string("model.") + k, "0", "dropout is not implemented (Llama pretraining uses none)");
   s.only("model.normalization", "rmsnorm", "Llama uses RMSNorm; layernorm is not implemented");
@@ -436,6 +440,10 @@ Schema build_schema() {
         "AdamW weight decay (not applied to norm weights)", at_least(0));
   s.key("model.optim.betas", FIELD(model.optim.betas), "[0.9, 0.98]", "Adam [beta1, beta2], each in [0, 1)");
   s.key("model.optim.eps", FIELD(model.optim.eps), "1e-8", "Adam epsilon", positive());
+  s.ours("model.optim.embedding_lr", FIELD(model.optim.embedding_lr), "null",
+         "peak learning rate of the embedding and the output layer, on lr's schedule (warmup, decay, min_lr as "
+         "for lr); null: lr. A grown vocabulary's new rows often take a larger one",
+         positive());
   s.alias("model.optim.distributed_optimizer", "model.distributed_optimizer");
   s.ours("model.optim.overlap_grad_sync", FIELD(model.overlap_grad_sync), "false",
          "data parallelism without ZeRO-1: all-reduce gradient buckets while the backward of a step's last "

@@ -221,7 +221,7 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
     notes->push_back("model.num_layers_in_*_pipeline_stage has no effect with pipeline_model_parallel_size 1");
   m.pipeline_layers(names);
   // model.freeze against the shape's Hugging Face names (preflight resolves it again with the vocabulary).
-  if (!m.freeze.empty()) io::frozen_tensors(shape, m.freeze, "model.freeze (" + ctx.where("model.freeze") + ")");
+  if (!m.freeze.empty()) io::resolve_freeze(shape, m.freeze, "model.freeze (" + ctx.where("model.freeze") + ")");
   shape.check_seq_len(m.encoder_seq_length, model_key_names(ctx, "model.encoder_seq_length"));
   shape.check_seq_len(m.data.seq_length, model_key_names(ctx, "model.data.seq_length"));
   if (m.activations_checkpoint_granularity == "full" && !m.activations_checkpoint_method)

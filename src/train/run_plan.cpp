@@ -167,10 +167,27 @@ void plan_device(const TrainConfig& cfg, RunPlan& p, bool here) {
          acc, lay.tp_size, lay.pp_size);
 }
 
-// model.freeze: the model tensors its patterns freeze (an Error for one that matches nothing or part
-// of a tensor), and every pipeline stage keeps something to train.
+// model.freeze: the model tensors and parts its patterns freeze (an Error for one that matches
+// nothing), with model.freeze_base_vocab the rows init_from had before the vocabulary grew, and every
+// pipeline stage keeps something to train.
 void plan_freeze(const TrainConfig& cfg, RunPlan& p) {
-  p.model.frozen = io::frozen_tensors(p.model, cfg.model.freeze);
+  std::vector<std::string> patterns = cfg.model.freeze;
+  if (cfg.model.freeze_base_vocab) {
+    if (!p.growth.active())
+      fail("model.freeze_base_vocab: true, but the vocabulary does not grow in this run ({}), so there are no new "
+           "rows to train alone\nhint: start from the folder before the extension (model.init_from with "
+           "model.tokenizer.model of more pieces), or freeze rows by number: "
+           "model.freeze=[model.embed_tokens.weight[:N],lm_head.weight[:N]] with N the base vocabulary's size",
+           cfg.model.init_from ? "model.init_from " + *cfg.model.init_from + " has as many rows as the tokenizer"
+                               : "no model.init_from");
+    patterns.push_back(fmt::format("model.embed_tokens.weight[:{}]", p.growth.base_rows));
+    if (!p.model.tie_embeddings) patterns.push_back(fmt::format("lm_head.weight[:{}]", p.growth.base_rows));
+  }
+  const io::FreezeSet frozen = io::resolve_freeze(p.model, patterns, cfg.model.freeze_base_vocab && cfg.model.freeze.empty()
+                                                                         ? "model.freeze_base_vocab"
+                                                                         : "model.freeze");
+  p.model.frozen = frozen.tensors;
+  p.model.frozen_parts = frozen.parts;
   const parallel::ParallelLayout& lay = p.layout;
   if (p.model.frozen.empty() || lay.pp_size == 1) return;
   const std::vector<int> split = cfg.model.pipeline_layers();

@@ -177,6 +177,7 @@ class Trainer {
   std::optional<data::PieceLengths> piece_lengths_;  // the tokenizer's (validation's bits per byte)
   std::optional<RunLog> log_;
   std::optional<LrSchedule> sched_;
+  std::optional<LrSchedule> embedding_sched_;  // model.optim.embedding_lr on lr's schedule
   model::AdamWConfig opt_;
   double peak_gflops_ = 0, flops_per_step_ = 0;
   InjectedNonfinite inject_;  // the listed steps fire once (not again after a rollback)
@@ -294,6 +295,11 @@ void Trainer::start() {
   open_data();
   log_.emplace(console_, plan_.log_dir, rank0(), cfg_.exp_manager.create_tensorboard_logger, ranks_.world != nullptr);
   sched_.emplace(cfg_.lr_schedule());
+  if (cfg_.model.optim.embedding_lr) {
+    embedding_sched_.emplace(make_schedule(cfg_.model.optim.sched, *cfg_.model.optim.embedding_lr, cfg_.trainer.max_steps));
+    say(fmt::format("embedding and output layer: peak learning rate {:.3e} (the others {:.3e}), on the same schedule",
+                    *cfg_.model.optim.embedding_lr, cfg_.model.optim.lr));
+  }
   opt_.beta1 = float(cfg_.model.optim.betas.at(0));
   opt_.beta2 = float(cfg_.model.optim.betas.at(1));
   opt_.eps = float(cfg_.model.optim.eps);
@@ -401,13 +407,18 @@ void Trainer::make_model() {
                   obs::format_bytes(double(mem.activations)),
                   mem.runtime > 0 ? " + GPU runtime " + obs::format_bytes(double(mem.runtime)) : "",
                   sharded ? " on rank 0" : ""));
-  if (!mc.frozen.empty()) {  // model.freeze, counted over the whole model
-    int64_t tensors = 0;
+  if (!mc.frozen.empty() || !mc.frozen_parts.empty()) {  // model.freeze, counted over the whole model
+    int64_t tensors = 0, in_parts = 0;
     for (const auto& t : io::hf_tensor_slices(mc)) tensors += mc.is_frozen(t.param);
-    const int64_t all = mc.num_params(), train = model::LlamaModel::num_trainable(mc, model::ShardPlan::single(mc));
-    say(fmt::format("frozen: {} tensors, {} parameters ({:.1f}% of the model); training {} parameters", tensors,
+    for (const auto& part : mc.frozen_parts) in_parts += part.end - part.begin;
+    const int64_t all = mc.num_params(),
+                  train = model::LlamaModel::num_trainable(mc, model::ShardPlan::single(mc)) - in_parts;
+    say(fmt::format("frozen: {} tensors{}, {} parameters ({:.1f}% of the model); training {} parameters", tensors,
+                    mc.frozen_parts.empty() ? "" : fmt::format(" and {} parts of others", mc.frozen_parts.size()),
                     obs::format_count(double(all - train)), 100.0 * double(all - train) / double(all),
                     obs::format_count(double(train))));
+    if (!mc.frozen_parts.empty())
+      say("frozen parts keep their gradient and optimizer memory (zero): only whole tensors free theirs");
   }
 }
 
@@ -561,6 +572,7 @@ StepResult Trainer::train_step() {
   StepResult s;
   s.step = st_.step + 1;
   s.lr = sched_->lr(st_.step);
+  const double embedding_lr = embedding_sched_ ? embedding_sched_->lr(st_.step) : -1.0;
   steps_run_++;
   model_->zero_grad();
   // (fault injection: a NaN the backward accumulates into, reduced to every rank like any gradient)
@@ -577,7 +589,7 @@ StepResult Trainer::train_step() {
   if (s.finite()) {
     nonfinite_run_ = 0;
     st_.optimizer_steps++;
-    model_->optimizer_update(opt_, float(s.lr), int(st_.optimizer_steps), s.grad_norm);
+    model_->optimizer_update(opt_, float(s.lr), int(st_.optimizer_steps), s.grad_norm, float(embedding_lr));
     if (plan_.zero1) {  // every rank's updated shard to every rank, then the bf16 copies from the fp32 weights
       if (model_->backend().host_memory())
         parallel::all_gather_parameters(*ranks_.dp, model_->trainable_param_data(), *shards_);
@@ -659,6 +671,7 @@ float Trainer::reduce_gradients() {
       gpu_dp_->mean(model_->grad_arena(), int64_t(shards_->padded_size()));
     else
       parallel::all_reduce_gradients(*ranks_.dp, staged(model_->grad_arena(), shards_->padded_size()), staged_piece());
+    model_->zero_frozen_grads();
     sq = model_->grad_sum_squares(model_->shard_begin(), model_->shard_end());
     ranks_.world->all_reduce(&sq, 1);
   } else {
@@ -668,6 +681,7 @@ float Trainer::reduce_gradients() {
     else if (ranks_.dp && !host)
       parallel::all_reduce_gradients(*ranks_.dp, staged(model_->grad_arena(), size_t(model_->num_trainable())),
                                      staged_piece());
+    model_->zero_frozen_grads();
     sq = model_->grad_sum_squares(0, model_->num_trainable());
     if (ranks_.mp) ranks_.mp->all_reduce(&sq, 1);
   }

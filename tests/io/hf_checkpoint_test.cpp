@@ -113,13 +113,18 @@ TEST(HfCheckpoint, AnExplicitHeadDimShapesTheAttentionTensors) {
 
 TEST(HfCheckpoint, FreezingTheBiasesGoesByTheirHfNames) {
   const model::LlamaConfig c = qwen2_like();
-  auto frozen = io::frozen_tensors(c, {"model.layers.*.self_attn.*"});
+  auto frozen = io::resolve_freeze(c, {"model.layers.*.self_attn.*"}).tensors;
   EXPECT_NE(std::find(frozen.begin(), frozen.end(), "bqkv"), frozen.end());
   EXPECT_NE(std::find(frozen.begin(), frozen.end(), "wqkv"), frozen.end());
-  frozen = io::frozen_tensors(c, {"model.layers.*.self_attn.*.weight"});
+  frozen = io::resolve_freeze(c, {"model.layers.*.self_attn.*.weight"}).tensors;
   EXPECT_EQ(std::find(frozen.begin(), frozen.end(), "bqkv"), frozen.end()) << "the biases still train";
-  EXPECT_CONTAINS(error_of([&] { io::frozen_tensors(c, {"model.layers.*.self_attn.q_proj.bias"}); }),
-                  "model.layers.*.self_attn.k_proj.bias");
+  // q's biases alone: the q rows of bqkv (L, QKV) in each layer, a part of the tensor.
+  const io::FreezeSet q = io::resolve_freeze(c, {"model.layers.*.self_attn.q_proj.bias"});
+  EXPECT_TRUE(q.tensors.empty());
+  const int64_t QKV = c.qkv_dim(), HD = int64_t(c.n_heads) * c.head_dim();
+  std::vector<model::FrozenPart> want;
+  for (int l = 0; l < c.n_layers; l++) want.push_back({"bqkv", l * QKV, l * QKV + HD});
+  EXPECT_EQ(q.parts, want);
 }
 
 // tiny_hf's tensors, less those whose name contains `drop`, plus `extra` (an F32 tensor of the given
