@@ -441,8 +441,9 @@ Schema build_schema() {
   s.key("model.optim.betas", FIELD(model.optim.betas), "[0.9, 0.98]", "Adam [beta1, beta2], each in [0, 1)");
   s.key("model.optim.eps", FIELD(model.optim.eps), "1e-8", "Adam epsilon", positive());
   s.ours("model.optim.embedding_lr", FIELD(model.optim.embedding_lr), "null",
-         "peak learning rate of the embedding and the output layer, on lr's schedule (warmup, decay, min_lr as "
-         "for lr); null: lr. A grown vocabulary's new rows often take a larger one",
+         "peak learning rate of the embedding and the output layer; their rate each step is lr's times "
+         "embedding_lr / lr (warmup, decay and min_lr scaled alike); null: lr. A grown vocabulary's new rows often "
+         "take a larger one",
          positive());
   s.alias("model.optim.distributed_optimizer", "model.distributed_optimizer");
   s.ours("model.optim.overlap_grad_sync", FIELD(model.overlap_grad_sync), "false",

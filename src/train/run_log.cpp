@@ -24,6 +24,7 @@ std::vector<StepRecord::Metric> StepRecord::metrics(bool multi_rank) const {
       {"comm_time_s", multi_rank ? "comm_time_s" : nullptr, comm_s},
       {"peak_rss_bytes", nullptr, peak_rss},
   };
+  if (embedding_lr >= 0) m.insert(m.begin() + 2, {"embedding_lr", "embedding_lr", embedding_lr});
   if (device_memory >= 0) m.push_back({"device_memory_bytes", nullptr, device_memory});
   return m;
 }

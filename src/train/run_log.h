@@ -19,6 +19,7 @@ namespace llamatrain::train {
 struct StepRecord {
   int64_t step = 0, max_steps = 0;
   double loss = 0, lr = 0, grad_norm = 0;
+  double embedding_lr = -1;  // model.optim.embedding_lr's rate this step; < 0: not set (lr)
   int64_t consumed_samples = 0;
   double step_s = 0;          // mean over the steps since the last record
   double seq_per_s = 0, tokens_per_s = 0, mfu = 0;

@@ -177,8 +177,9 @@ void plan_freeze(const TrainConfig& cfg, RunPlan& p) {
       fail("model.freeze_base_vocab: true, but the vocabulary does not grow in this run ({}), so there are no new "
            "rows to train alone\nhint: start from the folder before the extension (model.init_from with "
            "model.tokenizer.model of more pieces), or freeze rows by number: "
-           "model.freeze=[model.embed_tokens.weight[:N],lm_head.weight[:N]] with N the base vocabulary's size",
-           cfg.model.init_from ? "model.init_from " + *cfg.model.init_from + " has as many rows as the tokenizer"
+           "model.freeze: [\"model.embed_tokens.weight[:N]\", \"lm_head.weight[:N]\"] with N the base vocabulary's "
+           "size",
+           cfg.model.init_from ? "model.init_from " + *cfg.model.init_from + " already has a row for every piece of the tokenizer"
                                : "no model.init_from");
     patterns.push_back(fmt::format("model.embed_tokens.weight[:{}]", p.growth.base_rows));
     if (!p.model.tie_embeddings) patterns.push_back(fmt::format("lm_head.weight[:{}]", p.growth.base_rows));

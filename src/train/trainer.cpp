@@ -107,6 +107,7 @@ std::string from_rank0(parallel::Communicator* c, std::string s) { return c ? c-
 struct StepResult {
   int64_t step = 0;          // its number (1-based)
   double lr = 0, loss = 0;   // the loss: the mean over the global batch
+  double embedding_lr = -1;  // the embedding and output layer's rate (< 0: lr)
   float grad_norm = 0;       // the global L2 norm before clipping
   int64_t first_sample = 0;  // the global batch's samples [first_sample, first_sample + global batch)
   double seconds = 0;
@@ -177,7 +178,7 @@ class Trainer {
   std::optional<data::PieceLengths> piece_lengths_;  // the tokenizer's (validation's bits per byte)
   std::optional<RunLog> log_;
   std::optional<LrSchedule> sched_;
-  std::optional<LrSchedule> embedding_sched_;  // model.optim.embedding_lr on lr's schedule
+  double embedding_lr_scale_ = -1;  // model.optim.embedding_lr / model.optim.lr (< 0: not set)
   model::AdamWConfig opt_;
   double peak_gflops_ = 0, flops_per_step_ = 0;
   InjectedNonfinite inject_;  // the listed steps fire once (not again after a rollback)
@@ -296,9 +297,9 @@ void Trainer::start() {
   log_.emplace(console_, plan_.log_dir, rank0(), cfg_.exp_manager.create_tensorboard_logger, ranks_.world != nullptr);
   sched_.emplace(cfg_.lr_schedule());
   if (cfg_.model.optim.embedding_lr) {
-    embedding_sched_.emplace(make_schedule(cfg_.model.optim.sched, *cfg_.model.optim.embedding_lr, cfg_.trainer.max_steps));
-    say(fmt::format("embedding and output layer: peak learning rate {:.3e} (the others {:.3e}), on the same schedule",
-                    *cfg_.model.optim.embedding_lr, cfg_.model.optim.lr));
+    embedding_lr_scale_ = *cfg_.model.optim.embedding_lr / cfg_.model.optim.lr;
+    say(fmt::format("embedding and output layer: peak learning rate {:.3e}, {:g}x the others' on the same schedule",
+                    *cfg_.model.optim.embedding_lr, embedding_lr_scale_));
   }
   opt_.beta1 = float(cfg_.model.optim.betas.at(0));
   opt_.beta2 = float(cfg_.model.optim.betas.at(1));
@@ -572,7 +573,7 @@ StepResult Trainer::train_step() {
   StepResult s;
   s.step = st_.step + 1;
   s.lr = sched_->lr(st_.step);
-  const double embedding_lr = embedding_sched_ ? embedding_sched_->lr(st_.step) : -1.0;
+  if (embedding_lr_scale_ >= 0) s.embedding_lr = s.lr * embedding_lr_scale_;
   steps_run_++;
   model_->zero_grad();
   // (fault injection: a NaN the backward accumulates into, reduced to every rank like any gradient)
@@ -589,7 +590,7 @@ StepResult Trainer::train_step() {
   if (s.finite()) {
     nonfinite_run_ = 0;
     st_.optimizer_steps++;
-    model_->optimizer_update(opt_, float(s.lr), int(st_.optimizer_steps), s.grad_norm, float(embedding_lr));
+    model_->optimizer_update(opt_, float(s.lr), int(st_.optimizer_steps), s.grad_norm, float(s.embedding_lr));
     if (plan_.zero1) {  // every rank's updated shard to every rank, then the bf16 copies from the fp32 weights
       if (model_->backend().host_memory())
         parallel::all_gather_parameters(*ranks_.dp, model_->trainable_param_data(), *shards_);
@@ -767,6 +768,7 @@ void Trainer::record(const StepResult& s) {
   r.max_steps = cfg_.trainer.max_steps;
   r.loss = s.loss;
   r.lr = s.lr;
+  r.embedding_lr = s.embedding_lr;
   r.grad_norm = s.grad_norm;
   r.consumed_samples = st_.consumed_samples;
   r.step_s = (now_s() - t_log_) / double(steps_since_log_);

@@ -2,11 +2,15 @@
 // weights stay bitwise unchanged through AdamW steps (weight decay on) while the others move, the
 // trainable tensors' gradients equal an unfrozen model's, and the gradient and optimizer arenas
 // shrink by exactly the frozen parameters' bytes, as LlamaModel::state_parts says. The patterns:
-// matched against the HF names, whole tensors only, errors for a pattern that matches nothing, part
-// of a tensor, or everything. End to end through the binary: the console line, checkpoints in which
+// matched against the HF names, whole tensors or parts of them (some layers, one of q/k/v, a row
+// range), errors for a pattern that matches nothing, a malformed or empty row range, one past a
+// tensor's rows, or everything. Parts: their bits stay through AdamW with weight decay, in every
+// precision, and the rest trains exactly as a model whose gradient there is zeroed by hand;
+// embedding_lr moves the embedding and the output layer at their own rate. End to end through the binary: the console line, checkpoints in which
 // the frozen tensors keep their bytes, the plan's and bench's figures, the PyTorch reference with
 // requires_grad False on the same parameters, TP2, PP2 and DP2 (ZeRO-1) equal to one process, and
-// resuming with another model.freeze.
+// resuming with another model.freeze; parts (one layer, q_proj of every layer) against the PyTorch
+// reference freezing the same HF parameters, and TP2, PP2 and DP2 (ZeRO-1) equal to one process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,22 +72,65 @@ Batch batch(int B, int T, int V, uint32_t seed) {
   return b;
 }
 
+std::vector<std::string> frozen_tensors(const model::LlamaConfig& c, const std::vector<std::string>& patterns) {
+  const io::FreezeSet f = io::resolve_freeze(c, patterns);
+  EXPECT_TRUE(f.parts.empty()) << patterns.front() << " froze parts of " << f.parts.front().tensor;
+  return f.tensors;
+}
+
 TEST(Freeze, PatternsResolveToWholeTensors) {
   const model::LlamaConfig c = tiny_config();
-  EXPECT_EQ(io::frozen_tensors(c, kLayersAndNorm),
+  EXPECT_EQ(frozen_tensors(c, kLayersAndNorm),
             (std::vector<std::string>{"attn_norm", "wqkv", "wo", "ffn_norm", "w13", "w2", "norm"}));
-  EXPECT_EQ(io::frozen_tensors(c, {"model.embed_tokens.weight"}), std::vector<std::string>{"wte"});
-  EXPECT_EQ(io::frozen_tensors(c, {"model.layers.*.self_attn.*"}), (std::vector<std::string>{"wqkv", "wo"}));
-  EXPECT_EQ(io::frozen_tensors(c, {"model.layers.*.mlp.down_proj.weight", "*layernorm*"}),
+  EXPECT_EQ(frozen_tensors(c, {"model.embed_tokens.weight"}), std::vector<std::string>{"wte"});
+  EXPECT_EQ(frozen_tensors(c, {"model.layers.*.self_attn.*"}), (std::vector<std::string>{"wqkv", "wo"}));
+  EXPECT_EQ(frozen_tensors(c, {"model.layers.*.mlp.down_proj.weight", "*layernorm*"}),
             (std::vector<std::string>{"attn_norm", "ffn_norm", "w2"}));
-  EXPECT_TRUE(io::frozen_tensors(c, {}).empty());
+  EXPECT_TRUE(frozen_tensors(c, {}).empty());
+  // Parts that together cover a tensor freeze it whole: each layer by itself, or rows [0, 40) and [40, 96).
+  EXPECT_EQ(frozen_tensors(c, {"model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"}),
+            std::vector<std::string>{"w2"});
+  EXPECT_EQ(frozen_tensors(c, {"lm_head.weight[:40]", "lm_head.weight[40:]"}), std::vector<std::string>{"wout"});
+  EXPECT_EQ(frozen_tensors(c, {"lm_head.weight[0:96]"}), std::vector<std::string>{"wout"});
+}
+
+// Layers, one of q/k/v, row ranges: element ranges of the stacked tensors, in their row-major order
+// (wqkv is (L, (H + 2 Hkv) D, C) with q's rows first, w13 (L, 2F, C) with gate's rows first).
+TEST(Freeze, PatternsResolveToPartsOfStackedTensors) {
+  const model::LlamaConfig c = tiny_config();  // C 32, F 64, L 2, H 4, Hkv 2: D 8, QKV 64
+  const int64_t C = 32, F = 64, QKV = 64, D = 8;
+  using P = model::FrozenPart;
+  const io::FreezeSet layer0 = io::resolve_freeze(c, {"model.layers.0.*"});
+  EXPECT_TRUE(layer0.tensors.empty());
+  EXPECT_EQ(layer0.parts, (std::vector<P>{{"attn_norm", 0, C},
+                                          {"wqkv", 0, QKV * C},
+                                          {"wo", 0, C * C},
+                                          {"ffn_norm", 0, C},
+                                          {"w13", 0, 2 * F * C},
+                                          {"w2", 0, C * F}}));
+  // q_proj of every layer, v_proj of layer 1, up_proj of layer 1.
+  const io::FreezeSet qv = io::resolve_freeze(
+      c, {"model.layers.*.self_attn.q_proj.weight", "model.layers.1.self_attn.v_proj.weight",
+          "model.layers.1.mlp.up_proj.weight"});
+  EXPECT_EQ(qv.parts, (std::vector<P>{{"wqkv", 0, 4 * D * C},
+                                      {"wqkv", QKV * C, QKV * C + 4 * D * C},
+                                      {"wqkv", QKV * C + 6 * D * C, 2 * QKV * C},
+                                      {"w13", 2 * F * C + F * C, 4 * F * C}}));
+  // Row ranges: of a matrix (rows of C), of a norm weight (its elements), overlapping ones merged,
+  // and a range past the end cut at the end.
+  const io::FreezeSet rows = io::resolve_freeze(c, {"model.embed_tokens.weight[:10]", "model.embed_tokens.weight[5:20]",
+                                                    "model.norm.weight[4:8]", "lm_head.weight[90:1000]"});
+  EXPECT_EQ(rows.parts, (std::vector<P>{{"wte", 0, 20 * C}, {"norm", 4, 8}, {"wout", 90 * C, 96 * C}}));
+  // A row range over every layer: the same rows of each layer's matrix.
+  const io::FreezeSet o = io::resolve_freeze(c, {"model.layers.*.self_attn.o_proj.weight[2:3]"});
+  EXPECT_EQ(o.parts, (std::vector<P>{{"wo", 2 * C, 3 * C}, {"wo", C * C + 2 * C, C * C + 3 * C}}));
 }
 
 TEST(Freeze, PatternErrorsNameThePatternAndTheFix) {
   const model::LlamaConfig c = tiny_config();
   auto message = [&](const std::vector<std::string>& patterns) {
     try {
-      io::frozen_tensors(c, patterns);
+      io::resolve_freeze(c, patterns);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -93,16 +140,26 @@ TEST(Freeze, PatternErrorsNameThePatternAndTheFix) {
   EXPECT_NE(none.find("model.freeze: 'model.layer.*' matches no parameter"), std::string::npos) << none;
   EXPECT_NE(none.find("model.layers.N.self_attn.q_proj.weight (32, 32)"), std::string::npos) << none;
   EXPECT_NE(none.find("lm_head.weight (96, 32)"), std::string::npos) << none;
-  const std::string one_layer = message({"model.layers.0.*"});
-  EXPECT_NE(one_layer.find("model.freeze: the patterns match 1 of the 2 parameters (model.layers.0.input_layernorm"
-                           ".weight) that the model keeps in one tensor"),
-            std::string::npos)
-      << one_layer;
-  EXPECT_NE(one_layer.find("hint: freeze whole kinds over all layers"), std::string::npos) << one_layer;
-  const std::string q_only = message({"model.layers.*.self_attn.q_proj.weight"});
-  EXPECT_NE(q_only.find("match 2 of the 6 parameters"), std::string::npos) << q_only;
   const std::string all = message({"*"});
   EXPECT_NE(all.find("freeze every parameter"), std::string::npos) << all;
+  EXPECT_NE(message({"model.layers.0.*", "model.layers.1.*", "model.embed_tokens.weight", "lm_head.weight[:96]",
+                     "model.norm.weight"})
+                .find("freeze every parameter"),
+            std::string::npos);
+  // Row ranges: malformed, empty, or starting past the tensor's rows.
+  for (const std::string bad : {"lm_head.weight[3]", "lm_head.weight[a:4]", "lm_head.weight[-1:]",
+                                "lm_head.weight[:4:2]", "lm_head.weight[4:2x]"}) {
+    const std::string m = message({bad});
+    EXPECT_NE(m.find("model.freeze: '" + bad + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("hint: e.g. model.embed_tokens.weight[:32000]"), std::string::npos) << m;
+  }
+  EXPECT_NE(message({"lm_head.weight[5:5]"}).find("'lm_head.weight[5:5]' is an empty row range"), std::string::npos);
+  const std::string past = message({"model.layers.*.self_attn.o_proj.weight[32:]"});
+  EXPECT_NE(past.find("'model.layers.*.self_attn.o_proj.weight[32:]' starts at row 32 of "
+                      "model.layers.0.self_attn.o_proj.weight, which has 32 rows"),
+            std::string::npos)
+      << past;
+  EXPECT_NE(message({"model.layer.0.*[:3]"}).find("'model.layer.0.*' matches no parameter"), std::string::npos);
 }
 
 // Frozen weights keep their bits through AdamW steps with weight decay; the trainable ones move and
@@ -112,7 +169,7 @@ void check_frozen_training(model::Precision precision, const std::vector<std::st
   model::LlamaConfig c = tiny_config();
   c.tie_embeddings = tied;
   model::LlamaModel full(c, precision, 7);
-  c.frozen = io::frozen_tensors(c, patterns);
+  c.frozen = frozen_tensors(c, patterns);
   model::LlamaModel part(c, precision, 7);
   full.init_random(0.05f);
   part.init_random(0.05f);
@@ -158,6 +215,102 @@ TEST(Freeze, FrozenTensorsStayBitwiseAndTrainableGradientsAreUnchanged) {
   }
 }
 
+// Parts: layer 0 whole, q_proj of layer 1, the embedding's first 40 rows and lm_head's rows [10, 50).
+const std::vector<std::string> kParts = {"model.layers.0.*", "model.layers.1.self_attn.q_proj.weight",
+                                         "model.embed_tokens.weight[:40]", "lm_head.weight[10:50]"};
+
+const model::ParamSpec& spec_of(model::LlamaModel& m, const std::string& name) {
+  for (const auto& s : m.param_specs())
+    if (s.name == name) return s;
+  throw Error("no tensor " + name);
+}
+
+// In each precision, a model with frozen parts trains bit for bit as the same model with nothing
+// frozen whose gradient is zeroed there by hand (weight decay off, so that AdamW leaves a zero
+// gradient's weights alone); with weight decay on, the frozen parts keep their bits and every tensor
+// that holds them still trains elsewhere.
+TEST(Freeze, FrozenPartsTrainAsAGradientZeroedThereAndKeepTheirBits) {
+  for (const auto precision : {model::Precision::fp32, model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+    SCOPED_TRACE(model::precision_name(precision));
+    model::LlamaConfig c = tiny_config();
+    const io::FreezeSet f = io::resolve_freeze(c, kParts);
+    ASSERT_TRUE(f.tensors.empty());
+    ASSERT_EQ(f.parts.size(), 8u);  // 6 kinds of layer 0 (wqkv's reaching on into layer 1's q), wte, wout
+    model::LlamaModel whole(c, precision, 7);
+    c.frozen_parts = f.parts;
+    model::LlamaModel part(c, precision, 7);
+    const int B = 2, T = 16;
+    for (const float decay : {0.0f, 0.1f}) {
+      SCOPED_TRACE(decay);
+      whole.init_random(0.05f);
+      part.init_random(0.05f);
+      std::map<std::string, std::vector<float>> before;
+      for (const auto& s : part.param_specs()) before[s.name] = tensor_of(part, s.name);
+      model::AdamWConfig opt;
+      opt.weight_decay = decay;
+      for (int step = 1; step <= 4; step++) {
+        const Batch b = batch(B, T, c.vocab_size, uint32_t(step));
+        whole.zero_grad();
+        part.zero_grad();
+        whole.forward_backward(b.tokens.data(), b.targets.data(), B, T);
+        part.forward_backward(b.tokens.data(), b.targets.data(), B, T);
+        for (const auto& p : f.parts) {
+          const model::ParamSpec& s = spec_of(whole, p.tensor);
+          std::fill(whole.grad_data() + s.grad_offset + p.begin, whole.grad_data() + s.grad_offset + p.end, 0.0f);
+        }
+        part.zero_frozen_grads();
+        if (step == 1)
+          for (const auto& s : part.param_specs())
+            EXPECT_TRUE(testing::bitwise_equal("gradient of " + s.name, grad_of(part, s.name), grad_of(whole, s.name)));
+        const float n_whole = whole.optimizer_step(opt, 1e-2f, step), n_part = part.optimizer_step(opt, 1e-2f, step);
+        EXPECT_EQ(n_part, n_whole) << "the norm leaves the frozen parts out";
+      }
+      for (const auto& s : part.param_specs()) {
+        const auto after = tensor_of(part, s.name);
+        if (decay == 0.0f) EXPECT_TRUE(testing::bitwise_equal(s.name, after, tensor_of(whole, s.name)));
+        std::vector<float> frozen_before, frozen_after, free_before, free_after;
+        size_t i = 0;
+        for (const auto& [b, e] : s.frozen_ranges) {
+          for (; i < size_t(b); i++) free_before.push_back(before[s.name][i]), free_after.push_back(after[i]);
+          for (; i < size_t(e); i++) frozen_before.push_back(before[s.name][i]), frozen_after.push_back(after[i]);
+        }
+        for (; i < after.size(); i++) free_before.push_back(before[s.name][i]), free_after.push_back(after[i]);
+        EXPECT_TRUE(testing::bitwise_equal(s.name + "'s frozen parts", frozen_after, frozen_before));
+        ASSERT_FALSE(free_after.empty()) << s.name;
+        EXPECT_GT(testing::max_difference(free_after, free_before).max_abs, 1e-4) << s.name << " did not train";
+      }
+    }
+    // The parts' ranges on the model are the resolved ones (one shard: local = full offsets).
+    EXPECT_EQ(spec_of(part, "wte").frozen_ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, 40 * 32}}));
+    EXPECT_EQ(spec_of(part, "wout").frozen_ranges, (std::vector<std::pair<int64_t, int64_t>>{{10 * 32, 50 * 32}}));
+  }
+}
+
+// embedding_lr: one step from the same weights moves the embedding and the output layer as lr =
+// embedding_lr would, and every other tensor as lr.
+TEST(Freeze, EmbeddingLrMovesTheEmbeddingAndOutputLayerAtItsOwnRate) {
+  for (const auto precision : {model::Precision::fp32, model::Precision::bf16_mixed, model::Precision::bf16_sr}) {
+    SCOPED_TRACE(model::precision_name(precision));
+    const model::LlamaConfig c = tiny_config();
+    model::LlamaModel both(c, precision, 7), slow(c, precision, 7), fast(c, precision, 7);
+    model::AdamWConfig opt;
+    opt.weight_decay = 0.1f;
+    const Batch b = batch(2, 16, c.vocab_size, 3);
+    for (model::LlamaModel* m : {&both, &slow, &fast}) {
+      m->init_random(0.05f);
+      m->zero_grad();
+      m->forward_backward(b.tokens.data(), b.targets.data(), 2, 16);
+    }
+    both.optimizer_step(opt, 1e-3f, 1, 3e-2f);
+    slow.optimizer_step(opt, 1e-3f, 1);
+    fast.optimizer_step(opt, 3e-2f, 1);
+    for (const auto& s : both.param_specs()) {
+      const bool embedding = s.name == "wte" || s.name == "wout";
+      EXPECT_TRUE(testing::bitwise_equal(s.name, tensor_of(both, s.name), tensor_of(embedding ? fast : slow, s.name)));
+    }
+  }
+}
+
 // Gradients and AdamW moments exist for the trainable tensors only: the arenas and the analytic
 // figure both shrink by the frozen parameters x (4 gradient + 8 moment bytes), or 4 + 4 in bf16-sr,
 // and by the frozen share of the moments under ZeRO-1.
@@ -166,7 +319,7 @@ TEST(Freeze, StateShrinksByTheFrozenParametersBytes) {
     SCOPED_TRACE(model::precision_name(precision));
     model::LlamaConfig c = tiny_config();
     const model::LlamaConfig plain = c;
-    c.frozen = io::frozen_tensors(c, kLayersAndNorm);
+    c.frozen = frozen_tensors(c, kLayersAndNorm);
     const model::ShardPlan single = model::ShardPlan::single(c);
     const int64_t frozen = c.num_params() - model::LlamaModel::num_trainable(c, single);
     EXPECT_EQ(frozen, c.num_params() - 2 * int64_t(c.vocab_size) * c.dim);  // all but wte and wout
@@ -399,6 +552,136 @@ TEST(FreezeTrain, LossCurveMatchesPyTorchWithRequiresGradFalse) {
   EXPECT_LE(worst, 1e-4);
   EXPECT_LE(worst_norm, 1e-3);  // the norm of the trainable gradients only
   EXPECT_GT(apart, 1e-3) << "freezing changed nothing in the reference: the comparison would be weak";
+}
+
+// Parts and embedding_lr against the PyTorch reference, which freezes the same HF parameters (one
+// layer's, q_proj of every layer) with requires_grad False, keeps the embedding's first 100 rows by
+// zeroing their gradient and restoring them after each step, and trains embed_tokens and lm_head in a
+// parameter group at the logged embedding_lr.
+const std::vector<std::string> kPartPatterns = {"model.layers.0.*", "model.layers.*.self_attn.q_proj.weight",
+                                                "model.embed_tokens.weight[:100]"};
+const std::string kPartFreeze =
+    "model.freeze=[model.layers.0.*,model.layers.*.self_attn.q_proj.weight,\"model.embed_tokens.weight[:100]\"]";
+
+TEST(FreezeTrain, PartsAndEmbeddingLrMatchPyTorch) {
+  if (auto why = testing::python_missing({"torch", "numpy"}); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  const std::string init = write_init(dir.path()), run = dir / "run";
+  const int steps = 16;
+  const std::vector<std::string> cfg = {testing::source_path("configs/tiny.yaml"),
+                                        "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
+                                        "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
+                                        "model.init_from=" + init,
+                                        "exp_manager.explicit_log_dir=" + run,
+                                        "exp_manager.create_checkpoint_callback=false",
+                                        "trainer.precision=32",
+                                        "trainer.max_steps=" + std::to_string(steps),
+                                        "trainer.log_every_n_steps=1",
+                                        "trainer.limit_val_batches=0",
+                                        "model.micro_batch_size=2",
+                                        "model.global_batch_size=4",
+                                        "model.optim.lr=2e-3",
+                                        "model.optim.embedding_lr=6e-3",
+                                        "model.optim.weight_decay=0.1",
+                                        "model.optim.sched.warmup_steps=4",
+                                        "convert_to_hf=true",
+                                        kPartFreeze};
+  std::string out;
+  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " train" + quoted(cfg) + " 2>&1", &out), 0) << out;
+  // layer 0's 6 kinds (wqkv's part reaching on into layer 1's q_proj) and the embedding's rows
+  EXPECT_NE(out.find("frozen: 0 tensors and 7 parts of others, "), std::string::npos) << out;
+  EXPECT_NE(out.find("embedding and output layer: peak learning rate 6.000e-03, 3x the others'"), std::string::npos)
+      << out;
+  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " data samples" + quoted(cfg) + " --first " +
+                                     std::to_string(4 * steps) + " --json > " + (dir / "samples.jsonl"),
+                                 &out),
+            0)
+      << out;
+  auto reference = [&](const std::string& freeze) {
+    const std::string py = testing::system_python() + " " + testing::source_path("tools/reference/train_curve.py") +
+                           " --hf " + init + " --samples " + (dir / "samples.jsonl") + " --metrics " + run +
+                           "/metrics.jsonl --steps " + std::to_string(steps) +
+                           " --micro-batch 2 --global-batch 4 --clip 1.0 --weight-decay 0.1 --betas 0.9 0.95 "
+                           "--eps 1e-8" + freeze;
+    std::string o;
+    EXPECT_EQ(testing::run_capture(py + " 2>/dev/null", &o), 0) << o;
+    return nlohmann::json::parse(o);
+  };
+  const auto ref = reference(" --freeze" + quoted(kPartPatterns));
+  const auto rows_free = reference(" --freeze 'model.layers.0.*' 'model.layers.*.self_attn.q_proj.weight'");
+  const auto ours = obs::read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(ours.size(), size_t(steps));
+  double worst = 0, worst_norm = 0, apart = 0;
+  for (int s = 0; s < steps; s++) {
+    EXPECT_DOUBLE_EQ(obs::metric_value(ours[size_t(s)], "embedding_lr"), 3 * obs::metric_value(ours[size_t(s)], "lr"));
+    const double a = obs::metric_value(ours[size_t(s)], "loss"), b = ref["loss"][size_t(s)].get<double>();
+    worst = std::max(worst, std::fabs(a - b) / std::fabs(b));
+    const double ga = obs::metric_value(ours[size_t(s)], "grad_norm"), gb = ref["grad_norm"][size_t(s)].get<double>();
+    worst_norm = std::max(worst_norm, std::fabs(ga - gb) / std::fabs(gb));
+    apart = std::max(apart, std::fabs(b - rows_free["loss"][size_t(s)].get<double>()) / std::fabs(b));
+  }
+  EXPECT_LE(worst, 1e-4);
+  EXPECT_LE(worst_norm, 1e-3);
+  EXPECT_GT(apart, 1e-5) << "keeping the rows changed nothing in the reference: the comparison would be weak";
+  // The export keeps the frozen parts' bits: layer 0, every q_proj, the embedding's first 100 rows.
+  const auto start = checkpoint_tensors(init), end = checkpoint_tensors(run + "/hf");
+  for (const auto& [name, w] : start) {
+    const bool whole = name.rfind("model.layers.0.", 0) == 0 || name.find("q_proj") != std::string::npos;
+    if (whole) EXPECT_TRUE(testing::bitwise_equal(name, end.at(name), w));
+    if (name == "model.embed_tokens.weight") {
+      const size_t kept = 100 * 64;
+      EXPECT_TRUE(testing::bitwise_equal("the embedding's first 100 rows", std::vector<float>(end.at(name).begin(), end.at(name).begin() + kept),
+                                         std::vector<float>(w.begin(), w.begin() + kept)));
+    }
+    if (!whole) EXPECT_GT(testing::max_difference(end.at(name), w).max_abs, 0.0) << name << " did not train";
+  }
+}
+
+// The same parts and embedding_lr under TP2 (q_proj's rows split by heads, the embedding's by
+// vocabulary), PP2 (layer 0 on the first stage) and DP2 with ZeRO-1 (shards that cut the parts):
+// one process's loss curve and the same frozen bits; the record in trainer_state.json.
+TEST(FreezeTrain, PartsUnderEveryLayoutEqualOneProcess) {
+  TempDir dir;
+  const std::string init = write_init(dir.path());
+  const std::vector<std::string> common = {"trainer.max_steps=4",        "model.init_from=" + init,
+                                           "model.optim.eps=1e-5",       "model.optim.embedding_lr=1e-3",
+                                           "convert_to_hf=true",         kPartFreeze};
+  auto train = [&](int ranks, const std::string& name, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    const std::string log = dir / name;
+    return run_in(log, testing::mpi_train_argv(MPIEXEC, ranks, log, extra));
+  };
+  const RunResult one = train(0, "one", {});
+  ASSERT_EQ(one.status, 0) << one.log;
+  const auto reference = losses(dir / "one");
+  ASSERT_EQ(reference.size(), 4u);
+  const auto state = nlohmann::json::parse(testing::read_file(dir / "one/checkpoints/step_4/trainer_state.json"));
+  ASSERT_EQ(state["frozen_parts"].size(), 7u) << state.dump();
+  EXPECT_EQ(state["frozen_parts"][0]["tensor"], "wte");
+  EXPECT_EQ(state["frozen_parts"][0]["elements"], nlohmann::json::array({0, 100 * 64}));
+  const auto start = checkpoint_tensors(init), ref_end = checkpoint_tensors(dir / "one/hf");
+  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"tp2", {"model.tensor_model_parallel_size=2"}},
+           {"pp2", {"model.pipeline_model_parallel_size=2"}},
+           {"dp2", {"model.distributed_optimizer=true"}}}) {
+    SCOPED_TRACE(name);
+    const RunResult r = train(2, name, extra);
+    ASSERT_EQ(r.status, 0) << r.log;
+    const auto curve = losses(dir / name);
+    ASSERT_EQ(curve.size(), 4u);
+    for (const auto& [step, loss] : curve) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << step;
+    const auto w = checkpoint_tensors(dir / (name + "/hf"));
+    for (const auto& [t, v] : start) {
+      if (t.rfind("model.layers.0.", 0) == 0 || t.find("q_proj") != std::string::npos)
+        EXPECT_TRUE(testing::bitwise_equal(t, w.at(t), v));
+      else if (t == "model.embed_tokens.weight")
+        EXPECT_TRUE(testing::bitwise_equal("the embedding's first 100 rows",
+                                           std::vector<float>(w.at(t).begin(), w.at(t).begin() + 100 * 64),
+                                           std::vector<float>(v.begin(), v.begin() + 100 * 64)));
+      else
+        EXPECT_LE(testing::max_difference(w.at(t), ref_end.at(t)).max_abs, 1e-4) << t;
+    }
+  }
 }
 
 // TP2, PP2 (untied and tied) and DP2 with ZeRO-1 train the same frozen model as one process: the

@@ -288,6 +288,81 @@ TEST(VocabResize, AResizedRunResumesFromItsCheckpoint) {
   EXPECT_EQ(testing::weight_differences(dir / "a/checkpoints/step_4", dir / "b/checkpoints/step_4").max_abs, 0.0);
 }
 
+// model.freeze_base_vocab with the layers frozen too (the first stage of EEVE's and Colossal's
+// recipes): only the 128 new rows of the embedding and the output layer train, at embedding_lr; the
+// base rows and the layers keep the base model's bits on one process, under TP2 (the vocabulary split
+// across ranks, each holding base rows) and DP2 with ZeRO-1, whose loss curves are one process's; a
+// resume keeps training only the new rows. Without a grown vocabulary it is an error naming the fix.
+TEST(VocabResize, FreezeBaseVocabTrainsOnlyTheNewRows) {
+  const Fixture& f = fixture();
+  TempDir dir;
+  const std::vector<std::string> common = {"model.freeze_base_vocab=true",
+                                           "model.freeze=[model.layers.*,model.norm.weight]",
+                                           "model.optim.embedding_lr=1e-3",
+                                           "model.optim.weight_decay=0.1",
+                                           "convert_to_hf=true",
+                                           "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
+                                           "exp_manager.checkpoint_callback_params.save_top_k=-1"};
+  auto run = [&](int ranks, const std::string& name, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    return train(ranks, dir / name, extra);
+  };
+  const auto start = run(0, "start", kNoUpdate);  // the resized model as loaded
+  ASSERT_EQ(start.status, 0) << start.log;
+  const auto one = run(0, "one", {"trainer.max_steps=4"});
+  ASSERT_EQ(one.status, 0) << one.log;
+  EXPECT_NE(one.log.find("frozen: 19 tensors and 2 parts of others, "), std::string::npos) << one.log;
+  const auto ref = losses(dir / "one");
+  ASSERT_EQ(steps_of(ref), step_range(1, 4)) << one.log;
+  const auto base_embed = tensor(f.base, "model.embed_tokens.weight"), base_head = tensor(f.base, "lm_head.weight");
+  const std::string init = dir / "start/hf";
+  auto check = [&](const std::string& hf) {
+    for (const std::string& name : {std::string("model.embed_tokens.weight"), std::string("lm_head.weight")}) {
+      const auto w = tensor(hf, name);
+      EXPECT_TRUE(testing::bitwise_equal(name + " base rows", rows(w, 0, kBase),
+                                         name == "lm_head.weight" ? base_head : base_embed));
+      EXPECT_GT(testing::max_difference(rows(w, kBase, kRows), rows(tensor(init, name), kBase, kRows)).max_abs, 0.0)
+          << name << "'s new rows did not train";
+    }
+    for (const std::string& name : {std::string("model.layers.1.mlp.down_proj.weight"), std::string("model.norm.weight")})
+      EXPECT_TRUE(testing::bitwise_equal(name, tensor(hf, name), tensor(f.base, name)));
+  };
+  check(dir / "one/hf");
+  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"tp2", {"model.tensor_model_parallel_size=2"}}, {"dp2", {"model.distributed_optimizer=true"}}}) {
+    SCOPED_TRACE(name);
+    auto e = extra;
+    e.push_back("trainer.max_steps=4");
+    const auto r = run(2, name, e);
+    ASSERT_EQ(r.status, 0) << r.log;
+    const auto got = losses(dir / name);
+    ASSERT_EQ(steps_of(got), step_range(1, 4)) << r.log;
+    for (const auto& [s, loss] : got) EXPECT_NEAR(loss, ref.at(s), 1e-5 * ref.at(s)) << "step " << s;
+    check(dir / (name + "/hf"));
+  }
+  // Resumed from step 2 with the same settings: the same steps 3 and 4 (the same rows frozen).
+  const auto resumed = run(0, "resumed", {"trainer.max_steps=4", "model.resume_from_checkpoint=" + (dir / "one/checkpoints/step_2")});
+  ASSERT_EQ(resumed.status, 0) << resumed.log;
+  const auto again = losses(dir / "resumed");
+  ASSERT_EQ(steps_of(again), step_range(3, 4)) << resumed.log;
+  for (const auto& [s, loss] : again) EXPECT_EQ(loss, ref.at(s)) << "step " << s;
+  EXPECT_EQ(testing::weight_differences(dir / "one/checkpoints/step_4", dir / "resumed/checkpoints/step_4").max_abs, 0.0);
+
+  // The base folder's own tokenizer: nothing grows, so there are no new rows to train alone.
+  const auto same = testing::run_in(
+      dir / "same", testing::mpi_train_argv(MPIEXEC, 0, dir / "same",
+                                            {"model.init_from=" + f.base, "model.tokenizer.model=" + f.base + "/tokenizer.model",
+                                             "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
+                                             "model.freeze_base_vocab=true", "trainer.max_steps=1"}));
+  EXPECT_NE(same.status, 0);
+  EXPECT_NE(same.log.find("model.freeze_base_vocab: true, but the vocabulary does not grow in this run"),
+            std::string::npos)
+      << same.log;
+  EXPECT_NE(same.log.find("model.freeze: [\"model.embed_tokens.weight[:N]\", \"lm_head.weight[:N]\"]"),
+            std::string::npos)
+      << same.log;
+}
+
 TEST(VocabResize, OnTheGpuAResizeAndAFreezeLoadAndTrainAsOnTheCpu) {
   // The CUDA backend (LLAMATRAIN_CUDA_BIN: the CUDA emulation's binary, or the program on a machine
   // with a GPU): the grown model, written onto the device in pieces, exports the bytes the CPU's does;
