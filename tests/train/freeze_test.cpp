@@ -259,15 +259,21 @@ TEST(Freeze, FrozenPartsTrainAsAGradientZeroedThereAndKeepTheirBits) {
           std::fill(whole.grad_data() + s.grad_offset + p.begin, whole.grad_data() + s.grad_offset + p.end, 0.0f);
         }
         part.zero_frozen_grads();
-        if (step == 1)
+        if (decay == 0.0f || step == 1) {
           for (const auto& s : part.param_specs())
             EXPECT_TRUE(testing::bitwise_equal("gradient of " + s.name, grad_of(part, s.name), grad_of(whole, s.name)));
+        }
         const float n_whole = whole.optimizer_step(opt, 1e-2f, step), n_part = part.optimizer_step(opt, 1e-2f, step);
-        EXPECT_EQ(n_part, n_whole) << "the norm leaves the frozen parts out";
+        // (with decay, the hand-zeroed model decays its frozen parts, so only the first step compares)
+        if (decay == 0.0f || step == 1) {
+          EXPECT_EQ(n_part, n_whole) << "the norm leaves the frozen parts out";
+        }
       }
       for (const auto& s : part.param_specs()) {
         const auto after = tensor_of(part, s.name);
-        if (decay == 0.0f) EXPECT_TRUE(testing::bitwise_equal(s.name, after, tensor_of(whole, s.name)));
+        if (decay == 0.0f) {
+          EXPECT_TRUE(testing::bitwise_equal(s.name, after, tensor_of(whole, s.name)));
+        }
         std::vector<float> frozen_before, frozen_after, free_before, free_after;
         size_t i = 0;
         for (const auto& [b, e] : s.frozen_ranges) {
@@ -627,13 +633,17 @@ TEST(FreezeTrain, PartsAndEmbeddingLrMatchPyTorch) {
   const auto start = checkpoint_tensors(init), end = checkpoint_tensors(run + "/hf");
   for (const auto& [name, w] : start) {
     const bool whole = name.rfind("model.layers.0.", 0) == 0 || name.find("q_proj") != std::string::npos;
-    if (whole) EXPECT_TRUE(testing::bitwise_equal(name, end.at(name), w));
+    if (whole) {
+      EXPECT_TRUE(testing::bitwise_equal(name, end.at(name), w));
+    }
     if (name == "model.embed_tokens.weight") {
       const size_t kept = 100 * 64;
       EXPECT_TRUE(testing::bitwise_equal("the embedding's first 100 rows", std::vector<float>(end.at(name).begin(), end.at(name).begin() + kept),
                                          std::vector<float>(w.begin(), w.begin() + kept)));
     }
-    if (!whole) EXPECT_GT(testing::max_difference(end.at(name), w).max_abs, 0.0) << name << " did not train";
+    if (!whole) {
+      EXPECT_GT(testing::max_difference(end.at(name), w).max_abs, 0.0) << name << " did not train";
+    }
   }
 }
 
@@ -672,14 +682,15 @@ TEST(FreezeTrain, PartsUnderEveryLayoutEqualOneProcess) {
     for (const auto& [step, loss] : curve) EXPECT_NEAR(loss, reference.at(step), 1e-5 * reference.at(step)) << step;
     const auto w = checkpoint_tensors(dir / (name + "/hf"));
     for (const auto& [t, v] : start) {
-      if (t.rfind("model.layers.0.", 0) == 0 || t.find("q_proj") != std::string::npos)
+      if (t.rfind("model.layers.0.", 0) == 0 || t.find("q_proj") != std::string::npos) {
         EXPECT_TRUE(testing::bitwise_equal(t, w.at(t), v));
-      else if (t == "model.embed_tokens.weight")
+      } else if (t == "model.embed_tokens.weight") {
         EXPECT_TRUE(testing::bitwise_equal("the embedding's first 100 rows",
                                            std::vector<float>(w.at(t).begin(), w.at(t).begin() + 100 * 64),
                                            std::vector<float>(v.begin(), v.begin() + 100 * 64)));
-      else
+      } else {
         EXPECT_LE(testing::max_difference(w.at(t), ref_end.at(t)).max_abs, 1e-4) << t;
+      }
     }
   }
 }

@@ -353,7 +353,7 @@ TEST(VocabResize, FreezeBaseVocabTrainsOnlyTheNewRows) {
       dir / "same", testing::mpi_train_argv(MPIEXEC, 0, dir / "same",
                                             {"model.init_from=" + f.base, "model.tokenizer.model=" + f.base + "/tokenizer.model",
                                              "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
-                                             "model.freeze_base_vocab=true", "trainer.max_steps=1"}));
+                                             "model.freeze_base_vocab=true", "trainer.max_steps=3"}));
   EXPECT_NE(same.status, 0);
   EXPECT_NE(same.log.find("model.freeze_base_vocab: true, but the vocabulary does not grow in this run"),
             std::string::npos)
