@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "core/error.h"
 #include "model/memory.h"
@@ -137,6 +138,13 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
         merged.push_back(x);
     }
     r = std::move(merged);
+    static const std::set<std::string> stacked = {"attn_norm", "wqkv", "bqkv", "wo", "ffn_norm", "w13", "w2"};
+    if (r.empty() || !stacked.count(s.name) || s.shape.empty() || s.shape[0] <= 0) continue;
+    const int64_t layers = s.shape[0], per = s.numel / layers;
+    for (int64_t l = 0; l < layers; l++)
+      s.frozen_layers.push_back(std::any_of(r.begin(), r.end(), [&](const std::pair<int64_t, int64_t>& x) {
+        return x.first <= l * per && (l + 1) * per <= x.second;
+      }));
   }
   return specs;
 }
@@ -311,6 +319,12 @@ float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step, flo
   const float norm = grad_norm();
   optimizer_update(opt, lr, step, norm, embedding_lr);
   return norm;
+}
+
+bool LlamaModel::layer_frozen(const std::string& tensor, int l) const {
+  for (const ParamSpec& s : specs_)
+    if (s.name == tensor) return size_t(l) < s.frozen_layers.size() && s.frozen_layers[size_t(l)];
+  return false;
 }
 
 void LlamaModel::zero_frozen_grads() {

@@ -65,6 +65,9 @@ struct ParamSpec {
   // LlamaConfig::frozen_parts on this rank: element ranges [begin, end) of the local tensor (from
   // offset, or grad_offset) that are never updated and whose gradient is zeroed before the norm.
   std::vector<std::pair<int64_t, int64_t>> frozen_ranges;
+  // Of a tensor stacked over layers (shape {L, ...}): whether local layer l's slice lies in the frozen
+  // ranges, so that the backward skips its weight gradient (empty for the others).
+  std::vector<bool> frozen_layers;
 };
 
 // Views into the parameter (or gradient) arena; a frozen tensor's gradient view is nullptr. Shapes: C dim, L layers, H heads, Hkv kv heads,
@@ -423,6 +426,7 @@ class LlamaModel {
   }
   [[noreturn]] void fail_not_host(const char* what) const;
   void ensure_training_state();                   // grads and AdamW moments, on first use
+  bool layer_frozen(const std::string& tensor, int l) const;  // ParamSpec::frozen_layers[l] of that tensor
 
   LlamaConfig config_;  // the full model
   ShardPlan plan_;

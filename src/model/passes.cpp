@@ -362,15 +362,18 @@ void LlamaModel::backward_layers() {
     const float* wo = w.wo + int64_t(l) * C * HD;
     const float* w13 = w.w13 + int64_t(l) * 2 * F * C;
     const float* w2 = w.w2 + int64_t(l) * C * F;
-    // Frozen tensors have no gradient (nullptr): their kernels compute the input gradient only.
-    auto layer_grad = [l](float* base, int64_t per_layer) { return base ? base + l * per_layer : nullptr; };
-    float* dwqkv = layer_grad(g.wqkv, int64_t(QKV) * C);
-    float* dbqkv = layer_grad(g.bqkv, QKV);
-    float* dwo = layer_grad(g.wo, int64_t(C) * HD);
-    float* dw13 = layer_grad(g.w13, int64_t(2) * F * C);
-    float* dw2 = layer_grad(g.w2, int64_t(C) * F);
-    float* dffn_norm = layer_grad(g.ffn_norm, C);
-    float* dattn_norm = layer_grad(g.attn_norm, C);
+    // Frozen tensors have no gradient (nullptr), and a frozen layer of a trainable one gets none:
+    // their kernels compute the input gradient only (the layer's gradient stays zero).
+    auto layer_grad = [&](float* base, int64_t per_layer, const char* name) {
+      return base && !layer_frozen(name, l) ? base + l * per_layer : nullptr;
+    };
+    float* dwqkv = layer_grad(g.wqkv, int64_t(QKV) * C, "wqkv");
+    float* dbqkv = layer_grad(g.bqkv, QKV, "bqkv");
+    float* dwo = layer_grad(g.wo, int64_t(C) * HD, "wo");
+    float* dw13 = layer_grad(g.w13, int64_t(2) * F * C, "w13");
+    float* dw2 = layer_grad(g.w2, int64_t(C) * F, "w2");
+    float* dffn_norm = layer_grad(g.ffn_norm, C, "ffn_norm");
+    float* dattn_norm = layer_grad(g.attn_norm, C, "attn_norm");
 
     // dres holds d(out); out = resid + down(hmid), so d(resid) = dres + (MLP branch gradient).
     k_.matmul_backward(dhmid_.data(), dw2, all_tokens(dres), m.hmid[l], w2, N, F, C);          // down_proj

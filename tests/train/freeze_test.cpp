@@ -258,6 +258,15 @@ TEST(Freeze, FrozenPartsTrainAsAGradientZeroedThereAndKeepTheirBits) {
           const model::ParamSpec& s = spec_of(whole, p.tensor);
           std::fill(whole.grad_data() + s.grad_offset + p.begin, whole.grad_data() + s.grad_offset + p.end, 0.0f);
         }
+        if (step == 1) {  // layer 0, frozen whole in every kind: the backward computed no weight gradient there
+          for (const char* name : {"attn_norm", "wqkv", "wo", "ffn_norm", "w13", "w2"}) {
+            const model::ParamSpec& s = spec_of(part, name);
+            EXPECT_EQ(s.frozen_layers, (std::vector<bool>{true, false})) << name;
+            const std::vector<float> g = grad_of(part, name), layer0(g.begin(), g.begin() + s.numel / 2);
+            EXPECT_TRUE(testing::bitwise_equal(std::string(name) + "'s layer 0 gradient before zeroing", layer0,
+                                               std::vector<float>(layer0.size(), 0.0f)));
+          }
+        }
         part.zero_frozen_grads();
         if (decay == 0.0f || step == 1) {
           for (const auto& s : part.param_specs())
