@@ -2,6 +2,7 @@
 #include "data/blend.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -165,6 +166,37 @@ int BlendedDataset::source_of(int64_t i) const {
   return dataset_index_[size_t(i)];
 }
 
+namespace {
+
+// "NAME:PREFIX" -> {NAME, PREFIX}; anything else -> {"", item}.
+std::pair<std::string, std::string> split_source_name(const std::string& item) {
+  const size_t colon = item.find(':');
+  if (colon == std::string::npos || colon == 0) return {"", item};
+  for (size_t i = 0; i < colon; i++) {
+    const char c = item[i];
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '+' || c == '-')) return {"", item};
+  }
+  if (colon + 1 == item.size())
+    fail("data_prefix entry \"{}\" names a source but gives no prefix, expected NAME:PREFIX\nhint: e.g. "
+         "zh:/data/zh_text_document",
+         item);
+  return {item.substr(0, colon), item.substr(colon + 1)};
+}
+
+// Fills spec.names from spec.prefixes' "NAME:" parts (which it strips); names must differ.
+void take_source_names(BlendSpec& spec) {
+  for (std::string& p : spec.prefixes) {
+    auto [name, prefix] = split_source_name(p);
+    for (const std::string& seen : spec.names)
+      if (!name.empty() && seen == name)
+        fail("data_prefix names two sources \"{}\", expected a name per source\nhint: rename one of them", name);
+    spec.names.push_back(name);
+    p = prefix;
+  }
+}
+
+}  // namespace
+
 BlendSpec parse_data_prefix(const std::vector<std::string>& items) {
   if (items.empty()) fail("data_prefix is empty\nhint: data_prefix: [1.0, /path/to/corpus_text_document]");
   auto as_number = [](const std::string& s, double* v) {
@@ -186,6 +218,7 @@ BlendSpec parse_data_prefix(const std::vector<std::string>& items) {
              "hint: data_prefix: [0.7, /data/a_text_document, 0.3, /data/b_text_document]", s);
       spec.prefixes.push_back(s);
     }
+    take_source_names(spec);
     return spec;
   }
   for (size_t i = 0; i < items.size(); i += 2) {
@@ -198,6 +231,7 @@ BlendSpec parse_data_prefix(const std::vector<std::string>& items) {
     spec.prefixes.push_back(items[i + 1]);
   }
   normalize_weights(spec.weights);  // their sum must be > 0: checked with the config, not at the first sample
+  take_source_names(spec);
   return spec;
 }
 
@@ -298,6 +332,20 @@ std::vector<std::string> source_names(const std::vector<std::string>& prefixes) 
     int seen = 1;  // the same file given again (up-weighted by repeating it)
     for (size_t j = 0; j < i; j++) seen += path[j] == path[i];
     if (seen > 1) out[i] += fmt::format("#{}", seen);
+  }
+  return out;
+}
+
+std::vector<std::string> source_names(const BlendSpec& spec) {
+  std::vector<std::string> out = source_names(spec.prefixes);
+  auto given = [&](const std::string& name) {
+    return std::find(spec.names.begin(), spec.names.end(), name) != spec.names.end();
+  };
+  for (size_t i = 0; i < out.size(); i++) {
+    if (i < spec.names.size() && !spec.names[i].empty())
+      out[i] = spec.names[i];
+    else if (given(out[i]))
+      out[i] = fs::path(spec.prefixes[i]).lexically_normal().string();
   }
   return out;
 }

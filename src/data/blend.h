@@ -79,10 +79,13 @@ class BlendedDataset : public SampleDataset {
   std::vector<int64_t> dataset_sample_index_;  // (size)
 };
 
-// data_prefix as in the YAML: [w1, p1, w2, p2, ...] (every odd entry a number) or [p1, p2, ...].
+// data_prefix as in the YAML: [w1, p1, w2, p2, ...] (every odd entry a number) or [p1, p2, ...]. A
+// prefix may carry a name for its per-source figures, "NAME:PREFIX" (NAME of letters, digits and
+// "_.+-", before any '/': "zh:/data/zh_text_document"); names must differ.
 struct BlendSpec {
   std::vector<std::string> prefixes;
   std::vector<double> weights;  // empty when none were given
+  std::vector<std::string> names;  // per prefix: its NAME, or "" where none was given
 };
 BlendSpec parse_data_prefix(const std::vector<std::string>& items);
 
@@ -112,6 +115,9 @@ const std::vector<std::string>& split_data_prefix(const GptDataConfig& cfg, Spli
 // as tell them apart (the ending kept where only it differs, the whole path where nothing else does),
 // and a prefix given again "#2", "#3", ... ("/data/zh_text_document" -> "zh"). Distinct for any paths.
 std::vector<std::string> source_names(const std::vector<std::string>& prefixes);
+// A blend's source names: the given NAMEs, the rest as above (a derived name that equals a given one
+// becomes the prefix's whole path).
+std::vector<std::string> source_names(const BlendSpec& spec);
 
 // Builds train/valid/test as Megatron does: one unweighted prefix -> a GptDataset per split;
 // weights given -> each prefix's split sized ceil(ceil(N*w)*(1+surplus)), blended to

@@ -395,7 +395,7 @@ Schema build_schema() {
         ".bin/.idx path without extension; required unless fine_tuning. The list form cuts every file by "
         "`splits_string`; the mapping gives each split its own blend of whole files (Megatron's per-split blend; "
         "`splits_string` is not used, a split left out has no data). A validation split that blends several files "
-        "reports each file's figures too ([training.md](training.md#steps))");
+        "reports each file's figures too, named from the file or by NAME:prefix ([training.md](training.md#steps))");
   s.key("model.data.index_mapping_dir", FIELD(model.data.index_mapping_dir), "null",
         "folder of the sample-index cache; null: next to the data");
   s.key("model.data.splits_string", FIELD(model.data.splits_string), "980,10,10", "train,valid,test weights of the documents");

@@ -46,7 +46,7 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
       if (!ds) continue;
       description_ += fmt::format("  {:<10} {} samples of {} tokens\n", split_title(s), ds->size(), seq_length_);
       const data::BlendSpec spec = data::parse_data_prefix(data::split_data_prefix(gpt, s));
-      if (spec.prefixes.size() > 1) source_names_[int(s)] = data::source_names(spec.prefixes);
+      if (spec.prefixes.size() > 1) source_names_[int(s)] = data::source_names(spec);
     }
     return;
   }

@@ -445,6 +445,32 @@ TEST(Blend, PerSplitPrefixesBuildEachSplitFromItsOwnFilesWhole) {
   for (int64_t i = 0; i < train->size(); i++) EXPECT_EQ(train->source_of(i), train->dataset_index()[size_t(i)]);
 }
 
+// "NAME:PREFIX" names a source: the prefix read is the part after the name, the name is used as given,
+// a derived name that equals a given one takes its whole path, and a name given twice or with no
+// prefix is an error. A colon after a '/' or after other characters is part of the path.
+TEST(Blend, SourcesMayBeNamedInDataPrefix) {
+  const BlendSpec w = parse_data_prefix({"0.7", "zh:/data/zh_text_document", "0.3", "/data/en_text_document"});
+  EXPECT_EQ(w.prefixes, (std::vector<std::string>{"/data/zh_text_document", "/data/en_text_document"}));
+  EXPECT_EQ(w.names, (std::vector<std::string>{"zh", ""}));
+  EXPECT_EQ(source_names(w), (std::vector<std::string>{"zh", "en"}));
+  const BlendSpec u = parse_data_prefix({"wiki-zh.v2:data/a_text_document", "b:c/d:e", "/x:y/b_text_document", "a b:z"});
+  EXPECT_EQ(u.prefixes, (std::vector<std::string>{"data/a_text_document", "c/d:e", "/x:y/b_text_document", "a b:z"}));
+  EXPECT_EQ(u.names, (std::vector<std::string>{"wiki-zh.v2", "b", "", ""}));
+  // "/x:y/b_text_document" would be "b" like the name given to the second: it takes its whole path.
+  EXPECT_EQ(source_names(u), (std::vector<std::string>{"wiki-zh.v2", "b", "/x:y/b_text_document", "a b:z"}));
+  auto error = [](const std::vector<std::string>& items) {
+    try {
+      parse_data_prefix(items);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error({"zh:/a", "zh:/b"}).find("data_prefix names two sources \"zh\""), std::string::npos);
+  EXPECT_NE(error({"1.0", "zh:"}).find("data_prefix entry \"zh:\" names a source but gives no prefix"),
+            std::string::npos);
+}
+
 TEST(Blend, SourceNamesAreShortDistinctAndStable) {
   // File names without preprocess's ending; parent folders only where names collide.
   EXPECT_EQ(source_names({"/data/zh_text_document", "/data/en_text_document"}),

@@ -92,7 +92,8 @@ TEST(ValidationLayout, BitsPerByteOfEveryLayoutEqualOneProcess) {
   }
 }
 
-// A 70/30 blend of two sources: validation reports each source's figures over its sequences of the
+// A 70/30 blend of two sources, the first named "zh" in data_prefix (zh:PREFIX), the second named from
+// its file: validation reports each source's figures over its sequences of the
 // same batches beside the blend's (metrics.jsonl, the @event line, TensorBoard, report), they add up to
 // the blend's, they equal a PyTorch float64 forward of the exported weights on exactly the samples
 // `data samples` names for each source, and every layout reports the same figures as one process.
@@ -100,7 +101,7 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
   TempDir dir;
   const auto prefixes = two_sources(dir / "data");
   const std::vector<std::string> common = {
-      fmt::format("model.data.data_prefix=[0.7,{},0.3,{}]", prefixes[0], prefixes[1]),
+      fmt::format("model.data.data_prefix=[0.7,zh:{},0.3,{}]", prefixes[0], prefixes[1]),
       "model.make_vocab_size_divisible_by=16", "trainer.max_steps=2", "model.optim.sched.warmup_steps=1",
       "trainer.val_check_interval=2", "trainer.limit_val_batches=2"};
   auto run = [&](int ranks, const std::string& name, std::vector<std::string> layout) {
@@ -112,26 +113,26 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
   const auto one = run(0, "one", {"convert_to_hf=true", "model.output_dir=" + (dir / "hf")});
   const std::vector<std::string> keys = {"val_loss", "val_bits_per_byte", "val_bits_per_char", "val_tokens",
                                          "val_bytes", "val_chars"};
-  for (const std::string source : {"first", "second"})
+  for (const std::string source : {"zh", "second"})
     for (const auto& key : keys) ASSERT_TRUE(one.contains(key + "/" + source)) << key << "/" << source;
   // The sources partition the blend's targets, and their nats add up to the blend's.
   for (const char* key : {"val_tokens", "val_bytes", "val_chars"})
-    EXPECT_EQ(one.at(std::string(key) + "/first") + one.at(std::string(key) + "/second"), one.at(key)) << key;
-  EXPECT_GT(one.at("val_tokens/first"), one.at("val_tokens/second"));  // 70/30
-  const double nats = one.at("val_loss/first") * one.at("val_tokens/first") +
+    EXPECT_EQ(one.at(std::string(key) + "/zh") + one.at(std::string(key) + "/second"), one.at(key)) << key;
+  EXPECT_GT(one.at("val_tokens/zh"), one.at("val_tokens/second"));  // 70/30
+  const double nats = one.at("val_loss/zh") * one.at("val_tokens/zh") +
                       one.at("val_loss/second") * one.at("val_tokens/second");
   EXPECT_NEAR(nats / one.at("val_tokens"), one.at("val_loss"), 1e-6 * one.at("val_loss"));
-  EXPECT_NE(one.at("val_loss/first"), one.at("val_loss/second"));
+  EXPECT_NE(one.at("val_loss/zh"), one.at("val_loss/second"));
 
   // The console names each source; report draws a chart for each.
   const std::string log = testing::read_file(dir / "one/train_log.txt");
-  EXPECT_NE(log.find("  first:"), std::string::npos) << log;
+  EXPECT_NE(log.find("  zh:"), std::string::npos) << log;
   EXPECT_NE(log.find("  second:"), std::string::npos) << log;
   obs::ReportOptions ro;
   const std::string html = obs::render_report({obs::read_run(dir / "one")}, ro);
-  for (const char* chart : {"val_loss/first", "val_loss/second", "val_bits_per_char/second"})
+  for (const char* chart : {"val_loss/zh", "val_loss/second", "val_bits_per_char/second"})
     EXPECT_NE(html.find(fmt::format("data-metric=\"{}\"", chart)), std::string::npos) << chart;
-  EXPECT_EQ(html.find("data-metric=\"val_tokens/first\""), std::string::npos);
+  EXPECT_EQ(html.find("data-metric=\"val_tokens/zh\""), std::string::npos);
 
   // TensorBoard: a tag per source, read back by the independent reader.
   std::string events;
@@ -144,7 +145,7 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
                                  &records),
             0)
       << records;
-  for (const char* tag : {"val_loss/first", "val_loss/second", "val_bits_per_char/first"})
+  for (const char* tag : {"val_loss/zh", "val_loss/second", "val_bits_per_char/zh"})
     EXPECT_NE(records.find(fmt::format("\"tag\": \"{}\"", tag)), std::string::npos) << tag;
 
   // PyTorch on the samples the run validated on (2 batches of 8), each named with its source.
@@ -167,7 +168,7 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
               0)
         << ref;
     const auto want = nlohmann::json::parse(ref.substr(ref.find('{')));
-    for (const std::string source : {"first", "second"}) {
+    for (const std::string source : {"zh", "second"}) {
       SCOPED_TRACE(source);
       const auto& w = want["sources"][source];
       EXPECT_EQ(one.at("val_tokens/" + source), w["tokens"].get<double>());
@@ -191,7 +192,7 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
                                        "model.pipeline_model_parallel_size=" + std::to_string(l.pp)};
     if (l.tp > 1) layout.push_back("model.sequence_parallel=true");
     const auto got = run(l.dp * l.tp * l.pp, name, layout);
-    for (const std::string source : {"first", "second"})
+    for (const std::string source : {"zh", "second"})
       for (const auto& key : keys) {
         const std::string k = key + "/" + source;
         ASSERT_TRUE(got.contains(k)) << k;
