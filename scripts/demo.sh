@@ -101,9 +101,11 @@ for f in zh_train en_train zh_val en_val; do preprocess "$f" "$DEMO/en_zh.model"
 echo "  $DEMO/data/en_zh_tok"
 
 stage 6/8 "continued pretraining on Chinese + English, from the English model with the merged vocabulary"
+# Validation on the held-out Chinese and English text, each reported alone (zh: and en: name them).
+T=$DEMO/data/en_zh_tok
 "$BIN" train configs/demo.yaml model.tokenizer.model="$DEMO/en_zh.model" model.init_from="$DEMO/base/hf" \
   model.new_token_init=subword_mean \
-  "model.data.data_prefix=[0.7,$DEMO/data/en_zh_tok/zh_train_text_document,0.3,$DEMO/data/en_zh_tok/en_train_text_document]" \
+  "model.data.data_prefix={train:[0.7,zh:$T/zh_train_text_document,0.3,en:$T/en_train_text_document],validation:[0.5,zh:$T/zh_val_text_document,0.5,en:$T/en_val_text_document]}" \
   exp_manager.explicit_log_dir="$DEMO/zh" model.output_dir="$DEMO/zh/hf" model.optim.lr=1e-3 \
   model.optim.sched.warmup_steps=$WARMUP_ZH "${TRAIN_ARGS[@]}" "$@"
 
