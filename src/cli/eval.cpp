@@ -36,6 +36,7 @@
 #include "eval/choice_scorer.h"
 #include "eval/prompts.h"
 #include "eval/summary.h"
+#include "parallel/mpi_communicator.h"
 #include "io/hf_checkpoint.h"
 #include "obs/progress.h"
 
@@ -332,7 +333,10 @@ void run_benchmark(const EvalArgs& a) {
   if (a.shots < 0 || a.shots > 5)
     fail("--shots {}: expected 0 to 5 (the dev split holds 5 examples per subject)", a.shots);
   const eval::Benchmark bench = eval::load_benchmark(task, a.prefixes[0], a.subjects, a.shots > 0);
-  if (task == eval::Task::ceval)
+  // Under mpirun each rank scores its share of the questions and rank 0 prints the whole.
+  const auto world = parallel::make_mpi_world();
+  const bool rank0 = world->rank() == 0;
+  if (task == eval::Task::ceval && rank0)
     std::fprintf(stderr, "note: C-Eval's test answers are not public: scoring the val split (%lld questions)\n",
                  (long long)bench.num_questions());
   const std::string tokenizer_path = find_tokenizer(a);
@@ -350,7 +354,17 @@ void run_benchmark(const EvalArgs& a) {
   o.seq = a.seq_given ? a.seq : context;
   o.batch = a.batch;
   o.keep_prompts = !a.dump.empty();
-  const std::vector<eval::ScoredQuestion> scored = eval::score_benchmark(*m, tok, bench, o);
+  o.rank = world->rank();
+  o.ranks = world->size();
+  if (o.ranks > 1) o.sum_over_ranks = [&](double* values, size_t n) { world->all_reduce(values, n); };
+  std::vector<eval::ScoredQuestion> scored;
+  try {
+    scored = eval::score_benchmark(*m, tok, bench, o);
+  } catch (const std::exception& e) {
+    if (o.ranks > 1) world->abort(std::string("error: ") + e.what());  // the others wait in the sum
+    throw;
+  }
+  if (!rank0) return;
   const eval::Summary summary = eval::summarize(bench, scored, a.shots);
   if (!a.dump.empty()) write_dump(a.dump, bench, scored);
   note_fitting(summary, a, o.seq);
@@ -435,7 +449,8 @@ void register_eval(CLI::App& app) {
       "  llamatrain eval runs/zh/hf --task cmmlu --data cmmlu_v1_0_1            # did Chinese improve?\n"
       "  llamatrain eval runs/zh/hf --task ceval --data ceval-exam --json | jq .acc_macro\n"
       "  llamatrain eval /models/Llama-2-7b-hf --task mmlu --data mmlu/data --precision bf16-mixed   # English kept?\n"
-      "  llamatrain eval runs/zh/hf --task mmlu --data mmlu --shots 0 --subjects college_physics,virology --dump q.jsonl\n");
+      "  llamatrain eval runs/zh/hf --task mmlu --data mmlu --shots 0 --subjects college_physics,virology --dump q.jsonl\n"
+      "  mpirun -np 8 llamatrain eval runs/zh/hf --task cmmlu --data cmmlu_v1_0_1   # each rank a share of the questions\n");
   cmd->add_option("model", a->model_dir, "checkpoint folder (step_N) or Hugging Face folder")->required();
   cmd->add_option("--data", a->prefixes, "dataset prefix (repeatable); with --task, the benchmark's folder");
   cmd->add_option("--chat", a->chats,

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "eval/prompts.h"
@@ -131,16 +133,23 @@ void run_batch(model::LlamaModel& m, const std::vector<const ChoiceSequence*>& b
     }
 }
 
-// One subject's questions: prepared, batched by length (longest first), scored.
-void score_subject(model::LlamaModel& m, const data::Tokenizer& tok, const Benchmark& b, int subject,
+// Whether this rank scores the question of global index q (in subject and file order).
+bool mine(const ScoreOptions& o, int64_t q) { return o.ranks <= 1 || q % o.ranks == o.rank; }
+
+// One subject's questions (those of this rank; the others keep only their place): prepared, batched by
+// length (longest first), scored. `first` is the subject's first question's global index.
+void score_subject(model::LlamaModel& m, const data::Tokenizer& tok, const Benchmark& b, int subject, int64_t first,
                    const ScoreOptions& o, obs::Progress& progress, std::vector<ScoredQuestion>* all) {
   const Subject& s = b.subjects[size_t(subject)];
   std::vector<ScoredQuestion> out(s.questions.size());
   std::vector<int> remaining(s.questions.size());
   std::vector<const ChoiceSequence*> order;
   for (size_t i = 0; i < s.questions.size(); i++) {
-    out[i].prepared = prepare_question(tok, b, subject, int(i), o);
     out[i].answer = s.questions[i].answer;
+    out[i].prepared.subject = subject;
+    out[i].prepared.index = int(i);
+    if (!mine(o, first + int64_t(i))) continue;
+    out[i].prepared = prepare_question(tok, b, subject, int(i), o);
     for (auto& seq : out[i].prepared.sequences) seq.question = int(i);
   }
   for (size_t i = 0; i < out.size(); i++) {
@@ -157,10 +166,30 @@ void score_subject(model::LlamaModel& m, const data::Tokenizer& tok, const Bench
       if (--remaining[size_t(seq->question)] == 0) progress.advance(1);
   }
   for (auto& q : out) {
-    q.predicted = argmax([&](int c) { return q.loglik[size_t(c)]; });
-    q.predicted_norm = argmax([&](int c) { return q.loglik[size_t(c)] / double(continuation(c).size() - 1); });
     for (auto& seq : q.prepared.sequences) seq.tokens = {};  // scored: the ids are not needed any more
     all->push_back(std::move(q));
+  }
+}
+
+// The figures of every question to every rank: each rank's own, summed with the others' zeros.
+void share_scores(const ScoreOptions& o, std::vector<ScoredQuestion>* all) {
+  constexpr size_t kFields = 12;  // loglik x 4, shots, cut, one_pass, tokens, continuation_tokens x 4
+  std::vector<double> packed(all->size() * kFields, 0.0);
+  for (size_t q = 0; q < all->size(); q++) {
+    if (!mine(o, int64_t(q))) continue;
+    const ScoredQuestion& s = (*all)[q];
+    double* f = packed.data() + q * kFields;
+    for (size_t c = 0; c < 4; c++) f[c] = s.loglik[c], f[8 + c] = s.prepared.continuation_tokens[c];
+    f[4] = s.prepared.shots, f[5] = s.prepared.cut, f[6] = s.prepared.one_pass, f[7] = double(s.prepared.tokens);
+  }
+  CHECK(o.sum_over_ranks, "score_benchmark over {} ranks without a sum over them", o.ranks);
+  o.sum_over_ranks(packed.data(), packed.size());
+  for (size_t q = 0; q < all->size(); q++) {
+    ScoredQuestion& s = (*all)[q];
+    const double* f = packed.data() + q * kFields;
+    for (size_t c = 0; c < 4; c++) s.loglik[c] = f[c], s.prepared.continuation_tokens[c] = int(f[8 + c]);
+    s.prepared.shots = int(f[4]), s.prepared.cut = f[5] != 0, s.prepared.one_pass = f[6] != 0;
+    s.prepared.tokens = int64_t(f[7]);
   }
 }
 
@@ -195,15 +224,31 @@ PreparedQuestion prepare_question(const data::Tokenizer& tok, const Benchmark& b
 std::vector<ScoredQuestion> score_benchmark(model::LlamaModel& m, const data::Tokenizer& tok, const Benchmark& b,
                                             const ScoreOptions& o) {
   CHECK(o.seq > 0 && o.batch > 0);
+  CHECK(o.ranks >= 1 && o.rank >= 0 && o.rank < o.ranks);
+  int64_t own = 0;
+  for (int64_t q = 0; q < b.num_questions(); q++) own += mine(o, q);
   obs::ProgressOptions po;
-  po.label = std::string(task_title(b.task));
-  po.total = b.num_questions();
+  po.label = std::string(task_title(b.task)) + (o.ranks > 1 ? fmt::format(" (rank 0's share of {} ranks)", o.ranks) : "");
+  po.total = own;
   po.noun = "questions";
+  if (o.rank != 0) po.style = obs::ProgressStyle::kOff;
   obs::Progress progress(po);
   std::vector<ScoredQuestion> out;
   out.reserve(size_t(b.num_questions()));
-  for (int s = 0; s < int(b.subjects.size()); s++) score_subject(m, tok, b, s, o, progress, &out);
+  int64_t first = 0;
+  for (int s = 0; s < int(b.subjects.size()); s++) {
+    score_subject(m, tok, b, s, first, o, progress, &out);
+    first += int64_t(b.subjects[size_t(s)].questions.size());
+  }
   progress.finish();
+  if (o.ranks > 1) share_scores(o, &out);
+  for (size_t q = 0; q < out.size(); q++) {
+    ScoredQuestion& s = out[q];
+    s.predicted = argmax([&](int c) { return s.loglik[size_t(c)]; });
+    s.predicted_norm = argmax([&](int c) { return s.loglik[size_t(c)] / double(continuation(c).size() - 1); });
+    if (o.keep_prompts && o.rank == 0 && !mine(o, int64_t(q)))  // another rank's question: its prompt again
+      s.prepared.context = prepare_question(tok, b, s.prepared.subject, s.prepared.index, o).context;
+  }
   return out;
 }
 

@@ -9,11 +9,13 @@
 // dropped (hendrycks/test's rule: the first k dev rows, k lowered by one); with no example left, the
 // tokens are cut from the front as the harness cuts them. Sequences are batched by length (longest
 // first), padded at the end, and only the scored positions' logits are computed (n x V floats).
-// One process: every question runs on this model.
+// Several processes (mpirun): the questions are dealt out in turn (question i to rank i mod N), each
+// rank scores its own, and a sum over the ranks gives every rank every question's figures.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,10 @@ struct ScoreOptions {
   int seq = 0;          // the most tokens one forward pass sees (the model's context, or --seq-length)
   int batch = 4;        // sequences per forward pass
   bool keep_prompts = false;  // ScoredQuestion::context filled (--dump)
+  // Sharing the questions among ranks: this rank, the number of ranks, and an in-place sum of n
+  // doubles over every rank (an all-reduce; unset with one rank). The progress bar is rank 0's.
+  int rank = 0, ranks = 1;
+  std::function<void(double* values, size_t n)> sum_over_ranks;
 };
 
 // One sequence to run: its tokens, and the (position, token, choice) log-probabilities to read.
@@ -71,7 +77,8 @@ struct ScoredQuestion {
 PreparedQuestion prepare_question(const data::Tokenizer& tok, const Benchmark& b, int subject, int index,
                                   const ScoreOptions& o);
 
-// Every question of b, in subject and file order. Prints a progress bar (questions, rate, ETA).
+// Every question of b, in subject and file order, on every rank (with --dump's contexts on rank 0).
+// Prints a progress bar (this rank's questions, rate, ETA).
 std::vector<ScoredQuestion> score_benchmark(model::LlamaModel& m, const data::Tokenizer& tok, const Benchmark& b,
                                             const ScoreOptions& o);
 

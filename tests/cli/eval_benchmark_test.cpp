@@ -7,6 +7,8 @@
 // prediction; the accuracy is the count of argmax hits. The tiny model's tokenizer spells " B" in two
 // pieces (each choice its own sequence); a tokenizer with single-piece " A" .. " D" takes the one-pass
 // path (one forward, four log-probabilities at the last position), checked against the same reference.
+// Under mpirun -np 2 the ranks share the questions and print what one process prints.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -201,6 +203,37 @@ TEST(EvalBenchmark, SingleTokenLettersTakeOneForwardPassAndAgree) {
   const auto want = run_reference(model, "mmlu", tmp / "mmlu");
   EXPECT_EQ(expect_same_questions(ours, want), int(want.size()));
   EXPECT_EQ(ours.summary["one_pass"].get<size_t>(), want.size());
+}
+
+// Under mpirun -np 2 the ranks deal the questions out and rank 0 prints what one process prints:
+// the same summary, and a dump with every question's prompt, examples and log-likelihoods.
+TEST(EvalBenchmark, TwoRanksShareTheQuestionsAndPrintWhatOneProcessPrints) {
+  TempDir tmp;
+  write_mmlu(tmp / "mmlu");
+  const EvalRun one = run_ours(tmp, kTinyHf, "mmlu", tmp / "mmlu");
+  const std::string dump = tmp / "two_dump.jsonl";
+  std::string out;
+  const std::string cmd = fmt::format("({} --oversubscribe --allow-run-as-root -np 2 {} eval {} --task mmlu --data {} "
+                                      "--dump {} --json --batch 3 2>{})",
+                                      MPIEXEC, testing::llamatrain_bin(), kTinyHf, tmp / "mmlu", dump, tmp / "err");
+  ASSERT_EQ(testing::run_capture(cmd, &out),
+            0)
+      << out << testing::read_file(tmp / "err");
+  const nlohmann::json two = nlohmann::json::parse(out);
+  for (const char* key : {"questions", "correct", "acc", "acc_norm"}) EXPECT_EQ(two[key], one.summary[key]) << key;
+  EXPECT_EQ(two["subjects"], one.summary["subjects"]);
+  const auto questions = json_lines(testing::read_file(dump));
+  ASSERT_EQ(questions.size(), one.questions.size());
+  ASSERT_EQ(questions.size(), 5u);
+  for (size_t i = 0; i < questions.size(); i++) {
+    for (const char* key : {"subject", "index", "shots", "cut", "one_pass", "tokens", "continuation_tokens", "context",
+                            "predicted", "predicted_norm", "answer"})
+      EXPECT_EQ(questions[i][key], one.questions[i][key]) << "question " << i << " " << key;
+    for (int c = 0; c < 4; c++)
+      EXPECT_NEAR(questions[i]["loglik"][size_t(c)].get<double>(), one.questions[i]["loglik"][size_t(c)].get<double>(),
+                  1e-6)
+          << "question " << i;
+  }
 }
 
 TEST(EvalBenchmark, BadFilesAreAPlainErrorNamingFileAndLine) {
