@@ -10,7 +10,8 @@
 // the frozen tensors keep their bytes, the plan's and bench's figures, the PyTorch reference with
 // requires_grad False on the same parameters, TP2, PP2 and DP2 (ZeRO-1) equal to one process, and
 // resuming with another model.freeze; parts (one layer, q_proj of every layer) against the PyTorch
-// reference freezing the same HF parameters, and TP2, PP2 and DP2 (ZeRO-1) equal to one process.
+// reference freezing the same HF parameters, and TP2, PP2 and DP2 (ZeRO-1) equal to one process, with
+// the parts' bits kept in bf16-mixed and bf16 too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "io/hf_checkpoint.h"
 #include "model/llama.h"
@@ -700,6 +702,52 @@ TEST(FreezeTrain, PartsUnderEveryLayoutEqualOneProcess) {
       } else {
         EXPECT_LE(testing::max_difference(w.at(t), ref_end.at(t)).max_abs, 1e-4) << t;
       }
+    }
+  }
+}
+
+// The frozen parts of an export: layer 0's and every q_proj's tensors whole, the embedding's first
+// 100 rows (C = 64).
+std::map<std::string, std::vector<float>> frozen_parts_of(const std::map<std::string, std::vector<float>>& w) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [t, v] : w) {
+    if (t.rfind("model.layers.0.", 0) == 0 || t.find("q_proj") != std::string::npos) out[t] = v;
+    if (t == "model.embed_tokens.weight") out[t] = std::vector<float>(v.begin(), v.begin() + 100 * 64);
+  }
+  return out;
+}
+
+// In bf16-mixed (fp32 master weights: the parts keep the init's bits) and bf16 with stochastic
+// rounding (bf16 weights: the parts keep the init rounded to bf16 once, at load), one process, TP2 and
+// DP2 with ZeRO-1 checkpoint the same frozen bits.
+TEST(FreezeTrain, PartsKeepTheirBitsInBf16UnderTpAndZero1) {
+  TempDir dir;
+  const std::string init = write_init(dir.path());
+  const auto start = frozen_parts_of(checkpoint_tensors(init));
+  for (const std::string precision : {"bf16-mixed", "bf16"}) {
+    SCOPED_TRACE(precision);
+    std::map<std::string, std::vector<float>> want = start;
+    if (precision == "bf16")
+      for (auto& [t, v] : want)
+        for (float& x : v) x = to_float(to_bf16(x));
+    for (const auto& [name, layout] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"one", {}}, {"tp2", {"model.tensor_model_parallel_size=2"}}, {"dp2", {"model.distributed_optimizer=true"}}}) {
+      SCOPED_TRACE(name);
+      std::vector<std::string> extra = {"trainer.max_steps=3", "model.init_from=" + init, "trainer.precision=" + precision,
+                                        "model.optim.embedding_lr=1e-3", kPartFreeze};
+      extra.insert(extra.end(), layout.begin(), layout.end());
+      const std::string log = dir / (precision + "_" + name);
+      const RunResult r = run_in(log, testing::mpi_train_argv(MPIEXEC, name == "one" ? 0 : 2, log, extra));
+      ASSERT_EQ(r.status, 0) << r.log;
+      const auto all = checkpoint_tensors(log + "/checkpoints/step_3");
+      const auto got = frozen_parts_of(all);
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [t, v] : want) EXPECT_TRUE(testing::bitwise_equal(t, got.at(t), v));
+      // and the rest trained
+      EXPECT_GT(testing::max_difference(all.at("model.layers.1.mlp.down_proj.weight"),
+                                        checkpoint_tensors(init).at("model.layers.1.mlp.down_proj.weight"))
+                    .max_abs,
+                0.0);
     }
   }
 }
