@@ -144,6 +144,7 @@ class Trainer {
   void make_model();
   void say_freeze_changes(const std::vector<std::string>& saved);
   void choose_starting_point(const std::optional<std::string>& resume);
+  void check_resume_tokenizer(const std::string& resume) const;
   void open_data();
   void prepare_steps();
   StepResult train_step();
@@ -489,6 +490,7 @@ void Trainer::choose_starting_point(const std::optional<std::string>& resume) {
   st_.precision = model::precision_name(plan_.precision);
   const double t0 = now_s();
   if (resume) {
+    check_resume_tokenizer(*resume);
     say(fmt::format("resuming from {} ...", *resume));
     IoProgress bar("loading checkpoint", rank0() ? checkpoint_tensor_bytes(*model_) : 0);
     st_ = load_checkpoint(*resume, *model_, bar.callback());
@@ -511,6 +513,25 @@ void Trainer::choose_starting_point(const std::optional<std::string>& resume) {
   } else {
     const float std_ = float(cfg_.model.init_method_std);
     model_->init_random(std_, cfg_.model.use_scaled_init_method ? std_ / std::sqrt(2.0f * plan_.model.n_layers) : 0.0f);
+  }
+}
+
+// A checkpoint keeps the tokenizer it was trained with (tokenizer.model or tokenizer.json): resuming
+// with another one, even of as many pieces, would read the data's ids as other text. Checkpoints
+// written without one are not checked.
+void Trainer::check_resume_tokenizer(const std::string& resume) const {
+  if (plan_.tokenizer_path.empty()) return;
+  for (const auto& f : io::tokenizer_source_files(plan_.tokenizer_path)) {
+    if (f.name != "tokenizer.model" && f.name != "tokenizer.json") continue;
+    const fs::path saved = fs::path(resume) / f.name;
+    if (!fs::is_regular_file(saved)) continue;
+    if (read_small_file(saved.string(), size_t(1) << 31, "the checkpoint's tokenizer") == f.bytes) continue;
+    fail_as("checkpoint",
+            "model.tokenizer.model: {} is not the tokenizer checkpoint {} was trained with ({}), expected the same "
+            "one to resume\nhint: resume with model.tokenizer.model={}; to go on with another tokenizer, start a new "
+            "run from the checkpoint's weights (model.init_from=EXPORT, a Hugging Face export of it, and a tokenizer "
+            "that extends its own)",
+            plan_.tokenizer_path, resume, saved.string(), saved.string());
   }
 }
 

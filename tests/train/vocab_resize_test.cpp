@@ -363,6 +363,46 @@ TEST(VocabResize, FreezeBaseVocabTrainsOnlyTheNewRows) {
       << same.log;
 }
 
+// A checkpoint keeps its tokenizer: resuming with another of as many pieces (one piece's score
+// changed) is refused, naming both and the fix; the same tokenizer at another path resumes.
+TEST(VocabResize, AResumeWithAnotherTokenizerOfAsManyPiecesIsRefused) {
+  if (auto why = testing::python_missing({"sentencepiece", "google.protobuf"}); !why.empty()) GTEST_SKIP() << why;
+  const Fixture& f = fixture();
+  TempDir dir;
+  const std::vector<std::string> ck = {"trainer.max_steps=4", "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
+                                       "exp_manager.checkpoint_callback_params.save_top_k=-1"};
+  const auto a = train(0, dir / "a", ck);
+  ASSERT_EQ(a.status, 0) << a.log;
+  const std::string other = dir / "other.model", copy = dir / "copy.model";
+  std::string out;
+  ASSERT_EQ(testing::run_capture(
+                testing::system_python() +
+                    " -c \"import sys; from sentencepiece import sentencepiece_model_pb2 as pb; m = pb.ModelProto(); "
+                    "m.ParseFromString(open(sys.argv[1], 'rb').read()); m.pieces[-1].score -= 1.0; "
+                    "open(sys.argv[2], 'wb').write(m.SerializeToString())\" " +
+                    f.ext + " " + other,
+                &out),
+            0)
+      << out;
+  testing::write_file(copy, testing::read_file(f.ext));
+  const std::string step2 = dir / "a/checkpoints/step_2";
+  auto resume = [&](const std::string& name, const std::string& tokenizer) {
+    return train(0, dir / name, {"trainer.max_steps=4", "model.resume_from_checkpoint=" + step2,
+                                 "model.tokenizer.model=" + tokenizer});
+  };
+  const auto refused = resume("other", other);
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.log.find("model.tokenizer.model: " + other + " is not the tokenizer checkpoint " + step2 +
+                             " was trained with (" + step2 + "/tokenizer.model)"),
+            std::string::npos)
+      << refused.log;
+  EXPECT_NE(refused.log.find("hint: resume with model.tokenizer.model=" + step2 + "/tokenizer.model"), std::string::npos)
+      << refused.log;
+  const auto same = resume("copy", copy);
+  EXPECT_EQ(same.status, 0) << same.log;
+  EXPECT_NE(same.log.find("resumed at step 2"), std::string::npos) << same.log;
+}
+
 TEST(VocabResize, OnTheGpuAResizeAndAFreezeLoadAndTrainAsOnTheCpu) {
   // The CUDA backend (LLAMATRAIN_CUDA_BIN: the CUDA emulation's binary, or the program on a machine
   // with a GPU): the grown model, written onto the device in pieces, exports the bytes the CPU's does;
