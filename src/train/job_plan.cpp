@@ -504,6 +504,9 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
                    p.model.vocab_size, p.tokenizer ? fmt::format(" (tokenizer {} pieces)", p.tokenizer->vocab_size()) : "",
                    padded_rows_text(p))});
   if (p.growth.active()) jp.checks.push_back({Status::pass, "resize", p.growth.describe()});
+  if (const std::string frozen = freeze_summary(p.model); !frozen.empty())
+    jp.checks.push_back({Status::pass, "freeze",
+                         frozen + (p.model.frozen_parts.empty() ? "" : " (parts keep their gradient and moment memory)")});
   auto guarded = [&](const char* what, auto&& check) {
     try {
       jp.checks.push_back(check());

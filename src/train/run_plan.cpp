@@ -279,6 +279,25 @@ RunPlan preflight(const TrainConfig& cfg, int world_size, int rank, bool here) {
   return p;
 }
 
+std::string freeze_summary(const model::LlamaConfig& mc) {
+  if (mc.frozen.empty() && mc.frozen_parts.empty()) return "";
+  int64_t whole = 0, partly = 0, frozen = 0;
+  for (const auto& t : io::hf_tensor_slices(mc)) {
+    const int64_t n = t.rows * t.cols;
+    int64_t in = mc.is_frozen(t.param) ? n : 0;
+    for (const auto& p : mc.frozen_parts)
+      if (p.tensor == t.param) in += std::max<int64_t>(0, std::min(p.end, t.element + n) - std::max(p.begin, t.element));
+    whole += in == n;
+    partly += in > 0 && in < n;
+    frozen += in;
+  }
+  const int64_t all = mc.num_params();
+  return fmt::format("{} tensors{}, {} parameters ({:.1f}% of the model); training {} parameters", whole,
+                     partly > 0 ? fmt::format(" and part of {} other{}", partly, partly > 1 ? "s" : "") : "",
+                     obs::format_count(double(frozen)), 100.0 * double(frozen) / double(all),
+                     obs::format_count(double(all - frozen)));
+}
+
 double RunPlan::busiest_stage_share(const std::vector<int>& split) const {
   std::vector<double> work;
   for (int s = 0; s < layout.pp_size; s++)

@@ -64,6 +64,11 @@ struct RunPlan {
 // finds its checkpoints), else the start time.
 std::string resolve_log_dir(const TrainConfig& config);
 
+// What model.freeze (and freeze_base_vocab) leave out of training, over the whole model, by Hugging
+// Face tensor: "19 tensors and part of 2 others, 1.23M parameters (45.6% of the model); training 1.47M
+// parameters"; "" when nothing is frozen.
+std::string freeze_summary(const model::LlamaConfig& model);
+
 // The plan of rank `rank` of a job of world_size processes; throws Error for anything that would make
 // the job fail later. here: the job runs on this machine, so its device must be usable here and the
 // plan must fit the device's free memory; false when planning for other machines (`llamatrain plan`

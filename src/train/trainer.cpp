@@ -409,16 +409,8 @@ void Trainer::make_model() {
                   obs::format_bytes(double(mem.activations)),
                   mem.runtime > 0 ? " + GPU runtime " + obs::format_bytes(double(mem.runtime)) : "",
                   sharded ? " on rank 0" : ""));
-  if (!mc.frozen.empty() || !mc.frozen_parts.empty()) {  // model.freeze, counted over the whole model
-    int64_t tensors = 0, in_parts = 0;
-    for (const auto& t : io::hf_tensor_slices(mc)) tensors += mc.is_frozen(t.param);
-    for (const auto& part : mc.frozen_parts) in_parts += part.end - part.begin;
-    const int64_t all = mc.num_params(),
-                  train = model::LlamaModel::num_trainable(mc, model::ShardPlan::single(mc)) - in_parts;
-    say(fmt::format("frozen: {} tensors{}, {} parameters ({:.1f}% of the model); training {} parameters", tensors,
-                    mc.frozen_parts.empty() ? "" : fmt::format(" and {} parts of others", mc.frozen_parts.size()),
-                    obs::format_count(double(all - train)), 100.0 * double(all - train) / double(all),
-                    obs::format_count(double(train))));
+  if (const std::string frozen = freeze_summary(mc); !frozen.empty()) {  // model.freeze, over the whole model
+    say("frozen: " + frozen);
     if (!mc.frozen_parts.empty())
       say("frozen parts keep their gradient and optimizer memory (zero): only whole tensors free theirs");
   }

@@ -605,10 +605,15 @@ TEST(FreezeTrain, PartsAndEmbeddingLrMatchPyTorch) {
                                         kPartFreeze};
   std::string out;
   ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " train" + quoted(cfg) + " 2>&1", &out), 0) << out;
-  // layer 0's 6 kinds (wqkv's part reaching on into layer 1's q_proj) and the embedding's rows
-  EXPECT_NE(out.find("frozen: 0 tensors and 7 parts of others, "), std::string::npos) << out;
+  // layer 0's 9 tensors and layer 1's q_proj whole, the embedding in part
+  EXPECT_NE(out.find("frozen: 10 tensors and part of 1 other, "), std::string::npos) << out;
   EXPECT_NE(out.find("embedding and output layer: peak learning rate 6.000e-03, 3x the others'"), std::string::npos)
       << out;
+  // `llamatrain plan` says the same before the run.
+  std::string plan;
+  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " plan" + quoted(cfg), &plan), 0) << plan;
+  EXPECT_NE(plan.find("PASS freeze   10 tensors and part of 1 other, "), std::string::npos) << plan;
+  EXPECT_NE(plan.find("(parts keep their gradient and moment memory)"), std::string::npos) << plan;
   ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " data samples" + quoted(cfg) + " --first " +
                                      std::to_string(4 * steps) + " --json > " + (dir / "samples.jsonl"),
                                  &out),
