@@ -518,7 +518,7 @@ void Trainer::check_resume_tokenizer(const std::string& resume) const {
     const fs::path saved = fs::path(resume) / f.name;
     if (!fs::is_regular_file(saved)) continue;
     if (read_small_file(saved.string(), size_t(1) << 31, "the checkpoint's tokenizer") == f.bytes) continue;
-    fail_as("checkpoint",
+    fail_as("config",
             "model.tokenizer.model: {} is not the tokenizer checkpoint {} was trained with ({}), expected the same "
             "one to resume\nhint: resume with model.tokenizer.model={}; to go on with another tokenizer, start a new "
             "run from the checkpoint's weights (model.init_from=EXPORT, a Hugging Face export of it, and a tokenizer "
