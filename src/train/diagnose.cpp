@@ -501,6 +501,189 @@ void error_cause(const Findings& f, Diagnosis& d) {
   }
 }
 
+// ---- the causes, in order: the first rule that applies names the cause ----
+
+// What the rules look at beyond the findings.
+struct Context {
+  int ranks = 0;  // the start event's
+  // A rank the launcher saw killed that is also the one the watchdog's waiting ranks miss: the kill
+  // is the cause, the hang its consequence (srun without --kill-on-bad-exit). Kills of waiting ranks
+  // are the launcher ending the job after the watchdog's abort.
+  bool killed_missing_rank = false;
+};
+
+// One cause: when it applies, how it fills the diagnosis (summary, evidence, fix, rank), whether the
+// run can resume from it, and whether the same job is worth submitting again (run.slurm's retry).
+struct Rule {
+  const char* cause;
+  bool (*applies)(const Findings& f, const Context& c);
+  void (*fill)(const Findings& f, const Context& c, Diagnosis& d);
+  bool resume = true;
+  bool retry = false;
+};
+
+constexpr const char* kNothingFailedFix = "nothing failed in the run; resume it when wanted";
+
+// The order: the scheduler's and the kernel's records, the failing rank's own error event, the
+// watchdog, a cancellation (srun also cancels a step whose task failed: after the two before), a rank
+// seen killed (srun's --kill-on-bad-exit then sends SIGTERM to the others, which save and stop: before
+// that clean stop), a clean stop on a signal, communication failures, then what little is left.
+const Rule kRules[] = {
+    {"host_oom", [](const Findings& f, const Context&) { return !f.host_oom.empty(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       const bool several = f.killed_ranks_text.find_first_of(",-") != std::string::npos;
+       d.summary = "the host ran out of memory: " + f.oom_detail + " killed " +
+                   (several         ? "ranks " + f.killed_ranks_text
+                    : f.killed_rank ? fmt::format("rank {}", *f.killed_rank)
+                                    : std::string("a rank"));
+       d.rank = f.killed_rank;
+       d.evidence = f.host_oom;
+       for (const auto& k : f.killed) d.evidence.push_back(k);
+       d.fix = kMemoryFix;
+     }},
+    {"gpu_lost", [](const Findings& f, const Context&) { return !f.gpu_lost.empty(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.summary = "a GPU failed: " + f.xid_detail + " (the NVIDIA driver's record)";
+       d.evidence = f.gpu_lost;
+       if (f.error) d.evidence.push_back(f.error_ev);
+       d.fix = kGpuLostFix;
+     }},
+    {"time_limit", [](const Findings& f, const Context&) { return !f.time_limit.empty(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.summary = "the job reached its time limit and SLURM stopped it";
+       d.evidence = f.time_limit;
+       d.fix =
+           "ask for more time (sbatch --time) or resume in another job; save more often with "
+           "exp_manager.checkpoint_callback_params.train_time_interval so less is lost";
+     }},
+    // The failing rank's error event: its code is the cause (error_cause).
+    {"error", [](const Findings& f, const Context&) { return f.error.has_value(); },
+     [](const Findings& f, const Context&, Diagnosis& d) { error_cause(f, d); }},
+    {"nccl_timeout", [](const Findings& f, const Context&) { return !f.nccl_timeout.empty(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.summary = "a GPU collective timed out (NCCL): a rank stopped taking part in it";
+       d.evidence = f.nccl_timeout;
+       d.fix =
+           "a rank hung or died, or the network between the nodes failed: the other ranks' logs and `llamatrain "
+           "doctor` on the job's nodes say which; NCCL_DEBUG=INFO logs NCCL's view";
+     }},
+    {"watchdog", [](const Findings& f, const Context& c) { return !f.watchdog.empty() && !c.killed_missing_rank; },
+     [](const Findings& f, const Context& c, Diagnosis& d) {
+       std::vector<int> missing;
+       for (int r = 0; r < c.ranks; r++)
+         if (!f.watchdog_ranks.count(r)) missing.push_back(r);
+       if (!missing.empty()) d.rank = missing.front();
+       std::string who;
+       for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
+       d.summary = fmt::format("a hang: {} never joined {} and the watchdog ended the job",
+                               missing.empty() ? std::string("a rank") : "rank " + who, f.watchdog_what);
+       d.evidence = f.watchdog;
+       d.fix =
+           "the rank that never joined was stuck (stopped, blocked in I/O, a dead node or a deadlock): check its "
+           "node (`llamatrain doctor`); if the operation is legitimately that slow, raise LLAMATRAIN_WATCHDOG_TIMEOUT";
+     },
+     true, true},
+    {"cancelled",
+     [](const Findings& f, const Context&) {
+       return !f.cancelled.empty() &&
+              ((f.job_cancelled && !f.kill_before_cancel) || (f.killed.empty() && f.bad_exit.empty()));
+     },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.summary = f.cancel_detail.empty() ? "the job was cancelled (scancel, or an administrator)"
+                                           : "the job was " + f.cancel_detail;
+       d.evidence = f.cancelled;
+       if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
+       d.fix = kNothingFailedFix;
+     }},
+    {"killed_by_signal", [](const Findings& f, const Context&) { return !f.killed.empty() && !f.kill_while_step_ending; },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.rank = f.killed_rank;
+       d.signal = f.killed_signal;
+       const int sig = f.killed_signal.value_or(0);
+       d.summary =
+           fmt::format("rank {} was killed by signal {} ({})", f.killed_rank.value_or(-1), sig, signal_name(sig));
+       d.evidence = f.killed;
+       // A plain srun (no --kill-on-bad-exit) left the other ranks waiting until someone cancelled the
+       // job: the kill came first and is the cause; the cancellation followed.
+       if (f.kill_before_cancel && !f.cancelled.empty()) {
+         d.evidence.push_back(f.cancelled.front());
+         d.notes.push_back("the job was cancelled afterwards, while the other ranks waited for the killed one");
+       }
+       d.fix = sig == 9 ? "something outside the program killed it: the kernel's OOM killer (give diagnose the output "
+                          "of `dmesg` from that node), the scheduler, or a person; check that node's memory and logs"
+               : sig == 11 || sig == 7 || sig == 6
+                   ? "the program crashed: report it with this log; the run resumes from its last checkpoint"
+                   : "find who sent the signal (the scheduler, a person, a node agent)";
+     },
+     true, true},
+    {"stopped_by_signal", [](const Findings& f, const Context&) { return f.stop_signal.has_value(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       const nlohmann::json& s = *f.stop_signal;
+       d.signal =
+           s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
+       d.summary = fmt::format(
+           "the run was stopped by {} and saved a checkpoint (a cancellation, the time limit's --signal warning, a "
+           "preemption or Ctrl-C)",
+           d.signal ? signal_name(*d.signal) : "a signal");
+       d.evidence.push_back(f.stop_signal_ev);
+       d.fix = kNothingFailedFix;
+     },
+     true, true},
+    {"comm", [](const Findings& f, const Context&) { return !f.comm.empty(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.rank = f.comm_rank;
+       d.summary = "an MPI or network failure" + (f.comm_rank ? fmt::format(", first on rank {}", *f.comm_rank) : "");
+       d.evidence = f.comm;
+       d.fix = "check the nodes' network and MPI setup (`llamatrain doctor`); rerun on healthy nodes";
+     },
+     true, true},
+    {"internal", [](const Findings& f, const Context&) { return !f.internal.empty(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.rank = f.internal_rank;
+       d.summary = "an internal check failed" + (f.internal_rank ? fmt::format(" on rank {}", *f.internal_rank) : "");
+       d.evidence = f.internal;
+       d.fix = "a bug: report it with this log";
+     }},
+    // An error before the trainer's start event, and not the trainer's own (which has an error event):
+    // the model script, the launcher or the job's set-up stopped it.
+    {"never_started", [](const Findings& f, const Context&) { return !f.plain_error.empty() && !f.start; },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.summary = "the job never started training: " + f.plain_error.front().text.substr(7);
+       d.evidence = {f.plain_error.front()};
+       d.fix =
+           "see the message and its hint; `llamatrain doctor` (launch/slurm/preflight.slurm on the job's nodes) "
+           "checks the nodes, the layout and the config's files before a training job";
+     }},
+    {"error", [](const Findings& f, const Context&) { return !f.plain_error.empty(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.summary = "the program stopped with an error: " + f.plain_error.front().text.substr(7);
+       d.evidence = {f.plain_error.front()};
+       d.fix = "see the message and its hint";
+     }},
+    {"success", [](const Findings& f, const Context&) { return f.end.has_value(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       const nlohmann::json& e = *f.end;
+       d.summary = fmt::format("the run finished: {} steps", e.contains("steps") ? e["steps"].dump() : "?");
+       d.evidence = {f.end_ev};
+       d.fix = "nothing to fix";
+     },
+     false},
+    {"vanished", [](const Findings& f, const Context&) { return f.start.has_value(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.summary = fmt::format("the run started, then its log stops without an error (last step {})", f.last_step);
+       d.evidence = {f.start_ev};
+       d.fix =
+           "the process was killed without a trace (SIGKILL: the kernel's OOM killer, the scheduler) or its node "
+           "failed: give diagnose the SLURM job log and `dmesg` of its nodes";
+     },
+     true, true},
+    {"never_started", [](const Findings&, const Context&) { return true; },
+     [](const Findings&, const Context&, Diagnosis& d) {
+       d.summary = "no training log: the job never started training";
+       d.fix = "check the compute nodes with `llamatrain doctor` and the scheduler's own log of the job";
+     }},
+};
+
 }  // namespace
 
 std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
@@ -550,167 +733,24 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
                                   f.skip_count, f.first_skip, f.rollback_count));
   if (!f.damaged_checkpoint.empty())
     d.notes.push_back("a damaged checkpoint was skipped: " + f.damaged_checkpoint.front().text);
-  const int ranks =
-      f.start && f.start->contains("ranks") && (*f.start)["ranks"].is_number() ? (*f.start)["ranks"].get<int>() : 0;
-
-  // A rank the launcher saw killed that is also the one the watchdog's waiting ranks miss: the kill
-  // is the cause, the hang its consequence (srun without --kill-on-bad-exit). Kills of waiting ranks
-  // are the launcher ending the job after the watchdog's abort.
-  const bool killed_missing_rank =
-      f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank) && !f.kill_while_step_ending;
-  // The order: the scheduler's and the kernel's records, the failing rank's own error event, the
-  // watchdog, a cancellation (srun also cancels a step whose task failed: after the two before), a
-  // rank seen killed (srun's --kill-on-bad-exit then sends SIGTERM to the others, which save and
-  // stop: before that clean stop), a clean stop on a signal, communication failures.
-  if (!f.host_oom.empty()) {
-    d.cause = "host_oom";
-    const bool several = f.killed_ranks_text.find_first_of(",-") != std::string::npos;
-    d.summary = "the host ran out of memory: " + f.oom_detail + " killed " +
-                (several         ? "ranks " + f.killed_ranks_text
-                 : f.killed_rank ? fmt::format("rank {}", *f.killed_rank)
-                                 : std::string("a rank"));
-    d.rank = f.killed_rank;
-    d.evidence = f.host_oom;
-    for (const auto& k : f.killed) d.evidence.push_back(k);
-    d.fix = kMemoryFix;
-    d.resume = resume_command(f);
-  } else if (!f.gpu_lost.empty()) {
-    d.cause = "gpu_lost";
-    d.summary = "a GPU failed: " + f.xid_detail + " (the NVIDIA driver's record)";
-    d.evidence = f.gpu_lost;
-    if (f.error) d.evidence.push_back(f.error_ev);
-    d.fix = kGpuLostFix;
-    d.resume = resume_command(f);
-  } else if (!f.time_limit.empty()) {
-    d.cause = "time_limit";
-    d.summary = "the job reached its time limit and SLURM stopped it";
-    d.evidence = f.time_limit;
-    d.fix =
-        "ask for more time (sbatch --time) or resume in another job; save more often with "
-        "exp_manager.checkpoint_callback_params.train_time_interval so less is lost";
-    d.resume = resume_command(f);
-  } else if (f.error) {
-    error_cause(f, d);
-  } else if (!f.nccl_timeout.empty()) {
-    d.cause = "nccl_timeout";
-    d.summary = "a GPU collective timed out (NCCL): a rank stopped taking part in it";
-    d.evidence = f.nccl_timeout;
-    d.fix =
-        "a rank hung or died, or the network between the nodes failed: the other ranks' logs and `llamatrain doctor` "
-        "on the job's nodes say which; NCCL_DEBUG=INFO logs NCCL's view";
-    d.resume = resume_command(f);
-  } else if (!f.watchdog.empty() && !killed_missing_rank) {
-    d.cause = "watchdog";
-    std::vector<int> missing;
-    for (int r = 0; r < ranks; r++)
-      if (!f.watchdog_ranks.count(r)) missing.push_back(r);
-    if (!missing.empty()) d.rank = missing.front();
-    std::string who;
-    for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
-    d.summary = fmt::format("a hang: {} never joined {} and the watchdog ended the job",
-                            missing.empty() ? std::string("a rank") : "rank " + who, f.watchdog_what);
-    d.evidence = f.watchdog;
-    d.fix =
-        "the rank that never joined was stuck (stopped, blocked in I/O, a dead node or a deadlock): check its node "
-        "(`llamatrain doctor`); if the operation is legitimately that slow, raise LLAMATRAIN_WATCHDOG_TIMEOUT";
-    d.resume = resume_command(f);
-  } else if (!f.cancelled.empty() && ((f.job_cancelled && !f.kill_before_cancel) || (f.killed.empty() && f.bad_exit.empty()))) {
-    d.cause = "cancelled";
-    d.summary = f.cancel_detail.empty() ? "the job was cancelled (scancel, or an administrator)"
-                                        : "the job was " + f.cancel_detail;
-    d.evidence = f.cancelled;
-    if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
-    d.fix = "nothing failed in the run; resume it when wanted";
-    d.resume = resume_command(f);
-  } else if (!f.killed.empty() && !f.kill_while_step_ending) {
-    d.cause = "killed_by_signal";
-    d.rank = f.killed_rank;
-    d.signal = f.killed_signal;
-    const int sig = f.killed_signal.value_or(0);
-    d.summary = fmt::format("rank {} was killed by signal {} ({})", f.killed_rank.value_or(-1), sig, signal_name(sig));
-    d.evidence = f.killed;
-    // A plain srun (no --kill-on-bad-exit) left the other ranks waiting until someone cancelled the
-    // job: the kill came first and is the cause; the cancellation followed.
-    if (f.kill_before_cancel && !f.cancelled.empty()) {
-      d.evidence.push_back(f.cancelled.front());
-      d.notes.push_back("the job was cancelled afterwards, while the other ranks waited for the killed one");
-    }
-    d.fix = sig == 9 ? "something outside the program killed it: the kernel's OOM killer (give diagnose the output of "
-                       "`dmesg` from that node), the scheduler, or a person; check that node's memory and logs"
-            : sig == 11 || sig == 7 || sig == 6
-                ? "the program crashed: report it with this log; the run resumes from its last checkpoint"
-                : "find who sent the signal (the scheduler, a person, a node agent)";
-    d.resume = resume_command(f);
-  } else if (f.stop_signal) {
-    const nlohmann::json& s = *f.stop_signal;
-    d.cause = "stopped_by_signal";
-    d.signal =
-        s.contains("signal") && s["signal"].is_number() ? std::optional<int>(s["signal"].get<int>()) : std::nullopt;
-    d.summary = fmt::format(
-        "the run was stopped by {} and saved a checkpoint (a cancellation, the time limit's --signal warning, a "
-        "preemption or Ctrl-C)",
-        d.signal ? signal_name(*d.signal) : "a signal");
-    d.evidence.push_back(f.stop_signal_ev);
-    d.fix = "nothing failed in the run; resume it when wanted";
-    d.resume = resume_command(f);
-  } else if (!f.comm.empty()) {
-    d.cause = "comm";
-    d.rank = f.comm_rank;
-    d.summary = "an MPI or network failure" + (f.comm_rank ? fmt::format(", first on rank {}", *f.comm_rank) : "");
-    d.evidence = f.comm;
-    d.fix = "check the nodes' network and MPI setup (`llamatrain doctor`); rerun on healthy nodes";
-    d.resume = resume_command(f);
-  } else if (!f.internal.empty()) {
-    d.cause = "internal";
-    d.rank = f.internal_rank;
-    d.summary = "an internal check failed" + (f.internal_rank ? fmt::format(" on rank {}", *f.internal_rank) : "");
-    d.evidence = f.internal;
-    d.fix = "a bug: report it with this log";
-    d.resume = resume_command(f);
-  } else if (!f.plain_error.empty() && !f.start) {
-    // An error before the trainer's start event, and not the trainer's own (which has an error
-    // event): the model script, the launcher or the job's set-up stopped it.
-    d.cause = "never_started";
-    d.summary = "the job never started training: " + f.plain_error.front().text.substr(7);
-    d.evidence = {f.plain_error.front()};
-    d.fix =
-        "see the message and its hint; `llamatrain doctor` (launch/slurm/preflight.slurm on the job's nodes) checks "
-        "the nodes, the layout and the config's files before a training job";
-    d.resume = resume_command(f);
-  } else if (!f.plain_error.empty()) {
-    d.cause = "error";
-    d.summary = "the program stopped with an error: " + f.plain_error.front().text.substr(7);
-    d.evidence = {f.plain_error.front()};
-    d.fix = "see the message and its hint";
-    d.resume = resume_command(f);
-  } else if (f.end) {
-    const nlohmann::json& e = *f.end;
-    const std::string reason = e.contains("reason") && e["reason"].is_string() ? e["reason"].get<std::string>() : "";
-    d.cause = "success";
-    d.summary = fmt::format("the run finished: {} steps", e.contains("steps") ? e["steps"].dump() : "?");
-    d.evidence = {f.end_ev};
-    d.fix = "nothing to fix";
-  } else if (f.start) {
-    d.cause = "vanished";
-    d.summary = fmt::format("the run started, then its log stops without an error (last step {})", f.last_step);
-    d.evidence = {f.start_ev};
-    d.fix =
-        "the process was killed without a trace (SIGKILL: the kernel's OOM killer, the scheduler) or its node "
-        "failed: give diagnose the SLURM job log and `dmesg` of its nodes";
-    d.resume = resume_command(f);
-  } else {
-    d.cause = "never_started";
-    d.summary = "no training log: the job never started training";
-    d.resume = resume_command(f);
-    d.fix = "check the compute nodes with `llamatrain doctor` and the scheduler's own log of the job";
+  Context c;
+  c.ranks = f.start && f.start->contains("ranks") && (*f.start)["ranks"].is_number() ? (*f.start)["ranks"].get<int>() : 0;
+  c.killed_missing_rank = f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank) && !f.kill_while_step_ending;
+  // The first rule that applies names the cause (kRules: in the order the causes take precedence).
+  for (const Rule& rule : kRules) {
+    if (!rule.applies(f, c)) continue;
+    d.cause = rule.cause;
+    if (rule.resume) d.resume = resume_command(f);
+    rule.fill(f, c, d);  // (an error event's code becomes the cause, and the checkpoint code its own resume)
+    break;
   }
   if (d.cause != "success" && !f.mpi_abort.empty() && d.evidence.size() < 6) d.evidence.push_back(f.mpi_abort.front());
   return d;
 }
 
 bool Diagnosis::retry() const {
-  for (const char* c : {"killed_by_signal", "stopped_by_signal", "watchdog", "comm", "vanished"})
-    if (cause == c) return true;
+  for (const Rule& rule : kRules)
+    if (cause == rule.cause) return rule.retry;
   return false;
 }
 
