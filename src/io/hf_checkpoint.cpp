@@ -412,15 +412,7 @@ FreezeSet resolve_freeze(const model::LlamaConfig& c, const std::vector<std::str
   for (const std::string& name : c.tensor_names()) {
     auto it = ranges.find(name);
     if (it == ranges.end()) continue;
-    auto& r = it->second;
-    std::sort(r.begin(), r.end());
-    std::vector<std::pair<int64_t, int64_t>> merged;
-    for (const auto& x : r) {
-      if (!merged.empty() && x.first <= merged.back().second)
-        merged.back().second = std::max(merged.back().second, x.second);
-      else
-        merged.push_back(x);
-    }
+    const auto merged = model::merged_ranges(std::move(it->second));
     const bool unknown_rows = (name == "wte" || name == "wout") && c.vocab_size <= 0;
     if (!unknown_rows && merged.size() == 1 && merged[0].first == 0 && merged[0].second == size[name]) {
       out.tensors.push_back(name);

@@ -90,6 +90,18 @@ void LlamaConfig::validate(const std::string& where) const {
            where, part.tensor, part.begin, part.end, fmt::join(names, ", "));
 }
 
+std::vector<std::pair<int64_t, int64_t>> merged_ranges(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& x : ranges) {
+    if (!merged.empty() && x.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, x.second);
+    else
+      merged.push_back(x);
+  }
+  return merged;
+}
+
 std::vector<std::string> LlamaConfig::tensor_names() const {
   std::vector<std::string> out{"wte", "attn_norm", "wqkv"};
   if (qkv_bias) out.push_back("bqkv");

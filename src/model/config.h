@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/names.h"
@@ -41,6 +42,9 @@ struct FrozenPart {
   int64_t begin = 0, end = 0;
   bool operator==(const FrozenPart&) const = default;
 };
+
+// Element ranges [begin, end) sorted, with those that overlap or touch merged into one.
+std::vector<std::pair<int64_t, int64_t>> merged_ranges(std::vector<std::pair<int64_t, int64_t>> ranges);
 
 struct LlamaConfig {
   int dim = 0;          // C   hidden_size

@@ -128,16 +128,8 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
         if (b < e) s.frozen_ranges.emplace_back(local + (b - full), local + (e - full));
       });
     }
-    auto& r = s.frozen_ranges;
-    std::sort(r.begin(), r.end());
-    std::vector<std::pair<int64_t, int64_t>> merged;
-    for (const auto& x : r) {
-      if (!merged.empty() && x.first <= merged.back().second)
-        merged.back().second = std::max(merged.back().second, x.second);
-      else
-        merged.push_back(x);
-    }
-    r = std::move(merged);
+    s.frozen_ranges = merged_ranges(std::move(s.frozen_ranges));
+    const auto& r = s.frozen_ranges;
     static const std::set<std::string> stacked = {"attn_norm", "wqkv", "bqkv", "wo", "ffn_norm", "w13", "w2"};
     if (r.empty() || !stacked.count(s.name) || s.shape.empty() || s.shape[0] <= 0) continue;
     const int64_t layers = s.shape[0], per = s.numel / layers;

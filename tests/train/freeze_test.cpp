@@ -515,47 +515,64 @@ std::string write_init(const std::string& dir) {
   return dir + "/init";
 }
 
+// The PyTorch comparison's run: fp32 from `init`, 4 samples a step in micro-batches of 2, weight decay
+// 0.1, and `extra`; then the samples it read, written to DIR/samples.jsonl for the reference.
+struct CurveRun {
+  std::vector<std::string> cfg;
+  std::string log;  // the trainer's output
+};
+CurveRun run_for_reference(const TempDir& dir, const std::string& init, const std::string& run, int steps, int warmup,
+                           const std::vector<std::string>& extra) {
+  CurveRun r;
+  r.cfg = {testing::source_path("configs/tiny.yaml"),
+           "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
+           "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
+           "model.init_from=" + init,
+           "exp_manager.explicit_log_dir=" + run,
+           "exp_manager.create_checkpoint_callback=false",
+           "trainer.precision=32",
+           "trainer.max_steps=" + std::to_string(steps),
+           "trainer.log_every_n_steps=1",
+           "trainer.limit_val_batches=0",
+           "model.micro_batch_size=2",
+           "model.global_batch_size=4",
+           "model.optim.lr=2e-3",
+           "model.optim.weight_decay=0.1",
+           "model.optim.sched.warmup_steps=" + std::to_string(warmup)};
+  r.cfg.insert(r.cfg.end(), extra.begin(), extra.end());
+  EXPECT_EQ(testing::run_capture(testing::llamatrain_bin() + " train" + quoted(r.cfg) + " 2>&1", &r.log), 0) << r.log;
+  std::string out;
+  EXPECT_EQ(testing::run_capture(testing::llamatrain_bin() + " data samples" + quoted(r.cfg) + " --first " +
+                                     std::to_string(4 * steps) + " --json > " + (dir / "samples.jsonl"),
+                                 &out),
+            0)
+      << out;
+  return r;
+}
+
+// tools/reference/train_curve.py on that run's samples and learning rates, with `freeze` arguments.
+nlohmann::json reference_curve(const TempDir& dir, const std::string& init, const std::string& run, int steps,
+                               const std::string& freeze) {
+  const std::string py = testing::system_python() + " " + testing::source_path("tools/reference/train_curve.py") +
+                         " --hf " + init + " --samples " + (dir / "samples.jsonl") + " --metrics " + run +
+                         "/metrics.jsonl --steps " + std::to_string(steps) +
+                         " --micro-batch 2 --global-batch 4 --clip 1.0 --weight-decay 0.1 --betas 0.9 0.95 "
+                         "--eps 1e-8" + freeze;
+  std::string o;
+  EXPECT_EQ(testing::run_capture(py + " 2>/dev/null", &o), 0) << o;
+  return nlohmann::json::parse(o);
+}
+
 TEST(FreezeTrain, LossCurveMatchesPyTorchWithRequiresGradFalse) {
   if (auto why = testing::python_missing({"torch", "numpy"}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
   const std::string init = write_init(dir.path()), run = dir / "run";
   const int steps = 20;
-  const std::vector<std::string> cfg = {testing::source_path("configs/tiny.yaml"),
-                                        "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
-                                        "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
-                                        "model.init_from=" + init,
-                                        "exp_manager.explicit_log_dir=" + run,
-                                        "exp_manager.create_checkpoint_callback=false",
-                                        "trainer.precision=32",
-                                        "trainer.max_steps=" + std::to_string(steps),
-                                        "trainer.log_every_n_steps=1",
-                                        "trainer.limit_val_batches=0",
-                                        "model.micro_batch_size=2",
-                                        "model.global_batch_size=4",
-                                        "model.optim.lr=2e-3",
-                                        "model.optim.weight_decay=0.1",
-                                        "model.optim.sched.warmup_steps=5",
-                                        "model.freeze=[model.layers.*.self_attn.*,model.layers.*.mlp.*,"
-                                        "model.embed_tokens.weight]"};
-  std::string out;
-  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " train" + quoted(cfg), &out), 0) << out;
-  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " data samples" + quoted(cfg) + " --first " +
-                                     std::to_string(4 * steps) + " --json > " + (dir / "samples.jsonl"),
-                                 &out),
-            0)
-      << out;
-  auto reference = [&](const std::string& freeze) {
-    const std::string py = testing::system_python() + " " + testing::source_path("tools/reference/train_curve.py") +
-                           " --hf " + init + " --samples " + (dir / "samples.jsonl") + " --metrics " + run +
-                           "/metrics.jsonl --steps " + std::to_string(steps) +
-                           " --micro-batch 2 --global-batch 4 --clip 1.0 --weight-decay 0.1 --betas 0.9 0.95 "
-                           "--eps 1e-8" + freeze;
-    std::string o;
-    EXPECT_EQ(testing::run_capture(py + " 2>/dev/null", &o), 0) << o;
-    return nlohmann::json::parse(o);
-  };
-  const auto ref = reference(" --freeze 'model.layers.*.self_attn.*' 'model.layers.*.mlp.*' model.embed_tokens.weight");
-  const auto unfrozen = reference("");
+  run_for_reference(dir, init, run, steps, 5,
+                    {"model.freeze=[model.layers.*.self_attn.*,model.layers.*.mlp.*,model.embed_tokens.weight]"});
+  const auto ref = reference_curve(dir, init, run, steps,
+                                   " --freeze 'model.layers.*.self_attn.*' 'model.layers.*.mlp.*' model.embed_tokens.weight");
+  const auto unfrozen = reference_curve(dir, init, run, steps, "");
   const auto ours = obs::read_metrics(run + "/metrics.jsonl");
   ASSERT_EQ(ours.size(), size_t(steps));
   double worst = 0, worst_norm = 0, apart = 0;
@@ -585,52 +602,21 @@ TEST(FreezeTrain, PartsAndEmbeddingLrMatchPyTorch) {
   TempDir dir;
   const std::string init = write_init(dir.path()), run = dir / "run";
   const int steps = 16;
-  const std::vector<std::string> cfg = {testing::source_path("configs/tiny.yaml"),
-                                        "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
-                                        "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
-                                        "model.init_from=" + init,
-                                        "exp_manager.explicit_log_dir=" + run,
-                                        "exp_manager.create_checkpoint_callback=false",
-                                        "trainer.precision=32",
-                                        "trainer.max_steps=" + std::to_string(steps),
-                                        "trainer.log_every_n_steps=1",
-                                        "trainer.limit_val_batches=0",
-                                        "model.micro_batch_size=2",
-                                        "model.global_batch_size=4",
-                                        "model.optim.lr=2e-3",
-                                        "model.optim.embedding_lr=6e-3",
-                                        "model.optim.weight_decay=0.1",
-                                        "model.optim.sched.warmup_steps=4",
-                                        "convert_to_hf=true",
-                                        kPartFreeze};
-  std::string out;
-  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " train" + quoted(cfg) + " 2>&1", &out), 0) << out;
+  const CurveRun r = run_for_reference(dir, init, run, steps, 4,
+                                       {"model.optim.embedding_lr=6e-3", "convert_to_hf=true", kPartFreeze});
+  const std::string& out = r.log;
   // layer 0's 9 tensors and layer 1's q_proj whole, the embedding in part
   EXPECT_NE(out.find("frozen: 10 tensors and part of 1 other, "), std::string::npos) << out;
   EXPECT_NE(out.find("embedding and output layer: peak learning rate 6.000e-03, 3x the others'"), std::string::npos)
       << out;
   // `llamatrain plan` says the same before the run.
   std::string plan;
-  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " plan" + quoted(cfg), &plan), 0) << plan;
+  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " plan" + quoted(r.cfg), &plan), 0) << plan;
   EXPECT_NE(plan.find("PASS freeze   10 tensors and part of 1 other, "), std::string::npos) << plan;
   EXPECT_NE(plan.find("(parts keep their gradient and moment memory)"), std::string::npos) << plan;
-  ASSERT_EQ(testing::run_capture(testing::llamatrain_bin() + " data samples" + quoted(cfg) + " --first " +
-                                     std::to_string(4 * steps) + " --json > " + (dir / "samples.jsonl"),
-                                 &out),
-            0)
-      << out;
-  auto reference = [&](const std::string& freeze) {
-    const std::string py = testing::system_python() + " " + testing::source_path("tools/reference/train_curve.py") +
-                           " --hf " + init + " --samples " + (dir / "samples.jsonl") + " --metrics " + run +
-                           "/metrics.jsonl --steps " + std::to_string(steps) +
-                           " --micro-batch 2 --global-batch 4 --clip 1.0 --weight-decay 0.1 --betas 0.9 0.95 "
-                           "--eps 1e-8" + freeze;
-    std::string o;
-    EXPECT_EQ(testing::run_capture(py + " 2>/dev/null", &o), 0) << o;
-    return nlohmann::json::parse(o);
-  };
-  const auto ref = reference(" --freeze" + quoted(kPartPatterns));
-  const auto rows_free = reference(" --freeze 'model.layers.0.*' 'model.layers.*.self_attn.q_proj.weight'");
+  const auto ref = reference_curve(dir, init, run, steps, " --freeze" + quoted(kPartPatterns));
+  const auto rows_free =
+      reference_curve(dir, init, run, steps, " --freeze 'model.layers.0.*' 'model.layers.*.self_attn.q_proj.weight'");
   const auto ours = obs::read_metrics(run + "/metrics.jsonl");
   ASSERT_EQ(ours.size(), size_t(steps));
   double worst = 0, worst_norm = 0, apart = 0;
