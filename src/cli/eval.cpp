@@ -1,19 +1,13 @@
 // `llamatrain eval MODEL --data PREFIX ... --chat FILE ...`: loss, perplexity, bits per byte and bits
 // per character of a checkpoint or Hugging Face folder.
-// - On Megatron indexed datasets (--data): each dataset is read in order as one token stream (documents
-//   concatenated, as pretraining packs them) cut into windows of seq-length + 1 tokens with stride
-//   seq-length; every target of every full window counts once, so the loss is the mean next-token
-//   cross-entropy over the stream.
-// - On fine-tuning conversations (--chat: {"messages"}, ShareGPT or Alpaca JSONL rows): each row is
-//   rendered with the model's chat template and cut to seq-length + 1 ids exactly as training's
-//   fine-tuning data does (data/sft.h), one example per sample or packed (--pack, documents masked),
-//   and only the assistant turns' tokens are scored: the loss is the mean over those targets, the
-//   figure training's validation reports for the same file.
-// Bits per byte is the same losses summed, over ln 2 and the targets' bytes of text (data/piece_lengths.h;
-// per character likewise). No shuffling: the same data gives the same figures. Without a tokenizer
-// (the folder's tokenizer.model or tokenizer.json, or --tokenizer) the per-byte figures are left out.
+// - On Megatron indexed datasets (--data): the mean next-token loss over each dataset read as one
+//   token stream; on fine-tuning conversations (--chat), over the assistant turns' tokens, as training's
+//   validation scores them (eval/text_loss.h). Without a tokenizer (the folder's tokenizer.model or
+//   tokenizer.json, or --tokenizer) the per-byte figures are left out.
 // - On a multiple-choice benchmark (--task mmlu|ceval|cmmlu --data DIR): k-shot accuracy per subject,
-//   category and overall (src/eval/: the files, the prompts, the scoring); one process.
+//   category and overall (src/eval/: the files, the prompts, the scoring); under mpirun the ranks share
+//   the questions.
+// The work is src/eval/'s (text_loss.h, choice_scorer.h); this file reads the options and prints.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -36,6 +30,7 @@
 #include "eval/choice_scorer.h"
 #include "eval/prompts.h"
 #include "eval/summary.h"
+#include "eval/text_loss.h"
 #include "parallel/mpi_communicator.h"
 #include "io/hf_checkpoint.h"
 #include "obs/progress.h"
@@ -65,133 +60,6 @@ struct EvalArgs {
   bool seq_given = false;    // --seq-length given (else the model's context)
 };
 
-struct EvalResult {
-  double loss = NAN;
-  double loss_sum = 0;  // nats over every target
-  int64_t windows = 0, targets = 0;  // windows: the samples (chat)
-  data::TextSums text;  // the targets' bytes and characters (with a tokenizer)
-  int64_t conversations = 0, truncated = 0, skipped = 0;  // chat: rows scored, cut to fit, rejected
-  double bits(int64_t n) const { return loss_sum / std::log(2.0) / double(n); }
-
-  // One forward pass's outcome over its n (batch x seq) targets: the mean back to a sum, and the
-  // targets' text.
-  void add(const model::StepStats& st, const int32_t* targets_, int64_t n, const data::PieceLengths* lengths,
-           const std::string& tokenizer) {
-    if (st.num_valid > 0) loss_sum += double(st.loss) * double(st.num_valid);
-    targets += st.num_valid;
-    if (lengths) {
-      const data::TextSums s = lengths->sum(targets_, n, tokenizer.c_str());
-      text.tokens += s.tokens, text.bytes += s.bytes, text.chars += s.chars;
-    }
-  }
-};
-
-EvalResult eval_prefix(model::LlamaModel& m, const std::string& prefix, const EvalArgs& a,
-                       const data::PieceLengths* lengths, const std::string& tokenizer) {
-  const data::IndexedDataset ds(prefix);
-  const int B = a.batch, T = a.seq;
-  int64_t total = (ds.num_tokens() - 1) / T;
-  if (a.max_windows > 0) total = std::min(total, a.max_windows);
-  if (total < 1)
-    fail("{}: {} tokens, expected at least seq-length + 1 = {} for one window\nhint: lower --seq-length", prefix,
-         ds.num_tokens(), T + 1);
-  obs::ProgressOptions po;
-  po.label = "eval " + prefix;
-  po.total = total;
-  po.noun = "windows";
-  obs::Progress progress(po);
-  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T), window(size_t(T) + 1);
-  // Stream position: sequence seq, offset off; a window's last token is the next window's first.
-  int64_t seq = 0, off = 0;
-  auto next_tokens = [&](int32_t* out, int64_t n) {
-    while (n > 0) {
-      const int64_t len = ds.sequence_length(seq);
-      const int64_t take = std::min(n, len - off);
-      if (take > 0) {
-        ds.read(seq, off, take, out);
-        out += take;
-        off += take;
-        n -= take;
-      }
-      if (off == len) seq++, off = 0;
-    }
-  };
-  next_tokens(window.data(), 1);
-  EvalResult r;
-  int64_t done = 0;
-  while (done < total) {
-    const int nb = int(std::min<int64_t>(B, total - done));
-    for (int b = 0; b < nb; b++) {
-      next_tokens(window.data() + 1, T);
-      for (int t = 0; t < T; t++) {
-        tokens[size_t(b) * T + t] = window[size_t(t)];
-        targets[size_t(b) * T + t] = window[size_t(t) + 1];
-      }
-      window[0] = window[size_t(T)];
-    }
-    r.add(m.forward(tokens.data(), targets.data(), nb, T), targets.data(), int64_t(nb) * T, lengths, tokenizer);
-    done += nb;
-    progress.advance(nb);
-  }
-  progress.finish();
-  r.windows = done;
-  r.loss = r.loss_sum / double(r.targets);
-  return r;
-}
-
-// The conversations of one JSONL file as training's fine-tuning data makes them (cfg: the template,
-// seq-length, padding or packing), scored in order, each sample once: the assistant tokens' losses.
-EvalResult eval_chat(model::LlamaModel& m, const std::string& file, const EvalArgs& a, const data::Tokenizer& tok,
-                     const data::SftConfig& cfg, const data::PieceLengths* lengths, const std::string& tokenizer) {
-  data::SftStats stats;
-  std::vector<data::SftExample> examples = data::load_sft_jsonl(file, tok, cfg, &stats);
-  std::fprintf(stderr, "%s: %s\n", file.c_str(), data::format_sft_stats(stats).c_str());
-  if (examples.empty())
-    fail("{}: no usable conversation{}{}\nhint: rows are {{\"messages\": [{{\"role\": ..., \"content\": ...}}]}}, "
-         "ShareGPT's {{\"conversations\": [{{\"from\": ..., \"value\": ...}}]}} or Alpaca's {{\"instruction\", "
-         "\"input\", \"output\"}}, each with an assistant turn",
-         file, stats.locations.empty() ? "" : "; rows rejected:\n  ", fmt::join(stats.locations, "\n  "));
-  const int64_t conversations = int64_t(examples.size());
-  const data::SftDataset ds(std::move(examples), cfg, 0, false);
-  if (cfg.pack) std::fprintf(stderr, "%s: %s\n", file.c_str(), ds.describe_packing().c_str());
-  const int B = a.batch, T = int(cfg.seq_length);
-  const int64_t total = a.max_windows > 0 ? std::min(ds.size(), a.max_windows) : ds.size();
-  obs::ProgressOptions po;
-  po.label = "eval " + file;
-  po.total = total;
-  po.noun = "samples";
-  obs::Progress progress(po);
-  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T), positions(size_t(B) * T),
-      doc_start(size_t(B) * T);
-  data::GptSample sample;
-  EvalResult r;
-  for (int64_t done = 0; done < total;) {
-    const int nb = int(std::min<int64_t>(B, total - done));
-    for (int b = 0; b < nb; b++) {
-      ds.get(done + b, &sample);
-      for (int t = 0; t < T; t++) {
-        const size_t i = size_t(b) * T + size_t(t);
-        tokens[i] = sample.tokens[size_t(t)];
-        targets[i] = sample.loss_mask[size_t(t)] > 0 ? sample.labels[size_t(t)] : -100;
-        positions[i] = sample.position_ids[size_t(t)];
-        doc_start[i] = sample.doc_start[size_t(t)];
-      }
-    }
-    // Packed samples hold several conversations: positions restart and attention stops at each.
-    const model::Documents docs = cfg.pack ? model::Documents{positions.data(), doc_start.data()} : model::Documents{};
-    r.add(m.forward(tokens.data(), targets.data(), nb, T, docs), targets.data(), int64_t(nb) * T, lengths, tokenizer);
-    done += nb;
-    progress.advance(nb);
-  }
-  progress.finish();
-  r.windows = total;
-  r.conversations = conversations;
-  r.truncated = stats.truncated;
-  r.skipped = stats.malformed;
-  r.loss = r.targets > 0 ? r.loss_sum / double(r.targets) : NAN;
-  return r;
-}
-
 // The tokenizer the per-byte figures need: --tokenizer, else the model folder's (tokenizer.model,
 // else tokenizer.json), else none.
 std::string find_tokenizer(const EvalArgs& a) {
@@ -201,7 +69,7 @@ std::string find_tokenizer(const EvalArgs& a) {
 }
 
 // One result: a line, or with --json one object.
-void print_result(const std::string& what, const EvalResult& r, const EvalArgs& a, bool chat, bool text,
+void print_result(const std::string& what, const eval::TextLoss& r, const EvalArgs& a, bool chat, bool text,
                   const std::string& tokenizer_path, const std::string& template_source) {
   if (a.json) {
     nlohmann::ordered_json j{{"data", what}, {"loss", r.loss}, {"perplexity", std::exp(r.loss)}};
@@ -409,11 +277,15 @@ void run_eval(const EvalArgs& a) {
                  "note: bits per byte and per character left out: %s has no tokenizer.model (give one with "
                  "--tokenizer)\n",
                  a.model_dir.c_str());
+  eval::TextLossOptions o;
+  o.seq = a.seq;
+  o.batch = a.batch;
+  o.max_windows = a.max_windows;
   for (const auto& prefix : a.prefixes)
-    print_result(prefix, eval_prefix(*m, prefix, a, lengths ? &*lengths : nullptr, tokenizer_path), a, false,
+    print_result(prefix, eval::stream_loss(*m, prefix, o, lengths ? &*lengths : nullptr, tokenizer_path), a, false,
                  lengths.has_value(), tokenizer_path, "");
   for (const auto& file : a.chats)
-    print_result(file, eval_chat(*m, file, a, *tok, chat_cfg, &*lengths, tokenizer_path), a, true, true,
+    print_result(file, eval::chat_loss(*m, file, o, *tok, chat_cfg, &*lengths, tokenizer_path), a, true, true,
                  tokenizer_path, chat_cfg.chat->source);
 }
 
