@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
-#include <numeric>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -30,6 +29,7 @@
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
 #include "model/backend.h"
+#include "model/sampling.h"
 #include "io/hf_config.h"
 
 namespace llamatrain::cli {
@@ -92,28 +92,6 @@ std::vector<int> prompt_ids(const GenerateOptions& o, const data::Tokenizer& tok
   return ids;
 }
 
-// Picks the next token: argmax at temperature 0, else nucleus sampling with uniform u in [0, 1).
-int sample_token(const std::vector<float>& logits, float temperature, float top_p, float u) {
-  const int V = int(logits.size());
-  if (temperature <= 0.0f) return int(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> prob(V);
-  double sum = 0;
-  for (int i = 0; i < V; i++) sum += prob[i] = std::exp(double(logits[i] - mx) / temperature);
-  std::vector<int> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
-  // Smallest prefix of the sorted distribution whose mass reaches top_p.
-  double kept = 0;
-  int n_kept = 0;
-  while (n_kept < V && (n_kept == 0 || kept < top_p * sum)) kept += prob[order[n_kept++]];
-  double r = u * kept;
-  for (int i = 0; i < n_kept; i++) {
-    r -= prob[order[i]];
-    if (r < 0) return order[i];
-  }
-  return order[n_kept - 1];
-}
 
 void run_generate(const GenerateOptions& o) {
   if (!is_directory(o.model_dir))
@@ -179,7 +157,7 @@ void run_generate(const GenerateOptions& o) {
   const int pieces = tokenizer.vocab_size();
   for (int step = 0; step < o.max_new_tokens; step++) {
     std::fill(logits.begin() + pieces, logits.end(), -std::numeric_limits<float>::infinity());
-    const int next = sample_token(logits, o.temperature, o.top_p, random_uniform(o.seed, uint32_t(step), 0, 0));
+    const int next = model::sample_token(logits, o.temperature, o.top_p, random_uniform(o.seed, uint32_t(step), 0, 0));
     generated.push_back(next);
     if (std::find(stop.begin(), stop.end(), next) != stop.end()) break;
     if (!o.print_ids) print(text.push(next));
