@@ -333,7 +333,8 @@ Schema build_schema() {
   s.ours("model.freeze", FIELD(model.freeze), "[]",
          "Hugging Face parameter names (fnmatch patterns; * also matches dots) of tensors that do not train, "
          "optionally with a row range: unchanged weights, and for whole tensors no gradient and no optimizer "
-         "state; e.g. [model.layers.*, model.norm.weight], [model.layers.0.*], [model.embed_tokens.weight[:32000]]");
+         "state; e.g. [model.layers.*, model.norm.weight], [model.layers.0.*], [\"model.embed_tokens.weight[:32000]\"] "
+         "(a row range quoted: YAML reads brackets as a list)");
   s.ours("model.freeze_base_vocab", FIELD(model.freeze_base_vocab), "false",
          "with init_from and a tokenizer of more pieces: the embedding and output rows init_from had do not "
          "train, only the new ones (and what else is not frozen)");
