@@ -120,37 +120,168 @@ std::string latest_batch_time(const std::vector<LogText>& logs) {
   return latest;
 }
 
+// Where scan() is in one log: which start of a requeued job its lines belong to, and whether the job
+// step is already ending.
+struct ScanState {
+  bool step_ending_here = false;  // in this log, so far: a task failed or the step was cancelled
+  bool earlier_start = false;     // the lines since an earlier start's batch event
+};
+
+// One @event line of the run's own.
+void read_event(const nlohmann::json& e, const Evidence& ev, const std::string& latest_start, Findings& f,
+                ScanState& st) {
+  const std::string kind = e["event"].get<std::string>();
+  if (kind == "batch") {
+    st.earlier_start = e.value("time", std::string()) < latest_start;
+    // the latest start of the job (a requeued job's log holds every start)
+    if (!f.batch || e.value("time", "") >= f.batch->value("time", "")) f.batch = e;
+  } else if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
+    f.outcomes.push_back({e, ev});  // sorted out by attempt once every log is read (choose_attempt)
+  } else if (kind == "step" && e.contains("step") && e["step"].is_number()) {
+    f.last_step = std::max(f.last_step, e["step"].get<int64_t>());
+  } else if ((kind == "checkpoint_saved" || kind == "checkpoint_loaded") && e.contains("path") &&
+             e["path"].is_string()) {
+    f.last_checkpoint = e["path"].get<std::string>();
+  } else if (kind == "skip" && e.contains("step") && e["step"].is_number()) {
+    const int64_t step = e["step"].get<int64_t>();
+    // (train_log.txt and the job's stdout hold the same events: each once, by step and time, so that
+    // a step skipped again after a rollback counts again)
+    if (f.skip_events.insert(std::to_string(step) + e.value("time", std::string())).second) {
+      f.skip_count++;
+      if (f.skips.size() < 3) f.skips.push_back(ev);
+    }
+    f.skip_steps.insert(step);
+    if (f.first_skip < 0) f.first_skip = step;
+  } else if (kind == "rollback") {
+    // (each rollback once, as the skips)
+    if (f.rollback_events.insert(std::to_string(e.value("from_step", int64_t(-1))) + e.value("time", std::string()))
+            .second)
+      f.rollback_count++;
+    if (f.rollbacks.size() < 2) f.rollbacks.push_back(ev);
+  }
+}
+
+// One line of another program's (SLURM, the kernel, mpirun, the NVIDIA driver) or a plain error.
+// The other programs' lines read_text_line knows, compiled once.
+struct TextPatterns {
+  const std::regex slurm_oom{
+      R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)"};
+  const std::regex srun_oom{R"(srun: error: \S+: tasks? ([0-9,\-]+): Out Of Memory)"};
+  const std::regex kernel_oom{R"((Memory cgroup out of memory|Out of memory): Killed process \d+ \(([^)]*)\))"};
+  const std::regex slurm_cancel{R"(\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*)\*\*\*)"};
+  const std::regex mpirun_signal{
+      R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))"};
+  const std::regex srun_signal{
+      R"(srun: error: (\S+): tasks? (\d+)[0-9,\-]*: (Killed|Segmentation fault|Aborted|Bus error|Terminated))"};
+  const std::regex watchdog{R"(\[rank (\d+)\] watchdog: (.*) has not completed after)"};
+  const std::regex our_mpi{R"(\[rank (\d+)\] (MPI_\w+ failed in .*))"};
+  const std::regex comm_text{
+      R"(ORTE has lost communication|PRTE has lost communication|lost communication with|PMIX ERROR|PMIx_\w+ failed|DUE TO NODE FAILURE|Connection reset by peer|btl_tcp.*(error|failed)|MPI_ERR_PROC_FAILED)"};
+  const std::regex check_failed{R"(\[rank (\d+)\] CHECK failed at)"};
+  const std::regex mpi_abort{R"(MPI_ABORT was invoked on rank (\d+))"};
+  const std::regex damaged{R"(warning: skipping checkpoint )"};
+  const std::regex srun_exit{R"(srun: error: \S+: tasks? [0-9,\-]+: Exited with exit code (\d+))"};
+  const std::regex nvidia_xid{R"(NVRM: Xid \(PCI:([^)]*)\): (\d+))"};
+  const std::regex nccl_timeout{
+      R"(NCCL (WARN|INFO).*([Tt]imeout|[Tt]imed out)|Watchdog caught collective operation timeout|NCCL communicator was aborted)"};
+};
+const TextPatterns& text_patterns() {
+  static const TextPatterns patterns;
+  return patterns;
+}
+
+void read_text_line(const std::string& line, const Evidence& ev, Findings& f, ScanState& st) {
+  const TextPatterns& p = text_patterns();
+  std::smatch m;
+  if (std::regex_search(line, m, p.nvidia_xid)) {
+    const int xid = std::atoi(m[2].str().c_str());
+    // 79: fallen off the bus; 48, 63, 64, 94, 95: uncorrectable memory errors; 74, 92, 119, 120: NVLink
+    // or GSP failures. 13, 31, 43: a kernel's own fault (an illegal address, a page fault, a trap).
+    if (xid == 13 || xid == 31 || xid == 43) {
+      f.gpu_fault_xid.push_back(ev);
+    } else if (xid == 79 || xid == 48 || xid == 63 || xid == 64 || xid == 74 || xid == 92 || xid == 94 ||
+               xid == 95 || xid == 119 || xid == 120) {
+      f.gpu_lost.push_back(ev);
+      if (f.xid_detail.empty()) f.xid_detail = fmt::format("Xid {} on the GPU at PCI {}", xid, m[1].str());
+    }
+    return;
+  }
+  if (std::regex_search(line, m, p.nccl_timeout)) {
+    f.nccl_timeout.push_back(ev);
+    return;
+  }
+  if (std::regex_search(line, m, p.slurm_oom)) {
+    f.host_oom.push_back(ev);
+    f.oom_detail = "SLURM's memory limit (the job's cgroup)";
+  } else if (std::regex_search(line, m, p.srun_oom)) {
+    f.host_oom.push_back(ev);
+    if (f.oom_detail.empty()) f.oom_detail = "SLURM's memory limit (the job's cgroup)";
+    if (!f.killed_rank) f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_ranks_text = m[1].str();
+  } else if (std::regex_search(line, m, p.kernel_oom)) {
+    f.host_oom.push_back(ev);
+    if (f.oom_detail.empty())
+      f.oom_detail = m[1].str() == "Memory cgroup out of memory" ? "the kernel's OOM killer (a cgroup memory limit)"
+                                                                 : "the kernel's OOM killer (the machine ran out)";
+  } else if (std::regex_search(line, m, p.slurm_cancel)) {
+    const std::string why = m[5].str();
+    // `scontrol requeue` (run.slurm's retry) ends the start it follows: not a cause of its own
+    if (why.find("DUE TO JOB REQUEUE") != std::string::npos) return;
+    st.step_ending_here = true;
+    if (why.find("DUE TO TIME LIMIT") != std::string::npos)
+      f.time_limit.push_back(ev);
+    else if (why.find("DUE TO NODE FAILURE") != std::string::npos)
+      f.comm.push_back(ev);
+    else {
+      f.cancelled.push_back(ev);
+      f.job_cancelled |= m[1].str() == "JOB";
+      if (why.find("PREEMPTION") != std::string::npos) f.cancel_detail = "preempted by a job of higher priority";
+    }
+  } else if (std::regex_search(line, m, p.mpirun_signal)) {
+    if (!f.killed_rank)
+      f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
+    f.killed.push_back(ev);
+  } else if (std::regex_search(line, m, p.srun_signal)) {
+    if (!f.killed_signal) {
+      f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
+      f.kill_while_step_ending = st.step_ending_here;
+      f.kill_before_cancel = f.cancelled.empty() && !st.step_ending_here;
+    }
+    f.killed.push_back(ev);
+  } else if (std::regex_search(line, m, p.srun_exit)) {
+    if (m[1].str() != "0") {
+      st.step_ending_here = true;
+      f.bad_exit.push_back(ev);
+    }
+  } else if (std::regex_search(line, m, p.watchdog)) {
+    f.watchdog_ranks.insert(std::atoi(m[1].str().c_str()));
+    if (f.watchdog.empty()) f.watchdog_what = m[2].str();
+    f.watchdog.push_back(ev);
+  } else if (std::regex_search(line, m, p.our_mpi)) {
+    if (!f.comm_rank) f.comm_rank = std::atoi(m[1].str().c_str());
+    f.comm.push_back(ev);
+  } else if (std::regex_search(line, m, p.comm_text)) {
+    f.comm.push_back(ev);
+  } else if (std::regex_search(line, m, p.check_failed)) {
+    if (!f.internal_rank) f.internal_rank = std::atoi(m[1].str().c_str());
+    f.internal.push_back(ev);
+  } else if (std::regex_search(line, m, p.mpi_abort)) {
+    if (!f.abort_rank) f.abort_rank = std::atoi(m[1].str().c_str());
+    f.mpi_abort.push_back(ev);
+  } else if (std::regex_search(line, m, p.damaged)) {
+    f.damaged_checkpoint.push_back(ev);
+  } else if (starts_with(line, "error: ")) {
+    f.plain_error.push_back(ev);
+  }
+}
+
 // `latest_start`: latest_batch_time(). In a job log that holds several starts of a requeued job, the
 // lines of the earlier starts (after their batch events) are passed over but for the events, which
 // choose_attempt sorts out by their times.
 void scan(const LogText& log, Findings& f, const std::string& latest_start) {
-  static const std::regex slurm_oom(
-      R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)");
-  static const std::regex srun_oom(R"(srun: error: \S+: tasks? ([0-9,\-]+): Out Of Memory)");
-  static const std::regex kernel_oom(R"((Memory cgroup out of memory|Out of memory): Killed process \d+ \(([^)]*)\))");
-  static const std::regex slurm_cancel(R"(\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*)\*\*\*)");
-  static const std::regex mpirun_signal(
-      R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))");
-  static const std::regex srun_signal(
-      R"(srun: error: (\S+): tasks? (\d+)[0-9,\-]*: (Killed|Segmentation fault|Aborted|Bus error|Terminated))");
-  static const std::regex watchdog(R"(\[rank (\d+)\] watchdog: (.*) has not completed after)");
-  static const std::regex our_mpi(R"(\[rank (\d+)\] (MPI_\w+ failed in .*))");
-  static const std::regex comm_text(
-      R"(ORTE has lost communication|PRTE has lost communication|lost communication with|PMIX ERROR|PMIx_\w+ failed|DUE TO NODE FAILURE|Connection reset by peer|btl_tcp.*(error|failed)|MPI_ERR_PROC_FAILED)");
-  static const std::regex check_failed(R"(\[rank (\d+)\] CHECK failed at)");
-  static const std::regex mpi_abort(R"(MPI_ABORT was invoked on rank (\d+))");
-  static const std::regex damaged(R"(warning: skipping checkpoint )");
-  static const std::regex srun_exit(R"(srun: error: \S+: tasks? [0-9,\-]+: Exited with exit code (\d+))");
-  static const std::regex nvidia_xid(R"(NVRM: Xid \(PCI:([^)]*)\): (\d+))");
-  static const std::regex nccl_timeout(
-      R"(NCCL (WARN|INFO).*([Tt]imeout|[Tt]imed out)|Watchdog caught collective operation timeout|NCCL communicator was aborted)");
-  bool step_ending_here = false;  // in this log, so far: a task failed or the step was cancelled
-  bool earlier_start = false;     // the lines since an earlier start's batch event
-
+  ScanState st;
   std::istringstream in(log.text);
   std::string line;
   int64_t n = 0;
-  std::smatch m;
   while (std::getline(in, line)) {
     n++;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -158,116 +289,9 @@ void scan(const LogText& log, Findings& f, const std::string& latest_start) {
     if (starts_with(line, "run.slurm: diagnosis: ")) continue;
     const Evidence ev{log.path, n, line};
     if (auto e = parse_event_line(line)) {
-      const std::string kind = (*e)["event"].get<std::string>();
-      if (kind == "batch") {
-        earlier_start = e->value("time", std::string()) < latest_start;
-        // the latest start of the job (a requeued job's log holds every start)
-        if (!f.batch || e->value("time", "") >= f.batch->value("time", "")) f.batch = *e;
-      } else if (kind == "start" || kind == "end" || kind == "error" || kind == "signal") {
-        f.outcomes.push_back({*e, ev});  // sorted out by attempt once every log is read (choose_attempt)
-      } else if (kind == "step" && e->contains("step") && (*e)["step"].is_number()) {
-        f.last_step = std::max(f.last_step, (*e)["step"].get<int64_t>());
-      } else if ((kind == "checkpoint_saved" || kind == "checkpoint_loaded") && e->contains("path") &&
-                 (*e)["path"].is_string()) {
-        f.last_checkpoint = (*e)["path"].get<std::string>();
-      } else if (kind == "skip" && e->contains("step") && (*e)["step"].is_number()) {
-        const int64_t step = (*e)["step"].get<int64_t>();
-        // (train_log.txt and the job's stdout hold the same events: each once, by step and time, so that
-        // a step skipped again after a rollback counts again)
-        if (f.skip_events.insert(std::to_string(step) + e->value("time", std::string())).second) {
-          f.skip_count++;
-          if (f.skips.size() < 3) f.skips.push_back(ev);
-        }
-        f.skip_steps.insert(step);
-        if (f.first_skip < 0) f.first_skip = step;
-      } else if (kind == "rollback") {
-        // (each rollback once, as the skips)
-        if (f.rollback_events.insert(std::to_string(e->value("from_step", int64_t(-1))) + e->value("time", std::string()))
-                .second)
-          f.rollback_count++;
-        if (f.rollbacks.size() < 2) f.rollbacks.push_back(ev);
-      }
-      continue;
-    }
-    if (earlier_start) continue;
-    if (std::regex_search(line, m, nvidia_xid)) {
-      const int xid = std::atoi(m[2].str().c_str());
-      // 79: fallen off the bus; 48, 63, 64, 94, 95: uncorrectable memory errors; 74, 92, 119, 120: NVLink
-      // or GSP failures. 13, 31, 43: a kernel's own fault (an illegal address, a page fault, a trap).
-      if (xid == 13 || xid == 31 || xid == 43) {
-        f.gpu_fault_xid.push_back(ev);
-      } else if (xid == 79 || xid == 48 || xid == 63 || xid == 64 || xid == 74 || xid == 92 || xid == 94 ||
-                 xid == 95 || xid == 119 || xid == 120) {
-        f.gpu_lost.push_back(ev);
-        if (f.xid_detail.empty()) f.xid_detail = fmt::format("Xid {} on the GPU at PCI {}", xid, m[1].str());
-      }
-      continue;
-    }
-    if (std::regex_search(line, m, nccl_timeout)) {
-      f.nccl_timeout.push_back(ev);
-      continue;
-    }
-    if (std::regex_search(line, m, slurm_oom)) {
-      f.host_oom.push_back(ev);
-      f.oom_detail = "SLURM's memory limit (the job's cgroup)";
-    } else if (std::regex_search(line, m, srun_oom)) {
-      f.host_oom.push_back(ev);
-      if (f.oom_detail.empty()) f.oom_detail = "SLURM's memory limit (the job's cgroup)";
-      if (!f.killed_rank) f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_ranks_text = m[1].str();
-    } else if (std::regex_search(line, m, kernel_oom)) {
-      f.host_oom.push_back(ev);
-      if (f.oom_detail.empty())
-        f.oom_detail = m[1].str() == "Memory cgroup out of memory" ? "the kernel's OOM killer (a cgroup memory limit)"
-                                                                   : "the kernel's OOM killer (the machine ran out)";
-    } else if (std::regex_search(line, m, slurm_cancel)) {
-      const std::string why = m[5].str();
-      // `scontrol requeue` (run.slurm's retry) ends the start it follows: not a cause of its own
-      if (why.find("DUE TO JOB REQUEUE") != std::string::npos) continue;
-      step_ending_here = true;
-      if (why.find("DUE TO TIME LIMIT") != std::string::npos)
-        f.time_limit.push_back(ev);
-      else if (why.find("DUE TO NODE FAILURE") != std::string::npos)
-        f.comm.push_back(ev);
-      else {
-        f.cancelled.push_back(ev);
-        f.job_cancelled |= m[1].str() == "JOB";
-        if (why.find("PREEMPTION") != std::string::npos) f.cancel_detail = "preempted by a job of higher priority";
-      }
-    } else if (std::regex_search(line, m, mpirun_signal)) {
-      if (!f.killed_rank)
-        f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
-      f.killed.push_back(ev);
-    } else if (std::regex_search(line, m, srun_signal)) {
-      if (!f.killed_signal) {
-        f.killed_rank = std::atoi(m[2].str().c_str()), f.killed_signal = signal_number(m[3].str());
-        f.kill_while_step_ending = step_ending_here;
-        f.kill_before_cancel = f.cancelled.empty() && !step_ending_here;
-      }
-      f.killed.push_back(ev);
-    } else if (std::regex_search(line, m, srun_exit)) {
-      if (m[1].str() != "0") {
-        step_ending_here = true;
-        f.bad_exit.push_back(ev);
-      }
-    } else if (std::regex_search(line, m, watchdog)) {
-      f.watchdog_ranks.insert(std::atoi(m[1].str().c_str()));
-      if (f.watchdog.empty()) f.watchdog_what = m[2].str();
-      f.watchdog.push_back(ev);
-    } else if (std::regex_search(line, m, our_mpi)) {
-      if (!f.comm_rank) f.comm_rank = std::atoi(m[1].str().c_str());
-      f.comm.push_back(ev);
-    } else if (std::regex_search(line, m, comm_text)) {
-      f.comm.push_back(ev);
-    } else if (std::regex_search(line, m, check_failed)) {
-      if (!f.internal_rank) f.internal_rank = std::atoi(m[1].str().c_str());
-      f.internal.push_back(ev);
-    } else if (std::regex_search(line, m, mpi_abort)) {
-      if (!f.abort_rank) f.abort_rank = std::atoi(m[1].str().c_str());
-      f.mpi_abort.push_back(ev);
-    } else if (std::regex_search(line, m, damaged)) {
-      f.damaged_checkpoint.push_back(ev);
-    } else if (starts_with(line, "error: ")) {
-      f.plain_error.push_back(ev);
+      read_event(*e, ev, latest_start, f, st);
+    } else if (!st.earlier_start) {
+      read_text_line(line, ev, f, st);
     }
   }
 }
