@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <set>
 
 #include "core/error.h"
 #include "model/memory.h"
@@ -130,8 +129,8 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     }
     s.frozen_ranges = merged_ranges(std::move(s.frozen_ranges));
     const auto& r = s.frozen_ranges;
-    static const std::set<std::string> stacked = {"attn_norm", "wqkv", "bqkv", "wo", "ffn_norm", "w13", "w2"};
-    if (r.empty() || !stacked.count(s.name) || s.shape.empty() || s.shape[0] <= 0) continue;
+    const bool stacked = s.full_id != kWte && s.full_id != kWout && s.full_id != kNorm;  // shape (L, ...)
+    if (r.empty() || !stacked || s.shape[0] <= 0) continue;
     const int64_t layers = s.shape[0], per = s.numel / layers;
     for (int64_t l = 0; l < layers; l++)
       s.frozen_layers.push_back(std::any_of(r.begin(), r.end(), [&](const std::pair<int64_t, int64_t>& x) {
@@ -313,10 +312,9 @@ float LlamaModel::optimizer_step(const AdamWConfig& opt, float lr, int step, flo
   return norm;
 }
 
-bool LlamaModel::layer_frozen(const std::string& tensor, int l) const {
-  for (const ParamSpec& s : specs_)
-    if (s.name == tensor) return size_t(l) < s.frozen_layers.size() && s.frozen_layers[size_t(l)];
-  return false;
+bool LlamaModel::layer_frozen(std::string_view tensor, int l) const {
+  const ParamSpec* s = find_param(tensor);
+  return s && size_t(l) < s->frozen_layers.size() && s->frozen_layers[size_t(l)];
 }
 
 void LlamaModel::zero_frozen_grads() {

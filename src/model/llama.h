@@ -426,7 +426,7 @@ class LlamaModel {
   }
   [[noreturn]] void fail_not_host(const char* what) const;
   void ensure_training_state();                   // grads and AdamW moments, on first use
-  bool layer_frozen(const std::string& tensor, int l) const;  // ParamSpec::frozen_layers[l] of that tensor
+  bool layer_frozen(std::string_view tensor, int l) const;  // ParamSpec::frozen_layers[l] of that tensor
 
   LlamaConfig config_;  // the full model
   ShardPlan plan_;
