@@ -1,5 +1,5 @@
 // The bf16 operand conversions around the matmuls (internal.h: convert_operands,
-// bf16_transpose_from_float, round_to_bf16_values), compiled once per CPU variant. All round to
+// bf16_transpose_from_float, bf16_transpose, round_to_bf16_values), compiled once per CPU variant. All round to
 // nearest even through core/bf16.h's bit arithmetic, written on raw bits so the loops vectorize.
 #include <algorithm>
 #include <cstdint>
@@ -36,8 +36,12 @@ void convert_operands(const cpu::detail::OperandConversion* jobs, int count) {
   }
 }
 
-// In 32 x 32 blocks (rows of both sides stay in cache while a block is transposed).
-void bf16_transpose_from_float(bf16* xt /*(C,R)*/, const float* x /*(R,C)*/, int R, int C) {
+namespace {
+
+// xt (C,R) = as_bf16(x (R,C)), in 32 x 32 blocks (rows of both sides stay in cache while a block is
+// transposed).
+template <typename T, typename AsBf16>
+void transpose_to_bf16(bf16* xt, const T* x, int R, int C, AsBf16 as_bf16) {
   constexpr int kT = 32;
   const int rb = (R + kT - 1) / kT, cb = (C + kT - 1) / kT;
 #pragma omp parallel for schedule(static) if (int64_t(R) * C >= (1 << 16))
@@ -45,8 +49,18 @@ void bf16_transpose_from_float(bf16* xt /*(C,R)*/, const float* x /*(R,C)*/, int
     const int r0 = b / cb * kT, c0 = b % cb * kT;
     const int r1 = std::min(R, r0 + kT), c1 = std::min(C, c0 + kT);
     for (int c = c0; c < c1; c++)
-      for (int r = r0; r < r1; r++) xt[int64_t(c) * R + r] = to_bf16(x[int64_t(r) * C + c]);
+      for (int r = r0; r < r1; r++) xt[int64_t(c) * R + r] = as_bf16(x[int64_t(r) * C + c]);
   }
+}
+
+}  // namespace
+
+void bf16_transpose_from_float(bf16* xt /*(C,R)*/, const float* x /*(R,C)*/, int R, int C) {
+  transpose_to_bf16(xt, x, R, C, [](float v) { return to_bf16(v); });
+}
+
+void bf16_transpose(bf16* xt /*(C,R)*/, const bf16* x /*(R,C)*/, int R, int C) {
+  transpose_to_bf16(xt, x, R, C, [](bf16 v) { return v; });
 }
 
 void round_to_bf16_values(float* out, const float* x, int64_t n) {

@@ -224,6 +224,7 @@ void convert_operands(const OperandConversion* jobs, int count) { CALL(detail::c
 void bf16_transpose_from_float(bf16* xt, const float* x, int R, int C) {
   CALL(detail::bf16_transpose_from_float, xt, x, R, C);
 }
+void bf16_transpose(bf16* xt, const bf16* x, int R, int C) { CALL(detail::bf16_transpose, xt, x, R, C); }
 void round_to_bf16_values(float* out, const float* x, int64_t n) { CALL(detail::round_to_bf16_values, out, x, n); }
 
 }  // namespace detail

@@ -36,7 +36,7 @@ bf16* bf16_scratch(int slot, int64_t n);
 // Same for fp32 (slot 0..3). Slots 1..3 hold only fp32-kernel operands (see Scratch below).
 float* f32_scratch(int slot, int64_t n);
 
-// round_to_bf16_values, convert_operands, bf16_transpose_from_float: internal.h (CPU variant kernels).
+// round_to_bf16_values, convert_operands, bf16_transpose(_from_float): internal.h (CPU variant kernels).
 
 // A matmul operand of the bf16 modes: the values multiplied are bf16, stored as
 //   f32:        float, rounded to nearest even bf16 on use;

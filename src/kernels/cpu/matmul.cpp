@@ -2,8 +2,8 @@
 // ref::matmul_* (kernels/ref/matmul.cpp).
 //   forward   out (N,OC)     = inp (N,IC) @ W^T      W^T is W (OC,IC) read with format tag ba
 //   backward  dinp (N,IC)    = dout (N,OC) @ W       plain ab operands
-//             dweight (OC,IC) += dout^T @ inp       dout^T is dout read with tag ba, or (bf16 kernel, float
-//                                                   dout) a transposed bf16 copy; += is a sum post-op
+//             dweight (OC,IC) += dout^T @ inp       dout^T is dout read with tag ba, or (bf16 kernel) a
+//                                                   transposed bf16 copy; += is a sum post-op
 // ComputeType::bf16 multiplies bf16 values (inp, dout and the caller's bf16 weight copy) with fp32
 // accumulation, through one of two kernels chosen per shape (matmul_choice.h): oneDNN's bf16 kernel
 // (float operands converted into per-thread bf16 scratch; avx512_core_bf16 / AMX brgemm when the CPU
@@ -283,11 +283,18 @@ const void* kernel_operand(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s) 
   return p;
 }
 
+
 void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, const void* b_kernel, bool trans_b,
                       int M, int N, int K, bool accumulate, Scratch a_scratch) {
-  if (k == MatmulKernel::bf16 && trans_a && a.form != Bf16Operand::Form::bf16) {
+  if (k == MatmulKernel::bf16 && trans_a) {
+    // A plain bf16 copy of a transposed A, whatever its form: oneDNN runs this gemm faster with a plain
+    // A, and one layout for every form is one summation order (oneDNN's can depend on A's layout:
+    // with avx512_core but not its bf16 instructions, a bf16 dout read transposed summed otherwise).
     bf16* at = bf16_scratch(2, int64_t(M) * K);  // (M,K)
-    detail::bf16_transpose_from_float(at, static_cast<const float*>(a.data), K, M);
+    if (a.form == Bf16Operand::Form::bf16)
+      detail::bf16_transpose(at, static_cast<const bf16*>(a.data), K, M);
+    else
+      detail::bf16_transpose_from_float(at, static_cast<const float*>(a.data), K, M);
     gemm(c, at, false, b_kernel, trans_b, M, N, K, true, accumulate);
     return;
   }
