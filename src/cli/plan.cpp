@@ -73,6 +73,8 @@ std::string text_of(const train::JobPlan& jp, const std::string& config) {
     row("communication", [](const train::RankMemory& m) { return m.communication; });
     if (std::any_of(jp.stages.begin(), jp.stages.end(), [](const train::RankMemory& m) { return m.save_gather > 0; }))
       row("save gather", [](const train::RankMemory& m) { return m.save_gather; });
+    if (std::any_of(jp.stages.begin(), jp.stages.end(), [](const train::RankMemory& m) { return m.save_copy > 0; }))
+      row("save copy", [](const train::RankMemory& m) { return m.save_copy; });
     row("runtime", [](const train::RankMemory& m) { return m.runtime; });
     row("total", [](const train::RankMemory& m) { return m.total(); });
     if (std::any_of(jp.stages.begin(), jp.stages.end(), [](const train::RankMemory& m) { return m.export_hf > 0; })) {
@@ -134,6 +136,7 @@ std::string json_of(const train::JobPlan& jp) {
                                       {"activations", m.activations},
                                       {"communication", m.communication},
                                       {"save_gather", m.save_gather},
+                                      {"save_copy", m.save_copy},
                                       {"runtime", m.runtime},
                                       {"total", m.total()},
                                       {"export_hf", m.export_hf},

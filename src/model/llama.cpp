@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "model/memory.h"
 #include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
 
 namespace llamatrain::model {
 
@@ -140,6 +141,24 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
   return specs;
 }
 
+// The frozen parts of the trainable tensors, in gradient-arena offsets, sorted and disjoint: the
+// elements without AdamW moments.
+std::vector<std::pair<int64_t, int64_t>> moment_holes_of(const std::vector<ParamSpec>& specs) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const ParamSpec& s : specs)
+    if (!s.frozen)
+      for (const auto& [b, e] : s.frozen_ranges) out.emplace_back(s.grad_offset + b, s.grad_offset + e);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The elements of [lo, hi) inside `holes`.
+int64_t hole_elements(const std::vector<std::pair<int64_t, int64_t>>& holes, int64_t lo, int64_t hi) {
+  int64_t n = 0;
+  for (const auto& [b, e] : holes) n += std::max<int64_t>(0, std::min(e, hi) - std::max(b, lo));
+  return n;
+}
+
 // Views of the parameter arena, or (grads) of the gradient arena, where frozen tensors have none.
 ParameterTensors views(float* base, const std::vector<ParamSpec>& specs, bool tied, bool grads = false) {
   auto at = [&](const char* name) -> float* {
@@ -178,6 +197,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
   num_params_ = specs_.back().offset + specs_.back().numel;
   for (const ParamSpec& s : specs_)
     if (s.frozen) num_frozen_ += s.numel;
+  moment_holes_ = moment_holes_of(specs_);
   if (!k_.host_memory() && !plan_.is_single())
     fail("device {}: a model split over ranks (tensor or pipeline parallelism) runs on the cpu\nhint: set "
          "tensor_model_parallel_size and pipeline_model_parallel_size to 1, or use the cpu device",
@@ -209,7 +229,7 @@ void LlamaModel::ensure_training_state() {
   if (training_state_) return;
   training_state_ = true;
   grad_arena_.assign_zero(std::max(num_trainable(), grad_elements_));
-  const int64_t moments = shard_end() - shard_begin_;
+  const int64_t moments = shard_end() - shard_begin_ - hole_elements(moment_holes_, shard_begin_, shard_end());
   if (precision_ == Precision::bf16_sr) {
     m_bf16_.assign_zero(moments);
     v_bf16_.assign_zero(moments);
@@ -218,6 +238,10 @@ void LlamaModel::ensure_training_state() {
     v_f32_.assign_zero(moments);
   }
   grads_ = views(grad_arena_.data(), specs_, config_.tie_embeddings, true);
+}
+
+int64_t LlamaModel::moment_index(int64_t g) const {
+  return g - shard_begin_ - hole_elements(moment_holes_, shard_begin_, g);
 }
 
 ParameterTensors LlamaModel::grads() {
@@ -376,12 +400,12 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
   float scale = 1.0f;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = float(opt.grad_clip / (double(norm) + 1e-6));
   // Each trainable tensor's part inside the optimizer shard (all of it without ZeRO-1), in gradient
-  // arena offsets; moments are indexed from the shard's start. Frozen tensors are not touched (nor
-  // decayed), nor are the frozen parts of the others. The embedding and the output layer may have a
-  // learning rate of their own.
+  // arena offsets; moments are indexed from the shard's start, less the frozen parts. Frozen tensors
+  // are not touched (nor decayed), nor are the frozen parts of the others. The embedding and the
+  // output layer may have a learning rate of their own.
   const int64_t lo = shard_begin_, hi = shard_end();
   auto update = [&](const ParamSpec& s, int64_t g, int64_t b, float rate) {  // gradient arena [g, b)
-    const int64_t n = b - g, k = g - lo, a = g + num_frozen_;  // a: in the parameter arena
+    const int64_t n = b - g, k = moment_index(g), a = g + num_frozen_;  // a: in the parameter arena
     const float wd = s.decay ? opt.weight_decay : 0.0f;
     float* p = param_arena_.data() + a;
     const float* gr = grad_arena_.data() + g;
@@ -481,14 +505,24 @@ std::vector<StateTensor> LlamaModel::state_tensors() {
     auto add = [&](const char* kind, Buffer<float>& f32, Buffer<bf16>& b16, int64_t a, int64_t b, int64_t at) {
       void* data = sr ? static_cast<void*>(b16.data() + at) : static_cast<void*>(f32.data() + at);
       out.push_back({std::string(kind) + "." + s.name, s.name, sr ? StateDType::bf16 : StateDType::f32, shape,
-                     data, b - a, a - s.offset, s.shard});
+                     data, b - a, a - s.offset, s.shard, {}});
     };
     add("weight", param_arena_, master_bf16_, s.offset, end, s.offset);
     if (s.frozen) continue;  // no moments
     const int64_t a = std::max(s.grad_offset, lo), b = std::min(s.grad_offset + s.shard.numel(), hi);
     if (a >= b) continue;
-    add("exp_avg", m_f32_, m_bf16_, a - s.grad_offset + s.offset, b - s.grad_offset + s.offset, a - lo);
-    add("exp_avg_sq", v_f32_, v_bf16_, a - s.grad_offset + s.offset, b - s.grad_offset + s.offset, a - lo);
+    // The frozen parts inside [a, b), in local elements: the moments skip them.
+    std::vector<std::pair<int64_t, int64_t>> holes;
+    for (const auto& [fb, fe] : s.frozen_ranges) {
+      const int64_t hb = std::max(fb, a - s.grad_offset), he = std::min(fe, b - s.grad_offset);
+      if (hb < he) holes.emplace_back(hb, he);
+    }
+    for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+      const bool m = std::string_view(kind) == "exp_avg";
+      add(kind, m ? m_f32_ : v_f32_, m ? m_bf16_ : v_bf16_, a - s.grad_offset + s.offset, b - s.grad_offset + s.offset,
+          moment_index(a));
+      out.back().holes = holes;
+    }
   }
   return out;
 }
@@ -518,11 +552,26 @@ LlamaModel::StateBytes LlamaModel::state_parts(const LlamaConfig& c, const Shard
                                                int optimizer_shards, bool float_operands) {
   // fp32 weights (compute copy) and gradients always; fp32 Adam moments, or bf16 weights and moments
   // in bf16-sr; bf16-mixed adds its matmul copy of the weights (bf16, or bf16_in_f32 with float
-  // operands). ZeRO-1 keeps 1/shards of the moments. Frozen tensors have weights only.
-  const int64_t n = num_params(c, plan), t = num_trainable(c, plan);
+  // operands). ZeRO-1 keeps the moments of one shard (the largest, as the trainer splits them). Frozen
+  // tensors have weights only; frozen parts have weights and gradients.
+  const auto specs = build_param_specs(c, plan);
+  const int64_t n = specs.back().offset + specs.back().numel;
+  int64_t t = 0;
+  for (const ParamSpec& s : specs)
+    if (!s.frozen) t += s.numel;
+  const auto holes = moment_holes_of(specs);
+  int64_t kept = t - hole_elements(holes, 0, t);
+  if (optimizer_shards > 1) {
+    const parallel::ZeroShards split(size_t(t), optimizer_shards);
+    kept = 0;
+    for (int r = 0; r < optimizer_shards; r++) {
+      const parallel::ShardRange range = split.range(r);
+      kept = std::max(kept, int64_t(range.size()) - hole_elements(holes, int64_t(range.begin), int64_t(range.end)));
+    }
+  }
   const int64_t moments = p == Precision::bf16_sr ? 4 : 8;  // m and v, per parameter
   const int64_t copy = p == Precision::fp32 ? 0 : p == Precision::bf16_mixed && float_operands ? 4 : 2;
-  return {n * (4 + copy), t * 4, (t + optimizer_shards - 1) / optimizer_shards * moments};
+  return {n * (4 + copy), t * 4, kept * moments};
 }
 
 int64_t LlamaModel::weight_bytes(const LlamaConfig& c, Precision p) {

@@ -63,7 +63,8 @@ struct ParamSpec {
   bool frozen = false;
   int64_t grad_offset = -1;    // into the gradient arena (offset - num_frozen()); -1 when frozen
   // LlamaConfig::frozen_parts on this rank: element ranges [begin, end) of the local tensor (from
-  // offset, or grad_offset) that are never updated and whose gradient is zeroed before the norm.
+  // offset, or grad_offset) that are never updated, whose gradient is zeroed before the norm, and
+  // that have no AdamW moments (the moments skip them: LlamaModel::moment_index).
   std::vector<std::pair<int64_t, int64_t>> frozen_ranges;
   // Of a tensor stacked over layers (shape {L, ...}): whether local layer l's slice lies in the frozen
   // ranges, so that the backward skips its weight gradient (empty for the others).
@@ -146,6 +147,26 @@ struct StateTensor {
   int64_t numel;
   int64_t first = 0;          // a ZeRO-1 shard holds part of a tensor's moments; weights are whole
   TensorShard shard;          // where the parameter (local to this rank) sits in the full model's
+  // Moments only: the frozen parts (LlamaConfig::frozen_parts) have none. Sorted, disjoint element
+  // ranges of the local tensor inside [first, first + numel); data holds the other elements, packed.
+  std::vector<std::pair<int64_t, int64_t>> holes;
+  int64_t stored() const {  // the elements data holds
+    int64_t n = numel;
+    for (const auto& [b, e] : holes) n -= e - b;
+    return n;
+  }
+  // fn(element, at, n) for each run of kept elements: elements [element, element + n) of the range
+  // (counted from first) are data's [at, at + n).
+  template <typename Fn>
+  void for_each_kept(Fn fn) const {
+    int64_t element = 0, at = 0;
+    for (const auto& [b, e] : holes) {
+      if (b - first > element) fn(element, at, b - first - element);
+      at += b - first - element;
+      element = e - first;
+    }
+    if (numel > element) fn(element, at, numel - element);
+  }
 };
 
 struct AdamWConfig {
@@ -345,8 +366,8 @@ class LlamaModel {
                              bool float_operands = false);
   static int64_t state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
                              bool float_operands = false);
-  // The same figure in its parts: fp32 weights with the bf16 copy, fp32 gradients, AdamW's moments
-  // (the last two of the trainable tensors only).
+  // The same figure in its parts: fp32 weights with the bf16 copy, fp32 gradients of the trainable
+  // tensors, AdamW's moments of those less their frozen parts (with ZeRO-1: the largest shard's).
   struct StateBytes {
     int64_t weights = 0, gradients = 0, optimizer = 0;
     int64_t total() const { return weights + gradients + optimizer; }
@@ -426,6 +447,8 @@ class LlamaModel {
   }
   [[noreturn]] void fail_not_host(const char* what) const;
   void ensure_training_state();                   // grads and AdamW moments, on first use
+  // Where gradient-arena element g (inside the optimizer shard, not in a frozen part) has its moments.
+  int64_t moment_index(int64_t g) const;
   bool layer_frozen(std::string_view tensor, int l) const;  // ParamSpec::frozen_layers[l] of that tensor
 
   LlamaConfig config_;  // the full model
@@ -446,12 +469,14 @@ class LlamaModel {
   std::vector<ParamSpec> specs_;
   int64_t num_params_ = 0;
   int64_t num_frozen_ = 0;           // elements of the frozen tensors, at the start of the arena
+  std::vector<std::pair<int64_t, int64_t>> moment_holes_;  // the frozen parts, in gradient-arena offsets
   bool training_state_ = false;      // gradients and moments allocated
   Buffer<float> param_arena_{&k_};   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
   Buffer<float> grad_arena_{&k_};    // (num_trainable) the trainable tensors' gradients
   Buffer<bf16> master_bf16_{&k_};    // (num_params) bf16-sr: the bf16 master weights
-  Buffer<float> m_f32_{&k_}, v_f32_{&k_};    // (num_trainable) AdamW moments, fp32 / bf16-mixed
-  Buffer<bf16> m_bf16_{&k_}, v_bf16_{&k_};   // (num_trainable) AdamW moments, bf16-sr
+  // AdamW moments of the optimizer shard less the frozen parts (moment_index): fp32 / bf16-mixed, bf16-sr.
+  Buffer<float> m_f32_{&k_}, v_f32_{&k_};
+  Buffer<bf16> m_bf16_{&k_}, v_bf16_{&k_};
   ParameterTensors params_{}, grads_{};
   std::function<void(int64_t, int64_t)> grad_ready_;
 

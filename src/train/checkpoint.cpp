@@ -228,6 +228,28 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
 }
 namespace {
 
+// Bytes [offset, offset + bytes) of a moment tensor's element range as a checkpoint stores it: the
+// frozen parts it keeps no moments for (StateTensor::holes) as zeros, the rest read from host memory
+// or (device) from the backend's.
+void read_moments(model::Kernels* device, const model::StateTensor& t, void* out, size_t offset, size_t bytes) {
+  const int64_t size = t.dtype == model::StateDType::f32 ? 4 : 2;
+  const int64_t lo = int64_t(offset) / size, hi = int64_t(offset + bytes) / size;
+  std::memset(out, 0, bytes);
+  t.for_each_kept([&](int64_t element, int64_t at, int64_t n) {
+    const int64_t b = std::max(element, lo), e = std::min(element + n, hi);
+    if (b >= e) return;
+    const auto* src = static_cast<const std::byte*>(t.data) + (at + b - element) * size;
+    std::byte* dst = static_cast<std::byte*>(out) + (b - lo) * size;
+    if (!device) {
+      std::memcpy(dst, src, size_t((e - b) * size));
+    } else {
+      device->read_elements(src, (e - b) * size, [&](const std::byte* h, int64_t f, int64_t m) {
+        std::memcpy(dst + f, h, size_t(m));
+      });
+    }
+  });
+}
+
 // model.freeze's parts of tensors, for the record: [{"tensor": "wte", "elements": [begin, end]}, ...]
 json frozen_parts_json(const model::LlamaConfig& c) {
   json out = json::array();
@@ -241,156 +263,234 @@ json frozen_parts_json(const model::LlamaConfig& c) {
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
                             const std::string& tokenizer_model, const std::string& config_yaml,
                             const io::BytesDone& progress, const SaveGroups& groups) {
+  CheckpointSave save(checkpoints_dir, model, state, tokenizer_model, config_yaml, groups, false);
+  save.write(progress);
+  return save.commit();
+}
+
+CheckpointSave::CheckpointSave(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
+                               std::string tokenizer_model, std::string config_yaml, const SaveGroups& groups,
+                               bool copy, CheckpointSave* reuse)
+    : model_(model),
+      state_(state),
+      tokenizer_model_(std::move(tokenizer_model)),
+      config_yaml_(std::move(config_yaml)),
+      groups_(groups) {
   parallel::Communicator* world = groups.world;
   const parallel::ParallelLayout& layout = groups.layout;
-  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  rank_ = world ? world->rank() : 0, ranks_ = world ? world->size() : 1;
   const model::ShardPlan& plan = model.plan();
-  CHECK(layout.world_size == ranks && layout.rank == rank && layout.tp_size == plan.tp_size &&
+  CHECK(layout.world_size == ranks_ && layout.rank == rank_ && layout.tp_size == plan.tp_size &&
             layout.pp_size == plan.pp_size && layout.tp_rank == plan.tp_rank && layout.pp_rank == plan.pp_rank,
         "save_checkpoint: the layout (world {}, rank {}, TP {} rank {}, PP {} rank {}) is not the world's and the "
         "model's (world {}, rank {}, TP {} rank {}, PP {} rank {})",
-        layout.world_size, layout.rank, layout.tp_size, layout.tp_rank, layout.pp_size, layout.pp_rank, ranks, rank,
+        layout.world_size, layout.rank, layout.tp_size, layout.tp_rank, layout.pp_size, layout.pp_rank, ranks_, rank_,
         plan.tp_size, plan.tp_rank, plan.pp_size, plan.pp_rank);
   CHECK(!model.is_sharded() || (groups.mp && groups.mp->size() == plan.tp_size * plan.pp_size),
         "save_checkpoint of a model-parallel rank without its model-parallel communicator");
-  const bool zero1 = model.shard_begin() != 0 || model.shard_end() != model.num_trainable();
-  const std::string final_path = (fs::path(checkpoints_dir) / ("step_" + std::to_string(state.step))).string();
+  zero1_ = model.shard_begin() != 0 || model.shard_end() != model.num_trainable();
+  final_path_ = (fs::path(checkpoints_dir) / ("step_" + std::to_string(state.step))).string();
   // Rank 0 owns the folder: a same-step folder (from a run resumed at an earlier checkpoint) is
   // replaced whole, atomically. The other ranks write their moments into its temporary name.
-  std::optional<AtomicDir> out;
-  std::string tmp;
-  if (rank == 0) {
+  if (rank_ == 0) {
     create_directories(checkpoints_dir);
-    out.emplace(final_path, std::vector<std::string>{"*"});
-    tmp = out->temp_path();
+    out_.emplace(final_path_, std::vector<std::string>{"*"});
+    tmp_ = out_->temp_path();
   }
-  if (ranks > 1) {
-    uint64_t len = tmp.size();
-    world->broadcast(&len, sizeof len, 0);
-    tmp.resize(len);
-    world->broadcast(tmp.data(), len, 0);
-  }
+  if (ranks_ > 1) tmp_ = world->broadcast_string(tmp_, 0);
 
   // Weights: the whole model as an HF folder, written by rank 0 (from replica dp 0's gathered
-  // weights under model parallelism), the same bytes under any layout.
-  const bool sr = model.precision() == model::Precision::bf16_sr;
-  const char* weight_dtype = sr ? "bfloat16" : "float32";
-  if (!model.is_sharded()) {
-    if (rank == 0) io::write_hf_weights(model, tmp, weight_dtype, 5'000'000'000, progress);
-  } else if (layout.dp_rank == 0) {
-    auto full = gather_full_weights(model, *groups.mp);
-    if (full) io::write_hf_weights(*full, tmp, weight_dtype, 5'000'000'000, progress);
+  // weights under model parallelism, a copy by construction), the same bytes under any layout.
+  if (model.is_sharded()) {
+    if (layout.dp_rank == 0) weights_ = gather_full_weights(model, *groups.mp);
+  } else if (rank_ == 0 && copy) {
+    const model::LlamaConfig& c = model.config();
+    if (reuse && reuse->weights_ && reuse->weights_->num_params() == model.num_params()) {
+      weights_ = std::move(reuse->weights_);
+    } else {
+      weights_ = std::make_unique<model::LlamaModel>(c, model::Precision::fp32, 0, model::ShardPlan::single(c),
+                                                     nullptr, model::Device::cpu);
+    }
+    model.copy_params_to_host(weights_->param_data());
+    copy_bytes_ += weights_->num_params() * int64_t(sizeof(float));
   }
+  writes_weights_ = weights_ != nullptr || (!model.is_sharded() && rank_ == 0);
 
   // AdamW moments, by every rank holding some no other rank holds: its ZeRO-1 shard, or (whole
   // moments) dp rank 0's; tensors replicated over model-parallel ranks only from the copy that counts
-  // (in_norm). Each tensor is stored as the element range of the local tensor it covers, with the
-  // local tensor's place in the full one, so any layout can read them back.
-  if (zero1 || layout.dp_rank == 0) {
-    std::vector<io::TensorToWrite> moments;
-    std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
-    std::vector<std::vector<float>> packed_f32;  // parts written from a packed copy
-    std::vector<std::vector<bf16>> packed_bf16;
-    for (const auto& t : model.state_tensors()) {
+  // (in_norm).
+  if (zero1_ || layout.dp_rank == 0) {
+    writes_moments_ = true;
+    model::Kernels& k = model.backend();
+    for (const model::StateTensor& t : model.state_tensors()) {
       if (t.name.rfind("weight.", 0) == 0) continue;  // the weights are the HF part
-      const auto spec = std::find_if(model.param_specs().begin(), model.param_specs().end(),
-                                     [&](const model::ParamSpec& s) { return s.name == t.param; });
-      CHECK(spec != model.param_specs().end(), "no parameter tensor {}", t.param);
+      const model::ParamSpec* spec = model.find_param(t.param);
+      CHECK(spec != nullptr, "no parameter tensor {}", t.param);
       if (spec->owned.numel() == 0) continue;  // another rank holds and writes the same moments
-      const bool b16 = t.dtype == model::StateDType::bf16;
-      const void* data = t.data;
-      model::TensorShard shard = t.shard;
-      int64_t first = t.first, count = t.numel;
-      if (!model.backend().host_memory()) {  // a device's memory: read in pieces as the writer asks
-        CHECK(spec->in_norm, "a partly owned tensor ({}) on a device", t.name);
-        model::Kernels& k = model.backend();
-        const auto* src = static_cast<const std::byte*>(t.data);
-        moments.push_back({t.name, b16 ? io::DType::BF16 : io::DType::F32, {count}, nullptr,
-                           [&k, src](void* out, size_t offset, size_t bytes) {
-                             k.read_elements(src + offset, int64_t(bytes), [&](const std::byte* h, int64_t f, int64_t n) {
-                               std::memcpy(static_cast<std::byte*>(out) + f, h, size_t(n));
-                             });
-                           }});
-        meta["shape." + t.name] = json(t.shape).dump();
-        meta["range." + t.name] = json({first, count}).dump();
-        meta["shard." + t.name] = shard.to_json();
-        continue;
-      }
-      if (!spec->in_norm) {
-        // A kv-head replica's wqkv: only the elements it owns (its q rows), in the owned order, where
-        // those of [first, first + count) of the local tensor are one contiguous range.
-        std::vector<float> src(size_t(t.numel));
-        if (b16)
-          float_from_bf16(src.data(), static_cast<const bf16*>(t.data), t.numel);
-        else
-          std::memcpy(src.data(), t.data, sizeof(float) * size_t(t.numel));
-        int64_t begin = -1;
-        t.shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
-          for (int64_t i = std::max(local, t.first); begin < 0 && i < std::min(local + n, t.first + t.numel); i++)
-            if (const int64_t o = spec->owned.local_offset(full + (i - local)); o >= 0) begin = o;
-        });
-        std::vector<float> out(size_t(spec->owned.numel()), 0.0f);
-        count = model::copy_between_shards(out.data(), spec->owned, 0, spec->owned.numel(), src.data(), t.shard,
-                                           t.first, t.numel);
-        if (count == 0) continue;
-        first = begin;
-        shard = spec->owned;
-        out.erase(out.begin(), out.begin() + first);
-        out.resize(size_t(count));
-        if (b16) {
-          packed_bf16.emplace_back(out.size());
-          bf16_from_float(packed_bf16.back().data(), out.data(), count);
-          data = packed_bf16.back().data();
-        } else {
-          packed_f32.push_back(std::move(out));
-          data = packed_f32.back().data();
-        }
-      }
-      moments.push_back({t.name, b16 ? io::DType::BF16 : io::DType::F32, {count}, data});
-      meta["shape." + t.name] = json(t.shape).dump();
-      meta["range." + t.name] = json({first, count}).dump();
-      meta["shard." + t.name] = shard.to_json();
+      moments_.push_back({t, spec->in_norm, spec->owned, {}});
+      if (!copy) continue;
+      Moment& m = moments_.back();
+      if (reuse && reuse->moments_.size() >= moments_.size())  // the same model's tensors, in order
+        m.copy = std::move(reuse->moments_[moments_.size() - 1].copy);
+      m.copy.resize(size_t(t.stored()) * (t.dtype == model::StateDType::f32 ? 4 : 2));
+      k.read_elements(static_cast<const std::byte*>(t.data), int64_t(m.copy.size()),
+                      [&](const std::byte* h, int64_t first, int64_t n) { std::memcpy(m.copy.data() + first, h, size_t(n)); });
+      m.state.data = m.copy.data();
+      copy_bytes_ += int64_t(m.copy.size());
     }
-    const bool one_file = !model.is_sharded() && !zero1;  // dp rank 0 is then the only writer
-    const std::string name =
-        one_file ? kOptimizerFile : fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank + 1, ranks);
-    io::write_safetensors(tmp + "/" + name, moments, meta, progress);
+    moments_on_host_ = copy || k.host_memory();
   }
-  if (ranks > 1) world->barrier();
-  if (rank == 0) {
-    if (!tokenizer_model.empty())  // tokenizer.model, or tokenizer.json and its tokenizer_config.json
-      for (const auto& f : io::tokenizer_source_files(tokenizer_model)) write_file_atomic(out->file(f.name), f.bytes);
-    write_file_atomic(out->file("train_config.yaml"), config_yaml);
+}
 
-    json files = json::object();
-    for (const auto& e : fs::directory_iterator(tmp)) files[e.path().filename().string()] = file_record(e.path());
+CheckpointSave::~CheckpointSave() = default;
+
+void CheckpointSave::write(const io::BytesDone& progress) {
+  try {
+    if (writes_weights_) {
+      const char* weight_dtype = model_.precision() == model::Precision::bf16_sr ? "bfloat16" : "float32";
+      io::write_hf_weights(weights_ ? *weights_ : model_, tmp_, weight_dtype, 5'000'000'000, progress);
+      // Rank 0 writes every file but the moments, which other ranks may be writing now (under names of
+      // their own until they are complete).
+      for (const auto& e : fs::directory_iterator(tmp_))
+        if (const std::string name = e.path().filename().string(); name.rfind("optimizer", 0) != 0)
+          records_[name] = file_record(e.path());
+    }
+    if (writes_moments_) {
+      const std::string name = write_moments(progress);
+      records_[name] = file_record(fs::path(tmp_) / name);
+    }
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+  done_.store(true);
+}
+
+// Each tensor is stored as the element range of the local tensor it covers, with the local tensor's
+// place in the full one, so any layout can read them back.
+std::string CheckpointSave::write_moments(const io::BytesDone& progress) {
+  std::vector<io::TensorToWrite> tensors;
+  std::map<std::string, std::string> meta{{"format", kFormat}, {"kind", "adamw"}};
+  std::vector<std::vector<float>> packed_f32;  // parts written from a packed copy
+  std::vector<std::vector<bf16>> packed_bf16;
+  model::Kernels* device = moments_on_host_ ? nullptr : &model_.backend();
+  for (const Moment& m : moments_) {
+    const model::StateTensor& t = m.state;
+    const bool b16 = t.dtype == model::StateDType::bf16;
+    const void* data = t.data;
+    model::TensorShard shard = t.shard;
+    int64_t first = t.first, count = t.numel;
+    if (m.in_norm && (device || !t.holes.empty())) {
+      // A device's memory, or moments without their frozen parts: read in pieces as the writer asks.
+      tensors.push_back({t.name, b16 ? io::DType::BF16 : io::DType::F32, {count}, nullptr,
+                         [device, &t](void* out, size_t offset, size_t bytes) { read_moments(device, t, out, offset, bytes); }});
+    } else if (!m.in_norm) {
+      // A kv-head replica's wqkv: only the elements it owns (its q rows), in the owned order, where
+      // those of [first, first + count) of the local tensor are one contiguous range.
+      CHECK(!device, "a partly owned tensor ({}) on a device", t.name);
+      std::vector<std::byte> raw(size_t(t.numel) * (b16 ? 2 : 4));
+      read_moments(device, t, raw.data(), 0, raw.size());
+      std::vector<float> src(size_t(t.numel));
+      if (b16)
+        float_from_bf16(src.data(), reinterpret_cast<const bf16*>(raw.data()), t.numel);
+      else
+        std::memcpy(src.data(), raw.data(), raw.size());
+      int64_t begin = -1;
+      t.shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
+        for (int64_t i = std::max(local, t.first); begin < 0 && i < std::min(local + n, t.first + t.numel); i++)
+          if (const int64_t o = m.owned.local_offset(full + (i - local)); o >= 0) begin = o;
+      });
+      std::vector<float> out(size_t(m.owned.numel()), 0.0f);
+      count = model::copy_between_shards(out.data(), m.owned, 0, m.owned.numel(), src.data(), t.shard, t.first,
+                                         t.numel);
+      if (count == 0) continue;
+      first = begin;
+      shard = m.owned;
+      out.erase(out.begin(), out.begin() + first);
+      out.resize(size_t(count));
+      if (b16) {
+        packed_bf16.emplace_back(out.size());
+        bf16_from_float(packed_bf16.back().data(), out.data(), count);
+        data = packed_bf16.back().data();
+      } else {
+        packed_f32.push_back(std::move(out));
+        data = packed_f32.back().data();
+      }
+      tensors.push_back({t.name, b16 ? io::DType::BF16 : io::DType::F32, {count}, data});
+    } else {
+      tensors.push_back({t.name, b16 ? io::DType::BF16 : io::DType::F32, {count}, data});
+    }
+    meta["shape." + t.name] = json(t.shape).dump();
+    meta["range." + t.name] = json({first, count}).dump();
+    meta["shard." + t.name] = shard.to_json();
+  }
+  const bool one_file = !model_.is_sharded() && !zero1_;  // dp rank 0 is then the only writer
+  const std::string name =
+      one_file ? kOptimizerFile : fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank_ + 1, ranks_);
+  io::write_safetensors(tmp_ + "/" + name, tensors, meta, progress);
+  return name;
+}
+
+std::string CheckpointSave::commit() {
+  CHECK(done_.load(), "CheckpointSave::commit before write");
+  parallel::Communicator* world = groups_.world;
+  // Every rank's file records and failure; a failure anywhere fails the save on every rank.
+  std::string failure;
+  if (error_) {
+    try {
+      std::rethrow_exception(error_);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  const std::string mine = json{{"files", records_}, {"error", failure}}.dump();
+  const std::vector<std::string> all = ranks_ > 1 ? world->gather_strings(mine) : std::vector<std::string>{mine};
+  json files = json::object();
+  for (size_t r = 0; r < all.size(); r++) {
+    const json j = json::parse(all[r]);
+    if (error_) std::rethrow_exception(error_);  // this rank's own error, as it was thrown
+    if (!j.at("error").get<std::string>().empty())
+      fail("checkpoint {}: rank {} failed to write its part: {}", final_path_, r, j.at("error").get<std::string>());
+    for (const auto& [name, rec] : j.at("files").items()) files[name] = rec;
+  }
+  if (rank_ == 0) {
+    std::vector<std::string> more;
+    if (!tokenizer_model_.empty())  // tokenizer.model, or tokenizer.json and its tokenizer_config.json
+      for (const auto& f : io::tokenizer_source_files(tokenizer_model_)) {
+        write_file_atomic(out_->file(f.name), f.bytes);
+        more.push_back(f.name);
+      }
+    write_file_atomic(out_->file("train_config.yaml"), config_yaml_);
+    more.push_back("train_config.yaml");
+    for (const auto& name : more) files[name] = file_record(fs::path(tmp_) / name);
+    const model::LlamaConfig& c = model_.config();
+    const parallel::ParallelLayout& layout = groups_.layout;
     json st{{"format", kFormat},
             {"version", kVersion},
             {"llamatrain_version", LLAMATRAIN_VERSION},
-            {"step", state.step},
-            {"optimizer_steps", state.optimizer_steps},
-            {"consumed_samples", state.consumed_samples},
-            {"seed", state.seed},
-            {"precision", state.precision},
-            {"lr", state.lr},
-            {"loss", std::isfinite(state.loss) ? json(state.loss) : json(nullptr)},
-            {"skipped_steps", state.skipped_steps},
-            {"rollbacks", state.rollbacks},
-            {"train_seconds", state.train_seconds},
-            {"num_params", model.config().num_params()},
-            {"frozen", model.config().frozen},
-            {"frozen_parts", frozen_parts_json(model.config())},
+            {"step", state_.step},
+            {"optimizer_steps", state_.optimizer_steps},
+            {"consumed_samples", state_.consumed_samples},
+            {"seed", state_.seed},
+            {"precision", state_.precision},
+            {"lr", state_.lr},
+            {"loss", std::isfinite(state_.loss) ? json(state_.loss) : json(nullptr)},
+            {"skipped_steps", state_.skipped_steps},
+            {"rollbacks", state_.rollbacks},
+            {"train_seconds", state_.train_seconds},
+            {"num_params", c.num_params()},
+            {"frozen", c.frozen},
+            {"frozen_parts", frozen_parts_json(c)},
             {"layout",
              {{"tensor_parallel", layout.tp_size},
               {"pipeline_parallel", layout.pp_size},
               {"data_parallel", layout.dp_size},
-              {"zero1", zero1}}},
+              {"zero1", zero1_}}},
             {"files", files}};
-    write_file_atomic(out->file(kStateFile), st.dump(2) + "\n");
-    out->commit();
+    write_file_atomic(out_->file(kStateFile), st.dump(2) + "\n");
+    out_->commit();
   }
-  if (ranks > 1) world->barrier();  // no rank goes on before the checkpoint exists
-  return final_path;
+  if (ranks_ > 1) world->barrier();  // no rank goes on before the checkpoint exists
+  return final_path_;
 }
 
 std::vector<CheckpointInfo> list_checkpoints(const std::string& checkpoints_dir) {
@@ -543,7 +643,7 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
     if (t.name.rfind("weight.", 0) == 0) continue;
     if (std::find(state.frozen.begin(), state.frozen.end(), t.param) != state.frozen.end()) {
       // Frozen when saved, trainable now: its moments start at zero.
-      model.backend().zero(t.data, size_t(t.numel) * (t.dtype == model::StateDType::f32 ? 4 : 2));
+      model.backend().zero(t.data, size_t(t.stored()) * (t.dtype == model::StateDType::f32 ? 4 : 2));
       continue;
     }
     // The file tensors that may hold part of this one.
@@ -553,13 +653,14 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
         Piece src = piece_of(*files[fi], *view, t.name, t.shard);
         if (may_overlap(src, t.shard, t.first, t.numel)) sources.emplace_back(fi, std::move(src));
       }
-    // bf16 moments (and any in a device's memory) are assembled in fp32 on the host (exact from bf16
-    // files), then rounded and copied over once at the end. With several sources, `cover` marks the
-    // elements found, to tell a gap from an element found twice.
+    // bf16 moments (and any in a device's memory, or without their frozen parts) are assembled in
+    // fp32 on the host (exact from bf16 files), then rounded and copied over once at the end. With
+    // several sources, `cover` marks the elements found, to tell a gap from an element found twice.
     const bool f32 = t.dtype == model::StateDType::f32;
     const bool host = model.backend().host_memory();
+    const bool direct = f32 && host && t.holes.empty();
     float* dst = static_cast<float*>(t.data);
-    if (!f32 || !host) {
+    if (!direct) {
       staged.assign(size_t(t.numel), 0.0f);
       dst = staged.data();
     }
@@ -589,12 +690,20 @@ TrainerState load_checkpoint(const std::string& path, model::LlamaModel& model, 
       fail("checkpoint {}: {} elements of {} are in more than one optimizer file\nhint: the checkpoint is damaged "
            "(an optimizer file copied in, or left from another save)",
            path, copied - t.numel, t.name);
-    if (f32 && !host) {
-      model.backend().write_elements(static_cast<float*>(t.data), t.numel, [&](float* h, int64_t first, int64_t n) {
+    if (direct) continue;
+    if (!t.holes.empty()) {  // the frozen parts have no moments: keep the others, packed
+      std::vector<float> kept(size_t(t.stored()));
+      t.for_each_kept([&](int64_t element, int64_t at, int64_t n) {
+        std::memcpy(kept.data() + at, staged.data() + element, sizeof(float) * size_t(n));
+      });
+      staged.swap(kept);
+    }
+    if (f32) {
+      model.backend().write_elements(static_cast<float*>(t.data), t.stored(), [&](float* h, int64_t first, int64_t n) {
         std::memcpy(h, staged.data() + first, sizeof(float) * size_t(n));
       });
-    } else if (!f32) {
-      model.backend().write_elements(static_cast<bf16*>(t.data), t.numel, [&](bf16* h, int64_t first, int64_t n) {
+    } else {
+      model.backend().write_elements(static_cast<bf16*>(t.data), t.stored(), [&](bf16* h, int64_t first, int64_t n) {
         bf16_from_float(h, staged.data() + first, n);
       });
     }

@@ -20,11 +20,16 @@
 // The weights and moments come from LlamaModel::state_tensors(), so a mismatch is named by tensor.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/file.h"
 #include "io/safetensors.h"
 
 #include "model/llama.h"
@@ -77,6 +82,60 @@ std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaMode
                             const TrainerState& state, const std::string& tokenizer_model,
                             const std::string& config_yaml, const io::BytesDone& progress,
                             const SaveGroups& groups);
+// A save in three parts, so that the writing may run behind the next training steps
+// (exp_manager.checkpoint_callback_params.async_save); save_checkpoint is the three in a row.
+//  1. The constructor, collective as save_checkpoint: the temporary folder, the weights gathered under
+//     model parallelism, and with `copy` the weights (on the rank that writes them) and this rank's
+//     moments copied to host memory (copy_bytes()), after which the model may train on. `reuse`, an
+//     earlier save of the same model, lends its copies' memory (touched already: a shorter pause).
+//  2. write(): this rank's files and their records, without communication (another thread may run
+//     it). A failure is kept for commit(); done() is then true.
+//  3. commit(), collective: rank 0 writes the tokenizer, the config and trainer_state.json with every
+//     rank's file records, and renames the folder into place; a failure on any rank throws on every
+//     rank and leaves the older checkpoints as they were.
+class CheckpointSave {
+ public:
+  CheckpointSave(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
+                 std::string tokenizer_model, std::string config_yaml, const SaveGroups& groups, bool copy,
+                 CheckpointSave* reuse = nullptr);
+  ~CheckpointSave();
+  CheckpointSave(const CheckpointSave&) = delete;
+  CheckpointSave& operator=(const CheckpointSave&) = delete;
+
+  void write(const io::BytesDone& progress = {});
+  bool done() const { return done_.load(); }
+  std::string commit();  // the checkpoint's path
+
+  int64_t copy_bytes() const { return copy_bytes_; }  // host memory the copies take on this rank
+  int64_t step() const { return state_.step; }
+  const std::string& path() const { return final_path_; }
+
+ private:
+  struct Moment {
+    model::StateTensor state;     // data: the model's memory, or `copy`
+    bool in_norm = true;          // ParamSpec::in_norm and owned: which elements this rank writes
+    model::TensorShard owned;
+    std::vector<std::byte> copy;  // the stored elements, copied
+  };
+  std::string write_moments(const io::BytesDone& progress);  // the optimizer file's name
+
+  model::LlamaModel& model_;
+  TrainerState state_;
+  std::string tokenizer_model_, config_yaml_;
+  SaveGroups groups_;
+  int rank_ = 0, ranks_ = 1;
+  bool zero1_ = false;
+  std::string final_path_, tmp_;
+  std::optional<AtomicDir> out_;                   // rank 0: the folder, renamed into place by commit()
+  std::unique_ptr<model::LlamaModel> weights_;     // the weights to write: gathered, copied, or null (the model's)
+  bool writes_weights_ = false, writes_moments_ = false, moments_on_host_ = true;
+  std::vector<Moment> moments_;
+  int64_t copy_bytes_ = 0;
+  nlohmann::json records_;                         // this rank's files: size and CRC32C blocks
+  std::exception_ptr error_;
+  std::atomic<bool> done_{false};
+};
+
 // Data parallelism only (every rank a whole replica): dp is the world (null: one process).
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model,
                             const TrainerState& state, const std::string& tokenizer_model,

@@ -47,6 +47,7 @@ struct CheckpointCallbackParams {
   bool save_last = false;
   std::string filename;                       // NeMo's pattern, e.g. megatron_llama--{step}-{consumed_samples}
   std::optional<std::string> dirpath;         // null: <log dir>/checkpoints
+  bool async_save = false;                    // write behind the next steps from a host copy of the state
 
   bool operator==(const CheckpointCallbackParams&) const = default;
 };

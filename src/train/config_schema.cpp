@@ -246,6 +246,9 @@ Schema build_schema() {
         "checkpoint name pattern; {step} and {consumed_samples} are filled in");
   s.key(ck + "dirpath", FIELD(exp_manager.checkpoint_callback_params.dirpath), "null",
         "checkpoint folder; null: <log folder>/checkpoints");
+  s.key(ck + "async_save", FIELD(exp_manager.checkpoint_callback_params.async_save), "false",
+        "write checkpoints behind the next training steps: the state is copied to host memory (the only "
+        "pause; plan counts the copy), a writer thread writes, fsyncs and commits it; one save at a time");
   s.only(ck + "monitor", "step", "checkpoints are ranked by step: save_top_k keeps the newest K");
   s.only(ck + "mode", "max", "checkpoints are ranked by step: save_top_k keeps the newest K");
   s.only(ck + "always_save_nemo", "false", ".nemo archives are not written; convert_to_hf exports Hugging Face files");
@@ -332,8 +335,8 @@ Schema build_schema() {
   s.ignored("model.config_path", "the exported config.json is written from the model itself");
   s.ours("model.freeze", FIELD(model.freeze), "[]",
          "Hugging Face parameter names (fnmatch patterns; * also matches dots) of tensors that do not train, "
-         "optionally with a row range: unchanged weights, and for whole tensors no gradient and no optimizer "
-         "state; e.g. [model.layers.*, model.norm.weight], [model.layers.0.*], [\"model.embed_tokens.weight[:32000]\"] "
+         "optionally with a row range: unchanged weights, no optimizer state, and for whole tensors no "
+         "gradient; e.g. [model.layers.*, model.norm.weight], [model.layers.0.*], [\"model.embed_tokens.weight[:32000]\"] "
          "(a row range quoted: YAML reads brackets as a list)");
   s.ours("model.freeze_base_vocab", FIELD(model.freeze_base_vocab), "false",
          "with init_from and a tokenizer of more pieces: the embedding and output rows init_from had do not "

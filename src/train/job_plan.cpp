@@ -112,6 +112,10 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   const bool model_parallel = p.layout.tp_size * p.layout.pp_size > 1;
   if (runtime > 0 && model_parallel && p.layout.tp_rank == 0 && p.layout.pp_rank == 0)
     m.save_gather = p.model.num_params() * 4;
+  if (runtime > 0 && cfg.exp_manager.checkpoint_callback_params.async_save) {
+    if (p.zero1 || p.layout.dp_rank == 0) m.save_copy = p.memory.optimizer;
+    if (!model_parallel && p.layout.rank == 0) m.save_copy += p.model.num_params() * 4;
+  }
   const bool writes_export = p.layout.dp_rank == 0 && p.layout.tp_rank == 0 && p.layout.pp_rank == 0;
   if (runtime > 0 && !p.export_dir.empty() && writes_export)
     m.export_hf = p.model.num_params() * (4 + (p.precision == model::Precision::fp32 ? 4 : 2));
@@ -506,7 +510,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   if (p.growth.active()) jp.checks.push_back({Status::pass, "resize", p.growth.describe()});
   if (const std::string frozen = freeze_summary(p.model); !frozen.empty())
     jp.checks.push_back({Status::pass, "freeze",
-                         frozen + (p.model.frozen_parts.empty() ? "" : " (parts keep their gradient and moment memory)")});
+                         frozen + (p.model.frozen_parts.empty() ? "" : " (parts keep their gradient buffer, not their moments)")});
   auto guarded = [&](const char* what, auto&& check) {
     try {
       jp.checks.push_back(check());

@@ -42,6 +42,10 @@ struct RankMemory {
   // stage 0) gathers the whole model's fp32 weights at each save (train/gather_weights.h), in host
   // memory: counted when planning this CPU, 0 elsewhere and for an accelerator's memory.
   int64_t save_gather = 0;
+  // With async_save, the host copy a save written behind the steps keeps until it is committed: this
+  // rank's AdamW moments, and on the rank that writes the weights without model parallelism their
+  // fp32 copy (with it, save_gather's weights are the copy). Host memory, counted like save_gather.
+  int64_t save_copy = 0;
   // With convert_to_hf, the export at the end of the run on the rank that writes it (the first of
   // stage 0 and data-parallel 0): the exported files read back (in their dtype) into a second model of
   // fp32 weights, which is checked against the trained one. Host memory, counted like save_gather;
@@ -50,7 +54,9 @@ struct RankMemory {
   // The bf16 modes' matmul operand form the figures assume (the weights' copy and the matmul-only
   // activations): bf16, or bf16 values held in floats (4 bytes) where the CPU's fp32 kernel is the one.
   bool float_operands = false;
-  int64_t total() const { return weights + gradients + optimizer + activations + communication + runtime + save_gather; }
+  int64_t total() const {
+    return weights + gradients + optimizer + activations + communication + runtime + save_gather + save_copy;
+  }
   int64_t peak() const { return total() + export_hf; }  // the steps', then the export's at the end
 };
 

@@ -13,12 +13,16 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
 
 #include <fmt/ranges.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "core/error.h"
 #include "core/file.h"
@@ -126,6 +130,9 @@ class Trainer {
         console_(plan_.layout.rank != 0),
         long_wait_s_(ranks_.world ? parallel::resolve_long_wait_timeout() : 0) {}
 
+  ~Trainer() {
+    if (writer_.valid()) writer_.wait();  // a save in flight is left uncommitted: its folder goes
+  }
   TrainResult run();
   // The kind of failure an Error without its own code means at the step now running (events.h).
   const char* context() const { return context_; }
@@ -157,8 +164,10 @@ class Trainer {
   void rollback(const StepResult& s);
   void record(const StepResult& s);
   void validate();
-  void save(const char* why);
+  void save(const char* why, bool behind);
   void maybe_save(bool stop);
+  void finish_save(bool wait);
+  void commit_save(CheckpointSave& save, const char* why, double t0, double pause);
   void export_hf();
 
   const TrainConfig& cfg_;
@@ -199,6 +208,13 @@ class Trainer {
   double seqs_run_ = 0, real_run_ = 0;  // the same over the whole loop
   double comm_mark_ = 0;  // parallel::blocked_seconds() at the last record
   obs::StepTimeAverage step_times_;
+  // async_save: the save being written behind the steps (its writer thread declared last, so that it
+  // ends first), why it was made, when, and how long the copy paused training.
+  std::unique_ptr<CheckpointSave> pending_;
+  std::unique_ptr<CheckpointSave> spare_;  // the last one committed: its copies' memory serves the next
+  const char* pending_why_ = "";
+  double pending_t0_ = 0, pending_pause_ = 0;
+  std::future<void> writer_;
 };
 
 TrainResult Trainer::run() {
@@ -224,6 +240,7 @@ TrainResult Trainer::run() {
     double signal = stop_signal();
     if (ranks_.world) ranks_.world->all_reduce(&signal, 1);
     maybe_save(signal != 0);
+    finish_save(false);  // a save written behind the steps is committed once every rank's part is
     if (signal != 0) {
       result_.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
       event("signal",
@@ -233,6 +250,7 @@ TrainResult Trainer::run() {
       break;
     }
   }
+  finish_save(true);
   result_.steps = st_.step;
   result_.last_loss = st_.loss;
   const double loop_s = now_s() - t_loop;
@@ -412,7 +430,7 @@ void Trainer::make_model() {
   if (const std::string frozen = freeze_summary(mc); !frozen.empty()) {  // model.freeze, over the whole model
     say("frozen: " + frozen);
     if (!mc.frozen_parts.empty())
-      say("frozen parts keep their gradient and optimizer memory (zero): only whole tensors free theirs");
+      say("frozen parts have no AdamW moments but keep their gradient buffer: only whole tensors free both");
   }
 }
 
@@ -725,6 +743,7 @@ bool Trainer::skip(const StepResult& s) {
 }
 
 void Trainer::rollback(const StepResult& s) {
+  finish_save(true);  // a save in flight holds a good state (it was taken before the divergence)
   std::vector<std::string> warnings;
   std::optional<CheckpointInfo> ck;
   if (rank0()) ck = latest_valid_checkpoint(plan_.checkpoint_dir, &warnings);
@@ -851,36 +870,93 @@ void Trainer::maybe_save(bool stop) {
   const bool by_time = ckp.train_time_interval && now_s() - t_last_ckpt_ >= *ckp.train_time_interval;
   const bool last = st_.step == cfg_.trainer.max_steps;
   if (!(by_steps || by_time || last || stop)) return;
-  save(stop ? "stop signal" : last ? "end" : by_steps ? "every_n_train_steps" : "train_time_interval");
+  // The last save and a signal's are waited for anyway: those write in place.
+  save(stop ? "stop signal" : last ? "end" : by_steps ? "every_n_train_steps" : "train_time_interval",
+       cfg_.exp_manager.checkpoint_callback_params.async_save && !stop && !last);
   t_last_ckpt_ = t_log_ = now_s();
   comm_mark_ = parallel::blocked_seconds();
 }
 
-void Trainer::save(const char* why) {
+// A save: the state copied or referenced (collective), its files written, then committed. Behind the
+// steps (async_save), the writing runs on a thread from host copies and finish_save commits it.
+void Trainer::save(const char* why, bool behind) {
+  finish_save(true);  // one save at a time
   const char* context = context_;
   context_ = "checkpoint";
   const double t0 = now_s();
+  const std::string why_wait = fmt::format("rank 0 writing checkpoint step_{}", st_.step);
+  std::unique_ptr<CheckpointSave> s;
+  {
+    LongWait wait(ranks_.world, long_wait_s_, why_wait), wait_mp(ranks_.mp, long_wait_s_, why_wait);
+    s = std::make_unique<CheckpointSave>(plan_.checkpoint_dir, *model_, st_, plan_.tokenizer_path, config_yaml_,
+                                         SaveGroups{ranks_.world, ranks_.mp, plan_.layout}, behind, spare_.get());
+    spare_.reset();
+  }
+  if (behind) {
+    pending_ = std::move(s);
+    pending_why_ = why;
+    pending_t0_ = t0;
+    pending_pause_ = now_s() - t0;
+    writer_ = std::async(std::launch::async, [save = pending_.get()] {
+#ifdef _OPENMP
+      omp_set_num_threads(1);  // the cores are the steps': the writer waits on the disk, not on them
+#endif
+      save->write();
+    });
+  } else {
+    {
+      IoProgress bar("saving checkpoint", rank0() ? checkpoint_tensor_bytes(*model_, true) : 0);
+      s->write(bar.callback());
+    }
+    commit_save(*s, why, t0, -1);
+  }
+  context_ = context;
+}
+
+// Commits the save written behind the steps: when every rank's part is written (checked collectively;
+// nothing when none is in flight), or after waiting for it (`wait`).
+void Trainer::finish_save(bool wait) {
+  if (!pending_) return;
+  if (!wait) {
+    double writing = pending_->done() ? 0 : 1;
+    if (ranks_.world) ranks_.world->all_reduce(&writing, 1);
+    if (writing != 0) return;
+  } else if (!pending_->done()) {
+    say(fmt::format("waiting for checkpoint step_{} to be written", pending_->step()));
+  }
+  writer_.wait();
+  std::unique_ptr<CheckpointSave> s = std::move(pending_);  // not pending, whatever the commit does
+  const char* context = context_;
+  context_ = "checkpoint";
+  commit_save(*s, pending_why_, pending_t0_, pending_pause_);
+  context_ = context;
+  spare_ = std::move(s);
+}
+
+// pause: how long training stopped for a save written behind it (< 0: it stopped for all of it).
+void Trainer::commit_save(CheckpointSave& save, const char* why, double t0, double pause) {
   std::string path;
   {
-    IoProgress bar("saving checkpoint", rank0() ? checkpoint_tensor_bytes(*model_, true) : 0);
-    const std::string why_wait = fmt::format("rank 0 writing checkpoint step_{}", st_.step);
-    LongWait wait(ranks_.world, long_wait_s_, why_wait), wait_mp(ranks_.mp, long_wait_s_, why_wait);
-    path = save_checkpoint(plan_.checkpoint_dir, *model_, st_, plan_.tokenizer_path, config_yaml_, bar.callback(),
-                           SaveGroups{ranks_.world, ranks_.mp, plan_.layout});
-    rollbacks_since_save_ = 0;  // a new good state: the divergence budget starts again
+    LongWait wait(ranks_.world, long_wait_s_, fmt::format("rank 0 committing checkpoint step_{}", save.step()));
+    path = save.commit();
   }
+  rollbacks_since_save_ = 0;  // a new good state: the divergence budget starts again
   result_.last_checkpoint = path;
-  context_ = context;
   if (!rank0()) return;
   int64_t bytes = 0;
   for (const auto& e : fs::directory_iterator(path)) bytes += int64_t(e.file_size());
   const auto removed =
       prune_checkpoints(plan_.checkpoint_dir, int(cfg_.exp_manager.checkpoint_callback_params.save_top_k));
   const double dt = now_s() - t0;
-  say(fmt::format("checkpoint ({}): {} ({}, {}, {}/s){}", why, path, obs::format_bytes(double(bytes)),
-                  obs::format_duration(dt), obs::format_bytes(bytes / std::max(dt, 1e-9)),
+  const std::string behind =
+      pause < 0 ? "" : fmt::format(", written behind training: paused {} to copy {}", obs::format_duration(pause),
+                                   obs::format_bytes(double(save.copy_bytes())));
+  say(fmt::format("checkpoint ({}): {} ({}, {}, {}/s{}){}", why, path, obs::format_bytes(double(bytes)),
+                  obs::format_duration(dt), obs::format_bytes(bytes / std::max(dt, 1e-9)), behind,
                   removed.empty() ? "" : fmt::format("; removed {} older", removed.size())));
-  event("checkpoint_saved", {{"step", st_.step}, {"path", path}, {"reason", why}, {"bytes", bytes}, {"seconds", dt}});
+  nlohmann::ordered_json fields{{"step", save.step()}, {"path", path}, {"reason", why}, {"bytes", bytes}, {"seconds", dt}};
+  if (pause >= 0) fields["pause_seconds"] = pause;
+  event("checkpoint_saved", std::move(fields));
 }
 
 // One replica's weights gathered onto rank 0 (the same bytes whatever the layout), exported there.

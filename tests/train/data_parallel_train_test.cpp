@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "obs/metrics.h"
 #include "test_util.h"
+#include "train/checkpoint.h"
 #include "train/train_runs.h"
 
 namespace llamatrain {
@@ -110,6 +111,40 @@ TEST(DataParallelTrain, Zero1EqualsPlainDataParallelBitForBit) {
     EXPECT_TRUE(fs::exists(b + "/optimizer-00001-of-00002.safetensors"));
     EXPECT_TRUE(fs::exists(b + "/optimizer-00002-of-00002.safetensors"));
     EXPECT_TRUE(fs::exists(a + "/optimizer.safetensors"));
+  }
+}
+
+// async_save on two ranks (ZeRO-1's moment file per rank; tensor parallelism's gathered weights)
+// writes the same files as saves in place, and the runs' curves are the same.
+TEST(DataParallelTrain, AsyncSavesOnTwoRanksWriteTheSameFiles) {
+  TempDir dir;
+  for (const char* layout : {"model.distributed_optimizer=true", "model.tensor_model_parallel_size=2"}) {
+    SCOPED_TRACE(layout);
+    const std::vector<std::string> common = {"trainer.max_steps=8", layout,
+                                             "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
+                                             "exp_manager.checkpoint_callback_params.save_top_k=-1"};
+    const std::string name = std::string(layout).substr(6, 5);
+    const std::string sync = dir / (name + "_sync"), async = dir / (name + "_async");
+    const auto a = train(2, sync, common);
+    ASSERT_EQ(a.status, 0) << a.log;
+    auto more = common;
+    more.push_back("exp_manager.checkpoint_callback_params.async_save=true");
+    const auto b = train(2, async, more);
+    ASSERT_EQ(b.status, 0) << b.log;
+    EXPECT_NE(b.log.find("written behind training: paused "), std::string::npos) << b.log;
+    EXPECT_EQ(losses(async), losses(sync));
+    for (int step = 2; step <= 8; step += 2) {
+      const std::string at = "/checkpoints/step_" + std::to_string(step) + "/";
+      int files = 0;
+      for (const auto& e : fs::directory_iterator(sync + at)) {
+        const std::string f = e.path().filename().string();
+        if (!f.ends_with(".safetensors")) continue;
+        files++;
+        EXPECT_EQ(testing::read_file(sync + at + f), testing::read_file(async + at + f)) << at << f;
+      }
+      EXPECT_EQ(files, 3) << at;  // the weights and a moment file per rank
+      EXPECT_EQ(train::verify_checkpoint(async + at), "") << at;
+    }
   }
 }
 

@@ -118,6 +118,22 @@ TEST(PlanMemory, TheExportAtTheEnd) {
                          "convert_to_hf=true", "model.output_dir=" + (out / "hf")});
   expect_planned_memory("DP2, export", 2, {"convert_to_hf=true", "model.output_dir=" + (out / "hf2")});
 }
+// Saves written behind the steps (async_save) hold a host copy of the state from one save to its
+// commit, during the steps: the plan's "save copy".
+TEST(PlanMemory, SavesWrittenBehindTheSteps) {
+  const std::vector<std::string> behind = {"exp_manager.checkpoint_callback_params.every_n_train_steps=1",
+                                           "exp_manager.checkpoint_callback_params.async_save=true",
+                                           "trainer.log_every_n_steps=1"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.end(), behind.begin(), behind.end());
+    return a;
+  };
+  expect_planned_memory("wide, async_save", 1,
+                        with({"trainer.precision=32", "model.hidden_size=1024", "model.ffn_hidden_size=2816",
+                              "model.num_layers=4", "model.num_attention_heads=8", "model.num_query_groups=8",
+                              "model.encoder_seq_length=32", "model.micro_batch_size=1", "model.global_batch_size=2"}));
+  expect_planned_memory("DP2 ZeRO-1, async_save", 2, with({"model.distributed_optimizer=true"}));
+}
 TEST(PlanMemory, TensorParallel2) {
   expect_planned_memory("TP2", 2, {"model.tensor_model_parallel_size=2"}, "1", false);
 }

@@ -343,7 +343,8 @@ TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {
 TEST(Trainer, ResumeAfterSigkillIsBitwiseIdentical) {
   // An uninterrupted 60-step run against one killed with SIGKILL as soon as its first checkpoint
   // exists and then rerun with the same command: same losses after the resume step, and the final
-  // checkpoint holds byte-identical weights and optimizer moments.
+  // checkpoint holds byte-identical weights and optimizer moments (the killed run's checkpoints
+  // written behind its steps, the other's in place).
   TempDir dir;
   for (const char* precision : {"32", "bf16-mixed", "bf16"}) {
     SCOPED_TRACE(precision);
@@ -355,15 +356,18 @@ TEST(Trainer, ResumeAfterSigkillIsBitwiseIdentical) {
     const auto f = run_train(full, extra);
     ASSERT_EQ(f.status, 0) << f.log;
 
+    // The killed run writes its checkpoints behind the steps: what it left resumes to the same run.
+    auto cut_extra = extra;
+    cut_extra.push_back("exp_manager.checkpoint_callback_params.async_save=true");
     fs::create_directories(cut);
-    const pid_t pid = spawn(train_args(cut, extra), cut + "/stdout.txt");
+    const pid_t pid = spawn(train_args(cut, cut_extra), cut + "/stdout.txt");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (!fs::exists(cut + "/checkpoints/step_10/trainer_state.json") && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ::kill(pid, SIGKILL);
     const auto killed = wait_for(pid, cut + "/stdout.txt");
     ASSERT_EQ(killed.status, 128 + SIGKILL) << "the run ended before it could be killed:\n" << killed.log;
-    const auto resumed = run_train(cut, extra);
+    const auto resumed = run_train(cut, cut_extra);
     ASSERT_EQ(resumed.status, 0) << resumed.log;
     EXPECT_NE(resumed.log.find("resumed at step"), std::string::npos) << resumed.log;
 
@@ -378,41 +382,83 @@ TEST(Trainer, ResumeAfterSigkillIsBitwiseIdentical) {
   }
 }
 
-TEST(Trainer, SigkillDuringSavesNeverLosesTheLastGoodCheckpoint) {
-  // Checkpoints every step (keep 1), so most of the run is saving; 20 kills at random times. After
-  // each kill the newest complete checkpoint verifies, and a rerun resumes from it.
+// async_save writes the same checkpoints as a save that stops training, and the run is the same run
+// as one that saves nothing: bitwise, in fp32 and bf16.
+TEST(Trainer, AsyncSavesWriteTheSameCheckpointsAndChangeNothing) {
   TempDir dir;
-  const std::string run = dir / "run";
-  const std::vector<std::string> extra = {"trainer.max_steps=400", "exp_manager.resume_if_exists=true",
-                                          "exp_manager.checkpoint_callback_params.every_n_train_steps=1",
-                                          "exp_manager.checkpoint_callback_params.save_top_k=1",
-                                          "trainer.log_every_n_steps=50"};
-  fs::create_directories(run);
-  std::mt19937 rng(7);
-  int64_t last_step = 0;
-  for (int trial = 0; trial < 20; trial++) {
-    const pid_t pid = spawn(train_args(run, extra), run + "/stdout.txt");
-    // Wait until this attempt has saved once past the previous step, then kill at a random moment.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-      const auto all = train::list_checkpoints(run + "/checkpoints");
-      if (!all.empty() && all.back().step > last_step) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (const char* precision : {"32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const std::vector<std::string> common = {"trainer.max_steps=12", std::string("trainer.precision=") + precision,
+                                             "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
+                                             "exp_manager.checkpoint_callback_params.save_top_k=-1"};
+    auto with = [&](std::vector<std::string> more) {
+      more.insert(more.begin(), common.begin(), common.end());
+      return more;
+    };
+    const std::string p = precision, sync = dir / ("sync" + p), async = dir / ("async" + p), none = dir / ("none" + p);
+    const auto a = run_train(sync, with({}));
+    ASSERT_EQ(a.status, 0) << a.log;
+    const auto b = run_train(async, with({"exp_manager.checkpoint_callback_params.async_save=true"}));
+    ASSERT_EQ(b.status, 0) << b.log;
+    EXPECT_NE(b.log.find("written behind training: paused "), std::string::npos) << b.log;
+    const auto c = run_train(none, with({"exp_manager.create_checkpoint_callback=false"}));
+    ASSERT_EQ(c.status, 0) << c.log;
+    const auto la = losses(sync), lb = losses(async), lc = losses(none);
+    ASSERT_EQ(steps_of(lb), step_range(1, 12)) << b.log;
+    for (const auto& [step, loss] : la) {
+      EXPECT_EQ(lb.at(step), loss) << "step " << step;
+      EXPECT_EQ(lc.at(step), loss) << "step " << step;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 60000)(rng)));
-    ::kill(pid, SIGKILL);
-    const auto r = wait_for(pid, run + "/stdout.txt");
-    ASSERT_EQ(r.status, 128 + SIGKILL) << "trial " << trial << ": the run ended before the kill";
-    std::vector<std::string> warnings;
-    const auto ck = train::latest_valid_checkpoint(run + "/checkpoints", &warnings);
-    ASSERT_TRUE(ck.has_value()) << "trial " << trial << ": no loadable checkpoint left";
-    EXPECT_GE(ck->step, last_step) << "trial " << trial << ": went back in time";
-    last_step = ck->step;
+    for (int step = 2; step <= 12; step += 2)
+      for (const char* file : {"model.safetensors", "optimizer.safetensors", "config.json"}) {
+        const std::string at = "/checkpoints/step_" + std::to_string(step) + "/" + file;
+        ASSERT_TRUE(fs::exists(async + at)) << at << "\n" << b.log;
+        EXPECT_EQ(testing::read_file(sync + at), testing::read_file(async + at)) << at;
+      }
+    EXPECT_EQ(train::verify_checkpoint(async + "/checkpoints/step_6"), "");
   }
-  const auto done = run_train(run, {"trainer.max_steps=" + std::to_string(last_step + 2),
-                                    "exp_manager.resume_if_exists=true"});
-  EXPECT_EQ(done.status, 0) << done.log;
-  EXPECT_NE(done.log.find("resumed at step " + std::to_string(last_step)), std::string::npos) << done.log;
+}
+
+TEST(Trainer, SigkillDuringSavesNeverLosesTheLastGoodCheckpoint) {
+  // Checkpoints every step (keep 1), so most of the run is saving, written in place or behind the
+  // steps (async_save); 20 kills at random times each. After each kill the newest complete
+  // checkpoint verifies, and a rerun resumes from it.
+  for (const char* async : {"false", "true"}) {
+    SCOPED_TRACE(std::string("async_save=") + async);
+    TempDir dir;
+    const std::string run = dir / "run";
+    const std::vector<std::string> extra = {"trainer.max_steps=400", "exp_manager.resume_if_exists=true",
+                                            "exp_manager.checkpoint_callback_params.every_n_train_steps=1",
+                                            "exp_manager.checkpoint_callback_params.save_top_k=1",
+                                            std::string("exp_manager.checkpoint_callback_params.async_save=") + async,
+                                            "trainer.log_every_n_steps=50"};
+    fs::create_directories(run);
+    std::mt19937 rng(7);
+    int64_t last_step = 0;
+    for (int trial = 0; trial < 20; trial++) {
+      const pid_t pid = spawn(train_args(run, extra), run + "/stdout.txt");
+      // Wait until this attempt has saved once past the previous step, then kill at a random moment.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (std::chrono::steady_clock::now() < deadline) {
+        const auto all = train::list_checkpoints(run + "/checkpoints");
+        if (!all.empty() && all.back().step > last_step) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 60000)(rng)));
+      ::kill(pid, SIGKILL);
+      const auto r = wait_for(pid, run + "/stdout.txt");
+      ASSERT_EQ(r.status, 128 + SIGKILL) << "trial " << trial << ": the run ended before the kill";
+      std::vector<std::string> warnings;
+      const auto ck = train::latest_valid_checkpoint(run + "/checkpoints", &warnings);
+      ASSERT_TRUE(ck.has_value()) << "trial " << trial << ": no loadable checkpoint left";
+      EXPECT_GE(ck->step, last_step) << "trial " << trial << ": went back in time";
+      last_step = ck->step;
+    }
+    const auto done = run_train(run, {"trainer.max_steps=" + std::to_string(last_step + 2),
+                                      "exp_manager.resume_if_exists=true"});
+    EXPECT_EQ(done.status, 0) << done.log;
+    EXPECT_NE(done.log.find("resumed at step " + std::to_string(last_step)), std::string::npos) << done.log;
+  }
 }
 
 TEST(Trainer, SigtermSavesACheckpointAndStops) {
@@ -651,19 +697,26 @@ TEST(Trainer, FullDiskDuringSaveIsAClearErrorAndKeepsTheLastGoodCheckpoint) {
   // A 3 MB tmpfs holds one checkpoint of the tiny model (~1.9 MB), not two.
   if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=3m") != 0)
     GTEST_SKIP() << "cannot mount a small tmpfs here (needs root and mount rights): " << std::strerror(errno);
-  const auto r = run_train(dir / "run", {"trainer.max_steps=10", "exp_manager.checkpoint_callback_params.dirpath=" + mnt,
-                                         "exp_manager.checkpoint_callback_params.every_n_train_steps=5",
-                                         "exp_manager.checkpoint_callback_params.save_top_k=2"});
-  EXPECT_EQ(r.status, 1) << r.log;
-  EXPECT_NE(r.log.find("No space left on device"), std::string::npos) << r.log;
-  EXPECT_NE(r.log.find("hint: the disk is full"), std::string::npos) << r.log;
-  std::vector<std::string> warnings;
-  const auto ck = train::latest_valid_checkpoint(mnt, &warnings);
-  ASSERT_TRUE(ck.has_value());
-  EXPECT_EQ(ck->step, 5);
-  int leftovers = 0;
-  for (const auto& e : fs::directory_iterator(mnt)) leftovers += e.path().filename().string().front() == '.';
-  EXPECT_EQ(leftovers, 0) << "the partial save was not removed";
+  // In place, and behind the steps (the step-10 save is then written while step 11 runs).
+  for (const char* async : {"false", "true"}) {
+    SCOPED_TRACE(std::string("async_save=") + async);
+    const auto r = run_train(dir / (std::string("run_") + async),
+                             {"trainer.max_steps=12", "exp_manager.checkpoint_callback_params.dirpath=" + mnt,
+                              "exp_manager.checkpoint_callback_params.every_n_train_steps=5",
+                              "exp_manager.checkpoint_callback_params.save_top_k=2",
+                              std::string("exp_manager.checkpoint_callback_params.async_save=") + async});
+    EXPECT_EQ(r.status, 1) << r.log;
+    EXPECT_NE(r.log.find("No space left on device"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("hint: the disk is full"), std::string::npos) << r.log;
+    std::vector<std::string> warnings;
+    const auto ck = train::latest_valid_checkpoint(mnt, &warnings);
+    ASSERT_TRUE(ck.has_value());
+    EXPECT_EQ(ck->step, 5);
+    int leftovers = 0;
+    for (const auto& e : fs::directory_iterator(mnt)) leftovers += e.path().filename().string().front() == '.';
+    EXPECT_EQ(leftovers, 0) << "the partial save was not removed";
+    fs::remove_all(mnt + "/step_5");
+  }
   ::umount(mnt.c_str());
 }
 

@@ -347,6 +347,21 @@ TEST(VocabResize, FreezeBaseVocabTrainsOnlyTheNewRows) {
   ASSERT_EQ(steps_of(again), step_range(3, 4)) << resumed.log;
   for (const auto& [s, loss] : again) EXPECT_EQ(loss, ref.at(s)) << "step " << s;
   EXPECT_EQ(testing::weight_differences(dir / "one/checkpoints/step_4", dir / "resumed/checkpoints/step_4").max_abs, 0.0);
+  // The base rows have no AdamW moments: the checkpoint stores zeros there, and the new rows' moments.
+  for (const std::string& name : {std::string("exp_avg.wte"), std::string("exp_avg_sq.wout")}) {
+    const auto m = tensor(dir / "one/checkpoints/step_4/optimizer.safetensors", name);
+    ASSERT_EQ(m.size(), size_t(kRows * kC)) << name;
+    EXPECT_TRUE(testing::bitwise_equal(name + " base rows", rows(m, 0, kBase), std::vector<float>(kBase * kC, 0.0f)));
+    EXPECT_GT(testing::max_difference(rows(m, kBase, kRows), std::vector<float>((kRows - kBase) * kC, 0.0f)).max_abs, 0.0)
+        << name << ": no moments for the new rows";
+  }
+  // One process resumes the ZeRO-1 run's step 2 (its moments, holes and all, resharded): the same
+  // steps 3 and 4 as the uninterrupted run.
+  const auto moved = run(0, "moved", {"trainer.max_steps=4", "model.resume_from_checkpoint=" + (dir / "dp2/checkpoints/step_2")});
+  ASSERT_EQ(moved.status, 0) << moved.log;
+  const auto continued = losses(dir / "moved");
+  ASSERT_EQ(steps_of(continued), step_range(3, 4)) << moved.log;
+  for (const auto& [s, loss] : continued) EXPECT_NEAR(loss, ref.at(s), 1e-5 * ref.at(s)) << "step " << s;
 
   // The base folder's own tokenizer: nothing grows, so there are no new rows to train alone.
   const auto same = testing::run_in(
