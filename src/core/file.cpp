@@ -17,10 +17,12 @@
 #include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace llamatrain {
@@ -259,13 +261,21 @@ std::string read_small_file(const std::string& path, size_t max_bytes, const std
 // ---------------------------------------------------------------------------------------------
 // AtomicFile
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+namespace {
+constexpr size_t kDirectAlign = 4096, kDirectBytes = 16 << 20;
+}
+
+AtomicFile::AtomicFile(std::string path, bool direct) : path_(std::move(path)) {
   if (is_directory(path_))
     fail("cannot write {}: it is a folder, expected a file name\nhint: choose another name", path_);
   const std::string folder = parent_of(path_);
   for (int attempt = 0; fd_ < 0; ++attempt) {
     temp_ = path_ + ".tmp-" + random_suffix();
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0), 0666);
+    if (fd_ < 0 && direct && errno == EINVAL) {  // no O_DIRECT on this filesystem
+      direct = false;
+      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    }
     if (fd_ >= 0) break;
     const int e = errno;
     if (e == EEXIST && attempt < 100) continue;
@@ -276,18 +286,33 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
             errno_text(e), folder);
   }
   registration_ = register_temporary(temp_, false);
+  o_direct_ = direct;
+  if (direct) direct_ = static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, kDirectBytes));
+  if (direct && !direct_) drop_o_direct();
 }
 
 AtomicFile::~AtomicFile() {
+  std::free(direct_);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_.c_str());
   unregister_temporary(registration_);
+}
+
+void AtomicFile::drop_o_direct() {
+  if (!o_direct_) return;
+  o_direct_ = false;
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
 }
 
 void AtomicFile::write_direct(const uint8_t* p, size_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd_, p, std::min(n, size_t(1) << 30));
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EINVAL && o_direct_) {  // O_DIRECT refused for this write: write as usual
+      drop_o_direct();
+      continue;
+    }
     if (w <= 0) fail_write(path_, w < 0 ? errno : ENOSPC);
     p += w;
     n -= size_t(w);
@@ -299,11 +324,57 @@ void AtomicFile::flush() {
   buffer_.clear();
 }
 
+namespace {
+
+struct WrittenCrcs {
+  std::string path;
+  uint64_t size;
+  std::vector<uint32_t> crcs;
+};
+std::mutex g_written_mutex;
+std::vector<WrittenCrcs> g_written;  // oldest first, at most kWrittenKept
+
+constexpr size_t kWrittenKept = 256;
+
+}  // namespace
+
+std::optional<std::vector<uint32_t>> take_written_crcs(const std::string& path, uint64_t size) {
+  std::lock_guard<std::mutex> lock(g_written_mutex);
+  for (auto it = g_written.begin(); it != g_written.end(); ++it)
+    if (it->path == path) {
+      std::optional<std::vector<uint32_t>> out;
+      if (it->size == size) out = std::move(it->crcs);
+      g_written.erase(it);
+      return out;
+    }
+  return std::nullopt;
+}
+
+// O_DIRECT: through the staging buffer, written whenever it is full; the blocks' checksums on the way.
+void AtomicFile::write_staged(const uint8_t* p, size_t n) {
+  for (size_t done = 0; done < n;) {
+    const size_t take = std::min(n - done, size_t(kWrittenCrcBlock - crc_bytes_));
+    crc_ = crc32c(p + done, take, crc_);
+    crc_bytes_ += int64_t(take), done += take;
+    if (crc_bytes_ == kWrittenCrcBlock) crcs_.push_back(crc_), crc_ = 0, crc_bytes_ = 0;
+  }
+  while (n > 0) {
+    const size_t take = std::min(n, kDirectBytes - direct_used_);
+    std::memcpy(direct_ + direct_used_, p, take);
+    direct_used_ += take, p += take, n -= take;
+    if (direct_used_ == kDirectBytes) {
+      write_direct(direct_, kDirectBytes);
+      direct_used_ = 0;
+    }
+  }
+}
+
 void AtomicFile::write(const void* data, size_t n) {
   CHECK(!committed_ && fd_ >= 0, "write to {} after commit", path_);
   constexpr size_t kBufferBytes = 1 << 20;
   const auto* p = static_cast<const uint8_t*>(data);
   written_ += n;
+  if (direct_) return write_staged(p, n);
   if (buffer_.size() + n > kBufferBytes) flush();
   if (n >= kBufferBytes) {
     write_direct(p, n);  // large blocks (tensors) go straight to the file
@@ -314,6 +385,14 @@ void AtomicFile::write(const void* data, size_t n) {
 
 void AtomicFile::commit() {
   CHECK(!committed_ && fd_ >= 0, "{} committed twice", path_);
+  if (direct_) {  // the aligned part of what is staged with O_DIRECT, the tail as usual
+    const size_t aligned = direct_used_ / kDirectAlign * kDirectAlign;
+    write_direct(direct_, aligned);
+    drop_o_direct();
+    write_direct(direct_ + aligned, direct_used_ - aligned);
+    direct_used_ = 0;
+    if (crc_bytes_ > 0) crcs_.push_back(crc_);
+  }
   flush();
   if (::fsync(fd_) != 0) fail_write(path_, errno);
   const int rc = ::close(fd_);
@@ -327,6 +406,11 @@ void AtomicFile::commit() {
   unregister_temporary(registration_);
   registration_ = -1;
   fsync_folder(parent_of(path_));
+  if (direct_) {
+    std::lock_guard<std::mutex> lock(g_written_mutex);
+    if (g_written.size() >= kWrittenKept) g_written.erase(g_written.begin());
+    g_written.push_back({path_, written_, std::move(crcs_)});
+  }
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {

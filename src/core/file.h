@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,9 +46,12 @@ std::string read_small_file(const std::string& path, size_t max_bytes, const std
 // Writes PATH through PATH.tmp-XXXXXX in the same folder; commit() makes it PATH in one rename, so
 // readers see the old file or the new one, never a part. Destroyed uncommitted, it removes the
 // temporary and leaves any previous PATH untouched. A full disk is an Error naming PATH.
+// direct: for large files (checkpoints), the bytes go to the disk with O_DIRECT through an aligned
+// staging buffer, not through the page cache, whose copy and writeback throttling held writes to a
+// fraction of the disk's rate; where the filesystem refuses O_DIRECT (tmpfs), it writes as usual.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string path);
+  explicit AtomicFile(std::string path, bool direct = false);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -71,7 +75,24 @@ class AtomicFile {
   std::vector<uint8_t> buffer_;  // pending bytes, flushed at 1 MiB
   uint64_t written_ = 0;
   bool committed_ = false;
+  // O_DIRECT: the staging buffer (kDirectBytes, 4 KiB aligned) and its pending bytes, written whole
+  // (so every write's offset and size stay aligned) and, at commit, the tail without O_DIRECT.
+  uint8_t* direct_ = nullptr;
+  size_t direct_used_ = 0;
+  bool o_direct_ = false;  // the file is open with O_DIRECT
+  std::vector<uint32_t> crcs_;  // direct mode: the CRC32C of each finished kWrittenCrcBlock block
+  uint32_t crc_ = 0;            // and of the block being written, its bytes so far
+  int64_t crc_bytes_ = 0;
+  void write_staged(const uint8_t* p, size_t n);
+  void drop_o_direct();  // writes go through the page cache from here on
 };
+
+// The CRC32C of each kWrittenCrcBlock-byte block of a file AtomicFile wrote in direct mode, computed
+// from the bytes as they were written, by the file's final path: a checkpoint records its files'
+// checksums without reading them back from the disk. Taken once (nullopt when not recorded, or when
+// the file's size is not `size`); the record of the last few hundred such files is kept.
+constexpr int64_t kWrittenCrcBlock = 64 << 20;
+std::optional<std::vector<uint32_t>> take_written_crcs(const std::string& path, uint64_t size);
 
 // AtomicFile for bytes already in memory.
 void write_file_atomic(const std::string& path, std::string_view bytes);

@@ -638,7 +638,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   Plan plan = make_plan(tensors, metadata);
   uint8_t len[8];
   put_le64(len, plan.header.size());
-  AtomicFile f(path);
+  uint64_t total = 8 + plan.header.size();
+  for (uint64_t nb : plan.nbytes) total += nb;
+  AtomicFile f(path, total >= (uint64_t(64) << 20));  // large files straight to the disk (O_DIRECT)
   f.write(len, 8);
   f.write(plan.header);
   for (size_t i = 0; i < plan.order.size(); ++i) {

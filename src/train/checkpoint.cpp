@@ -38,6 +38,7 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kFormat = "llamatrain-checkpoint";
 constexpr int kVersion = 1;
 constexpr int64_t kCrcBlock = 64 << 20;
+static_assert(kCrcBlock == kWrittenCrcBlock, "a checkpoint records the blocks AtomicFile checksums as it writes");
 
 // CRC32C of each kCrcBlock-byte block of a file, blocks computed in parallel. Read with pread in
 // pieces of kCrcPiece bytes, not mapped: a mapping's pages count in the process's resident memory
@@ -89,9 +90,13 @@ std::vector<uint32_t> block_crcs(const fs::path& p, int64_t* size_out, const io:
   return crcs;
 }
 
+// A file's size and block checksums: those its writer computed as it wrote (large files), else read.
 json file_record(const fs::path& p) {
-  int64_t size = 0;
-  const auto crcs = block_crcs(p, &size);
+  std::error_code ec;
+  int64_t size = int64_t(fs::file_size(p, ec));
+  std::optional<std::vector<uint32_t>> written;
+  if (!ec) written = take_written_crcs(p.string(), uint64_t(size));
+  const auto crcs = written ? std::move(*written) : block_crcs(p, &size);
   return json{{"bytes", size}, {"crc32c_block_bytes", kCrcBlock}, {"crc32c", crcs}};
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "test_util.h"
@@ -94,6 +95,47 @@ TEST_F(FileTest, AtomicFileCommitsAndReplaces) {
   }
   EXPECT_EQ(read(path("f")).size(), 5u + (3u << 20));
   EXPECT_EQ(entries(), std::vector<std::string>{"f"});
+}
+
+// Direct mode (O_DIRECT through an aligned staging buffer): the same bytes as a buffered write for
+// pieces of any size, the tail past the last aligned block included, with the checksum of each
+// 64 MiB block taken once by the file's path; on tmpfs, which refuses O_DIRECT, it writes as usual.
+TEST_F(FileTest, DirectWritesTheSameBytesAndTheirBlockChecksums) {
+  std::string bytes;
+  for (size_t i = 0; bytes.size() < (kWrittenCrcBlock + (5 << 20) + 3); i++)
+    bytes += std::string(1 + i * 7919 % 40000, char('a' + i % 26));  // pieces of awkward sizes
+  auto write = [&](const std::string& at, bool direct, size_t length) {
+    AtomicFile f(at, direct);
+    for (size_t done = 0, i = 0; done < length; i++) {
+      const size_t piece = std::min(length - done, size_t(1 + i * 104729 % (3 << 20)));
+      f.write(bytes.data() + done, piece);
+      done += piece;
+    }
+    f.commit();
+  };
+  const std::string tmpfs = path("tmpfs");
+  fs::create_directories(tmpfs);
+  const bool mounted = ::mount("tmpfs", tmpfs.c_str(), "tmpfs", 0, "size=160m") == 0;
+  for (const size_t length : {size_t(0), size_t(1), size_t(4095), size_t(4096), size_t(16 << 20) + 7, bytes.size()}) {
+    SCOPED_TRACE(length);
+    for (const std::string& where : mounted ? std::vector<std::string>{dir_, tmpfs} : std::vector<std::string>{dir_}) {
+      const std::string f = where + "/direct.bin";
+      write(f, true, length);
+      EXPECT_TRUE(read(f) == bytes.substr(0, length)) << f << ": the bytes differ";
+      const auto crcs = take_written_crcs(f, length);
+      ASSERT_TRUE(crcs.has_value()) << f;
+      std::vector<uint32_t> want;
+      for (size_t b = 0; b < length; b += size_t(kWrittenCrcBlock))
+        want.push_back(crc32c(bytes.data() + b, std::min(length - b, size_t(kWrittenCrcBlock))));
+      EXPECT_EQ(*crcs, want) << f;
+      EXPECT_FALSE(take_written_crcs(f, length).has_value()) << "taken once";
+    }
+  }
+  if (mounted) ::umount(tmpfs.c_str());
+  write(path("plain.bin"), false, 100);
+  EXPECT_FALSE(take_written_crcs(path("plain.bin"), 100).has_value()) << "recorded in direct mode only";
+  write(path("sized.bin"), true, 100);
+  EXPECT_FALSE(take_written_crcs(path("sized.bin"), 99).has_value()) << "a size that differs is no record";
 }
 
 TEST_F(FileTest, AtomicFileFailureKeepsThePreviousFile) {
