@@ -131,7 +131,7 @@ class Trainer {
         long_wait_s_(ranks_.world ? parallel::resolve_long_wait_timeout() : 0) {}
 
   ~Trainer() {
-    if (writer_.valid()) writer_.wait();  // a save in flight is left uncommitted: its folder goes
+    if (writer_.valid()) writer_.wait();  // a save in flight stays uncommitted: its temporary folder goes
   }
   TrainResult run();
   // The kind of failure an Error without its own code means at the step now running (events.h).
