@@ -408,6 +408,7 @@ void AtomicFile::commit() {
   fsync_folder(parent_of(path_));
   if (direct_) {
     std::lock_guard<std::mutex> lock(g_written_mutex);
+    std::erase_if(g_written, [&](const WrittenCrcs& w) { return w.path == path_; });  // an older file's
     if (g_written.size() >= kWrittenKept) g_written.erase(g_written.begin());
     g_written.push_back({path_, written_, std::move(crcs_)});
   }

@@ -136,6 +136,11 @@ TEST_F(FileTest, DirectWritesTheSameBytesAndTheirBlockChecksums) {
   EXPECT_FALSE(take_written_crcs(path("plain.bin"), 100).has_value()) << "recorded in direct mode only";
   write(path("sized.bin"), true, 100);
   EXPECT_FALSE(take_written_crcs(path("sized.bin"), 99).has_value()) << "a size that differs is no record";
+  // A file written again under the same path before its record was taken: the newer bytes' record.
+  write(path("again.bin"), true, 4096);
+  std::reverse(bytes.begin(), bytes.begin() + 4096);
+  write(path("again.bin"), true, 4096);
+  EXPECT_EQ(take_written_crcs(path("again.bin"), 4096), std::vector<uint32_t>{crc32c(bytes.data(), 4096)});
 }
 
 TEST_F(FileTest, AtomicFileFailureKeepsThePreviousFile) {
