@@ -350,17 +350,16 @@ std::optional<std::vector<uint32_t>> take_written_crcs(const std::string& path, 
   return std::nullopt;
 }
 
-// O_DIRECT: through the staging buffer, written whenever it is full; the blocks' checksums on the way.
+// O_DIRECT: through the staging buffer, written whenever it is full; the blocks' checksums taken
+// from the staged bytes (kDirectBytes divides kWrittenCrcBlock, so a piece never spans two blocks).
 void AtomicFile::write_staged(const uint8_t* p, size_t n) {
-  for (size_t done = 0; done < n;) {
-    const size_t take = std::min(n - done, size_t(kWrittenCrcBlock - crc_bytes_));
-    crc_ = crc32c(p + done, take, crc_);
-    crc_bytes_ += int64_t(take), done += take;
-    if (crc_bytes_ == kWrittenCrcBlock) crcs_.push_back(crc_), crc_ = 0, crc_bytes_ = 0;
-  }
+  static_assert(kWrittenCrcBlock % kDirectBytes == 0);
   while (n > 0) {
     const size_t take = std::min(n, kDirectBytes - direct_used_);
     std::memcpy(direct_ + direct_used_, p, take);
+    crc_ = crc32c(direct_ + direct_used_, take, crc_);
+    crc_bytes_ += int64_t(take);
+    if (crc_bytes_ == kWrittenCrcBlock) crcs_.push_back(crc_), crc_ = 0, crc_bytes_ = 0;
     direct_used_ += take, p += take, n -= take;
     if (direct_used_ == kDirectBytes) {
       write_direct(direct_, kDirectBytes);

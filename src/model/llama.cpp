@@ -554,12 +554,8 @@ LlamaModel::StateBytes LlamaModel::state_parts(const LlamaConfig& c, const Shard
   // in bf16-sr; bf16-mixed adds its matmul copy of the weights (bf16, or bf16_in_f32 with float
   // operands). ZeRO-1 keeps the moments of one shard (the largest, as the trainer splits them). Frozen
   // tensors have weights only; frozen parts have weights and gradients.
-  const auto specs = build_param_specs(c, plan);
-  const int64_t n = specs.back().offset + specs.back().numel;
-  int64_t t = 0;
-  for (const ParamSpec& s : specs)
-    if (!s.frozen) t += s.numel;
-  const auto holes = moment_holes_of(specs);
+  const int64_t n = num_params(c, plan), t = num_trainable(c, plan);
+  const auto holes = moment_holes_of(build_param_specs(c, plan));
   int64_t kept = t - hole_elements(holes, 0, t);
   if (optimizer_shards > 1) {
     const parallel::ZeroShards split(size_t(t), optimizer_shards);

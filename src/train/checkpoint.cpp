@@ -37,8 +37,7 @@ constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kFormat = "llamatrain-checkpoint";
 constexpr int kVersion = 1;
-constexpr int64_t kCrcBlock = 64 << 20;
-static_assert(kCrcBlock == kWrittenCrcBlock, "a checkpoint records the blocks AtomicFile checksums as it writes");
+constexpr int64_t kCrcBlock = kWrittenCrcBlock;  // the blocks AtomicFile checksums as it writes
 
 // CRC32C of each kCrcBlock-byte block of a file, blocks computed in parallel. Read with pread in
 // pieces of kCrcPiece bytes, not mapped: a mapping's pages count in the process's resident memory
@@ -449,10 +448,10 @@ std::string CheckpointSave::commit() {
   }
   const std::string mine = json{{"files", records_}, {"error", failure}}.dump();
   const std::vector<std::string> all = ranks_ > 1 ? world->gather_strings(mine) : std::vector<std::string>{mine};
+  if (error_) std::rethrow_exception(error_);  // this rank's own error, as it was thrown
   json files = json::object();
   for (size_t r = 0; r < all.size(); r++) {
     const json j = json::parse(all[r]);
-    if (error_) std::rethrow_exception(error_);  // this rank's own error, as it was thrown
     if (!j.at("error").get<std::string>().empty())
       fail("checkpoint {}: rank {} failed to write its part: {}", final_path_, r, j.at("error").get<std::string>());
     for (const auto& [name, rec] : j.at("files").items()) files[name] = rec;
