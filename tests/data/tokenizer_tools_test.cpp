@@ -311,7 +311,7 @@ TEST_F(TokenizerTools, EnglishEncodesAsUnderTheBaseByDefaultAndNotUnderScoreZero
 }
 
 // A base like Llama 2's: English with some hundreds of Han characters as pieces of their own but no
-// Han pieces of two (Llama 2 has 1,456 and 3), and an addition trained on Chinese prose with line
+// Han pieces of two (Llama 2 has 700 and none), and an addition trained on Chinese prose with line
 // breaks. The default merge must give Chinese nearly all that --all-pieces gives (a Chinese word made
 // of the base's characters is wanted: Han is new to the base) and leave English documents, line
 // breaks included, encoded exactly as the base encodes them.
