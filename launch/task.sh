@@ -6,6 +6,8 @@
 #   LLAMATRAIN_MODE=plan    (preflight.slurm)    llamatrain plan CONFIG OVERRIDES... --nodes N --ranks-per-node R
 #   LLAMATRAIN_MODE=doctor  (preflight.slurm)    llamatrain doctor --all-ranks CONFIG OVERRIDES...
 #   LLAMATRAIN_MODE=print   the command line of `train`, one argument a line, and nothing run
+#   LLAMATRAIN_MODE=fit     (run.slurm)          llamatrain plan ... --fit-nodes: how many of the job's
+#                           nodes the config's layout can use
 # Environment it reads (all optional):
 #   LLAMATRAIN           the program (default: llamatrain on PATH, else build/release/llamatrain)
 #   LLAMATRAIN_RUN_DIR   the run folder (exp_manager.explicit_log_dir); default: NeMo's
@@ -24,9 +26,10 @@ if [ -z "${LLAMATRAIN:-}" ]; then
 fi
 mode=${LLAMATRAIN_MODE:-train}
 
-# The job's shape: SLURM's when there is a job, else one process.
-nodes=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}
-tasks=${SLURM_NTASKS:-${SLURM_NPROCS:-1}}
+# The job's shape: the step's inside srun (run.slurm may use fewer nodes than the job has), else the
+# job's, else one process; without a task count, srun starts one task per node.
+nodes=${SLURM_STEP_NUM_NODES:-${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}}
+tasks=${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-${SLURM_NPROCS:-$nodes}}}
 if [ $((tasks % nodes)) != 0 ]; then
   echo "error: the job has $tasks tasks on $nodes nodes, expected the same number on every node" >&2
   echo "hint: sbatch --nodes $nodes --ntasks-per-node R ..." >&2
@@ -48,7 +51,7 @@ if [ -z "${OMP_NUM_THREADS:-}" ]; then
   fi
 fi
 
-if [ -n "${LLAMATRAIN_RANK_LOGS:-}" ] && [ -n "${SLURM_PROCID:-}" ]; then
+if [ -n "${LLAMATRAIN_RANK_LOGS:-}" ] && [ -n "${SLURM_PROCID:-}" ] && [ "$mode" != fit ]; then
   mkdir -p "$LLAMATRAIN_RANK_LOGS"
   rank_log=$LLAMATRAIN_RANK_LOGS/rank-$SLURM_PROCID.log
   # The copy must outlive the signals that stop the job (scancel signals every process of it), or
@@ -61,7 +64,8 @@ case $mode in
   plan) exec "$LLAMATRAIN" plan "$CONFIG" "${all_overrides[@]}" --nodes "$nodes" --ranks-per-node "$ranks_per_node" ;;
   doctor) exec "$LLAMATRAIN" doctor --all-ranks "$CONFIG" "${all_overrides[@]}" ;;
   print) printf '%s\n' "$LLAMATRAIN" train "$CONFIG" "${all_overrides[@]}" ;;
+  fit) exec "$LLAMATRAIN" plan "$CONFIG" "${all_overrides[@]}" --nodes "$nodes" --ranks-per-node "$ranks_per_node" --fit-nodes ;;
   *)
-    echo "error: LLAMATRAIN_MODE=$mode, expected train, plan, doctor or print" >&2
+    echo "error: LLAMATRAIN_MODE=$mode, expected train, plan, doctor, print or fit" >&2
     exit 1 ;;
 esac

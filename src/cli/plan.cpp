@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -29,7 +30,30 @@ struct PlanOptions {
   int nodes = 0, ranks_per_node = 0;
   std::string hardware = "cpu";
   bool json = false;
+  bool fit_nodes = false;
 };
+
+// --fit-nodes: the largest node count up to `nodes` whose rank layout the config accepts (TP x PP
+// dividing the ranks, the global batch dividing into micro-batches over the data-parallel ranks),
+// printed alone. A node range's allocation (sbatch --nodes 2-4) may give a count the layout does not
+// divide: launch/slurm/run.slurm then runs on this many. Only the config is checked. With none, the
+// error for `nodes` itself.
+void print_fitting_nodes(const PlanOptions& o, const std::vector<std::string>& overrides) {
+  if (o.nodes <= 0) fail("plan --fit-nodes: needs --nodes N (the nodes the job has)");
+  std::optional<Error> first;
+  for (int n = o.nodes; n >= 1; n--) {
+    std::vector<std::string> with = overrides;
+    with.push_back(fmt::format("trainer.num_nodes={}", n));
+    try {
+      train::load_config(o.config, with);
+      std::printf("%d\n", n);
+      return;
+    } catch (const Error& e) {
+      if (!first) first = e;
+    }
+  }
+  throw *first;
+}
 
 std::string gb(int64_t bytes) { return obs::format_bytes(double(bytes)); }
 
@@ -180,7 +204,9 @@ void register_plan(CLI::App& app) {
       "      --nodes 4 --hardware trn1.32xlarge        # 32 ranks per instance, as the seeds run it\n"
       "  llamatrain plan configs/llama2_70b.yaml --nodes 8 --ranks-per-node 8 --hardware H100 --json\n"
       "  # in a batch script: fail the job early, with the reasons in its log\n"
-      "  llamatrain plan \"$CONFIG\" \"${OVERRIDES[@]}\" --nodes \"$SLURM_JOB_NUM_NODES\" --ranks-per-node \"$SLURM_NTASKS_PER_NODE\"");
+      "  llamatrain plan \"$CONFIG\" \"${OVERRIDES[@]}\" --nodes \"$SLURM_JOB_NUM_NODES\" --ranks-per-node \"$SLURM_NTASKS_PER_NODE\"\n"
+      "  # how many of 3 nodes a TP 2 job can use (prints 2)\n"
+      "  llamatrain plan configs/tiny.yaml model.tensor_model_parallel_size=2 --nodes 3 --ranks-per-node 1 --fit-nodes");
   cmd->add_option("config", o->config, "YAML config (as for llamatrain train)")->required();
   cmd->add_option("overrides", o->overrides, "key=value overrides, as for llamatrain train");
   cmd->add_option("--nodes", o->nodes, "Nodes of the job (sets trainer.num_nodes)")->check(CLI::PositiveNumber);
@@ -190,16 +216,20 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--hardware", o->hardware, "cpu (this machine), or one of: " + obs::accelerator_names())
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the plan as one JSON object");
+  cmd->add_flag("--fit-nodes", o->fit_nodes,
+                "Print only the largest node count up to --nodes whose rank layout the config accepts (the same "
+                "TP and PP, fewer data-parallel ranks); checks the config only");
   cmd->callback([o] {
     std::vector<std::string> overrides = o->overrides;
     const obs::Accelerator* acc = o->hardware == "cpu" ? nullptr : obs::find_accelerator(o->hardware);
     if (o->hardware != "cpu" && !acc)
       fail("--hardware {}: not a machine this knows, expected cpu or one of {}", o->hardware, obs::accelerator_names());
-    if (o->nodes > 0) overrides.push_back(fmt::format("trainer.num_nodes={}", o->nodes));
     if (o->ranks_per_node > 0)
       overrides.push_back(fmt::format("trainer.devices={}", o->ranks_per_node));
     else if (acc)
       overrides.push_back(fmt::format("trainer.devices={}", acc->ranks_per_node));
+    if (o->fit_nodes) return print_fitting_nodes(*o, overrides);
+    if (o->nodes > 0) overrides.push_back(fmt::format("trainer.num_nodes={}", o->nodes));
     const auto loaded = train::load_config(o->config, overrides);
     const train::JobPlan jp = train::plan_job(loaded.config, {acc ? acc->name : "", 0.02});
     const std::string out = o->json ? json_of(jp) : text_of(jp, o->config);

@@ -488,7 +488,9 @@ std::string CheckpointSave::commit() {
              {{"tensor_parallel", layout.tp_size},
               {"pipeline_parallel", layout.pp_size},
               {"data_parallel", layout.dp_size},
-              {"zero1", zero1_}}},
+              {"zero1", zero1_},
+              {"global_batch_size", state_.layout.global_batch_size},
+              {"micro_batch_size", state_.layout.micro_batch_size}}},
             {"files", files}};
     write_file_atomic(out_->file(kStateFile), st.dump(2) + "\n");
     out_->commit();
@@ -595,6 +597,14 @@ TrainerState read_trainer_state(const std::string& path) {
     s.rollbacks = st.value("rollbacks", int64_t(0));
     s.train_seconds = st.value("train_seconds", 0.0);
     s.frozen = st.value("frozen", std::vector<std::string>{});
+    if (st.contains("layout") && st["layout"].is_object()) {
+      const json& l = st["layout"];
+      s.layout.tensor_parallel = l.value("tensor_parallel", 0);
+      s.layout.pipeline_parallel = l.value("pipeline_parallel", 0);
+      s.layout.data_parallel = l.value("data_parallel", 0);
+      s.layout.global_batch_size = l.value("global_batch_size", int64_t(0));
+      s.layout.micro_batch_size = l.value("micro_batch_size", int64_t(0));
+    }
   } catch (const json::exception& e) {
     fail("{}: {}\nhint: the checkpoint is damaged or not a llamatrain checkpoint", p.string(), e.what());
   }

@@ -39,6 +39,20 @@ namespace llamatrain::train {
 
 // What a checkpoint restores besides the tensors. Data order is a pure function of (seed, global
 // sample index), so consumed_samples is the whole data position.
+// How the steps were batched when a checkpoint was written (trainer_state.json's "layout"): the
+// rank layout and the batch; 0 where the checkpoint does not record it (an older one).
+struct BatchLayout {
+  int tensor_parallel = 0;
+  int pipeline_parallel = 0;
+  int data_parallel = 0;
+  int64_t global_batch_size = 0;
+  int64_t micro_batch_size = 0;
+  // Micro-batches per data-parallel rank per step (0 when not recorded).
+  int64_t accumulation() const {
+    return micro_batch_size > 0 && data_parallel > 0 ? global_batch_size / (micro_batch_size * data_parallel) : 0;
+  }
+};
+
 struct TrainerState {
   int64_t step = 0;              // training steps done (skipped ones included: the schedule's clock)
   int64_t optimizer_steps = 0;   // AdamW updates applied (its bias-correction count)
@@ -53,6 +67,9 @@ struct TrainerState {
   // The model tensors that were frozen (model::LlamaConfig::frozen; they have no moments in the
   // checkpoint). Saved from the model's config, not from here.
   std::vector<std::string> frozen;
+  // The batch of the run (global and micro batch size; the trainer sets them): saved with the
+  // rank layout, read back with it.
+  BatchLayout layout;
 };
 
 struct CheckpointInfo {

@@ -67,6 +67,10 @@ struct Findings {
   // memory errors, and faults a kernel made; NCCL's own reports of a collective that timed out.
   std::vector<Evidence> gpu_lost, gpu_fault_xid, nccl_timeout;
   std::string xid_detail;
+  // SLURM lost a node of the job (its slurmd stopped answering, or it was set DOWN): srun's "Node
+  // failure on NODE" and slurmstepd's "CANCELLED ... DUE TO NODE FAILURE"; the node, when named.
+  std::vector<Evidence> node_failure;
+  std::string failed_node;
   std::optional<int> killed_rank, killed_signal, comm_rank, internal_rank, abort_rank;
   std::string killed_ranks_text;  // srun's task list ("0-2,5") when it names several
   std::set<int> watchdog_ranks;
@@ -169,6 +173,7 @@ struct TextPatterns {
   const std::regex srun_oom{R"(srun: error: \S+: tasks? ([0-9,\-]+): Out Of Memory)"};
   const std::regex kernel_oom{R"((Memory cgroup out of memory|Out of memory): Killed process \d+ \(([^)]*)\))"};
   const std::regex slurm_cancel{R"(\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*)\*\*\*)"};
+  const std::regex srun_node_failure{R"(srun: error: Node failure on (\S+))"};
   const std::regex mpirun_signal{
       R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))"};
   const std::regex srun_signal{
@@ -176,7 +181,7 @@ struct TextPatterns {
   const std::regex watchdog{R"(\[rank (\d+)\] watchdog: (.*) has not completed after)"};
   const std::regex our_mpi{R"(\[rank (\d+)\] (MPI_\w+ failed in .*))"};
   const std::regex comm_text{
-      R"(ORTE has lost communication|PRTE has lost communication|lost communication with|PMIX ERROR|PMIx_\w+ failed|DUE TO NODE FAILURE|Connection reset by peer|btl_tcp.*(error|failed)|MPI_ERR_PROC_FAILED)"};
+      R"(ORTE has lost communication|PRTE has lost communication|lost communication with|PMIX ERROR|PMIx_\w+ failed|Connection reset by peer|btl_tcp.*(error|failed)|MPI_ERR_PROC_FAILED)"};
   const std::regex check_failed{R"(\[rank (\d+)\] CHECK failed at)"};
   const std::regex mpi_abort{R"(MPI_ABORT was invoked on rank (\d+))"};
   const std::regex damaged{R"(warning: skipping checkpoint )"};
@@ -230,12 +235,16 @@ void read_text_line(const std::string& line, const Evidence& ev, Findings& f, Sc
     if (why.find("DUE TO TIME LIMIT") != std::string::npos)
       f.time_limit.push_back(ev);
     else if (why.find("DUE TO NODE FAILURE") != std::string::npos)
-      f.comm.push_back(ev);
+      f.node_failure.push_back(ev);
     else {
       f.cancelled.push_back(ev);
       f.job_cancelled |= m[1].str() == "JOB";
       if (why.find("PREEMPTION") != std::string::npos) f.cancel_detail = "preempted by a job of higher priority";
     }
+  } else if (std::regex_search(line, m, p.srun_node_failure)) {
+    st.step_ending_here = true;
+    f.node_failure.push_back(ev);
+    if (f.failed_node.empty()) f.failed_node = m[1].str();
   } else if (std::regex_search(line, m, p.mpirun_signal)) {
     if (!f.killed_rank)
       f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
@@ -572,6 +581,19 @@ const Rule kRules[] = {
        if (f.error) d.evidence.push_back(f.error_ev);
        d.fix = kGpuLostFix;
      }},
+    // A lost node takes its ranks with it: the kills, cancellations and broken connections that follow
+    // are its consequences.
+    {"node_failure", [](const Findings& f, const Context&) { return !f.node_failure.empty(); },
+     [](const Findings& f, const Context&, Diagnosis& d) {
+       d.summary = (f.failed_node.empty() ? std::string("a node") : "node " + f.failed_node) +
+                   " failed (SLURM lost it) and SLURM ended the job";
+       d.evidence = f.node_failure;
+       d.fix =
+           "resume from the last checkpoint on the nodes that are left: run.slurm's job requeues itself, and "
+           "submitted with a node range (sbatch --nodes 1-2 ...) it starts again on fewer nodes, with fewer "
+           "data-parallel ranks and the same global batch; check the lost node (`llamatrain doctor`, its slurmd log)";
+     },
+     true, true},
     {"time_limit", [](const Findings& f, const Context&) { return !f.time_limit.empty(); },
      [](const Findings& f, const Context&, Diagnosis& d) {
        d.summary = "the job reached its time limit and SLURM stopped it";

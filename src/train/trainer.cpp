@@ -150,6 +150,8 @@ class Trainer {
   void describe_run(const std::optional<std::string>& resume);
   void make_model();
   void say_freeze_changes(const std::vector<std::string>& saved);
+  BatchLayout batch_layout() const;
+  void say_layout_changes(const BatchLayout& saved);
   void choose_starting_point(const std::optional<std::string>& resume);
   void check_resume_tokenizer(const std::string& resume) const;
   void open_data();
@@ -437,6 +439,53 @@ void Trainer::make_model() {
 // What changed in model.freeze since the checkpoint `saved` (its frozen tensors): one line for the
 // tensors that train again (their optimizer state starts at zero), one for those frozen now (their
 // optimizer state is dropped).
+BatchLayout Trainer::batch_layout() const {
+  return BatchLayout{cfg_.model.tensor_model_parallel_size, cfg_.model.pipeline_model_parallel_size,
+                     int(cfg_.data_parallel_size()), cfg_.model.global_batch_size, cfg_.model.micro_batch_size};
+}
+
+// A resume under another layout (fewer nodes after one was lost, a new --nodes): the data-parallel
+// ranks and the accumulation change, the global batch (and so the curve) does not; a new global batch
+// changes the curve, and is said as such. (Older checkpoints do not record it: nothing is said.)
+void Trainer::say_layout_changes(const BatchLayout& saved) {
+  const BatchLayout now = batch_layout();
+  if (saved.data_parallel > 0 && (saved.data_parallel != now.data_parallel || saved.tensor_parallel != now.tensor_parallel ||
+                                  saved.pipeline_parallel != now.pipeline_parallel)) {
+    say(fmt::format("layout changed since the checkpoint: data {} x tensor {} x pipeline {} -> data {} x tensor {} x "
+                    "pipeline {}",
+                    saved.data_parallel, saved.tensor_parallel, saved.pipeline_parallel, now.data_parallel,
+                    now.tensor_parallel, now.pipeline_parallel));
+  }
+  const bool batch_recorded = saved.global_batch_size > 0 && saved.micro_batch_size > 0;
+  if (batch_recorded && saved.accumulation() != now.accumulation())
+    say(fmt::format("gradient accumulation changed since the checkpoint: {} -> {} micro-batches of {} per data-parallel "
+                    "rank{}",
+                    saved.accumulation(), now.accumulation(), now.micro_batch_size,
+                    saved.global_batch_size == now.global_batch_size
+                        ? fmt::format("; the global batch stays {} samples", now.global_batch_size)
+                        : std::string()));
+  if (batch_recorded && saved.global_batch_size != now.global_batch_size)
+    say(fmt::format("global batch changed since the checkpoint: {} -> {} samples (model.global_batch_size): the "
+                    "run goes on with another batch, so its curve is not the one it would have had",
+                    saved.global_batch_size, now.global_batch_size));
+  if (saved.data_parallel > 0 && (saved.data_parallel != now.data_parallel || saved.tensor_parallel != now.tensor_parallel ||
+                                  saved.pipeline_parallel != now.pipeline_parallel ||
+                                  (batch_recorded && (saved.global_batch_size != now.global_batch_size ||
+                                                      saved.micro_batch_size != now.micro_batch_size))))
+    event("layout_changed", {{"from", {{"dp", saved.data_parallel},
+                                       {"tp", saved.tensor_parallel},
+                                       {"pp", saved.pipeline_parallel},
+                                       {"global_batch_size", saved.global_batch_size},
+                                       {"micro_batch_size", saved.micro_batch_size},
+                                       {"accumulation", saved.accumulation()}}},
+                             {"to", {{"dp", now.data_parallel},
+                                     {"tp", now.tensor_parallel},
+                                     {"pp", now.pipeline_parallel},
+                                     {"global_batch_size", now.global_batch_size},
+                                     {"micro_batch_size", now.micro_batch_size},
+                                     {"accumulation", now.accumulation()}}}});
+}
+
 void Trainer::say_freeze_changes(const std::vector<std::string>& saved) {
   const model::LlamaConfig& mc = plan_.model;
   std::vector<std::string> unfrozen, frozen;
@@ -498,6 +547,7 @@ std::optional<std::string> Trainer::find_resume(std::vector<std::string>* warnin
 void Trainer::choose_starting_point(const std::optional<std::string>& resume) {
   st_.seed = uint64_t(cfg_.model.seed);
   st_.precision = model::precision_name(plan_.precision);
+  st_.layout = batch_layout();
   const double t0 = now_s();
   if (resume) {
     check_resume_tokenizer(*resume);
@@ -505,6 +555,8 @@ void Trainer::choose_starting_point(const std::optional<std::string>& resume) {
     IoProgress bar("loading checkpoint", rank0() ? checkpoint_tensor_bytes(*model_) : 0);
     st_ = load_checkpoint(*resume, *model_, bar.callback());
     say_freeze_changes(st_.frozen);
+    say_layout_changes(st_.layout);
+    st_.layout = batch_layout();  // this run's, for its checkpoints
     say(fmt::format("resumed at step {} ({} samples consumed) in {}", st_.step, st_.consumed_samples,
                     obs::format_duration(now_s() - t0)));
     event("checkpoint_loaded", {{"step", st_.step}, {"path", *resume}, {"consumed_samples", st_.consumed_samples}});
@@ -788,6 +840,7 @@ void Trainer::rollback(const StepResult& s) {
   st_.consumed_samples = keep.consumed_samples;
   st_.skipped_steps = keep.skipped_steps;
   st_.rollbacks = keep.rollbacks + 1;
+  st_.layout = keep.layout;  // (a checkpoint of an earlier start may have had another)
   st_.train_seconds = keep.train_seconds;
   nonfinite_run_ = 0;
 }

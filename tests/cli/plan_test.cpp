@@ -180,6 +180,39 @@ TEST(Plan, ALayoutThatCannotRunFailsWithTheKey) {
   EXPECT_FALSE(exists(dir / "run"));
 }
 
+TEST(Plan, FitNodesNamesTheLargestNodeCountTheLayoutDivides) {
+  // What launch/slurm/run.slurm asks when a node range gave it an allocation: how many of the nodes
+  // the config's layout can use (the same TP and PP, fewer data-parallel ranks).
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"--nodes", "3", "--ranks-per-node", "1", "model.tensor_model_parallel_size=2"}, "2\n"},
+      {{"--nodes", "4", "--ranks-per-node", "1", "model.tensor_model_parallel_size=2"}, "4\n"},
+      {{"--nodes", "5", "--ranks-per-node", "2", "model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=2"}, "4\n"},
+      // global batch 6 of micro-batches of 2: 3 data-parallel ranks, or 1, not 2 or 4
+      {{"--nodes", "4", "--ranks-per-node", "1", "model.global_batch_size=6", "model.micro_batch_size=2"}, "3\n"},
+      {{"--nodes", "2", "--ranks-per-node", "1", "model.global_batch_size=6", "model.micro_batch_size=2"}, "1\n"},
+      {{"--nodes", "1", "--ranks-per-node", "1"}, "1\n"},
+  };
+  for (const Case& c : cases) {
+    auto args = plan_args(dir / "run", c.args);
+    args.push_back("--fit-nodes");
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.code, 0) << describe(r);
+    EXPECT_EQ(r.out, c.expected) << describe(r);
+  }
+  // No count fits: the error for the nodes given, naming the key.
+  auto none = plan_args(dir / "run", {"--nodes", "3", "--ranks-per-node", "1", "model.tensor_model_parallel_size=4", "--fit-nodes"});
+  expect_plain_error(run_cli(none), {"model.tensor_model_parallel_size", "does not divide the 3 ranks"});
+  // It needs the nodes the job has.
+  auto no_nodes = plan_args(dir / "run", {"--fit-nodes"});
+  expect_plain_error(run_cli(no_nodes), {"--fit-nodes", "--nodes"});
+  EXPECT_FALSE(exists(dir / "run"));
+}
+
 TEST(Plan, TokenIdsTheModelCannotHoldFailTheDataCheck) {
   TempDir dir;
   // The fixture corpus has ids up to 499 (a 500-piece tokenizer); a model of 300 ids cannot train on it.

@@ -208,6 +208,15 @@ TEST(DataParallelTrain, Dp2Zero1CheckpointResumesOnOneRankOnTheSameCurve) {
   const auto second = train(0, moved, one_rank);
   ASSERT_EQ(second.status, 0) << second.log;
   EXPECT_NE(second.log.find("resumed at step " + std::to_string(saved)), std::string::npos) << second.log;
+  // The layout changed and the global batch did not: said, and the curve below is the same.
+  EXPECT_NE(second.log.find("layout changed since the checkpoint: data 2 x tensor 1 x pipeline 1 -> data 1 x "
+                            "tensor 1 x pipeline 1"),
+            std::string::npos)
+      << second.log;
+  EXPECT_NE(second.log.find("gradient accumulation changed since the checkpoint: 2 -> 4 micro-batches of 2 per "
+                            "data-parallel rank; the global batch stays 8 samples"),
+            std::string::npos)
+      << second.log;
   const auto a = losses(dir / "full"), b = losses(moved);
   ASSERT_EQ(steps_of(a), step_range(1, 300)) << full.log;
   ASSERT_EQ(b.size(), 300u);

@@ -340,6 +340,48 @@ TEST(Trainer, GradientAccumulationEqualsOneLargerMicroBatch) {
   }
 }
 
+TEST(Trainer, AResumeUnderAnotherBatchSaysWhatChanged) {
+  // The checkpoint records the batch it was trained with; a resume with another micro batch (the
+  // same global batch: the accumulation changes, the curve does not) or another global batch says so,
+  // in a line and a layout_changed event. A resume with the same batch says nothing.
+  TempDir dir;
+  const std::string run = dir / "run";
+  const auto first = run_train(run, {"trainer.max_steps=3", "model.micro_batch_size=2", "model.global_batch_size=8"});
+  ASSERT_EQ(first.status, 0) << first.log;
+  const auto state = nlohmann::json::parse(testing::read_file(run + "/checkpoints/step_3/trainer_state.json"));
+  EXPECT_EQ(state["layout"]["global_batch_size"], 8) << state.dump();
+  EXPECT_EQ(state["layout"]["micro_batch_size"], 2) << state.dump();
+  const std::string from = "model.resume_from_checkpoint=" + run + "/checkpoints/step_3";
+
+  const auto same = run_train(dir / "same", {"trainer.max_steps=4", from, "model.micro_batch_size=2", "model.global_batch_size=8"});
+  ASSERT_EQ(same.status, 0) << same.log;
+  EXPECT_EQ(same.log.find("since the checkpoint"), std::string::npos) << same.log;
+  EXPECT_EQ(same.log.find("layout_changed"), std::string::npos) << same.log;
+
+  const auto micro = run_train(dir / "micro", {"trainer.max_steps=4", from, "model.micro_batch_size=4", "model.global_batch_size=8"});
+  ASSERT_EQ(micro.status, 0) << micro.log;
+  EXPECT_NE(micro.log.find("gradient accumulation changed since the checkpoint: 4 -> 2 micro-batches of 4 per "
+                           "data-parallel rank; the global batch stays 8 samples"),
+            std::string::npos)
+      << micro.log;
+  EXPECT_EQ(micro.log.find("global batch changed"), std::string::npos) << micro.log;
+  EXPECT_NE(micro.log.find(R"("event":"layout_changed")"), std::string::npos) << micro.log;
+
+  const auto global = run_train(dir / "global", {"trainer.max_steps=4", from, "model.micro_batch_size=2", "model.global_batch_size=16"});
+  ASSERT_EQ(global.status, 0) << global.log;
+  EXPECT_NE(global.log.find("gradient accumulation changed since the checkpoint: 4 -> 8 micro-batches of 2 per "
+                            "data-parallel rank"),
+            std::string::npos)
+      << global.log;
+  EXPECT_EQ(global.log.find("the global batch stays"), std::string::npos) << global.log;
+  EXPECT_NE(global.log.find("global batch changed since the checkpoint: 8 -> 16 samples (model.global_batch_size)"),
+            std::string::npos)
+      << global.log;
+  // The new checkpoint records the new batch.
+  const auto after = nlohmann::json::parse(testing::read_file(dir / "global/checkpoints/step_4/trainer_state.json"));
+  EXPECT_EQ(after["layout"]["global_batch_size"], 16) << after.dump();
+}
+
 TEST(Trainer, ResumeAfterSigkillIsBitwiseIdentical) {
   // An uninterrupted 60-step run against one killed with SIGKILL as soon as its first checkpoint
   // exists and then rerun with the same command: same losses after the resume step, and the final
