@@ -54,7 +54,10 @@ done
 # n2 is lost: its daemon and its rank die, and the controller marks it DOWN.
 rank1=$(rank_pid "$job" 1) || fail "no process of rank 1 of job $job"
 slurmd2=$(sed -n 's/^slurmd-n2 //p' "$SLURM_CLUSTER_DIR/pids")
+exec 3>&2 2>/dev/null  # (this shell started slurmd: no "Killed" notice when it reaps it)
 kill -KILL "$slurmd2" "$rank1"
+wait "$slurmd2" || true
+exec 2>&3 3>&-
 scontrol update NodeName=n2 State=DOWN Reason="lost in a test"
 for ((i = 0; i < 600; i++)); do
   [ "$(slurm_job_field "$job" Restarts)" -ge 1 ] 2>/dev/null && [ "$(slurm_job_field "$job" JobState)" = PENDING ] && break
@@ -88,7 +91,9 @@ train_log=$LLAMATRAIN_RUN_DIR/train_log.txt
 expect_in "$train_log" "parallel layout: 2 ranks = data 2 x tensor 1 x pipeline 1; 16 micro-batches of 2 per data-parallel rank per step"
 expect_in "$train_log" "layout changed since the checkpoint: data 2 x tensor 1 x pipeline 1 -> data 1 x tensor 1 x pipeline 1"
 expect_in "$train_log" "gradient accumulation changed since the checkpoint: 16 -> 32 micro-batches of 2 per data-parallel rank; the global batch stays 64 samples"
-expect_in "$train_log" "training: steps $saved -> $TRAIN_ITERS, global batch 64 = micro batch 2 x 32 accumulation"
+resumed=$(sed -n 's/.*resumed at step \([0-9]*\) .*/\1/p' "$train_log" | tail -n 1)
+[ -n "$resumed" ] && [ "$resumed" -ge "$saved" ] || fail "the second start did not resume from a checkpoint of the first"
+expect_in "$train_log" "training: steps $resumed -> $TRAIN_ITERS, global batch 64 = micro batch 2 x 32 accumulation"
 diagnose_job shrunk-finished "$log" shrunk
 expect_diagnosis shrunk-finished success
 # Every step's loss, before and after the lost node, is the one-process run's (fp32: the sums of the
