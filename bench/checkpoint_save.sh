@@ -52,7 +52,7 @@ tokens_per_s() { sed -n 's/.*= \([0-9.]*k\?\) tokens\/s end to end.*/\1/p' | sed
 echo "== $MODEL, $PRECISION, batch $BATCH x seq $SEQ, $STEPS steps, a save every $EVERY, $OMP_NUM_THREADS threads"
 for round in $(seq 1 "$ROUNDS"); do
   none=$(run_train "$WORK/none" exp_manager.create_checkpoint_callback=false)
-  place=$(run_train "$WORK/place")
+  place=$(run_train "$WORK/place" exp_manager.checkpoint_callback_params.async_save=false)
   behind=$(run_train "$WORK/behind" exp_manager.checkpoint_callback_params.async_save=true)
   # The save at the end is written in place in both runs: its bytes and seconds, then dd's.
   read -r bytes seconds < <(echo "$place" | grep '^checkpoint (end)' |

@@ -443,4 +443,57 @@ class FileSizeLimit {
   void (*old_handler_)(int);
 };
 
+// ---- a memory cgroup ----
+
+// A memory cgroup of the test's own (cgroup v1's memory controller, or v2), removed when it goes out
+// of scope. ok() is false where none can be made (not root, no writable hierarchy): the test skips.
+class MemoryCgroup {
+ public:
+  explicit MemoryCgroup(const std::string& name) {
+    for (const auto& [root, file] : {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
+                                     {"/sys/fs/cgroup", "memory.max"},
+                                     {"/sys/fs/cgroup/unified", "memory.max"}}) {
+      const std::string c = root + "/" + name + "_" + std::to_string(::getpid());
+      std::error_code ec;
+      if (std::filesystem::create_directory(c, ec) && std::filesystem::exists(c + "/" + file)) {
+        path_ = c, limit_file_ = file;
+        return;
+      }
+      std::filesystem::remove(c, ec);
+    }
+  }
+  ~MemoryCgroup() {
+    if (path_.empty()) return;
+    for (int i = 0; i < 50 && ::rmdir(path_.c_str()) != 0; i++) ::usleep(100000);  // its processes ending
+  }
+  MemoryCgroup(const MemoryCgroup&) = delete;
+  MemoryCgroup& operator=(const MemoryCgroup&) = delete;
+  bool ok() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+  // The limit, swap included where v1 can limit that too (v1 keeps memory <= memory+swap: lowered
+  // first, raised last).
+  void limit(int64_t bytes) const {
+    const std::string memsw = path_ + "/memory.memsw.limit_in_bytes";
+    const bool has_memsw = std::filesystem::exists(memsw);
+    if (has_memsw && bytes > current(memsw)) write_file(memsw, std::to_string(bytes));
+    write_file(path_ + "/" + limit_file_, std::to_string(bytes));
+    if (has_memsw) write_file(memsw, std::to_string(bytes));
+  }
+  // `/bin/sh -c` text that runs argv inside the cgroup (the shell moves itself in, then execs).
+  std::string command(const std::vector<std::string>& argv) const {
+    std::string cmd = "echo $$ > " + path_ + "/cgroup.procs && exec";
+    for (const auto& a : argv) cmd += " '" + a + "'";
+    return cmd;
+  }
+
+ private:
+  static int64_t current(const std::string& file) {
+    std::ifstream f(file);
+    int64_t v = 0;
+    f >> v;
+    return v;
+  }
+  std::string path_, limit_file_;
+};
+
 }  // namespace llamatrain::testing

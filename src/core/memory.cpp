@@ -1,4 +1,4 @@
-// available_memory_bytes / check_memory_fits (core/memory.h): /proc/meminfo and cgroup v2 files.
+// available_memory_bytes / check_memory_fits (core/memory.h): /proc/meminfo and the cgroup files.
 #include "core/memory.h"
 
 #include <sys/resource.h>
@@ -22,6 +22,62 @@ int64_t read_int(const char* path) {
   return v;
 }
 
+// A value of memory.stat ("name value" lines); 0 where it is missing.
+int64_t stat_value(const std::string& path, const std::string& name) {
+  std::ifstream f(path);
+  std::string key;
+  int64_t v = 0;
+  while (f >> key >> v)
+    if (key == name) return v;
+  return 0;
+}
+
+// The least room a memory cgroup and its ancestors leave (limit - working set), -1 when none has a
+// limit. dir: the cgroup's folder; root: the hierarchy's mount, where the walk stops.
+int64_t cgroup_room(std::string dir, const std::string& root, bool v2) {
+  const char* limit_file = v2 ? "/memory.max" : "/memory.limit_in_bytes";
+  const char* usage_file = v2 ? "/memory.current" : "/memory.usage_in_bytes";
+  const char* cache_key = v2 ? "inactive_file" : "total_inactive_file";
+  int64_t room = -1;
+  while (true) {
+    const int64_t limit = read_int((dir + limit_file).c_str()), used = read_int((dir + usage_file).c_str());
+    if (limit > 0 && used >= 0) {
+      const int64_t working = std::max<int64_t>(0, used - stat_value(dir + "/memory.stat", cache_key));
+      const int64_t here = std::max<int64_t>(limit - working, 0);
+      room = room < 0 ? here : std::min(room, here);
+    }
+    if (dir.size() <= root.size()) break;
+    dir = dir.substr(0, dir.rfind('/'));
+  }
+  return room;
+}
+
+// The room the memory cgroups of this process leave (/proc/self/cgroup: "0::PATH" for cgroup v2,
+// "N:...memory...:PATH" for v1's memory controller), -1 when none limits it.
+int64_t process_cgroup_room() {
+  std::ifstream f("/proc/self/cgroup");
+  int64_t room = -1;
+  auto take = [&](int64_t r) {
+    if (r >= 0) room = room < 0 ? r : std::min(room, r);
+  };
+  for (std::string line; std::getline(f, line);) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string id = line.substr(0, a), controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    if (path == "/") path.clear();
+    if (id == "0" && controllers.empty()) {
+      // v2: mounted at /sys/fs/cgroup, or at /sys/fs/cgroup/unified beside v1 (hybrid)
+      const std::string root = std::ifstream("/sys/fs/cgroup/cgroup.controllers").good() ? "/sys/fs/cgroup"
+                                                                                          : "/sys/fs/cgroup/unified";
+      take(cgroup_room(root + path, root, true));
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      take(cgroup_room("/sys/fs/cgroup/memory" + path, "/sys/fs/cgroup/memory", false));
+    }
+  }
+  return room;
+}
+
 }  // namespace
 
 int64_t available_memory_bytes() {
@@ -35,11 +91,7 @@ int64_t available_memory_bytes() {
     if (in >> kb) avail = kb * 1024;
     break;
   }
-  const int64_t limit = read_int("/sys/fs/cgroup/memory.max"), used = read_int("/sys/fs/cgroup/memory.current");
-  if (limit > 0 && used >= 0) {
-    const int64_t room = std::max<int64_t>(limit - used, 0);
-    avail = avail < 0 ? room : std::min(avail, room);
-  }
+  if (const int64_t room = process_cgroup_room(); room >= 0) avail = avail < 0 ? room : std::min(avail, room);
   return avail;
 }
 

@@ -8,8 +8,11 @@
 
 namespace llamatrain {
 
-// min(MemAvailable of /proc/meminfo, cgroup v2 memory.max - memory.current) in bytes; -1 if neither
-// can be read (the caller then skips its check).
+// min(MemAvailable of /proc/meminfo, the room the memory cgroups of this process leave) in bytes; -1
+// if neither can be read (the caller then skips its check). The cgroups are the process's own (from
+// /proc/self/cgroup: a SLURM job's, a container's) and their ancestors, cgroup v2 (memory.max) or v1
+// (memory.limit_in_bytes); each leaves its limit minus its working set (the usage without the page
+// cache the kernel can drop, memory.stat's inactive_file).
 int64_t available_memory_bytes();
 
 // Throws Error "memory: <what> needs X GB (<detail>), but Y GB is available" + hint when need_bytes

@@ -47,7 +47,9 @@ struct CheckpointCallbackParams {
   bool save_last = false;
   std::string filename;                       // NeMo's pattern, e.g. megatron_llama--{step}-{consumed_samples}
   std::optional<std::string> dirpath;         // null: <log dir>/checkpoints
-  bool async_save = false;                    // write behind the next steps from a host copy of the state
+  // Write behind the next steps from a host copy of the state; unset: where the copy fits in memory
+  // (train/job_plan.h async_save_fits), which train decides at its start and plan predicts.
+  std::optional<bool> async_save;
 
   bool operator==(const CheckpointCallbackParams&) const = default;
 };

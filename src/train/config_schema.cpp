@@ -237,7 +237,7 @@ Schema build_schema() {
   s.key(ck + "save_top_k", FIELD(exp_manager.checkpoint_callback_params.save_top_k), "1",
         "keep the newest K checkpoints (checkpoints are ranked by step); -1: keep all", at_least(-1));
   s.key(ck + "every_n_train_steps", FIELD(exp_manager.checkpoint_callback_params.every_n_train_steps), "null",
-        "save every N optimizer steps; null: at each validation", at_least(1));
+        "save every N optimizer steps; null: only at the end of training and on a stop signal", at_least(1));
   s.key(ck + "train_time_interval", FIELD(exp_manager.checkpoint_callback_params.train_time_interval), "null",
         "also save when this many seconds passed since the last save", positive());
   s.key(ck + "save_last", FIELD(exp_manager.checkpoint_callback_params.save_last), "false",
@@ -246,9 +246,11 @@ Schema build_schema() {
         "checkpoint name pattern; {step} and {consumed_samples} are filled in");
   s.key(ck + "dirpath", FIELD(exp_manager.checkpoint_callback_params.dirpath), "null",
         "checkpoint folder; null: <log folder>/checkpoints");
-  s.key(ck + "async_save", FIELD(exp_manager.checkpoint_callback_params.async_save), "false",
+  s.key(ck + "async_save", FIELD(exp_manager.checkpoint_callback_params.async_save), "null",
         "write checkpoints behind the next training steps: the state is copied to host memory (the only "
-        "pause; plan counts the copy), a writer thread writes, fsyncs and commits it; one save at a time");
+        "pause; plan counts the copy), a writer thread writes, fsyncs and commits it; one save at a time. "
+        "null: on where every rank's copy fits beside its steps in its share of the node's free memory with "
+        "a fifth of it left (train decides at its start and says so; plan predicts it)");
   s.only(ck + "monitor", "step", "checkpoints are ranked by step: save_top_k keeps the newest K");
   s.only(ck + "mode", "max", "checkpoints are ranked by step: save_top_k keeps the newest K");
   s.only(ck + "always_save_nemo", "false", ".nemo archives are not written; convert_to_hf exports Hugging Face files");

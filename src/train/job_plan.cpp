@@ -96,6 +96,29 @@ int64_t communication_bytes(const TrainConfig& cfg, const RunPlan& p) {
 // shared-memory segments, buffers), measured with OpenMPI 4.1 on one and two ranks of a node.
 constexpr int64_t kMpiRuntimeBytes = 16'000'000;
 
+}  // namespace
+
+bool saves_before_the_end(const TrainConfig& cfg) {
+  const auto& cb = cfg.exp_manager.checkpoint_callback_params;
+  if (!cfg.exp_manager.create_checkpoint_callback) return false;
+  return (cb.every_n_train_steps && *cb.every_n_train_steps < cfg.trainer.max_steps) || cb.train_time_interval;
+}
+
+int64_t save_copy_bytes(const RunPlan& p) {
+  const bool model_parallel = p.layout.tp_size * p.layout.pp_size > 1;
+  int64_t bytes = 0;
+  if (p.zero1 || p.layout.dp_rank == 0) bytes = p.memory.optimizer;
+  if (!model_parallel && p.layout.rank == 0) bytes += p.model.num_params() * 4;
+  return bytes;
+}
+
+bool async_save_fits(int64_t copy_bytes, int64_t steps_bytes, int64_t memory_per_rank) {
+  if (copy_bytes == 0) return true;
+  return memory_per_rank >= 0 && double(copy_bytes + steps_bytes) <= 0.8 * double(memory_per_rank);
+}
+
+namespace {
+
 RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime) {
   RankMemory m;
   m.stage = p.layout.pp_rank;
@@ -112,10 +135,9 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   const bool model_parallel = p.layout.tp_size * p.layout.pp_size > 1;
   if (runtime > 0 && model_parallel && p.layout.tp_rank == 0 && p.layout.pp_rank == 0)
     m.save_gather = p.model.num_params() * 4;
-  if (runtime > 0 && cfg.exp_manager.checkpoint_callback_params.async_save) {
-    if (p.zero1 || p.layout.dp_rank == 0) m.save_copy = p.memory.optimizer;
-    if (!model_parallel && p.layout.rank == 0) m.save_copy += p.model.num_params() * 4;
-  }
+  if (runtime > 0 && cfg.exp_manager.checkpoint_callback_params.async_save.value_or(false) &&
+      saves_before_the_end(cfg))
+    m.save_copy = save_copy_bytes(p);
   const bool writes_export = p.layout.dp_rank == 0 && p.layout.tp_rank == 0 && p.layout.pp_rank == 0;
   if (runtime > 0 && !p.export_dir.empty() && writes_export)
     m.export_hf = p.model.num_params() * (4 + (p.precision == model::Precision::fp32 ? 4 : 2));
@@ -527,6 +549,31 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   guarded("outputs", [&] { return check_outputs(p); });
   guarded("disk", [&] { return check_disk(cfg, p); });
 
+  // Memory per rank: the accelerator's, or this machine's shared by the node's ranks.
+  const int64_t avail = acc ? acc->memory_bytes : available_memory_bytes();
+  jp.memory_per_rank = avail < 0 ? -1 : acc ? avail : avail / std::max(1, jp.ranks_per_node);
+  // async_save unset: decided as train decides it at its start, on this machine (an accelerator's job
+  // decides on its host, whose memory is not planned here).
+  auto& async = cfg.exp_manager.checkpoint_callback_params.async_save;
+  if (saves_before_the_end(cfg) && !async && !acc) {
+    bool fits = true;
+    int64_t copy = 0;
+    for (const RunPlan& s : stages) {
+      copy = std::max(copy, save_copy_bytes(s));
+      fits = fits && async_save_fits(save_copy_bytes(s), rank_memory(cfg, s, runtime).peak(), jp.memory_per_rank);
+    }
+    async = fits;
+    jp.checks.push_back({Status::pass, "async save",
+                         fmt::format("{}: the host copy of a save written behind the steps ({} on the rank that "
+                                     "holds most) {} beside the steps with a fifth of the memory left "
+                                     "(exp_manager.checkpoint_callback_params.async_save unset; true or false decides)",
+                                     fits ? "on" : "off", obs::format_bytes(double(copy)), fits ? "fits" : "does not fit")});
+  } else if (saves_before_the_end(cfg) && !async) {
+    jp.checks.push_back({Status::pass, "async save",
+                         "decided when the job starts, from its host's free memory "
+                         "(exp_manager.checkpoint_callback_params.async_save unset)"});
+  }
+
   for (const RunPlan& s : stages) jp.stages.push_back(rank_memory(cfg, s, runtime));
   for (const char* mode : {"none", "selective", "full"}) {
     TrainConfig c = cfg;
@@ -540,9 +587,6 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
     }
   }
 
-  // Memory per rank: the accelerator's, or this machine's shared by the node's ranks.
-  const int64_t avail = acc ? acc->memory_bytes : available_memory_bytes();
-  jp.memory_per_rank = avail < 0 ? -1 : acc ? avail : avail / std::max(1, jp.ranks_per_node);
   const int64_t peak = jp.peak_rank_bytes();
   const std::string where = acc ? acc->name : "this machine";
   if (jp.memory_per_rank < 0) {

@@ -60,6 +60,15 @@ struct RankMemory {
   int64_t peak() const { return total() + export_hf; }  // the steps', then the export's at the end
 };
 
+// Whether a run saves before its end (every_n_train_steps below max_steps, or train_time_interval):
+// only those saves are written behind the steps; the end's and a stop signal's are written in place.
+bool saves_before_the_end(const TrainConfig& cfg);
+// The host copy a save written behind the steps keeps on the rank of `p` (RankMemory::save_copy).
+int64_t save_copy_bytes(const RunPlan& p);
+// async_save left unset: on where a rank's host copy, beside what its steps hold, fits in what the rank
+// may have (memory_per_rank; < 0: unknown) with a fifth of it left free. A rank with no copy fits.
+bool async_save_fits(int64_t copy_bytes, int64_t steps_bytes, int64_t memory_per_rank);
+
 struct JobPlan {
   std::string hardware;        // what the figures are for: "this CPU (...)", or the accelerator's name
   int nodes = 1, ranks_per_node = 1;

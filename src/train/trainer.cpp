@@ -42,6 +42,7 @@
 #include "train/data.h"
 #include "train/events.h"
 #include "train/gather_weights.h"
+#include "train/job_plan.h"
 #include "train/run_log.h"
 #include "train/signals.h"
 
@@ -151,6 +152,7 @@ class Trainer {
   void make_model();
   void say_freeze_changes(const std::vector<std::string>& saved);
   BatchLayout batch_layout() const;
+  void decide_async_save();
   void say_layout_changes(const BatchLayout& saved);
   void choose_starting_point(const std::optional<std::string>& resume);
   void check_resume_tokenizer(const std::string& resume) const;
@@ -193,6 +195,8 @@ class Trainer {
   double embedding_lr_scale_ = -1;  // model.optim.embedding_lr / model.optim.lr (< 0: not set)
   model::AdamWConfig opt_;
   double peak_gflops_ = 0, flops_per_step_ = 0;
+  bool async_save_ = false;    // checkpoints written behind the steps (decide_async_save)
+  int64_t runtime_bytes_ = 0;  // resident before the model was made: libraries, runtime (plan's "runtime")
   InjectedNonfinite inject_;  // the listed steps fire once (not again after a rollback)
   // One (tokens, targets) pair per activation slot: a pipeline stage reads them again in the backward.
   std::vector<MicroBatch> batches_;  // per activation slot
@@ -310,6 +314,7 @@ void Trainer::start() {
   for (const auto& w : warnings) say(w);
   if (!resume_error.empty()) throw Error(resume_error, "checkpoint");
   context_ = "config";
+  runtime_bytes_ = std::max<int64_t>(0, current_rss_bytes());  // what the process holds before the model
   make_model();
   context_ = "checkpoint";
   choose_starting_point(resume);
@@ -338,6 +343,46 @@ void Trainer::start() {
                   "lr schedule {}",
                   st_.step, cfg_.trainer.max_steps, plan_.global_batch, plan_.B, plan_.micro_batches, plan_.T,
                   cfg_.model.optim.sched.name));
+  decide_async_save();
+}
+
+// exp_manager.checkpoint_callback_params.async_save as given; unset, on where every rank's host copy
+// (save_copy_bytes) fits beside its steps in what it may have: its share of the memory its node has
+// left, plus what it holds already (job_plan.h async_save_fits, as plan predicts it). The ranks decide
+// together: a save is collective, behind the steps on all of them or on none.
+void Trainer::decide_async_save() {
+  const auto& given = cfg_.exp_manager.checkpoint_callback_params.async_save;
+  if (given || !saves_before_the_end(cfg_)) {  // (the end's and a signal's saves are written in place)
+    async_save_ = given.value_or(false);
+    return;
+  }
+  const int64_t copy = save_copy_bytes(plan_);
+  int ranks_here = 1;
+  if (ranks_.world) {
+    const auto hosts = ranks_.world->gather_strings(host_name());
+    ranks_here = int(std::max<ptrdiff_t>(1, std::count(hosts.begin(), hosts.end(), host_name())));
+  }
+  // What a rank may have, as plan counts it: its share of what the node has left, plus what it holds.
+  const int64_t avail = available_memory_bytes(), held = std::max<int64_t>(0, current_rss_bytes());
+  const int64_t per_rank = avail < 0 ? -1 : avail / ranks_here + held;
+  // What the steps hold in host memory at their peak, as plan counts it: the runtime and, on this CPU,
+  // the state and activations (the activations come later); on an accelerator what the process holds.
+  const int64_t steps =
+      plan_.device == model::Device::cpu ? std::max(runtime_bytes_ + plan_.memory.total(), held) : held;
+  float misfits = async_save_fits(copy, steps, per_rank) ? 0.0f : 1.0f;
+  if (ranks_.world) ranks_.world->all_reduce(&misfits, 1);
+  async_save_ = misfits == 0;
+  const std::string room = per_rank < 0 ? "the unknown memory" : "the " + obs::format_bytes(double(per_rank));
+  const std::string key = "exp_manager.checkpoint_callback_params.async_save";
+  if (async_save_)
+    say(fmt::format("checkpoints: written behind the steps ({} unset: a host copy of {} fits beside the steps in {} "
+                    "a rank may use, a fifth left free)",
+                    key, obs::format_bytes(double(copy)), room));
+  else
+    say(fmt::format("checkpoints: written in place ({} unset: a host copy of {} would not fit beside the steps in {} "
+                    "a rank may use, a fifth left free{}; {}=true writes behind anyway)",
+                    key, obs::format_bytes(double(copy)), room,
+                    async_save_fits(copy, steps, per_rank) ? ", on another rank" : "", key));
 }
 
 // The first line names the job, its hosts, ranks and layout; the start event says the same and
@@ -925,7 +970,7 @@ void Trainer::maybe_save(bool stop) {
   if (!(by_steps || by_time || last || stop)) return;
   // The last save and a signal's are waited for anyway: those write in place.
   save(stop ? "stop signal" : last ? "end" : by_steps ? "every_n_train_steps" : "train_time_interval",
-       cfg_.exp_manager.checkpoint_callback_params.async_save && !stop && !last);
+       async_save_ && !stop && !last);
   t_last_ckpt_ = t_log_ = now_s();
   comm_mark_ = parallel::blocked_seconds();
 }

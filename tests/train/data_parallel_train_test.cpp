@@ -125,8 +125,11 @@ TEST(DataParallelTrain, AsyncSavesOnTwoRanksWriteTheSameFiles) {
                                              "exp_manager.checkpoint_callback_params.save_top_k=-1"};
     const std::string name = std::string(layout).substr(6, 5);
     const std::string sync = dir / (name + "_sync"), async = dir / (name + "_async");
-    const auto a = train(2, sync, common);
+    auto in_place = common;
+    in_place.push_back("exp_manager.checkpoint_callback_params.async_save=false");
+    const auto a = train(2, sync, in_place);
     ASSERT_EQ(a.status, 0) << a.log;
+    EXPECT_EQ(a.log.find("written behind training"), std::string::npos) << a.log;
     auto more = common;
     more.push_back("exp_manager.checkpoint_callback_params.async_save=true");
     const auto b = train(2, async, more);

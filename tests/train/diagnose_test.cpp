@@ -249,33 +249,14 @@ TEST(Diagnose, AMemoryLimitMakesAnOutOfMemoryError) {
 }
 
 TEST(Diagnose, TheKernelsOomKillerFromDmesg) {
-  // A memory cgroup (v1 or v2) of 300 MB around the job; each rank's 1.6 GB of weights: the kernel
-  // kills one. mpirun sees a rank killed by signal 9; the dmesg lines say why.
-  std::string cg;
-  std::string limit_file;
-  for (const auto& [root, file] :
-       {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
-        {"/sys/fs/cgroup", "memory.max"},
-        {"/sys/fs/cgroup/unified", "memory.max"}}) {
-    const std::string c = root + "/llamatrain_diagnose_" + std::to_string(::getpid());
-    std::error_code ec;
-    if (fs::create_directory(c, ec) && fs::exists(c + "/" + file)) {
-      cg = c, limit_file = file;
-      break;
-    }
-    fs::remove(c, ec);
-  }
-  if (cg.empty()) GTEST_SKIP() << "no writable memory cgroup (needs root and cgroup v1 memory or v2 memory.max)";
-  struct RemoveCgroup {
-    std::string path;
-    ~RemoveCgroup() {
-      for (int i = 0; i < 50 && ::rmdir(path.c_str()) != 0; i++)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  } remove_cgroup{cg};
-  llamatrain::testing::write_file(cg + "/" + limit_file, "300000000");
-  if (fs::exists(cg + "/memory.memsw.limit_in_bytes"))  // no swapping out of the limit either
-    llamatrain::testing::write_file(cg + "/memory.memsw.limit_in_bytes", "300000000");
+  // A memory cgroup (v1 or v2) of 2.4 GB around the job of 2 ranks, each planning 1.7 GB (fp32
+  // state of 100M parameters): each rank's memory check at its start sees the cgroup's room and
+  // passes (the ranks check before either allocates: a barrier comes between), then the two together
+  // outgrow it in the first step and the kernel kills one. mpirun sees a rank killed by signal 9; the
+  // dmesg lines say why.
+  const llamatrain::testing::MemoryCgroup cg("llamatrain_diagnose");
+  if (!cg.ok()) GTEST_SKIP() << "no writable memory cgroup (needs root and cgroup v1 memory or v2 memory.max)";
+  cg.limit(2400000000);
   // The kernel's lines from now on: those stamped later than its last one now (the ring buffer
   // drops old lines, so counting them would not do).
   auto stamp = [](const std::string& line) {
@@ -294,10 +275,9 @@ TEST(Diagnose, TheKernelsOomKillerFromDmesg) {
   const std::string run = dir / "kernel_oom";
   fs::create_directories(run);
   // the job joins the cgroup before it starts (the shell writes its own pid, then becomes mpirun)
-  auto argv = job_argv(run, {"trainer.max_steps=4", "model.hidden_size=4096", "model.ffn_hidden_size=11008",
-                             "model.num_attention_heads=32", "model.num_query_groups=32"});
-  std::string cmd = "echo $$ > " + cg + "/cgroup.procs && exec";
-  for (const auto& a : argv) cmd += " '" + a + "'";
+  auto argv = job_argv(run, {"trainer.max_steps=4", "model.hidden_size=2048", "model.ffn_hidden_size=5504",
+                             "model.num_attention_heads=16", "model.num_query_groups=16"});
+  const std::string cmd = cg.command(argv);
   const auto r = wait_for(spawn({"/bin/sh", "-c", cmd}, run + "/job.out"), run + "/job.out");
   EXPECT_NE(r.status, 0) << r.log;
   std::string kmsg;

@@ -134,6 +134,56 @@ TEST(PlanMemory, SavesWrittenBehindTheSteps) {
                               "model.encoder_seq_length=32", "model.micro_batch_size=1", "model.global_batch_size=2"}));
   expect_planned_memory("DP2 ZeRO-1, async_save", 2, with({"model.distributed_optimizer=true"}));
 }
+// async_save unset: on where the host copy of a save fits beside the steps in what a rank may have,
+// with a fifth of it left free, off where it does not. The trainer decides at its start and plan
+// predicts the same; both see the memory cgroup the job runs in (as a SLURM job's limit). A wide fp32
+// model (a 629 MB copy, ~1 GB of steps) in a cgroup of 1.8 GB (the copy does not fit) and of 6 GB.
+TEST(PlanMemory, AsyncSaveIsOnWhereItsHostCopyFits) {
+  const MemoryCgroup cg("llamatrain_async_save");
+  if (!cg.ok()) GTEST_SKIP() << "no writable memory cgroup (needs root and cgroup v1 memory or v2 memory.max)";
+  const std::vector<std::string> wide = {
+      "trainer.precision=32",         "model.hidden_size=1024",        "model.ffn_hidden_size=2816",
+      "model.num_layers=4",           "model.num_attention_heads=8",   "model.num_query_groups=8",
+      "model.encoder_seq_length=32",  "model.max_position_embeddings=32", "model.micro_batch_size=1",
+      "model.global_batch_size=2",    "trainer.max_steps=3",
+      "exp_manager.checkpoint_callback_params.every_n_train_steps=1"};
+  for (const auto& [limit, on] : {std::pair<int64_t, bool>{1800000000, false}, {6000000000, true}}) {
+    SCOPED_TRACE("memory limit " + std::to_string(limit));
+    cg.limit(limit);
+    TempDir dir;
+    std::string out;
+    ASSERT_EQ(run_capture(cg.command(train_args(dir / "run", wide)), &out), 0) << out;
+    EXPECT_NE(out.find(on ? "checkpoints: written behind the steps (exp_manager.checkpoint_callback_params.async_save "
+                            "unset: a host copy of 629 MB fits"
+                          : "checkpoints: written in place (exp_manager.checkpoint_callback_params.async_save unset: "
+                            "a host copy of 629 MB would not fit"),
+              std::string::npos)
+        << out;
+    std::vector<std::string> plan = train_args(dir / "plan", wide);
+    plan[1] = "plan";
+    plan.push_back("--json");
+    ASSERT_EQ(run_capture(cg.command(plan), &out), 0) << out;
+    const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+    std::string said;
+    for (const auto& c : j["checks"])
+      if (c["what"] == "async save") said = c["detail"];
+    EXPECT_EQ(said.rfind(on ? "on: " : "off: ", 0), 0u) << said;
+    const int64_t copy = j["memory_per_rank"][0]["save_copy"].get<int64_t>();
+    if (on)
+      EXPECT_GT(copy, 600000000) << j["memory_per_rank"][0].dump();
+    else
+      EXPECT_EQ(copy, 0) << j["memory_per_rank"][0].dump();
+  }
+  // Given, it is as given, and nothing is said.
+  cg.limit(1800000000);
+  TempDir dir;
+  std::string out;
+  auto forced = train_args(dir / "run", wide);
+  forced.push_back("exp_manager.checkpoint_callback_params.async_save=true");
+  ASSERT_EQ(run_capture(cg.command(forced), &out), 0) << out;
+  EXPECT_EQ(out.find("checkpoints: written"), std::string::npos) << out;
+  EXPECT_NE(out.find("written behind training"), std::string::npos) << out;
+}
 TEST(PlanMemory, TensorParallel2) {
   expect_planned_memory("TP2", 2, {"model.tensor_model_parallel_size=2"}, "1", false);
 }

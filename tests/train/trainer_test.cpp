@@ -395,7 +395,9 @@ TEST(Trainer, ResumeAfterSigkillIsBitwiseIdentical) {
                                             "exp_manager.checkpoint_callback_params.every_n_train_steps=10",
                                             "exp_manager.checkpoint_callback_params.save_top_k=2"};
     const std::string full = dir / (std::string("full_") + precision), cut = dir / (std::string("cut_") + precision);
-    const auto f = run_train(full, extra);
+    auto in_place = extra;
+    in_place.push_back("exp_manager.checkpoint_callback_params.async_save=false");
+    const auto f = run_train(full, in_place);
     ASSERT_EQ(f.status, 0) << f.log;
 
     // The killed run writes its checkpoints behind the steps: what it left resumes to the same run.
@@ -438,8 +440,9 @@ TEST(Trainer, AsyncSavesWriteTheSameCheckpointsAndChangeNothing) {
       return more;
     };
     const std::string p = precision, sync = dir / ("sync" + p), async = dir / ("async" + p), none = dir / ("none" + p);
-    const auto a = run_train(sync, with({}));
+    const auto a = run_train(sync, with({"exp_manager.checkpoint_callback_params.async_save=false"}));
     ASSERT_EQ(a.status, 0) << a.log;
+    EXPECT_EQ(a.log.find("written behind training"), std::string::npos) << a.log;
     const auto b = run_train(async, with({"exp_manager.checkpoint_callback_params.async_save=true"}));
     ASSERT_EQ(b.status, 0) << b.log;
     EXPECT_NE(b.log.find("written behind training: paused "), std::string::npos) << b.log;
