@@ -42,10 +42,12 @@ model:
   optim: {name: adamw, lr: 3.0e-4, sched: {name: CosineAnnealing, warmup_steps: 2, min_lr: 3.0e-5}}
 YAML
 
-run_train() {  # run_train LOG_DIR OVERRIDE... -> the trainer's console lines (no step lines)
+run_train() {  # run_train LOG_DIR OVERRIDE... -> the trainer's console lines (no step lines; of the
+               # event lines only checkpoint_saved's, whose seconds are not rounded)
   rm -rf "$1"
   local dir=$1; shift
-  "$BIN" train "$WORK/save.yaml" exp_manager.explicit_log_dir="$dir" "$@" 2>&1 | grep -v -e '^step ' -e '^@event'
+  "$BIN" train "$WORK/save.yaml" exp_manager.explicit_log_dir="$dir" "$@" 2>&1 |
+    awk '!/^step / && (!/^@event/ || /"event":"checkpoint_saved"/)'
 }
 tokens_per_s() { sed -n 's/.*= \([0-9.]*k\?\) tokens\/s end to end.*/\1/p' | sed 's/k$/e3/'; }
 
@@ -54,18 +56,17 @@ for round in $(seq 1 "$ROUNDS"); do
   none=$(run_train "$WORK/none" exp_manager.create_checkpoint_callback=false)
   place=$(run_train "$WORK/place" exp_manager.checkpoint_callback_params.async_save=false)
   behind=$(run_train "$WORK/behind" exp_manager.checkpoint_callback_params.async_save=true)
-  # The save at the end is written in place in both runs: its bytes and seconds, then dd's.
-  read -r bytes seconds < <(echo "$place" | grep '^checkpoint (end)' |
-    $PY -c 'import re,sys
-line = sys.stdin.read()
-m = re.search(r"\(([0-9.]+) ([KMG]?)B, ([0-9.]+)(ms|s)", line)
-scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
-print(int(float(m.group(1)) * scale), float(m.group(3)) / (1000 if m.group(4) == "ms" else 1))')
+  # The save at the end is written in place in both runs: its bytes and seconds (its event's), then
+  # dd's (the bytes and seconds dd prints, not its rounded rate).
+  read -r bytes seconds < <(echo "$place" | grep '^@event' | $PY -c 'import json,sys
+end = [json.loads(l[7:]) for l in sys.stdin if l.startswith("@event ")]
+end = [e for e in end if e.get("reason") == "end"][-1]
+print(end["bytes"], end["seconds"])')
   dd_out=$(dd if=/dev/zero of="$WORK/place/dd.bin" bs=1M count=$((bytes / 1000000)) conv=fsync 2>&1 | tail -1)
   rm -f "$WORK/place/dd.bin"
   dd_rate=$(echo "$dd_out" | $PY -c 'import re,sys
-m = re.search(r"([0-9.]+) ([kMG]?)B/s", sys.stdin.read())
-print(float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[m.group(2)])')
+m = re.match(r"(\d+) bytes .* copied, ([0-9.]+) s", sys.stdin.read())
+print(int(m.group(1)) / float(m.group(2)))')
   pauses=$(echo "$behind" | sed -n 's/.*paused \([0-9.]*m\?s\) to copy.*/\1/p' | tr '\n' ' ')
   $PY -c 'import sys
 bytes, seconds, dd, none, place, behind, pauses, r = sys.argv[1:]

@@ -287,12 +287,19 @@ AtomicFile::AtomicFile(std::string path, bool direct) : path_(std::move(path)) {
   }
   registration_ = register_temporary(temp_, false);
   o_direct_ = direct;
-  if (direct) direct_ = static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, kDirectBytes));
-  if (direct && !direct_) drop_o_direct();
+  if (direct) staging_ = static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, 2 * kDirectBytes));
+  if (direct && !staging_) drop_o_direct();
+  if (staging_) direct_ = staging_, other_ = staging_ + kDirectBytes;
 }
 
 AtomicFile::~AtomicFile() {
-  std::free(direct_);
+  if (in_flight_.valid()) {
+    try {
+      in_flight_.get();
+    } catch (...) {  // (the file is abandoned: its error no longer matters)
+    }
+  }
+  std::free(staging_);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_.c_str());
   unregister_temporary(registration_);
@@ -361,11 +368,17 @@ void AtomicFile::write_staged(const uint8_t* p, size_t n) {
     crc_bytes_ += int64_t(take);
     if (crc_bytes_ == kWrittenCrcBlock) crcs_.push_back(crc_), crc_ = 0, crc_bytes_ = 0;
     direct_used_ += take, p += take, n -= take;
-    if (direct_used_ == kDirectBytes) {
-      write_direct(direct_, kDirectBytes);
+    if (direct_used_ == kDirectBytes) {  // to the disk behind the next buffer's filling
+      wait_in_flight();
+      in_flight_ = std::async(std::launch::async, [this, full = direct_] { write_direct(full, kDirectBytes); });
+      std::swap(direct_, other_);
       direct_used_ = 0;
     }
   }
+}
+
+void AtomicFile::wait_in_flight() {
+  if (in_flight_.valid()) in_flight_.get();
 }
 
 void AtomicFile::write(const void* data, size_t n) {
@@ -384,6 +397,7 @@ void AtomicFile::write(const void* data, size_t n) {
 
 void AtomicFile::commit() {
   CHECK(!committed_ && fd_ >= 0, "{} committed twice", path_);
+  wait_in_flight();
   if (direct_) {  // the aligned part of what is staged with O_DIRECT, the tail as usual
     const size_t aligned = direct_used_ / kDirectAlign * kDirectAlign;
     write_direct(direct_, aligned);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <optional>
 #include <span>
 #include <string>
@@ -48,7 +49,9 @@ std::string read_small_file(const std::string& path, size_t max_bytes, const std
 // temporary and leaves any previous PATH untouched. A full disk is an Error naming PATH.
 // direct: for large files (checkpoints), the bytes go to the disk with O_DIRECT through an aligned
 // staging buffer, not through the page cache, whose copy and writeback throttling held writes to a
-// fraction of the disk's rate; where the filesystem refuses O_DIRECT (tmpfs), it writes as usual.
+// fraction of the disk's rate; where the filesystem refuses O_DIRECT (tmpfs), it writes as usual. Two
+// staging buffers: one is written to the disk by a thread while the caller fills the other, so the
+// copy and the checksum overlap the disk's work.
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path, bool direct = false);
@@ -75,10 +78,15 @@ class AtomicFile {
   std::vector<uint8_t> buffer_;  // pending bytes, flushed at 1 MiB
   uint64_t written_ = 0;
   bool committed_ = false;
-  // O_DIRECT: the staging buffer (kDirectBytes, 4 KiB aligned) and its pending bytes, written whole
-  // (so every write's offset and size stay aligned) and, at commit, the tail without O_DIRECT.
+  // O_DIRECT: the staging buffer being filled (kDirectBytes, 4 KiB aligned) and its pending bytes,
+  // written whole (so every write's offset and size stay aligned) and, at commit, the tail without
+  // O_DIRECT; the other buffer, which `in_flight_` may be writing; both in one allocation.
+  uint8_t* staging_ = nullptr;
   uint8_t* direct_ = nullptr;
+  uint8_t* other_ = nullptr;
   size_t direct_used_ = 0;
+  std::future<void> in_flight_;
+  void wait_in_flight();  // rethrows the write's error
   bool o_direct_ = false;  // the file is open with O_DIRECT
   std::vector<uint32_t> crcs_;  // direct mode: the CRC32C of each finished kWrittenCrcBlock block
   uint32_t crc_ = 0;            // and of the block being written, its bytes so far
