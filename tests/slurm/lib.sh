@@ -4,7 +4,7 @@
 # Usage: source tests/slurm/lib.sh; slurm_test_setup NODES
 # Provides: $SRC (repository), $BIN (llamatrain), $WORK (the folder), $FIXTURE (data prefix),
 # fail MESSAGE (prints the job logs and exits 1), expect_in FILE TEXT, submit / submit_wait ARGS,
-# rank_pid JOB RANK, start_requeued JOB, and for `llamatrain diagnose` of a job's logs:
+# rank_pid JOB RANK, start_requeued JOB, curve RUN_DIR, and for `llamatrain diagnose` of a job's logs:
 # diagnose_job NAME PATHS, diag_field NAME FILTER, expect_diagnosis NAME CAUSE,
 # expect_evidence NAME FILE PATTERN, expect_resume NAME COMMAND.
 set -euo pipefail
@@ -132,6 +132,18 @@ expect_resume() {
 expected
   $2"
   grep -qxF -- "resume: $2" "$WORK/$1.diag" || fail "the text diagnosis lacks 'resume: $2'"
+}
+
+# curve RUN_DIR: step -> loss of a run's metrics.jsonl (the last record of a step wins), one "step
+# loss" a line.
+curve() {
+  /usr/bin/python3 -c '
+import json, sys
+c = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "loss" in r: c[r["step"]] = r["loss"]
+for s in sorted(c): print(s, repr(c[s]))' "$1/metrics.jsonl"
 }
 
 # SLURM holds a requeued job for 120 s before it may start again: time for the last start's step

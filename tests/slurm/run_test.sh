@@ -15,18 +15,7 @@ slurm_test_setup 2
 model=$SRC/launch/models/tiny.sh
 # 16 micro-batches per rank per step: slow enough (tens of ms a step) to interrupt mid-run.
 export TRAIN_ITERS=${SLURM_TEST_STEPS:-40} SAVE_EVERY=1000 GBS=64
-PY=/usr/bin/python3
 
-# step -> loss of a run's metrics.jsonl (the last record of a step wins), one "step loss" a line.
-curve() {
-  "$PY" -c '
-import json, sys
-c = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if "loss" in r: c[r["step"]] = r["loss"]
-for s in sorted(c): print(s, repr(c[s]))' "$1/metrics.jsonl"
-}
 steps_logged() { local n=0; [ -f "$1/metrics.jsonl" ] && n=$(grep -c '"loss"' "$1/metrics.jsonl" || true); echo "${n:-0}"; }
 wait_steps() {  # RUN_DIR N JOB: until the run logged N steps
   local i

@@ -16,15 +16,6 @@ model=$SRC/launch/models/tiny.sh
 script=$SRC/launch/slurm/run.slurm
 export TRAIN_ITERS=200 SAVE_EVERY=10 GBS=64 UBS=2 LLAMATRAIN_MAX_RESTARTS=1
 PY=/usr/bin/python3
-curve() {
-  "$PY" -c '
-import json, sys
-c = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if "loss" in r: c[r["step"]] = r["loss"]
-for s in sorted(c): print(s, repr(c[s]))' "$1/metrics.jsonl"
-}
 newest_checkpoint() { { ls "$1/checkpoints" 2>/dev/null || true; } | sed -n 's/^step_\([0-9]*\)$/\1/p' | sort -n | tail -n 1; }
 
 # 1. The layout fits one of the two nodes.
