@@ -555,7 +555,8 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   // async_save unset: decided as train decides it at its start, on this machine (an accelerator's job
   // decides on its host, whose memory is not planned here).
   auto& async = cfg.exp_manager.checkpoint_callback_params.async_save;
-  if (saves_before_the_end(cfg) && !async && !acc) {
+  const bool undecided = !async && saves_before_the_end(cfg);
+  if (undecided && !acc) {
     bool fits = true;
     int64_t copy = 0;
     for (const RunPlan& s : stages) {
@@ -568,7 +569,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
                                      "holds most) {} beside the steps with a fifth of the memory left "
                                      "(exp_manager.checkpoint_callback_params.async_save unset; true or false decides)",
                                      fits ? "on" : "off", obs::format_bytes(double(copy)), fits ? "fits" : "does not fit")});
-  } else if (saves_before_the_end(cfg) && !async) {
+  } else if (undecided) {
     jp.checks.push_back({Status::pass, "async save",
                          "decided when the job starts, from its host's free memory "
                          "(exp_manager.checkpoint_callback_params.async_save unset)"});

@@ -197,6 +197,7 @@ class Trainer {
   double peak_gflops_ = 0, flops_per_step_ = 0;
   bool async_save_ = false;    // checkpoints written behind the steps (decide_async_save)
   int64_t runtime_bytes_ = 0;  // resident before the model was made: libraries, runtime (plan's "runtime")
+  int ranks_on_this_host_ = 1;  // (describe_run)
   InjectedNonfinite inject_;  // the listed steps fire once (not again after a rollback)
   // One (tokens, targets) pair per activation slot: a pipeline stage reads them again in the backward.
   std::vector<MicroBatch> batches_;  // per activation slot
@@ -357,14 +358,9 @@ void Trainer::decide_async_save() {
     return;
   }
   const int64_t copy = save_copy_bytes(plan_);
-  int ranks_here = 1;
-  if (ranks_.world) {
-    const auto hosts = ranks_.world->gather_strings(host_name());
-    ranks_here = int(std::max<ptrdiff_t>(1, std::count(hosts.begin(), hosts.end(), host_name())));
-  }
   // What a rank may have, as plan counts it: its share of what the node has left, plus what it holds.
   const int64_t avail = available_memory_bytes(), held = std::max<int64_t>(0, current_rss_bytes());
-  const int64_t per_rank = avail < 0 ? -1 : avail / ranks_here + held;
+  const int64_t per_rank = avail < 0 ? -1 : avail / ranks_on_this_host_ + held;
   // What the steps hold in host memory at their peak, as plan counts it: the runtime and, on this CPU,
   // the state and activations (the activations come later); on an accelerator what the process holds.
   const int64_t steps =
@@ -390,10 +386,13 @@ void Trainer::decide_async_save() {
 void Trainer::describe_run(const std::optional<std::string>& resume) {
   const parallel::ParallelLayout& lay = plan_.layout;
   const JobInfo job = job_from_environment();
-  // The distinct hosts, in the order of their first rank.
+  // The distinct hosts, in the order of their first rank; the ranks on this one.
   std::vector<std::string> hosts;
-  for (const auto& h : ranks_.world ? ranks_.world->gather_strings(host_name()) : std::vector{host_name()})
+  const std::string here = host_name();
+  const auto rank_hosts = ranks_.world ? ranks_.world->gather_strings(here) : std::vector{here};
+  for (const auto& h : rank_hosts)
     if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  ranks_on_this_host_ = int(std::max<ptrdiff_t>(1, std::count(rank_hosts.begin(), rank_hosts.end(), here)));
   std::string nodes = job.node_list;
   if (nodes.empty())
     for (const auto& h : hosts) nodes += (nodes.empty() ? "" : ",") + h;
@@ -494,41 +493,36 @@ BatchLayout Trainer::batch_layout() const {
 // changes the curve, and is said as such. (Older checkpoints do not record it: nothing is said.)
 void Trainer::say_layout_changes(const BatchLayout& saved) {
   const BatchLayout now = batch_layout();
-  if (saved.data_parallel > 0 && (saved.data_parallel != now.data_parallel || saved.tensor_parallel != now.tensor_parallel ||
-                                  saved.pipeline_parallel != now.pipeline_parallel)) {
+  const bool ranks_changed = saved.data_parallel > 0 && (saved.data_parallel != now.data_parallel ||
+                                                          saved.tensor_parallel != now.tensor_parallel ||
+                                                          saved.pipeline_parallel != now.pipeline_parallel);
+  const bool batch_recorded = saved.global_batch_size > 0 && saved.micro_batch_size > 0;
+  const bool global_changed = batch_recorded && saved.global_batch_size != now.global_batch_size;
+  const bool micro_changed = batch_recorded && saved.micro_batch_size != now.micro_batch_size;
+  if (ranks_changed)
     say(fmt::format("layout changed since the checkpoint: data {} x tensor {} x pipeline {} -> data {} x tensor {} x "
                     "pipeline {}",
                     saved.data_parallel, saved.tensor_parallel, saved.pipeline_parallel, now.data_parallel,
                     now.tensor_parallel, now.pipeline_parallel));
-  }
-  const bool batch_recorded = saved.global_batch_size > 0 && saved.micro_batch_size > 0;
   if (batch_recorded && saved.accumulation() != now.accumulation())
     say(fmt::format("gradient accumulation changed since the checkpoint: {} -> {} micro-batches of {} per data-parallel "
                     "rank{}",
                     saved.accumulation(), now.accumulation(), now.micro_batch_size,
-                    saved.global_batch_size == now.global_batch_size
-                        ? fmt::format("; the global batch stays {} samples", now.global_batch_size)
-                        : std::string()));
-  if (batch_recorded && saved.global_batch_size != now.global_batch_size)
+                    global_changed ? std::string() : fmt::format("; the global batch stays {} samples", now.global_batch_size)));
+  if (global_changed)
     say(fmt::format("global batch changed since the checkpoint: {} -> {} samples (model.global_batch_size): the "
                     "run goes on with another batch, so its curve is not the one it would have had",
                     saved.global_batch_size, now.global_batch_size));
-  if (saved.data_parallel > 0 && (saved.data_parallel != now.data_parallel || saved.tensor_parallel != now.tensor_parallel ||
-                                  saved.pipeline_parallel != now.pipeline_parallel ||
-                                  (batch_recorded && (saved.global_batch_size != now.global_batch_size ||
-                                                      saved.micro_batch_size != now.micro_batch_size))))
-    event("layout_changed", {{"from", {{"dp", saved.data_parallel},
-                                       {"tp", saved.tensor_parallel},
-                                       {"pp", saved.pipeline_parallel},
-                                       {"global_batch_size", saved.global_batch_size},
-                                       {"micro_batch_size", saved.micro_batch_size},
-                                       {"accumulation", saved.accumulation()}}},
-                             {"to", {{"dp", now.data_parallel},
-                                     {"tp", now.tensor_parallel},
-                                     {"pp", now.pipeline_parallel},
-                                     {"global_batch_size", now.global_batch_size},
-                                     {"micro_batch_size", now.micro_batch_size},
-                                     {"accumulation", now.accumulation()}}}});
+  if (!ranks_changed && !global_changed && !micro_changed) return;
+  auto fields = [](const BatchLayout& l) {
+    return nlohmann::ordered_json{{"dp", l.data_parallel},
+                                  {"tp", l.tensor_parallel},
+                                  {"pp", l.pipeline_parallel},
+                                  {"global_batch_size", l.global_batch_size},
+                                  {"micro_batch_size", l.micro_batch_size},
+                                  {"accumulation", l.accumulation()}};
+  };
+  event("layout_changed", {{"from", fields(saved)}, {"to", fields(now)}});
 }
 
 void Trainer::say_freeze_changes(const std::vector<std::string>& saved) {
