@@ -19,7 +19,7 @@
 #include "core/rng.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
-#include "model/backend.h"
+#include "model/machine.h"
 #include "model/llama.h"
 #include "model/memory.h"
 #include "obs/throughput.h"

@@ -14,7 +14,7 @@
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
 #include "io/hf_config.h"
-#include "train/config.h"
+#include "config/config.h"
 #include "train/data.h"
 
 namespace llamatrain::cli {

@@ -1,7 +1,7 @@
-// `llamatrain diagnose LOG_OR_RUN_DIR...`: why a training job ended, from its logs (train/diagnose.h):
+// `llamatrain diagnose LOG_OR_RUN_DIR...`: why a training job ended, from its logs (jobs/diagnose.h):
 // the cause, the lines that show it, the fix and the command that resumes; --json for scripts.
 // Exit 0 when it named a cause (a finished run included); unreadable input is an error (exit 1).
-#include "train/diagnose.h"
+#include "jobs/diagnose.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // `llamatrain doctor [--all-ranks] [CONFIG [overrides]]`: argument wiring for train::run_doctor
-// (train/doctor.h). Rank 0 prints the table; the exit status is 1 on every rank when any check
+// (jobs/doctor.h). Rank 0 prints the table; the exit status is 1 on every rank when any check
 // failed, so that a batch job (launch/slurm/preflight.slurm) fails with the reasons in its log.
 #include <CLI/CLI.hpp>
 
@@ -12,10 +12,10 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "model/backend.h"
+#include "model/machine.h"
 #include "parallel/mpi_communicator.h"
-#include "train/config.h"
-#include "train/doctor.h"
+#include "config/config.h"
+#include "jobs/doctor.h"
 
 namespace llamatrain::cli {
 

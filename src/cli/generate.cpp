@@ -28,7 +28,7 @@
 #include "data/chat.h"
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
-#include "model/backend.h"
+#include "model/machine.h"
 #include "model/sampling.h"
 #include "io/hf_config.h"
 

@@ -16,9 +16,9 @@
 #include "core/error.h"
 #include "model/modes.h"
 #include "obs/progress.h"
-#include "obs/step_model.h"
-#include "train/config.h"
-#include "train/job_plan.h"
+#include "jobs/step_model.h"
+#include "config/config.h"
+#include "jobs/job_plan.h"
 
 namespace llamatrain::cli {
 
@@ -111,7 +111,7 @@ std::string text_of(const train::JobPlan& jp, const std::string& config) {
       modes += fmt::format("{}{} {}", modes.empty() ? "" : ", ", mode, gb(bytes));
     if (!modes.empty()) s += "  activations by recompute mode: " + modes + "\n";
 
-    const obs::StepPrediction& q = jp.prediction;
+    const train::StepPrediction& q = jp.prediction;
     s += fmt::format("\npredicted step on {}:\n", jp.hardware);
     s += fmt::format("  {:.3g} FLOPs per step; step {}: {} tokens/s{}, {:.3g} seq/s, {} steps in {}\n", q.flops,
                      obs::format_duration(q.step_s), obs::format_count(q.tokens_per_s),
@@ -170,7 +170,7 @@ std::string json_of(const train::JobPlan& jp) {
                                                                                            : "bf16"}});
     j["memory_available_per_rank"] = jp.memory_per_rank;
     for (const auto& [mode, bytes] : jp.activations_by_recompute) j["activations_by_recompute"][mode] = bytes;
-    const obs::StepPrediction& q = jp.prediction;
+    const train::StepPrediction& q = jp.prediction;
     j["prediction"] = {{"flops_per_step", q.flops},     {"step_s", q.step_s},
                        {"tokens_per_s", q.tokens_per_s}, {"seq_per_s", q.seq_per_s},
                        {"text_fraction", q.text_fraction},
@@ -213,7 +213,7 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--ranks-per-node", o->ranks_per_node,
                   "Processes per node (sets trainer.devices; default: the config's, or the accelerator's devices)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--hardware", o->hardware, "cpu (this machine), or one of: " + obs::accelerator_names())
+  cmd->add_option("--hardware", o->hardware, "cpu (this machine), or one of: " + train::accelerator_names())
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the plan as one JSON object");
   cmd->add_flag("--fit-nodes", o->fit_nodes,
@@ -221,9 +221,9 @@ void register_plan(CLI::App& app) {
                 "TP and PP, fewer data-parallel ranks); checks the config only");
   cmd->callback([o] {
     std::vector<std::string> overrides = o->overrides;
-    const obs::Accelerator* acc = o->hardware == "cpu" ? nullptr : obs::find_accelerator(o->hardware);
+    const train::Accelerator* acc = o->hardware == "cpu" ? nullptr : train::find_accelerator(o->hardware);
     if (o->hardware != "cpu" && !acc)
-      fail("--hardware {}: not a machine this knows, expected cpu or one of {}", o->hardware, obs::accelerator_names());
+      fail("--hardware {}: not a machine this knows, expected cpu or one of {}", o->hardware, train::accelerator_names());
     if (o->ranks_per_node > 0)
       overrides.push_back(fmt::format("trainer.devices={}", o->ranks_per_node));
     else if (acc)

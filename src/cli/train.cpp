@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "parallel/mpi_communicator.h"
-#include "train/config.h"
+#include "config/config.h"
 #include "train/events.h"
 #include "train/trainer.h"
 

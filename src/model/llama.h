@@ -8,7 +8,7 @@
 // (the TP communicator's pairs, parallel/comm_pairs.h, at the points Megatron puts them), its
 // layers under pipeline parallelism (stage_forward / stage_backward; the schedule lives in
 // parallel/pipeline.h). MPI itself never appears here. Every kernel runs through the model's backend
-// (model/kernels.h), chosen once by its Device, which also owns the arenas. The class is defined over
+// (model/backend.h), chosen once by its Device, which also owns the arenas. The class is defined over
 // four files: the passes (passes.cpp, read first), the state and optimizer (llama.cpp), where
 // activations live (memory.cpp) and decoding (decode.cpp).
 #pragma once
@@ -23,7 +23,7 @@
 
 #include "core/bf16.h"
 #include "model/config.h"
-#include "model/kernels.h"
+#include "model/backend.h"
 #include "model/modes.h"
 #include "model/shard.h"
 
@@ -196,7 +196,7 @@ class LlamaModel {
   // config is the full model's; plan (default: all of it) says which part this rank holds, and tp is
   // the tensor-parallel group (required when plan.tp_size > 1; it must outlive the model). With kv
   // heads replicated over TP ranks, construction is collective over tp. device: the backend whose
-  // kernels run the model and whose memory holds it (model/kernels.h).
+  // kernels run the model and whose memory holds it (model/backend.h).
   LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed = 1234);
   LlamaModel(const LlamaConfig& config, Precision precision, uint64_t seed, const ShardPlan& plan,
              parallel::Communicator* tp, Device device = Device::cpu);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/backend.h"
+#include "model/machine.h"
 #include "model/llama.h"
 #include "model/memory.h"
 

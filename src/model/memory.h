@@ -11,15 +11,15 @@
 #include <cstdint>
 
 #include "model/config.h"
-#include "model/kernels.h"
+#include "model/backend.h"
 #include "model/modes.h"
 #include "model/shard.h"
 
 namespace llamatrain::model {
 
 // A backend's own answers for sizing a job before any model exists (plan, preflight, bench), on
-// machines that may lack its device: each backend gives them (model/kernels_cpu.cpp, kernels_ref.cpp,
-// kernels_cuda.cpp), and nothing here assumes one backend's policy for another.
+// machines that may lack its device: each backend gives them (model/backend_cpu.cpp, backend_ref.cpp,
+// backend_cuda.cpp), and nothing here assumes one backend's policy for another.
 struct BackendSizing {
   // bf16 modes: whether matmul operands are kept as floats holding bf16 values for the (M, N, K)
   // gemm of a layer's widest matmul. probe = false answers without running gemms: the choice when

@@ -1,6 +1,6 @@
 // The model's modes, as users name them: the precision (what weights, compute and optimizer state are
 // held in) and activation recomputation (what the forward keeps for the backward). Parsed once here;
-// the compute type each precision means to the kernels is model/backend.h's compute_type.
+// the compute type each precision means to the kernels is model/machine.h's compute_type.
 #pragma once
 
 #include <string>

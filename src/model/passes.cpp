@@ -1,4 +1,4 @@
-// Llama forward / backward over the model's backend (k_, model/kernels.h), one kernel call per
+// Llama forward / backward over the model's backend (k_, model/backend.h), one kernel call per
 // line. Forward and backward are mirror images: backward calls the same layers in exact reverse
 // order. The residual-stream gradient dres_ flows through in place (rmsnorm_backward accumulates
 // into it). Tensor and sequence parallelism enter only through the steps at the top (identity on one

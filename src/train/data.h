@@ -17,7 +17,7 @@
 #include "data/sft.h"
 #include "data/tokenizer.h"
 #include "model/llama.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace llamatrain::train {
 

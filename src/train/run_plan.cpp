@@ -16,7 +16,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
 #include "io/hf_export.h"
-#include "model/backend.h"
+#include "model/machine.h"
 #include "obs/progress.h"
 #include "obs/throughput.h"
 #include "parallel/pipeline.h"
@@ -325,6 +325,25 @@ std::string RunPlan::recompute_text() const {
   return recompute_layers < 0 || recompute_layers >= model.n_layers
              ? std::string(model::recompute_name(recompute))
              : fmt::format("{} in layers 0-{}", model::recompute_name(recompute), recompute_layers - 1);
+}
+
+bool saves_before_the_end(const TrainConfig& cfg) {
+  const auto& cb = cfg.exp_manager.checkpoint_callback_params;
+  if (!cfg.exp_manager.create_checkpoint_callback) return false;
+  return (cb.every_n_train_steps && *cb.every_n_train_steps < cfg.trainer.max_steps) || cb.train_time_interval;
+}
+
+int64_t save_copy_bytes(const RunPlan& p) {
+  const bool model_parallel = p.layout.tp_size * p.layout.pp_size > 1;
+  int64_t bytes = 0;
+  if (p.zero1 || p.layout.dp_rank == 0) bytes = p.memory.optimizer;
+  if (!model_parallel && p.layout.rank == 0) bytes += p.model.num_params() * 4;
+  return bytes;
+}
+
+bool async_save_fits(int64_t copy_bytes, int64_t steps_bytes, int64_t memory_per_rank) {
+  if (copy_bytes == 0) return true;
+  return memory_per_rank >= 0 && double(copy_bytes + steps_bytes) <= 0.8 * double(memory_per_rank);
 }
 
 }  // namespace llamatrain::train

@@ -18,7 +18,7 @@
 #include "model/modes.h"
 #include "model/shard.h"
 #include "parallel/layout.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace llamatrain::train {
 
@@ -74,5 +74,14 @@ std::string freeze_summary(const model::LlamaConfig& model);
 // plan must fit the device's free memory; false when planning for other machines (`llamatrain plan`
 // compares with theirs, and plans for the GPU trainer.accelerator names on a machine without one).
 RunPlan preflight(const TrainConfig& config, int world_size, int rank, bool here = true);
+
+// Whether a run saves before its end (every_n_train_steps below max_steps, or train_time_interval):
+// only those saves are written behind the steps; the end's and a stop signal's are written in place.
+bool saves_before_the_end(const TrainConfig& cfg);
+// The host copy a save written behind the steps keeps on the rank of `p` (what plan counts as RankMemory::save_copy).
+int64_t save_copy_bytes(const RunPlan& p);
+// async_save left unset: on where a rank's host copy, beside what its steps hold, fits in what the rank
+// may have (memory_per_rank; < 0: unknown) with a fifth of it left free. A rank with no copy fits.
+bool async_save_fits(int64_t copy_bytes, int64_t steps_bytes, int64_t memory_per_rank);
 
 }  // namespace llamatrain::train

@@ -31,7 +31,7 @@
 #include "data/piece_lengths.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_export.h"
-#include "model/backend.h"
+#include "model/machine.h"
 #include "obs/throughput.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
@@ -42,7 +42,6 @@
 #include "train/data.h"
 #include "train/events.h"
 #include "train/gather_weights.h"
-#include "train/job_plan.h"
 #include "train/run_log.h"
 #include "train/signals.h"
 
@@ -349,7 +348,7 @@ void Trainer::start() {
 
 // exp_manager.checkpoint_callback_params.async_save as given; unset, on where every rank's host copy
 // (save_copy_bytes) fits beside its steps in what it may have: its share of the memory its node has
-// left, plus what it holds already (job_plan.h async_save_fits, as plan predicts it). The ranks decide
+// left, plus what it holds already (run_plan.h async_save_fits, as plan predicts it). The ranks decide
 // together: a save is collective, behind the steps on all of them or on none.
 void Trainer::decide_async_save() {
   const auto& given = cfg_.exp_manager.checkpoint_callback_params.async_save;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "data/piece_lengths.h"
-#include "train/config.h"
+#include "config/config.h"
 #include "train/events.h"
 #include "train/run_plan.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/memory.h"
-#include "model/kernels.h"
+#include "model/backend.h"
 #include "test_util.h"
 #include "train/train_runs.h"
 

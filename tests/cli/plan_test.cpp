@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "io/hf_checkpoint.h"
-#include "model/backend.h"
+#include "model/machine.h"
 #include "model/config.h"
-#include "model/kernels.h"
+#include "model/backend.h"
 #include "obs/throughput.h"
 #include "test_util.h"
 #include "train/train_runs.h"

@@ -1,5 +1,5 @@
 // The fast backends against the reference backend, whole model: all run the same passes
-// (model/passes.cpp) through model/kernels.h, over kernels/cpu, kernels/cuda (where a GPU is usable)
+// (model/passes.cpp) through model/backend.h, over kernels/cpu, kernels/cuda (where a GPU is usable)
 // and kernels/ref. On every golden config (packed documents among them) and in every precision: the loss, the logits, every
 // gradient and three AdamW steps' weights; in the bf16 modes for both of the CPU's operand forms; a
 // frozen model; and decoding.

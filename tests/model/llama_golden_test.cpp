@@ -3,7 +3,7 @@
 // parameters), for MHA, GQA, tied embeddings, odd sizes and packed documents (positions restarting
 // per document, attention masked block-diagonally: the reference's explicit mask); then bf16-mixed and bf16-sr within
 // bounds derived from bf16's precision. Each on the CPU backend, on the reference backend
-// (kernels/ref behind model/kernels.h), so the oracle itself is checked against PyTorch end to end,
+// (kernels/ref behind model/backend.h), so the oracle itself is checked against PyTorch end to end,
 // and on the CUDA backend where a GPU is usable (skipped with the reason elsewhere).
 //
 // Error metric per tensor: max|got - want| / max|want| (relative to the tensor's scale). Elementwise

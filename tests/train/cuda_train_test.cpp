@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/kernels.h"
+#include "model/backend.h"
 #include "obs/metrics.h"
 #include "test_util.h"
 #include "train/train_runs.h"

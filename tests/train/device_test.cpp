@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "model/kernels.h"
+#include "model/backend.h"
 #include "test_util.h"
 #include "train/train_runs.h"
 

@@ -2,7 +2,7 @@
 // accumulation rules, plus a ComputeType for matmuls. Each is tested against its ref:: twin on
 // awkward sizes (tests/kernels/cpu_vs_ref_*_test.cpp). OpenMP inside; callers never spawn threads.
 // This is the folder's only public header: the rest of kernels/cpu is internal to it, its tests and
-// benches, except matmul_choice.h and matmul_peak.h, which model/backend.h alone wraps.
+// benches, except matmul_choice.h and matmul_peak.h, which model/machine.h alone wraps.
 //   - matmuls go through oneDNN; ComputeType::bf16 multiplies bf16 values and accumulates in fp32,
 //     through oneDNN's bf16 kernel (AMX / AVX512-BF16 when the CPU has them) or its fp32 kernel on
 //     the same values, whichever a probe found faster for the shape on this CPU (matmul_choice.h;

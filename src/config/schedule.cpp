@@ -6,7 +6,7 @@
 // Upstream NVIDIA NeMo differs in one place: with constant_steps > 0 its CosineAnnealing warms up
 // as lr * step / warmup_steps; the Neuron fork the seeds ran uses lr * (step + 1) / (warmup + 1) on
 // both paths, which is what lr() does.
-#include "train/schedule.h"
+#include "config/schedule.h"
 
 #include <cmath>
 #include <numbers>

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# Independent reference for src/train/schedule.cpp: the learning-rate formulas as NeMo's
+# Independent reference for src/config/schedule.cpp: the learning-rate formulas as NeMo's
 # nemo/core/optim/lr_scheduler.py (neuronx-nemo-megatron fork: WarmupPolicy, WarmupHoldPolicy,
 # WarmupAnnealHoldPolicy + CosineAnnealing, WarmupAnnealing) and Megatron-core's
 # OptimizerParamScheduler.get_lr (lr_decay_style "WSD") write them, in plain Python (stdlib only).

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "model/config.h"
-#include "train/config.h"
+#include "config/config.h"
 
 using llamatrain::Error;
 using llamatrain::testing::source_path;
@@ -613,7 +613,7 @@ TEST(Config, HelpAndDocsListEveryKey) {
   // LLAMATRAIN_UPDATE_DOCS=1 build/release/config_test --gtest_filter=Config.HelpAndDocsListEveryKey
   const std::string doc_path = source_path("docs/configuration.md");
   std::string doc = llamatrain::testing::read_file(doc_path);
-  const std::string begin = "<!-- keys:begin (generated from src/train/config.cpp) -->\n";
+  const std::string begin = "<!-- keys:begin (generated from src/config/config.cpp) -->\n";
   const std::string end = "<!-- keys:end -->";
   const size_t b = doc.find(begin), e = doc.find(end);
   ASSERT_TRUE(b != std::string::npos && e != std::string::npos && b < e) << "markers missing in " << doc_path;

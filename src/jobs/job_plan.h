@@ -3,7 +3,7 @@
 // that can fail before the first step, each as PASS / WARN / FAIL with its reason (layout, data files
 // and their token ids against the tokenizer, tokenizer against the model, the checkpoint a resume
 // would load, output folders writable, disk for the checkpoints kept, memory per rank), the memory
-// of a rank in its parts, and a predicted step time (obs/step_model.h) on this CPU, from short probes
+// of a rank in its parts, and a predicted step time (jobs/step_model.h) on this CPU, from short probes
 // of its matmul and memory rates, or on a named accelerator. Nothing is written.
 #pragma once
 
@@ -11,16 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "obs/step_model.h"
-#include "train/check_status.h"
-#include "train/config.h"
+#include "jobs/step_model.h"
+#include "jobs/check_status.h"
+#include "config/config.h"
 #include "train/run_plan.h"
 
 namespace llamatrain::train {
 
 // The job's nodes and ranks per node are the config's trainer.num_nodes and trainer.devices.
 struct JobTarget {
-  std::string hardware;     // "" or "cpu": this CPU, else an obs::accelerators() name
+  std::string hardware;     // "" or "cpu": this CPU, else an accelerators() name
   double probe_seconds = 0.02;  // time per matmul shape probed on this CPU
 };
 
@@ -60,15 +60,6 @@ struct RankMemory {
   int64_t peak() const { return total() + export_hf; }  // the steps', then the export's at the end
 };
 
-// Whether a run saves before its end (every_n_train_steps below max_steps, or train_time_interval):
-// only those saves are written behind the steps; the end's and a stop signal's are written in place.
-bool saves_before_the_end(const TrainConfig& cfg);
-// The host copy a save written behind the steps keeps on the rank of `p` (RankMemory::save_copy).
-int64_t save_copy_bytes(const RunPlan& p);
-// async_save left unset: on where a rank's host copy, beside what its steps hold, fits in what the rank
-// may have (memory_per_rank; < 0: unknown) with a fifth of it left free. A rank with no copy fits.
-bool async_save_fits(int64_t copy_bytes, int64_t steps_bytes, int64_t memory_per_rank);
-
 struct JobPlan {
   std::string hardware;        // what the figures are for: "this CPU (...)", or the accelerator's name
   int nodes = 1, ranks_per_node = 1;
@@ -78,7 +69,7 @@ struct JobPlan {
   // A rank's activations under each recompute mode ("none", "selective", "full"), the rest unchanged.
   std::vector<std::pair<std::string, int64_t>> activations_by_recompute;
   int64_t memory_per_rank = -1;    // what a rank can have (-1 unknown)
-  obs::StepPrediction prediction;
+  StepPrediction prediction;
   int64_t max_steps = 0;
   std::vector<PlanCheck> checks;
   std::vector<std::string> suggestions;  // overrides that make the job fit, when memory does not

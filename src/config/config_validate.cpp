@@ -21,8 +21,8 @@
 #include "io/hf_config.h"
 #include "model/shard.h"
 #include "parallel/layout.h"
-#include "train/config_convert.h"
-#include "train/config_schema.h"
+#include "config/config_convert.h"
+#include "config/config_schema.h"
 
 namespace llamatrain::train::config_detail {
 

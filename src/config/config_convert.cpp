@@ -2,7 +2,7 @@
 // (integers, finite numbers, YAML's booleans; each answers false rather than throwing), the YAML
 // text a string is written back as, and the non-template helpers of the Conv<T> list converters.
 // The converters themselves are templates in config_convert.h.
-#include "train/config_convert.h"
+#include "config/config_convert.h"
 
 #include <algorithm>
 #include <cctype>

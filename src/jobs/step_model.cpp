@@ -1,16 +1,16 @@
-// The step model (obs/step_model.h). Per micro-batch on the busiest pipeline stage: every matmul of
+// The step model (jobs/step_model.h). Per micro-batch on the busiest pipeline stage: every matmul of
 // its layers (forward, input gradient, weight gradient; the recomputed forward again) at the rank's
 // tensor-parallel shapes, attention at the kernel's rate, the elementwise kernels' traffic, and the
 // tensor-parallel all-reduces; 1F1B then runs micro_batches + pp - 1 of those slots. After the
 // micro-batches: the data-parallel gradient reduction and AdamW over the rank's parameters.
-#include "obs/step_model.h"
+#include "jobs/step_model.h"
 
 #include <algorithm>
 #include <cctype>
 
 #include "obs/throughput.h"
 
-namespace llamatrain::obs {
+namespace llamatrain::train {
 
 namespace {
 
@@ -120,8 +120,8 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
   const double sequences = double(w.B) * mb * dp;
   p.text_fraction = w.text_fraction;
   p.flops = w.text_fraction == 1.0 && w.text_attention_fraction == 1.0
-                ? step_flops(c, int64_t(sequences), w.T)
-                : step_flops_of(c, sequences * w.T * w.text_fraction,
+                ? obs::step_flops(c, int64_t(sequences), w.T)
+                : obs::step_flops_of(c, sequences * w.T * w.text_fraction,
                                 sequences * double(w.T) * w.T / 2 * w.text_attention_fraction);
   p.seq_per_s = p.step_s > 0 ? sequences / p.step_s : 0;
   p.tokens_per_s = p.seq_per_s * w.T * w.text_fraction;
@@ -182,4 +182,4 @@ MachineRates machine_rates(const Accelerator& a, model::Precision p) {
   return m;
 }
 
-}  // namespace llamatrain::obs
+}  // namespace llamatrain::train

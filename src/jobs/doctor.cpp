@@ -1,7 +1,7 @@
-// run_doctor (train/doctor.h): each check measures on every rank, then agree() picks the worst
+// run_doctor (jobs/doctor.h): each check measures on every rank, then agree() picks the worst
 // rank's row so that every rank returns the same table. Cross-rank exchanges use the world
 // communicator's broadcast and all-reduce only (strings travel as a length, then bytes).
-#include "train/doctor.h"
+#include "jobs/doctor.h"
 
 #include <fcntl.h>
 #include <omp.h>
@@ -26,8 +26,8 @@
 #include "core/host.h"
 #include "core/memory.h"
 #include "data/blend.h"
+#include "model/machine.h"
 #include "model/backend.h"
-#include "model/kernels.h"
 #include "parallel/data_parallel.h"
 #include "train/run_plan.h"
 

@@ -1,6 +1,6 @@
 // Learning-rate schedules: values at warmup start and end, mid-decay, the end and beyond max_steps,
 // first as constants computed by hand (the arithmetic is in the comments), then for every step of
-// many configurations against tests/train/schedule_reference.py (the formulas as NeMo and
+// many configurations against tests/config/schedule_reference.py (the formulas as NeMo and
 // Megatron-core write them, run by Debian's python3); and the configurations NeMo refuses.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "train/schedule.h"
+#include "config/schedule.h"
 
 using llamatrain::Error;
 using namespace llamatrain::train;
@@ -261,7 +261,7 @@ TEST(Schedule, MatchesPythonReferenceAtEveryStep) {
   std::filesystem::create_directories(dir);
   const std::string in = dir + "/cases.json";
   std::ofstream(in) << cases.dump();
-  const std::string cmd = py + " " + LLAMATRAIN_SOURCE_DIR + "/tests/train/schedule_reference.py " + in;
+  const std::string cmd = py + " " + LLAMATRAIN_SOURCE_DIR + "/tests/config/schedule_reference.py " + in;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

@@ -10,7 +10,7 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "kernels/ref/ops.h"
-#include "model/kernels.h"
+#include "model/backend.h"
 #include "model/memory.h"
 
 namespace llamatrain::model {

@@ -3,7 +3,7 @@
 // config_keys, config_help and the docs reference, all generated from the schema table
 // (config_schema.cpp) so they cannot drift from it; and the values TrainConfig, ModelConfig and
 // SftDatasetConfig derive from their keys (they assume a TrainConfig that passed validate).
-#include "train/config.h"
+#include "config/config.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "model/shard.h"
-#include "train/config_schema.h"
+#include "config/config_schema.h"
 
 namespace llamatrain::train {
 

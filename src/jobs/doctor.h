@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "parallel/communicator.h"
-#include "train/check_status.h"
-#include "train/config.h"
+#include "jobs/check_status.h"
+#include "config/config.h"
 
 namespace llamatrain::train {
 

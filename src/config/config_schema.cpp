@@ -3,14 +3,14 @@
 // Keys are bound to a TrainConfig field (key, ours), ignored, restricted to fixed values (only) or
 // aliases. Also the entry and schema-row helpers of config_schema.h. Parsing a value is the
 // converters' (config_convert.h); what the loader does with the table is in config_load.cpp.
-#include "train/config_schema.h"
+#include "config/config_schema.h"
 
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "core/error.h"
-#include "train/config_convert.h"
+#include "config/config_convert.h"
 
 namespace llamatrain::train::config_detail {
 

@@ -1,7 +1,7 @@
 // A predicted training step: how long one optimizer step of a Llama model takes on a machine, from the
 // step's work (every matmul shape of every rank, attention, the elementwise traffic, the optimizer,
 // the tensor-, pipeline- and data-parallel communication) and the machine's rates. The rates are this
-// CPU's, measured by short probes (train/job_plan.h), or a named accelerator's published peaks with an
+// CPU's, measured by short probes (jobs/job_plan.h), or a named accelerator's published peaks with an
 // efficiency calibrated on published training results (accelerators(); docs/performance.md).
 // Nothing here runs a kernel: the figures are arithmetic on the shapes.
 #pragma once
@@ -14,7 +14,7 @@
 #include "model/config.h"
 #include "model/modes.h"
 
-namespace llamatrain::obs {
+namespace llamatrain::train {
 
 // The job as the step model sees it: the whole model and its layout.
 struct StepWork {
@@ -94,4 +94,4 @@ std::string accelerator_names();
 // The rates of one rank of that accelerator, running at its calibrated efficiency.
 MachineRates machine_rates(const Accelerator& a, model::Precision p);
 
-}  // namespace llamatrain::obs
+}  // namespace llamatrain::train

@@ -1,9 +1,9 @@
-// The job-log classifier (train/diagnose.h). One pass over every line of every log collects what
+// The job-log classifier (jobs/diagnose.h). One pass over every line of every log collects what
 // each rule needs (the first line that shows it); then the rules are asked in order of how directly
 // they name a cause: the scheduler's and the kernel's records, the failing rank's error event, the
 // watchdog, a cancellation, a clean stop on a signal, a rank the launcher saw die, the communication
 // layer, and last the run's own start and end.
-#include "train/diagnose.h"
+#include "jobs/diagnose.h"
 
 #include <fmt/format.h>
 

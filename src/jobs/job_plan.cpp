@@ -1,6 +1,6 @@
-// plan_job (train/job_plan.h): each check catches its own Error, so one run reports every problem
+// plan_job (jobs/job_plan.h): each check catches its own Error, so one run reports every problem
 // it can find, not just the first; the figures need the preflight to pass.
-#include "train/job_plan.h"
+#include "jobs/job_plan.h"
 
 #include <malloc.h>
 #include <sys/statvfs.h>
@@ -21,7 +21,7 @@
 #include "core/memory.h"
 #include "data/blend.h"
 #include "data/indexed_dataset.h"
-#include "model/backend.h"
+#include "model/machine.h"
 #include "model/llama.h"
 #include "obs/progress.h"
 #include "obs/throughput.h"
@@ -96,29 +96,6 @@ int64_t communication_bytes(const TrainConfig& cfg, const RunPlan& p) {
 // shared-memory segments, buffers), measured with OpenMPI 4.1 on one and two ranks of a node.
 constexpr int64_t kMpiRuntimeBytes = 16'000'000;
 
-}  // namespace
-
-bool saves_before_the_end(const TrainConfig& cfg) {
-  const auto& cb = cfg.exp_manager.checkpoint_callback_params;
-  if (!cfg.exp_manager.create_checkpoint_callback) return false;
-  return (cb.every_n_train_steps && *cb.every_n_train_steps < cfg.trainer.max_steps) || cb.train_time_interval;
-}
-
-int64_t save_copy_bytes(const RunPlan& p) {
-  const bool model_parallel = p.layout.tp_size * p.layout.pp_size > 1;
-  int64_t bytes = 0;
-  if (p.zero1 || p.layout.dp_rank == 0) bytes = p.memory.optimizer;
-  if (!model_parallel && p.layout.rank == 0) bytes += p.model.num_params() * 4;
-  return bytes;
-}
-
-bool async_save_fits(int64_t copy_bytes, int64_t steps_bytes, int64_t memory_per_rank) {
-  if (copy_bytes == 0) return true;
-  return memory_per_rank >= 0 && double(copy_bytes + steps_bytes) <= 0.8 * double(memory_per_rank);
-}
-
-namespace {
-
 RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime) {
   RankMemory m;
   m.stage = p.layout.pp_rank;
@@ -154,10 +131,10 @@ std::string padded_rows_text(const RunPlan& p) {
                      tp > 1 ? fmt::format(" ({} per tensor-parallel rank)", rows / tp) : "");
 }
 
-// The step model's view of fine-tuning samples (obs::StepWork's fractions), from the first (up to)
+// The step model's view of fine-tuning samples (StepWork's fractions), from the first (up to)
 // 256 samples of the train split as the run fills them: text inputs, the attention pairs the kernel
 // computes (within documents where the samples have them, padding included) and those among the text.
-void data_shape(const TrainData& data, obs::StepWork* w) {
+void data_shape(const TrainData& data, StepWork* w) {
   const int64_t n = std::min<int64_t>(data.size(data::Split::train), 256), T = data.seq_length();
   if (n == 0) return;
   MicroBatch mb = data.micro_batch(1);
@@ -178,7 +155,7 @@ void data_shape(const TrainData& data, obs::StepWork* w) {
 // them, or evenly spaced blocks of a large file) are inside the vocabulary.
 // Fine-tuning data: train's own TrainData reads, tokenizes, renders (chat templates) and packs the
 // JSONL, so every refusal of train's is a FAIL here, with its words; `shape` gets its samples' shape.
-PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p, obs::StepWork* shape) {
+PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p, StepWork* shape) {
   const DataConfig& dc = cfg.model.data;
   if (dc.fine_tuning) {
     const TrainData data(cfg, p.tokenizer.get(), p.model.eos_id, {0, 0, 0});
@@ -336,9 +313,9 @@ constexpr double kSustainedFraction = 0.83;
 // kernels at the AdamW kernel's rate, and a small kernel call's fixed cost, all measured with this
 // process's threads; a rank runs with its share of the node's cores, which scales the rates when
 // that is fewer threads than the probes had, at the fraction of them a step sustains.
-obs::MachineRates this_cpu_rates(const RunPlan& p, int ranks_per_node, double probe_seconds) {
+MachineRates this_cpu_rates(const RunPlan& p, int ranks_per_node, double probe_seconds) {
   const model::Precision prec = p.precision;
-  obs::MachineRates m;
+  MachineRates m;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   m.name = fmt::format("this CPU ({} core{})", cores, cores == 1 ? "" : "s");
   const int threads = model::compute_threads();
@@ -369,8 +346,8 @@ obs::MachineRates this_cpu_rates(const RunPlan& p, int ranks_per_node, double pr
   return m;
 }
 
-obs::StepWork step_work(const RunPlan& p, const std::vector<RunPlan>& stages, int ranks_per_node) {
-  obs::StepWork w;
+StepWork step_work(const RunPlan& p, const std::vector<RunPlan>& stages, int ranks_per_node) {
+  StepWork w;
   w.model = p.model;
   w.dp = p.layout.dp_size;
   w.tp = p.layout.tp_size;
@@ -454,10 +431,10 @@ std::vector<std::string> memory_suggestions(const TrainConfig& cfg, int64_t runt
 
 JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   JobPlan jp;
-  const obs::Accelerator* acc = nullptr;
+  const Accelerator* acc = nullptr;
   if (!target.hardware.empty() && target.hardware != "cpu") {
-    acc = obs::find_accelerator(target.hardware);
-    if (!acc) fail("--hardware {}: not a known machine, expected one of cpu, {}", target.hardware, obs::accelerator_names());
+    acc = find_accelerator(target.hardware);
+    if (!acc) fail("--hardware {}: not a known machine, expected one of cpu, {}", target.hardware, accelerator_names());
   }
   // The device the job runs on: a named GPU's (the CUDA backend, planned for without one here), the
   // GPU of this machine when the config asks for one, else what trainer.accelerator says.
@@ -479,9 +456,9 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
     cfg.trainer.accelerator = "cpu";
   } else if (!acc && gpu_config) {
     std::string why;
-    const obs::Accelerator* here = nullptr;
+    const Accelerator* here = nullptr;
     if (model::device_usable(model::Device::cuda, &why))
-      for (const obs::Accelerator& a : obs::accelerators())
+      for (const Accelerator& a : accelerators())
         if (a.gpu && model::device_description(model::Device::cuda).find(" " + a.name) != std::string::npos) here = &a;
     if (!here) {
       jp.checks.push_back(
@@ -492,7 +469,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
                        why.empty() ? "this machine's GPU " + model::device_description(model::Device::cuda) +
                                          " has no published figures here"
                                    : "no usable GPU on this machine (" + why + ")",
-                       obs::accelerator_names())});
+                       accelerator_names())});
       return jp;
     }
     acc = here;
@@ -512,10 +489,10 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   jp.plan = stages.front();
   const RunPlan& p = jp.plan;
   if (device_check) jp.checks.push_back(*device_check);
-  const obs::MachineRates rates =
-      acc ? obs::machine_rates(*acc, p.precision) : this_cpu_rates(p, jp.ranks_per_node, target.probe_seconds);
+  const MachineRates rates =
+      acc ? machine_rates(*acc, p.precision) : this_cpu_rates(p, jp.ranks_per_node, target.probe_seconds);
   jp.hardware = acc ? acc->description : rates.name;
-  obs::StepWork work = step_work(p, stages, jp.ranks_per_node);
+  StepWork work = step_work(p, stages, jp.ranks_per_node);
   // This process's resident memory now, its kernels probed: the libraries and the kernels' own state,
   // as a rank has them (an accelerator's runtime is not counted).
   if (!acc) ::malloc_trim(0);  // what the probes freed is not the runtime's
@@ -544,7 +521,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   };
   guarded("weights", [&] { return check_weights(cfg, p); });
   guarded("data", [&] { return check_data(cfg, p, &work); });
-  jp.prediction = obs::predict_step(work, rates);
+  jp.prediction = predict_step(work, rates);
   guarded("resume", [&] { return check_resume(cfg, p); });
   guarded("outputs", [&] { return check_outputs(p); });
   guarded("disk", [&] { return check_disk(cfg, p); });

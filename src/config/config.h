@@ -18,7 +18,7 @@
 #include "data/sft.h"
 #include "model/config.h"
 #include "model/llama.h"
-#include "train/schedule.h"
+#include "config/schedule.h"
 
 namespace llamatrain::train {
 
@@ -48,7 +48,7 @@ struct CheckpointCallbackParams {
   std::string filename;                       // NeMo's pattern, e.g. megatron_llama--{step}-{consumed_samples}
   std::optional<std::string> dirpath;         // null: <log dir>/checkpoints
   // Write behind the next steps from a host copy of the state; unset: where the copy fits in memory
-  // (train/job_plan.h async_save_fits), which train decides at its start and plan predicts.
+  // (jobs/job_plan.h async_save_fits), which train decides at its start and plan predicts.
   std::optional<bool> async_save;
 
   bool operator==(const CheckpointCallbackParams&) const = default;

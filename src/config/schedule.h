@@ -18,7 +18,7 @@
 namespace llamatrain::train {
 
 // model.optim.sched as written in the YAML (key names are NeMo's; wsd_* follow Megatron-core's
-// lr_wsd_decay_iters / lr_wsd_decay_style). Defaults live in the config schema (train/config_schema.cpp).
+// lr_wsd_decay_iters / lr_wsd_decay_style). Defaults live in the config schema (config/config_schema.cpp).
 struct SchedConfig {
   std::string name;                       // CosineAnnealing | WarmupAnnealing | WarmupPolicy | WarmupHoldPolicy | WSD | none
   std::optional<int64_t> warmup_steps;    // at most one of warmup_steps / warmup_ratio

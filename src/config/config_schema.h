@@ -1,5 +1,5 @@
 // Internal to src/train/: what the pieces of the config loader share; only the config_*.cpp files
-// include it (everything else sees train/config.h). Entries are the keys' YAML values after
+// include it (everything else sees config/config.h). Entries are the keys' YAML values after
 // flattening; a Spec is one schema row; Schema is the table build_schema() fills, the only list of
 // keys. The converters (YAML node <-> typed field) are in config_convert.h. Where each piece lives:
 // config_schema.cpp (entries, rows, the table), config_convert.cpp (scalar parsing),
@@ -20,7 +20,7 @@
 
 #include "core/error.h"
 #include "core/names.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace llamatrain::train::config_detail {
 

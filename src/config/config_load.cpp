@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/config_schema.h"
+#include "config/config_schema.h"
 
 namespace llamatrain::train::config_detail {
 

@@ -8,8 +8,8 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
+#include "model/machine.h"
 #include "model/backend.h"
-#include "model/kernels.h"
 #include "model/memory.h"
 
 namespace llamatrain::model {

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sizes.h"
-#include "model/kernels.h"
+#include "model/backend.h"
 #include "model/memory.h"
 
 namespace llamatrain::model {
