@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "obs/write_or_stop.h"
 
 namespace llamatrain::obs {
 
@@ -62,18 +63,7 @@ void MetricsWriter::write(const nlohmann::ordered_json& record) {
   CHECK(record.is_object(), "metrics: a record must be a JSON object, got {}", record.type_name());
   const std::string line = record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   std::lock_guard lock(mu_);
-  size_t done = 0;
-  while (fd_ >= 0 && done < line.size()) {
-    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-    if (n >= 0) {
-      done += size_t(n);
-    } else if (errno != EINTR) {
-      error_ = fmt::format("writing {} failed: {}", path_, std::strerror(errno));
-      fmt::print(stderr, "warning: metrics: {}; metrics.jsonl stops here, training goes on\n", error_);
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
+  write_or_stop(fd_, error_, line, path_, "metrics", "metrics.jsonl");
 }
 
 void MetricsWriter::write(int64_t step, std::initializer_list<std::pair<std::string_view, double>> values) {

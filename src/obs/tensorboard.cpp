@@ -16,6 +16,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/host.h"
+#include "obs/write_or_stop.h"
 
 
 namespace llamatrain::obs {
@@ -241,20 +242,9 @@ void TensorBoardWriter::append_locked(const std::string& event) {
 }
 
 void TensorBoardWriter::flush_locked() {
-  size_t done = 0;
-  while (fd_ >= 0 && done < pending_.size()) {
-    const ssize_t n = ::write(fd_, pending_.data() + done, pending_.size() - done);
-    if (n >= 0) {
-      done += size_t(n);
-    } else if (errno != EINTR) {
-      // A record cut short at the end of the file is where TensorBoard's reader stops; everything
-      // before it stays readable.
-      error_ = fmt::format("writing {} failed: {}", path_, std::strerror(errno));
-      fmt::print(stderr, "warning: tensorboard: {}; TensorBoard logging stops here, training goes on\n", error_);
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
+  // A record cut short at the end of the file is where TensorBoard's reader stops; everything before
+  // it stays readable.
+  write_or_stop(fd_, error_, pending_, path_, "tensorboard", "TensorBoard logging");
   pending_.clear();
 }
 

@@ -429,6 +429,25 @@ TEST(ReportPage, AxesHaveNumberedTicksAndLogScaleWhereAsked) {
   EXPECT_NE(html.find("loss (log scale)"), std::string::npos);
 }
 
+// The summary of runs with long names and folders stays inside a 1400-pixel window: the table sits in
+// a box that scrolls sideways (rather than the page), and the name and folder cells wrap.
+TEST(ReportPage, SummaryTableScrollsInsideItsOwnBox) {
+  const std::string long_dir =
+      std::string("/scratch/") + std::string(120, 'p') + "/nemo_experiments/" + std::string(60, 'n');
+  const std::string html = obs::render_report({synthetic_run(long_dir, 3), synthetic_run("/runs/short", 3)});
+  const size_t box = html.find("<div class=\"summary-box\"><table class=\"summary\">");
+  ASSERT_NE(box, std::string::npos) << "the summary table is not in its own box";
+  const size_t table_end = html.find("</table>", box);
+  ASSERT_NE(table_end, std::string::npos);
+  EXPECT_EQ(html.compare(table_end, 14, "</table></div>"), 0) << "the box holds the table alone";
+  EXPECT_NE(html.find(long_dir, box), std::string::npos);
+  const std::string style = html.substr(0, html.find("</style>"));
+  const std::regex scrolls(R"re(\.summary-box\{[^}]*max-width:100%[^}]*overflow-x:auto)re");
+  EXPECT_TRUE(std::regex_search(style, scrolls)) << style;
+  const std::regex wraps(R"re(\.summary td\.name,\.summary td\.path\{[^}]*white-space:normal)re");
+  EXPECT_TRUE(std::regex_search(style, wraps)) << style;
+}
+
 TEST(ReportPage, RunsNamedAlikeGetDistinctNames) {
   std::vector<obs::RunData> runs = {synthetic_run("/x/a/version_0", 3), synthetic_run("/x/b/version_0", 3),
                                     synthetic_run("/x/c", 3), synthetic_run("/x/c", 3)};
