@@ -1,4 +1,7 @@
+// core/utf8.h's byte rules; see there.
 #include "core/utf8.h"
+
+#include <algorithm>
 
 namespace llamatrain {
 
@@ -33,11 +36,26 @@ size_t utf8_sequence(const unsigned char* p, size_t n, size_t* bad) {
 
 uint32_t utf8_decode_at(std::string_view s, size_t i) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + i;
-  const size_t len = utf8_char_length(p[0]);
+  const size_t len = std::min(utf8_char_length(p[0]), s.size() - i);
   if (len == 1) return p[0];
   uint32_t cp = p[0] & (0xFF >> (len + 1));
   for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[k] & 0x3F);
   return cp;
+}
+
+std::vector<std::string_view> utf8_chars(std::string_view s) {
+  std::vector<std::string_view> out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = std::min(utf8_char_length(static_cast<unsigned char>(s[i])), s.size() - i);
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+bool unicode_white_space(uint32_t c) {
+  return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 bool utf8_valid(std::string_view s) {

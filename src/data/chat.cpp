@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/utf8.h"
 
 namespace llamatrain::data {
 
@@ -24,16 +25,11 @@ constexpr std::string_view kSupported =
 // Length of the whitespace code point at s[i] (0 when none): the characters that both Python's
 // str.strip() (Jinja's trim and .strip() in transformers) and JavaScript's trim() remove.
 size_t space_at(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  if (c == ' ' || (c >= '\t' && c <= '\r')) return 1;
-  auto at = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
-  if (c == 0xC2 && at(1) == 0xA0) return 2;                                   // U+00A0
-  if (c == 0xE1 && at(1) == 0x9A && at(2) == 0x80) return 3;                  // U+1680
-  if (c == 0xE2 && at(1) == 0x80 && (at(2) <= 0x8A || at(2) == 0xA8 || at(2) == 0xA9 || at(2) == 0xAF))
-    return at(2) >= 0x80 ? 3 : 0;                                             // U+2000-200A, 2028, 2029, 202F
-  if (c == 0xE2 && at(1) == 0x81 && at(2) == 0x9F) return 3;                  // U+205F
-  if (c == 0xE3 && at(1) == 0x80 && at(2) == 0x80) return 3;                  // U+3000
-  return 0;
+  size_t bad = 0;
+  const size_t n = utf8_sequence(reinterpret_cast<const unsigned char*>(s.data()) + i, s.size() - i, &bad);
+  if (n == 0) return 0;
+  const uint32_t cp = utf8_decode_at(s, i);
+  return unicode_white_space(cp) && cp != 0x85 ? n : 0;  // Python strips U+0085, JavaScript does not
 }
 
 // The start of the whitespace code point that ends s[0, end) (end when none).

@@ -131,80 +131,78 @@ struct IndexVectors {
   std::vector<int64_t> shuffle; // (ns)
 };
 
-}  // namespace
-
-GptIndex build_gpt_index(const int32_t* sizes, int64_t num_sequences, SplitRange range,
-                         const GptIndexParams& p) {
-  const int64_t L = p.seq_length, extra = p.extra, N = p.num_samples;
-  if (L < 1) fail("seq_length {}: expected >= 1", L);
-  CHECK(extra == 0 || extra == 1, "extra token count {}", extra);
-  CHECK(range.begin >= 0 && range.begin <= range.end && range.end <= num_sequences,
-        "split range [{}, {}) of {} sequences", range.begin, range.end, num_sequences);
-  if (num_sequences > std::numeric_limits<int32_t>::max())
-    fail("dataset has {} sequences, expected at most 2^31-1 (Megatron's int32 document ids)", num_sequences);
-  const int64_t n_docs = range.end - range.begin;
-
-  GptIndex idx;
-  // T: tokens per epoch of this split.
+// T: the tokens of the split, more than `extra`.
+int64_t split_tokens(const int32_t* sizes, SplitRange range, int64_t extra) {
   int64_t T = 0;
   for (int64_t i = range.begin; i < range.end; i++) T += sizes[i];
-  if (T <= int64_t(extra))
+  if (T <= extra)
     fail("split [{}, {}) holds {} tokens, expected more than {}\nhint: the dataset or this split is "
          "too small; change splits_string or add data",
          range.begin, range.end, T, extra);
-  idx.tokens_per_epoch = T;
+  return T;
+}
 
-  // §2.4 epochs: smallest E >= 1 with E*T >= N*L + extra.
+// §2.4 epochs: the smallest E >= 1 with E*T >= N*L + extra; §2.5 whether the last epoch is shuffled
+// apart (it holds under 80% of an epoch's samples). Sets num_epochs, separate_final_epoch and
+// num_samples_sans_final_epoch of idx.
+void plan_epochs(int64_t T, const GptIndexParams& p, GptIndex* idx) {
+  const int64_t L = p.seq_length, extra = p.extra, N = p.num_samples;
   int64_t E = 1;
-  if (N >= 0) {
-    int64_t req = N * L + extra;
-    E = std::max<int64_t>(1, (req + T - 1) / T);
-  }
-  idx.num_epochs = E;
-
-  // §2.5 separate final epoch.
+  if (N >= 0) E = std::max<int64_t>(1, (N * L + extra + T - 1) / T);
   bool separate = false;
   int64_t n_sans = 0;
   if (E > 1) {
     n_sans = ((E - 1) * T - extra) / L;
-    int64_t n_final = N - n_sans;
-    int64_t n_per = (T - extra) / L;
+    const int64_t n_final = N - n_sans, n_per = (T - extra) / L;
     CHECK(n_final >= 0 && n_final <= n_per + 1, "final-epoch samples {} of {}", n_final, n_per);
     separate = n_final < int64_t(0.80 * double(n_per));
   }
-  idx.separate_final_epoch = separate;
-  idx.num_samples_sans_final_epoch = separate ? n_sans : 0;
+  idx->num_epochs = E;
+  idx->separate_final_epoch = separate;
+  idx->num_samples_sans_final_epoch = separate ? n_sans : 0;
+}
 
-  auto vec = std::make_shared<IndexVectors>();
-  NumpyRandomState rng(p.seed);  // one fresh state per split, used in the order of §2.6
-
-  // §2.7 document index: E copies of the split's ids, shuffled whole (or E-1 copies + 1).
-  vec->doc.resize(size_t(E * n_docs));
-  for (int64_t e = 0; e < E; e++)
-    for (int64_t d = 0; d < n_docs; d++) vec->doc[size_t(e * n_docs + d)] = int32_t(range.begin + d);
+// Shuffles x (n) whole, or its first `head` elements and the rest apart when `separate`.
+template <typename T>
+void shuffle_whole_or_apart(NumpyRandomState* rng, T* x, int64_t n, int64_t head, bool separate) {
   if (!separate) {
-    rng.shuffle(vec->doc.data(), E * n_docs);
+    rng->shuffle(x, n);
   } else {
-    rng.shuffle(vec->doc.data(), (E - 1) * n_docs);
-    rng.shuffle(vec->doc.data() + (E - 1) * n_docs, n_docs);
+    rng->shuffle(x, head);
+    rng->shuffle(x + head, n - head);
   }
+}
 
-  // §2.8 sample index.
-  int64_t ns;
-  if (p.drop_last_partial) {
-    ns = (E * T - extra) / L;
-  } else {  // Megatron computes this ceil in float32
-    ns = int64_t(std::ceil(float(E * T - extra) / float(L)));
-  }
-  const int64_t D = E * n_docs;
-  vec->sample.resize(size_t(2 * (ns + 1)));
+// §2.7 document index: E copies of the split's ids, shuffled whole (or E-1 copies + 1).
+std::vector<int32_t> build_doc_index(SplitRange range, const GptIndex& idx, NumpyRandomState* rng) {
+  const int64_t n_docs = range.end - range.begin, E = idx.num_epochs;
+  std::vector<int32_t> doc(static_cast<size_t>(E * n_docs));
+  for (int64_t e = 0; e < E; e++)
+    for (int64_t d = 0; d < n_docs; d++) doc[size_t(e * n_docs + d)] = int32_t(range.begin + d);
+  shuffle_whole_or_apart(rng, doc.data(), E * n_docs, (E - 1) * n_docs, idx.separate_final_epoch);
+  return doc;
+}
+
+// ns: the samples of L (+ extra) tokens in E epochs; Megatron computes the ceil of a kept partial last
+// sample in float32.
+int64_t count_samples(const GptIndex& idx, const GptIndexParams& p) {
+  const int64_t tokens = idx.num_epochs * idx.tokens_per_epoch - p.extra;
+  if (p.drop_last_partial) return tokens / p.seq_length;
+  return int64_t(std::ceil(float(tokens) / float(p.seq_length)));
+}
+
+// §2.8 sample index: (ns + 1, 2) rows (position in doc, token offset) where each sample starts.
+std::vector<int64_t> build_sample_index(const int32_t* sizes, const std::vector<int32_t>& doc, int64_t ns,
+                                        const GptIndexParams& p) {
+  const int64_t L = p.seq_length, extra = p.extra, D = int64_t(doc.size());
+  std::vector<int64_t> sample(static_cast<size_t>(2 * (ns + 1)));
   int64_t d = 0, off = 0;
-  vec->sample[0] = 0;
-  vec->sample[1] = 0;
+  sample[0] = 0;
+  sample[1] = 0;
   for (int64_t k = 1; k <= ns; k++) {
     int64_t rem = L + extra;
     while (rem != 0) {
-      int64_t len = int64_t(sizes[vec->doc[size_t(d)]]) - off;
+      int64_t len = int64_t(sizes[doc[size_t(d)]]) - off;
       rem -= len;
       if (rem <= 0) {
         off += rem + len - extra;  // the next sample starts `extra` tokens before this one's end
@@ -212,28 +210,49 @@ GptIndex build_gpt_index(const int32_t* sizes, int64_t num_sequences, SplitRange
       } else {
         if (d == D - 1) {  // out of documents: only the kept partial last sample gets here
           CHECK(k == ns, "sample index ran out of documents at sample {} of {}", k, ns);
-          off = int64_t(sizes[vec->doc[size_t(d)]]) - extra;
+          off = int64_t(sizes[doc[size_t(d)]]) - extra;
           break;
         }
         d++;
         off = 0;
       }
     }
-    vec->sample[size_t(2 * k)] = d;
-    vec->sample[size_t(2 * k + 1)] = off;
+    sample[size_t(2 * k)] = d;
+    sample[size_t(2 * k + 1)] = off;
   }
+  return sample;
+}
 
-  // §2.9 shuffle index.
-  vec->shuffle.resize(size_t(ns));
-  for (int64_t i = 0; i < ns; i++) vec->shuffle[size_t(i)] = i;
-  if (!separate) {
-    rng.shuffle(vec->shuffle.data(), ns);
-  } else {
-    rng.shuffle(vec->shuffle.data(), n_sans);
-    rng.shuffle(vec->shuffle.data() + n_sans, ns - n_sans);
-  }
+// §2.9 shuffle index: 0..ns-1, shuffled whole (or the samples before the final epoch and those of it apart).
+std::vector<int64_t> build_shuffle_index(int64_t ns, const GptIndex& idx, NumpyRandomState* rng) {
+  std::vector<int64_t> order(static_cast<size_t>(ns));
+  for (int64_t i = 0; i < ns; i++) order[size_t(i)] = i;
+  shuffle_whole_or_apart(rng, order.data(), ns, idx.num_samples_sans_final_epoch, idx.separate_final_epoch);
+  return order;
+}
 
-  idx.doc_index_size = D;
+}  // namespace
+
+GptIndex build_gpt_index(const int32_t* sizes, int64_t num_sequences, SplitRange range,
+                         const GptIndexParams& p) {
+  if (p.seq_length < 1) fail("seq_length {}: expected >= 1", p.seq_length);
+  CHECK(p.extra == 0 || p.extra == 1, "extra token count {}", p.extra);
+  CHECK(range.begin >= 0 && range.begin <= range.end && range.end <= num_sequences,
+        "split range [{}, {}) of {} sequences", range.begin, range.end, num_sequences);
+  if (num_sequences > std::numeric_limits<int32_t>::max())
+    fail("dataset has {} sequences, expected at most 2^31-1 (Megatron's int32 document ids)", num_sequences);
+
+  GptIndex idx;
+  idx.tokens_per_epoch = split_tokens(sizes, range, p.extra);
+  plan_epochs(idx.tokens_per_epoch, p, &idx);
+  auto vec = std::make_shared<IndexVectors>();
+  NumpyRandomState rng(p.seed);  // one fresh state per split, used in the order of §2.6
+  vec->doc = build_doc_index(range, idx, &rng);
+  const int64_t ns = count_samples(idx, p);
+  vec->sample = build_sample_index(sizes, vec->doc, ns, p);
+  vec->shuffle = build_shuffle_index(ns, idx, &rng);
+
+  idx.doc_index_size = int64_t(vec->doc.size());
   idx.num_samples = ns;
   idx.doc_index = vec->doc.data();
   idx.sample_index = vec->sample.data();

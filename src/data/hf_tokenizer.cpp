@@ -43,23 +43,18 @@ int byte_piece_value(std::string_view p) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-bool is_unicode_space(uint32_t c) {  // Unicode White_Space
-  return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
 std::string_view trim_end_space(std::string_view s) {
   while (!s.empty()) {
     size_t i = s.size() - 1;
     while (i > 0 && utf8_continuation(static_cast<unsigned char>(s[i]))) --i;
-    if (!is_unicode_space(utf8_decode_at(s, i))) break;
+    if (!unicode_white_space(utf8_decode_at(s, i))) break;
     s = s.substr(0, i);
   }
   return s;
 }
 
 std::string_view trim_start_space(std::string_view s) {
-  while (!s.empty() && is_unicode_space(utf8_decode_at(s, 0)))
+  while (!s.empty() && unicode_white_space(utf8_decode_at(s, 0)))
     s.remove_prefix(utf8_char_length(static_cast<unsigned char>(s[0])));
   return s;
 }
@@ -310,9 +305,30 @@ struct HfTokenizer::Impl {
   std::vector<int> added_index;  // by id: index into added, -1
   AddedMatcher raw_added, normalized_added;
 
+  // The id of a string as the file writes it (added tokens first), -1 when none.
+  int piece_id(const std::string& piece) const {
+    auto it = by_piece.find(piece);
+    return it == by_piece.end() ? -1 : it->second;
+  }
+  bool special(int id) const {
+    return id >= 0 && id < int(added_index.size()) && added_index[id] >= 0 && added[added_index[id]].special;
+  }
+  // Makes room for id in the tables by id.
+  void grow(int id) {
+    if (id < int(pieces.size())) return;
+    pieces.resize(id + 1);
+    model_bytes.resize(id + 1);
+    kind.resize(id + 1, 0);
+  }
   void normalize(std::string* s) const;
   void pre_tokenize(Piece section, bool first, std::vector<Piece>* out) const;
   void bpe(std::string_view word, std::vector<int>* out) const;
+  // The symbols BPE starts from: bytes (byte-level) or characters; an unknown one becomes its <0xXX>
+  // pieces (byte_fallback) or the unknown token (fused with a preceding one under fuse_unk), or is dropped.
+  std::vector<int> initial_symbols(std::string_view word) const;
+  int merge_rank(int a, int b, int* merged) const;  // INT_MAX when the pair does not merge
+  void merge_short(std::vector<int>* sym) const;    // for words of up to 128 symbols
+  void merge_long(std::vector<int> sym, std::vector<int>* out) const;
   void model_encode(std::string_view word, std::vector<int>* out) const;
   uint32_t id_bytes(int id) const;  // how many text bytes a byte-level id stands for
 };
@@ -392,158 +408,188 @@ std::string type_of(const Ctx& c, const json& j, const std::string& where) {
   return c.str(j, "type", where);
 }
 
+// A section's type; for a "Sequence", nullopt after read(element, its where) of each element of
+// j[list_key].
+template <class F>
+std::optional<std::string> type_or_sequence(const Ctx& c, const json& j, const std::string& where,
+                                            const char* list_key, F&& read) {
+  std::string t = type_of(c, j, where);
+  if (t != "Sequence") return t;
+  const json& list = c.arr(j, list_key, where);
+  for (size_t i = 0; i < list.size(); ++i) read(list[i], fmt::format("{}.{}[{}]", where, list_key, i));
+  return std::nullopt;
+}
+
+// A Replace normalizer's or decoder's pattern and content.
+void read_replace(const Ctx& c, const json& j, const std::string& where, std::shared_ptr<Regex>* re,
+                  std::string* content) {
+  *re = c.pattern(j, where);
+  *content = c.str(j, "content", where);
+}
+
 void read_normalizer(const Ctx& c, const json& j, const std::string& where, std::vector<Normalizer>* out) {
   if (j.is_null()) return;
-  const std::string t = type_of(c, j, where);
+  const auto t = type_or_sequence(c, j, where, "normalizers",
+                                  [&](const json& e, const std::string& w) { read_normalizer(c, e, w, out); });
+  if (!t) return;
   Normalizer n{};
-  if (t == "Sequence") {
-    const json& list = c.arr(j, "normalizers", where);
-    for (size_t i = 0; i < list.size(); ++i) read_normalizer(c, list[i], fmt::format("{}.normalizers[{}]", where, i), out);
-    return;
-  }
-  if (t == "NFC") n.kind = Normalizer::NFC;
-  else if (t == "NFD") n.kind = Normalizer::NFD;
-  else if (t == "NFKC") n.kind = Normalizer::NFKC;
-  else if (t == "NFKD") n.kind = Normalizer::NFKD;
-  else if (t == "Lowercase") n.kind = Normalizer::Lowercase;
-  else if (t == "Strip") {
+  if (*t == "NFC") n.kind = Normalizer::NFC;
+  else if (*t == "NFD") n.kind = Normalizer::NFD;
+  else if (*t == "NFKC") n.kind = Normalizer::NFKC;
+  else if (*t == "NFKD") n.kind = Normalizer::NFKD;
+  else if (*t == "Lowercase") n.kind = Normalizer::Lowercase;
+  else if (*t == "Strip") {
     n.kind = Normalizer::Strip;
     n.left = c.boolean(j, "strip_left", where, true);
     n.right = c.boolean(j, "strip_right", where, true);
-  } else if (t == "Prepend") {
+  } else if (*t == "Prepend") {
     n.kind = Normalizer::Prepend;
     n.text = c.str(j, "prepend", where);
-  } else if (t == "Replace") {
+  } else if (*t == "Replace") {
     n.kind = Normalizer::Replace;
-    n.re = c.pattern(j, where);
-    n.text = c.str(j, "content", where);
+    read_replace(c, j, where, &n.re, &n.text);
   } else {
-    c.unsupported(where, t);
+    c.unsupported(where, *t);
   }
   out->push_back(std::move(n));
 }
 
 const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+Behavior read_behavior(const Ctx& c, const json& j, const std::string& where) {
+  const std::string b = c.str(j, "behavior", where, "Isolated");
+  if (b == "Removed") return Behavior::Removed;
+  if (b == "Isolated") return Behavior::Isolated;
+  if (b == "MergedWithPrevious") return Behavior::MergedWithPrevious;
+  if (b == "MergedWithNext") return Behavior::MergedWithNext;
+  if (b == "Contiguous") return Behavior::Contiguous;
+  c.bad(where + ".behavior", fmt::format("is {}, expected Removed, Isolated, MergedWithPrevious, "
+                                         "MergedWithNext or Contiguous", json(b).dump()));
+}
+
 void read_pretokenizer(const Ctx& c, const json& j, const std::string& where, std::vector<PreTokenizer>* out,
                        bool* byte_level) {
   if (j.is_null()) return;
-  const std::string t = type_of(c, j, where);
+  const auto t = type_or_sequence(c, j, where, "pretokenizers", [&](const json& e, const std::string& w) {
+    read_pretokenizer(c, e, w, out, byte_level);
+  });
+  if (!t) return;
   PreTokenizer p{};
-  if (t == "Sequence") {
-    const json& list = c.arr(j, "pretokenizers", where);
-    for (size_t i = 0; i < list.size(); ++i)
-      read_pretokenizer(c, list[i], fmt::format("{}.pretokenizers[{}]", where, i), out, byte_level);
-    return;
-  }
-  if (t == "Split") {
+  if (*t == "Split") {
     p.kind = PreTokenizer::Split;
     p.re = c.pattern(j, where);
     p.invert = c.boolean(j, "invert", where, false);
-    const std::string b = c.str(j, "behavior", where, "Isolated");
-    if (b == "Removed") p.behavior = Behavior::Removed;
-    else if (b == "Isolated") p.behavior = Behavior::Isolated;
-    else if (b == "MergedWithPrevious") p.behavior = Behavior::MergedWithPrevious;
-    else if (b == "MergedWithNext") p.behavior = Behavior::MergedWithNext;
-    else if (b == "Contiguous") p.behavior = Behavior::Contiguous;
-    else c.bad(where + ".behavior", fmt::format("is {}, expected Removed, Isolated, MergedWithPrevious, "
-                                                "MergedWithNext or Contiguous", json(b).dump()));
-  } else if (t == "ByteLevel") {
+    p.behavior = read_behavior(c, j, where);
+  } else if (*t == "ByteLevel") {
     p.kind = PreTokenizer::ByteLevel;
     p.add_prefix_space = c.boolean(j, "add_prefix_space", where, true);
     if (c.boolean(j, "use_regex", where, true)) p.re = std::make_shared<Regex>(kGpt2Regex, false, "ByteLevel");
     *byte_level = true;
-  } else if (t == "Metaspace") {
+  } else if (*t == "Metaspace") {
     p.kind = PreTokenizer::Metaspace;
     p.replacement = c.str(j, "replacement", where, "\u2581");
     p.prepend = c.prepend_scheme(j, where);
     p.split = c.boolean(j, "split", where, true);
     p.re = std::make_shared<Regex>(p.replacement, true, "Metaspace");
-  } else if (t == "Digits") {
+  } else if (*t == "Digits") {
     p.kind = PreTokenizer::Split;
     const bool individual = c.boolean(j, "individual_digits", where, false);
     p.re = std::make_shared<Regex>("\\p{N}", false, "Digits");
     p.behavior = individual ? Behavior::Isolated : Behavior::Contiguous;
   } else {
-    c.unsupported(where, t);
+    c.unsupported(where, *t);
   }
   out->push_back(std::move(p));
 }
 
 void read_decoder(const Ctx& c, const json& j, const std::string& where, std::vector<Decoder>* out) {
-  const std::string t = type_of(c, j, where);
+  const auto t = type_or_sequence(c, j, where, "decoders",
+                                  [&](const json& e, const std::string& w) { read_decoder(c, e, w, out); });
+  if (!t) return;
   Decoder d{};
-  if (t == "Sequence") {
-    const json& list = c.arr(j, "decoders", where);
-    for (size_t i = 0; i < list.size(); ++i) read_decoder(c, list[i], fmt::format("{}.decoders[{}]", where, i), out);
-    return;
-  }
-  if (t == "ByteLevel") d.kind = Decoder::ByteLevel;
-  else if (t == "ByteFallback") d.kind = Decoder::ByteFallback;
-  else if (t == "Fuse") d.kind = Decoder::Fuse;
-  else if (t == "Metaspace") {
+  if (*t == "ByteLevel") d.kind = Decoder::ByteLevel;
+  else if (*t == "ByteFallback") d.kind = Decoder::ByteFallback;
+  else if (*t == "Fuse") d.kind = Decoder::Fuse;
+  else if (*t == "Metaspace") {
     d.kind = Decoder::Metaspace;
     d.text = c.str(j, "replacement", where, "\u2581");
     d.prepend = c.prepend_scheme(j, where);
-  } else if (t == "Strip") {
+  } else if (*t == "Strip") {
     d.kind = Decoder::Strip;
     d.text = c.str(j, "content", where, " ");
     d.start = c.integer(j, "start", where, 0, 0, 1 << 20);
     d.stop = c.integer(j, "stop", where, 0, 0, 1 << 20);
-  } else if (t == "Replace") {
+  } else if (*t == "Replace") {
     d.kind = Decoder::Replace;
-    d.re = c.pattern(j, where);
-    d.text = c.str(j, "content", where);
+    read_replace(c, j, where, &d.re, &d.text);
   } else {
-    c.unsupported(where, t);
+    c.unsupported(where, *t);
   }
   out->push_back(std::move(d));
+}
+
+// The ids of a TemplateProcessing's single-sequence item `item` (a SpecialToken; one named in
+// special_tokens may stand for several ids).
+std::vector<int> template_token_ids(const Ctx& c, const json& item, const json& specials, const std::string& w,
+                                    const std::string& where, const HfTokenizer::Impl& impl) {
+  auto st = item.find("SpecialToken");
+  if (st == item.end() || !st->is_object()) c.bad(w, "is neither a Sequence nor a SpecialToken");
+  const std::string name = c.str(*st, "id", w + ".SpecialToken");
+  std::vector<int> ids;
+  if (auto sp = specials.find(name); sp != specials.end() && sp->is_object() && sp->contains("ids") &&
+                                     (*sp)["ids"].is_array()) {
+    for (const auto& v : (*sp)["ids"]) {
+      if (!v.is_number_integer()) c.bad(where + ".special_tokens", "has an id that is not an integer");
+      ids.push_back(v.get<int>());
+    }
+  } else if (const int id = impl.piece_id(name); id >= 0) {
+    ids.push_back(id);
+  } else {
+    c.bad(w, fmt::format("names special token {}, which the file does not define", json(name).dump()));
+  }
+  return ids;
+}
+
+// TemplateProcessing's "single": the special tokens before the sequence ($A) go to prefix, those
+// after it to suffix.
+void read_template(const Ctx& c, const json& j, const std::string& where, const HfTokenizer::Impl& impl,
+                   std::vector<int>* prefix, std::vector<int>* suffix) {
+  const json& single = c.arr(j, "single", where);
+  const json specials = j.value("special_tokens", json::object());
+  bool seen_a = false;
+  for (size_t i = 0; i < single.size(); ++i) {
+    const std::string w = fmt::format("{}.single[{}]", where, i);
+    c.obj(single[i], w);
+    if (single[i].contains("Sequence")) {
+      seen_a = true;
+      continue;
+    }
+    const std::vector<int> ids = template_token_ids(c, single[i], specials, w, where, impl);
+    std::vector<int>* side = seen_a ? suffix : prefix;
+    side->insert(side->end(), ids.begin(), ids.end());
+  }
 }
 
 // The ids a post-processor adds around a single sequence.
 void read_post(const Ctx& c, const json& j, const std::string& where, const HfTokenizer::Impl& impl,
                std::vector<int>* prefix, std::vector<int>* suffix) {
   if (j.is_null()) return;
-  const std::string t = type_of(c, j, where);
+  const auto t = type_or_sequence(c, j, where, "processors", [&](const json& e, const std::string& w) {
+    read_post(c, e, w, impl, prefix, suffix);
+  });
+  if (!t) return;
   auto token_id = [&](const json& pair, const std::string& w) {  // ["<s>", 1]
     if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer()) c.bad(w, "is not [token, id]");
     return pair[1].get<int>();
   };
-  if (t == "Sequence") {
-    const json& list = c.arr(j, "processors", where);
-    for (size_t i = 0; i < list.size(); ++i)
-      read_post(c, list[i], fmt::format("{}.processors[{}]", where, i), impl, prefix, suffix);
-  } else if (t == "ByteLevel") {
-  } else if (t == "RobertaProcessing" || t == "BertProcessing") {
+  if (*t == "ByteLevel") return;  // adds no ids
+  if (*t == "RobertaProcessing" || *t == "BertProcessing") {
     prefix->push_back(token_id(j.value("cls", json()), where + ".cls"));
     suffix->push_back(token_id(j.value("sep", json()), where + ".sep"));
-  } else if (t == "TemplateProcessing") {
-    const json& single = c.arr(j, "single", where);
-    const json specials = j.value("special_tokens", json::object());
-    bool seen_a = false;
-    for (size_t i = 0; i < single.size(); ++i) {
-      const std::string w = fmt::format("{}.single[{}]", where, i);
-      c.obj(single[i], w);
-      if (single[i].contains("Sequence")) { seen_a = true; continue; }
-      auto st = single[i].find("SpecialToken");
-      if (st == single[i].end() || !st->is_object()) c.bad(w, "is neither a Sequence nor a SpecialToken");
-      const std::string name = c.str(*st, "id", w + ".SpecialToken");
-      std::vector<int> ids;
-      if (auto sp = specials.find(name); sp != specials.end() && sp->is_object() && sp->contains("ids") &&
-                                         (*sp)["ids"].is_array()) {
-        for (const auto& v : (*sp)["ids"]) {
-          if (!v.is_number_integer()) c.bad(where + ".special_tokens", "has an id that is not an integer");
-          ids.push_back(v.get<int>());
-        }
-      } else if (auto it = impl.by_piece.find(name); it != impl.by_piece.end()) {
-        ids.push_back(it->second);
-      } else {
-        c.bad(w, fmt::format("names special token {}, which the file does not define", json(name).dump()));
-      }
-      (seen_a ? suffix : prefix)->insert((seen_a ? suffix : prefix)->end(), ids.begin(), ids.end());
-    }
+  } else if (*t == "TemplateProcessing") {
+    read_template(c, j, where, impl, prefix, suffix);
   } else {
-    c.unsupported(where, t);
+    c.unsupported(where, *t);
   }
 }
 
@@ -556,6 +602,212 @@ std::optional<std::optional<std::string>> config_token(const json& cfg, const ch
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
     return std::optional<std::string>((*it)["content"].get<std::string>());
   return std::optional<std::string>();
+}
+
+constexpr int kMaxId = (1 << 24) - 1;
+
+// tokenizer.json and tokenizer_config.json ("" when there is none: null) as JSON.
+std::pair<json, json> parse_documents(std::string_view tokenizer_json, std::string_view config_json,
+                                      const std::string& name) {
+  std::pair<json, json> out;
+  try {
+    out.first = json::parse(tokenizer_json);
+  } catch (const json::exception& e) {
+    fail("tokenizer {}: not valid JSON ({})\nhint: pass a tokenizer.json written by Hugging Face tokenizers", name,
+         e.what());
+  }
+  if (config_json.empty()) return out;
+  try {
+    out.second = json::parse(config_json);
+  } catch (const json::exception& e) {
+    fail("tokenizer {}: tokenizer_config.json beside it is not valid JSON ({})\nhint: fix or remove it", name,
+         e.what());
+  }
+  return out;
+}
+
+// The "model" section's kind (BPE only) and options; returns the section.
+const json& read_model_options(const Ctx& c, const json& j, HfTokenizer::Impl* im) {
+  c.obj(j, "(top level)");
+  if (!j.contains("model")) c.bad("model", "is missing, expected the BPE model");
+  const json& m = c.obj(j["model"], "model");
+  const std::string mtype = c.str(m, "type", "model", "BPE");
+  if (mtype != "BPE") c.unsupported("model", mtype);
+  if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0)
+    c.bad("model.dropout", "is set, expected null (BPE dropout is for training, not for encoding)");
+  if (!c.str(m, "continuing_subword_prefix", "model", "").empty() || !c.str(m, "end_of_word_suffix", "model", "").empty())
+    c.bad("model", "has a continuing_subword_prefix or end_of_word_suffix, which llamatrain does not read "
+                   "(byte-level and SentencePiece-style BPE have none)");
+  im->ignore_merges = c.boolean(m, "ignore_merges", "model", false);
+  im->use_byte_fallback = c.boolean(m, "byte_fallback", "model", false);
+  im->fuse_unk = c.boolean(m, "fuse_unk", "model", false);
+  return m;
+}
+
+// The text pipeline around the model: normalizer, pre-tokenizer and decoder.
+void read_pipeline(const Ctx& c, const json& j, HfTokenizer::Impl* im) {
+  if (j.contains("normalizer")) read_normalizer(c, j["normalizer"], "normalizer", &im->normalizers);
+  if (j.contains("pre_tokenizer"))
+    read_pretokenizer(c, j["pre_tokenizer"], "pre_tokenizer", &im->pretokenizers, &im->byte_level);
+  if (j.contains("decoder") && !j["decoder"].is_null()) {
+    read_decoder(c, j["decoder"], "decoder", &im->decoders);
+    im->has_decoder = true;
+  }
+}
+
+// model.vocab, in model space (raw bytes in a byte-level file).
+void read_vocab(const Ctx& c, const json& m, HfTokenizer::Impl* im) {
+  auto vit = m.find("vocab");
+  if (vit == m.end() || !vit->is_object()) c.bad("model.vocab", "is missing or not an object");
+  std::string bytes;
+  for (auto it = vit->begin(); it != vit->end(); ++it) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxId)
+      c.bad("model.vocab", fmt::format("gives {} the id {}, expected an integer 0..{}", json(it.key()).dump(), it->dump(), kMaxId));
+    const int id = it->get<int>();
+    im->grow(id);
+    im->pieces[id] = it.key();
+    im->kind[id] = 1;
+    std::string key = it.key();
+    if (im->byte_level && byte_level_to_bytes(key, &bytes)) key = bytes;
+    im->model_bytes[id] = key;
+    im->vocab[key] = id;
+  }
+  for (int id = 0; id < int(im->pieces.size()); ++id)
+    if (im->kind[id] == 1) im->by_piece.emplace(im->pieces[id], id);
+}
+
+// One merge, "a b" or ["a", "b"], as its two pieces.
+std::pair<std::string, std::string> merge_pair(const Ctx& c, const json& merge, size_t r) {
+  if (merge.is_string()) {
+    const std::string s = merge.get<std::string>();
+    const size_t sp = s.find(' ');
+    if (sp == std::string::npos) c.bad(fmt::format("model.merges[{}]", r), fmt::format("is {}, expected \"a b\"", json(s).dump()));
+    return {s.substr(0, sp), s.substr(sp + 1)};
+  }
+  if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string())
+    return {merge[0].get<std::string>(), merge[1].get<std::string>()};
+  c.bad(fmt::format("model.merges[{}]", r), "is neither \"a b\" nor [\"a\", \"b\"]");
+}
+
+// model.merges: each pair of vocabulary ids to its rank and merged id.
+void read_merges(const Ctx& c, const json& m, HfTokenizer::Impl* im) {
+  if (!m.contains("merges") || m["merges"].is_null()) return;
+  const json& merges = m["merges"];
+  if (!merges.is_array()) c.bad("model.merges", "is not a list");
+  im->merges.reserve(merges.size() * 2);
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const auto [a, b] = merge_pair(c, merges[r], r);
+    const int ia = im->piece_id(a), ib = im->piece_id(b), merged = im->piece_id(a + b);
+    if (ia < 0 || ib < 0 || merged < 0)
+      c.bad(fmt::format("model.merges[{}]", r), fmt::format("merges {} and {}, but {} is not in the vocabulary",
+            json(a).dump(), json(b).dump(), json(ia < 0 ? a : ib < 0 ? b : a + b).dump()));
+    im->merges.emplace((uint64_t(uint32_t(ia)) << 32) | uint32_t(ib), HfTokenizer::Impl::Merge{int(r), merged});
+  }
+}
+
+// model.unk_token, and the ids of the single bytes and of the <0xXX> pieces.
+void read_unknown_and_bytes(const Ctx& c, const json& m, HfTokenizer::Impl* im) {
+  const std::string unk = c.str(m, "unk_token", "model", "");
+  if (!unk.empty()) {
+    im->unk = im->piece_id(unk);
+    if (im->unk < 0) c.bad("model.unk_token", fmt::format("is {}, which is not in the vocabulary", json(unk).dump()));
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = im->vocab.find(std::string(1, char(b)));
+    im->byte_sym[b] = it == im->vocab.end() ? -1 : it->second;
+    im->byte_fallback[b] = im->piece_id(fmt::format("<0x{:02X}>", b));
+  }
+}
+
+// added_tokens: they take their id's place (and may add ids past the vocabulary).
+void read_added_tokens(const Ctx& c, const json& j, HfTokenizer::Impl* im) {
+  if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return;
+  const json& list = j["added_tokens"];
+  if (!list.is_array()) c.bad("added_tokens", "is not a list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string w = fmt::format("added_tokens[{}]", i);
+    c.obj(list[i], w);
+    AddedToken a;
+    a.id = c.integer(list[i], "id", w, INT_MIN, 0, kMaxId);
+    a.content = c.str(list[i], "content", w);
+    if (a.content.empty()) c.bad(w + ".content", "is empty");
+    a.special = c.boolean(list[i], "special", w, false);
+    a.normalized = c.boolean(list[i], "normalized", w, !a.special) && !im->normalizers.empty();
+    a.lstrip = c.boolean(list[i], "lstrip", w, false);
+    a.rstrip = c.boolean(list[i], "rstrip", w, false);
+    im->grow(a.id);
+    if (im->kind[a.id] != 1) {
+      im->pieces[a.id] = a.content;
+      im->model_bytes[a.id] = a.content;
+      im->kind[a.id] = 2;
+    }
+    im->by_piece[a.content] = a.id;
+    im->added.push_back(std::move(a));
+  }
+}
+
+// The added tokens by id, and the two matchers (a normalized token matches its normalized content).
+void index_added_tokens(HfTokenizer::Impl* im) {
+  im->added_index.assign(im->pieces.size(), -1);
+  for (int i = 0; i < int(im->added.size()); ++i) {
+    AddedToken& a = im->added[i];
+    im->added_index[a.id] = i;
+    if (a.normalized) {
+      std::string n = a.content;
+      im->normalize(&n);
+      if (n.empty()) continue;
+      a.content = n;
+    }
+    AddedMatcher& matcher = a.normalized ? im->normalized_added : im->raw_added;
+    matcher.tokens.push_back(i);
+    matcher.first_byte[static_cast<unsigned char>(a.content[0])] = true;
+  }
+  for (AddedMatcher* matcher : {&im->raw_added, &im->normalized_added})
+    std::stable_sort(matcher->tokens.begin(), matcher->tokens.end(),
+                     [&](int x, int y) { return im->added[x].content.size() > im->added[y].content.size(); });
+}
+
+// post_processor: the ids it adds before and after a single sequence, each inside the vocabulary.
+void read_post_processor(const Ctx& c, const json& j, const HfTokenizer::Impl& im, std::vector<int>* prefix,
+                         std::vector<int>* suffix) {
+  if (j.contains("post_processor")) read_post(c, j["post_processor"], "post_processor", im, prefix, suffix);
+  for (const std::vector<int>* ids : {prefix, suffix})
+    for (int id : *ids)
+      if (id < 0 || id >= int(im.pieces.size())) c.bad("post_processor", fmt::format("adds id {}, outside the vocabulary", id));
+}
+
+struct SpecialIds {
+  int bos = -1, eos = -1, pad = -1;
+};
+
+// BOS, EOS and pad: tokenizer_config.json's when it names them, else the post-processor's (EOS: else
+// a special token of a well-known name).
+SpecialIds special_ids(const HfTokenizer::Impl& im, const json& cfg, const std::vector<int>& prefix,
+                       const std::vector<int>& suffix) {
+  auto id_of = [&](const std::optional<std::string>& s, const char* key) {
+    if (!s) return -1;
+    const int id = im.piece_id(*s);
+    if (id < 0)
+      fail("tokenizer {}: tokenizer_config.json's {} {} is not a token of the tokenizer\nhint: fix {} in "
+           "tokenizer_config.json", im.name, key, json(*s).dump(), key);
+    return id;
+  };
+  const auto bos = config_token(cfg, "bos_token"), eos = config_token(cfg, "eos_token"), pad = config_token(cfg, "pad_token");
+  SpecialIds out;
+  out.bos = bos ? id_of(*bos, "bos_token") : prefix.empty() ? -1 : prefix.front();
+  if (eos) {
+    out.eos = id_of(*eos, "eos_token");
+  } else if (!suffix.empty()) {
+    out.eos = suffix.back();
+  } else {
+    for (const char* known : {"</s>", "<|end_of_text|>", "<|endoftext|>", "<eos>", "<|im_end|>"})
+      if (const int id = im.piece_id(known); id >= 0 && im.special(id)) {
+        out.eos = id;
+        break;
+      }
+  }
+  out.pad = pad ? id_of(*pad, "pad_token") : -1;
+  return out;
 }
 
 }  // namespace
@@ -580,182 +832,21 @@ std::unique_ptr<HfTokenizer> HfTokenizer::parse(std::string_view tokenizer_json,
   im.name = name;
   im.serial = next_serial++;
   const Ctx c{name};
-  json j, cfg;
+  const auto [j, cfg] = parse_documents(tokenizer_json, config_json, name);
   try {
-    j = json::parse(tokenizer_json);
-  } catch (const json::exception& e) {
-    fail("tokenizer {}: not valid JSON ({})\nhint: pass a tokenizer.json written by Hugging Face tokenizers", name,
-         e.what());
-  }
-  if (!config_json.empty()) {
-    try {
-      cfg = json::parse(config_json);
-    } catch (const json::exception& e) {
-      fail("tokenizer {}: tokenizer_config.json beside it is not valid JSON ({})\nhint: fix or remove it", name,
-           e.what());
-    }
-  }
-  try {
-    c.obj(j, "(top level)");
-    if (!j.contains("model")) c.bad("model", "is missing, expected the BPE model");
-    const json& m = c.obj(j["model"], "model");
-    const std::string mtype = c.str(m, "type", "model", "BPE");
-    if (mtype != "BPE") c.unsupported("model", mtype);
-    if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0)
-      c.bad("model.dropout", "is set, expected null (BPE dropout is for training, not for encoding)");
-    if (!c.str(m, "continuing_subword_prefix", "model", "").empty() || !c.str(m, "end_of_word_suffix", "model", "").empty())
-      c.bad("model", "has a continuing_subword_prefix or end_of_word_suffix, which llamatrain does not read "
-                     "(byte-level and SentencePiece-style BPE have none)");
-    im.ignore_merges = c.boolean(m, "ignore_merges", "model", false);
-    im.use_byte_fallback = c.boolean(m, "byte_fallback", "model", false);
-    im.fuse_unk = c.boolean(m, "fuse_unk", "model", false);
-
-    if (j.contains("normalizer")) read_normalizer(c, j["normalizer"], "normalizer", &im.normalizers);
-    if (j.contains("pre_tokenizer")) read_pretokenizer(c, j["pre_tokenizer"], "pre_tokenizer", &im.pretokenizers, &im.byte_level);
-    if (j.contains("decoder") && !j["decoder"].is_null()) {
-      read_decoder(c, j["decoder"], "decoder", &im.decoders);
-      im.has_decoder = true;
-    }
-
-    // The vocabulary, in model space.
-    auto vit = m.find("vocab");
-    if (vit == m.end() || !vit->is_object()) c.bad("model.vocab", "is missing or not an object");
-    constexpr int kMaxId = (1 << 24) - 1;
-    auto grow = [&](int id) {
-      if (id >= int(im.pieces.size())) {
-        im.pieces.resize(id + 1);
-        im.model_bytes.resize(id + 1);
-        im.kind.resize(id + 1, 0);
-      }
-    };
-    std::string bytes;
-    for (auto it = vit->begin(); it != vit->end(); ++it) {
-      if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxId)
-        c.bad("model.vocab", fmt::format("gives {} the id {}, expected an integer 0..{}", json(it.key()).dump(), it->dump(), kMaxId));
-      const int id = it->get<int>();
-      grow(id);
-      im.pieces[id] = it.key();
-      im.kind[id] = 1;
-      std::string key = it.key();
-      if (im.byte_level && byte_level_to_bytes(key, &bytes)) key = bytes;
-      im.model_bytes[id] = key;
-      im.vocab[key] = id;
-    }
-    for (int id = 0; id < int(im.pieces.size()); ++id)
-      if (im.kind[id] == 1) im.by_piece.emplace(im.pieces[id], id);
-    auto lookup = [&](const std::string& piece) {
-      auto it = im.by_piece.find(piece);
-      return it == im.by_piece.end() ? -1 : it->second;
-    };
-    // Merges: "a b" strings or ["a", "b"] pairs.
-    if (m.contains("merges") && !m["merges"].is_null()) {
-      const json& merges = m["merges"];
-      if (!merges.is_array()) c.bad("model.merges", "is not a list");
-      im.merges.reserve(merges.size() * 2);
-      for (size_t r = 0; r < merges.size(); ++r) {
-        std::string a, b;
-        if (merges[r].is_string()) {
-          const std::string s = merges[r].get<std::string>();
-          const size_t sp = s.find(' ');
-          if (sp == std::string::npos) c.bad(fmt::format("model.merges[{}]", r), fmt::format("is {}, expected \"a b\"", json(s).dump()));
-          a = s.substr(0, sp);
-          b = s.substr(sp + 1);
-        } else if (merges[r].is_array() && merges[r].size() == 2 && merges[r][0].is_string() && merges[r][1].is_string()) {
-          a = merges[r][0].get<std::string>();
-          b = merges[r][1].get<std::string>();
-        } else {
-          c.bad(fmt::format("model.merges[{}]", r), "is neither \"a b\" nor [\"a\", \"b\"]");
-        }
-        const int ia = lookup(a), ib = lookup(b), im_ = lookup(a + b);
-        if (ia < 0 || ib < 0 || im_ < 0)
-          c.bad(fmt::format("model.merges[{}]", r), fmt::format("merges {} and {}, but {} is not in the vocabulary",
-                json(a).dump(), json(b).dump(), json(ia < 0 ? a : ib < 0 ? b : a + b).dump()));
-        im.merges.emplace((uint64_t(uint32_t(ia)) << 32) | uint32_t(ib), Impl::Merge{int(r), im_});
-      }
-    }
-    const std::string unk = c.str(m, "unk_token", "model", "");
-    if (!unk.empty()) {
-      im.unk = lookup(unk);
-      if (im.unk < 0) c.bad("model.unk_token", fmt::format("is {}, which is not in the vocabulary", json(unk).dump()));
-    }
-    for (int b = 0; b < 256; ++b) {
-      const std::string one(1, char(b));
-      auto it = im.vocab.find(one);
-      im.byte_sym[b] = it == im.vocab.end() ? -1 : it->second;
-      im.byte_fallback[b] = lookup(fmt::format("<0x{:02X}>", b));
-    }
-
-    // Added tokens: they take their id's place (and may add ids past the vocabulary).
-    if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
-      const json& list = j["added_tokens"];
-      if (!list.is_array()) c.bad("added_tokens", "is not a list");
-      for (size_t i = 0; i < list.size(); ++i) {
-        const std::string w = fmt::format("added_tokens[{}]", i);
-        c.obj(list[i], w);
-        AddedToken a;
-        a.id = c.integer(list[i], "id", w, INT_MIN, 0, kMaxId);
-        a.content = c.str(list[i], "content", w);
-        if (a.content.empty()) c.bad(w + ".content", "is empty");
-        a.special = c.boolean(list[i], "special", w, false);
-        a.normalized = c.boolean(list[i], "normalized", w, !a.special) && !im.normalizers.empty();
-        a.lstrip = c.boolean(list[i], "lstrip", w, false);
-        a.rstrip = c.boolean(list[i], "rstrip", w, false);
-        grow(a.id);
-        if (im.kind[a.id] != 1) {
-          im.pieces[a.id] = a.content;
-          im.model_bytes[a.id] = a.content;
-          im.kind[a.id] = 2;
-        }
-        im.by_piece[a.content] = a.id;
-        im.added.push_back(std::move(a));
-      }
-    }
-    im.added_index.assign(im.pieces.size(), -1);
-    for (int i = 0; i < int(im.added.size()); ++i) {
-      AddedToken& a = im.added[i];
-      im.added_index[a.id] = i;
-      if (a.normalized) {
-        std::string n = a.content;
-        im.normalize(&n);
-        if (n.empty()) continue;
-        a.content = n;
-      }
-      AddedMatcher& matcher = a.normalized ? im.normalized_added : im.raw_added;
-      matcher.tokens.push_back(i);
-      matcher.first_byte[static_cast<unsigned char>(a.content[0])] = true;
-    }
-    for (AddedMatcher* matcher : {&im.raw_added, &im.normalized_added})
-      std::stable_sort(matcher->tokens.begin(), matcher->tokens.end(),
-                       [&](int x, int y) { return im.added[x].content.size() > im.added[y].content.size(); });
-
-    if (j.contains("post_processor")) read_post(c, j["post_processor"], "post_processor", im, &tok->prefix_ids_, &tok->suffix_ids_);
-    for (int id : tok->prefix_ids_) if (id < 0 || id >= int(im.pieces.size())) c.bad("post_processor", fmt::format("adds id {}, outside the vocabulary", id));
-    for (int id : tok->suffix_ids_) if (id < 0 || id >= int(im.pieces.size())) c.bad("post_processor", fmt::format("adds id {}, outside the vocabulary", id));
-
-    // BOS, EOS and pad: tokenizer_config.json's when it names them, else the post-processor's.
-    auto id_of = [&](const std::optional<std::string>& s, const char* key) {
-      if (!s) return -1;
-      const int id = tok->piece_to_id(*s);
-      if (id < 0)
-        fail("tokenizer {}: tokenizer_config.json's {} {} is not a token of the tokenizer\nhint: fix {} in "
-             "tokenizer_config.json", name, key, json(*s).dump(), key);
-      return id;
-    };
-    const auto bos = config_token(cfg, "bos_token"), eos = config_token(cfg, "eos_token"), pad = config_token(cfg, "pad_token");
+    const json& m = read_model_options(c, j, &im);
+    read_pipeline(c, j, &im);
+    read_vocab(c, m, &im);
+    read_merges(c, m, &im);
+    read_unknown_and_bytes(c, m, &im);
+    read_added_tokens(c, j, &im);
+    index_added_tokens(&im);
+    read_post_processor(c, j, im, &tok->prefix_ids_, &tok->suffix_ids_);
+    const SpecialIds ids = special_ids(im, cfg, tok->prefix_ids_, tok->suffix_ids_);
     tok->unk_id_ = im.unk;
-    tok->bos_id_ = bos ? id_of(*bos, "bos_token") : tok->prefix_ids_.empty() ? -1 : tok->prefix_ids_.front();
-    if (eos) {
-      tok->eos_id_ = id_of(*eos, "eos_token");
-    } else if (!tok->suffix_ids_.empty()) {
-      tok->eos_id_ = tok->suffix_ids_.back();
-    } else {
-      for (const char* known : {"</s>", "<|end_of_text|>", "<|endoftext|>", "<eos>", "<|im_end|>"})
-        if (auto it = im.by_piece.find(known); it != im.by_piece.end() && tok->is_special(it->second)) {
-          tok->eos_id_ = it->second;
-          break;
-        }
-    }
-    tok->pad_id_ = pad ? id_of(*pad, "pad_token") : -1;
+    tok->bos_id_ = ids.bos;
+    tok->eos_id_ = ids.eos;
+    tok->pad_id_ = ids.pad;
   } catch (const json::exception& e) {
     fail("tokenizer {}: unexpected structure ({})\nhint: pass a tokenizer.json written by Hugging Face tokenizers",
          name, e.what());
@@ -892,9 +983,7 @@ void HfTokenizer::Impl::model_encode(std::string_view word, std::vector<int>* ou
   bpe(word, out);
 }
 
-void HfTokenizer::Impl::bpe(std::string_view word, std::vector<int>* out) const {
-  // The initial symbols: bytes (byte-level) or characters; an unknown one becomes its <0xXX> pieces
-  // (byte_fallback) or the unknown token (fused with a preceding one under fuse_unk), or is dropped.
+std::vector<int> HfTokenizer::Impl::initial_symbols(std::string_view word) const {
   std::vector<int> sym;
   sym.reserve(word.size());
   bool prev_unk = false;
@@ -919,37 +1008,39 @@ void HfTokenizer::Impl::bpe(std::string_view word, std::vector<int>* out) const 
     }
     i += len;
   }
-  auto rank_of = [&](int a, int b, int* merged) {
-    auto it = merges.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
-    if (it == merges.end()) return INT_MAX;
-    *merged = it->second.id;
-    return it->second.rank;
-  };
+  return sym;
+}
+
+int HfTokenizer::Impl::merge_rank(int a, int b, int* merged) const {
+  auto it = merges.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
+  if (it == merges.end()) return INT_MAX;
+  *merged = it->second.id;
+  return it->second.rank;
+}
+
+void HfTokenizer::Impl::merge_short(std::vector<int>* symbols) const {
+  // The ranks of adjacent pairs in an array; merge the lowest (leftmost on ties).
+  std::vector<int>& sym = *symbols;
   const size_t n = sym.size();
-  if (n < 2) {
-    out->insert(out->end(), sym.begin(), sym.end());
-    return;
+  std::vector<int> rank(n - 1), merged(n - 1);
+  for (size_t i = 0; i + 1 < n; ++i) rank[i] = merge_rank(sym[i], sym[i + 1], &merged[i]);
+  for (;;) {
+    size_t best = 0;
+    for (size_t i = 1; i < rank.size(); ++i) if (rank[i] < rank[best]) best = i;
+    if (rank.empty() || rank[best] == INT_MAX) break;
+    sym[best] = merged[best];
+    sym.erase(sym.begin() + best + 1);
+    rank.erase(rank.begin() + best);
+    merged.erase(merged.begin() + best);
+    if (best < rank.size()) rank[best] = merge_rank(sym[best], sym[best + 1], &merged[best]);
+    if (best > 0) rank[best - 1] = merge_rank(sym[best - 1], sym[best], &merged[best - 1]);
   }
-  if (n <= 128) {
-    // Short words: the ranks of adjacent pairs in an array; merge the lowest (leftmost on ties).
-    std::vector<int> rank(n - 1), merged(n - 1);
-    for (size_t i = 0; i + 1 < n; ++i) rank[i] = rank_of(sym[i], sym[i + 1], &merged[i]);
-    for (;;) {
-      size_t best = 0;
-      for (size_t i = 1; i < rank.size(); ++i) if (rank[i] < rank[best]) best = i;
-      if (rank.empty() || rank[best] == INT_MAX) break;
-      sym[best] = merged[best];
-      sym.erase(sym.begin() + best + 1);
-      rank.erase(rank.begin() + best);
-      merged.erase(merged.begin() + best);
-      if (best < rank.size()) rank[best] = rank_of(sym[best], sym[best + 1], &merged[best]);
-      if (best > 0) rank[best - 1] = rank_of(sym[best - 1], sym[best], &merged[best - 1]);
-    }
-    out->insert(out->end(), sym.begin(), sym.end());
-    return;
-  }
-  // Long words: a linked list and a priority queue of candidate merges (rank, then position); a
-  // queued merge is stale when its left symbol changed or its right neighbour is another one.
+}
+
+void HfTokenizer::Impl::merge_long(std::vector<int> sym, std::vector<int>* out) const {
+  // A linked list and a priority queue of candidate merges (rank, then position); a queued merge is
+  // stale when its left symbol changed or its right neighbour is another one.
+  const size_t n = sym.size();
   std::vector<int> prev(n), next(n);
   for (size_t i = 0; i < n; ++i) { prev[i] = int(i) - 1; next[i] = i + 1 < n ? int(i + 1) : -1; }
   struct Cand { int rank, pos, left, right; };
@@ -958,7 +1049,7 @@ void HfTokenizer::Impl::bpe(std::string_view word, std::vector<int>* out) const 
   auto push = [&](int pos) {
     if (pos < 0 || next[pos] < 0) return;
     int m = 0;
-    const int r = rank_of(sym[pos], sym[next[pos]], &m);
+    const int r = merge_rank(sym[pos], sym[next[pos]], &m);
     if (r != INT_MAX) queue.push({r, pos, sym[pos], sym[next[pos]]});
   };
   for (size_t i = 0; i + 1 < n; ++i) push(int(i));
@@ -967,7 +1058,7 @@ void HfTokenizer::Impl::bpe(std::string_view word, std::vector<int>* out) const 
     queue.pop();
     if (sym[c.pos] != c.left || next[c.pos] < 0 || sym[next[c.pos]] != c.right) continue;
     int m = 0;
-    rank_of(c.left, c.right, &m);
+    merge_rank(c.left, c.right, &m);
     const int r = next[c.pos];
     sym[c.pos] = m;
     sym[r] = -1;
@@ -979,24 +1070,39 @@ void HfTokenizer::Impl::bpe(std::string_view word, std::vector<int>* out) const 
   for (int i = 0; i >= 0; i = next[i]) out->push_back(sym[i]);
 }
 
+void HfTokenizer::Impl::bpe(std::string_view word, std::vector<int>* out) const {
+  std::vector<int> sym = initial_symbols(word);
+  if (sym.size() > 128) return merge_long(std::move(sym), out);
+  if (sym.size() >= 2) merge_short(&sym);
+  out->insert(out->end(), sym.begin(), sym.end());
+}
+
 uint32_t HfTokenizer::Impl::id_bytes(int id) const {
   return id >= 0 && id < int(model_bytes.size()) ? uint32_t(model_bytes[id].size()) : 0;
 }
 
-void HfTokenizer::encode(std::string_view input, std::vector<int>* ids,
-                         std::vector<std::pair<uint32_t, uint32_t>>* spans) const {
-  const Impl& im = *impl_;
-  ids->clear();
-  if (spans) spans->clear();
-  const std::string lossy = utf8_valid(input) ? std::string() : utf8_lossy(input);
-  const std::string_view text = lossy.empty() ? input : std::string_view(lossy);
-  const bool exact_offsets = lossy.empty();
-  auto add_span = [&](uint32_t b, uint32_t e) {  // offsets in `text`; the whole input when it was not UTF-8
-    if (spans) spans->emplace_back(exact_offsets ? b : 0, exact_offsets ? e : uint32_t(input.size()));
-  };
+namespace {
 
-  // 1. Sections between the added tokens of the raw text; lstrip/rstrip eat the whitespace beside them.
-  struct Section { std::string_view text; uint32_t begin; int added; };
+// A stretch of the input between added tokens, or one added token (added: its index).
+struct Section {
+  std::string_view text;
+  uint32_t begin;
+  int added;
+};
+
+// Where each id came from, when the caller asks: offsets in the (repaired) text, or the whole input
+// when the input was not UTF-8.
+struct SpanSink {
+  std::vector<std::pair<uint32_t, uint32_t>>* spans;
+  bool exact;
+  uint32_t input_size;
+  void add(uint32_t b, uint32_t e) const {
+    if (spans) spans->emplace_back(exact ? b : 0, exact ? e : input_size);
+  }
+};
+
+// The sections between the raw added tokens of text; lstrip/rstrip eat the whitespace beside them.
+std::vector<Section> split_raw_added(const HfTokenizer::Impl& im, std::string_view text) {
   std::vector<Section> sections;
   for (size_t from = 0;;) {
     size_t at = 0;
@@ -1019,64 +1125,194 @@ void HfTokenizer::encode(std::string_view input, std::vector<int>* ids,
       sections[i + 1].text = t;
     }
   }
+  return sections;
+}
 
-  std::vector<Piece> pieces;
+// A normalized section as text parts and normalized added tokens (-1, or the token's index).
+std::vector<std::pair<std::string, int>> split_normalized_added(const HfTokenizer::Impl& im, const std::string& norm) {
+  std::vector<std::pair<std::string, int>> parts;
+  for (size_t from = 0;;) {
+    size_t at = 0;
+    const int t = im.normalized_added.find(norm, from, &at, im.added);
+    if (t < 0) {
+      if (from < norm.size()) parts.emplace_back(norm.substr(from), -1);
+      break;
+    }
+    if (at > from) parts.emplace_back(norm.substr(from, at - from), -1);
+    parts.emplace_back(std::string(), t);
+    from = at + im.added[t].content.size();
+  }
+  return parts;
+}
+
+// The model's ids for each pre-token of a text part, with their spans: a byte-level id covers its bytes
+// when the pre-token's offsets are exact, else the whole section [s_begin, s_end).
+void encode_pieces(const HfTokenizer::Impl& im, const std::vector<Piece>& pieces, uint32_t s_begin, uint32_t s_end,
+                   const SpanSink& sink, std::vector<int>* ids) {
   std::vector<int> word_ids;
-  for (const Section& s : sections) {
-    if (s.added >= 0) {
-      ids->push_back(im.added[s.added].id);
-      add_span(s.begin, s.begin + uint32_t(s.text.size()));
+  for (const Piece& p : pieces) {
+    word_ids.clear();
+    im.model_encode(p.text, &word_ids);
+    ids->insert(ids->end(), word_ids.begin(), word_ids.end());
+    if (!sink.spans) continue;
+    uint32_t at = p.begin;
+    for (int id : word_ids) {
+      if (p.exact && im.byte_level) {
+        const uint32_t len = std::min(im.id_bytes(id), s_end - std::min(at, s_end));
+        sink.add(at, at + len);
+        at += len;
+      } else {
+        sink.add(s_begin, s_end);
+      }
+    }
+  }
+}
+
+// One section between raw added tokens: 2. normalize, then split out the normalized added tokens;
+// 3. pre-tokenize and 4. run the model on each pre-token.
+void encode_section(const HfTokenizer::Impl& im, const Section& s, const SpanSink& sink, std::vector<int>* ids) {
+  std::string norm(s.text);
+  im.normalize(&norm);
+  const bool exact = sink.exact && norm == s.text;
+  std::vector<std::pair<std::string, int>> parts = split_normalized_added(im, norm);
+  const uint32_t s_end = s.begin + uint32_t(s.text.size());
+  uint32_t offset = s.begin;
+  std::vector<Piece> pieces;
+  for (auto& [part, t] : parts) {
+    if (t >= 0) {
+      ids->push_back(im.added[t].id);
+      sink.add(s.begin, s_end);
       continue;
     }
-    if (s.text.empty()) continue;
-    // 2. Normalize, then split out the normalized added tokens.
-    std::string norm(s.text);
-    im.normalize(&norm);
-    const bool exact = exact_offsets && norm == s.text;
-    std::vector<std::pair<std::string, int>> parts;  // text or an added token
-    for (size_t from = 0;;) {
-      size_t at = 0;
-      const int t = im.normalized_added.find(norm, from, &at, im.added);
-      if (t < 0) { if (from < norm.size()) parts.emplace_back(norm.substr(from), -1); break; }
-      if (at > from) parts.emplace_back(norm.substr(from, at - from), -1);
-      parts.emplace_back(std::string(), t);
-      from = at + im.added[t].content.size();
-    }
-    const uint32_t s_end = s.begin + uint32_t(s.text.size());
-    uint32_t offset = s.begin;
-    for (auto& [part, t] : parts) {
-      if (t >= 0) {
-        ids->push_back(im.added[t].id);
-        add_span(s.begin, s_end);
-        continue;
-      }
-      // 3. Pre-tokenize and 4. run the model on each pre-token.
-      pieces.clear();
-      const size_t part_size = part.size();
-      im.pre_tokenize(Piece{std::move(part), offset, exact && parts.size() == 1}, true, &pieces);
-      if (exact && parts.size() == 1) offset += uint32_t(part_size);
-      for (const Piece& p : pieces) {
-        word_ids.clear();
-        im.model_encode(p.text, &word_ids);
-        ids->insert(ids->end(), word_ids.begin(), word_ids.end());
-        if (!spans) continue;
-        uint32_t at = p.begin;
-        for (int id : word_ids) {
-          if (p.exact && im.byte_level) {
-            const uint32_t len = std::min(im.id_bytes(id), s_end - std::min(at, s_end));
-            add_span(at, at + len);
-            at += len;
-          } else {
-            add_span(s.begin, s_end);
-          }
-        }
-      }
+    pieces.clear();
+    const size_t part_size = part.size();
+    im.pre_tokenize(Piece{std::move(part), offset, exact && parts.size() == 1}, true, &pieces);
+    if (exact && parts.size() == 1) offset += uint32_t(part_size);
+    encode_pieces(im, pieces, s.begin, s_end, sink, ids);
+  }
+}
+
+}  // namespace
+
+void HfTokenizer::encode(std::string_view input, std::vector<int>* ids,
+                         std::vector<std::pair<uint32_t, uint32_t>>* spans) const {
+  const Impl& im = *impl_;
+  ids->clear();
+  if (spans) spans->clear();
+  const std::string lossy = utf8_valid(input) ? std::string() : utf8_lossy(input);
+  const std::string_view text = lossy.empty() ? input : std::string_view(lossy);
+  const SpanSink sink{spans, lossy.empty(), uint32_t(input.size())};
+  // 1. Split out the added tokens of the raw text; then encode each section between them.
+  for (const Section& s : split_raw_added(im, text)) {
+    if (s.added >= 0) {
+      ids->push_back(im.added[s.added].id);
+      sink.add(s.begin, s.begin + uint32_t(s.text.size()));
+    } else if (!s.text.empty()) {
+      encode_section(im, s, sink, ids);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Decoding
+
+namespace {
+
+// Decoded tokens where runs of raw bytes are joined and read as UTF-8 (lossy); other tokens pass
+// as they are.
+class ByteRuns {
+ public:
+  void bytes(std::string_view b) { bytes_ += b; }
+  void token(const std::string& t) {
+    flush();
+    out_.push_back(t);
+  }
+  std::vector<std::string> finish() {
+    flush();
+    return std::move(out_);
+  }
+
+ private:
+  void flush() {
+    if (!bytes_.empty()) out_.push_back(utf8_lossy(bytes_));
+    bytes_.clear();
+  }
+  std::string bytes_;
+  std::vector<std::string> out_;
+};
+
+// ByteLevel: byte-level tokens become bytes; added tokens (known while per_id) pass as they are.
+std::vector<std::string> decode_byte_level(const std::vector<std::string>& toks, const std::vector<char>& added,
+                                           bool per_id) {
+  ByteRuns runs;
+  std::string raw;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    if (per_id && added[i]) runs.token(toks[i]);
+    else if (byte_level_to_bytes(toks[i], &raw)) runs.bytes(raw);
+    else runs.bytes(toks[i]);
+  }
+  return runs.finish();
+}
+
+// ByteFallback: <0xXX> pieces become their bytes.
+std::vector<std::string> decode_byte_fallback(const std::vector<std::string>& toks) {
+  ByteRuns runs;
+  for (const std::string& t : toks) {
+    if (const int v = byte_piece_value(t); v >= 0) runs.bytes(std::string(1, char(v)));
+    else runs.token(t);
+  }
+  return runs.finish();
+}
+
+// Metaspace: the replacement back to spaces, less the space it prepended to the first token.
+std::vector<std::string> decode_metaspace(const Decoder& d, const std::vector<std::string>& toks) {
+  std::vector<std::string> next;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    std::string t;
+    const std::string& s = toks[i];
+    for (size_t k = 0; k < s.size();) {
+      if (s.compare(k, d.text.size(), d.text) == 0 && !d.text.empty()) { t.push_back(' '); k += d.text.size(); }
+      else t.push_back(s[k++]);
+    }
+    if (i == 0 && d.prepend != 0 && t.starts_with(' ')) t = t.substr(1);
+    next.push_back(std::move(t));
+  }
+  return next;
+}
+
+// One decoder over the tokens; added: per token whether it is an added one (meaningful while per_id).
+std::vector<std::string> apply_decoder(const Decoder& d, const std::vector<std::string>& toks,
+                                       const std::vector<char>& added, bool per_id) {
+  std::vector<std::string> next;
+  switch (d.kind) {
+    case Decoder::ByteLevel:
+      return decode_byte_level(toks, added, per_id);
+    case Decoder::ByteFallback:
+      return decode_byte_fallback(toks);
+    case Decoder::Fuse: {
+      std::string all;
+      for (const std::string& t : toks) all += t;
+      next.push_back(std::move(all));
+      break;
+    }
+    case Decoder::Metaspace:
+      return decode_metaspace(d, toks);
+    case Decoder::Strip:
+      for (const std::string& t : toks) {
+        std::string_view v(t);
+        for (int k = 0; k < d.start && v.starts_with(d.text); ++k) v.remove_prefix(d.text.size());
+        for (int k = 0; k < d.stop && v.ends_with(d.text); ++k) v.remove_suffix(d.text.size());
+        next.emplace_back(v);
+      }
+      break;
+    case Decoder::Replace:
+      for (const std::string& t : toks) next.push_back(replace_all(t, *d.re, d.text));
+      break;
+  }
+  return next;
+}
+
+}  // namespace
 
 std::string HfTokenizer::decode(const std::vector<int>& ids, bool skip_special) const {
   const Impl& im = *impl_;
@@ -1094,70 +1330,7 @@ std::string HfTokenizer::decode(const std::vector<int>& ids, bool skip_special) 
     return out;
   }
   for (const Decoder& d : im.decoders) {
-    const bool per_id = added.size() == toks.size();
-    std::vector<std::string> next;
-    switch (d.kind) {
-      case Decoder::ByteLevel: {
-        // Runs of byte-level tokens become bytes, read as UTF-8 (lossy); added tokens pass as they are.
-        std::string bytes, raw;
-        for (size_t i = 0; i < toks.size(); ++i) {
-          if (per_id && added[i]) {
-            if (!bytes.empty()) next.push_back(utf8_lossy(bytes));
-            bytes.clear();
-            next.push_back(toks[i]);
-          } else if (byte_level_to_bytes(toks[i], &raw)) {
-            bytes += raw;
-          } else {
-            bytes += toks[i];
-          }
-        }
-        if (!bytes.empty()) next.push_back(utf8_lossy(bytes));
-        break;
-      }
-      case Decoder::ByteFallback: {
-        std::string bytes;
-        for (const std::string& t : toks) {
-          if (const int v = byte_piece_value(t); v >= 0) {
-            bytes.push_back(char(v));
-            continue;
-          }
-          if (!bytes.empty()) next.push_back(utf8_lossy(bytes));
-          bytes.clear();
-          next.push_back(t);
-        }
-        if (!bytes.empty()) next.push_back(utf8_lossy(bytes));
-        break;
-      }
-      case Decoder::Fuse: {
-        std::string all;
-        for (const std::string& t : toks) all += t;
-        next.push_back(std::move(all));
-        break;
-      }
-      case Decoder::Metaspace:
-        for (size_t i = 0; i < toks.size(); ++i) {
-          std::string t;
-          const std::string& s = toks[i];
-          for (size_t k = 0; k < s.size();) {
-            if (s.compare(k, d.text.size(), d.text) == 0 && !d.text.empty()) { t.push_back(' '); k += d.text.size(); }
-            else t.push_back(s[k++]);
-          }
-          if (i == 0 && d.prepend != 0 && t.starts_with(' ')) t = t.substr(1);
-          next.push_back(std::move(t));
-        }
-        break;
-      case Decoder::Strip:
-        for (const std::string& t : toks) {
-          std::string_view v(t);
-          for (int k = 0; k < d.start && v.starts_with(d.text); ++k) v.remove_prefix(d.text.size());
-          for (int k = 0; k < d.stop && v.ends_with(d.text); ++k) v.remove_suffix(d.text.size());
-          next.emplace_back(v);
-        }
-        break;
-      case Decoder::Replace:
-        for (const std::string& t : toks) next.push_back(replace_all(t, *d.re, d.text));
-        break;
-    }
+    std::vector<std::string> next = apply_decoder(d, toks, added, added.size() == toks.size());
     if (next.size() != toks.size() || d.kind == Decoder::ByteLevel || d.kind == Decoder::ByteFallback ||
         d.kind == Decoder::Fuse)
       added.clear();
@@ -1177,16 +1350,13 @@ std::string HfTokenizer::id_to_piece(int id) const {
   return id >= 0 && id < int(impl_->pieces.size()) ? impl_->pieces[id] : std::string();
 }
 
-int HfTokenizer::piece_to_id(std::string_view piece) const {
-  auto it = impl_->by_piece.find(std::string(piece));
-  return it == impl_->by_piece.end() ? -1 : it->second;
-}
+int HfTokenizer::piece_to_id(std::string_view piece) const { return impl_->piece_id(std::string(piece)); }
 
 bool HfTokenizer::is_added(int id) const {
   return id >= 0 && id < int(impl_->added_index.size()) && impl_->added_index[id] >= 0;
 }
 
-bool HfTokenizer::is_special(int id) const { return is_added(id) && impl_->added[impl_->added_index[id]].special; }
+bool HfTokenizer::is_special(int id) const { return impl_->special(id); }
 
 bool HfTokenizer::is_byte(int id) const {
   if (id < 0 || id >= int(impl_->pieces.size())) return false;

@@ -276,14 +276,8 @@ void check_output_plausible(const PreprocessStats& st, const PreprocessOptions& 
   fail("{}: {}, so nothing was written{}\nhint: {}", head, why, counts, hint);
 }
 
-}  // namespace
-
-std::string key_prefix(const std::string& output_prefix, const std::string& key) {
-  return output_prefix + "_" + key + "_document";
-}
-
-PreprocessStats run_preprocess(const PreprocessOptions& opt) {
-  const auto t0 = Clock::now();
+// The options that can be judged before reading anything.
+void check_options(const PreprocessOptions& opt) {
   if (opt.workers < 1 || opt.workers > kMaxWorkers)
     fail("--workers: got {}, expected an integer from 1 to {}", opt.workers, kMaxWorkers);
   if (opt.json_keys.empty()) fail("--json-keys is empty, expected at least one key (e.g. text)");
@@ -298,18 +292,21 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
     fail("--input-format text reads one document per line under the key \"text\", got --json-keys {}\n"
          "hint: drop --json-keys with --input-format text",
          fmt::join(opt.json_keys, " "));
+}
 
-  PreprocessStats st;
-  st.workers = opt.workers;
-  st.files = expand_inputs(opt.inputs, opt.input_format);
-  for (const auto& f : st.files) {
+uint64_t total_size(const std::vector<std::string>& files) {
+  uint64_t total = 0;
+  for (const auto& f : files) {
     std::error_code ec;
     auto sz = std::filesystem::file_size(f, ec);
-    if (!ec) st.input_bytes += sz;
+    if (!ec) total += sz;
   }
+  return total;
+}
 
-  // One tokenizer per worker (loaded here so a bad model fails before any thread starts; the workers
-  // share one tokenizer.json).
+// One tokenizer per worker (loaded here so a bad model fails before any thread starts; the workers
+// share one tokenizer.json), checked against --append-eod and --bos.
+std::vector<Tokenizer> load_tokenizers(const PreprocessOptions& opt) {
   std::vector<Tokenizer> tokenizers;
   tokenizers.reserve(opt.workers);
   tokenizers.emplace_back(opt.tokenizer_model, opt.tokenizer_library);
@@ -324,66 +321,143 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
   if (opt.bos && tok.bos_id() < 0)
     fail("--bos: tokenizer {} has no bos id, expected one (Llama 2: 1)\nhint: drop --bos for a model without BOS "
          "(Qwen2.5)", tok.path());
-  st.vocab_size = tok.vocab_size() + ((opt.need_pad_id && tok.pad_id() < 0) ? 1 : 0);
-  st.dtype = dtype_for_vocab(st.vocab_size);
+  return tokenizers;
+}
 
-  const size_t K = opt.json_keys.size();
+// One output per --json-keys key: its stats entry and its writer.
+std::vector<std::unique_ptr<IndexedDatasetWriter>> open_outputs(const PreprocessOptions& opt, PreprocessStats* st) {
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const auto& key : opt.json_keys) {
     PreprocessStats::Output o;
     o.key = key;
     o.prefix = key_prefix(opt.output_prefix, key);
     o.min_tokens = std::numeric_limits<int64_t>::max();
-    st.outputs.push_back(o);
-    writers.push_back(std::make_unique<IndexedDatasetWriter>(o.prefix, st.dtype));
+    st->outputs.push_back(o);
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(o.prefix, st->dtype));
   }
+  return writers;
+}
 
-  Shared sh;
-  sh.max_in_flight = 2 * opt.workers + 2;
-  ThreadGuard guard{&sh, {}};
+void start_threads(ThreadGuard* guard, const std::vector<std::string>* files,
+                   const std::vector<Tokenizer>& tokenizers, const PreprocessOptions& opt) {
   try {
-    guard.threads.emplace_back(reader_main, &sh, &st.files, &opt);
-    for (int w = 0; w < opt.workers; ++w) guard.threads.emplace_back(worker_main, &sh, &tokenizers[w], &opt);
+    guard->threads.emplace_back(reader_main, guard->sh, files, &opt);
+    for (int w = 0; w < opt.workers; ++w) guard->threads.emplace_back(worker_main, guard->sh, &tokenizers[w], &opt);
   } catch (const std::system_error& e) {
     fail("cannot start {} threads: {}\nhint: lower --workers", opt.workers + 1, e.what());
   }
+}
 
-  // Skips are recorded here, in input order, so counts, locations and --strict are deterministic.
-  JsonFieldExtractor describer(opt.json_keys);
-  InputSample seen;
-  const bool tty = ::isatty(2);
-  auto record_skip = [&](LineStatus s, int detail, const Batch& b, size_t i) {
-    const int r = static_cast<int>(s);
-    if (s == LineStatus::kMissingKey && !seen.keys_known) {
-      seen.object_keys = describer.object_keys(b.text.data() + b.starts[i], b.starts[i + 1] - 1 - b.starts[i]);
-      seen.keys_known = true;
+// Waits (up to 250 ms) for the batch numbered `next`: true with *b set when it is done, true with *b
+// null when it is not yet, false once every batch has been taken. Rethrows a thread's error.
+bool take_batch(Shared* sh, int64_t next, std::unique_ptr<Batch>* b) {
+  std::unique_lock<std::mutex> lock(sh->mu);
+  sh->cv_done.wait_for(lock, std::chrono::milliseconds(250), [&] {
+    return sh->error || sh->done.count(next) || (sh->reader_done && next == sh->total_batches);
+  });
+  if (sh->error) std::rethrow_exception(sh->error);
+  auto it = sh->done.find(next);
+  if (it != sh->done.end()) {
+    *b = std::move(it->second);
+    sh->done.erase(it);
+    --sh->in_flight;
+    sh->cv_space.notify_one();
+    return true;
+  }
+  return !(sh->reader_done && next == sh->total_batches);
+}
+
+// The writer's side of the pipeline: the batches, in sequence order, into the outputs and the stats.
+// Skips are recorded here, in input order, so counts, locations and --strict are deterministic.
+class BatchWriter {
+ public:
+  BatchWriter(const PreprocessOptions& opt, bool tty, PreprocessStats* st,
+              std::vector<std::unique_ptr<IndexedDatasetWriter>>* writers)
+      : opt_(opt), tty_(tty), st_(*st), writers_(*writers), describer_(opt.json_keys) {}
+
+  void write(const Batch& b) {
+    st_.text_bytes += b.text.size() - kJsonPadding;
+    st_.lines += static_cast<int64_t>(b.lines());
+    note_first_line(b);
+    const size_t K = opt_.json_keys.size();
+    for (size_t i = 0; i < b.lines(); ++i) {
+      if (b.status[i] != LineStatus::kOk) {
+        record_skip(b.status[i], b.detail[i], b, i);
+        continue;
+      }
+      for (size_t k = 0; k < K; ++k) {
+        const size_t lo = b.spans[i * K + k], hi = b.spans[i * K + k + 1];
+        if (lo == hi) record_skip(LineStatus::kEmptyDocument, static_cast<int>(k), b, i);
+        else add_document(k, std::span<const int32_t>(b.tokens.data() + lo, hi - lo));
+      }
     }
-    const std::string where = fmt::format("{}:{}", st.files[b.file], b.first_line + static_cast<int64_t>(i));
-    const std::string what = opt.input_format == InputFormat::kText && s == LineStatus::kEmptyDocument
+  }
+  const InputSample& seen() const { return seen_; }
+
+ private:
+  void note_first_line(const Batch& b) {
+    for (size_t i = 0; i < b.lines() && seen_.first_line.empty(); ++i) {
+      std::string_view line(b.text.data() + b.starts[i], b.starts[i + 1] - 1 - b.starts[i]);
+      const size_t start = line.find_first_not_of(" \t\r");
+      if (start != std::string_view::npos) seen_.first_line = std::string(line.substr(start, 80));
+    }
+  }
+
+  void add_document(size_t k, std::span<const int32_t> tokens) {
+    writers_[k]->add_document(tokens);
+    auto& o = st_.outputs[k];
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    ++o.documents;
+    o.tokens += n;
+    o.min_tokens = std::min(o.min_tokens, n);
+    o.max_tokens = std::max(o.max_tokens, n);
+  }
+
+  void record_skip(LineStatus s, int detail, const Batch& b, size_t i) {
+    const int r = static_cast<int>(s);
+    if (s == LineStatus::kMissingKey && !seen_.keys_known) {
+      seen_.object_keys = describer_.object_keys(b.text.data() + b.starts[i], b.starts[i + 1] - 1 - b.starts[i]);
+      seen_.keys_known = true;
+    }
+    const std::string where = fmt::format("{}:{}", st_.files[b.file], b.first_line + static_cast<int64_t>(i));
+    const std::string what = opt_.input_format == InputFormat::kText && s == LineStatus::kEmptyDocument
                                  ? "empty line (empty document)"
-                                 : describer.describe(s, detail);
-    if (opt.strict && s != LineStatus::kBlankLine)
+                                 : describer_.describe(s, detail);
+    if (opt_.strict && s != LineStatus::kBlankLine)
       fail("{}: {}\nhint: fix or remove the line, or run without --strict to skip such lines (they are counted "
            "in {}.stats.json)",
-           where, what, opt.output_prefix);
-    ++st.skipped[r];
-    if (static_cast<int>(st.locations[r].size()) < kMaxSkipLocations) {
-      st.locations[r].push_back(where);
-      if (opt.progress != ProgressMode::kOff)
-        std::fprintf(stderr, "%swarning: %s: skipped: %s\n", tty ? "\r\033[K" : "", where.c_str(), what.c_str());
+           where, what, opt_.output_prefix);
+    ++st_.skipped[r];
+    if (static_cast<int>(st_.locations[r].size()) < kMaxSkipLocations) {
+      st_.locations[r].push_back(where);
+      if (opt_.progress != ProgressMode::kOff)
+        std::fprintf(stderr, "%swarning: %s: skipped: %s\n", tty_ ? "\r\033[K" : "", where.c_str(), what.c_str());
     }
-  };
+  }
 
-  auto last_progress = t0;
-  uint64_t written_bytes = 0;  // on-disk input bytes behind the batches written so far
-  auto progress = [&](bool final_line) {
-    if (opt.progress == ProgressMode::kOff) return;
+  const PreprocessOptions& opt_;
+  const bool tty_;
+  PreprocessStats& st_;
+  std::vector<std::unique_ptr<IndexedDatasetWriter>>& writers_;
+  JsonFieldExtractor describer_;
+  InputSample seen_;
+};
+
+// The progress line on stderr: rewritten in place every 0.5 s on a terminal, a line every 5 s otherwise.
+class ProgressLine {
+ public:
+  ProgressLine(const PreprocessOptions& opt, bool tty, Clock::time_point t0)
+      : opt_(opt), tty_(tty), t0_(t0), last_(t0) {}
+
+  // written_bytes: the on-disk input bytes behind the batches written so far.
+  void show(const PreprocessStats& st, uint64_t written_bytes, bool final_line) {
+    if (opt_.progress == ProgressMode::kOff) return;
     auto now = Clock::now();
-    double since = std::chrono::duration<double>(now - last_progress).count();
-    if (!final_line && since < (tty ? 0.5 : 5.0)) return;
-    if (final_line && !tty) return;
-    last_progress = now;
-    double el = std::max(1e-9, std::chrono::duration<double>(now - t0).count());
+    double since = std::chrono::duration<double>(now - last_).count();
+    if (!final_line && since < (tty_ ? 0.5 : 5.0)) return;
+    if (final_line && !tty_) return;
+    last_ = now;
+    double el = std::max(1e-9, std::chrono::duration<double>(now - t0_).count());
     int64_t docs = 0, tokens = 0;
     for (const auto& o : st.outputs) docs += o.documents, tokens += o.tokens;
     std::string pct;
@@ -394,71 +468,62 @@ PreprocessStats run_preprocess(const PreprocessOptions& opt) {
     }
     std::string line = fmt::format("preprocess: {}{} docs ({}/s), {:.1f} MB/s, {} tokens, {}", pct, human(docs),
                                    human(docs / el), st.text_bytes / el / 1e6, human(tokens), hms(el));
-    if (tty)
+    if (tty_)
       std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), final_line ? "\n" : "");
     else
       std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
-  };
+  }
 
-  // Writer: consume batches strictly in sequence order.
-  int64_t next = 0;
-  while (true) {
-    std::unique_ptr<Batch> b;
-    {
-      std::unique_lock<std::mutex> lock(sh.mu);
-      sh.cv_done.wait_for(lock, std::chrono::milliseconds(250), [&] {
-        return sh.error || sh.done.count(next) || (sh.reader_done && next == sh.total_batches);
-      });
-      if (sh.error) std::rethrow_exception(sh.error);
-      auto it = sh.done.find(next);
-      if (it != sh.done.end()) {
-        b = std::move(it->second);
-        sh.done.erase(it);
-        --sh.in_flight;
-        sh.cv_space.notify_one();
-      } else if (sh.reader_done && next == sh.total_batches) {
-        break;
-      }
-    }
+ private:
+  const PreprocessOptions& opt_;
+  const bool tty_;
+  const Clock::time_point t0_;
+  Clock::time_point last_;
+};
+
+}  // namespace
+
+std::string key_prefix(const std::string& output_prefix, const std::string& key) {
+  return output_prefix + "_" + key + "_document";
+}
+
+PreprocessStats run_preprocess(const PreprocessOptions& opt) {
+  const auto t0 = Clock::now();
+  check_options(opt);
+  PreprocessStats st;
+  st.workers = opt.workers;
+  st.files = expand_inputs(opt.inputs, opt.input_format);
+  st.input_bytes = total_size(st.files);
+  const std::vector<Tokenizer> tokenizers = load_tokenizers(opt);
+  st.vocab_size = tokenizers[0].vocab_size() + ((opt.need_pad_id && tokenizers[0].pad_id() < 0) ? 1 : 0);
+  st.dtype = dtype_for_vocab(st.vocab_size);
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers = open_outputs(opt, &st);
+
+  // Reader and workers run in threads; this one writes, strictly in sequence order.
+  Shared sh;
+  sh.max_in_flight = 2 * opt.workers + 2;
+  ThreadGuard guard{&sh, {}};
+  start_threads(&guard, &st.files, tokenizers, opt);
+  const bool tty = ::isatty(2);
+  BatchWriter writer(opt, tty, &st, &writers);
+  ProgressLine progress(opt, tty, t0);
+  uint64_t written_bytes = 0;
+  std::unique_ptr<Batch> b;
+  for (int64_t next = 0; take_batch(&sh, next, &b);) {
     if (b) {
       ++next;
       written_bytes = b->consumed_after;
-      st.text_bytes += b->text.size() - kJsonPadding;
-      st.lines += static_cast<int64_t>(b->lines());
-      for (size_t i = 0; i < b->lines() && seen.first_line.empty(); ++i) {
-        std::string_view line(b->text.data() + b->starts[i], b->starts[i + 1] - 1 - b->starts[i]);
-        const size_t start = line.find_first_not_of(" \t\r");
-        if (start != std::string_view::npos) seen.first_line = std::string(line.substr(start, 80));
-      }
-      for (size_t i = 0; i < b->lines(); ++i) {
-        if (b->status[i] != LineStatus::kOk) {
-          record_skip(b->status[i], b->detail[i], *b, i);
-          continue;
-        }
-        for (size_t k = 0; k < K; ++k) {
-          size_t lo = b->spans[i * K + k], hi = b->spans[i * K + k + 1];
-          if (lo == hi) {
-            record_skip(LineStatus::kEmptyDocument, static_cast<int>(k), *b, i);
-            continue;
-          }
-          writers[k]->add_document(std::span<const int32_t>(b->tokens.data() + lo, hi - lo));
-          auto& o = st.outputs[k];
-          int64_t n = static_cast<int64_t>(hi - lo);
-          ++o.documents;
-          o.tokens += n;
-          o.min_tokens = std::min(o.min_tokens, n);
-          o.max_tokens = std::max(o.max_tokens, n);
-        }
-      }
+      writer.write(*b);
+      b.reset();
     }
-    progress(false);
+    progress.show(st, written_bytes, false);
   }
-  progress(true);
+  progress.show(st, written_bytes, true);
   for (auto& t : guard.threads) t.join();
   st.byte_order_mark_files = sh.bom_files;
 
-  check_output_plausible(st, opt, seen);
+  check_output_plausible(st, opt, writer.seen());
   for (auto& w : writers) w->finish();
   st.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   write_file_atomic(opt.output_prefix + ".stats.json", stats_json(st, opt));

@@ -8,10 +8,10 @@
 #include <unordered_set>
 
 #include <unicode/uscript.h>
-#include <unicode/utf8.h>
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/utf8.h"
 #include "data/model_proto.h"
 #include "data/tokenizer.h"
 
@@ -29,27 +29,13 @@ ModelProtoFile load_model(const std::string& path, const char* role) {
   return m;
 }
 
-// Splits UTF-8 text into code points (as byte strings); invalid bytes count one each.
-std::vector<std::string_view> code_points(std::string_view s) {
-  std::vector<std::string_view> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    n = std::min(n, s.size() - i);
-    out.push_back(s.substr(i, n));
-    i += n;
-  }
-  return out;
-}
-
 bool mergeable(PieceType t) { return t == PieceType::kNormal || t == PieceType::kUserDefined; }
 
-// The code point of a UTF-8 character (code_points' element); -1 for an invalid one.
+// The code point of a UTF-8 character (utf8_chars' element); -1 for an invalid one.
 UChar32 code_point(std::string_view c) {
-  int32_t i = 0;
-  UChar32 cp = 0;
-  U8_NEXT(reinterpret_cast<const uint8_t*>(c.data()), i, int32_t(c.size()), cp);
-  return cp;
+  size_t bad = 0;
+  if (c.empty() || utf8_sequence(reinterpret_cast<const unsigned char*>(c.data()), c.size(), &bad) != c.size()) return -1;
+  return UChar32(utf8_decode_at(c, 0));
 }
 
 // A letter's script (Latin, Han, Cyrillic, ...); USCRIPT_COMMON for digits, punctuation, symbols and
@@ -78,7 +64,7 @@ std::set<UScriptCode> own_scripts(const ModelProtoFile& base) {
     if (!mergeable(p.type)) continue;
     std::set<UScriptCode> scripts;
     int chars = 0;
-    for (std::string_view c : code_points(p.piece)) {
+    for (std::string_view c : utf8_chars(p.piece)) {
       if (c == "\u2581") continue;
       chars++;
       if (const UScriptCode s = script_of(code_point(c)); is_letter_script(s)) scripts.insert(s);
@@ -96,7 +82,7 @@ std::set<UScriptCode> own_scripts(const ModelProtoFile& base) {
 // True when BPE could form `text` by merging two adjacent symbols: some split into a left and a
 // right part each of which is a single character or a piece.
 bool formable(std::string_view text, const std::unordered_set<std::string>& pieces) {
-  const auto cps = code_points(text);
+  const auto cps = utf8_chars(text);
   size_t offset = 0;
   for (size_t i = 0; i + 1 < cps.size(); ++i) {
     offset += cps[i].size();
@@ -123,7 +109,7 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
     have.insert(p.piece);
     if (mergeable(p.type)) {
       lowest = std::min(lowest, p.score);
-      if (code_points(p.piece).size() == 1) base_chars.insert(p.piece);
+      if (utf8_chars(p.piece).size() == 1) base_chars.insert(p.piece);
     }
   }
   res->lowest_base_score = lowest;
@@ -143,7 +129,7 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
     if (!opt.all_pieces && p.type == PieceType::kNormal) {  // user-defined symbols are always wanted
       // Wanted: a piece that only text of a new script, or text BASE spells in bytes, can hold.
       bool wanted = false, space = false;
-      for (std::string_view c : code_points(p.piece)) {
+      for (std::string_view c : utf8_chars(p.piece)) {
         if (c == "\u2581") continue;
         const UChar32 cp = code_point(c);
         const UScriptCode s = script_of(cp);

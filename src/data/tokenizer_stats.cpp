@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_train.h"
 
@@ -39,15 +40,9 @@ struct Char {
 // The document's characters (valid UTF-8: the reader checked it).
 std::vector<Char> characters(const std::string& s) {
   std::vector<Char> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<uint8_t>(s[i]);
-    size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : 4;
-    n = std::min(n, s.size() - i);
-    char32_t cp = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
-    out.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(n), script_of(cp)});
-    i += n;
-  }
+  for (const std::string_view c : utf8_chars(s))
+    out.push_back({static_cast<uint32_t>(c.data() - s.data()), static_cast<uint32_t>(c.size()),
+                   script_of(utf8_decode_at(c, 0))});
   return out;
 }
 

@@ -149,12 +149,14 @@ model::RopeScaling read_rope_scaling(const std::string& file, const std::string&
   return out;
 }
 
-}  // namespace
-
-model::LlamaConfig read_hf_config(const std::string& path) {
+// config.json inside a model folder, or the file itself.
+std::string config_file(const std::string& path) {
   std::error_code ec;
-  std::string file = path;
-  if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
+  return fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
+}
+
+// The config file as a JSON object.
+json read_config_object(const std::string& file) {
   constexpr size_t kMaxConfigBytes = 16u << 20;
   const std::string text = read_small_file(file, kMaxConfigBytes, "Hugging Face config.json");
   // nlohmann stops at a NUL as if the input ended there; JSON text never contains one.
@@ -169,10 +171,14 @@ model::LlamaConfig read_hf_config(const std::string& path) {
   }
   if (!j.is_object())
     fail("{}: config is a JSON {}, expected an object\nhint: fix or re-download config.json", file, type_of(j));
-  Reader r(j, file);
+  return j;
+}
 
-  // Architecture: Llama, and the families that are the same network with small differences:
-  // Mistral (sliding-window attention), Qwen2 / Qwen2.5 (biases on q, k and v).
+// Architecture: Llama, and the families that are the same network with small differences:
+// Mistral (sliding-window attention), Qwen2 / Qwen2.5 (biases on q, k and v). Refuses other
+// activations and biases.
+model::Family read_family(const Reader& r) {
+  const std::string& file = r.file();
   model::Family family = model::Family::llama;
   if (const std::string* mt = r.optional_string("model_type")) {
     if (*mt == "mistral") family = model::Family::mistral;
@@ -188,31 +194,45 @@ model::LlamaConfig read_hf_config(const std::string& path) {
   if (r.optional_bool("mlp_bias", false)) unsupported(file, "mlp_bias", "true", "false");
   r.optional_string("torch_dtype");
   r.optional_string("dtype");
+  return family;
+}
 
-  model::LlamaConfig c;
-  c.dim = r.required_int("hidden_size");
-  c.ffn_dim = r.required_int("intermediate_size");
-  c.n_heads = r.required_int("num_attention_heads");
-  c.n_layers = r.required_int("num_hidden_layers");
-  c.vocab_size = r.required_int("vocab_size");
-  c.n_kv_heads = r.optional_int("num_key_value_heads", c.n_heads);
-  c.max_seq_len = r.optional_int("max_position_embeddings", 2048);
-  c.tie_embeddings = r.optional_bool("tie_word_embeddings", false);
-  c.family = family;
-  c.qkv_bias = family == model::Family::qwen2;
+// The sizes: model dim, FFN dim, heads, layers, vocabulary, KV heads, context; tied embeddings.
+void read_sizes(const Reader& r, model::LlamaConfig* c) {
+  c->dim = r.required_int("hidden_size");
+  c->ffn_dim = r.required_int("intermediate_size");
+  c->n_heads = r.required_int("num_attention_heads");
+  c->n_layers = r.required_int("num_hidden_layers");
+  c->vocab_size = r.required_int("vocab_size");
+  c->n_kv_heads = r.optional_int("num_key_value_heads", c->n_heads);
+  c->max_seq_len = r.optional_int("max_position_embeddings", 2048);
+  c->tie_embeddings = r.optional_bool("tie_word_embeddings", false);
+}
+
+// BOS and EOS ids (EOS: the first of a list, the others as extra EOS ids).
+void read_special_ids(const Reader& r, model::LlamaConfig* c) {
   // bos_token_id null (or absent in a Qwen2 config): the model has no BOS.
-  c.bos_id = r.get("bos_token_id") && !r.value("bos_token_id")
-                 ? -1
-                 : r.token_ids("bos_token_id", family == model::Family::qwen2 ? -1 : 1).front();
+  c->bos_id = r.get("bos_token_id") && !r.value("bos_token_id")
+                  ? -1
+                  : r.token_ids("bos_token_id", c->family == model::Family::qwen2 ? -1 : 1).front();
   const std::vector<int> eos = r.token_ids("eos_token_id", 2);
-  c.eos_id = eos.front();
+  c->eos_id = eos.front();
   for (size_t i = 1; i < eos.size(); i++)
-    if (eos[i] != c.eos_id && std::find(c.extra_eos_ids.begin(), c.extra_eos_ids.end(), eos[i]) == c.extra_eos_ids.end())
-      c.extra_eos_ids.push_back(eos[i]);
-  double eps = r.optional_number("rms_norm_eps", 1e-6);
+    if (eos[i] != c->eos_id && std::find(c->extra_eos_ids.begin(), c->extra_eos_ids.end(), eos[i]) == c->extra_eos_ids.end())
+      c->extra_eos_ids.push_back(eos[i]);
+}
+
+bool same_scaling(const model::RopeScaling& a, const model::RopeScaling& b) {
+  return a.type == b.type && a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+         a.high_freq_factor == b.high_freq_factor && a.original_max_pos == b.original_max_pos;
+}
+
+// RoPE: rope_theta and the scaling, from rope_scaling (4.x) or rope_parameters (transformers v5, which
+// also holds rope_theta); both present must agree. "default" (or null) is no scaling; "llama3" is
+// Llama 3.1's; others are refused. Returns rope_theta.
+double read_rope(const Reader& r, model::RopeScaling* scaling) {
+  const std::string& file = r.file();
   double theta = r.optional_number("rope_theta", 10000.0);
-  // RoPE scaling: rope_scaling (4.x) or rope_parameters (transformers v5, which also holds
-  // rope_theta). "default" (or null) is none; "llama3" is Llama 3.1's; others are refused.
   const json* rs = r.value("rope_scaling");
   const json* rp = r.value("rope_parameters");
   if (rp) {
@@ -226,33 +246,40 @@ model::LlamaConfig read_hf_config(const std::string& path) {
              file, theta, t2);
       theta = t2;
     }
-    c.rope_scaling = read_rope_scaling(file, "rope_parameters", *rp);
+    *scaling = read_rope_scaling(file, "rope_parameters", *rp);
   }
   if (rs) {
     const model::RopeScaling old = read_rope_scaling(file, "rope_scaling", *rs);
-    const model::RopeScaling& now = c.rope_scaling;
-    if (rp && (old.type != now.type || old.factor != now.factor || old.low_freq_factor != now.low_freq_factor ||
-               old.high_freq_factor != now.high_freq_factor || old.original_max_pos != now.original_max_pos))
+    if (rp && !same_scaling(old, *scaling))
       fail("{}: rope_scaling and rope_parameters describe different RoPE scalings, expected one\nhint: fix "
            "config.json",
            file);
-    c.rope_scaling = old;
+    *scaling = old;
   }
-  if (const json* hd = r.value("head_dim")) {
-    int head_dim = r.as_int("head_dim", *hd);
-    if (head_dim < 2 || head_dim % 2 != 0)
-      fail("{}: head_dim is {}, expected a positive even integer (RoPE rotates pairs)\nhint: fix config.json", file,
-           head_dim);
-    if (c.n_heads <= 0 || c.dim % c.n_heads != 0 || head_dim != c.dim / c.n_heads) c.head_size = head_dim;
-  }
-  // Sliding-window attention: Mistral's sliding_window (null: none); Qwen2 has one only with
-  // use_sliding_window, and then on some layers (max_window_layers), which is not supported.
-  if (family == model::Family::mistral) {
-    c.sliding_window = r.optional_int("sliding_window", 0);
-    if (r.value("sliding_window") && c.sliding_window < 1)
+  return theta;
+}
+
+// head_dim: kept only where it is not dim / n_heads.
+void read_head_dim(const Reader& r, model::LlamaConfig* c) {
+  const json* hd = r.value("head_dim");
+  if (!hd) return;
+  int head_dim = r.as_int("head_dim", *hd);
+  if (head_dim < 2 || head_dim % 2 != 0)
+    fail("{}: head_dim is {}, expected a positive even integer (RoPE rotates pairs)\nhint: fix config.json",
+         r.file(), head_dim);
+  if (c->n_heads <= 0 || c->dim % c->n_heads != 0 || head_dim != c->dim / c->n_heads) c->head_size = head_dim;
+}
+
+// Sliding-window attention: Mistral's sliding_window (null: none); Qwen2 has one only with
+// use_sliding_window, and then on some layers (max_window_layers), which is not supported.
+void read_sliding_window(const Reader& r, model::LlamaConfig* c) {
+  const std::string& file = r.file();
+  if (c->family == model::Family::mistral) {
+    c->sliding_window = r.optional_int("sliding_window", 0);
+    if (r.value("sliding_window") && c->sliding_window < 1)
       fail("{}: sliding_window is {}, expected a positive number of tokens or null\nhint: fix config.json", file,
-           c.sliding_window);
-  } else if (family == model::Family::qwen2) {
+           c->sliding_window);
+  } else if (c->family == model::Family::qwen2) {
     if (r.optional_bool("use_sliding_window", false))
       unsupported(file, "use_sliding_window", "true", "false (full attention on every layer)");
     r.optional_int("sliding_window", 0);
@@ -260,6 +287,23 @@ model::LlamaConfig read_hf_config(const std::string& path) {
   } else if (const json* sw = r.value("sliding_window")) {
     unsupported(file, "sliding_window", preview(*sw), "null for model_type \"llama\" (Mistral's is supported)");
   }
+}
+
+}  // namespace
+
+model::LlamaConfig read_hf_config(const std::string& path) {
+  const std::string file = config_file(path);
+  const json j = read_config_object(file);
+  Reader r(j, file);
+  model::LlamaConfig c;
+  c.family = read_family(r);
+  read_sizes(r, &c);
+  c.qkv_bias = c.family == model::Family::qwen2;
+  read_special_ids(r, &c);
+  const double eps = r.optional_number("rms_norm_eps", 1e-6);
+  const double theta = read_rope(r, &c.rope_scaling);
+  read_head_dim(r, &c);
+  read_sliding_window(r, &c);
   if (!std::isfinite(eps) || !std::isfinite(theta) || eps > 1e30 || theta > 1e30)
     fail("{}: rms_norm_eps {} / rope_theta {} are out of range, expected finite values\nhint: fix config.json",
          file, eps, theta);
@@ -273,9 +317,7 @@ void write_hf_config(const std::string& path, const model::LlamaConfig& config, 
   config.validate(path);
   if (torch_dtype != "float32" && torch_dtype != "float16" && torch_dtype != "bfloat16")
     fail("torch_dtype is \"{}\", expected float32, float16 or bfloat16", torch_dtype);
-  std::error_code ec;
-  std::string file = path;
-  if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
+  const std::string file = config_file(path);
   // Floats go through their shortest decimal form so that 1e-5f is written as 1e-05, not
   // 9.999999747378752e-06.
   auto shortest = [](float f) {

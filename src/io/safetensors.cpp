@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "io/torch_checkpoint.h"
@@ -569,6 +570,21 @@ std::vector<std::string> SafetensorsCheckpoint::names() const {
   return out;
 }
 
+namespace {
+
+// out (n) = to_f32 of each 16-bit value at src (n values, possibly unaligned).
+template <class F>
+void widen_halves(float* out, const uint8_t* src, int64_t n, F to_f32) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = to_f32(h);
+  }
+}
+
+}  // namespace
+
 void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
                                      float* out) const {
   int64_t numel = 1;
@@ -592,21 +608,10 @@ void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<
       if (n > 0) std::memcpy(out, src, size_t(n) * 4);
       break;
     case DType::BF16:
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        uint32_t u = uint32_t(h) << 16;
-        std::memcpy(out + i, &u, 4);
-      }
+      widen_halves(out, src, n, [](uint16_t h) { return to_float(bf16{h}); });
       break;
     case DType::F16:
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        out[i] = f16_to_float(h);
-      }
+      widen_halves(out, src, n, f16_to_float);
       break;
     default:
       fail("{}: tensor {} has dtype {}, expected F32, BF16 or F16\nhint: the checkpoint stores this "

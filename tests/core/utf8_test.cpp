@@ -1,12 +1,13 @@
 // core/utf8.h: what each byte starts, RFC 3629's validity (overlongs, surrogates, past U+10FFFF,
-// truncated sequences), code points, and the lossy repair, whose expected strings are what Python's
-// bytes.decode("utf-8", errors="replace") gives for the same bytes (one U+FFFD per maximal invalid
-// subpart).
+// truncated sequences), code points, the characters of any bytes, white space, and the lossy repair,
+// whose expected strings are what Python's bytes.decode("utf-8", errors="replace") gives for the same
+// bytes (one U+FFFD per maximal invalid subpart).
 #include "core/utf8.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,26 @@ TEST(Utf8, ValidityAndCodePoints) {
   EXPECT_EQ(utf8_decode_at(s, 3), 0x4E2Du);
   EXPECT_EQ(utf8_decode_at(s, 6), 0x1F600u);
   EXPECT_EQ(utf8_char_length(0xF0), 4u);
+}
+
+TEST(Utf8, CharactersOfAnyBytes) {
+  // A byte that leads no character (continuation, F8..FF) is one on its own; a cut one ends at the end.
+  EXPECT_EQ(utf8_char_length(0x80), 1u);
+  EXPECT_EQ(utf8_char_length(0xC3), 2u);
+  EXPECT_EQ(utf8_char_length(0xF7), 4u);
+  EXPECT_EQ(utf8_char_length(0xF8), 1u);
+  const std::vector<std::string_view> want = {"A", "\xC3\xA9", "\xE4\xB8\xAD", "\x80", "\xFF", "\xF0\x9F\x98\x80", "\xE4\xB8"};
+  EXPECT_EQ(utf8_chars("A\xC3\xA9\xE4\xB8\xAD\x80\xFF\xF0\x9F\x98\x80\xE4\xB8"), want);
+  EXPECT_TRUE(utf8_chars("").empty());
+  EXPECT_EQ(utf8_decode_at("x\xE4\xB8", 1), (0x4u << 6) | 0x38u);  // cut: the bytes that are there
+  EXPECT_EQ(utf8_decode_at("\xE4", 0), 0xE4u);
+}
+
+TEST(Utf8, WhiteSpaceAsUnicode) {
+  for (uint32_t cp : {0x09u, 0x0Du, 0x20u, 0x85u, 0xA0u, 0x1680u, 0x2000u, 0x200Au, 0x2028u, 0x2029u, 0x202Fu, 0x205Fu, 0x3000u})
+    EXPECT_TRUE(unicode_white_space(cp)) << cp;
+  for (uint32_t cp : {0x08u, 0x0Eu, 0x1Cu, 0x41u, 0x200Bu, 0x2581u, 0xFEFFu})
+    EXPECT_FALSE(unicode_white_space(cp)) << cp;
 }
 
 TEST(Utf8, LossyRepairAsPythonsDecoder) {
