@@ -170,9 +170,8 @@ std::string locate(std::string msg, const Context& ctx) {
   return msg;
 }
 
-}  // namespace
-
-void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* notes) {
+// The trainer's counts and the rank layout (parallel/layout.h's rule, in the config's words).
+void validate_counts_and_layout(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* notes) {
   TrainerConfig& t = cfg.trainer;
   ModelConfig& m = cfg.model;
   if (t.max_epochs && *t.max_epochs == -1) t.max_epochs.reset();
@@ -204,8 +203,11 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
     notes->push_back("model.sequence_parallel has no effect with tensor_model_parallel_size 1");
   if (t.accelerator == "tpu")
     notes->push_back("trainer.accelerator tpu (an XLA device, as on Trainium) trains on the cpu here");
+}
 
-  // Architecture.
+// The model's shape, tensor-parallel and pipeline rules (model/config.h, model/shard.h), in keys.
+void validate_architecture(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* notes) {
+  ModelConfig& m = cfg.model;
   if (m.init_from) apply_init_from(cfg, ctx);
   // The model's shape, tensor-parallel and pipeline rules (model/config.h, model/shard.h), in keys.
   const FieldNames names = model_key_names(ctx);
@@ -228,8 +230,12 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
     fail_key(ctx, "model.activations_checkpoint_method", "is null with granularity full, expected uniform or block");
   if (m.activations_checkpoint_granularity == "full" && !m.activations_checkpoint_num_layers)
     fail_key(ctx, "model.activations_checkpoint_num_layers", "is null with granularity full, expected a count >= 1");
+}
 
-  // Optimizer and schedule.
+// AdamW's betas and the learning-rate schedule.
+void validate_optimizer(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* notes) {
+  const TrainerConfig& t = cfg.trainer;
+  ModelConfig& m = cfg.model;
   if (m.optim.betas.size() != 2 || !(m.optim.betas[0] >= 0 && m.optim.betas[0] < 1) ||
       !(m.optim.betas[1] >= 0 && m.optim.betas[1] < 1))
     fail_key(ctx, "model.optim.betas", "got {}, expected [beta1, beta2] with each in [0, 1)\nhint: Llama uses "
@@ -243,8 +249,11 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
     notes->push_back(fmt::format("model.optim.sched.max_steps {} differs from trainer.max_steps {}: the schedule runs "
                                  "over {} steps (NeMo would use trainer.max_steps)",
                                  *m.optim.sched.max_steps, t.max_steps, *m.optim.sched.max_steps));
+}
 
-  // Data.
+// Pretraining's data_prefix and splits, or fine-tuning's JSONL datasets.
+void validate_data(const TrainConfig& cfg, const Context& ctx) {
+  const ModelConfig& m = cfg.model;
   if (m.data.fine_tuning) {
     if (m.data.train_ds.file_names.empty())
       fail_key(ctx, "model.data.train_ds.file_names", "is not set, expected JSONL files with model.data.fine_tuning "
@@ -271,8 +280,11 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
       }
     }
   }
+}
 
-  // Tokenizer.
+// The tokenizer the config names, where model.init_from does not bring one.
+void validate_tokenizer(const TrainConfig& cfg, const Context& ctx) {
+  const ModelConfig& m = cfg.model;
   const TokenizerConfig& tok = m.tokenizer;
   if (tok.library == "sentencepiece" && !tok.model && !m.init_from)
     fail_key(ctx, "model.tokenizer.model", "is not set, expected the tokenizer.model file (library sentencepiece)\n"
@@ -280,6 +292,16 @@ void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* no
   if (tok.library == "huggingface" && !tok.type && !m.init_from)
     fail_key(ctx, "model.tokenizer.type", "is not set, expected the model folder holding tokenizer.json or "
              "tokenizer.model (library huggingface)\nhint: model.tokenizer.type=/models/Llama-3.1-8B");
+}
+
+}  // namespace
+
+void validate(TrainConfig& cfg, const Context& ctx, std::vector<std::string>* notes) {
+  validate_counts_and_layout(cfg, ctx, notes);
+  validate_architecture(cfg, ctx, notes);
+  validate_optimizer(cfg, ctx, notes);
+  validate_data(cfg, ctx);
+  validate_tokenizer(cfg, ctx);
 }
 
 }  // namespace llamatrain::train::config_detail

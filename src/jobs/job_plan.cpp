@@ -429,50 +429,145 @@ std::vector<std::string> memory_suggestions(const TrainConfig& cfg, int64_t runt
 
 }  // namespace
 
-JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
-  JobPlan jp;
+namespace {
+
+// The machine the figures are for: a named one's, or (no name, a GPU config) this machine's GPU when
+// it has published figures; nullptr for this CPU. Moves trainer.accelerator to the named machine's
+// device and says so in *device_check; *failed where a GPU config has no GPU to plan for.
+const Accelerator* planned_machine(TrainConfig& cfg, const JobTarget& target, std::optional<PlanCheck>* device_check,
+                                   std::optional<PlanCheck>* failed) {
   const Accelerator* acc = nullptr;
   if (!target.hardware.empty() && target.hardware != "cpu") {
     acc = find_accelerator(target.hardware);
     if (!acc) fail("--hardware {}: not a known machine, expected one of cpu, {}", target.hardware, accelerator_names());
   }
-  // The device the job runs on: a named GPU's (the CUDA backend, planned for without one here), the
-  // GPU of this machine when the config asks for one, else what trainer.accelerator says.
-  std::optional<PlanCheck> device_check;
   const std::string accelerator = cfg.trainer.accelerator;
   const bool gpu_config = accelerator == "gpu" || accelerator == "cuda";
   if (acc && acc->gpu && !gpu_config) {
     if (accelerator != "auto")
-      device_check = PlanCheck{Status::warn, "device",
-                               fmt::format("trainer.accelerator={} trains on the cpu; these figures are for {} "
-                                           "(trainer.accelerator=gpu)\nhint: add trainer.accelerator=gpu to the job",
-                                           accelerator, acc->name)};
+      *device_check = PlanCheck{Status::warn, "device",
+                                fmt::format("trainer.accelerator={} trains on the cpu; these figures are for {} "
+                                            "(trainer.accelerator=gpu)\nhint: add trainer.accelerator=gpu to the job",
+                                            accelerator, acc->name)};
     cfg.trainer.accelerator = "gpu";
   } else if (acc && !acc->gpu && gpu_config) {
-    device_check = PlanCheck{Status::warn, "device",
-                             fmt::format("trainer.accelerator={} asks for a GPU, but {} has none; these figures are "
-                                         "for its cores\nhint: trainer.accelerator=cpu (on Trainium: tpu)",
-                                         accelerator, acc->name)};
+    *device_check = PlanCheck{Status::warn, "device",
+                              fmt::format("trainer.accelerator={} asks for a GPU, but {} has none; these figures are "
+                                          "for its cores\nhint: trainer.accelerator=cpu (on Trainium: tpu)",
+                                          accelerator, acc->name)};
     cfg.trainer.accelerator = "cpu";
   } else if (!acc && gpu_config) {
     std::string why;
-    const Accelerator* here = nullptr;
     if (model::device_usable(model::Device::cuda, &why))
       for (const Accelerator& a : accelerators())
-        if (a.gpu && model::device_description(model::Device::cuda).find(" " + a.name) != std::string::npos) here = &a;
-    if (!here) {
-      jp.checks.push_back(
-          {Status::fail, "device",
-           fmt::format("trainer.accelerator={}: {}, expected a GPU to plan for\nhint: name the GPU the job runs on: "
-                       "--hardware {}",
-                       accelerator,
-                       why.empty() ? "this machine's GPU " + model::device_description(model::Device::cuda) +
-                                         " has no published figures here"
-                                   : "no usable GPU on this machine (" + why + ")",
-                       accelerator_names())});
-      return jp;
+        if (a.gpu && model::device_description(model::Device::cuda).find(" " + a.name) != std::string::npos) acc = &a;
+    if (!acc)
+      *failed = PlanCheck{Status::fail, "device",
+                          fmt::format("trainer.accelerator={}: {}, expected a GPU to plan for\nhint: name the GPU the "
+                                      "job runs on: --hardware {}",
+                                      accelerator,
+                                      why.empty() ? "this machine's GPU " + model::device_description(model::Device::cuda) +
+                                                        " has no published figures here"
+                                                  : "no usable GPU on this machine (" + why + ")",
+                                      accelerator_names())};
+  }
+  return acc;
+}
+
+// What the job is: its layout, its model, a grown vocabulary and what is frozen.
+void describe_job(const JobPlan& jp, std::vector<PlanCheck>* checks) {
+  const RunPlan& p = jp.plan;
+  checks->push_back({Status::pass, "layout",
+                     fmt::format("{} node{} x {} rank{}: data {} x tensor {} x pipeline {}{}", jp.nodes,
+                                 jp.nodes == 1 ? "" : "s", jp.ranks_per_node, jp.ranks_per_node == 1 ? "" : "s",
+                                 p.layout.dp_size, p.layout.tp_size, p.layout.pp_size,
+                                 p.layout.pp_size > 1 ? " (" + p.pipeline_stages() + ")" : "")});
+  checks->push_back({Status::pass, "model",
+                     fmt::format("{} parameters, vocab_size {}{}{}", obs::format_count(double(p.model.num_params())),
+                                 p.model.vocab_size,
+                                 p.tokenizer ? fmt::format(" (tokenizer {} pieces)", p.tokenizer->vocab_size()) : "",
+                                 padded_rows_text(p))});
+  if (p.growth.active()) checks->push_back({Status::pass, "resize", p.growth.describe()});
+  if (const std::string frozen = freeze_summary(p.model); !frozen.empty())
+    checks->push_back({Status::pass, "freeze", frozen + (p.model.frozen_parts.empty()
+                                                             ? ""
+                                                             : " (parts keep their gradient buffer, not their moments)")});
+}
+
+// async_save unset: decided as train decides it at its start, on this machine (an accelerator's job
+// decides on its host, whose memory is not planned here). Sets it in cfg where decided here.
+void plan_async_save(TrainConfig& cfg, const std::vector<RunPlan>& stages, bool accelerator, int64_t runtime,
+                     JobPlan* jp) {
+  auto& async = cfg.exp_manager.checkpoint_callback_params.async_save;
+  if (async || !saves_before_the_end(cfg)) return;
+  if (accelerator) {
+    jp->checks.push_back({Status::pass, "async save",
+                          "decided when the job starts, from its host's free memory "
+                          "(exp_manager.checkpoint_callback_params.async_save unset)"});
+    return;
+  }
+  bool fits = true;
+  int64_t copy = 0;
+  for (const RunPlan& s : stages) {
+    copy = std::max(copy, save_copy_bytes(s));
+    fits = fits && async_save_fits(save_copy_bytes(s), rank_memory(cfg, s, runtime).peak(), jp->memory_per_rank);
+  }
+  async = fits;
+  jp->checks.push_back({Status::pass, "async save",
+                        fmt::format("{}: the host copy of a save written behind the steps ({} on the rank that "
+                                    "holds most) {} beside the steps with a fifth of the memory left "
+                                    "(exp_manager.checkpoint_callback_params.async_save unset; true or false decides)",
+                                    fits ? "on" : "off", obs::format_bytes(double(copy)), fits ? "fits" : "does not fit")});
+}
+
+// The busiest rank's activations under each recompute choice (a choice the layout refuses is left out).
+std::vector<std::pair<std::string, int64_t>> activations_by_recompute(const TrainConfig& cfg) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const char* mode : {"none", "selective", "full"}) {
+    TrainConfig c = cfg;
+    c.model.activations_checkpoint_granularity = std::string(mode) == "none" ? std::nullopt : std::optional<std::string>(mode);
+    if (std::string(mode) == "full") c.model.activations_checkpoint_method = "uniform";
+    try {
+      int64_t most = 0;
+      for (const RunPlan& s : stage_plans(c)) most = std::max(most, s.memory.activations);
+      out.emplace_back(mode, most);
+    } catch (const Error&) {
     }
-    acc = here;
+  }
+  return out;
+}
+
+// The busiest rank's peak against what a rank has (avail: the machine's, shared by its ranks).
+PlanCheck check_memory(const TrainConfig& cfg, const Accelerator* acc, int64_t avail, int64_t runtime, JobPlan* jp) {
+  const int64_t peak = jp->peak_rank_bytes();
+  const std::string where = acc ? acc->name : "this machine";
+  if (jp->memory_per_rank < 0)
+    return {Status::warn, "memory",
+            fmt::format("a rank needs {}; {}'s free memory is unknown", obs::format_bytes(double(peak)), where)};
+  if (peak <= jp->memory_per_rank)
+    return {Status::pass, "memory",
+            fmt::format("a rank needs {} of {} ({:.0f}%)", obs::format_bytes(double(peak)),
+                        obs::format_bytes(double(jp->memory_per_rank)), 100.0 * double(peak) / double(jp->memory_per_rank))};
+  jp->suggestions = memory_suggestions(cfg, runtime, jp->memory_per_rank, jp->ranks_per_node);
+  return {Status::fail, "memory",
+          fmt::format("a rank needs {}, but {} has {} per rank{}\nhint: {}", obs::format_bytes(double(peak)), where,
+                      obs::format_bytes(double(jp->memory_per_rank)),
+                      acc ? "" : fmt::format(" ({} free over {} ranks)", obs::format_bytes(double(avail)), jp->ranks_per_node),
+                      jp->suggestions.empty() ? "use more nodes, a larger tensor or pipeline parallel size, or full recompute"
+                                              : "these overrides fit: " + jp->suggestions.front())};
+}
+
+}  // namespace
+
+JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
+  JobPlan jp;
+  // The device the job runs on: a named GPU's (the CUDA backend, planned for without one here), the
+  // GPU of this machine when the config asks for one, else what trainer.accelerator says.
+  std::optional<PlanCheck> device_check, no_device;
+  const Accelerator* acc = planned_machine(cfg, target, &device_check, &no_device);
+  if (no_device) {
+    jp.checks.push_back(*no_device);
+    return jp;
   }
   jp.nodes = cfg.trainer.num_nodes;
   jp.ranks_per_node = cfg.trainer.devices;
@@ -497,19 +592,7 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   // as a rank has them (an accelerator's runtime is not counted).
   if (!acc) ::malloc_trim(0);  // what the probes freed is not the runtime's
   const int64_t runtime = acc ? 0 : std::max<int64_t>(0, current_rss_bytes());
-  jp.checks.push_back({Status::pass, "layout",
-                       fmt::format("{} node{} x {} rank{}: data {} x tensor {} x pipeline {}{}", jp.nodes,
-                                   jp.nodes == 1 ? "" : "s", jp.ranks_per_node, jp.ranks_per_node == 1 ? "" : "s", p.layout.dp_size, p.layout.tp_size,
-                                   p.layout.pp_size, p.layout.pp_size > 1 ? " (" + p.pipeline_stages() + ")" : "")});
-  jp.checks.push_back(
-      {Status::pass, "model",
-       fmt::format("{} parameters, vocab_size {}{}{}", obs::format_count(double(p.model.num_params())),
-                   p.model.vocab_size, p.tokenizer ? fmt::format(" (tokenizer {} pieces)", p.tokenizer->vocab_size()) : "",
-                   padded_rows_text(p))});
-  if (p.growth.active()) jp.checks.push_back({Status::pass, "resize", p.growth.describe()});
-  if (const std::string frozen = freeze_summary(p.model); !frozen.empty())
-    jp.checks.push_back({Status::pass, "freeze",
-                         frozen + (p.model.frozen_parts.empty() ? "" : " (parts keep their gradient buffer, not their moments)")});
+  describe_job(jp, &jp.checks);
   auto guarded = [&](const char* what, auto&& check) {
     try {
       jp.checks.push_back(check());
@@ -529,62 +612,10 @@ JobPlan plan_job(TrainConfig cfg, const JobTarget& target) {
   // Memory per rank: the accelerator's, or this machine's shared by the node's ranks.
   const int64_t avail = acc ? acc->memory_bytes : available_memory_bytes();
   jp.memory_per_rank = avail < 0 ? -1 : acc ? avail : avail / std::max(1, jp.ranks_per_node);
-  // async_save unset: decided as train decides it at its start, on this machine (an accelerator's job
-  // decides on its host, whose memory is not planned here).
-  auto& async = cfg.exp_manager.checkpoint_callback_params.async_save;
-  const bool undecided = !async && saves_before_the_end(cfg);
-  if (undecided && !acc) {
-    bool fits = true;
-    int64_t copy = 0;
-    for (const RunPlan& s : stages) {
-      copy = std::max(copy, save_copy_bytes(s));
-      fits = fits && async_save_fits(save_copy_bytes(s), rank_memory(cfg, s, runtime).peak(), jp.memory_per_rank);
-    }
-    async = fits;
-    jp.checks.push_back({Status::pass, "async save",
-                         fmt::format("{}: the host copy of a save written behind the steps ({} on the rank that "
-                                     "holds most) {} beside the steps with a fifth of the memory left "
-                                     "(exp_manager.checkpoint_callback_params.async_save unset; true or false decides)",
-                                     fits ? "on" : "off", obs::format_bytes(double(copy)), fits ? "fits" : "does not fit")});
-  } else if (undecided) {
-    jp.checks.push_back({Status::pass, "async save",
-                         "decided when the job starts, from its host's free memory "
-                         "(exp_manager.checkpoint_callback_params.async_save unset)"});
-  }
-
+  plan_async_save(cfg, stages, acc != nullptr, runtime, &jp);
   for (const RunPlan& s : stages) jp.stages.push_back(rank_memory(cfg, s, runtime));
-  for (const char* mode : {"none", "selective", "full"}) {
-    TrainConfig c = cfg;
-    c.model.activations_checkpoint_granularity = std::string(mode) == "none" ? std::nullopt : std::optional<std::string>(mode);
-    if (std::string(mode) == "full") c.model.activations_checkpoint_method = "uniform";
-    try {
-      int64_t most = 0;
-      for (const RunPlan& s : stage_plans(c)) most = std::max(most, s.memory.activations);
-      jp.activations_by_recompute.emplace_back(mode, most);
-    } catch (const Error&) {
-    }
-  }
-
-  const int64_t peak = jp.peak_rank_bytes();
-  const std::string where = acc ? acc->name : "this machine";
-  if (jp.memory_per_rank < 0) {
-    jp.checks.push_back({Status::warn, "memory", fmt::format("a rank needs {}; {}'s free memory is unknown",
-                                                             obs::format_bytes(double(peak)), where)});
-  } else if (peak > jp.memory_per_rank) {
-    jp.suggestions = memory_suggestions(cfg, runtime, jp.memory_per_rank, jp.ranks_per_node);
-    jp.checks.push_back(
-        {Status::fail, "memory",
-         fmt::format("a rank needs {}, but {} has {} per rank{}\nhint: {}", obs::format_bytes(double(peak)), where,
-                     obs::format_bytes(double(jp.memory_per_rank)),
-                     acc ? "" : fmt::format(" ({} free over {} ranks)", obs::format_bytes(double(avail)), jp.ranks_per_node),
-                     jp.suggestions.empty() ? "use more nodes, a larger tensor or pipeline parallel size, or full recompute"
-                                            : "these overrides fit: " + jp.suggestions.front())});
-  } else {
-    jp.checks.push_back({Status::pass, "memory",
-                         fmt::format("a rank needs {} of {} ({:.0f}%)", obs::format_bytes(double(peak)),
-                                     obs::format_bytes(double(jp.memory_per_rank)), 100.0 * double(peak) / double(jp.memory_per_rank))});
-  }
-
+  jp.activations_by_recompute = activations_by_recompute(cfg);
+  jp.checks.push_back(check_memory(cfg, acc, avail, runtime, &jp));
   return jp;
 }
 

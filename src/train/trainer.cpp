@@ -16,8 +16,6 @@
 #include <future>
 #include <memory>
 #include <optional>
-#include <set>
-#include <sstream>
 
 #include <fmt/ranges.h>
 #ifdef _OPENMP
@@ -55,27 +53,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Steps listed in $LLAMATRAIN_INJECT_NONFINITE ("5,6,7") get a NaN gradient, each once; "N+" makes
-// every step from N on non-finite, each time it runs (a run that keeps diverging): a fault injection
-// that tests the skip-and-rollback path through the real checks.
-struct InjectedNonfinite {
-  std::set<int64_t> once;
-  int64_t from = -1;
-};
-InjectedNonfinite injected_nonfinite_steps() {
-  InjectedNonfinite r;
-  const char* env = std::getenv("LLAMATRAIN_INJECT_NONFINITE");
-  if (!env) return r;
-  std::stringstream ss(env);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty() && item.back() == '+')
-      r.from = std::strtoll(item.c_str(), nullptr, 10);
-    else if (!item.empty())
-      r.once.insert(std::strtoll(item.c_str(), nullptr, 10));
-  return r;
 }
 
 // The job's communicators for this rank's layout; null where the group has one rank, so `if (dp)`
@@ -121,10 +98,11 @@ struct StepResult {
 class Trainer {
  public:
   Trainer(const TrainConfig& cfg, const std::vector<std::string>& notes, const RunCommand& command,
-          parallel::Communicator* world)
+          parallel::Communicator* world, const InjectedFaults& faults)
       : cfg_(cfg),
         notes_(notes),
         command_(command),
+        faults_(faults),
         plan_(preflight(cfg, world ? world->size() : 1, world ? world->rank() : 0)),
         ranks_(plan_.layout, world),
         console_(plan_.layout.rank != 0),
@@ -176,6 +154,7 @@ class Trainer {
   const TrainConfig& cfg_;
   const std::vector<std::string>& notes_;
   const RunCommand& command_;
+  InjectedFaults faults_;  // a test's (train/faults.h); none in a normal run
   const char* context_ = "config";
   const RunPlan plan_;
   const Ranks ranks_;
@@ -197,7 +176,6 @@ class Trainer {
   bool async_save_ = false;    // checkpoints written behind the steps (decide_async_save)
   int64_t runtime_bytes_ = 0;  // resident before the model was made: libraries, runtime (plan's "runtime")
   int ranks_on_this_host_ = 1;  // (describe_run)
-  InjectedNonfinite inject_;  // the listed steps fire once (not again after a rollback)
   // One (tokens, targets) pair per activation slot: a pipeline stage reads them again in the backward.
   std::vector<MicroBatch> batches_;  // per activation slot
   std::optional<parallel::GradReducer> reducer_;
@@ -338,7 +316,6 @@ void Trainer::start() {
   peak_gflops_ = model::peak_matmul_gflops(plan_.device, plan_.precision, 0.2);
   if (ranks_.world) ranks_.world->all_reduce(&peak_gflops_, 1);
   flops_per_step_ = obs::step_flops(plan_.model, plan_.global_batch, plan_.T);
-  inject_ = injected_nonfinite_steps();
   say(fmt::format("training: steps {} -> {}, global batch {} = micro batch {} x {} accumulation, seq {}, "
                   "lr schedule {}",
                   st_.step, cfg_.trainer.max_steps, plan_.global_batch, plan_.B, plan_.micro_batches, plan_.T,
@@ -698,7 +675,7 @@ StepResult Trainer::train_step() {
   steps_run_++;
   model_->zero_grad();
   // (fault injection: a NaN the backward accumulates into, reduced to every rank like any gradient)
-  if ((inject_.once.erase(s.step) || (inject_.from >= 0 && s.step >= inject_.from)) && rank0())
+  if (faults_.nonfinite_at(s.step) && rank0())
     model_->backend().set(model_->grad_arena(), NAN);
   const double loss_sum = micro_batches();
   // Sums over the model-parallel copies of a parameter (SP norm weights, the tied embedding).
@@ -1165,7 +1142,7 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
 // train_log.txt), the other ranks on stderr with their rank. (The catches are by type so that each
 // rethrow keeps it for main's messages.)
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes,
-                         parallel::Communicator* world, const RunCommand& command) {
+                         parallel::Communicator* world, const RunCommand& command, const InjectedFaults& faults) {
   std::optional<Trainer> trainer;
   auto report = [&](const std::exception& e) {
     const int rank = trainer ? trainer->rank() : world ? world->rank() : 0;
@@ -1180,7 +1157,7 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
                                 : command_fields(command, world ? world->size() : 1));
   };
   try {
-    trainer.emplace(config, notes, command, world);
+    trainer.emplace(config, notes, command, world, faults);
     return trainer->run();
   } catch (const Error& e) {
     report(e);

@@ -18,6 +18,7 @@
 #include "data/piece_lengths.h"
 #include "config/config.h"
 #include "train/events.h"
+#include "train/faults.h"
 #include "train/run_plan.h"
 
 namespace llamatrain::parallel {
@@ -41,9 +42,10 @@ struct TrainResult {
 // the config's model.*_parallel_size say; nullptr or one rank: a single process. Every rank calls it;
 // rank 0 prints, logs, writes the run folder and exports.
 // A failure (Error, std::bad_alloc, a filesystem error, any std::exception) prints its error event
-// (train/events.h) on the failing rank before it propagates.
+// (train/events.h) on the failing rank before it propagates. faults: a test's (train/faults.h).
 TrainResult run_training(const TrainConfig& config, const std::vector<std::string>& notes = {},
-                         parallel::Communicator* world = nullptr, const RunCommand& command = {});
+                         parallel::Communicator* world = nullptr, const RunCommand& command = {},
+                         const InjectedFaults& faults = {});
 
 // What evaluate_loss measured on a split. Bits per byte (per character) is the loss summed over the
 // scored targets, in bits, over those targets' UTF-8 bytes (characters) as data/piece_lengths.h
