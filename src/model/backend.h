@@ -199,14 +199,15 @@ class Kernels {
   // ---- optimizer, reductions, init ----
   virtual void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                             float beta2, float eps, float weight_decay, int step, float grad_scale) = 0;
-  // bf16-mixed: adamw_update, and the matmul copy of param's elements in the same pass.
-  virtual void adamw_update_mixed(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
-                                  float beta1, float beta2, float eps, float weight_decay, int step,
-                                  float grad_scale) = 0;
+  // bf16-mixed (ref::adamw_update_bf16_copy): adamw_update, and the backend's matmul copy of param's
+  // elements (its param_bf16) in the same pass.
+  virtual void adamw_update_bf16_copy(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+                                      float beta1, float beta2, float eps, float weight_decay, int step,
+                                      float grad_scale) = 0;
   // bf16-sr (ref::adamw_update_bf16_sr): param_f32 is the compute copy of the bf16 master's elements.
-  virtual void adamw_update_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n,
-                               float lr, float beta1, float beta2, float eps, float weight_decay, int step,
-                               float grad_scale, uint64_t seed, uint32_t tensor_id, uint64_t first_element) = 0;
+  virtual void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n,
+                                    float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                                    float grad_scale, uint64_t seed, uint32_t tensor_id, uint64_t first_element) = 0;
   virtual double sum_squares(const float* x, int64_t n) = 0;  // in fp64, to the host
   virtual double sum(const float* x, int64_t n) = 0;          // in fp64, to the host
   virtual void fill_constant(float* out, int64_t n, float value) = 0;

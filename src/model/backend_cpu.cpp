@@ -10,15 +10,17 @@
 #include "kernels/cpu/ops.h"
 #include "model/machine.h"
 #include "model/backend.h"
+#include "model/backend_direct.h"
 #include "model/memory.h"
 
 namespace llamatrain::model {
 
 namespace {
 
-class CpuKernels final : public Kernels {
+class CpuKernels final : public DirectKernels {
  public:
-  explicit CpuKernels(Precision p) : Kernels(p), ct_(compute_type(p)), copy_bf16_(this), copy_f32x_(this) {
+  explicit CpuKernels(Precision p)
+      : DirectKernels(p, LLAMATRAIN_DIRECT_OPS(cpu)), ct_(compute_type(p)), copy_bf16_(this), copy_f32x_(this) {
     form_ = p == Precision::fp32 ? OperandForm::f32 : OperandForm::bf16;
   }
 
@@ -62,24 +64,6 @@ class CpuKernels final : public Kernels {
     return int64_t(copy_bf16_.size()) * 2 + int64_t(copy_f32x_.size()) * 4;
   }
 
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) override {
-    cpu::embedding_forward(out, tokens, wte, N, C);
-  }
-  void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) override {
-    cpu::embedding_backward(dwte, dout, tokens, N, C);
-  }
-  void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin,
-                                        int V, int N, int C) override {
-    cpu::vocab_parallel_embedding_forward(out, tokens, wte, vocab_begin, V, N, C);
-  }
-  void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
-                                         int V, int N, int C) override {
-    cpu::vocab_parallel_embedding_backward(dwte, dout, tokens, vocab_begin, V, N, C);
-  }
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int N, int C,
-                       float eps) override {
-    cpu::rmsnorm_forward(out, rstd, x, weight, N, C, eps);
-  }
   void rmsnorm_forward(Operand out, float* rstd, const float* x, const float* weight, int N, int C,
                        float eps) override {
     switch (form_) {
@@ -128,10 +112,6 @@ class CpuKernels final : public Kernels {
       fail("matmul_backward: no CPU kernel for these operand forms");
   }
 
-  void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D,
-                    const RopeFreqs& rope) override {
-    cpu::rope_forward(x, pos, N, n_heads, row_stride, D, rope);
-  }
   void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
                      bool for_matmul) override {
     // With float operands, a gradient whose only use is a matmul is rounded in RoPE's own pass, so the
@@ -146,11 +126,6 @@ class CpuKernels final : public Kernels {
                           int T, int H, int Hkv, int D, int window, const int32_t* doc_start) override {
     cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window, doc_start);
   }
-  void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                        int D, int window) override {
-    cpu::attention_decode(out, scores, q, kv_cache, pos, H, Hkv, D, window);
-  }
-  void swiglu_forward(float* out, const float* h13, int N, int F) override { cpu::swiglu_forward(out, h13, N, F); }
   void swiglu_forward(Operand out, const float* h13, int N, int F) override {
     switch (form_) {
       case OperandForm::f32: cpu::swiglu_forward(static_cast<float*>(out.p), h13, N, F); break;
@@ -165,13 +140,6 @@ class CpuKernels final : public Kernels {
       case OperandForm::bf16_in_f32: cpu::swiglu_backward(static_cast<bf16_in_f32*>(dh13.p), dout, h13, N, F); break;
     }
   }
-  void bias_forward(float* x, const float* bias, int N, int OC) override { cpu::bias_forward(x, bias, N, OC); }
-  void bias_backward(float* dbias, const float* dout, int N, int OC) override {
-    cpu::bias_backward(dbias, dout, N, OC);
-  }
-  void residual_forward(float* out, const float* a, const float* b, int64_t n) override {
-    cpu::residual_forward(out, a, b, n);
-  }
   void lmhead_ce_forward(float* losses, const float* x, const float* wout, const int32_t* targets, int N, int C,
                          int V) override {
     cpu::lmhead_ce_forward(losses, x, wout, weight_copy(wout), targets, N, C, V, ct_);
@@ -180,29 +148,9 @@ class CpuKernels final : public Kernels {
                           const int32_t* targets, float dloss, int N, int C, int V) override {
     cpu::lmhead_ce_backward(losses, dx, dwout, x, wout, weight_copy(wout), targets, dloss, N, C, V, ct_);
   }
-  void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V) override {
-    cpu::vocab_parallel_ce_max(local_max, logits, N, V);
-  }
-  void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima, int P,
-                                  const int32_t* targets, int64_t vocab_begin, int N, int V) override {
-    cpu::vocab_parallel_ce_partials(partials, global_max, logits, maxima, P, targets, vocab_begin, N, V);
-  }
-  void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials,
-                                 const int32_t* targets, int N) override {
-    cpu::vocab_parallel_ce_forward(losses, global_max, partials, targets, N);
-  }
-  void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_t* targets, int64_t vocab_begin,
-                                  float dloss, int N, int V) override {
-    cpu::vocab_parallel_ce_backward(exps, partials, targets, vocab_begin, dloss, N, V,
-                                    precision_ != Precision::fp32);
-  }
 
-  void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, int step, float grad_scale) override {
-    cpu::adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
-  }
-  void adamw_update_mixed(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                          float beta2, float eps, float weight_decay, int step, float grad_scale) override {
+  void adamw_update_bf16_copy(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                              float beta2, float eps, float weight_decay, int step, float grad_scale) override {
     const int64_t i = weight_offset(param);
     if (form_ == OperandForm::bf16_in_f32)
       cpu::adamw_update_bf16_copy(param, copy_f32x_.data() + i, m, v, grad, n, lr, beta1, beta2, eps, weight_decay,
@@ -210,22 +158,6 @@ class CpuKernels final : public Kernels {
     else
       cpu::adamw_update_bf16_copy(param, copy_bf16_.data() + i, m, v, grad, n, lr, beta1, beta2, eps, weight_decay,
                                   step, grad_scale);
-  }
-  void adamw_update_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
-                       float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
-                       uint64_t seed, uint32_t tensor_id, uint64_t first_element) override {
-    cpu::adamw_update_bf16_sr(param, m, v, param_f32, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale,
-                              seed, tensor_id, first_element);
-  }
-  double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
-  double sum(const float* x, int64_t n) override {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += x[i];
-    return s;
-  }
-  void fill_constant(float* out, int64_t n, float value) override { cpu::fill_constant(out, n, value); }
-  void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) override {
-    cpu::fill_normal(out, n, std, seed, stream, first);
   }
 
  private:

@@ -11,16 +11,19 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sizes.h"
 #include "model/backend.h"
+#include "model/backend_direct.h"
 #include "model/memory.h"
 
 namespace llamatrain::model {
 
 namespace {
 
-class CudaKernels final : public Kernels {
+class CudaKernels final : public DirectKernels {
  public:
   explicit CudaKernels(Precision p)
-      : Kernels(p), ct_(p == Precision::fp32 ? cuda::ComputeType::f32 : cuda::ComputeType::bf16), copy_(this) {
+      : DirectKernels(p, LLAMATRAIN_DIRECT_OPS(cuda)),
+        ct_(p == Precision::fp32 ? cuda::ComputeType::f32 : cuda::ComputeType::bf16),
+        copy_(this) {
     form_ = p == Precision::fp32 ? OperandForm::f32 : OperandForm::bf16;
     if (!attention_choice_.empty() && attention_choice_ != "auto" && attention_choice_ != "plain" &&
         attention_choice_ != "flash")
@@ -66,24 +69,6 @@ class CudaKernels final : public Kernels {
   }
   int64_t weight_copy_bytes() const override { return int64_t(copy_.size()) * 2; }
 
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) override {
-    cuda::embedding_forward(out, tokens, wte, N, C);
-  }
-  void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) override {
-    cuda::embedding_backward(dwte, dout, tokens, N, C);
-  }
-  void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin,
-                                        int V, int N, int C) override {
-    cuda::vocab_parallel_embedding_forward(out, tokens, wte, vocab_begin, V, N, C);
-  }
-  void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
-                                         int V, int N, int C) override {
-    cuda::vocab_parallel_embedding_backward(dwte, dout, tokens, vocab_begin, V, N, C);
-  }
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int N, int C,
-                       float eps) override {
-    cuda::rmsnorm_forward(out, rstd, x, weight, N, C, eps);
-  }
   void rmsnorm_forward(Operand out, float* rstd, const float* x, const float* weight, int N, int C,
                        float eps) override {
     if (form_ == OperandForm::bf16)
@@ -127,10 +112,6 @@ class CudaKernels final : public Kernels {
       cuda::matmul_backward(dinp, dweight, df, xf, weight, w, N, IC, OC, ct_);
   }
 
-  void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D,
-                    const RopeFreqs& rope) override {
-    cuda::rope_forward(x, pos, N, n_heads, row_stride, D, rope);
-  }
   void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
                      bool) override {
     cuda::rope_backward(dx, pos, N, n_heads, row_stride, D, rope);  // bf16 operands: the matmul rounds dx
@@ -149,11 +130,6 @@ class CudaKernels final : public Kernels {
     else
       cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window, doc_start);
   }
-  void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                        int D, int window) override {
-    cuda::attention_decode(out, scores, q, kv_cache, pos, H, Hkv, D, window);
-  }
-  void swiglu_forward(float* out, const float* h13, int N, int F) override { cuda::swiglu_forward(out, h13, N, F); }
   void swiglu_forward(Operand out, const float* h13, int N, int F) override {
     if (form_ == OperandForm::bf16)
       cuda::swiglu_forward(static_cast<bf16*>(out.p), h13, N, F);
@@ -166,13 +142,6 @@ class CudaKernels final : public Kernels {
     else
       cuda::swiglu_backward(static_cast<float*>(dh13.p), dout, h13, N, F);
   }
-  void bias_forward(float* x, const float* bias, int N, int OC) override { cuda::bias_forward(x, bias, N, OC); }
-  void bias_backward(float* dbias, const float* dout, int N, int OC) override {
-    cuda::bias_backward(dbias, dout, N, OC);
-  }
-  void residual_forward(float* out, const float* a, const float* b, int64_t n) override {
-    cuda::residual_forward(out, a, b, n);
-  }
   void lmhead_ce_forward(float* losses, const float* x, const float* wout, const int32_t* targets, int N, int C,
                          int V) override {
     cuda::lmhead_ce_forward(losses, x, wout, weight_copy(wout), targets, N, C, V, ct_);
@@ -181,43 +150,11 @@ class CudaKernels final : public Kernels {
                           const int32_t* targets, float dloss, int N, int C, int V) override {
     cuda::lmhead_ce_backward(losses, dx, dwout, x, wout, weight_copy(wout), targets, dloss, N, C, V, ct_);
   }
-  void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V) override {
-    cuda::vocab_parallel_ce_max(local_max, logits, N, V);
-  }
-  void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima, int P,
-                                  const int32_t* targets, int64_t vocab_begin, int N, int V) override {
-    cuda::vocab_parallel_ce_partials(partials, global_max, logits, maxima, P, targets, vocab_begin, N, V);
-  }
-  void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials,
-                                 const int32_t* targets, int N) override {
-    cuda::vocab_parallel_ce_forward(losses, global_max, partials, targets, N);
-  }
-  void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_t* targets, int64_t vocab_begin,
-                                  float dloss, int N, int V) override {
-    cuda::vocab_parallel_ce_backward(exps, partials, targets, vocab_begin, dloss, N, V,
-                                     precision_ != Precision::fp32);
-  }
 
-  void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, int step, float grad_scale) override {
-    cuda::adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
-  }
-  void adamw_update_mixed(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                          float beta2, float eps, float weight_decay, int step, float grad_scale) override {
+  void adamw_update_bf16_copy(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                              float beta2, float eps, float weight_decay, int step, float grad_scale) override {
     cuda::adamw_update_bf16_copy(param, copy_.data() + weight_offset(param), m, v, grad, n, lr, beta1, beta2, eps,
                                  weight_decay, step, grad_scale);
-  }
-  void adamw_update_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
-                       float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
-                       uint64_t seed, uint32_t tensor_id, uint64_t first_element) override {
-    cuda::adamw_update_bf16_sr(param, m, v, param_f32, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale,
-                               seed, tensor_id, first_element);
-  }
-  double sum_squares(const float* x, int64_t n) override { return cuda::sum_squares(x, n); }
-  double sum(const float* x, int64_t n) override { return cuda::sum(x, n); }
-  void fill_constant(float* out, int64_t n, float value) override { cuda::fill_constant(out, n, value); }
-  void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) override {
-    cuda::fill_normal(out, n, std, seed, stream, first);
   }
 
  private:

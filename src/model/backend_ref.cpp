@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/ref/ops.h"
 #include "model/backend.h"
+#include "model/backend_direct.h"
 #include "model/memory.h"
 
 namespace llamatrain::model {
@@ -21,9 +22,9 @@ void round_to_bf16_values(float* x, int64_t n) {
   for (int64_t i = 0; i < n; i++) x[i] = to_float(to_bf16(x[i]));
 }
 
-class RefKernels final : public Kernels {
+class RefKernels final : public DirectKernels {
  public:
-  explicit RefKernels(Precision p) : Kernels(p), copy_(this) {
+  explicit RefKernels(Precision p) : DirectKernels(p, LLAMATRAIN_DIRECT_OPS(ref)), copy_(this) {
     form_ = p == Precision::fp32 ? OperandForm::f32 : OperandForm::bf16_in_f32;
   }
 
@@ -60,24 +61,6 @@ class RefKernels final : public Kernels {
   }
   int64_t weight_copy_bytes() const override { return int64_t(copy_.size()) * 4; }
 
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) override {
-    ref::embedding_forward(out, tokens, wte, N, C);
-  }
-  void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) override {
-    ref::embedding_backward(dwte, dout, tokens, N, C);
-  }
-  void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin,
-                                        int V, int N, int C) override {
-    ref::vocab_parallel_embedding_forward(out, tokens, wte, vocab_begin, V, N, C);
-  }
-  void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
-                                         int V, int N, int C) override {
-    ref::vocab_parallel_embedding_backward(dwte, dout, tokens, vocab_begin, V, N, C);
-  }
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int N, int C,
-                       float eps) override {
-    ref::rmsnorm_forward(out, rstd, x, weight, N, C, eps);
-  }
   void rmsnorm_forward(Operand out, float* rstd, const float* x, const float* weight, int N, int C,
                        float eps) override {
     float* o = static_cast<float*>(out.p);
@@ -111,10 +94,6 @@ class RefKernels final : public Kernels {
     }
   }
 
-  void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D,
-                    const RopeFreqs& rope) override {
-    ref::rope_forward(x, pos, N, n_heads, row_stride, D, rope);
-  }
   void rope_backward(float* dx, const int32_t* pos, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
                      bool for_matmul) override {
     ref::rope_backward(dx, pos, N, n_heads, row_stride, D, rope);
@@ -128,11 +107,6 @@ class RefKernels final : public Kernels {
                           int T, int H, int Hkv, int D, int window, const int32_t* doc_start) override {
     ref::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, window, doc_start);
   }
-  void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                        int D, int window) override {
-    ref::attention_decode(out, scores, q, kv_cache, pos, H, Hkv, D, window);
-  }
-  void swiglu_forward(float* out, const float* h13, int N, int F) override { ref::swiglu_forward(out, h13, N, F); }
   void swiglu_forward(Operand out, const float* h13, int N, int F) override {
     float* o = static_cast<float*>(out.p);
     ref::swiglu_forward(o, h13, N, F);
@@ -142,13 +116,6 @@ class RefKernels final : public Kernels {
     float* d = static_cast<float*>(dh13.p);
     ref::swiglu_backward(d, dout, h13, N, F);
     rounded(d, int64_t(N) * 2 * F);
-  }
-  void bias_forward(float* x, const float* bias, int N, int OC) override { ref::bias_forward(x, bias, N, OC); }
-  void bias_backward(float* dbias, const float* dout, int N, int OC) override {
-    ref::bias_backward(dbias, dout, N, OC);
-  }
-  void residual_forward(float* out, const float* a, const float* b, int64_t n) override {
-    ref::residual_forward(out, a, b, n);
   }
   void lmhead_ce_forward(float* losses, const float* x, const float* wout, const int32_t* targets, int N, int C,
                          int V) override {
@@ -165,49 +132,13 @@ class RefKernels final : public Kernels {
     ref::lmhead_ce_backward(losses, dx, dwout, input(MatIn(x), int64_t(N) * C, x_tmp), weight_values(wout), targets,
                             dloss, N, C, V);
   }
-  void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V) override {
-    ref::vocab_parallel_ce_max(local_max, logits, N, V);
-  }
-  void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima, int P,
-                                  const int32_t* targets, int64_t vocab_begin, int N, int V) override {
-    ref::vocab_parallel_ce_partials(partials, global_max, logits, maxima, P, targets, vocab_begin, N, V);
-  }
-  void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials,
-                                 const int32_t* targets, int N) override {
-    ref::vocab_parallel_ce_forward(losses, global_max, partials, targets, N);
-  }
-  void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_t* targets, int64_t vocab_begin,
-                                  float dloss, int N, int V) override {
-    ref::vocab_parallel_ce_backward(exps, partials, targets, vocab_begin, dloss, N, V,
-                                    precision_ != Precision::fp32);
-  }
 
-  void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, int step, float grad_scale) override {
-    ref::adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
-  }
-  void adamw_update_mixed(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                          float beta2, float eps, float weight_decay, int step, float grad_scale) override {
+  void adamw_update_bf16_copy(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+                              float beta2, float eps, float weight_decay, int step, float grad_scale) override {
     ref::adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
     float* c = copy_.data() + weight_offset(param);
     std::memcpy(c, param, sizeof(float) * size_t(n));
     round_to_bf16_values(c, n);
-  }
-  void adamw_update_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
-                       float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
-                       uint64_t seed, uint32_t tensor_id, uint64_t first_element) override {
-    ref::adamw_update_bf16_sr(param, m, v, param_f32, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale,
-                              seed, tensor_id, first_element);
-  }
-  double sum_squares(const float* x, int64_t n) override { return ref::sum_squares(x, n); }
-  double sum(const float* x, int64_t n) override {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += x[i];
-    return s;
-  }
-  void fill_constant(float* out, int64_t n, float value) override { ref::fill_constant(out, n, value); }
-  void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) override {
-    ref::fill_normal(out, n, std, seed, stream, first);
   }
 
  private:

@@ -23,6 +23,74 @@ namespace {
 // with or without biases.
 enum FullId { kWte, kAttnNorm, kWqkv, kWo, kFfnNorm, kW13, kW2, kNorm, kWout, kBqkv };
 
+// Merge adjacent row blocks (a single rank's q, k and v are one block).
+void merge_row_blocks(std::vector<ParamSpec>& specs) {
+  for (auto& s : specs) {
+    auto& rows = s.shard.rows;
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (const auto& r : rows) {
+      if (r.second == 0) continue;
+      if (!merged.empty() && merged.back().first + merged.back().second == r.first)
+        merged.back().second += r.second;
+      else
+        merged.push_back(r);
+    }
+    rows = merged;
+  }
+}
+
+// What each rank's copy counts for: all, nothing, or (wqkv of a kv-head replica) its q rows.
+void set_owned(std::vector<ParamSpec>& specs, int64_t q_begin, int64_t q_rows) {
+  for (auto& s : specs) {
+    s.owned = s.shard;
+    if (s.in_norm) continue;
+    s.owned.rows.clear();
+    if (s.full_id == kWqkv || s.full_id == kBqkv) s.owned.rows = {{q_begin, q_rows}};
+  }
+}
+
+// Frozen tensors first (in their usual order), then the trainable ones: the gradient arena, the
+// moments and the ZeRO-1 shards cover one range at the arena's end.
+void place_in_arena(const LlamaConfig& c, std::vector<ParamSpec>& specs) {
+  for (auto& s : specs) s.frozen = c.is_frozen(s.name);
+  std::stable_partition(specs.begin(), specs.end(), [](const ParamSpec& s) { return s.frozen; });
+  int64_t offset = 0, frozen = 0;
+  for (auto& s : specs) {
+    s.numel = 1;
+    for (int64_t n : s.shape) s.numel *= n;
+    const bool vocab_rows = s.full_id == kWte || s.full_id == kWout;  // may have padding past the shard
+    CHECK(vocab_rows ? s.numel >= s.shard.numel() : s.numel == s.shard.numel(), "shard of {} disagrees with its shape",
+          s.name);
+    s.offset = offset;
+    offset += s.numel;
+    if (s.frozen) frozen += s.numel;
+  }
+  for (auto& s : specs) s.grad_offset = s.frozen ? -1 : s.offset - frozen;
+}
+
+// Frozen parts: where this rank's runs of the full tensor meet each part, in local offsets.
+void find_frozen_parts(const LlamaConfig& c, std::vector<ParamSpec>& specs) {
+  for (auto& s : specs) {
+    if (s.frozen) continue;
+    for (const FrozenPart& part : c.frozen_parts) {
+      if (part.tensor != s.name) continue;
+      s.shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
+        const int64_t b = std::max(full, part.begin), e = std::min(full + n, part.end);
+        if (b < e) s.frozen_ranges.emplace_back(local + (b - full), local + (e - full));
+      });
+    }
+    s.frozen_ranges = merged_ranges(std::move(s.frozen_ranges));
+    const auto& r = s.frozen_ranges;
+    const bool stacked = s.full_id != kWte && s.full_id != kWout && s.full_id != kNorm;  // shape (L, ...)
+    if (r.empty() || !stacked || s.shape[0] <= 0) continue;
+    const int64_t layers = s.shape[0], per = s.numel / layers;
+    for (int64_t l = 0; l < layers; l++)
+      s.frozen_layers.push_back(std::any_of(r.begin(), r.end(), [&](const std::pair<int64_t, int64_t>& x) {
+        return x.first <= l * per && (l + 1) * per <= x.second;
+      }));
+  }
+}
+
 // This rank's tensors: each a TensorShard of the full one (all of it on a single rank).
 std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& plan) {
   const LocalDims d = local_dims(c, plan);
@@ -82,62 +150,10 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     add("norm", kNorm, TensorShard::whole_tensor(1, 1, C), false, !replica);
     if (!c.tie_embeddings) add("wout", kWout, vocab(), true, true);
   }
-  // Merge adjacent row blocks (a single rank's q, k and v are one block).
-  for (auto& s : specs) {
-    auto& rows = s.shard.rows;
-    std::vector<std::pair<int64_t, int64_t>> merged;
-    for (const auto& r : rows) {
-      if (r.second == 0) continue;
-      if (!merged.empty() && merged.back().first + merged.back().second == r.first)
-        merged.back().second += r.second;
-      else
-        merged.push_back(r);
-    }
-    rows = merged;
-  }
-  // What each rank's copy counts for: all, nothing, or (wqkv of a kv-head replica) its q rows.
-  for (auto& s : specs) {
-    s.owned = s.shard;
-    if (s.in_norm) continue;
-    s.owned.rows.clear();
-    if (s.full_id == kWqkv || s.full_id == kBqkv) s.owned.rows = {{tp * d.H * D, d.H * D}};
-  }
-  // Frozen tensors first (in their usual order), then the trainable ones: the gradient arena, the
-  // moments and the ZeRO-1 shards cover one range at the arena's end.
-  for (auto& s : specs) s.frozen = c.is_frozen(s.name);
-  std::stable_partition(specs.begin(), specs.end(), [](const ParamSpec& s) { return s.frozen; });
-  int64_t offset = 0, frozen = 0;
-  for (auto& s : specs) {
-    s.numel = 1;
-    for (int64_t n : s.shape) s.numel *= n;
-    const bool vocab_rows = s.full_id == kWte || s.full_id == kWout;  // may have padding past the shard
-    CHECK(vocab_rows ? s.numel >= s.shard.numel() : s.numel == s.shard.numel(), "shard of {} disagrees with its shape",
-          s.name);
-    s.offset = offset;
-    offset += s.numel;
-    if (s.frozen) frozen += s.numel;
-  }
-  for (auto& s : specs) s.grad_offset = s.frozen ? -1 : s.offset - frozen;
-  // Frozen parts: where this rank's runs of the full tensor meet each part, in local offsets.
-  for (auto& s : specs) {
-    if (s.frozen) continue;
-    for (const FrozenPart& part : c.frozen_parts) {
-      if (part.tensor != s.name) continue;
-      s.shard.for_each_run([&](int64_t local, int64_t full, int64_t n) {
-        const int64_t b = std::max(full, part.begin), e = std::min(full + n, part.end);
-        if (b < e) s.frozen_ranges.emplace_back(local + (b - full), local + (e - full));
-      });
-    }
-    s.frozen_ranges = merged_ranges(std::move(s.frozen_ranges));
-    const auto& r = s.frozen_ranges;
-    const bool stacked = s.full_id != kWte && s.full_id != kWout && s.full_id != kNorm;  // shape (L, ...)
-    if (r.empty() || !stacked || s.shape[0] <= 0) continue;
-    const int64_t layers = s.shape[0], per = s.numel / layers;
-    for (int64_t l = 0; l < layers; l++)
-      s.frozen_layers.push_back(std::any_of(r.begin(), r.end(), [&](const std::pair<int64_t, int64_t>& x) {
-        return x.first <= l * per && (l + 1) * per <= x.second;
-      }));
-  }
+  merge_row_blocks(specs);
+  set_owned(specs, tp * d.H * D, d.H * D);
+  place_in_arena(c, specs);
+  find_frozen_parts(c, specs);
   return specs;
 }
 
@@ -410,11 +426,12 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
     float* p = param_arena_.data() + a;
     const float* gr = grad_arena_.data() + g;
     if (precision_ == Precision::bf16_sr) {
-      k_.adamw_update_sr(master_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, rate, opt.beta1,
-                         opt.beta2, opt.eps, wd, step, scale, seed_, uint32_t(s.full_id), uint64_t(a - s.offset));
+      k_.adamw_update_bf16_sr(master_bf16_.data() + a, m_bf16_.data() + k, v_bf16_.data() + k, p, gr, n, rate,
+                              opt.beta1, opt.beta2, opt.eps, wd, step, scale, seed_, uint32_t(s.full_id),
+                              uint64_t(a - s.offset));
     } else if (precision_ == Precision::bf16_mixed) {
-      k_.adamw_update_mixed(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, rate, opt.beta1, opt.beta2, opt.eps, wd,
-                            step, scale);
+      k_.adamw_update_bf16_copy(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, rate, opt.beta1, opt.beta2, opt.eps,
+                                wd, step, scale);
     } else {
       k_.adamw_update(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, rate, opt.beta1, opt.beta2, opt.eps, wd, step,
                       scale);

@@ -319,6 +319,19 @@ TEST(CpuVsRef, ResidualAndSumSquares) {
   }
 }
 
+TEST(CpuVsRef, Sum) {
+  for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(100003)}) {
+    auto a = mt19937_normal(n, 16);
+    double abs_sum = 0.0;
+    for (float v : a) abs_sum += std::fabs(double(v));
+    // both fp64 sums of the same fp32 values: only the summation order differs
+    EXPECT_NEAR(cpu::sum(a.data(), n), ref::sum(a.data(), n), 1e-12 * abs_sum) << "sum n=" << n;
+  }
+  const std::vector<float> ones(100003, 1.0f);  // small integers add exactly in any order
+  EXPECT_EQ(cpu::sum(ones.data(), int64_t(ones.size())), 100003.0);
+  EXPECT_EQ(ref::sum(ones.data(), int64_t(ones.size())), 100003.0);
+}
+
 TEST(CpuVsRef, AdamwSeveralSteps) {
   for (int64_t n : {int64_t(1), int64_t(17), int64_t(127), int64_t(40001)}) {
     auto p_ref = mt19937_normal(n, 16), m_ref = std::vector<float>(n, 0.0f), v_ref = std::vector<float>(n, 0.0f);

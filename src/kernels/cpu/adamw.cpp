@@ -1,4 +1,4 @@
-// Fast AdamW (fp32 and bf16 with stochastic rounding) and sum_squares, OpenMP + vectorized over
+// Fast AdamW (fp32 and bf16 with stochastic rounding), sum_squares and sum, OpenMP + vectorized over
 // elements. Both AdamW variants compute each element with adamw_element(), in ref::adamw_update's
 // (= torch.optim.AdamW's) order of operations, so they match ref to an ulp or two.
 // bf16-mixed: adamw_update_bf16_copy also writes the bf16 matmul copy of each new param (round to
@@ -10,8 +10,11 @@
 // thread count. philox_u32x3 below is random_u32x4 restated with scalar lanes so the loop
 // vectorizes (core/rng.h's std::array version does not; ~25x slower); the tests check every
 // rounding bit against random_u32x4 itself.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "kernels/cpu/operand_types.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/put.h"
 #include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
@@ -105,10 +108,7 @@ void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, con
     put(param_bf16 + i, param[i]);
   }
 }
-template void adamw_update_bf16_copy(float*, bf16*, float*, float*, const float*, int64_t, float, float, float, float,
-                                     float, int, float);
-template void adamw_update_bf16_copy(float*, bf16_in_f32*, float*, float*, const float*, int64_t, float, float, float,
-                                     float, float, int, float);
+LLAMATRAIN_CPU_FOR_EACH_BF16_COPY(LLAMATRAIN_CPU_INSTANTIATE_ADAMW_UPDATE_BF16_COPY)
 
 void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
@@ -125,6 +125,24 @@ double sum_squares(const float* x, int64_t n) {
 #pragma omp parallel for simd reduction(+ : acc) schedule(static) if (n >= (1 << 16))
   for (int64_t i = 0; i < n; i++) acc += double(x[i]) * x[i];
   return acc;
+}
+
+// Chunks of kSumChunk values, each summed in order by one thread, then the chunks' sums in order:
+// the same bits for any thread count and CPU variant (a loss total is reproducible), and for
+// n <= kSumChunk bitwise ref::sum.
+double sum(const float* x, int64_t n) {
+  constexpr int64_t kSumChunk = int64_t(1) << 14;
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  std::vector<double> partial(size_t(std::max<int64_t>(chunks, 1)), 0.0);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t k = 0; k < chunks; k++) {
+    double acc = 0.0;
+    for (int64_t i = k * kSumChunk; i < std::min(n, (k + 1) * kSumChunk); i++) acc += double(x[i]);
+    partial[size_t(k)] = acc;
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
 }
 
 }  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/internal.h"
+#include "kernels/cpu/operand_types.h"
 #include "kernels/cpu/ops.h"
 
 #if defined(LLAMATRAIN_CPU_DUAL)
@@ -121,9 +122,7 @@ template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const float* x, const float* weight, int N, int C, float eps) {
   CALL(rmsnorm_forward, out, rstd, x, weight, N, C, eps);
 }
-template void rmsnorm_forward(float*, float*, const float*, const float*, int, int, float);
-template void rmsnorm_forward(bf16*, float*, const float*, const float*, int, int, float);
-template void rmsnorm_forward(bf16_in_f32*, float*, const float*, const float*, int, int, float);
+LLAMATRAIN_CPU_FOR_EACH_OPERAND(LLAMATRAIN_CPU_INSTANTIATE_RMSNORM_FORWARD)
 void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
                       const float* rstd, int N, int C) {
   CALL(rmsnorm_backward, dx, dweight, dout, x, weight, rstd, N, C);
@@ -161,12 +160,7 @@ template <typename T>
 void swiglu_backward(T* dh13, const float* dout, const float* h13, int N, int F) {
   CALL(swiglu_backward, dh13, dout, h13, N, F);
 }
-template void swiglu_forward(float*, const float*, int, int);
-template void swiglu_forward(bf16*, const float*, int, int);
-template void swiglu_forward(bf16_in_f32*, const float*, int, int);
-template void swiglu_backward(float*, const float*, const float*, int, int);
-template void swiglu_backward(bf16*, const float*, const float*, int, int);
-template void swiglu_backward(bf16_in_f32*, const float*, const float*, int, int);
+LLAMATRAIN_CPU_FOR_EACH_OPERAND(LLAMATRAIN_CPU_INSTANTIATE_SWIGLU)
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) { CALL(residual_forward, out, a, b, n); }
 
@@ -180,10 +174,7 @@ void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, con
   CALL(adamw_update_bf16_copy, param, param_bf16, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step,
        grad_scale);
 }
-template void adamw_update_bf16_copy(float*, bf16*, float*, float*, const float*, int64_t, float, float, float, float,
-                                     float, int, float);
-template void adamw_update_bf16_copy(float*, bf16_in_f32*, float*, float*, const float*, int64_t, float, float, float,
-                                     float, float, int, float);
+LLAMATRAIN_CPU_FOR_EACH_BF16_COPY(LLAMATRAIN_CPU_INSTANTIATE_ADAMW_UPDATE_BF16_COPY)
 void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
                           uint64_t seed, uint32_t tensor_id, uint64_t first_element) {
@@ -192,6 +183,7 @@ void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const
 }
 
 double sum_squares(const float* x, int64_t n) { return CALL(sum_squares, x, n); }
+double sum(const float* x, int64_t n) { return CALL(sum, x, n); }
 
 void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V) {
   CALL(vocab_parallel_ce_max, local_max, logits, N, V);

@@ -25,6 +25,7 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/operand_types.h"
 #include "kernels/cpu/ops.h"
 
 namespace llamatrain::cpu {
@@ -521,18 +522,7 @@ bool bf16_operands_as_floats(int M, int N, int K) {
   return k == MatmulKernel::f32;
 }
 
-template void matmul_forward(float*, const float*, const float*, Bf16Weight, int, int, int, ComputeType);
-template void matmul_forward(float*, const bf16*, const float*, Bf16Weight, int, int, int, ComputeType);
-template void matmul_forward(float*, const bf16_in_f32*, const float*, Bf16Weight, int, int, int, ComputeType);
-template void matmul_backward(float*, float*, const float*, const float*, const float*, Bf16Weight, int, int, int,
-                              ComputeType);
-template void matmul_backward(float*, float*, const float*, const bf16*, const float*, Bf16Weight, int, int, int,
-                              ComputeType);
-template void matmul_backward(float*, float*, const bf16*, const bf16*, const float*, Bf16Weight, int, int, int,
-                              ComputeType);
-template void matmul_backward(float*, float*, const float*, const bf16_in_f32*, const float*, Bf16Weight, int, int,
-                              int, ComputeType);
-template void matmul_backward(float*, float*, const bf16_in_f32*, const bf16_in_f32*, const float*, Bf16Weight, int,
-                              int, int, ComputeType);
+LLAMATRAIN_CPU_FOR_EACH_OPERAND(LLAMATRAIN_CPU_INSTANTIATE_MATMUL_FORWARD)
+LLAMATRAIN_CPU_FOR_EACH_OPERAND_PAIR(LLAMATRAIN_CPU_INSTANTIATE_MATMUL_BACKWARD)
 
 }  // namespace llamatrain::cpu

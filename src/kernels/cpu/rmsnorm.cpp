@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/operand_types.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/put.h"
 #include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
@@ -32,9 +33,7 @@ void rmsnorm_forward(T* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,
   }
 }
 
-template void rmsnorm_forward(float*, float*, const float*, const float*, int, int, float);
-template void rmsnorm_forward(bf16*, float*, const float*, const float*, int, int, float);
-template void rmsnorm_forward(bf16_in_f32*, float*, const float*, const float*, int, int, float);
+LLAMATRAIN_CPU_FOR_EACH_OPERAND(LLAMATRAIN_CPU_INSTANTIATE_RMSNORM_FORWARD)
 
 void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* dout /*(N,C)*/,
                       const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/,

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/operand_types.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/put.h"
 #include "kernels/cpu/variant.h"  // last: this file is compiled once per CPU variant
@@ -52,11 +53,6 @@ void swiglu_backward(T* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const floa
   }
 }
 
-template void swiglu_forward(float*, const float*, int, int);
-template void swiglu_forward(bf16*, const float*, int, int);
-template void swiglu_backward(float*, const float*, const float*, int, int);
-template void swiglu_backward(bf16*, const float*, const float*, int, int);
-template void swiglu_forward(bf16_in_f32*, const float*, int, int);
-template void swiglu_backward(bf16_in_f32*, const float*, const float*, int, int);
+LLAMATRAIN_CPU_FOR_EACH_OPERAND(LLAMATRAIN_CPU_INSTANTIATE_SWIGLU)
 
 }  // namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT

@@ -1,17 +1,20 @@
-// AdamW (fp32, fp32 + bf16 copy, bf16 with stochastic rounding), sum_squares, parameter init and the
-// bf16 conversions: one thread per element (grid-stride), each element computed by rng_device.cuh's
-// functions, the same code the tests run on the host against cpu::, so bf16-sr rounds and
-// fill_normal draws exactly as the CPU backend does. The per-call AdamW scalars are computed on the
-// host in fp64, as kernels/cpu/adamw.cpp computes them.
+// AdamW (fp32, fp32 + bf16 copy, bf16 with stochastic rounding) and the sums (sum_squares, sum), as
+// kernels/cpu/adamw.cpp: one thread per element (grid-stride), each element computed by rng_device.cuh's
+// functions, the same code the tests run on the host against cpu::, so bf16-sr rounds exactly as the
+// CPU backend does. The per-call AdamW scalars are computed on the host in fp64, as
+// kernels/cpu/adamw.cpp computes them.
 // sum_squares and sum: each block sums its elements (squared) in fp64 in a fixed order, the block
 // partials are summed on the host in block order: the result does not depend on timing.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/bf16.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/grid_stride.cuh"
+#include "kernels/cuda/operand_types.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/rng_device.cuh"
@@ -33,29 +36,17 @@ rng::AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, f
           float(1.0 - double(beta2)), eps,                       grad_scale};
 }
 
-#define GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
-__global__ void adamw_kernel(float* param, float* m, float* v, const float* grad, int64_t n, rng::AdamwScalars s) {
-  GRID_STRIDE(i, n) {
-    float p = param[i], mi = m[i], vi = v[i];
-    rng::adamw_element(p, mi, vi, grad[i], s);
-    param[i] = p;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
+// T = void: the fp32 update alone; else also param_bf16[i] = the new param as T (adamw_update_bf16_copy).
 template <typename T>
-__global__ void adamw_copy_kernel(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n,
-                                  rng::AdamwScalars s) {
+__global__ void adamw_kernel(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n,
+                             rng::AdamwScalars s) {
   GRID_STRIDE(i, n) {
     float p = param[i], mi = m[i], vi = v[i];
     rng::adamw_element(p, mi, vi, grad[i], s);
     param[i] = p;
     m[i] = mi;
     v[i] = vi;
-    detail::put(param_bf16 + i, p);
+    if constexpr (!std::is_void_v<T>) detail::put(param_bf16 + i, p);
   }
 }
 
@@ -100,37 +91,13 @@ double sum_of(const float* x, int64_t n) {
   return total;
 }
 
-__global__ void fill_constant_kernel(float* out, int64_t n, float value) {
-  GRID_STRIDE(i, n) out[i] = value;
-}
-
-__global__ void scale_kernel(float* x, int64_t n, float s) {
-  GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
-}
-
-__global__ void fill_normal_kernel(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) {
-  GRID_STRIDE(i, n) out[i] = std * rng::random_normal(seed, stream, first + uint64_t(i));
-}
-
-__global__ void bf16_from_float_kernel(bf16* out, const float* in, int64_t n) {
-  GRID_STRIDE(i, n) out[i].bits = rng::bf16_bits_rne(in[i]);
-}
-
-__global__ void bf16_in_f32_from_float_kernel(bf16_in_f32* out, const float* in, int64_t n) {
-  GRID_STRIDE(i, n) out[i].value = rng::bf16_bits_to_float(rng::bf16_bits_rne(in[i]));
-}
-
-__global__ void float_from_bf16_kernel(float* out, const bf16* in, int64_t n) {
-  GRID_STRIDE(i, n) out[i] = rng::bf16_bits_to_float(in[i].bits);
-}
-
 }  // namespace
 
 void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int step, float grad_scale) {
   if (n <= 0) return;
-  adamw_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(
-      param, m, v, grad, n, adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale));
+  adamw_kernel<void><<<grid_for(n), 256, 0, cuda_stream()>>>(
+      param, nullptr, m, v, grad, n, adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale));
   CUDA_CHECK_LAUNCH("adamw_kernel");
 }
 
@@ -138,14 +105,11 @@ template <typename T>
 void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n, float lr,
                             float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale) {
   if (n <= 0) return;
-  adamw_copy_kernel<T><<<grid_for(n), 256, 0, cuda_stream()>>>(
+  adamw_kernel<T><<<grid_for(n), 256, 0, cuda_stream()>>>(
       param, param_bf16, m, v, grad, n, adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale));
-  CUDA_CHECK_LAUNCH("adamw_copy_kernel");
+  CUDA_CHECK_LAUNCH("adamw_kernel");
 }
-template void adamw_update_bf16_copy(float*, bf16*, float*, float*, const float*, int64_t, float, float, float, float,
-                                     float, int, float);
-template void adamw_update_bf16_copy(float*, bf16_in_f32*, float*, float*, const float*, int64_t, float, float, float,
-                                     float, float, int, float);
+LLAMATRAIN_CUDA_FOR_EACH_BF16_COPY(LLAMATRAIN_CUDA_INSTANTIATE_ADAMW_UPDATE_BF16_COPY)
 
 void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
@@ -160,41 +124,5 @@ void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const
 double sum_squares(const float* x, int64_t n) { return sum_of<true>(x, n); }
 
 double sum(const float* x, int64_t n) { return sum_of<false>(x, n); }
-
-void fill_constant(float* out, int64_t n, float value) {
-  if (n <= 0) return;
-  fill_constant_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, n, value);
-  CUDA_CHECK_LAUNCH("fill_constant_kernel");
-}
-
-void scale(float* x, int64_t n, float s) {
-  if (n <= 0) return;
-  scale_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(x, n, s);
-  CUDA_CHECK_LAUNCH("scale_kernel");
-}
-
-void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) {
-  if (n <= 0) return;
-  fill_normal_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, n, std, seed, stream, first);
-  CUDA_CHECK_LAUNCH("fill_normal_kernel");
-}
-
-void bf16_from_float(bf16* out, const float* in, int64_t n) {
-  if (n <= 0) return;
-  bf16_from_float_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, in, n);
-  CUDA_CHECK_LAUNCH("bf16_from_float_kernel");
-}
-
-void bf16_from_float(bf16_in_f32* out, const float* in, int64_t n) {
-  if (n <= 0) return;
-  bf16_in_f32_from_float_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, in, n);
-  CUDA_CHECK_LAUNCH("bf16_in_f32_from_float_kernel");
-}
-
-void float_from_bf16(float* out, const bf16* in, int64_t n) {
-  if (n <= 0) return;
-  float_from_bf16_kernel<<<grid_for(n), 256, 0, cuda_stream()>>>(out, in, n);
-  CUDA_CHECK_LAUNCH("float_from_bf16_kernel");
-}
 
 }  // namespace llamatrain::cuda

@@ -84,9 +84,7 @@ void matmul_forward(float* out, const TI* inp, const float* weight, Bf16Weight w
   // m = OC, n = N, k = IC, lda = ldb = IC.
   detail::gemm(out, w.data, true, IC, x, false, IC, OC, N, IC, 0.0f, w.type);
 }
-#define INSTANTIATE_MATMUL_FORWARD(TI) \
-  template void matmul_forward(float*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType);
-LLAMATRAIN_CUDA_FOR_EACH_OPERAND(INSTANTIATE_MATMUL_FORWARD)
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND(LLAMATRAIN_CUDA_INSTANTIATE_MATMUL_FORWARD)
 
 template <typename TD, typename TI>
 void matmul_backward(float* dinp, float* dweight, const TD* dout, const TI* inp, const float* weight,
@@ -107,10 +105,7 @@ void matmul_backward(float* dinp, float* dweight, const TD* dout, const TI* inp,
     detail::gemm(dweight, x, false, IC, dy, true, OC, IC, OC, N, 1.0f, w.type);
   }
 }
-#define INSTANTIATE_MATMUL_BACKWARD(TD, TI)                                                                   \
-  template void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, \
-                                ComputeType);
-LLAMATRAIN_CUDA_FOR_EACH_OPERAND_PAIR(INSTANTIATE_MATMUL_BACKWARD)
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND_PAIR(LLAMATRAIN_CUDA_INSTANTIATE_MATMUL_BACKWARD)
 
 bool bf16_operands_as_floats(int, int, int) { return false; }
 std::optional<bool> bf16_operands_as_floats_known(int, int, int) { return false; }

@@ -54,19 +54,12 @@ template <typename T>
 void rmsnorm_forward(T*, float*, const float*, const float*, int, int, float) {
   unavailable("rmsnorm_forward");
 }
-template void rmsnorm_forward(float*, float*, const float*, const float*, int, int, float);
-template void rmsnorm_forward(bf16*, float*, const float*, const float*, int, int, float);
-template void rmsnorm_forward(bf16_in_f32*, float*, const float*, const float*, int, int, float);
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND(LLAMATRAIN_CUDA_INSTANTIATE_RMSNORM_FORWARD)
 template <typename T>
 void residual_rmsnorm_forward(float*, T*, float*, const float*, const float*, const float*, int, int, float) {
   unavailable("residual_rmsnorm_forward");
 }
-template void residual_rmsnorm_forward(float*, float*, float*, const float*, const float*, const float*, int, int,
-                                       float);
-template void residual_rmsnorm_forward(float*, bf16*, float*, const float*, const float*, const float*, int, int,
-                                       float);
-template void residual_rmsnorm_forward(float*, bf16_in_f32*, float*, const float*, const float*, const float*, int,
-                                       int, float);
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND(LLAMATRAIN_CUDA_INSTANTIATE_RESIDUAL_RMSNORM_FORWARD)
 void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*, int, int) {
   unavailable("rmsnorm_backward");
 }
@@ -75,17 +68,12 @@ template <typename TI>
 void matmul_forward(float*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType) {
   unavailable("matmul_forward");
 }
-#define INSTANTIATE_MATMUL_FORWARD(TI) \
-  template void matmul_forward(float*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType);
-LLAMATRAIN_CUDA_FOR_EACH_OPERAND(INSTANTIATE_MATMUL_FORWARD)
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND(LLAMATRAIN_CUDA_INSTANTIATE_MATMUL_FORWARD)
 template <typename TD, typename TI>
 void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType) {
   unavailable("matmul_backward");
 }
-#define INSTANTIATE_MATMUL_BACKWARD(TD, TI)                                                                   \
-  template void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, \
-                                ComputeType);
-LLAMATRAIN_CUDA_FOR_EACH_OPERAND_PAIR(INSTANTIATE_MATMUL_BACKWARD)
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND_PAIR(LLAMATRAIN_CUDA_INSTANTIATE_MATMUL_BACKWARD)
 
 void rope_forward(float*, const int32_t*, int, int, int, int, const RopeFreqs&) { unavailable("rope_forward"); }
 void rope_backward(float*, const int32_t*, int, int, int, int, const RopeFreqs&, bool) {
@@ -123,12 +111,7 @@ template <typename T>
 void swiglu_backward(T*, const float*, const float*, int, int) {
   unavailable("swiglu_backward");
 }
-template void swiglu_forward(float*, const float*, int, int);
-template void swiglu_forward(bf16*, const float*, int, int);
-template void swiglu_forward(bf16_in_f32*, const float*, int, int);
-template void swiglu_backward(float*, const float*, const float*, int, int);
-template void swiglu_backward(bf16*, const float*, const float*, int, int);
-template void swiglu_backward(bf16_in_f32*, const float*, const float*, int, int);
+LLAMATRAIN_CUDA_FOR_EACH_OPERAND(LLAMATRAIN_CUDA_INSTANTIATE_SWIGLU)
 
 void residual_forward(float*, const float*, const float*, int64_t) { unavailable("residual_forward"); }
 
@@ -162,10 +145,7 @@ void adamw_update_bf16_copy(float*, T*, float*, float*, const float*, int64_t, f
                             float) {
   unavailable("adamw_update_bf16_copy");
 }
-template void adamw_update_bf16_copy(float*, bf16*, float*, float*, const float*, int64_t, float, float, float, float,
-                                     float, int, float);
-template void adamw_update_bf16_copy(float*, bf16_in_f32*, float*, float*, const float*, int64_t, float, float, float,
-                                     float, float, int, float);
+LLAMATRAIN_CUDA_FOR_EACH_BF16_COPY(LLAMATRAIN_CUDA_INSTANTIATE_ADAMW_UPDATE_BF16_COPY)
 void adamw_update_bf16_sr(bf16*, bf16*, bf16*, float*, const float*, int64_t, float, float, float, float, float, int,
                           float, uint64_t, uint32_t, uint64_t) {
   unavailable("adamw_update_bf16_sr");

@@ -1,7 +1,7 @@
 // Reference AdamW in torch.optim.AdamW's order of operations (decoupled weight decay first, then
 // the bias-corrected Adam step), fp32 state, scalars (bias corrections, step size) in fp64.
 // The bf16 modes' variants are adamw_update on widened values followed by the rounding the mode
-// prescribes. Also sum_squares for global grad-norm clipping. Derivation and torch mapping:
+// prescribes. Also sum_squares for global grad-norm clipping and sum (a loss total). Derivation and torch mapping:
 // docs/derivations.md#adamw.
 #include <cmath>
 #include <vector>
@@ -66,6 +66,13 @@ double sum_squares(const float* x, int64_t n) {
   // torch: x.double().pow(2).sum()
   double acc = 0.0;
   for (int64_t i = 0; i < n; i++) acc += double(x[i]) * x[i];
+  return acc;
+}
+
+double sum(const float* x, int64_t n) {
+  // torch: x.double().sum()
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; i++) acc += x[i];
   return acc;
 }
 

@@ -159,7 +159,9 @@ void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const
                           float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
                           uint64_t seed, uint32_t tensor_id, uint64_t first_element = 0);
 
-// sum of squares of n values, in fp64 (for global grad-norm clipping).
+// sum of squares of n values, in fp64 (for global grad-norm clipping); sum: their plain sum in fp64
+// (a loss total).
 double sum_squares(const float* x, int64_t n);
+double sum(const float* x, int64_t n);
 
 }  // namespace llamatrain::ref
