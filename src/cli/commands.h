@@ -1,6 +1,7 @@
 // One register_<command> per subcommand, each in src/cli/<command>.cpp: it adds the subcommand,
-// its options and help text with examples to the app, and sets its callback. Callbacks throw
-// llamatrain::Error for user mistakes; main() catches it and exits 1.
+// its options and help text with examples to the app, and sets its callback (add_command in
+// options.h); main() lists them. Callbacks throw llamatrain::Error for user mistakes; main() catches
+// it and exits 1.
 #pragma once
 
 namespace CLI {

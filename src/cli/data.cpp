@@ -66,8 +66,9 @@ void run_inspect(const InspectArgs& a) {
     for (int64_t t : buf) min_id = std::min(min_id, t), max_id = std::max(max_id, t);
   }
   if (S > 0)
-    std::printf("  tokens/sequence: min %lld, mean %.1f, max %lld; empty sequences %lld\n", static_cast<long long>(min_len),
-                static_cast<double>(ds.num_tokens()) / S, static_cast<long long>(max_len), static_cast<long long>(empty));
+    std::printf("  tokens/sequence: min %lld, mean %.1f, max %lld; empty sequences %lld\n",
+                static_cast<long long>(min_len), static_cast<double>(ds.num_tokens()) / S,
+                static_cast<long long>(max_len), static_cast<long long>(empty));
   if (ds.num_tokens() > 0) {
     std::printf("  token ids: min %lld, max %lld", static_cast<long long>(min_id), static_cast<long long>(max_id));
     if (tok) {
@@ -102,7 +103,14 @@ void run_inspect(const InspectArgs& a) {
   }
 }
 
-void run_merge(const std::string& out, const std::vector<std::string>& inputs) {
+struct MergeArgs {
+  std::string out;                  // output prefix
+  std::vector<std::string> inputs;  // input prefixes, in order
+};
+
+void run_merge(const MergeArgs& a) {
+  const std::string& out = a.out;
+  const std::vector<std::string>& inputs = a.inputs;
   std::vector<std::unique_ptr<data::IndexedDataset>> parts;
   for (const auto& p : inputs) parts.push_back(std::make_unique<data::IndexedDataset>(p));
   for (const auto& p : parts)
@@ -124,33 +132,31 @@ void register_data(CLI::App& app) {
   auto* cmd = app.add_subcommand("data", "Inspect and merge Megatron indexed datasets (.bin/.idx)");
   cmd->require_subcommand(1);
 
-  auto ia = std::make_shared<InspectArgs>();
-  auto* inspect = cmd->add_subcommand("inspect", "Header, counts, dtype, consistency checks, token stats, first documents");
-  inspect->footer(
+  auto [inspect, ia] = add_command<InspectArgs>(
+      *cmd, "inspect", "Header, counts, dtype, consistency checks, token stats, first documents",
       "PREFIX names PREFIX.bin and PREFIX.idx without the extension.\n\n"
       "Examples:\n"
       "  llamatrain data inspect data/book_text_document                 # header, checks, first 3 documents as ids\n"
       "  llamatrain data inspect data/book_text_document --docs 5 --tokenizer-model llama2/tokenizer.model\n"
-      "                                                                  # decoded text, and ids checked against the vocab\n");
+      "                                                                  # decoded text, and ids checked against the "
+      "vocab\n",
+      run_inspect);
   inspect->add_option("prefix", ia->prefix, "dataset prefix (without .bin/.idx)")->required();
   inspect->add_option("--docs", ia->docs, "number of documents to show")->check(integer_in(0));
   inspect->add_option("--tokenizer-model", ia->tokenizer_model, "decode the documents with this tokenizer.model");
   inspect->add_option("--max-tokens", ia->max_tokens_shown, "ids shown per document without a tokenizer")
       ->check(integer_in(0));
-  inspect->callback([ia] { run_inspect(*ia); });
 
-  auto out = std::make_shared<std::string>();
-  auto ins = std::make_shared<std::vector<std::string>>();
-  auto* merge = cmd->add_subcommand("merge", "Concatenate datasets (same dtype) into one, like Megatron's merge_datasets.py");
-  merge->footer(
+  auto [merge, ma] = add_command<MergeArgs>(
+      *cmd, "merge", "Concatenate datasets (same dtype) into one, like Megatron's merge_datasets.py",
       "Sequences and documents keep their order: all of IN_PREFIX 1, then 2, ...; pointers are rebased and\n"
       "document indices offset. The output is written as OUT_PREFIX.{bin,idx}.tmp-XXXXXX and renamed when\n"
       "complete; an error or Ctrl-C removes the temporaries.\n\n"
       "Examples:\n"
-      "  llamatrain data merge data/all_text_document data/part0_text_document data/part1_text_document\n");
-  merge->add_option("out_prefix", *out, "output prefix")->required();
-  merge->add_option("in_prefixes", *ins, "input prefixes, in order")->required();
-  merge->callback([out, ins] { run_merge(*out, *ins); });
+      "  llamatrain data merge data/all_text_document data/part0_text_document data/part1_text_document\n",
+      run_merge);
+  merge->add_option("out_prefix", ma->out, "output prefix")->required();
+  merge->add_option("in_prefixes", ma->inputs, "input prefixes, in order")->required();
 
   register_data_samples(*cmd);
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
@@ -24,7 +25,8 @@ namespace {
 // The sample's text (its inputs and the last target) with every run of ids whose prediction is in
 // the loss between ⟦ and ⟧; control ids (<s>, </s>) shown as their pieces. DecodeStream gives each
 // id its share of the decoded text.
-std::string loss_view(const data::Tokenizer& tok, const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
+std::string loss_view(const data::Tokenizer& tok, const std::vector<int32_t>& tokens,
+                      const std::vector<int32_t>& targets) {
   const size_t T = tokens.size();
   std::vector<int> ids(tokens.begin(), tokens.end());
   std::vector<bool> trained(T, false);
@@ -74,9 +76,9 @@ void run_samples(const SamplesArgs& a) {
   std::optional<data::Tokenizer> tok;
   if (!tok_path.empty()) tok.emplace(tok_path);
   const int32_t eod = cfg.model.init_from ? io::read_hf_config(*cfg.model.init_from).eos_id : 2;
-  const auto requested = data::requested_num_samples(
-      cfg.trainer.max_steps, cfg.model.global_batch_size, std::max<int64_t>(1, cfg.trainer.val_check_interval),
-      cfg.trainer.limit_val_batches, cfg.trainer.limit_test_batches);
+  const auto requested = data::requested_num_samples(cfg.trainer.max_steps, cfg.model.global_batch_size,
+                                                     std::max<int64_t>(1, cfg.trainer.val_check_interval),
+                                                     cfg.trainer.limit_val_batches, cfg.trainer.limit_test_batches);
   const train::TrainData data(cfg, tok ? &*tok : nullptr, eod, requested);
   if (!data.has(split))
     fail("data samples: the {} split is empty\nhint: check model.data.splits_string (or the {}_ds files)", a.split,
@@ -111,9 +113,9 @@ void run_samples(const SamplesArgs& a) {
                 sources.empty() ? "" : fmt::format("; source {}", sources[size_t(batch.source[0])]).c_str());
     if (tok) {
       const std::vector<int> ids(tokens.begin(), tokens.end());
-      std::printf("  text: %s\n", nlohmann::json(tok->decode(ids)).dump(-1, ' ', false,
-                                                                          nlohmann::json::error_handler_t::replace)
-                                      .c_str());
+      std::printf(
+          "  text: %s\n",
+          nlohmann::json(tok->decode(ids)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf("  tokens:");
       for (int32_t t : tokens) std::printf(" %d", t);
@@ -121,8 +123,8 @@ void run_samples(const SamplesArgs& a) {
     }
     if (valid < T && tok)
       std::printf("  loss: %s\n", nlohmann::json(loss_view(*tok, tokens, targets))
-                                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                                       .c_str());
+                                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                      .c_str());
     if (data.documents()) {
       std::printf("  documents start at: 0");
       for (int t : starts) std::printf(" %d", t);
@@ -140,9 +142,8 @@ void run_samples(const SamplesArgs& a) {
 }  // namespace
 
 void register_data_samples(CLI::App& data_cmd) {
-  auto a = std::make_shared<SamplesArgs>();
-  auto* cmd = data_cmd.add_subcommand("samples", "Print the samples the trainer will read, in order");
-  cmd->footer(
+  auto [cmd, a] = add_command<SamplesArgs>(
+      data_cmd, "samples", "Print the samples the trainer will read, in order",
       "CONFIG and key=value overrides are those of `llamatrain train`; the samples are built by the trainer's\n"
       "own data code, in the order it consumes them (global sample index --start, --start + 1, ...).\n\n"
       "Examples:\n"
@@ -150,22 +151,27 @@ void register_data_samples(CLI::App& data_cmd) {
       "  llamatrain data samples configs/llama2_7b.yaml --split validation --first 3 --tokenizer-model tok.model\n"
       "  llamatrain data samples run.yaml --first 100 --json > samples.jsonl    # ids and labels (-100 = masked)\n"
       "  llamatrain data samples sft.yaml model.data.chat=true model.data.chat_template=llama3 --first 2\n\n"
-      "The `loss:` line shows the text again with the ids the loss trains on between \u27E6 and \u27E7 (for chat data:\n"
+      "The `loss:` line shows the text again with the ids the loss trains on between \u27E6 and \u27E7 (for chat "
+      "data:\n"
       "each assistant turn and its end token); --json gives loss_mask, 1 per target position in the loss. Where\n"
       "the split blends several data_prefix sources, each sample names its source (as validation's per-source\n"
-      "figures do).\n");
+      "figures do).\n",
+      run_samples);
   cmd->add_option("config", a->config, "YAML config")->required();
   cmd->add_option("overrides", a->overrides, "key=value overrides");
   cmd->add_option("--split", a->split, "train | validation | test")
       ->capture_default_str()
       ->check(CLI::IsMember({"train", "validation", "test"}));
-  cmd->add_option("--first", a->first, "number of samples")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  cmd->add_option("--start", a->start, "first global sample index")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--first", a->first, "number of samples")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  cmd->add_option("--start", a->start, "first global sample index")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tokenizer-model", a->tokenizer_model, "decode with this tokenizer (default: the config's)");
   cmd->add_flag("--json", a->json,
                 "one JSON object per sample: index, tokens, labels, loss_mask (position_ids and document_starts "
                 "where the data restarts them)");
-  cmd->callback([a] { run_samples(*a); });
 }
 
 }  // namespace llamatrain::cli

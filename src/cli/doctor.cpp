@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "model/machine.h"
 #include "parallel/mpi_communicator.h"
@@ -80,9 +81,8 @@ void run(const DoctorArgs& a) {
 }  // namespace
 
 void register_doctor(CLI::App& app) {
-  auto a = std::make_shared<DoctorArgs>();
-  auto* cmd = app.add_subcommand("doctor", "Check the nodes and ranks of a job before training (PASS/WARN/FAIL table)");
-  cmd->footer(
+  auto [cmd, a] = add_command<DoctorArgs>(
+      app, "doctor", "Check the nodes and ranks of a job before training (PASS/WARN/FAIL table)",
       "Checks: CPU features and the matmul kernels oneDNN runs, threads per rank against cores, memory and\n"
       "disk free, every rank answering, an all-reduce's sums and bandwidth, the run folder written by every\n"
       "rank and seen by rank 0 (a shared filesystem), and the config's files readable. Exit status 1 when a\n"
@@ -93,7 +93,8 @@ void register_doctor(CLI::App& app) {
       "  mpirun -np 2 llamatrain doctor --all-ranks configs/tiny.yaml \\\n"
       "      model.data.data_prefix=[1.0,/tmp/fixture_text_document] trainer.devices=2\n"
       "  srun --mpi=pmix llamatrain doctor --all-ranks     # every rank of a SLURM allocation\n"
-      "  sbatch --nodes 2 launch/slurm/preflight.slurm launch/models/tiny.sh   # plan and doctor as a job");
+      "  sbatch --nodes 2 launch/slurm/preflight.slurm launch/models/tiny.sh   # plan and doctor as a job",
+      run);
   cmd->add_option("config", a->config, "YAML config: its files and run folder are checked too");
   cmd->add_option("overrides", a->overrides, "key=value overrides, as for train");
   cmd->add_flag("--all-ranks", a->all_ranks,
@@ -101,7 +102,6 @@ void register_doctor(CLI::App& app) {
   cmd->add_option("--run-dir", a->run_dir, "Folder to check for writing (default: the config's run folder, else .)");
   cmd->add_option("--allreduce-mib", a->allreduce_mib, "MiB per rank of the timed all-reduce")
       ->check(CLI::Range(0.001, 4096.0));
-  cmd->callback([a] { run(*a); });
 }
 
 }  // namespace llamatrain::cli

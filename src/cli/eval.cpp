@@ -11,7 +11,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -42,7 +41,7 @@ namespace {
 struct EvalArgs {
   std::string model_dir;
   std::vector<std::string> prefixes;
-  std::vector<std::string> chats;   // conversation JSONL files
+  std::vector<std::string> chats;  // conversation JSONL files
   std::string chat_template = "auto";
   bool pack = false;
   int seq = 256;
@@ -56,8 +55,8 @@ struct EvalArgs {
   std::string task;
   int shots = 5;
   std::vector<std::string> subjects;
-  std::string dump;          // JSONL of every question's prompt, log-likelihoods and prediction
-  bool seq_given = false;    // --seq-length given (else the model's context)
+  std::string dump;        // JSONL of every question's prompt, log-likelihoods and prediction
+  bool seq_given = false;  // --seq-length given (else the model's context)
 };
 
 // The tokenizer the per-byte figures need: --tokenizer, else the model folder's (tokenizer.model,
@@ -72,7 +71,7 @@ std::string find_tokenizer(const EvalArgs& a) {
 void print_result(const std::string& what, const eval::TextLoss& r, const EvalArgs& a, bool chat, bool text,
                   const std::string& tokenizer_path, const std::string& template_source) {
   if (a.json) {
-    nlohmann::ordered_json j{{"data", what}, {"loss", r.loss}, {"perplexity", std::exp(r.loss)}};
+    nlohmann::ordered_json j{{"data", what}, {"loss", r.loss}, {"perplexity", r.perplexity()}};
     if (chat) {
       j["kind"] = "chat";
       j["samples"] = r.windows;
@@ -103,7 +102,7 @@ void print_result(const std::string& what, const eval::TextLoss& r, const EvalAr
         chat ? fmt::format("{} assistant tokens of {} conversations in {} {} of {} tokens", r.targets, r.conversations,
                            r.windows, a.pack ? "packed samples" : "samples", a.seq)
              : fmt::format("{} windows of {} tokens", r.windows, a.seq);
-    std::printf("%s: loss %.4f, perplexity %.2f%s (%s%s)\n", what.c_str(), r.loss, std::exp(r.loss), bits.c_str(),
+    std::printf("%s: loss %.4f, perplexity %.2f%s (%s%s)\n", what.c_str(), r.loss, r.perplexity(), bits.c_str(),
                 units.c_str(), counts.c_str());
   }
   std::fflush(stdout);
@@ -133,17 +132,18 @@ void write_dump(const std::string& path, const eval::Benchmark& b, const std::ve
 }
 
 nlohmann::ordered_json group_json(const eval::GroupAccuracy& g) {
-  return {{"name", g.name}, {"questions", g.micro.questions}, {"correct", g.micro.correct},
-          {"acc", g.micro.acc()}, {"acc_norm", g.micro.acc_norm()}, {"acc_macro", g.macro}, {"subjects", g.subjects}};
+  return {{"name", g.name},        {"questions", g.micro.questions}, {"correct", g.micro.correct},
+          {"acc", g.micro.acc()},  {"acc_norm", g.micro.acc_norm()}, {"acc_macro", g.macro},
+          {"subjects", g.subjects}};
 }
 
 void print_benchmark_json(const eval::Benchmark& b, const eval::Summary& s, const EvalArgs& a, int seq) {
-  nlohmann::ordered_json j{{"task", eval::task_name(b.task)},
-                           {"split", eval::scored_split(b.task)},
+  nlohmann::ordered_json j{{"task", b.task->name},
+                           {"split", b.task->split},
                            {"shots", a.shots},
                            {"seq_length", seq},
                            {"prompts", "lm-evaluation-harness"},
-                           {"headline", eval::headline_macro(b.task) ? "acc_macro" : "acc"},
+                           {"headline", b.task->headline_macro ? "acc_macro" : "acc"},
                            {"acc", s.overall.micro.acc()},
                            {"acc_norm", s.overall.micro.acc_norm()},
                            {"acc_macro", s.overall.macro},
@@ -162,8 +162,7 @@ void print_benchmark_json(const eval::Benchmark& b, const eval::Summary& s, cons
 void print_benchmark_table(const eval::Benchmark& b, const eval::Summary& s, const EvalArgs& a, int seq) {
   std::printf("%s %d-shot, %s split, lm-evaluation-harness prompts, %lld questions of %zu subjects, %d tokens "
               "at most\n\n",
-              eval::task_title(b.task), a.shots, eval::scored_split(b.task), (long long)s.overall.micro.questions,
-              s.subjects.size(), seq);
+              b.task->title, a.shots, b.task->split, (long long)s.overall.micro.questions, s.subjects.size(), seq);
   std::printf("%-42s %9s %8s\n", "subject", "questions", "acc");
   for (const auto& x : s.subjects)
     std::printf("%-42s %9lld %8.4f\n", x.name.c_str(), (long long)x.micro.questions, x.micro.acc());
@@ -171,12 +170,11 @@ void print_benchmark_table(const eval::Benchmark& b, const eval::Summary& s, con
   for (const auto& c : s.categories)
     std::printf("%-24s %8d %9lld %8.4f %8.4f\n", c.name.c_str(), c.subjects, (long long)c.micro.questions,
                 c.micro.acc(), c.macro);
-  std::printf("%-24s %8d %9lld %8.4f %8.4f\n", "overall", s.overall.subjects,
-              (long long)s.overall.micro.questions, s.overall.micro.acc(), s.overall.macro);
-  std::printf("\n%s: %.4f (%s)\n", eval::task_title(b.task),
-              eval::headline_macro(b.task) ? s.overall.macro : s.overall.micro.acc(),
-              eval::headline_macro(b.task) ? "macro: the mean of the subjects' accuracies, as its papers report it"
-                                           : "micro: correct answers over all questions, as its papers report it");
+  std::printf("%-24s %8d %9lld %8.4f %8.4f\n", "overall", s.overall.subjects, (long long)s.overall.micro.questions,
+              s.overall.micro.acc(), s.overall.macro);
+  std::printf("\n%s: %.4f (%s)\n", b.task->title, b.task->headline_macro ? s.overall.macro : s.overall.micro.acc(),
+              b.task->headline_macro ? "macro: the mean of the subjects' accuracies, as its papers report it"
+                                     : "micro: correct answers over all questions, as its papers report it");
   std::fflush(stdout);
 }
 
@@ -188,12 +186,13 @@ void note_fitting(const eval::Summary& s, const EvalArgs& a, int seq) {
                  "were dropped to fit %d tokens)\n",
                  (long long)s.fewer_shots, a.shots, seq);
   if (s.cut > 0)
-    std::fprintf(stderr, "note: %lld questions did not fit %d tokens even without examples: their first tokens were cut\n",
+    std::fprintf(stderr,
+                 "note: %lld questions did not fit %d tokens even without examples: their first tokens were cut\n",
                  (long long)s.cut, seq);
 }
 
 void run_benchmark(const EvalArgs& a) {
-  const eval::Task task = eval::parse_task(a.task);
+  const eval::Task& task = eval::parse_task(a.task);
   if (a.prefixes.size() != 1 || !a.chats.empty())
     fail("--task {}: {} --data folders{}, expected one (the benchmark's folder)\nhint: llamatrain eval MODEL --task {} "
          "--data DIR",
@@ -204,16 +203,16 @@ void run_benchmark(const EvalArgs& a) {
   // Under mpirun each rank scores its share of the questions and rank 0 prints the whole.
   const auto world = parallel::make_mpi_world();
   const bool rank0 = world->rank() == 0;
-  if (task == eval::Task::ceval && rank0)
-    std::fprintf(stderr, "note: C-Eval's test answers are not public: scoring the val split (%lld questions)\n",
-                 (long long)bench.num_questions());
+  if (*task.note && rank0)
+    std::fprintf(stderr, "note: %s (%lld questions)\n", task.note, (long long)bench.num_questions());
   const std::string tokenizer_path = find_tokenizer(a);
   if (tokenizer_path.empty())
     fail("--task {}: {} has no tokenizer.model or tokenizer.json to write the prompts with\nhint: give the model's: "
          "--tokenizer PATH",
          a.task, a.model_dir);
   const data::Tokenizer tok(tokenizer_path);
-  auto m = io::load_hf_model(a.model_dir, model::parse_precision(a.precision), model::choose_device(a.device, "--device"));
+  auto m =
+      io::load_hf_model(a.model_dir, model::parse_precision(a.precision), model::choose_device(a.device, "--device"));
   const int context = m->config().max_seq_len;
   if (a.seq_given && a.seq > context)
     fail("--seq-length {}: the model's context is {} tokens, expected at most that", a.seq, context);
@@ -292,10 +291,9 @@ void run_eval(const EvalArgs& a) {
 }  // namespace
 
 void register_eval(CLI::App& app) {
-  auto a = std::make_shared<EvalArgs>();
-  auto* cmd = app.add_subcommand(
-      "eval", "Loss, perplexity and bits per byte / per character of a checkpoint or Hugging Face folder on datasets");
-  cmd->footer(
+  auto [cmd, a] = add_command<EvalArgs>(
+      app, "eval",
+      "Loss, perplexity and bits per byte / per character of a checkpoint or Hugging Face folder on datasets",
       "Each --data prefix (a Megatron .bin/.idx pair) is read in order as one token stream and cut into windows\n"
       "of --seq-length + 1 tokens (stride --seq-length); the loss is the mean cross-entropy of every target.\n"
       "Bits per byte is the targets' losses summed, in bits, over the UTF-8 bytes of text they stand for\n"
@@ -306,12 +304,15 @@ void register_eval(CLI::App& app) {
       "system turns and padding are not scored), the figure training's validation reports for the same\n"
       "file at the same sequence length.\n\n"
       "Examples:\n"
-      "  llamatrain eval runs/zh/checkpoints/step_500 --data data/zh_val_text_document --data data/en_val_text_document\n"
+      "  llamatrain eval runs/zh/checkpoints/step_500 --data data/zh_val_text_document --data "
+      "data/en_val_text_document\n"
       "  llamatrain eval /models/Llama-2-7b-hf --data data/book_text_document --seq-length 4096 --batch 1 "
       "--max-windows 64 --precision bf16-mixed\n"
-      "  llamatrain eval runs/zh/hf --data data/zh_val_text_document --json | jq .bits_per_char   # vs the base model's\n"
+      "  llamatrain eval runs/zh/hf --data data/zh_val_text_document --json | jq .bits_per_char   # vs the base "
+      "model's\n"
       "  llamatrain eval runs/pretrain/checkpoints/step_100 --data data/val_text_document --tokenizer tokenizer.model\n"
-      "  llamatrain eval runs/sft/hf --chat data/chat_val.jsonl --seq-length 2048   # = the run's val_loss on that file\n\n"
+      "  llamatrain eval runs/sft/hf --chat data/chat_val.jsonl --seq-length 2048   # = the run's val_loss on that "
+      "file\n\n"
       "Multiple-choice benchmarks (--task): --data is the folder the benchmark's archive unpacks into\n"
       "(MMLU: data/ with dev/ and test/; C-Eval: dev/ and val/, its test answers being unpublished;\n"
       "CMMLU: dev/ and test/). Each question is written as lm-evaluation-harness writes it, after --shots\n"
@@ -321,8 +322,11 @@ void register_eval(CLI::App& app) {
       "  llamatrain eval runs/zh/hf --task cmmlu --data cmmlu_v1_0_1            # did Chinese improve?\n"
       "  llamatrain eval runs/zh/hf --task ceval --data ceval-exam --json | jq .acc_macro\n"
       "  llamatrain eval /models/Llama-2-7b-hf --task mmlu --data mmlu/data --precision bf16-mixed   # English kept?\n"
-      "  llamatrain eval runs/zh/hf --task mmlu --data mmlu --shots 0 --subjects college_physics,virology --dump q.jsonl\n"
-      "  mpirun -np 8 llamatrain eval runs/zh/hf --task cmmlu --data cmmlu_v1_0_1   # each rank a share of the questions\n");
+      "  llamatrain eval runs/zh/hf --task mmlu --data mmlu --shots 0 --subjects college_physics,virology --dump "
+      "q.jsonl\n"
+      "  mpirun -np 8 llamatrain eval runs/zh/hf --task cmmlu --data cmmlu_v1_0_1   # each rank a share of the "
+      "questions\n",
+      run_eval);
   cmd->add_option("model", a->model_dir, "checkpoint folder (step_N) or Hugging Face folder")->required();
   cmd->add_option("--data", a->prefixes, "dataset prefix (repeatable); with --task, the benchmark's folder");
   cmd->add_option("--chat", a->chats,
@@ -335,12 +339,14 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--pack", a->pack,
                 "--chat: pack conversations into each sample (each attends to itself only), as pack: true trains");
-  CLI::Option* seq_option = cmd->add_option("--seq-length", a->seq,
-                                            "tokens per window (--task: the most tokens a prompt may have; default "
-                                            "the model's context)")
-                                ->capture_default_str()
-                                ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--batch", a->batch, "windows per forward pass")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--seq-length", a->seq,
+                  "tokens per window (--task: the most tokens a prompt may have; default the model's context)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20))
+      ->each([seq_given = &a->seq_given](const std::string&) { *seq_given = true; });
+  cmd->add_option("--batch", a->batch, "windows per forward pass")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-windows", a->max_windows,
                   "stop after this many windows (samples with --chat) per dataset (0: all)")
       ->capture_default_str()
@@ -351,18 +357,15 @@ void register_eval(CLI::App& app) {
                   "tokenizer.model or tokenizer.json the data was made with (default: the model folder's, if it "
                   "has one)");
   cmd->add_flag("--json", a->json, "one JSON object per dataset (benchmark) on stdout");
-  cmd->add_option("--task", a->task,
-                  "score a multiple-choice benchmark: mmlu | ceval | cmmlu (--data is then its folder)");
+  cmd->add_option(
+      "--task", a->task,
+      fmt::format("score a multiple-choice benchmark: {} (--data is then its folder)", eval::task_names(" | ")));
   cmd->add_option("--shots", a->shots, "--task: examples from the dev split before each question (0 to 5)")
       ->capture_default_str();
   cmd->add_option("--subjects", a->subjects, "--task: only these subjects (file-name stems, comma separated)")
       ->delimiter(',');
   cmd->add_option("--dump", a->dump,
                   "--task: write every question's prompt, choice log-likelihoods and prediction to this JSONL file");
-  cmd->callback([a, seq_option] {
-    a->seq_given = seq_option->count() > 0;
-    run_eval(*a);
-  });
 }
 
 }  // namespace llamatrain::cli

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_export.h"
@@ -36,7 +37,7 @@ int64_t parse_size(const std::string& s) {
     pos = 0;
   }
   const std::string unit = s.substr(pos);
-  const std::pair<const char*, double> units[] = {{"", 1},     {"B", 1},       {"KB", 1e3},    {"MB", 1e6},
+  const std::pair<const char*, double> units[] = {{"", 1},     {"B", 1},       {"KB", 1e3},      {"MB", 1e6},
                                                   {"GB", 1e9}, {"KiB", 1024.}, {"MiB", 1 << 20}, {"GiB", 1 << 30}};
   for (const auto& [name, mult] : units)
     if (pos > 0 && unit == name && v > 0) return int64_t(v * mult);
@@ -84,9 +85,8 @@ void run_export(const ExportArgs& a) {
 }  // namespace
 
 void register_export(CLI::App& app) {
-  auto a = std::make_shared<ExportArgs>();
-  auto* cmd = app.add_subcommand("export", "Write a Hugging Face folder from a checkpoint (checked by reloading it)");
-  cmd->footer(
+  auto [cmd, a] = add_command<ExportArgs>(
+      app, "export", "Write a Hugging Face folder from a checkpoint (checked by reloading it)",
       "CHECKPOINT is a training checkpoint folder (.../checkpoints/step_N) or any Hugging Face Llama folder.\n"
       "The output gets config.json, generation_config.json, model safetensors (sharded by size, with\n"
       "model.safetensors.index.json when there are several), and the tokenizer files when a tokenizer is\n"
@@ -94,14 +94,16 @@ void register_export(CLI::App& app) {
       "as they are, or tokenizer.model + tokenizer_config.json + special_tokens_map.json.\n\n"
       "Examples:\n"
       "  llamatrain export runs/zh/checkpoints/step_500 --hf out/llama-zh\n"
-      "  llamatrain export runs/zh/checkpoints/step_500 --hf out/llama-zh-fp32 --dtype fp32 --max-shard-size 2GB\n");
+      "  llamatrain export runs/zh/checkpoints/step_500 --hf out/llama-zh-fp32 --dtype fp32 --max-shard-size 2GB\n",
+      run_export);
   cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder (step_N) or Hugging Face folder")->required();
-  cmd->add_option("--hf", a->out, "output folder: new, empty, or a previous export (replaced whole once the new one checks out)")->required();
+  cmd->add_option("--hf", a->out,
+                  "output folder: new, empty, or a previous export (replaced whole once the new one checks out)")
+      ->required();
   cmd->add_option("--dtype", a->dtype, "bf16 | fp32")->capture_default_str();
   cmd->add_option("--tokenizer-model", a->tokenizer_model,
                   "tokenizer.model, tokenizer.json or a folder holding them to include (default: the checkpoint's)");
   cmd->add_option("--max-shard-size", a->max_shard_size, "largest safetensors shard")->capture_default_str();
-  cmd->callback([a] { run_export(*a); });
 }
 
 }  // namespace llamatrain::cli

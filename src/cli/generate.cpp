@@ -10,6 +10,7 @@
 // (the tokenizer_config.json beside its tokenizer, or --template NAME), as training renders
 // conversations, adds the assistant header and stops at the template's end of turn too; it prints the
 // reply only. --print-prompt-ids prints the prompt's ids and stops (the template checked by eye).
+// The sampling loop is model/sampling.h's; this file reads the options, builds the prompt and prints.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -24,7 +25,6 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/memory.h"
-#include "core/rng.h"
 #include "data/chat.h"
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
@@ -92,23 +92,49 @@ std::vector<int> prompt_ids(const GenerateOptions& o, const data::Tokenizer& tok
   return ids;
 }
 
-
-void run_generate(const GenerateOptions& o) {
+// The tokenizer: --tokenizer-model, else the folder's own tokenizer.json (with the
+// tokenizer_config.json beside it), else its SentencePiece tokenizer.model.
+std::string tokenizer_path(const GenerateOptions& o) {
   if (!is_directory(o.model_dir))
     fail("generate: model folder {} {}, expected a Hugging Face folder with config.json, *.safetensors (or "
          "pytorch_model*.bin) and tokenizer.model\nhint: check the path (`llamatrain export CHECKPOINT --hf DIR`, "
          "or training with convert_to_hf=true, writes such a folder)",
          o.model_dir, path_exists(o.model_dir) ? "is not a folder" : "does not exist");
-  // The folder's own tokenizer: tokenizer.json (with the tokenizer_config.json beside it), else the
-  // SentencePiece tokenizer.model.
+  if (!o.tokenizer_model.empty()) return o.tokenizer_model;
   const std::filesystem::path dir(o.model_dir);
-  std::string tok_path = o.tokenizer_model;
-  if (tok_path.empty())
-    tok_path = (dir / (path_exists((dir / "tokenizer.json").string()) ? "tokenizer.json" : "tokenizer.model")).string();
-  if (o.tokenizer_model.empty() && !path_exists(tok_path))
+  const std::string path =
+      (dir / (path_exists((dir / "tokenizer.json").string()) ? "tokenizer.json" : "tokenizer.model")).string();
+  if (!path_exists(path))
     fail("generate: {} has no tokenizer.json or tokenizer.model, expected the tokenizer next to the weights\n"
          "hint: copy the model's tokenizer files there, or name one with --tokenizer-model PATH",
          o.model_dir);
+  return path;
+}
+
+// The prompt and the tokens to come must fit the model's context, and its weights the device.
+void check_fits(const GenerateOptions& o, const model::LlamaConfig& cfg, size_t prompt_tokens, const char* prompt_extra,
+                model::Precision precision, model::Device device) {
+  const int64_t total = int64_t(prompt_tokens) + o.max_new_tokens;
+  if (total > cfg.max_seq_len)
+    fail("generate: prompt ({} tokens{}) + --max-new-tokens {} = {}, expected at most "
+         "max_position_embeddings {}\nhint: lower --max-new-tokens to {} or shorten the prompt",
+         prompt_tokens, prompt_extra, o.max_new_tokens, total, cfg.max_seq_len,
+         std::max<int64_t>(0, cfg.max_seq_len - int64_t(prompt_tokens)));
+  const int64_t weights = model::LlamaModel::weight_bytes(cfg, precision);
+  model::check_device_memory_fits(
+      device, weights, fmt::format("{} in {}", o.model_dir, o.precision),
+      fmt::format("{:.2f}B parameters at {} bytes each", cfg.num_params() / 1e9, weights / cfg.num_params()),
+      "use a machine with more memory (generate keeps an fp32 copy of the weights, plus a bf16 one in the bf16 "
+      "modes)");
+}
+
+void print_ids(const std::vector<int>& ids) {
+  for (size_t i = 0; i < ids.size(); i++) std::printf("%s%d", i ? " " : "", ids[i]);
+  std::printf("\n");
+}
+
+void run_generate(const GenerateOptions& o) {
+  const std::string tok_path = tokenizer_path(o);
   data::Tokenizer tokenizer(tok_path);
   const auto precision = model::parse_precision(o.precision);
   const model::Device device = model::choose_device(o.device, "--device");
@@ -117,66 +143,41 @@ void run_generate(const GenerateOptions& o) {
     fail("{}: tokenizer has {} pieces, expected at most vocab_size {} from config.json\nhint: use the "
          "tokenizer that came with the model",
          tok_path, tokenizer.vocab_size(), cfg.vocab_size);
-  std::vector<int> stop = {cfg.eos_id};
-  stop.insert(stop.end(), cfg.extra_eos_ids.begin(), cfg.extra_eos_ids.end());
-  const std::vector<int> ids = prompt_ids(o, tokenizer, tok_path, &stop);
+  model::GenerationOptions g;
+  g.max_new_tokens = o.max_new_tokens;
+  g.temperature = o.temperature;
+  g.top_p = o.top_p;
+  g.seed = o.seed;
+  // Ids past the tokenizer's pieces (a vocab padded for speed, e.g. 32000 pieces in a 32064 embedding)
+  // have no text: they are never sampled.
+  g.pieces = tokenizer.vocab_size();
+  g.stop = {cfg.eos_id};
+  g.stop.insert(g.stop.end(), cfg.extra_eos_ids.begin(), cfg.extra_eos_ids.end());
+  const std::vector<int> ids = prompt_ids(o, tokenizer, tok_path, &g.stop);
   const bool chat = o.chat || !o.chat_template.empty();
-  if (o.print_prompt_ids) {
-    for (size_t i = 0; i < ids.size(); i++) std::printf("%s%d", i ? " " : "", ids[i]);
-    std::printf("\n");
-    return;
-  }
-  const int64_t total = int64_t(ids.size()) + o.max_new_tokens;
-  if (total > cfg.max_seq_len)
-    fail("generate: prompt ({} tokens{}) + --max-new-tokens {} = {}, expected at most "
-         "max_position_embeddings {}\nhint: lower --max-new-tokens to {} or shorten the prompt",
-         ids.size(), chat ? " with its chat template" : tokenizer.bos_id() >= 0 ? " with BOS" : "", o.max_new_tokens,
-         total, cfg.max_seq_len, std::max<int64_t>(0, cfg.max_seq_len - int64_t(ids.size())));
-  {
-    const int64_t weights = model::LlamaModel::weight_bytes(cfg, precision);
-    model::check_device_memory_fits(device, weights, fmt::format("{} in {}", o.model_dir, o.precision),
-                      fmt::format("{:.2f}B parameters at {} bytes each", cfg.num_params() / 1e9,
-                                  weights / cfg.num_params()),
-                      "use a machine with more memory (generate keeps an fp32 copy of the weights, plus a bf16 "
-                      "one in the bf16 modes)");
-  }
+  if (o.print_prompt_ids) return print_ids(ids);
+  const char* prompt_extra = chat ? " with its chat template" : tokenizer.bos_id() >= 0 ? " with BOS" : "";
+  check_fits(o, cfg, ids.size(), prompt_extra, precision, device);
   auto model = io::load_hf_model(o.model_dir, precision, device);
-  const auto& c = model->config();
-  model->reset_cache(int(total));
-  std::vector<float> logits(c.vocab_size);
-  for (size_t i = 0; i < ids.size(); i++) model->decode_step(logits.data(), ids[i], int(i));
-  std::vector<int> generated;
   data::DecodeStream text(tokenizer);
   auto print = [](const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
   };
   if (!o.print_ids && !chat) print(o.prompt);
-  // Ids past the tokenizer's pieces (a vocab padded for speed, e.g. 32000 pieces in a 32064 embedding)
-  // have no text: they are never sampled.
-  const int pieces = tokenizer.vocab_size();
-  for (int step = 0; step < o.max_new_tokens; step++) {
-    std::fill(logits.begin() + pieces, logits.end(), -std::numeric_limits<float>::infinity());
-    const int next = model::sample_token(logits, o.temperature, o.top_p, random_uniform(o.seed, uint32_t(step), 0, 0));
-    generated.push_back(next);
-    if (std::find(stop.begin(), stop.end(), next) != stop.end()) break;
-    if (!o.print_ids) print(text.push(next));
-    if (step + 1 < o.max_new_tokens) model->decode_step(logits.data(), next, int(ids.size() + step));
-  }
-  if (o.print_ids) {
-    for (size_t i = 0; i < generated.size(); i++) std::printf("%s%d", i ? " " : "", generated[i]);
-  } else {
-    print(text.finish());
-  }
+  const std::vector<int> generated = model::generate_tokens(*model, ids, g, [&](int id) {
+    if (!o.print_ids) print(text.push(id));
+  });
+  if (o.print_ids) return print_ids(generated);
+  print(text.finish());
   std::printf("\n");
 }
 
 }  // namespace
 
 void register_generate(CLI::App& app) {
-  auto o = std::make_shared<GenerateOptions>();
-  auto* cmd = app.add_subcommand("generate", "Sample text from a Hugging Face Llama folder (KV cache)");
-  cmd->footer(
+  auto [cmd, o] = add_command<GenerateOptions>(
+      app, "generate", "Sample text from a Hugging Face Llama folder (KV cache)",
       "Examples:\n"
       "  llamatrain generate /models/Llama-2-7b-hf --prompt \"The capital of France is\"\n"
       "  llamatrain generate out/hf --prompt \"Once upon a time\" --temperature 0 --max-new-tokens 32\n"
@@ -186,7 +187,8 @@ void register_generate(CLI::App& app) {
       "  llamatrain generate /models/Qwen2.5-7B-Instruct --chat --prompt \"用一句话介绍北京\" --temperature 0\n"
       "  llamatrain generate out/hf --template llama2 --system \"Be brief.\" --prompt \"Hi\"\n"
       "  llamatrain generate out/hf --chat --prompt \"Hi\" --print-prompt-ids   # the template's ids, no model run\n"
-      "  llamatrain generate /models/Qwen3-8B --chat --no-thinking --prompt \"Hi\"");
+      "  llamatrain generate /models/Qwen3-8B --chat --no-thinking --prompt \"Hi\"",
+      run_generate);
   cmd->add_option("model", o->model_dir,
                   "HF folder with config.json, *.safetensors or pytorch_model*.bin, and tokenizer.json or "
                   "tokenizer.model")
@@ -194,9 +196,11 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--prompt", o->prompt, "Prompt text (BOS is prepended when the tokenizer has one)")->required();
   cmd->add_option("--tokenizer-model", o->tokenizer_model,
                   "tokenizer.model, or a folder with tokenizer.json, to use instead of MODEL's");
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")->capture_default_str()
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")
+      ->capture_default_str()
       ->check(integer_in(1));
-  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str()
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")
+      ->capture_default_str()
       ->check(number_in(0, std::numeric_limits<double>::infinity()));
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass")->capture_default_str()->check(number_in(0, 1, true));
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
@@ -206,14 +210,14 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--chat", o->chat,
                 "The prompt is a user turn rendered with the model's chat template (its tokenizer_config.json); "
                 "prints the reply, which stops at the template's end of turn");
-  cmd->add_option("--template", o->chat_template,
-                  "With --chat (implied): llama2 | llama3 | chatml | chatml_plain | qwen3 | auto instead of the model's");
+  cmd->add_option(
+      "--template", o->chat_template,
+      "With --chat (implied): llama2 | llama3 | chatml | chatml_plain | qwen3 | auto instead of the model's");
   cmd->add_option("--system", o->system, "With --chat: a system turn before the prompt");
   cmd->add_flag("--no-thinking", o->no_thinking,
                 "With a Qwen3 template: answer without reasoning (an empty <think> block after the assistant header, "
                 "as its template renders enable_thinking=False)");
   cmd->add_flag("--print-prompt-ids", o->print_prompt_ids, "Print the prompt's token ids and stop (no model run)");
-  cmd->callback([o] { run_generate(*o); });
 }
 
 }  // namespace llamatrain::cli

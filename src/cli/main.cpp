@@ -18,35 +18,30 @@
 #include "core/file.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "llamatrain: continued pretraining and full fine-tuning of Llama models, one native program.\n\n"
-      "Examples:\n"
-      "  llamatrain preprocess --input corpus.jsonl --tokenizer-model tokenizer.model \\\n"
-      "                        --output-prefix data/corpus --append-eod --workers 8\n"
-      "  llamatrain data inspect data/corpus_text_document\n"
-      "  llamatrain plan configs/llama2_7b.yaml model.data.data_prefix=[1.0,data/corpus_text_document] \\\n"
-      "                  --nodes 4 --hardware trn1.32xlarge\n"
-      "  llamatrain train configs/llama2_7b.yaml model.init_from=/models/Llama-2-7b-hf \\\n"
-      "                   model.data.data_prefix=[1.0,data/corpus_text_document] exp_manager.explicit_log_dir=runs/cpt\n"
-      "  llamatrain report runs/cpt -o cpt.html\n"
-      "  llamatrain export runs/cpt/checkpoints/step_500 --hf out/cpt-step500\n"
-      "  llamatrain generate out/cpt-step500 --prompt \"The capital of France is\"\n"
-      "  llamatrain bench --model stories110m --seq 256 --batch 8 --precision bf16-mixed\n"};
+  CLI::App app{"llamatrain: continued pretraining and full fine-tuning of Llama models, one native program.\n\n"
+               "Examples:\n"
+               "  llamatrain preprocess --input corpus.jsonl --tokenizer-model tokenizer.model \\\n"
+               "                        --output-prefix data/corpus --append-eod --workers 8\n"
+               "  llamatrain data inspect data/corpus_text_document\n"
+               "  llamatrain plan configs/llama2_7b.yaml model.data.data_prefix=[1.0,data/corpus_text_document] \\\n"
+               "                  --nodes 4 --hardware trn1.32xlarge\n"
+               "  llamatrain train configs/llama2_7b.yaml model.init_from=/models/Llama-2-7b-hf \\\n"
+               "                   model.data.data_prefix=[1.0,data/corpus_text_document] "
+               "exp_manager.explicit_log_dir=runs/cpt\n"
+               "  llamatrain report runs/cpt -o cpt.html\n"
+               "  llamatrain export runs/cpt/checkpoints/step_500 --hf out/cpt-step500\n"
+               "  llamatrain generate out/cpt-step500 --prompt \"The capital of France is\"\n"
+               "  llamatrain bench --model stories110m --seq 256 --batch 8 --precision bf16-mixed\n"};
   app.set_version_flag("--version", std::string("llamatrain ") + LLAMATRAIN_VERSION);
   app.require_subcommand(1);
-  app.failure_message(llamatrain::cli::parse_failure_message);
-  llamatrain::cli::register_train(app);
-  llamatrain::cli::register_generate(app);
-  llamatrain::cli::register_bench(app);
-  llamatrain::cli::register_preprocess(app);
-  llamatrain::cli::register_data(app);
-  llamatrain::cli::register_export(app);
-  llamatrain::cli::register_eval(app);
-  llamatrain::cli::register_diagnose(app);
-  llamatrain::cli::register_plan(app);
-  llamatrain::cli::register_report(app);
-  llamatrain::cli::register_doctor(app);
-  llamatrain::cli::register_tokenizer(app);
+  namespace cli = llamatrain::cli;
+  app.failure_message(cli::parse_failure_message);
+  // The subcommands, in the order `llamatrain --help` lists them.
+  for (auto register_command :
+       {cli::register_train, cli::register_generate, cli::register_bench, cli::register_preprocess, cli::register_data,
+        cli::register_export, cli::register_eval, cli::register_diagnose, cli::register_plan, cli::register_report,
+        cli::register_doctor, cli::register_tokenizer})
+    register_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,10 +50,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "error: out of memory: a buffer could not be allocated\n"
-                 "hint: the job needs more memory than the machine has free: make it smaller (a smaller model, "
-                 "batch or sequence length) or free memory\n");
+    std::fprintf(stderr, "error: out of memory: a buffer could not be allocated\n"
+                         "hint: the job needs more memory than the machine has free: make it smaller (a smaller model, "
+                         "batch or sequence length) or free memory\n");
     return 1;
   } catch (const std::filesystem::filesystem_error& e) {
     std::fprintf(stderr, "error: %s\n", llamatrain::filesystem_error_message(e).c_str());

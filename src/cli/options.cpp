@@ -16,14 +16,15 @@ std::string bound_text(double v) { return fmt::format("{}", v); }
 }  // namespace
 
 CLI::Validator integer_in(int64_t lo, int64_t hi) {
-  const std::string range = hi >= std::numeric_limits<int32_t>::max() ? fmt::format(">= {}", lo)
-                                                                      : fmt::format("from {} to {}", lo, hi);
+  const std::string range =
+      hi >= std::numeric_limits<int32_t>::max() ? fmt::format(">= {}", lo) : fmt::format("from {} to {}", lo, hi);
   return CLI::Validator(
       [lo, hi, range](std::string& s) -> std::string {
         errno = 0;
         char* end = nullptr;
         const long long v = std::strtoll(s.c_str(), &end, 10);
-        if (s.empty() || *end != '\0' || errno == ERANGE) return fmt::format("got '{}', expected an integer {}", s, range);
+        if (s.empty() || *end != '\0' || errno == ERANGE)
+          return fmt::format("got '{}', expected an integer {}", s, range);
         if (v < lo || v > hi) return fmt::format("got {}, expected an integer {}", v, range);
         return {};
       },
@@ -62,9 +63,9 @@ std::string parse_failure_message(const CLI::App* app, const CLI::Error& e) {
     std::vector<std::string> args = current->remaining();
     if (args.empty()) args = app->remaining();
     const bool option = !args.empty() && args[0].starts_with("-");
-    what = fmt::format("{}: unknown {} {}, expected only the {} its help lists", command,
-                       option ? "option" : "argument", fmt::join(args, " "),
-                       current == app ? "commands and options" : "options");
+    what =
+        fmt::format("{}: unknown {} {}, expected only the {} its help lists", command, option ? "option" : "argument",
+                    fmt::join(args, " "), current == app ? "commands and options" : "options");
   } else if (current == app && !app->remaining().empty() && !app->remaining()[0].starts_with("-")) {
     std::vector<std::string> names;
     for (const CLI::App* sub : app->get_subcommands({})) names.push_back(sub->get_name());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "model/modes.h"
 #include "obs/progress.h"
@@ -68,14 +69,15 @@ std::string indented(const std::string& text, const std::string& indent) {
 }
 
 std::string text_of(const train::JobPlan& jp, const std::string& config) {
-  std::string s = fmt::format("llamatrain plan: {} on {} node{} x {} rank{}, {}\n", config, jp.nodes,
-                              jp.nodes == 1 ? "" : "s", jp.ranks_per_node, jp.ranks_per_node == 1 ? "" : "s",
-                              jp.hardware.empty() ? "this CPU" : jp.hardware);
+  std::string s =
+      fmt::format("llamatrain plan: {} on {} node{} x {} rank{}, {}\n", config, jp.nodes, jp.nodes == 1 ? "" : "s",
+                  jp.ranks_per_node, jp.ranks_per_node == 1 ? "" : "s", jp.hardware.empty() ? "this CPU" : jp.hardware);
   if (jp.planned) {
     const train::RunPlan& p = jp.plan;
-    s += fmt::format("  batch: global {} = micro {} x {} micro-batch{} x data parallel {}; seq {}; {} tokens per step\n",
-                     p.global_batch, p.B, p.micro_batches, p.micro_batches == 1 ? "" : "es", p.layout.dp_size, p.T,
-                     obs::format_count(double(p.global_batch) * p.T));
+    s +=
+        fmt::format("  batch: global {} = micro {} x {} micro-batch{} x data parallel {}; seq {}; {} tokens per step\n",
+                    p.global_batch, p.B, p.micro_batches, p.micro_batches == 1 ? "" : "es", p.layout.dp_size, p.T,
+                    obs::format_count(double(p.global_batch) * p.T));
     s += fmt::format("  precision {}, recompute {}{}\n", model::precision_name(p.precision), p.recompute_text(),
                      p.zero1 ? ", ZeRO-1 optimizer shards" : "");
     s += "\nmemory per rank";
@@ -115,7 +117,9 @@ std::string text_of(const train::JobPlan& jp, const std::string& config) {
     s += fmt::format("\npredicted step on {}:\n", jp.hardware);
     s += fmt::format("  {:.3g} FLOPs per step; step {}: {} tokens/s{}, {:.3g} seq/s, {} steps in {}\n", q.flops,
                      obs::format_duration(q.step_s), obs::format_count(q.tokens_per_s),
-                     q.text_fraction < 1 ? fmt::format(" of text ({:.1f}% of the inputs are padding)", 100 * (1 - q.text_fraction)) : "",
+                     q.text_fraction < 1
+                         ? fmt::format(" of text ({:.1f}% of the inputs are padding)", 100 * (1 - q.text_fraction))
+                         : "",
                      q.seq_per_s, jp.max_steps, obs::format_duration(q.step_s * double(jp.max_steps)));
     std::string parts;
     auto part = [&](const char* what, double sec) {
@@ -132,7 +136,8 @@ std::string text_of(const train::JobPlan& jp, const std::string& config) {
   }
   s += "\nchecks:\n";
   for (const train::PlanCheck& c : jp.checks)
-    s += fmt::format("  {} {:<8} {}\n", train::check_status_name(c.status), c.what, indented(c.detail, "                "));
+    s += fmt::format("  {} {:<8} {}\n", train::check_status_name(c.status), c.what,
+                     indented(c.detail, "                "));
   for (size_t i = 1; i < jp.suggestions.size(); i++) s += "  also fits: " + jp.suggestions[i] + "\n";
   s += jp.ok() ? "plan: the job can run\n" : "plan: the job would fail (FAIL above)\n";
   return s;
@@ -166,18 +171,24 @@ std::string json_of(const train::JobPlan& jp) {
                                       {"export_hf", m.export_hf},
                                       {"peak", m.peak()},
                                       {"operand_form", p.precision == model::Precision::fp32 ? "fp32"
-                                                       : m.float_operands                  ? "bf16_in_f32"
-                                                                                           : "bf16"}});
+                                                       : m.float_operands                    ? "bf16_in_f32"
+                                                                                             : "bf16"}});
     j["memory_available_per_rank"] = jp.memory_per_rank;
     for (const auto& [mode, bytes] : jp.activations_by_recompute) j["activations_by_recompute"][mode] = bytes;
     const train::StepPrediction& q = jp.prediction;
-    j["prediction"] = {{"flops_per_step", q.flops},     {"step_s", q.step_s},
-                       {"tokens_per_s", q.tokens_per_s}, {"seq_per_s", q.seq_per_s},
+    j["prediction"] = {{"flops_per_step", q.flops},
+                       {"step_s", q.step_s},
+                       {"tokens_per_s", q.tokens_per_s},
+                       {"seq_per_s", q.seq_per_s},
                        {"text_fraction", q.text_fraction},
-                       {"matmul_s", q.matmul_s},         {"attention_s", q.attention_s},
-                       {"elementwise_s", q.elementwise_s}, {"tensor_parallel_s", q.tensor_parallel_s},
-                       {"pipeline_s", q.pipeline_s},     {"data_parallel_s", q.data_parallel_s},
-                       {"optimizer_s", q.optimizer_s},   {"max_steps", jp.max_steps},
+                       {"matmul_s", q.matmul_s},
+                       {"attention_s", q.attention_s},
+                       {"elementwise_s", q.elementwise_s},
+                       {"tensor_parallel_s", q.tensor_parallel_s},
+                       {"pipeline_s", q.pipeline_s},
+                       {"data_parallel_s", q.data_parallel_s},
+                       {"optimizer_s", q.optimizer_s},
+                       {"max_steps", jp.max_steps},
                        {"total_s", q.step_s * double(jp.max_steps)}};
   }
   for (const train::PlanCheck& c : jp.checks)
@@ -186,12 +197,34 @@ std::string json_of(const train::JobPlan& jp) {
   return j.dump(2) + "\n";
 }
 
+// Plans the job the config describes, on --nodes nodes of --hardware, and prints the plan; exits 1
+// when the job would fail.
+void run_plan(const PlanOptions& o) {
+  std::vector<std::string> overrides = o.overrides;
+  const train::Accelerator* acc = o.hardware == "cpu" ? nullptr : train::find_accelerator(o.hardware);
+  if (o.hardware != "cpu" && !acc)
+    fail("--hardware {}: not a machine this knows, expected cpu or one of {}", o.hardware, train::accelerator_names());
+  if (o.ranks_per_node > 0)
+    overrides.push_back(fmt::format("trainer.devices={}", o.ranks_per_node));
+  else if (acc)
+    overrides.push_back(fmt::format("trainer.devices={}", acc->ranks_per_node));
+  if (o.fit_nodes) return print_fitting_nodes(o, overrides);
+  if (o.nodes > 0) overrides.push_back(fmt::format("trainer.num_nodes={}", o.nodes));
+  const auto loaded = train::load_config(o.config, overrides);
+  const train::JobPlan jp = train::plan_job(loaded.config, {acc ? acc->name : "", 0.02});
+  const std::string out = o.json ? json_of(jp) : text_of(jp, o.config);
+  std::fputs(out.c_str(), stdout);
+  if (!jp.ok()) {
+    std::fflush(stdout);
+    std::exit(1);
+  }
+}
+
 }  // namespace
 
 void register_plan(CLI::App& app) {
-  auto o = std::make_shared<PlanOptions>();
-  auto* cmd = app.add_subcommand("plan", "Check a training job and predict its memory and speed before running it");
-  cmd->footer(
+  auto [cmd, o] = add_command<PlanOptions>(
+      app, "plan", "Check a training job and predict its memory and speed before running it",
       "Runs every check `llamatrain train` would make before its first step, for the whole job at once (each\n"
       "pipeline stage, the data files' token ids, the checkpoint a resume would load, the output folders, the\n"
       "disk for the checkpoints kept, memory per rank), prints memory per rank in its parts and a predicted\n"
@@ -204,9 +237,11 @@ void register_plan(CLI::App& app) {
       "      --nodes 4 --hardware trn1.32xlarge        # 32 ranks per instance, as the seeds run it\n"
       "  llamatrain plan configs/llama2_70b.yaml --nodes 8 --ranks-per-node 8 --hardware H100 --json\n"
       "  # in a batch script: fail the job early, with the reasons in its log\n"
-      "  llamatrain plan \"$CONFIG\" \"${OVERRIDES[@]}\" --nodes \"$SLURM_JOB_NUM_NODES\" --ranks-per-node \"$SLURM_NTASKS_PER_NODE\"\n"
+      "  llamatrain plan \"$CONFIG\" \"${OVERRIDES[@]}\" --nodes \"$SLURM_JOB_NUM_NODES\" --ranks-per-node "
+      "\"$SLURM_NTASKS_PER_NODE\"\n"
       "  # how many of 3 nodes a TP 2 job can use (prints 2)\n"
-      "  llamatrain plan configs/tiny.yaml model.tensor_model_parallel_size=2 --nodes 3 --ranks-per-node 1 --fit-nodes");
+      "  llamatrain plan configs/tiny.yaml model.tensor_model_parallel_size=2 --nodes 3 --ranks-per-node 1 --fit-nodes",
+      run_plan);
   cmd->add_option("config", o->config, "YAML config (as for llamatrain train)")->required();
   cmd->add_option("overrides", o->overrides, "key=value overrides, as for llamatrain train");
   cmd->add_option("--nodes", o->nodes, "Nodes of the job (sets trainer.num_nodes)")->check(CLI::PositiveNumber);
@@ -219,26 +254,6 @@ void register_plan(CLI::App& app) {
   cmd->add_flag("--fit-nodes", o->fit_nodes,
                 "Print only the largest node count up to --nodes whose rank layout the config accepts (the same "
                 "TP and PP, fewer data-parallel ranks); checks the config only");
-  cmd->callback([o] {
-    std::vector<std::string> overrides = o->overrides;
-    const train::Accelerator* acc = o->hardware == "cpu" ? nullptr : train::find_accelerator(o->hardware);
-    if (o->hardware != "cpu" && !acc)
-      fail("--hardware {}: not a machine this knows, expected cpu or one of {}", o->hardware, train::accelerator_names());
-    if (o->ranks_per_node > 0)
-      overrides.push_back(fmt::format("trainer.devices={}", o->ranks_per_node));
-    else if (acc)
-      overrides.push_back(fmt::format("trainer.devices={}", acc->ranks_per_node));
-    if (o->fit_nodes) return print_fitting_nodes(*o, overrides);
-    if (o->nodes > 0) overrides.push_back(fmt::format("trainer.num_nodes={}", o->nodes));
-    const auto loaded = train::load_config(o->config, overrides);
-    const train::JobPlan jp = train::plan_job(loaded.config, {acc ? acc->name : "", 0.02});
-    const std::string out = o->json ? json_of(jp) : text_of(jp, o->config);
-    std::fputs(out.c_str(), stdout);
-    if (!jp.ok()) {
-      std::fflush(stdout);
-      std::exit(1);
-    }
-  });
 }
 
 }  // namespace llamatrain::cli

@@ -50,10 +50,11 @@ void apply_megatron_flags(const CLI::App& cmd, const MegatronFlags& m, data::Pre
                 "llamatrain writes the mmap format (MMIDIDX), which current Megatron-LM and NeMo read",
                 "use --dataset-impl mmap, or drop the flag");
   if (cmd.count("--vocab-file") || cmd.count("--merge-file"))
-    unsupported(cmd.count("--vocab-file") ? "--vocab-file" : "--merge-file",
-                "in Megatron it gives a GPT-2 BPE or WordPiece vocabulary",
-                "llamatrain tokenizes with SentencePiece models (tokenizer.model) and Hugging Face tokenizer.json files",
-                "pass --tokenizer-model PATH/tokenizer.model or PATH/tokenizer.json");
+    unsupported(
+        cmd.count("--vocab-file") ? "--vocab-file" : "--merge-file",
+        "in Megatron it gives a GPT-2 BPE or WordPiece vocabulary",
+        "llamatrain tokenizes with SentencePiece models (tokenizer.model) and Hugging Face tokenizer.json files",
+        "pass --tokenizer-model PATH/tokenizer.model or PATH/tokenizer.json");
   if (cmd.count("--vocab-size") || cmd.count("--vocab-extra-ids"))
     unsupported(cmd.count("--vocab-size") ? "--vocab-size" : "--vocab-extra-ids",
                 "in Megatron it configures the NullTokenizer or T5's sentinel tokens",
@@ -71,8 +72,9 @@ void apply_megatron_flags(const CLI::App& cmd, const MegatronFlags& m, data::Pre
   if (cmd.count("--tokenizer-library") && m.tokenizer_library != "sentencepiece" &&
       m.tokenizer_library != "huggingface")
     unsupported("--tokenizer-library " + m.tokenizer_library,
-                "NeMo's " + m.tokenizer_library + " tokenizers are neither SentencePiece models nor Hugging Face "
-                "tokenizer.json files",
+                "NeMo's " + m.tokenizer_library +
+                    " tokenizers are neither SentencePiece models nor Hugging Face "
+                    "tokenizer.json files",
                 "llamatrain tokenizes with SentencePiece models and Hugging Face tokenizer.json files",
                 "use --tokenizer-library huggingface --tokenizer-type MODEL_FOLDER (or sentencepiece with "
                 "--tokenizer-model PATH/tokenizer.model)");
@@ -80,7 +82,7 @@ void apply_megatron_flags(const CLI::App& cmd, const MegatronFlags& m, data::Pre
   const bool spm = cmd.count("--tokenizer-library") && m.tokenizer_library == "sentencepiece";
   // A folder is read by the library's rule (data/tokenizer.h): huggingface prefers tokenizer.json,
   // otherwise tokenizer.model comes first.
-  opt->tokenizer_library = hf ? data::TokenizerLibrary::kHuggingFace
+  opt->tokenizer_library = hf    ? data::TokenizerLibrary::kHuggingFace
                            : spm ? data::TokenizerLibrary::kSentencePiece
                                  : data::TokenizerLibrary::kAuto;
   if (cmd.count("--tokenizer-type")) {
@@ -91,8 +93,10 @@ void apply_megatron_flags(const CLI::App& cmd, const MegatronFlags& m, data::Pre
       if (!is_regular_file(file))
         fail("--tokenizer-type {}: {}\nhint: pass the folder of a downloaded Hugging Face model (tokenizer.json or "
              "tokenizer.model), or --tokenizer-model with the file",
-             t, is_directory(t) ? fmt::format("the folder has no {}", spm ? "tokenizer.model" : "tokenizer.json or tokenizer.model")
-                                : "file not found");
+             t,
+             is_directory(t)
+                 ? fmt::format("the folder has no {}", spm ? "tokenizer.model" : "tokenizer.json or tokenizer.model")
+                 : "file not found");
       if (opt->tokenizer_model.empty()) opt->tokenizer_model = file;
     } else if (t == "Llama2Tokenizer") {
       opt->bos = true;  // Megatron's Llama 2 tokenizer prepends BOS to every document
@@ -107,7 +111,8 @@ void apply_megatron_flags(const CLI::App& cmd, const MegatronFlags& m, data::Pre
   }
   if (opt->tokenizer_model.empty())
     fail("--tokenizer-model is required, expected the tokenizer.model or tokenizer.json\nhint: e.g. --tokenizer-model "
-         "/models/Llama-2-7b-hf/tokenizer.model, or --tokenizer-library huggingface --tokenizer-type /models/Llama-3.1-8B");
+         "/models/Llama-2-7b-hf/tokenizer.model, or --tokenizer-library huggingface --tokenizer-type "
+         "/models/Llama-3.1-8B");
   if (!is_directory(opt->tokenizer_model) && opt->tokenizer_library == data::TokenizerLibrary::kAuto)
     opt->tokenizer_library = data::TokenizerLibrary::kFile;
   else if (is_directory(opt->tokenizer_model) && !cmd.count("--tokenizer-library"))
@@ -121,7 +126,8 @@ void register_preprocess(CLI::App& app) {
   auto format = std::make_shared<std::string>("jsonl");
   auto quiet = std::make_shared<bool>(false);
   auto mg = std::make_shared<MegatronFlags>();
-  auto* cmd = app.add_subcommand("preprocess", "Tokenize JSONL/text corpora into Megatron indexed datasets (.bin/.idx)");
+  auto* cmd =
+      app.add_subcommand("preprocess", "Tokenize JSONL/text corpora into Megatron indexed datasets (.bin/.idx)");
   cmd->footer(
       "Writes OUTPUT_PREFIX_<key>_document.bin/.idx per --json-keys key (byte-compatible with Megatron/NeMo),\n"
       "and OUTPUT_PREFIX.stats.json. Conventions follow NeMo's preprocess_data_for_megatron.py: no BOS\n"
@@ -145,9 +151,11 @@ void register_preprocess(CLI::App& app) {
       "                        --output-prefix data/redpajama --append-eod --need-pad-id --workers 16\n"
       "  llamatrain preprocess --input lines.txt --input-format text --tokenizer-model tokenizer.model \\\n"
       "                        --output-prefix data/lines --append-eod\n"
-      "  llamatrain preprocess --input zh.jsonl --tokenizer-library huggingface --tokenizer-type /models/Llama-3.1-8B \\\n"
+      "  llamatrain preprocess --input zh.jsonl --tokenizer-library huggingface --tokenizer-type /models/Llama-3.1-8B "
+      "\\\n"
       "                        --output-prefix data/zh --append-eod --workers 8   # tokenizer.json, int32 tokens\n");
-  cmd->add_option("--input", opt->inputs, "input files, folders or quoted globs (.jsonl/.json/.txt, optionally .gz/.zst)")
+  cmd->add_option("--input", opt->inputs,
+                  "input files, folders or quoted globs (.jsonl/.json/.txt, optionally .gz/.zst)")
       ->required();
   cmd->add_option("--input-format", *format, "jsonl (one JSON object per line) or text (one document per line)")
       ->check(CLI::IsMember({"jsonl", "text"}));
@@ -156,7 +164,8 @@ void register_preprocess(CLI::App& app) {
                   "the tokenizer file: a SentencePiece tokenizer.model or a Hugging Face tokenizer.json");
   cmd->add_option("--output-prefix", opt->output_prefix, "output path prefix (its folder must exist)")->required();
   cmd->add_flag("--append-eod", opt->append_eod, "append the eos id after each document");
-  cmd->add_flag("--need-pad-id", opt->need_pad_id, "count a <pad> token in the vocab size when the tokenizer has none (NeMo)");
+  cmd->add_flag("--need-pad-id", opt->need_pad_id,
+                "count a <pad> token in the vocab size when the tokenizer has none (NeMo)");
   cmd->add_flag("--bos", opt->bos, "prepend the bos id to each document (legacy Megatron; NeMo does not)");
   cmd->add_flag("--strict", opt->strict, "stop with an error at the first malformed line instead of skipping it");
   cmd->add_option("--workers", opt->workers, "tokenizer threads")->check(integer_in(1, data::kMaxWorkers));

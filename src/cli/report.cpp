@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/file.h"
 
@@ -29,10 +30,9 @@ struct ReportArgs {
 
 void run_report(const ReportArgs& a) {
   if (!a.labels.empty() && a.labels.size() != a.runs.size())
-    fail(
-        "report: got {} --label for {} run folders, expected one per folder, in the same order\nhint: give "
-        "--label once for each RUN_DIR, or leave it out to name each run by its folder",
-        a.labels.size(), a.runs.size());
+    fail("report: got {} --label for {} run folders, expected one per folder, in the same order\nhint: give "
+         "--label once for each RUN_DIR, or leave it out to name each run by its folder",
+         a.labels.size(), a.runs.size());
   check_output_file(a.out, "-o");
   std::vector<obs::RunData> runs;
   int64_t steps = 0;
@@ -59,9 +59,8 @@ void run_report(const ReportArgs& a) {
 }  // namespace
 
 void register_report(CLI::App& app) {
-  auto a = std::make_shared<ReportArgs>();
-  auto* cmd = app.add_subcommand("report", "Write one HTML page with the curves of one or more training runs");
-  cmd->footer(
+  auto [cmd, a] = add_command<ReportArgs>(
+      app, "report", "Write one HTML page with the curves of one or more training runs",
       "RUN_DIR is a run folder (exp_manager.explicit_log_dir, or nemo_experiments/NAME/VERSION): the page draws\n"
       "its metrics.jsonl (train and validation loss, learning rate, gradient norm, tokens/s, MFU, step time,\n"
       "peak memory; several runs overlaid, one colour each, named by their folder or --label), marks the\n"
@@ -71,7 +70,8 @@ void register_report(CLI::App& app) {
       "Examples:\n"
       "  llamatrain report runs/cpt                                  # writes ./report.html\n"
       "  llamatrain report runs/base runs/cpt -o cpt.html --label before --label after\n"
-      "  llamatrain report nemo_experiments/llama2_7b/* --log-loss -o all.html --title \"7B layouts\"\n");
+      "  llamatrain report nemo_experiments/llama2_7b/* --log-loss -o all.html --title \"7B layouts\"\n",
+      run_report);
   cmd->add_option("RUN_DIR", a->runs, "run folders, one or more")->required();
   cmd->add_option("-o,--output", a->out, "HTML file to write")->capture_default_str();
   cmd->add_option("--label", a->labels,
@@ -79,7 +79,6 @@ void register_report(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--title", a->title, "page title")->capture_default_str();
   cmd->add_flag("--log-loss", a->log_loss, "draw the loss on a log axis");
-  cmd->callback([a] { run_report(*a); });
 }
 
 }  // namespace llamatrain::cli

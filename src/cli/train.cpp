@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "parallel/mpi_communicator.h"
 #include "config/config.h"
@@ -25,12 +26,48 @@ struct TrainOptions {
   bool help_config = false;
 };
 
+// Trains the job the config describes: one process, or every rank of an mpirun / srun job.
+void run_train(const TrainOptions& o) {
+  if (o.help_config) {
+    std::fputs(train::config_help().c_str(), stdout);
+    return;
+  }
+  if (o.config.empty())
+    fail("train: no config given, expected a YAML file\nhint: llamatrain train configs/tiny.yaml "
+         "model.data.data_prefix=[1.0,data/corpus_text_document]; `llamatrain train --help` has examples");
+  // A config error ends every rank before MPI starts: its error event on each (rank 0's stdout).
+  train::LoadedConfig loaded;
+  try {
+    loaded = train::load_config(o.config, o.overrides);
+  } catch (const Error& e) {
+    train::print_error_event(*e.code() ? e.code() : "config", e.what(), train::rank_from_environment(),
+                             train::command_fields({o.config, o.overrides}, train::ranks_from_environment()));
+    throw;
+  }
+  // One process, or a parallel job under mpirun / srun (an MPI singleton without a launcher).
+  const auto world = parallel::make_mpi_world();
+  train::TrainResult result;
+  try {
+    result = train::run_training(loaded.config, loaded.notes, world.get(), {o.config, o.overrides},
+                                 train::faults_from_environment());
+  } catch (const std::exception& e) {
+    // The other ranks may be waiting in a collective: end the whole job, not this rank alone.
+    if (world->size() > 1) world->abort(std::string("error: ") + e.what());
+    throw;
+  }
+  // Stopped by SIGTERM / SIGINT after saving: the shell's convention, so a batch script (SLURM's
+  // requeue) sees an interrupted run rather than a finished one.
+  if (result.stop_signal != 0) {
+    std::fflush(stdout);
+    std::exit(128 + result.stop_signal);
+  }
+}
+
 }  // namespace
 
 void register_train(CLI::App& app) {
-  auto o = std::make_shared<TrainOptions>();
-  auto* cmd = app.add_subcommand("train", "Train a Llama model from a YAML config (NeMo key names)");
-  cmd->footer(
+  auto [cmd, o] = add_command<TrainOptions>(
+      app, "train", "Train a Llama model from a YAML config (NeMo key names)",
       "Overrides are Hydra's key=value with dotted keys; docs/configuration.md describes every key.\n\n"
       "Examples:\n"
       "  # the tiny model on the test corpus (run from the repository root), preprocessed first:\n"
@@ -52,44 +89,11 @@ void register_train(CLI::App& app) {
       "  # 8 processes: tensor parallel 2 x pipeline parallel 2 x data parallel 2\n"
       "  mpirun -np 8 llamatrain train configs/tiny.yaml model.data.data_prefix=[1.0,/tmp/fixture_text_document] \\\n"
       "      trainer.devices=8 model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=2\n"
-      "  llamatrain train --help-config          # every key, its type, default and meaning");
+      "  llamatrain train --help-config          # every key, its type, default and meaning",
+      run_train);
   cmd->add_option("config", o->config, "YAML config (NeMo megatron_llama_config.yaml key names)");
   cmd->add_option("overrides", o->overrides, "key=value overrides, e.g. trainer.max_steps=100");
   cmd->add_flag("--help-config", o->help_config, "List every config key with its type, default and meaning");
-  cmd->callback([o] {
-    if (o->help_config) {
-      std::fputs(train::config_help().c_str(), stdout);
-      return;
-    }
-    if (o->config.empty())
-      fail("train: no config given, expected a YAML file\nhint: llamatrain train configs/tiny.yaml "
-           "model.data.data_prefix=[1.0,data/corpus_text_document]; `llamatrain train --help` has examples");
-    // A config error ends every rank before MPI starts: its error event on each (rank 0's stdout).
-    train::LoadedConfig loaded;
-    try {
-      loaded = train::load_config(o->config, o->overrides);
-    } catch (const Error& e) {
-      train::print_error_event(*e.code() ? e.code() : "config", e.what(), train::rank_from_environment(),
-                               train::command_fields({o->config, o->overrides}, train::ranks_from_environment()));
-      throw;
-    }
-    // One process, or a parallel job under mpirun / srun (an MPI singleton without a launcher).
-    const auto world = parallel::make_mpi_world();
-    train::TrainResult result;
-    try {
-      result = train::run_training(loaded.config, loaded.notes, world.get(), {o->config, o->overrides});
-    } catch (const std::exception& e) {
-      // The other ranks may be waiting in a collective: end the whole job, not this rank alone.
-      if (world->size() > 1) world->abort(std::string("error: ") + e.what());
-      throw;
-    }
-    // Stopped by SIGTERM / SIGINT after saving: the shell's convention, so a batch script (SLURM's
-    // requeue) sees an interrupted run rather than a finished one.
-    if (result.stop_signal != 0) {
-      std::fflush(stdout);
-      std::exit(128 + result.stop_signal);
-    }
-  });
 }
 
 }  // namespace llamatrain::cli

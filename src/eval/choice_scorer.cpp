@@ -26,8 +26,7 @@ struct ChoiceTokens {
   std::vector<int> context, continuation;
 };
 
-ChoiceTokens encode_choice(const data::Tokenizer& tok, const std::string& context, size_t context_length,
-                           int choice) {
+ChoiceTokens encode_choice(const data::Tokenizer& tok, const std::string& context, size_t context_length, int choice) {
   const std::vector<int> whole = tok.encode(context + continuation(choice));
   CHECK(whole.size() > context_length, "the continuation of choice {} encodes to no token", choice);
   return {std::vector<int>(whole.begin(), whole.begin() + std::ptrdiff_t(context_length)),
@@ -40,8 +39,7 @@ void build_sequences(PreparedQuestion* p, int question, const std::vector<int32_
                      const std::array<ChoiceTokens, 4>& choices) {
   p->sequences.clear();
   bool one_pass = true;
-  for (const auto& c : choices)
-    one_pass = one_pass && c.continuation.size() == 1 && c.context == choices[0].context;
+  for (const auto& c : choices) one_pass = one_pass && c.continuation.size() == 1 && c.context == choices[0].context;
   p->one_pass = one_pass;
   for (int c = 0; c < 4; c++) p->continuation_tokens[size_t(c)] = int(choices[size_t(c)].continuation.size());
   if (one_pass) {
@@ -102,7 +100,7 @@ void run_batch(model::LlamaModel& m, const std::vector<const ChoiceSequence*>& b
   T = std::min(seq, (T + kLengthStep - 1) / kLengthStep * kLengthStep);
   // Padded at the end: a causal model's logits at a position do not see what comes after it.
   std::vector<int32_t> tokens(size_t(B) * size_t(T), 0);
-  std::vector<int64_t> rows;  // distinct (sequence, position) rows, in order
+  std::vector<int64_t> rows;   // distinct (sequence, position) rows, in order
   std::vector<size_t> row_of;  // per scored token of the batch, in order: its index into rows
   for (int b = 0; b < B; b++) {
     std::copy(batch[size_t(b)]->tokens.begin(), batch[size_t(b)]->tokens.end(), tokens.begin() + int64_t(b) * T);
@@ -129,7 +127,8 @@ void run_batch(model::LlamaModel& m, const std::vector<const ChoiceSequence*>& b
   for (const auto* s : batch)
     for (const auto& st : s->scored) {
       const size_t r = row_of[k++];
-      (*out)[size_t(s->question)].loglik[size_t(st.choice)] += double(logits[r * size_t(V) + size_t(st.token)]) - lse[r];
+      (*out)[size_t(s->question)].loglik[size_t(st.choice)] +=
+          double(logits[r * size_t(V) + size_t(st.token)]) - lse[r];
     }
 }
 
@@ -156,11 +155,13 @@ void score_subject(model::LlamaModel& m, const data::Tokenizer& tok, const Bench
     remaining[i] = int(out[i].prepared.sequences.size());
     for (const auto& seq : out[i].prepared.sequences) order.push_back(&seq);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [](const ChoiceSequence* x, const ChoiceSequence* y) { return x->tokens.size() > y->tokens.size(); });
+  std::stable_sort(order.begin(), order.end(), [](const ChoiceSequence* x, const ChoiceSequence* y) {
+    return x->tokens.size() > y->tokens.size();
+  });
   for (size_t first = 0; first < order.size(); first += size_t(o.batch)) {
-    const std::vector<const ChoiceSequence*> batch(order.begin() + std::ptrdiff_t(first),
-                                                   order.begin() + std::ptrdiff_t(std::min(order.size(), first + size_t(o.batch))));
+    const std::vector<const ChoiceSequence*> batch(
+        order.begin() + std::ptrdiff_t(first),
+        order.begin() + std::ptrdiff_t(std::min(order.size(), first + size_t(o.batch))));
     run_batch(m, batch, o.seq, &out);
     for (const auto* seq : batch)
       if (--remaining[size_t(seq->question)] == 0) progress.advance(1);
@@ -205,7 +206,7 @@ PreparedQuestion prepare_question(const data::Tokenizer& tok, const Benchmark& b
   p.subject = subject;
   p.index = index;
   for (int k = std::min(o.shots, int(s.dev.size()));; k--) {
-    const std::string context = build_context(b.task, s, k, q);
+    const std::string context = build_context(*b.task, s, k, q);
     const size_t context_length = tok.encode(context).size();
     std::array<ChoiceTokens, 4> choices;
     for (int c = 0; c < 4; c++) choices[size_t(c)] = encode_choice(tok, context, context_length, c);
@@ -228,7 +229,7 @@ std::vector<ScoredQuestion> score_benchmark(model::LlamaModel& m, const data::To
   int64_t own = 0;
   for (int64_t q = 0; q < b.num_questions(); q++) own += mine(o, q);
   obs::ProgressOptions po;
-  po.label = std::string(task_title(b.task)) + (o.ranks > 1 ? fmt::format(" (rank 0's share of {} ranks)", o.ranks) : "");
+  po.label = std::string(b.task->title) + (o.ranks > 1 ? fmt::format(" (rank 0's share of {} ranks)", o.ranks) : "");
   po.total = own;
   po.noun = "questions";
   if (o.rank != 0) po.style = obs::ProgressStyle::kOff;

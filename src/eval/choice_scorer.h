@@ -31,9 +31,9 @@ class LlamaModel;
 namespace llamatrain::eval {
 
 struct ScoreOptions {
-  int shots = 5;        // dev examples before each question (fewer when the subject has fewer, or to fit)
-  int seq = 0;          // the most tokens one forward pass sees (the model's context, or --seq-length)
-  int batch = 4;        // sequences per forward pass
+  int shots = 5;              // dev examples before each question (fewer when the subject has fewer, or to fit)
+  int seq = 0;                // the most tokens one forward pass sees (the model's context, or --seq-length)
+  int batch = 4;              // sequences per forward pass
   bool keep_prompts = false;  // ScoredQuestion::context filled (--dump)
   // Sharing the questions among ranks: this rank, the number of ranks, and an in-place sum of n
   // doubles over every rank (an all-reduce; unset with one rank). The progress bar is rank 0's.
@@ -61,7 +61,7 @@ struct PreparedQuestion {
   bool one_pass = false;       // the four choices read from one sequence
   int64_t tokens = 0;          // the longest sequence's length
   std::array<int, 4> continuation_tokens{};
-  std::string context;         // with keep_prompts
+  std::string context;  // with keep_prompts
   std::vector<ChoiceSequence> sequences;
 };
 

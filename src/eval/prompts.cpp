@@ -1,4 +1,4 @@
-// Prompt strings of the three benchmarks (see prompts.h for the layout and its source).
+// Prompt strings of the benchmarks (see prompts.h for the layout and its source; each Task holds its words).
 #include "eval/prompts.h"
 
 #include <fmt/format.h>
@@ -38,25 +38,20 @@ std::string python_strip(std::string_view s) {
   return std::string(s.substr(begin, end > begin ? end - begin : 0));
 }
 
-std::string prompt_description(Task t, const Subject& s) {
-  switch (t) {
-    case Task::mmlu: return fmt::format("The following are multiple choice questions (with answers) about {}.\n\n", s.title);
-    case Task::ceval: return fmt::format("以下是中国关于{}的单项选择题，请选出其中的正确答案。\n\n", s.title);
-    case Task::cmmlu: return fmt::format("以下是关于{}的单项选择题，请直接给出正确答案的选项。\n\n", s.title);
-  }
-  return "";
+std::string prompt_description(const Task& t, const Subject& s) {
+  return fmt::format(fmt::runtime(t.description), s.title);
 }
 
-std::string question_text(Task t, const Question& q) {
+std::string question_text(const Task& t, const Question& q) {
   std::string out = python_strip(q.question);
   for (int k = 0; k < 4; k++) out += fmt::format("\n{}. {}", choice_letter(k), q.choices[size_t(k)]);
-  out += t == Task::mmlu ? "\nAnswer:" : "\n答案：";
+  out += t.answer_prompt;
   return out;
 }
 
 std::string continuation(int choice) { return fmt::format(" {}", choice_letter(choice)); }
 
-std::string build_context(Task t, const Subject& s, int shots, const Question& q) {
+std::string build_context(const Task& t, const Subject& s, int shots, const Question& q) {
   std::string out = prompt_description(t, s);
   for (int i = 0; i < shots && i < int(s.dev.size()); i++) {
     const Question& shot = s.dev[size_t(i)];

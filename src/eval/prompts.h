@@ -3,11 +3,12 @@
 // differs from each benchmark's own script):
 //   context = description + shot_1 + "\n\n" + ... + shot_k + "\n\n" + question_text
 //   question_text = question.strip() + "\nA. " + A + "\nB. " + B + "\nC. " + C + "\nD. " + D + "\nAnswer:"
-//                   (C-Eval, CMMLU: "\n答案：" in place of "\nAnswer:")
+//                   (the Task's answer_prompt: C-Eval, CMMLU "\n答案：" in place of "\nAnswer:")
 //   shot_i = question_text of dev row i + " " + its answer letter (the first k dev rows, in file order)
 //   continuation of choice c = " " + letter
-// description: MMLU "The following are multiple choice questions (with answers) about <subject
-// words>.\n\n"; C-Eval "以下是中国关于<中文科目>的单项选择题，请选出其中的正确答案。\n\n"; CMMLU
+// description: the Task's (task.h, tasks/*.cpp) with the subject's title: MMLU "The following are
+// multiple choice questions (with answers) about <subject words>.\n\n"; C-Eval
+// "以下是中国关于<中文科目>的单项选择题，请选出其中的正确答案。\n\n"; CMMLU
 // "以下是关于<中文科目>的单项选择题，请直接给出正确答案的选项。\n\n".
 #pragma once
 
@@ -21,10 +22,10 @@ namespace llamatrain::eval {
 // Python's str.strip(): leading and trailing Unicode white space (str.isspace) removed.
 std::string python_strip(std::string_view s);
 
-std::string prompt_description(Task t, const Subject& s);
-std::string question_text(Task t, const Question& q);
+std::string prompt_description(const Task& t, const Subject& s);
+std::string question_text(const Task& t, const Question& q);
 std::string continuation(int choice);  // " A" .. " D"
 // The context a question is scored after, with the subject's first `shots` dev rows as examples.
-std::string build_context(Task t, const Subject& s, int shots, const Question& q);
+std::string build_context(const Task& t, const Subject& s, int shots, const Question& q);
 
 }  // namespace llamatrain::eval

@@ -28,8 +28,6 @@ GroupAccuracy group_of(const std::string& name, const std::vector<const GroupAcc
 
 }  // namespace
 
-bool headline_macro(Task t) { return t != Task::mmlu; }
-
 Summary summarize(const Benchmark& b, const std::vector<ScoredQuestion>& scored, int shots) {
   Summary out;
   for (const auto& s : b.subjects) out.subjects.push_back({s.name, {}, 0, 1});
@@ -43,7 +41,7 @@ Summary summarize(const Benchmark& b, const std::vector<ScoredQuestion>& scored,
     out.fewer_shots += q.prepared.shots < shots;
   }
   for (auto& s : out.subjects) s.macro = s.micro.acc();
-  for (const auto& category : task_categories(b.task)) {
+  for (const auto& category : b.task->categories) {
     std::vector<const GroupAccuracy*> members;
     for (size_t i = 0; i < b.subjects.size(); i++) {
       const auto& cats = b.subjects[i].categories;

@@ -1,7 +1,7 @@
 // Accuracy of scored questions per subject, per category and overall. Two averages: micro (correct
 // answers over all questions: hendrycks/test's category and overall figures for MMLU, and
 // lm-evaluation-harness's group accuracy) and macro (the mean of the subjects' accuracies: C-Eval's and
-// CMMLU's published averages). headline_macro() says which one a benchmark's papers report.
+// CMMLU's published averages). Task::headline_macro says which one a benchmark's papers report.
 #pragma once
 
 #include <cstdint>
@@ -28,13 +28,11 @@ struct GroupAccuracy {
 
 struct Summary {
   std::vector<GroupAccuracy> subjects;    // Benchmark::subjects' order (macro: the subject's acc)
-  std::vector<GroupAccuracy> categories;  // task_categories() order, those with a subject scored
+  std::vector<GroupAccuracy> categories;  // Task::categories order, those with a subject scored
   GroupAccuracy overall;
   int64_t one_pass = 0, cut = 0, fewer_shots = 0;  // questions: one forward for 4 choices; cut; < --shots
 };
 
 Summary summarize(const Benchmark& b, const std::vector<ScoredQuestion>& scored, int shots);
-// MMLU: false (its papers give the micro average); C-Eval, CMMLU: true.
-bool headline_macro(Task t);
 
 }  // namespace llamatrain::eval

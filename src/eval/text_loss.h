@@ -32,10 +32,12 @@ struct TextLossOptions {
 
 struct TextLoss {
   double loss = NAN;
-  double loss_sum = 0;  // nats over every target
-  int64_t windows = 0, targets = 0;  // windows: the samples (chat)
-  data::TextSums text;  // the targets' bytes and characters (with a tokenizer)
+  double loss_sum = 0;                                    // nats over every target
+  int64_t windows = 0, targets = 0;                       // windows: the samples (chat)
+  data::TextSums text;                                    // the targets' bytes and characters (with a tokenizer)
   int64_t conversations = 0, truncated = 0, skipped = 0;  // chat: rows scored, cut to fit, rejected
+  double perplexity() const { return std::exp(loss); }
+  // The targets' losses in bits over n units of their text (bytes: bits per byte; characters).
   double bits(int64_t n) const { return loss_sum / std::log(2.0) / double(n); }
 
   // One forward pass's outcome over its n (batch x seq) targets: the mean back to a sum, and the

@@ -43,25 +43,25 @@ std::string long_question() {
 }
 
 void write_mmlu(const std::string& dir) {
-  put(dir + "/data/dev/abstract_algebra_dev.csv",
-      "Find the degree of x.,0,4,2,6,B\n"
-      "\"Which ring, if any, is a field?\",Z,Q,Z[x],\"None, really\",B\n"
-      "\"Say \"\"hi\"\"\ntwice\",hi,hi hi,no,yes,B\n"
-      "Is 1 a unit?,yes,no,maybe,never,A\n"
-      "Is 0 a unit?,yes,no,maybe,never,B\n");
+  put(dir + "/data/dev/abstract_algebra_dev.csv", "Find the degree of x.,0,4,2,6,B\n"
+                                                  "\"Which ring, if any, is a field?\",Z,Q,Z[x],\"None, really\",B\n"
+                                                  "\"Say \"\"hi\"\"\ntwice\",hi,hi hi,no,yes,B\n"
+                                                  "Is 1 a unit?,yes,no,maybe,never,A\n"
+                                                  "Is 0 a unit?,yes,no,maybe,never,B\n");
   put(dir + "/data/test/abstract_algebra_test.csv",
       "What is 2+2?,3,4,5,6,B\r\n\"  Order of S3,\nexactly? \",2,3,6,9,C\r\n" + long_question() + ",a,b,c,d,D\r\n");
   put(dir + "/data/dev/virology_dev.csv", "Virus?,a,b,c,d,D\n");
-  put(dir + "/data/test/virology_test.csv",
-      "\xEF\xBB\xBFWhat causes flu?,influenza,rhino,\"adeno, maybe\",none,A\nIs a prion alive?,yes,no,partly,unknown,B\n");
+  put(dir + "/data/test/virology_test.csv", "\xEF\xBB\xBFWhat causes flu?,influenza,rhino,\"adeno, maybe\",none,A\nIs "
+                                            "a prion alive?,yes,no,partly,unknown,B\n");
 }
 
 void write_ceval(const std::string& dir) {
   const std::string header = "id,question,A,B,C,D,answer,explanation\n";
   put(dir + "/dev/computer_network_dev.csv",
-      header + "0,TCP属于哪一层？,物理层,传输层,应用层,网络层,B,\"因为，TCP\"\n1,IP地址长度？,16位,32位,64位,128位,B,\n");
-  put(dir + "/val/computer_network_val.csv",
-      "id,question,A,B,C,D,answer\n0,\"以下哪个是\n协议？\",HTTP,\"猫, 狗\",鱼,鸟,A\n1,端口号80对应？,FTP,HTTP,SSH,DNS,B\n");
+      header +
+          "0,TCP属于哪一层？,物理层,传输层,应用层,网络层,B,\"因为，TCP\"\n1,IP地址长度？,16位,32位,64位,128位,B,\n");
+  put(dir + "/val/computer_network_val.csv", "id,question,A,B,C,D,answer\n0,\"以下哪个是\n协议？\",HTTP,\"猫, "
+                                             "狗\",鱼,鸟,A\n1,端口号80对应？,FTP,HTTP,SSH,DNS,B\n");
   put(dir + "/test/computer_network_test.csv", "id,question,A,B,C,D\n0,题,甲,乙,丙,丁\n");
   put(dir + "/dev/law_dev.csv", header + "0,宪法是？,根本法,普通法,民法,刑法,A,\n");
   put(dir + "/val/law_val.csv", "id,question,A,B,C,D,answer\n0,\"　法律\"\"条文\"\"是？　\",规则,道德,习惯,宗教,A\n");
@@ -69,8 +69,10 @@ void write_ceval(const std::string& dir) {
 
 void write_cmmlu(const std::string& dir) {
   const std::string header = ",Question,A,B,C,D,Answer\n";
-  put(dir + "/dev/agronomy.csv", header + "0,水稻属于？,禾本科,豆科,菊科,蔷薇科,A\n1,小麦的种子？,颖果,浆果,核果,蒴果,A\n");
-  put(dir + "/test/agronomy.csv", header + "0,玉米原产于？,美洲,亚洲,欧洲,非洲,A\r\n1,\"土壤, pH 值\",酸,碱,中,盐,C\r\n");
+  put(dir + "/dev/agronomy.csv",
+      header + "0,水稻属于？,禾本科,豆科,菊科,蔷薇科,A\n1,小麦的种子？,颖果,浆果,核果,蒴果,A\n");
+  put(dir + "/test/agronomy.csv",
+      header + "0,玉米原产于？,美洲,亚洲,欧洲,非洲,A\r\n1,\"土壤, pH 值\",酸,碱,中,盐,C\r\n");
   put(dir + "/dev/chinese_history.csv", header + "0,秦朝建立于？,前221年,前206年,前202年,220年,A\n");
   put(dir + "/test/chinese_history.csv", header + "0,唐朝的都城？,长安,洛阳,开封,北京,A\n");
 }
@@ -89,9 +91,10 @@ struct EvalRun {
 };
 
 EvalRun run_ours(const TempDir& tmp, const std::string& model, const std::string& task, const std::string& data,
-             const std::vector<std::string>& extra = {}) {
+                 const std::vector<std::string>& extra = {}) {
   const std::string dump = tmp / (task + "_dump.jsonl");
-  std::vector<std::string> args = {"eval", model, "--task", task, "--data", data, "--dump", dump, "--json", "--batch", "3"};
+  std::vector<std::string> args = {"eval",   model, "--task", task,      "--data", data,
+                                   "--dump", dump,  "--json", "--batch", "3"};
   args.insert(args.end(), extra.begin(), extra.end());
   const auto r = run_cli(args);
   EXPECT_TRUE(r.exited && r.code == 0) << testing::describe(r);
@@ -101,10 +104,10 @@ EvalRun run_ours(const TempDir& tmp, const std::string& model, const std::string
 std::vector<nlohmann::json> run_reference(const std::string& model, const std::string& task, const std::string& data,
                                           const std::string& extra = "") {
   std::string out;
-  const int rc = testing::run_capture(testing::system_python() + " " +
-                                          testing::source_path("tools/reference/mc_benchmark.py") + " " + task +
-                                          " --data " + data + " --model " + model + " --seq 256" + extra,
-                                      &out);
+  const int rc =
+      testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/mc_benchmark.py") +
+                               " " + task + " --data " + data + " --model " + model + " --seq 256" + extra,
+                           &out);
   EXPECT_EQ(rc, 0) << out;
   return json_lines(out);
 }
@@ -192,11 +195,11 @@ TEST(EvalBenchmark, SingleTokenLettersTakeOneForwardPassAndAgree) {
   fs::create_directories(model);
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy(kTinyHf + "/" + f, model + "/" + f);
   std::string out;
-  ASSERT_EQ(testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/mc_benchmark.py") +
-                                     " --letter-tokenizer " + model + "/tokenizer --corpus " +
-                                     testing::fixture("corpus.txt"),
-                                 &out),
-            0)
+  ASSERT_EQ(
+      testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/mc_benchmark.py") +
+                               " --letter-tokenizer " + model + "/tokenizer --corpus " + testing::fixture("corpus.txt"),
+                           &out),
+      0)
       << out;
   write_mmlu(tmp / "mmlu");
   const EvalRun ours = run_ours(tmp, model, "mmlu", tmp / "mmlu");
@@ -216,9 +219,7 @@ TEST(EvalBenchmark, TwoRanksShareTheQuestionsAndPrintWhatOneProcessPrints) {
   const std::string cmd = fmt::format("({} --oversubscribe --allow-run-as-root -np 2 {} eval {} --task mmlu --data {} "
                                       "--dump {} --json --batch 3 2>{})",
                                       MPIEXEC, testing::llamatrain_bin(), kTinyHf, tmp / "mmlu", dump, tmp / "err");
-  ASSERT_EQ(testing::run_capture(cmd, &out),
-            0)
-      << out << testing::read_file(tmp / "err");
+  ASSERT_EQ(testing::run_capture(cmd, &out), 0) << out << testing::read_file(tmp / "err");
   const nlohmann::json two = nlohmann::json::parse(out);
   for (const char* key : {"questions", "correct", "acc", "acc_norm"}) EXPECT_EQ(two[key], one.summary[key]) << key;
   EXPECT_EQ(two["subjects"], one.summary["subjects"]);

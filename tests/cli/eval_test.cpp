@@ -42,11 +42,11 @@ const TrainedRun& trained() {
     EXPECT_TRUE(pre.exited && pre.code == 0) << testing::describe(pre);
     r.hf = r.tmp / "tiny-hf";
     r.checkpoint = r.tmp / ("run/checkpoints/step_" + std::to_string(kSteps));
-    auto train = run_cli({"train", testing::source_path("configs/tiny.yaml"), "model.data.data_prefix=[1.0," + r.data + "]",
-                          "model.tokenizer.model=" + kSpm, "exp_manager.explicit_log_dir=" + (r.tmp / "run"),
-                          "trainer.max_steps=" + std::to_string(kSteps), "model.optim.sched.warmup_steps=2",
-                          "trainer.limit_val_batches=0", "trainer.precision=32", "convert_to_hf=true",
-                          "model.output_dir=" + r.hf});
+    auto train = run_cli(
+        {"train", testing::source_path("configs/tiny.yaml"), "model.data.data_prefix=[1.0," + r.data + "]",
+         "model.tokenizer.model=" + kSpm, "exp_manager.explicit_log_dir=" + (r.tmp / "run"),
+         "trainer.max_steps=" + std::to_string(kSteps), "model.optim.sched.warmup_steps=2",
+         "trainer.limit_val_batches=0", "trainer.precision=32", "convert_to_hf=true", "model.output_dir=" + r.hf});
     EXPECT_TRUE(train.exited && train.code == 0) << testing::describe(train);
     return true;
   }();
@@ -55,8 +55,8 @@ const TrainedRun& trained() {
 }
 
 nlohmann::json eval_json(const std::string& model, const std::vector<std::string>& extra, std::string* err = nullptr) {
-  std::vector<std::string> args = {"eval", model, "--data", trained().data, "--seq-length", "32", "--batch", "3",
-                                   "--json"};
+  std::vector<std::string> args = {"eval", model,     "--data", trained().data, "--seq-length",
+                                   "32",   "--batch", "3",      "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   const auto r = run_cli(args);
   EXPECT_TRUE(r.exited && r.code == 0) << testing::describe(r);
@@ -74,10 +74,11 @@ TEST(Eval, BitsPerByteMatchesAnIndependentComputation) {
   const nlohmann::json got = eval_json(run.hf, {});
   ASSERT_TRUE(got.contains("bits_per_byte")) << got.dump();
   std::string out;
-  ASSERT_EQ(testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/bits_per_byte.py") +
-                                     " " + run.hf + " --data " + run.data + " --seq-length 32",
-                                 &out),
-            0)
+  ASSERT_EQ(
+      testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/bits_per_byte.py") +
+                               " " + run.hf + " --data " + run.data + " --seq-length 32",
+                           &out),
+      0)
       << out;
   const nlohmann::json want = nlohmann::json::parse(out);
   EXPECT_EQ(got["windows"], want["windows"]);
@@ -142,7 +143,8 @@ TEST(Eval, ChatConversationsScoreAsTrainingValidatesThem) {
     if (i % 4 == 1)
       row = {{"conversations", {{{"from", "human"}, {"value", q}}, {{"from", "gpt"}, {"value", ans}}}}};
     else if (i == 6)
-      row = {{"messages", {msg("user", q), msg("assistant", ans), msg("user", "And twice that?"), msg("assistant", "Twice.")}}};
+      row = {{"messages",
+              {msg("user", q), msg("assistant", ans), msg("user", "And twice that?"), msg("assistant", "Twice.")}}};
     else if (i == 9)
       row = {{"messages", {msg("user", std::string(300, 'a')), msg("assistant", "A long one.")}}};
     else if (i % 2)
@@ -155,13 +157,12 @@ TEST(Eval, ChatConversationsScoreAsTrainingValidatesThem) {
   testing::write_file(chat, rows);
   const std::string tok = testing::source_path("tests/golden/tiny_hf/tokenizer.model");
   // Validation over every conversation once: 2 batches of 8 samples, in fp32.
-  const auto train = run_cli({"train", testing::source_path("configs/tiny.yaml"), "model.data.fine_tuning=true",
-                              "model.data.chat=true", "model.data.chat_template=llama2",
-                              "model.data.train_ds.file_names=[" + chat + "]",
-                              "model.data.validation_ds.file_names=[" + chat + "]", "model.tokenizer.model=" + tok,
-                              "exp_manager.explicit_log_dir=" + (d / "run"), "trainer.max_steps=2",
-                              "model.optim.sched.warmup_steps=1", "trainer.val_check_interval=2",
-                              "trainer.limit_val_batches=2", "trainer.precision=32"});
+  const auto train = run_cli(
+      {"train", testing::source_path("configs/tiny.yaml"), "model.data.fine_tuning=true", "model.data.chat=true",
+       "model.data.chat_template=llama2", "model.data.train_ds.file_names=[" + chat + "]",
+       "model.data.validation_ds.file_names=[" + chat + "]", "model.tokenizer.model=" + tok,
+       "exp_manager.explicit_log_dir=" + (d / "run"), "trainer.max_steps=2", "model.optim.sched.warmup_steps=1",
+       "trainer.val_check_interval=2", "trainer.limit_val_batches=2", "trainer.precision=32"});
   ASSERT_TRUE(train.exited && train.code == 0) << testing::describe(train);
   nlohmann::json val;
   for (const auto& rec : obs::read_metrics(d / "run/metrics.jsonl"))
@@ -169,8 +170,12 @@ TEST(Eval, ChatConversationsScoreAsTrainingValidatesThem) {
   ASSERT_FALSE(val.is_null()) << train.out;
 
   auto eval = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"eval", d / "run/checkpoints/step_2", "--chat", chat, "--template", "llama2",
-                                     "--seq-length", "64", "--batch", "3", "--json"};
+    std::vector<std::string> args = {"eval",         d / "run/checkpoints/step_2",
+                                     "--chat",       chat,
+                                     "--template",   "llama2",
+                                     "--seq-length", "64",
+                                     "--batch",      "3",
+                                     "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = run_cli(args);
     EXPECT_TRUE(r.exited && r.code == 0) << testing::describe(r);
@@ -196,7 +201,8 @@ TEST(Eval, ChatConversationsScoreAsTrainingValidatesThem) {
 
   // Nothing to score, and a file without one usable conversation: plain errors that say what to give.
   testing::expect_plain_error(run_cli({"eval", d / "run/checkpoints/step_2"}), {"--data", "--chat"});
-  testing::write_file(d / "none.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}]})" "\n");
+  testing::write_file(d / "none.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}]})"
+                                        "\n");
   testing::expect_plain_error(
       run_cli({"eval", d / "run/checkpoints/step_2", "--chat", d / "none.jsonl", "--template", "llama2"}),
       {"none.jsonl", "no usable conversation", "assistant"});

@@ -27,7 +27,8 @@ std::vector<nlohmann::json> cases() {
   nlohmann::json j = nlohmann::json::parse(f);
   if (j.is_array()) return std::vector<nlohmann::json>(j.begin(), j.end());
   std::vector<nlohmann::json> out = {j};
-  if (j.contains("more")) for (auto& x : j["more"]) out.push_back(x);
+  if (j.contains("more"))
+    for (auto& x : j["more"]) out.push_back(x);
   return out;
 }
 
@@ -60,8 +61,9 @@ TEST(Generate, GreedyMatchesReferenceExactly) {
 }
 
 TEST(Generate, SamplingIsReproducibleBySeed) {
-  const std::vector<std::string> base = {"generate", kTiny, "--prompt", "The", "--max-new-tokens", "12", "--print-ids",
-                                         "--temperature", "1.0", "--top-p", "0.95", "--seed"};
+  const std::vector<std::string> base = {"generate", kTiny,         "--prompt",      "The", "--max-new-tokens",
+                                         "12",       "--print-ids", "--temperature", "1.0", "--top-p",
+                                         "0.95",     "--seed"};
   auto with_seed = [&](const char* seed) {
     auto args = base;
     args.push_back(seed);
@@ -84,15 +86,18 @@ TEST(Generate, ChatPromptsAreTheModelsTemplateRendered) {
   const std::vector<data::ChatMessage> messages = {{"system", "Be brief."}, {"user", "What is 2 + 2?"}};
   // Hugging Face's rendering of the folders' own templates, where node and the references are.
   std::string js;
-  const int rc = testing::run_capture("bash " + testing::source_path("tools/reference/js/install.sh") + " 2>/dev/null", &js);
+  const int rc =
+      testing::run_capture("bash " + testing::source_path("tools/reference/js/install.sh") + " 2>/dev/null", &js);
   while (!js.empty() && js.back() == '\n') js.pop_back();
   nlohmann::json hf;
   if (rc == 0) {
     testing::TempDir d;
-    nlohmann::json spec = {{"configs", {{"tiny_qwen2", golden + "tiny_qwen2/tokenizer_config.json"},
-                                        {"tiny_llama3", golden + "tiny_llama3/tokenizer_config.json"}}},
-                           {"conversations", {{{{"role", "system"}, {"content", "Be brief."}},
-                                               {{"role", "user"}, {"content", "What is 2 + 2?"}}}}}};
+    nlohmann::json spec = {
+        {"configs",
+         {{"tiny_qwen2", golden + "tiny_qwen2/tokenizer_config.json"},
+          {"tiny_llama3", golden + "tiny_llama3/tokenizer_config.json"}}},
+        {"conversations",
+         {{{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "What is 2 + 2?"}}}}}};
     testing::write_file(d / "cases.json", spec.dump());
     std::string out;
     ASSERT_EQ(testing::run_capture("NODE_PATH=" + js + "/node_modules node " +
@@ -106,7 +111,7 @@ TEST(Generate, ChatPromptsAreTheModelsTemplateRendered) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.folder);
     const std::string dir = golden + c.folder;
-    std::vector<std::string> args = {"generate", dir, "--system", "Be brief.", "--prompt", "What is 2 + 2?",
+    std::vector<std::string> args = {"generate",          dir, "--system", "Be brief.", "--prompt", "What is 2 + 2?",
                                      "--print-prompt-ids"};
     if (c.template_name.empty()) {
       args.push_back("--chat");
@@ -148,7 +153,8 @@ TEST(Generate, ChatWithoutATemplateNamesTheOption) {
 // training's code makes; refused by name for a template without reasoning blocks.
 TEST(Generate, NoThinkingClosesAnEmptyReasoningBlockAfterTheHeader) {
   const std::string dir = testing::source_path("tests/golden/tiny_qwen2");
-  const auto r = run_cli({"generate", dir, "--template", "qwen3", "--no-thinking", "--prompt", "Hi", "--print-prompt-ids"});
+  const auto r =
+      run_cli({"generate", dir, "--template", "qwen3", "--no-thinking", "--prompt", "Hi", "--print-prompt-ids"});
   ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
   std::vector<int> got;
   std::istringstream in(r.out);
