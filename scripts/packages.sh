@@ -36,4 +36,5 @@ TEST_PACKAGES=(
   libboost-context-dev  # the CUDA emulation's threads (fibers): the CUDA backend's tests without a GPU
   nodejs                # runs the JavaScript references (Hugging Face tokenizers and Jinja, tiktoken)
   ca-certificates       # npm fetches those references from its registry over TLS
+  clang-format universal-ctags   # the code checks: sources as .clang-format writes them, no function over 100 lines
 )

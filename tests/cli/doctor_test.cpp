@@ -68,6 +68,24 @@ TEST(Doctor, MemoryIsWhatTrainCountsInItsUnit) {
   EXPECT_EQ(r.out.find("GiB"), std::string::npos) << r.out;
 }
 
+// Under a memory cgroup's limit (as `sbatch --mem` sets one) doctor reports the limit's room, not the
+// node's MemAvailable, so it cannot pass a node that train refuses.
+TEST(Doctor, MemoryIsTheCgroupLimitsWhereOneIsSet) {
+  const testing::MemoryCgroup cg("llamatrain_doctor");
+  if (!cg.ok()) GTEST_SKIP() << "no writable memory cgroup (needs root and cgroup v1 memory or v2 memory.max)";
+  cg.limit(1'500'000'000);
+  TempDir dir;
+  std::string out;
+  ASSERT_EQ(testing::run_capture(cg.command({testing::llamatrain_bin(), "doctor", "--run-dir", dir / "run"}), &out), 0)
+      << out;
+  const std::string line = row(out, "PASS  memory").empty() ? row(out, "WARN  memory") : row(out, "PASS  memory");
+  const size_t at = line.find(" GB available of ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const double shown = std::stod(line.substr(line.rfind(' ', at - 1) + 1));
+  EXPECT_LE(shown, 1.5) << line;
+  EXPECT_GT(shown, 0.5) << line;
+}
+
 TEST(Doctor, ConfigFilesReadable) {
   TempDir dir;
   std::vector<std::string> args = {"doctor"};
