@@ -23,8 +23,8 @@
 
 namespace llamatrain::attention_v1 {
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int B, int T, int H, int Hkv, int D);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                        int T, int H, int Hkv, int D);
 }  // namespace llamatrain::attention_v1
 
 using namespace llamatrain;
@@ -66,10 +66,9 @@ void run_shape(const Shape& s, int reps) {
       const auto cpu_fwd = +[](float* out, float* lse, const float* q, int B, int T, int H, int Hkv, int D) {
         cpu::attention_forward(out, lse, q, B, T, H, Hkv, D);
       };
-      const auto cpu_bwd = +[](float* dq, const float* dout, const float* q, const float* out, const float* lse,
-                               int B, int T, int H, int Hkv, int D) {
-        cpu::attention_backward(dq, dout, q, out, lse, B, T, H, Hkv, D);
-      };
+      const auto cpu_bwd =
+          +[](float* dq, const float* dout, const float* q, const float* out, const float* lse, int B, int T, int H,
+              int Hkv, int D) { cpu::attention_backward(dq, dout, q, out, lse, B, T, H, Hkv, D); };
       const auto fwd = which == 0 ? attention_v1::attention_forward : cpu_fwd;
       const auto bwd = which == 0 ? attention_v1::attention_backward : cpu_bwd;
       const Seconds tf = seconds([&] { fwd(run.out.data(), run.lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D); });
@@ -132,8 +131,12 @@ int main(int argc, char** argv) {
   const bool all = argc > 2 && std::strcmp(argv[2], "all") == 0;
   std::vector<Shape> shapes = {{8, 256, 12, 12, 64}};
   if (all)
-    shapes.insert(shapes.end(), {{8, 256, 12, 4, 64}, {4, 512, 12, 12, 64}, {2, 1024, 12, 12, 64},
-                                 {1, 512, 32, 4, 64}, {1, 1024, 8, 2, 128}, {1, 512, 8, 1, 64}});
+    shapes.insert(shapes.end(), {{8, 256, 12, 4, 64},
+                                 {4, 512, 12, 12, 64},
+                                 {2, 1024, 12, 12, 64},
+                                 {1, 512, 32, 4, 64},
+                                 {1, 1024, 8, 2, 128},
+                                 {1, 512, 8, 1, 64}});
   else if (argc > 6)
     shapes = {{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6])}};
   for (const Shape& s : shapes) run_shape(s, reps);

@@ -42,8 +42,8 @@ inline void store(float* p, const vf& v) { std::memcpy(p, &v, sizeof(v)); }
 // than 4 x 4 on AVX-512: 10 loads per 16 fma instead of 20). Each element sums c in increasing
 // order whatever the blocking, so results do not depend on how callers cut rows and columns.
 template <int R, int NV>
-inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* Bm,
-                       int64_t ldb, int n, bool accumulate) {
+inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t a_rs, int64_t a_cs, const float* Bm, int64_t ldb,
+                       int n, bool accumulate) {
   vf acc[R][NV];
   for (int r = 0; r < R; r++)
     for (int v = 0; v < NV; v++) {
@@ -62,7 +62,7 @@ inline void gemm_block(float* C, int64_t ldc, const float* A, int64_t a_rs, int6
     for (int v = 0; v < NV; v++) store(C + r * ldc + v * kV, acc[r][v]);
 }
 
-constexpr int kRows = 8;  // rows per gemm_block
+constexpr int kRows = 8;   // rows per gemm_block
 constexpr int kCols = 32;  // columns per gemm_block (NV = 2)
 
 // Which part of a diagonal tile a product needs (rows and columns index the same 64 positions):
@@ -148,8 +148,15 @@ struct Geometry {
   int64_t W;  // qkv row width (H + 2*Hkv) * D
   float scale;
   Geometry(int B_, int T_, int H_, int Hkv_, int D_)
-      : B(B_), T(T_), H(H_), Hkv(Hkv_), D(D_), group(H_ / Hkv_), n_tiles((T_ + kB - 1) / kB),
-        W(int64_t(H_ + 2 * Hkv_) * D_), scale(float(1.0 / std::sqrt(double(D_)))) {}
+      : B(B_),
+        T(T_),
+        H(H_),
+        Hkv(Hkv_),
+        D(D_),
+        group(H_ / Hkv_),
+        n_tiles((T_ + kB - 1) / kB),
+        W(int64_t(H_ + 2 * Hkv_) * D_),
+        scale(float(1.0 / std::sqrt(double(D_)))) {}
   int rows(int tile) const { return std::min(kB, T - tile * kB); }
   // Offsets into row b*T + t of qkv (or dqkv): q head h, k and v of kv head kvh.
   int64_t row(int b, int t) const { return (int64_t(b) * T + t) * W; }
@@ -281,13 +288,13 @@ void backward_query_tile(float* dqkv, const float* dout, const float* qkv, const
                          const Geometry& g, int b, int h, int qt, float* scratch) {
   const int D = g.D, i0 = qt * kB, ni = g.rows(qt), kvh = h / g.group;
   const int64_t ldo = int64_t(g.H) * D;
-  float* Qt = scratch;                   // (D,kB)
-  float* dOt = Qt + int64_t(D) * kB;     // (D,kB)
-  float* dq = dOt + int64_t(D) * kB;     // (kB,D)
-  float* Pt = dq + int64_t(kB) * D;      // (kB,kB) probabilities^T
-  float* dSt = Pt + kB * kB;             // (kB,kB) dP^T, then dS^T
-  float* lse_i = dSt + kB * kB;          // (kB)
-  float* Di = lse_i + kB;                // (kB)
+  float* Qt = scratch;                // (D,kB)
+  float* dOt = Qt + int64_t(D) * kB;  // (D,kB)
+  float* dq = dOt + int64_t(D) * kB;  // (kB,D)
+  float* Pt = dq + int64_t(kB) * D;   // (kB,kB) probabilities^T
+  float* dSt = Pt + kB * kB;          // (kB,kB) dP^T, then dS^T
+  float* lse_i = dSt + kB * kB;       // (kB)
+  float* Di = lse_i + kB;             // (kB)
   pack_transposed(Qt, qkv + g.row(b, i0) + g.q_col(h), g.W, ni, D);
   pack_transposed(dOt, dout + (int64_t(b) * g.T + i0) * ldo + g.q_col(h), ldo, ni, D);
   const int64_t bh_t = (int64_t(b) * g.H + h) * g.T + i0;
@@ -381,8 +388,8 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 
 }  // namespace
 
-void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/,
-                       int B, int T, int H, int Hkv, int D) {
+void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/, int B,
+                       int T, int H, int Hkv, int D) {
   CHECK(Hkv > 0 && H % Hkv == 0, "attention: H {} must be a multiple of Hkv {}", H, Hkv);
   if (B <= 0 || T <= 0) return;
   const Geometry g(B, T, H, Hkv, D);

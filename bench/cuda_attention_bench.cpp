@@ -47,15 +47,24 @@ Args parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) usage(2);
     const char* v = argv[++i];
-    if (k == "--batch") a.batch = std::atoi(v);
-    else if (k == "--seq") a.seq = std::atoi(v);
-    else if (k == "--heads") a.heads = std::atoi(v);
-    else if (k == "--kv-heads") a.kv_heads = std::atoi(v);
-    else if (k == "--head-dim") a.head_dim = std::atoi(v);
-    else if (k == "--window") a.window = std::atoi(v);
-    else if (k == "--iters") a.iters = std::atoi(v);
-    else if (k == "--kernel") a.kernel = v;
-    else usage(2);
+    if (k == "--batch")
+      a.batch = std::atoi(v);
+    else if (k == "--seq")
+      a.seq = std::atoi(v);
+    else if (k == "--heads")
+      a.heads = std::atoi(v);
+    else if (k == "--kv-heads")
+      a.kv_heads = std::atoi(v);
+    else if (k == "--head-dim")
+      a.head_dim = std::atoi(v);
+    else if (k == "--window")
+      a.window = std::atoi(v);
+    else if (k == "--iters")
+      a.iters = std::atoi(v);
+    else if (k == "--kernel")
+      a.kernel = v;
+    else
+      usage(2);
   }
   if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.kv_heads < 1 || a.heads % a.kv_heads != 0 || a.head_dim < 1 ||
       a.iters < 1 || (a.kernel != "flash" && a.kernel != "plain" && a.kernel != "both"))
@@ -84,14 +93,14 @@ int main(int argc, char** argv) {
           *lse = alloc(int64_t(B) * H * T);
     cuda::fill_normal(qkv, n_qkv, 1.0f, 1234, 1, 0);
     cuda::fill_normal(dout, n_out, 1.0f, 1234, 2, 0);
-    const double visible = a.window > 0 ? std::min<double>(a.window, T) * T - 0.5 * std::min<double>(a.window, T) *
-                                                                                     std::min<double>(a.window, T)
+    const double visible = a.window > 0 ? std::min<double>(a.window, T) * T -
+                                              0.5 * std::min<double>(a.window, T) * std::min<double>(a.window, T)
                                         : 0.5 * double(T) * T;
     const double fwd_flops = 4.0 * B * H * visible * D, bwd_flops = 2.5 * fwd_flops;
-    std::string json = "{\"bench\":\"cuda_attention\",\"device\":\"" + cuda::device_name() + "\",\"batch\":" +
-                       std::to_string(B) + ",\"seq\":" + std::to_string(T) + ",\"heads\":" + std::to_string(H) +
-                       ",\"kv_heads\":" + std::to_string(Hkv) + ",\"head_dim\":" + std::to_string(D) +
-                       ",\"window\":" + std::to_string(a.window);
+    std::string json = "{\"bench\":\"cuda_attention\",\"device\":\"" + cuda::device_name() +
+                       "\",\"batch\":" + std::to_string(B) + ",\"seq\":" + std::to_string(T) +
+                       ",\"heads\":" + std::to_string(H) + ",\"kv_heads\":" + std::to_string(Hkv) +
+                       ",\"head_dim\":" + std::to_string(D) + ",\"window\":" + std::to_string(a.window);
     if (!a.json)
       std::printf("attention B=%d T=%d H=%d Hkv=%d D=%d window=%d on %s\n", B, T, H, Hkv, D, a.window,
                   cuda::device_name().c_str());
@@ -111,7 +120,8 @@ int main(int argc, char** argv) {
         else
           cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, a.window);
       });
-      const double tf = fwd_flops / (f * 1e9), tb = bwd_flops / (b * 1e9), tt = (fwd_flops + bwd_flops) / ((f + b) * 1e9);
+      const double tf = fwd_flops / (f * 1e9), tb = bwd_flops / (b * 1e9),
+                   tt = (fwd_flops + bwd_flops) / ((f + b) * 1e9);
       if (a.json) {
         char buf[256];
         std::snprintf(buf, sizeof buf,

@@ -31,12 +31,13 @@ struct Args {
 };
 
 [[noreturn]] void usage(int code) {
-  std::fprintf(code == 0 ? stdout : stderr,
-               "usage: cuda_ops_bench [--tokens N] [--hidden C] [--ffn F] [--heads H] [--kv-heads HKV]\n"
-               "                      [--head-dim D] [--vocab V] [--copy-bytes B] [--iters N] [--json]\n"
-               "Times the GPU's norm, RoPE, SwiGLU, residual, lm head + CE and AdamW kernels at one layer's shape\n"
-               "(default: Llama-2-7B, 4096 tokens), against the device's measured copy rate.\n"
-               "example: cuda_ops_bench --tokens 16384 --hidden 2048 --ffn 5632 --heads 32 --kv-heads 4 --head-dim 64\n");
+  std::fprintf(
+      code == 0 ? stdout : stderr,
+      "usage: cuda_ops_bench [--tokens N] [--hidden C] [--ffn F] [--heads H] [--kv-heads HKV]\n"
+      "                      [--head-dim D] [--vocab V] [--copy-bytes B] [--iters N] [--json]\n"
+      "Times the GPU's norm, RoPE, SwiGLU, residual, lm head + CE and AdamW kernels at one layer's shape\n"
+      "(default: Llama-2-7B, 4096 tokens), against the device's measured copy rate.\n"
+      "example: cuda_ops_bench --tokens 16384 --hidden 2048 --ffn 5632 --heads 32 --kv-heads 4 --head-dim 64\n");
   std::exit(code);
 }
 
@@ -51,16 +52,26 @@ Args parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) usage(2);
     const char* v = argv[++i];
-    if (k == "--tokens") a.tokens = std::atoi(v);
-    else if (k == "--hidden") a.hidden = std::atoi(v);
-    else if (k == "--ffn") a.ffn = std::atoi(v);
-    else if (k == "--heads") a.heads = std::atoi(v);
-    else if (k == "--kv-heads") a.kv_heads = std::atoi(v);
-    else if (k == "--head-dim") a.head_dim = std::atoi(v);
-    else if (k == "--vocab") a.vocab = std::atoi(v);
-    else if (k == "--copy-bytes") a.copy_bytes = std::atoll(v);
-    else if (k == "--iters") a.iters = std::atoi(v);
-    else usage(2);
+    if (k == "--tokens")
+      a.tokens = std::atoi(v);
+    else if (k == "--hidden")
+      a.hidden = std::atoi(v);
+    else if (k == "--ffn")
+      a.ffn = std::atoi(v);
+    else if (k == "--heads")
+      a.heads = std::atoi(v);
+    else if (k == "--kv-heads")
+      a.kv_heads = std::atoi(v);
+    else if (k == "--head-dim")
+      a.head_dim = std::atoi(v);
+    else if (k == "--vocab")
+      a.vocab = std::atoi(v);
+    else if (k == "--copy-bytes")
+      a.copy_bytes = std::atoll(v);
+    else if (k == "--iters")
+      a.iters = std::atoi(v);
+    else
+      usage(2);
   }
   if (a.tokens < 1 || a.hidden < 1 || a.ffn < 1 || a.heads < 1 || a.kv_heads < 1 || a.heads % a.kv_heads != 0 ||
       a.head_dim < 2 || a.head_dim % 2 != 0 || a.vocab < 1 || a.iters < 1 || a.copy_bytes < 4)
@@ -121,14 +132,16 @@ int main(int argc, char** argv) {
     // The ceiling: a device-to-device copy (read + write).
     const int64_t copy_floats = a.copy_bytes / 4;
     float *src = m.normal(copy_floats, 1), *dst = m.get<float>(copy_floats);
-    bandwidth("copy (ceiling)", 2.0 * double(copy_floats) * 4, [&] { cuda::copy_device(dst, src, size_t(copy_floats) * 4); });
+    bandwidth("copy (ceiling)", 2.0 * double(copy_floats) * 4,
+              [&] { cuda::copy_device(dst, src, size_t(copy_floats) * 4); });
     const double ceiling = rows.back().rate;
 
     float *x = m.normal(N * C, 2), *y = m.normal(N * C, 3), *resid = m.get<float>(N * C), *w = m.normal(C, 4);
     float *rstd = m.get<float>(N), *dx = m.normal(N * C, 5), *dw = m.get<float>(C), *dout = m.normal(N * C, 6);
     bf16* ln = m.get<bf16>(N * C);
     cuda::fill_zero(dw, size_t(C) * 4);
-    bandwidth("rmsnorm forward (bf16 out)", double(N * C) * 6, [&] { cuda::rmsnorm_forward(ln, rstd, x, w, int(N), int(C), 1e-5f); });
+    bandwidth("rmsnorm forward (bf16 out)", double(N * C) * 6,
+              [&] { cuda::rmsnorm_forward(ln, rstd, x, w, int(N), int(C), 1e-5f); });
     bandwidth("residual + rmsnorm forward", double(N * C) * 14,
               [&] { cuda::residual_rmsnorm_forward(resid, ln, rstd, x, y, w, int(N), int(C), 1e-5f); });
     bandwidth("residual", double(N * C) * 12, [&] { cuda::residual_forward(resid, x, y, N * C); });
@@ -141,7 +154,8 @@ int main(int argc, char** argv) {
     int32_t* pos = m.get<int32_t>(N);
     cuda::copy_to_device(pos, pos_host.data(), pos_host.size() * sizeof(int32_t));
     const double rope_bytes = double(N * (H + Hkv) * D) * 8;
-    bandwidth("rope forward", rope_bytes, [&] { cuda::rope_forward(qkv, pos, int(N), int(H + Hkv), int(QKV), int(D), 10000.0f); });
+    bandwidth("rope forward", rope_bytes,
+              [&] { cuda::rope_forward(qkv, pos, int(N), int(H + Hkv), int(QKV), int(D), 10000.0f); });
     bandwidth("rope backward", rope_bytes,
               [&] { cuda::rope_backward(qkv, pos, int(N), int(H + Hkv), int(QKV), int(D), 10000.0f); });
 
@@ -151,7 +165,8 @@ int main(int argc, char** argv) {
     bandwidth("swiglu backward (bf16 out)", double(N * F) * 16,
               [&] { cuda::swiglu_backward(dh13, dmid, h13, int(N), int(F)); });
 
-    float *param = m.normal(layer_params, 10, 0.02f), *mom = m.get<float>(layer_params), *var = m.get<float>(layer_params);
+    float *param = m.normal(layer_params, 10, 0.02f), *mom = m.get<float>(layer_params),
+          *var = m.get<float>(layer_params);
     float* grad = m.normal(layer_params, 11, 1e-3f);
     bf16* copy = m.get<bf16>(layer_params);
     cuda::fill_zero(mom, size_t(layer_params) * 4);
@@ -178,15 +193,15 @@ int main(int argc, char** argv) {
     });
     rows.push_back({"lm head + ce forward", "TFLOP/s", lf, lm_flops / (lf * 1e9)});
     const double lb = median_ms(a.iters, [&] {
-      cuda::lmhead_ce_backward(losses, dx, dwout, x, wout, cuda::Bf16Weight(wout_bf16), targets,
-                               1.0f / float(lm_rows), int(lm_rows), int(C), int(V), cuda::ComputeType::bf16);
+      cuda::lmhead_ce_backward(losses, dx, dwout, x, wout, cuda::Bf16Weight(wout_bf16), targets, 1.0f / float(lm_rows),
+                               int(lm_rows), int(C), int(V), cuda::ComputeType::bf16);
     });
     rows.push_back({"lm head + ce backward", "TFLOP/s", lb, 3.0 * lm_flops / (lb * 1e9)});
 
     if (a.json) {
-      std::string json = "{\"bench\":\"cuda_ops\",\"device\":\"" + cuda::device_name() + "\",\"tokens\":" +
-                         std::to_string(N) + ",\"hidden\":" + std::to_string(C) + ",\"ffn\":" + std::to_string(F) +
-                         ",\"copy_gbps\":" + std::to_string(ceiling);
+      std::string json = "{\"bench\":\"cuda_ops\",\"device\":\"" + cuda::device_name() +
+                         "\",\"tokens\":" + std::to_string(N) + ",\"hidden\":" + std::to_string(C) +
+                         ",\"ffn\":" + std::to_string(F) + ",\"copy_gbps\":" + std::to_string(ceiling);
       json += ",\"ops\":[";
       for (size_t i = 0; i < rows.size(); i++) {
         const bool gbps = rows[i].unit == "GB/s";

@@ -168,11 +168,11 @@ void adamw(benchmark::State& state) {
     if (mode == 0)
       cpu::adamw_update(p.data(), m.data(), v.data(), g.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
     else if (mode == 1)
-      cpu::adamw_update_bf16_copy(p.data(), pb.data(), m.data(), v.data(), g.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f,
-                                  0.1f, step, 1.0f);
+      cpu::adamw_update_bf16_copy(p.data(), pb.data(), m.data(), v.data(), g.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                  step, 1.0f);
     else
-      cpu::adamw_update_bf16_sr(pb.data(), mb.data(), vb.data(), p.data(), g.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f,
-                                0.1f, step, 1.0f, 5, 0);
+      cpu::adamw_update_bf16_sr(pb.data(), mb.data(), vb.data(), p.data(), g.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                step, 1.0f, 5, 0);
   }
   const int64_t per_param[] = {4 * 7, 4 * 7 + 2, 2 * 6 + 4 * 2};
   bytes(state, n * per_param[mode]);

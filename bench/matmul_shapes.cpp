@@ -96,8 +96,8 @@ void lmhead_ce_chunked_v1(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dwo
   const bool is_bf16 = ct == cpu::ComputeType::bf16;
   const bool backward = dx != nullptr;
   const int R = std::min(256, std::max(N, 1));
-  float* logits = cpu::detail::f32_scratch(0, int64_t(R) * V);                                 // (R,V)
-  bf16* x_b = is_bf16 ? cpu::detail::bf16_scratch(0, int64_t(R) * C) : nullptr;                  // (R,C)
+  float* logits = cpu::detail::f32_scratch(0, int64_t(R) * V);                                     // (R,V)
+  bf16* x_b = is_bf16 ? cpu::detail::bf16_scratch(0, int64_t(R) * C) : nullptr;                    // (R,C)
   bf16* dlogits_b = is_bf16 && backward ? cpu::detail::bf16_scratch(1, int64_t(R) * V) : nullptr;  // (R,V)
   const void* w = is_bf16 ? static_cast<const void*>(wout_bf16) : static_cast<const void*>(wout);
   for (int r0 = 0; r0 < N; r0 += R) {
@@ -155,8 +155,8 @@ int main(int argc, char** argv) {
     const char* name;
     int IC, OC;
   };
-  const Shape shapes[] = {{"qkv", 768, 2304}, {"wo", 768, 768}, {"w1|w3", 768, 4096}, {"w2", 2048, 768},
-                          {"lm head", 768, 32000}};
+  const Shape shapes[] = {
+      {"qkv", 768, 2304}, {"wo", 768, 768}, {"w1|w3", 768, 4096}, {"w2", 2048, 768}, {"lm head", 768, 32000}};
   std::printf("oneDNN implementations at %dx768x2304: fp32 %s, bf16 %s\n", M,
               cpu::detail::gemm_impl(false, true, M, 2304, 768, false, false).c_str(),
               cpu::detail::gemm_impl(false, true, M, 2304, 768, true, false).c_str());
@@ -168,9 +168,9 @@ int main(int argc, char** argv) {
               "dweight", "api fwd", "api bwd", "api dW", "auto: kernel fwd/dinp/dW, probe estimate vs measured ms");
   for (const Shape& s : shapes) {
     if (!run_matmul) break;
-    const auto inp = random_vec(size_t(M) * s.IC, 1, 1.0f);       // (M,IC)
+    const auto inp = random_vec(size_t(M) * s.IC, 1, 1.0f);         // (M,IC)
     const auto weight = random_vec(size_t(s.OC) * s.IC, 2, 0.05f);  // (OC,IC)
-    const auto dout = random_vec(size_t(M) * s.OC, 3, 0.01f);     // (M,OC)
+    const auto dout = random_vec(size_t(M) * s.OC, 3, 0.01f);       // (M,OC)
     std::vector<bf16> inp_b(inp.size()), weight_b(weight.size()), dout_b(dout.size());
     bf16_from_float(inp_b.data(), inp.data(), int64_t(inp.size()));
     bf16_from_float(weight_b.data(), weight.data(), int64_t(weight.size()));
@@ -255,9 +255,9 @@ int main(int argc, char** argv) {
   // cpu::lmhead_ce_backward, interleaved in one process; 3 matmuls of 2*M*C*V flop each, plus the softmax.
   if (!run_lmhead) return 0;
   const int C = 768, V = 32000;
-  const auto x = random_vec(size_t(M) * C, 4, 1.0f);       // (M,C)
-  const auto wout = random_vec(size_t(V) * C, 5, 0.05f);   // (V,C)
-  std::vector<bf16> wout_b(wout.size());                   // (V,C)
+  const auto x = random_vec(size_t(M) * C, 4, 1.0f);      // (M,C)
+  const auto wout = random_vec(size_t(V) * C, 5, 0.05f);  // (V,C)
+  std::vector<bf16> wout_b(wout.size());                  // (V,C)
   bf16_from_float(wout_b.data(), wout.data(), int64_t(wout.size()));
   std::vector<int32_t> targets(static_cast<size_t>(M));
   for (int n = 0; n < M; n++) targets[size_t(n)] = int32_t(random_u32(3, 0, 6, uint64_t(n)) % V);
@@ -287,10 +287,11 @@ int main(int argc, char** argv) {
           }};
       const auto t = median_times(calls, reps);
       const double f = backward ? 3 * flop : flop;
-      std::printf("  %4s %-16s old %.3f s (%5.1f)  new %.3f s (%5.1f)  new/old %.3f  (fastest calls: %.3f / %.3f s, %.3f)\n",
-                  ct == cpu::ComputeType::f32 ? "f32" : "bf16", backward ? "forward+backward" : "forward-only",
-                  t[0].first, f / t[0].first * 1e-9, t[1].first, f / t[1].first * 1e-9, t[1].first / t[0].first,
-                  t[0].second, t[1].second, t[1].second / t[0].second);
+      std::printf(
+          "  %4s %-16s old %.3f s (%5.1f)  new %.3f s (%5.1f)  new/old %.3f  (fastest calls: %.3f / %.3f s, %.3f)\n",
+          ct == cpu::ComputeType::f32 ? "f32" : "bf16", backward ? "forward+backward" : "forward-only", t[0].first,
+          f / t[0].first * 1e-9, t[1].first, f / t[1].first * 1e-9, t[1].first / t[0].first, t[0].second, t[1].second,
+          t[1].second / t[0].second);
       std::fflush(stdout);
     }
     // old and new side by side on one call (dwout from zero): largest differences, relative to the largest value
@@ -298,8 +299,8 @@ int main(int argc, char** argv) {
     std::fill(dwout.begin(), dwout.end(), 0.0f);
     lmhead_ce_chunked_v1(losses_old.data(), dx_old.data(), dw_old.data(), x.data(), wout.data(), wout_b.data(),
                          targets.data(), 1.0f / M, M, C, V, ct);
-    cpu::lmhead_ce_backward(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(), targets.data(),
-                            1.0f / M, M, C, V, ct);
+    cpu::lmhead_ce_backward(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(), wout_b.data(),
+                            targets.data(), 1.0f / M, M, C, V, ct);
     const auto rel_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
       double diff = 0.0, scale = 0.0;
       for (size_t i = 0; i < a.size(); i++) {

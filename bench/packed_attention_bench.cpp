@@ -31,8 +31,9 @@ using bench::Seconds;
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 7;
   int T = 2048, len = 64, H = 12, Hkv = 12, D = 64;
-  if (argc > 6) T = std::atoi(argv[2]), len = std::atoi(argv[3]), H = std::atoi(argv[4]), Hkv = std::atoi(argv[5]),
-                D = std::atoi(argv[6]);
+  if (argc > 6)
+    T = std::atoi(argv[2]), len = std::atoi(argv[3]), H = std::atoi(argv[4]), Hkv = std::atoi(argv[5]),
+    D = std::atoi(argv[6]);
   if (T % len != 0) {
     std::fprintf(stderr, "T %d must be a multiple of the document length %d\n", T, len);
     return 2;

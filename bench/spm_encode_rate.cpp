@@ -26,9 +26,12 @@ static double thread_cpu_s() {
 int main(int argc, char** argv) {
   std::string model, input, key = "text";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tokenizer-model")) model = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--input")) input = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--key")) key = argv[i + 1];
+    if (!std::strcmp(argv[i], "--tokenizer-model"))
+      model = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--input"))
+      input = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--key"))
+      key = argv[i + 1];
   }
   if (model.empty() || input.empty()) {
     std::fprintf(stderr, "usage: spm_encode_rate --tokenizer-model M --input corpus.jsonl [--key text]\n");
@@ -60,10 +63,9 @@ int main(int argc, char** argv) {
     }
     std::printf("encode_s=%.3f encode_cpu_s=%.3f docs=%llu tokens=%llu text_bytes=%llu encode_mb_s=%.3f "
                 "encode_cpu_mb_s=%.3f encode_docs_s=%.1f\n",
-                encode_s, encode_cpu_s,
-                static_cast<unsigned long long>(docs), static_cast<unsigned long long>(tokens),
-                static_cast<unsigned long long>(text_bytes), text_bytes / encode_s / 1e6, text_bytes / encode_cpu_s / 1e6,
-                docs / encode_s);
+                encode_s, encode_cpu_s, static_cast<unsigned long long>(docs), static_cast<unsigned long long>(tokens),
+                static_cast<unsigned long long>(text_bytes), text_bytes / encode_s / 1e6,
+                text_bytes / encode_cpu_s / 1e6, docs / encode_s);
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

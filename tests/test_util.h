@@ -169,7 +169,8 @@ inline void expect_plain_error(const CliResult& r, const std::vector<std::string
   EXPECT_NE(r.err.find("error: "), std::string::npos) << describe(r);
   for (const char* crash : {"terminate called", "what():", "CHECK failed", "Aborted", "e+308"})
     EXPECT_EQ(r.err.find(crash), std::string::npos) << "'" << crash << "' in\n" << describe(r);
-  for (const auto& n : names) EXPECT_NE(r.err.find(n), std::string::npos) << "missing '" << n << "' in\n" << describe(r);
+  for (const auto& n : names)
+    EXPECT_NE(r.err.find(n), std::string::npos) << "missing '" << n << "' in\n" << describe(r);
 }
 
 // Names in `dir` that look like temporaries of the file module (".tmp-" in the name) or old ".tmp" ones.
@@ -199,14 +200,16 @@ inline std::string python_missing(std::initializer_list<std::string_view> module
   const std::string hint = "\nhint: install with `bash scripts/setup.sh` (Debian/Ubuntu packages: ";
   std::string py = system_python();
   if (py.empty())
-    return "needs /usr/bin/python3, which is not installed" + hint + "python3 python3-numpy python3-torch "
+    return "needs /usr/bin/python3, which is not installed" + hint +
+           "python3 python3-numpy python3-torch "
            "python3-sentencepiece)";
   static std::map<std::string, bool> found;  // module -> installed, cached for the process
   std::string missing, packages;
   for (std::string_view m : modules) {
     auto it = found.find(std::string(m));
     if (it == found.end()) {
-      std::string cmd = py + " -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)' " +
+      std::string cmd = py +
+                        " -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)' " +
                         std::string(m) + " >/dev/null 2>&1";
       it = found.emplace(std::string(m), std::system(cmd.c_str()) == 0).first;
     }
@@ -230,8 +233,10 @@ inline std::string program_missing(std::string_view program, std::string_view de
     std::error_code ec;
     if (std::filesystem::is_regular_file(file, ec) && ::access(file.c_str(), X_OK) == 0) return "";
   }
-  return "needs `" + std::string(program) + "`, which is not on PATH\nhint: install with `bash scripts/setup.sh` "
-         "(Debian/Ubuntu package: " + std::string(debian_package) + ")";
+  return "needs `" + std::string(program) +
+         "`, which is not on PATH\nhint: install with `bash scripts/setup.sh` "
+         "(Debian/Ubuntu package: " +
+         std::string(debian_package) + ")";
 }
 
 // ---- random inputs ----
@@ -450,9 +455,10 @@ class FileSizeLimit {
 class MemoryCgroup {
  public:
   explicit MemoryCgroup(const std::string& name) {
-    for (const auto& [root, file] : {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
-                                     {"/sys/fs/cgroup", "memory.max"},
-                                     {"/sys/fs/cgroup/unified", "memory.max"}}) {
+    for (const auto& [root, file] :
+         {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
+          {"/sys/fs/cgroup", "memory.max"},
+          {"/sys/fs/cgroup/unified", "memory.max"}}) {
       const std::string c = root + "/" + name + "_" + std::to_string(::getpid());
       std::error_code ec;
       if (std::filesystem::create_directory(c, ec) && std::filesystem::exists(c + "/" + file)) {

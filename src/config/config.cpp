@@ -39,7 +39,9 @@ LoadedConfig load_config(const std::string& path, const std::vector<std::string>
   if (fs::is_directory(path, ec))
     fail("config {}: is a folder, expected a YAML file\nhint: e.g. configs/llama2_7b.yaml", path);
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("config {}: cannot open it ({}), expected a readable YAML file\nhint: check the path", path, std::strerror(errno));
+  if (!in)
+    fail("config {}: cannot open it ({}), expected a readable YAML file\nhint: check the path", path,
+         std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
   return load(parse_yaml(ss.str(), path), path, overrides);
@@ -160,8 +162,8 @@ std::string config_reference_markdown() {
       type = status_word(k.status);
     if (k.status == Status::ours) doc = "*(ours)* " + doc;
     if (k.status == Status::ignored) def.clear();
-    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", last_component(k.path), cell(type), cell(def),
-                       cell(k.allowed), cell(doc));
+    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", last_component(k.path), cell(type), cell(def), cell(k.allowed),
+                       cell(doc));
   }
   return out;
 }
@@ -178,7 +180,9 @@ int64_t TrainConfig::num_micro_batches() const {
   return model.global_batch_size / (model.micro_batch_size * data_parallel_size());
 }
 
-LrSchedule TrainConfig::lr_schedule() const { return make_schedule(model.optim.sched, model.optim.lr, trainer.max_steps); }
+LrSchedule TrainConfig::lr_schedule() const {
+  return make_schedule(model.optim.sched, model.optim.lr, trainer.max_steps);
+}
 
 data::GptDataConfig TrainConfig::gpt_data_config() const {
   data::GptDataConfig g;

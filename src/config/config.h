@@ -23,30 +23,30 @@
 namespace llamatrain::train {
 
 struct TrainerConfig {
-  int devices = 0;                     // processes per node
+  int devices = 0;  // processes per node
   int num_nodes = 0;
   model::Precision precision = model::Precision::fp32;  // 32 | bf16-mixed | bf16 (stochastic rounding)
-  std::string accelerator = "cpu";     // cpu | gpu (cuda) | auto | ref; tpu (XLA configs) trains on the cpu
-  int64_t max_steps = 0;               // optimizer steps
-  std::optional<int64_t> max_epochs;   // null (NeMo's -1): max_steps ends training
+  std::string accelerator = "cpu";    // cpu | gpu (cuda) | auto | ref; tpu (XLA configs) trains on the cpu
+  int64_t max_steps = 0;              // optimizer steps
+  std::optional<int64_t> max_epochs;  // null (NeMo's -1): max_steps ends training
   int64_t log_every_n_steps = 0;
-  int64_t val_check_interval = 0;      // steps between validations
-  int64_t limit_val_batches = 0;       // global batches per validation
+  int64_t val_check_interval = 0;  // steps between validations
+  int64_t limit_val_batches = 0;   // global batches per validation
   int64_t limit_test_batches = 0;
   std::optional<double> gradient_clip_val;  // global L2 norm; null or 0 = no clipping
   int64_t max_consecutive_nonfinite = 0;    // ours: non-finite steps skipped in a row before rollback
-  int64_t max_consecutive_rollbacks = 0;     // ours: rollbacks with no checkpoint saved between them
+  int64_t max_consecutive_rollbacks = 0;    // ours: rollbacks with no checkpoint saved between them
 
   bool operator==(const TrainerConfig&) const = default;
 };
 
 struct CheckpointCallbackParams {
-  int64_t save_top_k = 0;                     // newest K checkpoints kept; -1 keeps all
+  int64_t save_top_k = 0;  // newest K checkpoints kept; -1 keeps all
   std::optional<int64_t> every_n_train_steps;
   std::optional<double> train_time_interval;  // seconds
   bool save_last = false;
-  std::string filename;                       // NeMo's pattern, e.g. megatron_llama--{step}-{consumed_samples}
-  std::optional<std::string> dirpath;         // null: <log dir>/checkpoints
+  std::string filename;                // NeMo's pattern, e.g. megatron_llama--{step}-{consumed_samples}
+  std::optional<std::string> dirpath;  // null: <log dir>/checkpoints
   // Write behind the next steps from a host copy of the state; unset: where the copy fits in memory
   // (jobs/job_plan.h async_save_fits), which train decides at its start and plan predicts.
   std::optional<bool> async_save;
@@ -55,7 +55,7 @@ struct CheckpointCallbackParams {
 };
 
 struct ExpManagerConfig {
-  std::optional<std::string> exp_dir;           // null: ./nemo_experiments
+  std::optional<std::string> exp_dir;  // null: ./nemo_experiments
   std::string name;
   std::optional<std::string> explicit_log_dir;  // replaces exp_dir/name/version
   std::optional<std::string> version;
@@ -69,9 +69,9 @@ struct ExpManagerConfig {
 };
 
 struct TokenizerConfig {
-  std::string library;              // sentencepiece | huggingface
-  std::optional<std::string> type;  // huggingface: a folder holding tokenizer.model
-  std::optional<std::string> model; // sentencepiece: the tokenizer.model file
+  std::string library;               // sentencepiece | huggingface
+  std::optional<std::string> type;   // huggingface: a folder holding tokenizer.model
+  std::optional<std::string> model;  // sentencepiece: the tokenizer.model file
 
   bool operator==(const TokenizerConfig&) const = default;
 };
@@ -98,8 +98,8 @@ struct SftDatasetConfig {
   std::string label_key;
   bool add_bos = false;
   bool add_eos = false;
-  std::string prompt_template;   // NeMo form: ends with {<label_key>}
-  std::string truncation_method; // right | left
+  std::string prompt_template;    // NeMo form: ends with {<label_key>}
+  std::string truncation_method;  // right | left
   std::map<std::string, std::string> completion_map;
   bool pack = false;
 
@@ -118,7 +118,7 @@ struct DataConfig {
   bool reset_attention_mask = false;
   bool eod_mask_loss = false;
   bool validation_drop_last = false;
-  bool fine_tuning = false;  // true: JSONL from train_ds/validation_ds/test_ds instead of data_prefix
+  bool fine_tuning = false;   // true: JSONL from train_ds/validation_ds/test_ds instead of data_prefix
   bool chat = false;          // fine-tuning rows are conversations / Alpaca records (data/chat.h)
   std::string chat_template;  // auto | llama2 | llama3 | chatml
   SftDatasetConfig train_ds, validation_ds, test_ds;
@@ -127,10 +127,10 @@ struct DataConfig {
 };
 
 struct OptimConfig {
-  std::string name;            // adamw (fused_adam is the same update)
+  std::string name;  // adamw (fused_adam is the same update)
   double lr = 0;
   double weight_decay = 0;
-  std::vector<double> betas;   // [beta1, beta2]
+  std::vector<double> betas;  // [beta1, beta2]
   double eps = 0;
   // ours (Axolotl's embedding_lr): the peak learning rate of the embedding and the output layer,
   // scheduled as lr is (null: lr)
@@ -171,7 +171,7 @@ struct ModelConfig {
   std::optional<std::string> activations_checkpoint_method;       // null | uniform | block
   std::optional<int64_t> activations_checkpoint_num_layers;
   std::optional<std::string> resume_from_checkpoint;
-  std::optional<std::string> init_from;   // ours: a Hugging Face folder to start from
+  std::optional<std::string> init_from;  // ours: a Hugging Face folder to start from
   // ours: the rows a tokenizer larger than init_from's vocabulary adds: subword_mean | mean | normal
   std::string new_token_init = "subword_mean";
   std::optional<std::string> output_dir;  // Hugging Face export folder (convert_to_hf)
@@ -209,9 +209,9 @@ struct TrainConfig {
   ModelConfig model;
 
   int64_t world_size() const { return int64_t(trainer.devices) * trainer.num_nodes; }
-  int64_t data_parallel_size() const;  // world / (TP * PP)
-  int64_t num_micro_batches() const;   // global_batch_size / (micro_batch_size * DP)
-  LrSchedule lr_schedule() const;      // model.optim.sched resolved against trainer.max_steps
+  int64_t data_parallel_size() const;           // world / (TP * PP)
+  int64_t num_micro_batches() const;            // global_batch_size / (micro_batch_size * DP)
+  LrSchedule lr_schedule() const;               // model.optim.sched resolved against trainer.max_steps
   data::GptDataConfig gpt_data_config() const;  // model.data for data::build_gpt_datasets (every split's prefixes)
   data::SampleOptions sample_options(int32_t eod_id) const;
   bool operator==(const TrainConfig&) const = default;
@@ -236,10 +236,10 @@ std::string to_yaml(const TrainConfig& config);
 
 // One schema row, for help text, docs and tests.
 struct KeyInfo {
-  std::string path;     // dotted key
-  std::string type;     // "integer", "number", "bool", "string", "list of numbers", ...
+  std::string path;           // dotted key
+  std::string type;           // "integer", "number", "bool", "string", "list of numbers", ...
   std::string default_value;  // YAML text; "" for ignored keys
-  std::string allowed;  // range or choices; "" when any value of the type is allowed
+  std::string allowed;        // range or choices; "" when any value of the type is allowed
   std::string doc;
   enum class Status { used, ours, ignored, restricted, alias } status = Status::used;
 };

@@ -54,7 +54,8 @@ struct Conv<int> {
   static std::string type() { return "integer"; }
   static int parse(const Field& f) {
     const int64_t v = Conv<int64_t>::parse(f);
-    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) f.bad("an integer that fits in 32 bits");
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+      f.bad("an integer that fits in 32 bits");
     return int(v);
   }
   static std::string emit(int v) { return fmt::format("{}", v); }
@@ -189,7 +190,8 @@ struct Conv<DataPrefix> {
     const YAML::Node& n = f.entry.node;
     DataPrefix p;
     if (!n.IsMap()) {
-      p.train = scalar_list(f, "a list [weight, prefix, ...] or [prefix, ...], or {train: [...], validation: [...], test: [...]}");
+      p.train = scalar_list(
+          f, "a list [weight, prefix, ...] or [prefix, ...], or {train: [...], validation: [...], test: [...]}");
       return p;
     }
     p.per_split = true;
@@ -197,7 +199,10 @@ struct Conv<DataPrefix> {
       const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "";
       Entry sub{kv.second, f.entry.where, f.entry.interp, true, true};
       Field sf{f.spec, sub};
-      std::vector<std::string>* dst = k == "train" ? &p.train : k == "validation" ? &p.validation : k == "test" ? &p.test : nullptr;
+      std::vector<std::string>* dst = k == "train"        ? &p.train
+                                      : k == "validation" ? &p.validation
+                                      : k == "test"       ? &p.test
+                                                          : nullptr;
       if (!dst) f.bad("the dictionary keys train, validation and test", fmt::format("'{}' is not a split name", k));
       *dst = scalar_list(sf, "a list of prefixes for each split");
     }

@@ -123,8 +123,10 @@ class Resolver {
     // A resolver call `name:arg,...` has a ':' outside nested interpolations.
     size_t colon = std::string::npos;
     for (size_t i = 0, depth = 0; i < expr.size(); i++) {
-      if (expr.compare(i, 2, "${") == 0) depth++, i++;
-      else if (expr[i] == '}' && depth > 0) depth--;
+      if (expr.compare(i, 2, "${") == 0)
+        depth++, i++;
+      else if (expr[i] == '}' && depth > 0)
+        depth--;
       else if (expr[i] == ':' && depth == 0) {
         colon = i;
         break;
@@ -161,8 +163,8 @@ class Resolver {
       double d;
       if (v.IsScalar() && parse_int64(v.Scalar(), &i)) {
         if (__builtin_mul_overflow(iprod, i, &iprod))
-          fail("{} ({}): multiply overflows a 64-bit integer at the factor {}\nhint: check the factors", key,
-               where, describe(YAML::Node(a)));
+          fail("{} ({}): multiply overflows a 64-bit integer at the factor {}\nhint: check the factors", key, where,
+               describe(YAML::Node(a)));
         dprod *= double(i);
       } else if (v.IsScalar() && parse_double(v.Scalar(), &d)) {
         all_int = false;

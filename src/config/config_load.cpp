@@ -121,14 +121,16 @@ class Loader {
     }
     const std::string where = "override '" + arg + "'";
     // An override replaces the whole value at its path.
-    for (auto it = entries_.lower_bound(key); it != entries_.end() && (it->first == key || it->first.rfind(key + ".", 0) == 0);)
+    for (auto it = entries_.lower_bound(key);
+         it != entries_.end() && (it->first == key || it->first.rfind(key + ".", 0) == 0);)
       it = entries_.erase(it);
     place(key, node, where, YAML::Mark::null_mark(), where);
   }
 
   void throw_unknown() const {
     if (unknown_.empty()) return;
-    std::string msg = unknown_.size() == 1 ? "config: " : "config: " + std::to_string(unknown_.size()) + " unknown keys\n";
+    std::string msg =
+        unknown_.size() == 1 ? "config: " : "config: " + std::to_string(unknown_.size()) + " unknown keys\n";
     for (size_t i = 0; i < unknown_.size(); i++) msg += (i ? "\n" : "") + unknown_[i];
     fail("{}\nhint: {}", msg, kHelpHint);
   }
@@ -176,7 +178,8 @@ class Loader {
         if (c == quote) quote = 0;
         continue;
       }
-      if (c == '\'' || c == '"') quote = c;
+      if (c == '\'' || c == '"')
+        quote = c;
       else if (c == '{' || c == '[') {
         stack.push_back(c);
         in_key = c == '{';

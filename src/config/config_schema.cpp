@@ -99,9 +99,11 @@ void Schema::key(const std::string& path, F field, const std::string& def, const
   s.info.status = status;
   s.lim = lim;
   s.choices = choices;
-  if (!choices.empty()) s.info.allowed = choices_text(choices);
-  else s.info.allowed = limits_text(lim, std::is_integral_v<T> || std::is_same_v<T, std::optional<int>> ||
-                                             std::is_same_v<T, std::optional<int64_t>>);
+  if (!choices.empty())
+    s.info.allowed = choices_text(choices);
+  else
+    s.info.allowed = limits_text(lim, std::is_integral_v<T> || std::is_same_v<T, std::optional<int>> ||
+                                          std::is_same_v<T, std::optional<int64_t>>);
   s.can_be_unset = kCanBeUnset<T>;
   s.set = [field](TrainConfig& c, const Field& f) {
     T v = Conv<T>::parse(f);
@@ -129,7 +131,8 @@ void add_sft_dataset(Schema& s, const std::string& ds, SftDatasetConfig DataConf
 #define DS(field) [member](TrainConfig& c) { return &(c.model.data.*member).field; }
   s.key(p + "file_names", DS(file_names), "null",
         train ? "JSONL files of (prompt, completion) rows; required when model.data.fine_tuning is true"
-              : "JSONL files of the same form; null: no " + std::string(ds == "test_ds" ? "test" : "validation") + " set");
+              : "JSONL files of the same form; null: no " + std::string(ds == "test_ds" ? "test" : "validation") +
+                    " set");
   s.key(p + "shuffle", DS(shuffle), train ? "true" : "false", "shuffle the examples every epoch");
   s.key(p + "max_seq_length", DS(max_seq_length), "${model.encoder_seq_length}",
         "tokens per sample; longer examples are truncated (prompt first)", at_least(1));
@@ -146,8 +149,9 @@ void add_sft_dataset(Schema& s, const std::string& ds, SftDatasetConfig DataConf
         "{field} placeholders filled from the row; must end with {<label_key>}, the completion");
   s.key(p + "truncation_method", DS(truncation_method), from_train("truncation_method", "right"),
         "which end of an over-long prompt is cut: right keeps its beginning", {}, "right|left");
-  s.ours(p + "completion_map", DS(completion_map), from_train("completion_map", "{}"),
-         "map from the label's text to the completion, e.g. {entailment: yes, not_entailment: no}; {}: the label as is");
+  s.ours(
+      p + "completion_map", DS(completion_map), from_train("completion_map", "{}"),
+      "map from the label's text to the completion, e.g. {entailment: yes, not_entailment: no}; {}: the label as is");
   s.ours(p + "pack", DS(pack), from_train("pack", "false"),
          "pack consecutive examples into one sample instead of padding each (positions restart and attention "
          "stops at each example)");
@@ -172,7 +176,8 @@ Schema build_schema() {
   s.key("convert_to_hf", FIELD(convert_to_hf), "false", "write a Hugging Face checkpoint at the end of training");
   s.ignored("enable_recovery_time_instrumentation", "Neuron timing traces");
   s.ignored("async_checkpointing", "checkpoints are written synchronously");
-  s.ignored("enable_checkpoint_removal_protection", "always on: an old checkpoint is removed only after the new one is complete");
+  s.ignored("enable_checkpoint_removal_protection",
+            "always on: an old checkpoint is removed only after the new one is complete");
 
   // trainer.
   s.key("trainer.devices", FIELD(trainer.devices), "1", "processes per node", range(1, 1 << 20));
@@ -209,8 +214,8 @@ Schema build_schema() {
         "only); auto (a GPU where one is usable, else cpu, said in a note); ref (the reference kernels: slow, for "
         "checking results); tpu, from configs written for XLA devices, trains on the cpu",
         {}, "cpu|gpu|cuda|auto|ref|tpu");
-  for (const char* k : {"logger", "enable_checkpointing", "replace_sampler_ddp", "use_distributed_sampler",
-                        "benchmark", "enable_model_summary", "num_sanity_val_steps"})
+  for (const char* k : {"logger", "enable_checkpointing", "replace_sampler_ddp", "use_distributed_sampler", "benchmark",
+                        "enable_model_summary", "num_sanity_val_steps"})
     s.ignored(std::string("trainer.") + k, "Lightning setting with no counterpart here");
 
   // exp_manager.
@@ -229,7 +234,8 @@ Schema build_schema() {
   s.key("exp_manager.create_checkpoint_callback", FIELD(exp_manager.create_checkpoint_callback), "true",
         "write checkpoints");
   s.ignored("exp_manager.log_local_rank_0_only", "per-rank logs are prefixed by rank");
-  s.only("exp_manager.create_wandb_logger", "false", "Weights & Biases is not available; TensorBoard files are written");
+  s.only("exp_manager.create_wandb_logger", "false",
+         "Weights & Biases is not available; TensorBoard files are written");
   s.ignored("exp_manager.wandb_logger_kwargs", "Weights & Biases is not available");
   s.only("exp_manager.create_early_stopping_callback", "false", "early stopping is not implemented");
   s.ignored("exp_manager.early_stopping_callback_params", "early stopping is not implemented");
@@ -254,7 +260,8 @@ Schema build_schema() {
   s.only(ck + "monitor", "step", "checkpoints are ranked by step: save_top_k keeps the newest K");
   s.only(ck + "mode", "max", "checkpoints are ranked by step: save_top_k keeps the newest K");
   s.only(ck + "always_save_nemo", "false", ".nemo archives are not written; convert_to_hf exports Hugging Face files");
-  s.only(ck + "save_nemo_on_train_end", "false", ".nemo archives are not written; convert_to_hf exports Hugging Face files");
+  s.only(ck + "save_nemo_on_train_end", "false",
+         ".nemo archives are not written; convert_to_hf exports Hugging Face files");
   s.only(ck + "save_weights_only", "false", "checkpoints always hold the optimizer state too");
   s.ignored(ck + "model_parallel_size", "derived from the layout");
   s.ignored(ck + "every_n_epochs", "saving follows steps");
@@ -266,8 +273,8 @@ Schema build_schema() {
         "sequences per optimizer step; a multiple of micro_batch_size x data-parallel size", at_least(1));
   s.key("model.tensor_model_parallel_size", FIELD(model.tensor_model_parallel_size), "1", "tensor-parallel ranks (TP)",
         range(1, 1024));
-  s.key("model.pipeline_model_parallel_size", FIELD(model.pipeline_model_parallel_size), "1",
-        "pipeline stages (PP)", range(1, 1024));
+  s.key("model.pipeline_model_parallel_size", FIELD(model.pipeline_model_parallel_size), "1", "pipeline stages (PP)",
+        range(1, 1024));
   s.key("model.num_layers_in_first_pipeline_stage", FIELD(model.num_layers_in_first_pipeline_stage), "null",
         "layers of the first pipeline stage (it also holds the embedding); null: an even share", at_least(1));
   s.key("model.num_layers_in_last_pipeline_stage", FIELD(model.num_layers_in_last_pipeline_stage), "null",
@@ -296,13 +303,14 @@ Schema build_schema() {
         "key/value heads for grouped-query attention (Hkv); null: num_attention_heads", range(1, 1 << 16));
   s.alias("model.num_kv_heads", "model.num_query_groups");
   s.key("model.kv_channels", FIELD(model.kv_channels), "null",
-        "head dim; null or hidden_size / num_attention_heads (another one comes with model.init_from's head_dim)", range(1, 1 << 16));
+        "head dim; null or hidden_size / num_attention_heads (another one comes with model.init_from's head_dim)",
+        range(1, 1 << 16));
   s.key("model.init_method_std", FIELD(model.init_method_std), "0.02", "std of the normal initialization", positive());
   s.key("model.use_scaled_init_method", FIELD(model.use_scaled_init_method), "true",
         "output projections (o_proj, down_proj) use std / sqrt(2 x num_layers)");
   s.key("model.layernorm_epsilon", FIELD(model.layernorm_epsilon), "1e-5", "RMSNorm epsilon", {0, 1, true});
-  s.key("model.rotary_base", FIELD(model.rotary_base), "10000", "RoPE theta; Neuron's position_freq_base is accepted too",
-        positive());
+  s.key("model.rotary_base", FIELD(model.rotary_base), "10000",
+        "RoPE theta; Neuron's position_freq_base is accepted too", positive());
   s.alias("model.position_freq_base", "model.rotary_base");
   s.key("model.share_embeddings_and_output_weights", FIELD(model.share_embeddings_and_output_weights), "false",
         "tie the lm head to the token embedding");
@@ -335,11 +343,12 @@ Schema build_schema() {
   s.key("model.output_dir", FIELD(model.output_dir), "null",
         "where convert_to_hf writes the Hugging Face checkpoint; null: chosen by the trainer under the log folder");
   s.ignored("model.config_path", "the exported config.json is written from the model itself");
-  s.ours("model.freeze", FIELD(model.freeze), "[]",
-         "Hugging Face parameter names (fnmatch patterns; * also matches dots) of tensors that do not train, "
-         "optionally with a row range: unchanged weights, no optimizer state, and for whole tensors no "
-         "gradient; e.g. [model.layers.*, model.norm.weight], [model.layers.0.*], [\"model.embed_tokens.weight[:32000]\"] "
-         "(a row range quoted: YAML reads brackets as a list)");
+  s.ours(
+      "model.freeze", FIELD(model.freeze), "[]",
+      "Hugging Face parameter names (fnmatch patterns; * also matches dots) of tensors that do not train, "
+      "optionally with a row range: unchanged weights, no optimizer state, and for whole tensors no "
+      "gradient; e.g. [model.layers.*, model.norm.weight], [model.layers.0.*], [\"model.embed_tokens.weight[:32000]\"] "
+      "(a row range quoted: YAML reads brackets as a list)");
   s.ours("model.freeze_base_vocab", FIELD(model.freeze_base_vocab), "false",
          "with init_from and a tokenizer of more pieces: the embedding and output rows init_from had do not "
          "train, only the new ones (and what else is not frozen)");
@@ -355,7 +364,8 @@ Schema build_schema() {
          "full causal");
   s.only("model.activation", "swiglu", "Llama's MLP is SwiGLU");
   s.only("model.transformer_block_type", "pre_ln", "Llama blocks are pre-norm");
-  s.only("model.has_bias", "false", "Llama has no biases; Qwen2's q/k/v biases come with model.init_from's config.json");
+  s.only("model.has_bias", "false",
+         "Llama has no biases; Qwen2's q/k/v biases come with model.init_from's config.json");
   s.only("model.bias", "false", "Llama has no biases; Qwen2's q/k/v biases come with model.init_from's config.json");
   s.only("model.do_layer_norm_weight_decay", "false", "norm weights never get weight decay here");
   s.only("model.pre_process", "true", "every model has its embedding");
@@ -370,12 +380,26 @@ Schema build_schema() {
   for (const char* k : {"fp8_e4m3", "fp8_hybrid", "fp8_margin", "fp8_interval", "fp8_amax_history_len",
                         "fp8_amax_compute_algo", "transformer_engine", "use_emha"})
     s.ignored(std::string("model.") + k, "GPU library switch");
-  for (const char* k : {"apply_query_key_layer_scaling", "persist_layer_norm", "native_amp_init_scale",
-                        "native_amp_growth_interval", "hysteresis", "fp32_residual_connection", "fp16_lm_cross_entropy",
-                        "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
-                        "bias_activation_fusion", "bias_dropout_add_fusion", "masked_softmax_fusion",
-                        "use_cpu_initialization", "onnx_safe", "apex_transformer_log_level", "gradient_as_bucket_view",
-                        "sync_batch_comm", "disable_layer_norm_checkpointing", "use_flash_attention"})
+  for (const char* k : {"apply_query_key_layer_scaling",
+                        "persist_layer_norm",
+                        "native_amp_init_scale",
+                        "native_amp_growth_interval",
+                        "hysteresis",
+                        "fp32_residual_connection",
+                        "fp16_lm_cross_entropy",
+                        "grad_allreduce_chunk_size_mb",
+                        "grad_div_ar_fusion",
+                        "gradient_accumulation_fusion",
+                        "bias_activation_fusion",
+                        "bias_dropout_add_fusion",
+                        "masked_softmax_fusion",
+                        "use_cpu_initialization",
+                        "onnx_safe",
+                        "apex_transformer_log_level",
+                        "gradient_as_bucket_view",
+                        "sync_batch_comm",
+                        "disable_layer_norm_checkpointing",
+                        "use_flash_attention"})
     s.ignored(std::string("model.") + k, "a fusion, fp16 or framework switch; the computation is the same here");
   s.ignored("model.megatron_amp_O2", "precision comes from trainer.precision");
   for (const char* k : {"log_parameter_norm", "log_gradient_norm"})
@@ -404,7 +428,8 @@ Schema build_schema() {
         "reports each file's figures too, named from the file or by NAME:prefix ([training.md](training.md#steps))");
   s.key("model.data.index_mapping_dir", FIELD(model.data.index_mapping_dir), "null",
         "folder of the sample-index cache; null: next to the data");
-  s.key("model.data.splits_string", FIELD(model.data.splits_string), "980,10,10", "train,valid,test weights of the documents");
+  s.key("model.data.splits_string", FIELD(model.data.splits_string), "980,10,10",
+        "train,valid,test weights of the documents");
   s.key("model.data.seq_length", FIELD(model.data.seq_length), "${model.encoder_seq_length}",
         "tokens per training sample", range(1, 1 << 24));
   s.key("model.data.reset_position_ids", FIELD(model.data.reset_position_ids), "false",
@@ -439,8 +464,8 @@ Schema build_schema() {
   add_sft_dataset(s, "test_ds", &DataConfig::test_ds);
 
   // model.optim.
-  s.key("model.optim.name", FIELD(model.optim.name), "adamw", "AdamW (decoupled weight decay); fused_adam is the same update",
-        {}, "adamw|fused_adam");
+  s.key("model.optim.name", FIELD(model.optim.name), "adamw",
+        "AdamW (decoupled weight decay); fused_adam is the same update", {}, "adamw|fused_adam");
   s.key("model.optim.lr", FIELD(model.optim.lr), "2e-4", "peak learning rate", positive());
   s.key("model.optim.weight_decay", FIELD(model.optim.weight_decay), "0.01",
         "AdamW weight decay (not applied to norm weights)", at_least(0));
@@ -470,8 +495,8 @@ Schema build_schema() {
         "CosineAnnealing: steps at min_lr at the end; null: 0 (NeMo's Llama YAML uses 50000)", at_least(0));
   s.key(sc + "constant_ratio", FIELD(model.optim.sched.constant_ratio), "null",
         "CosineAnnealing: constant_steps as a fraction of max_steps", range(0, 1));
-  s.key(sc + "hold_steps", FIELD(model.optim.sched.hold_steps), "null", "WarmupHoldPolicy: steps at the peak after warmup",
-        at_least(0));
+  s.key(sc + "hold_steps", FIELD(model.optim.sched.hold_steps), "null",
+        "WarmupHoldPolicy: steps at the peak after warmup", at_least(0));
   s.key(sc + "hold_ratio", FIELD(model.optim.sched.hold_ratio), "null", "WarmupHoldPolicy: hold_steps as a fraction",
         range(0, 1));
   s.key(sc + "min_lr", FIELD(model.optim.sched.min_lr), "0", "floor of the decay, and the lr after max_steps",

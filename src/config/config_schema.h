@@ -72,10 +72,10 @@ struct Field {
 
 struct Spec {
   KeyInfo info;
-  std::string choices;                // '|'-separated strings allowed (string fields, restricted keys)
+  std::string choices;  // '|'-separated strings allowed (string fields, restricted keys)
   Limits lim;
-  std::string why;                    // restricted keys: why other values are refused
-  std::string alias_of;               // alias keys
+  std::string why;                                      // restricted keys: why other values are refused
+  std::string alias_of;                                 // alias keys
   std::function<void(TrainConfig&, const Field&)> set;  // bound keys
   std::function<std::string(const TrainConfig&)> emit;  // bound keys: YAML text of the value
   bool can_be_unset = false;                            // bound keys: ??? ("must be given") leaves it unset

@@ -54,44 +54,60 @@ void apply_init_from(TrainConfig& cfg, const Context& ctx) {
   ModelConfig& m = cfg.model;
   const std::string dir = *m.init_from;
   if (!fs::is_directory(dir))
-    fail_key(ctx, "model.init_from", "got '{}', which is not a folder, expected a Hugging Face model folder\n"
-             "hint: the folder holds config.json, *.safetensors (or pytorch_model*.bin) and tokenizer.model", dir);
+    fail_key(ctx, "model.init_from",
+             "got '{}', which is not a folder, expected a Hugging Face model folder\n"
+             "hint: the folder holds config.json, *.safetensors (or pytorch_model*.bin) and tokenizer.model",
+             dir);
   const std::string json = (fs::path(dir) / "config.json").string();
   if (!fs::exists(json))
-    fail_key(ctx, "model.init_from", "'{}' has no config.json, expected a Hugging Face model folder\n"
-             "hint: point model.init_from at the folder that holds config.json", dir);
+    fail_key(ctx, "model.init_from",
+             "'{}' has no config.json, expected a Hugging Face model folder\n"
+             "hint: point model.init_from at the folder that holds config.json",
+             dir);
   const model::LlamaConfig hf = io::read_hf_config(json);
   // The shortest decimal of a float config value, so 1e-05f reads back as 1e-05.
   auto decimal = [](float v) { return std::strtod(fmt::format("{}", v).c_str(), nullptr); };
   auto agree_int = [&](const std::string& key, auto* field, int64_t hf_value, const char* hf_key, bool given) {
     if (given && int64_t(*field) != hf_value)
-      fail_key(ctx, key, "got {}, but {} has {} {}, expected them to agree\nhint: remove {} (with model.init_from the "
-               "architecture comes from config.json) or fix it", int64_t(*field), json, hf_key, hf_value, key);
+      fail_key(ctx, key,
+               "got {}, but {} has {} {}, expected them to agree\nhint: remove {} (with model.init_from the "
+               "architecture comes from config.json) or fix it",
+               int64_t(*field), json, hf_key, hf_value, key);
     *field = static_cast<std::remove_reference_t<decltype(*field)>>(hf_value);
   };
   auto agree_real = [&](const std::string& key, double* field, float hf_value, const char* hf_key) {
     if (ctx.given(key) && float(*field) != hf_value)
-      fail_key(ctx, key, "got {}, but {} has {} {}, expected them to agree\nhint: remove {} (with model.init_from the "
-               "architecture comes from config.json) or fix it", *field, json, hf_key, hf_value, key);
+      fail_key(ctx, key,
+               "got {}, but {} has {} {}, expected them to agree\nhint: remove {} (with model.init_from the "
+               "architecture comes from config.json) or fix it",
+               *field, json, hf_key, hf_value, key);
     *field = decimal(hf_value);
   };
   agree_int("model.num_layers", &m.num_layers, hf.n_layers, "num_hidden_layers", ctx.given("model.num_layers"));
   agree_int("model.hidden_size", &m.hidden_size, hf.dim, "hidden_size", ctx.given("model.hidden_size"));
-  agree_int("model.ffn_hidden_size", &m.ffn_hidden_size, hf.ffn_dim, "intermediate_size", ctx.given("model.ffn_hidden_size"));
+  agree_int("model.ffn_hidden_size", &m.ffn_hidden_size, hf.ffn_dim, "intermediate_size",
+            ctx.given("model.ffn_hidden_size"));
   agree_int("model.num_attention_heads", &m.num_attention_heads, hf.n_heads, "num_attention_heads",
             ctx.given("model.num_attention_heads"));
   if (ctx.given("model.num_query_groups") && m.num_query_groups && *m.num_query_groups != hf.n_kv_heads)
-    fail_key(ctx, "model.num_query_groups", "got {}, but {} has num_key_value_heads {}, expected them to agree\n"
-             "hint: remove model.num_query_groups / num_kv_heads or fix it", *m.num_query_groups, json, hf.n_kv_heads);
+    fail_key(ctx, "model.num_query_groups",
+             "got {}, but {} has num_key_value_heads {}, expected them to agree\n"
+             "hint: remove model.num_query_groups / num_kv_heads or fix it",
+             *m.num_query_groups, json, hf.n_kv_heads);
   m.num_query_groups = hf.n_kv_heads;
   if (m.kv_channels && *m.kv_channels != hf.head_dim())
-    fail_key(ctx, "model.kv_channels", "got {}, but {} has head dim {}, expected them to agree\nhint: remove "
-             "model.kv_channels", *m.kv_channels, json, hf.head_dim());
+    fail_key(ctx, "model.kv_channels",
+             "got {}, but {} has head dim {}, expected them to agree\nhint: remove "
+             "model.kv_channels",
+             *m.kv_channels, json, hf.head_dim());
   agree_real("model.layernorm_epsilon", &m.layernorm_epsilon, hf.norm_eps, "rms_norm_eps");
   agree_real("model.rotary_base", &m.rotary_base, hf.rope_theta, "rope_theta");
-  if (ctx.given("model.share_embeddings_and_output_weights") && m.share_embeddings_and_output_weights != hf.tie_embeddings)
-    fail_key(ctx, "model.share_embeddings_and_output_weights", "got {}, but {} has tie_word_embeddings {}, expected "
-             "them to agree\nhint: remove the key", m.share_embeddings_and_output_weights, json, hf.tie_embeddings);
+  if (ctx.given("model.share_embeddings_and_output_weights") &&
+      m.share_embeddings_and_output_weights != hf.tie_embeddings)
+    fail_key(ctx, "model.share_embeddings_and_output_weights",
+             "got {}, but {} has tie_word_embeddings {}, expected "
+             "them to agree\nhint: remove the key",
+             m.share_embeddings_and_output_weights, json, hf.tie_embeddings);
   m.share_embeddings_and_output_weights = hf.tie_embeddings;
   if (!ctx.given("model.max_position_embeddings")) m.max_position_embeddings = hf.max_seq_len;
 }
@@ -100,7 +116,8 @@ void check_sft_dataset(const Context& ctx, const SftDatasetConfig& ds, const std
   const std::string p = "model.data." + name + ".";
   if (!ds.concat_sampling_probabilities.empty()) {
     if (ds.concat_sampling_probabilities.size() != ds.file_names.size())
-      fail_key(ctx, p + "concat_sampling_probabilities", "has {} weights for {} files, expected one per file\n"
+      fail_key(ctx, p + "concat_sampling_probabilities",
+               "has {} weights for {} files, expected one per file\n"
                "hint: one weight per entry of {}file_names, or null for equal weights",
                ds.concat_sampling_probabilities.size(), ds.file_names.size(), p);
     double sum = 0;
@@ -114,8 +131,10 @@ void check_sft_dataset(const Context& ctx, const SftDatasetConfig& ds, const std
   const std::string tail = "{" + ds.label_key + "}";
   const std::string& t = ds.prompt_template;
   if (t.size() <= tail.size() || t.compare(t.size() - tail.size(), tail.size(), tail) != 0)
-    fail_key(ctx, p + "prompt_template", "got '{}', expected a prompt followed by {} at the end (the completion)\n"
-             "hint: e.g. \"Question: {{question}}\\nAnswer: {}\"", t, tail, tail);
+    fail_key(ctx, p + "prompt_template",
+             "got '{}', expected a prompt followed by {} at the end (the completion)\n"
+             "hint: e.g. \"Question: {{question}}\\nAnswer: {}\"",
+             t, tail, tail);
   try {
     data::validate_prompt_template(t.substr(0, t.size() - tail.size()));
   } catch (const Error& e) {
@@ -185,13 +204,15 @@ void validate_counts_and_layout(TrainConfig& cfg, const Context& ctx, std::vecto
   // Layout: the rank layout's rule (parallel/layout.h), in the config's words.
   parallel::ParallelLayout::check(
       int(cfg.world_size()), m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
-      FieldNames("", {{"tp_size", "TP"}, {"pp_size", "PP"},
-                      {"world_size", fmt::format("ranks (trainer.devices {} x trainer.num_nodes {})", t.devices,
-                                                 t.num_nodes)}},
-                 [&](const std::string& field) {
-                   return field == "pp_size" ? key_head(ctx, "model.pipeline_model_parallel_size")
-                                             : key_head(ctx, "model.tensor_model_parallel_size");
-                 }));
+      FieldNames(
+          "",
+          {{"tp_size", "TP"},
+           {"pp_size", "PP"},
+           {"world_size", fmt::format("ranks (trainer.devices {} x trainer.num_nodes {})", t.devices, t.num_nodes)}},
+          [&](const std::string& field) {
+            return field == "pp_size" ? key_head(ctx, "model.pipeline_model_parallel_size")
+                                      : key_head(ctx, "model.tensor_model_parallel_size");
+          }));
   const int64_t dp = cfg.data_parallel_size();
   if (m.global_batch_size % (m.micro_batch_size * dp) != 0)
     fail_key(ctx, "model.global_batch_size",
@@ -215,8 +236,10 @@ void validate_architecture(TrainConfig& cfg, const Context& ctx, std::vector<std
   shape.check_heads(names);
   const int head_dim = shape.head_dim();
   if (m.kv_channels && *m.kv_channels != head_dim)
-    fail_key(ctx, "model.kv_channels", "got {}, expected null or hidden_size / num_attention_heads = {}\nhint: a head "
-             "dim other than hidden/heads comes with model.init_from's config.json (head_dim)", *m.kv_channels, head_dim);
+    fail_key(ctx, "model.kv_channels",
+             "got {}, expected null or hidden_size / num_attention_heads = {}\nhint: a head "
+             "dim other than hidden/heads comes with model.init_from's config.json (head_dim)",
+             *m.kv_channels, head_dim);
   model::check_tensor_parallel(shape, m.tensor_model_parallel_size, names);
   if ((m.num_layers_in_first_pipeline_stage || m.num_layers_in_last_pipeline_stage) &&
       m.pipeline_model_parallel_size == 1)
@@ -238,8 +261,10 @@ void validate_optimizer(TrainConfig& cfg, const Context& ctx, std::vector<std::s
   ModelConfig& m = cfg.model;
   if (m.optim.betas.size() != 2 || !(m.optim.betas[0] >= 0 && m.optim.betas[0] < 1) ||
       !(m.optim.betas[1] >= 0 && m.optim.betas[1] < 1))
-    fail_key(ctx, "model.optim.betas", "got {}, expected [beta1, beta2] with each in [0, 1)\nhint: Llama uses "
-             "[0.9, 0.95]", Conv<std::vector<double>>::emit(m.optim.betas));
+    fail_key(ctx, "model.optim.betas",
+             "got {}, expected [beta1, beta2] with each in [0, 1)\nhint: Llama uses "
+             "[0.9, 0.95]",
+             Conv<std::vector<double>>::emit(m.optim.betas));
   try {
     cfg.lr_schedule();
   } catch (const Error& e) {
@@ -256,17 +281,21 @@ void validate_data(const TrainConfig& cfg, const Context& ctx) {
   const ModelConfig& m = cfg.model;
   if (m.data.fine_tuning) {
     if (m.data.train_ds.file_names.empty())
-      fail_key(ctx, "model.data.train_ds.file_names", "is not set, expected JSONL files with model.data.fine_tuning "
+      fail_key(ctx, "model.data.train_ds.file_names",
+               "is not set, expected JSONL files with model.data.fine_tuning "
                "true\nhint: model.data.train_ds.file_names=[/data/train.jsonl]");
     check_sft_dataset(ctx, m.data.train_ds, "train_ds", m);
     if (!m.data.validation_ds.file_names.empty()) check_sft_dataset(ctx, m.data.validation_ds, "validation_ds", m);
     if (!m.data.test_ds.file_names.empty()) check_sft_dataset(ctx, m.data.test_ds, "test_ds", m);
   } else {
     if (m.data.chat)
-      fail_key(ctx, "model.data.chat", "is true while model.data.fine_tuning is false, expected chat rows to come with "
-               "fine-tuning\nhint: set model.data.fine_tuning=true and the JSONL files in model.data.train_ds.file_names");
+      fail_key(
+          ctx, "model.data.chat",
+          "is true while model.data.fine_tuning is false, expected chat rows to come with "
+          "fine-tuning\nhint: set model.data.fine_tuning=true and the JSONL files in model.data.train_ds.file_names");
     if (m.data.data_prefix.train.empty())
-      fail_key(ctx, "model.data.data_prefix", "is not set, expected [weight, prefix, ...] or [prefix, ...]\nhint: "
+      fail_key(ctx, "model.data.data_prefix",
+               "is not set, expected [weight, prefix, ...] or [prefix, ...]\nhint: "
                "model.data.data_prefix=[1.0,/data/corpus_text_document] (the .bin/.idx path without extension), or "
                "model.data.fine_tuning=true for JSONL");
     check_data_prefix(ctx, m.data.data_prefix.train, m.data.data_prefix.per_split ? "train: " : "");
@@ -287,10 +316,12 @@ void validate_tokenizer(const TrainConfig& cfg, const Context& ctx) {
   const ModelConfig& m = cfg.model;
   const TokenizerConfig& tok = m.tokenizer;
   if (tok.library == "sentencepiece" && !tok.model && !m.init_from)
-    fail_key(ctx, "model.tokenizer.model", "is not set, expected the tokenizer.model file (library sentencepiece)\n"
+    fail_key(ctx, "model.tokenizer.model",
+             "is not set, expected the tokenizer.model file (library sentencepiece)\n"
              "hint: model.tokenizer.model=/models/llama2/tokenizer.model, or model.init_from=<Hugging Face folder>");
   if (tok.library == "huggingface" && !tok.type && !m.init_from)
-    fail_key(ctx, "model.tokenizer.type", "is not set, expected the model folder holding tokenizer.json or "
+    fail_key(ctx, "model.tokenizer.type",
+             "is not set, expected the model folder holding tokenizer.json or "
              "tokenizer.model (library huggingface)\nhint: model.tokenizer.type=/models/Llama-3.1-8B");
 }
 

@@ -52,7 +52,8 @@ int64_t steps_or_ratio(const std::optional<int64_t>& steps, const std::optional<
     return *steps;
   }
   if (ratio) {
-    if (!(*ratio >= 0.0 && *ratio <= 1.0)) fail("{}.{}: got {}, expected a fraction in [0, 1]", kKey, ratio_key, *ratio);
+    if (!(*ratio >= 0.0 && *ratio <= 1.0))
+      fail("{}.{}: got {}, expected a fraction in [0, 1]", kKey, ratio_key, *ratio);
     return int64_t(*ratio * double(max_steps));  // Python int(): truncation
   }
   return 0;
@@ -94,8 +95,7 @@ double LrSchedule::lr(int64_t step) const {
   CHECK(step >= 0, "scheduler step {} < 0", step);
   const double base = max_lr;
   switch (kind) {
-    case ScheduleKind::none:
-      return base;
+    case ScheduleKind::none: return base;
     case ScheduleKind::warmup_policy:
     case ScheduleKind::warmup_hold_policy:
       // WarmupPolicy.get_lr / WarmupHoldPolicy.get_lr: warmup, then the hold phase and
@@ -179,14 +179,14 @@ LrSchedule make_schedule(const SchedConfig& c, double lr, int64_t trainer_max_st
   if (!uses_wsd) refuse_unused(c.wsd_decay_steps.has_value(), "wsd_decay_steps", c.name);
 
   s.warmup_steps = steps_or_ratio(c.warmup_steps, c.warmup_ratio, s.max_steps, "warmup_steps", "warmup_ratio");
-  s.constant_steps = steps_or_ratio(c.constant_steps, c.constant_ratio, s.max_steps, "constant_steps", "constant_ratio");
+  s.constant_steps =
+      steps_or_ratio(c.constant_steps, c.constant_ratio, s.max_steps, "constant_steps", "constant_ratio");
   const int64_t hold = steps_or_ratio(c.hold_steps, c.hold_ratio, s.max_steps, "hold_steps", "hold_ratio");
   // WarmupHoldPolicy stores hold_steps + warmup_steps, or 0 when no hold was given.
   s.hold_steps = (c.hold_steps || c.hold_ratio) ? hold + s.warmup_steps : 0;
 
   switch (s.kind) {
-    case ScheduleKind::none:
-      break;
+    case ScheduleKind::none: break;
     case ScheduleKind::warmup_policy:
     case ScheduleKind::warmup_hold_policy:
       if (s.warmup_steps + hold > s.max_steps)

@@ -20,17 +20,17 @@ namespace llamatrain::train {
 // model.optim.sched as written in the YAML (key names are NeMo's; wsd_* follow Megatron-core's
 // lr_wsd_decay_iters / lr_wsd_decay_style). Defaults live in the config schema (config/config_schema.cpp).
 struct SchedConfig {
-  std::string name;                       // CosineAnnealing | WarmupAnnealing | WarmupPolicy | WarmupHoldPolicy | WSD | none
+  std::string name;  // CosineAnnealing | WarmupAnnealing | WarmupPolicy | WarmupHoldPolicy | WSD | none
   std::optional<int64_t> warmup_steps;    // at most one of warmup_steps / warmup_ratio
   std::optional<double> warmup_ratio;     // warmup_steps = int(warmup_ratio * max_steps)
   std::optional<int64_t> constant_steps;  // CosineAnnealing: min_lr held for the last constant_steps
   std::optional<double> constant_ratio;
-  std::optional<int64_t> hold_steps;      // WarmupHoldPolicy: peak lr held after warmup
+  std::optional<int64_t> hold_steps;  // WarmupHoldPolicy: peak lr held after warmup
   std::optional<double> hold_ratio;
   double min_lr = 0;
-  std::optional<int64_t> max_steps;       // null: trainer.max_steps
-  std::optional<int64_t> wsd_decay_steps; // WSD: length of the final decay
-  std::string wsd_decay_style;            // WSD: linear | cosine | exponential | minus_sqrt
+  std::optional<int64_t> max_steps;        // null: trainer.max_steps
+  std::optional<int64_t> wsd_decay_steps;  // WSD: length of the final decay
+  std::string wsd_decay_style;             // WSD: linear | cosine | exponential | minus_sqrt
 
   bool operator==(const SchedConfig&) const = default;
 };
@@ -41,13 +41,13 @@ enum class WsdDecayStyle { linear, cosine, exponential, minus_sqrt };
 // A resolved schedule: every length in optimizer steps, ratios already applied.
 struct LrSchedule {
   ScheduleKind kind = ScheduleKind::none;
-  double max_lr = 0;          // model.optim.lr
+  double max_lr = 0;  // model.optim.lr
   double min_lr = 0;
-  int64_t max_steps = 0;      // length of the schedule (NeMo's max_steps, Megatron's lr_decay_steps)
+  int64_t max_steps = 0;  // length of the schedule (NeMo's max_steps, Megatron's lr_decay_steps)
   int64_t warmup_steps = 0;
-  int64_t constant_steps = 0; // CosineAnnealing
-  int64_t decay_steps = 0;    // CosineAnnealing with constant_steps: max_steps - constant - warmup
-  int64_t hold_steps = 0;     // WarmupHoldPolicy: warmup + hold (NeMo stores the sum)
+  int64_t constant_steps = 0;  // CosineAnnealing
+  int64_t decay_steps = 0;     // CosineAnnealing with constant_steps: max_steps - constant - warmup
+  int64_t hold_steps = 0;      // WarmupHoldPolicy: warmup + hold (NeMo stores the sum)
   int64_t wsd_decay_steps = 0;
   WsdDecayStyle wsd_style = WsdDecayStyle::exponential;
 

@@ -63,7 +63,7 @@ inline bf16 to_bf16_stochastic(float f, uint32_t random16) {
   return bf16{uint16_t(u >> 16)};
 }
 
-void bf16_from_float(bf16* out, const float* in, int64_t n);   // round to nearest even, OpenMP
+void bf16_from_float(bf16* out, const float* in, int64_t n);         // round to nearest even, OpenMP
 void bf16_from_float(bf16_in_f32* out, const float* in, int64_t n);  // the same values, kept in floats
 void float_from_bf16(float* out, const bf16* in, int64_t n);
 

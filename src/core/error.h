@@ -45,9 +45,9 @@ CheckAbortHook& check_abort_hook();
 
 }  // namespace llamatrain
 
-#define CHECK(cond, ...)                                                                     \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]]                                                                \
+#define CHECK(cond, ...)                                                                                  \
+  do {                                                                                                    \
+    if (!(cond)) [[unlikely]]                                                                             \
       ::llamatrain::check_failed(__FILE__, __LINE__, #cond, ::llamatrain::detail_check_msg(__VA_ARGS__)); \
   } while (0)
 

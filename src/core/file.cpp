@@ -537,8 +537,7 @@ void check_output_file(const std::string& path, const std::string& what) {
   }
 }
 
-void check_output_dir(const std::string& dir_in, const std::vector<std::string>& replaceable,
-                      const std::string& what) {
+void check_output_dir(const std::string& dir_in, const std::vector<std::string>& replaceable, const std::string& what) {
   if (dir_in.empty()) fail("{} is empty, expected a folder path", what);
   const std::string dir = without_trailing_slashes(dir_in);
   if (path_exists(dir) && !is_directory(dir))
@@ -552,8 +551,7 @@ void check_output_dir(const std::string& dir_in, const std::vector<std::string>&
            what, dir, fmt::join(foreign, ", "), foreign.size() == 3 ? ", ..." : "");
   }
   const std::string parent = parent_of(dir);
-  if (path_exists(parent) && !is_directory(parent))
-    fail("{} {}: {} is a file, expected a folder", what, dir, parent);
+  if (path_exists(parent) && !is_directory(parent)) fail("{} {}: {} is a file, expected a folder", what, dir, parent);
   std::error_code ec;
   fs::create_directories(parent, ec);
   if (ec)

@@ -86,8 +86,8 @@ class AtomicFile {
   uint8_t* other_ = nullptr;
   size_t direct_used_ = 0;
   std::future<void> in_flight_;
-  void wait_in_flight();  // rethrows the write's error
-  bool o_direct_ = false;  // the file is open with O_DIRECT
+  void wait_in_flight();        // rethrows the write's error
+  bool o_direct_ = false;       // the file is open with O_DIRECT
   std::vector<uint32_t> crcs_;  // direct mode: the CRC32C of each finished kWrittenCrcBlock block
   uint32_t crc_ = 0;            // and of the block being written, its bytes so far
   int64_t crc_bytes_ = 0;

@@ -68,8 +68,8 @@ int64_t process_cgroup_room() {
     if (path == "/") path.clear();
     if (id == "0" && controllers.empty()) {
       // v2: mounted at /sys/fs/cgroup, or at /sys/fs/cgroup/unified beside v1 (hybrid)
-      const std::string root = std::ifstream("/sys/fs/cgroup/cgroup.controllers").good() ? "/sys/fs/cgroup"
-                                                                                          : "/sys/fs/cgroup/unified";
+      const std::string root =
+          std::ifstream("/sys/fs/cgroup/cgroup.controllers").good() ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
       take(cgroup_room(root + path, root, true));
     } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
       take(cgroup_room("/sys/fs/cgroup/memory" + path, "/sys/fs/cgroup/memory", false));

@@ -17,8 +17,7 @@ int64_t available_memory_bytes();
 
 // Throws Error "memory: <what> needs X GB (<detail>), but Y GB is available" + hint when need_bytes
 // exceeds available_memory_bytes(); does nothing when that is unknown.
-void check_memory_fits(int64_t need_bytes, const std::string& what, const std::string& detail,
-                       const std::string& hint);
+void check_memory_fits(int64_t need_bytes, const std::string& what, const std::string& detail, const std::string& hint);
 
 // The process's peak resident set size so far, in bytes (getrusage's ru_maxrss).
 double peak_rss_bytes();

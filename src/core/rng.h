@@ -14,8 +14,7 @@ inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::arra
   for (int r = 0; r < 10; r++) {
     uint64_t p0 = uint64_t(kM0) * ctr[0];
     uint64_t p1 = uint64_t(kM1) * ctr[2];
-    ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1],
-           uint32_t(p0)};
+    ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1], uint32_t(p0)};
     key[0] += kW0;
     key[1] += kW1;
   }

@@ -41,7 +41,8 @@ double numpy_sum(const double* a, int64_t n) {
 
 std::vector<double> normalize_weights(const std::vector<double>& w) {
   double sum = 0.0 + numpy_sum(w.data(), int64_t(w.size()));  // reduce starts from the identity 0
-  if (!(sum > 0.0)) fail("blend weights sum to {}, expected > 0\nhint: data_prefix is [w1, prefix1, w2, prefix2, ...]", sum);
+  if (!(sum > 0.0))
+    fail("blend weights sum to {}, expected > 0\nhint: data_prefix is [w1, prefix1, w2, prefix2, ...]", sum);
   std::vector<double> out(w.size());
   for (size_t i = 0; i < w.size(); i++) {
     if (!(w[i] >= 0.0)) fail("blend weight {} of data_prefix is {}, expected >= 0", i, w[i]);
@@ -52,8 +53,7 @@ std::vector<double> normalize_weights(const std::vector<double>& w) {
 
 std::vector<int64_t> samples_per_dataset(const std::vector<double>& nw, int64_t n, double surplus) {
   std::vector<int64_t> out(nw.size());
-  for (size_t k = 0; k < nw.size(); k++)
-    out[k] = int64_t(std::ceil(std::ceil(double(n) * nw[k]) * (1.0 + surplus)));
+  for (size_t k = 0; k < nw.size(); k++) out[k] = int64_t(std::ceil(std::ceil(double(n) * nw[k]) * (1.0 + surplus)));
   return out;
 }
 
@@ -69,8 +69,8 @@ double mul_rounded(double a, double b) {
 
 }  // namespace
 
-void build_blending_indices(int16_t* dataset_index, int64_t* dataset_sample_index,
-                            const std::vector<double>& weights, int64_t size) {
+void build_blending_indices(int16_t* dataset_index, int64_t* dataset_sample_index, const std::vector<double>& weights,
+                            int64_t size) {
   const size_t nd = weights.size();
   CHECK(nd >= 1 && nd < 32767, "blending {} datasets", nd);
   std::vector<int64_t> count(nd, 0);
@@ -126,8 +126,8 @@ void build_exhaustive_blending_indices(std::vector<int16_t>* di, std::vector<int
 
 }  // namespace
 
-BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const SampleDataset>> datasets,
-                               std::vector<double> weights, int64_t size)
+BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const SampleDataset>> datasets, std::vector<double> weights,
+                               int64_t size)
     : datasets_(std::move(datasets)), size_(size) {
   CHECK(!datasets_.empty() && datasets_.size() == weights.size() && datasets_.size() < 32767,
         "blend of {} datasets with {} weights", datasets_.size(), weights.size());
@@ -148,12 +148,11 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const SampleDataset>>
   dataset_sample_index_.resize(size_t(size_));
   build_blending_indices(dataset_index_.data(), dataset_sample_index_.data(), weights_, size_);
   std::vector<int64_t> used(datasets_.size(), 0);
-  for (int64_t i = 0; i < size_; i++)
-    used[size_t(dataset_index_[size_t(i)])] = dataset_sample_index_[size_t(i)] + 1;
+  for (int64_t i = 0; i < size_; i++) used[size_t(dataset_index_[size_t(i)])] = dataset_sample_index_[size_t(i)] + 1;
   for (size_t k = 0; k < datasets_.size(); k++)
     if (used[k] > datasets_[k]->size())
-      fail("blend draws {} samples from dataset {}, which has {}\nhint: raise the blend surplus",
-           used[k], k, datasets_[k]->size());
+      fail("blend draws {} samples from dataset {}, which has {}\nhint: raise the blend surplus", used[k], k,
+           datasets_[k]->size());
 }
 
 int64_t BlendedDataset::sample_text(int64_t i, int32_t* text) const {
@@ -174,7 +173,8 @@ std::pair<std::string, std::string> split_source_name(const std::string& item) {
   if (colon == std::string::npos || colon == 0) return {"", item};
   for (size_t i = 0; i < colon; i++) {
     const char c = item[i];
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '+' || c == '-')) return {"", item};
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '+' || c == '-'))
+      return {"", item};
   }
   if (colon + 1 == item.size())
     fail("data_prefix entry \"{}\" names a source but gives no prefix, expected NAME:PREFIX\nhint: e.g. "
@@ -215,7 +215,8 @@ BlendSpec parse_data_prefix(const std::vector<std::string>& items) {
       double w;
       if (as_number(s, &w))
         fail("data_prefix entry \"{}\" is a number but the list is not [weight, prefix, ...] pairs\n"
-             "hint: data_prefix: [0.7, /data/a_text_document, 0.3, /data/b_text_document]", s);
+             "hint: data_prefix: [0.7, /data/a_text_document, 0.3, /data/b_text_document]",
+             s);
       spec.prefixes.push_back(s);
     }
     take_source_names(spec);
@@ -226,7 +227,8 @@ BlendSpec parse_data_prefix(const std::vector<std::string>& items) {
     as_number(items[i], &w);
     if (!(std::isfinite(w) && w >= 0.0))
       fail("data_prefix weight \"{}\" of {} is not a number >= 0\nhint: data_prefix: [0.7, /data/a_text_document, 0.3, "
-           "/data/b_text_document]", items[i], items[i + 1]);
+           "/data/b_text_document]",
+           items[i], items[i + 1]);
     spec.weights.push_back(w);
     spec.prefixes.push_back(items[i + 1]);
   }

@@ -53,15 +53,14 @@ std::vector<int64_t> samples_per_dataset(const std::vector<double>& normalized_w
 // Greedy blending index (size): for sample i, with x = max(i, 1), pick the dataset k with the
 // largest weights[k]*x - count[k]; ties go to the lowest k (strict '>' scanning from k = 0).
 // dataset_sample_index[i] = count[k] before the increment.
-void build_blending_indices(int16_t* dataset_index, int64_t* dataset_sample_index,
-                            const std::vector<double>& weights, int64_t size);
+void build_blending_indices(int16_t* dataset_index, int64_t* dataset_sample_index, const std::vector<double>& weights,
+                            int64_t size);
 
 class BlendedDataset : public SampleDataset {
  public:
   // weights are normalized again here (Megatron does so too). Fails if a dataset would be asked
   // for more samples than it has, or datasets differ in text_length.
-  BlendedDataset(std::vector<std::shared_ptr<const SampleDataset>> datasets, std::vector<double> weights,
-                 int64_t size);
+  BlendedDataset(std::vector<std::shared_ptr<const SampleDataset>> datasets, std::vector<double> weights, int64_t size);
   int64_t size() const override { return size_; }
   int64_t text_length() const override { return datasets_[0]->text_length(); }
   int64_t sample_text(int64_t i, int32_t* text) const override;
@@ -84,23 +83,23 @@ class BlendedDataset : public SampleDataset {
 // "_.+-", before any '/': "zh:/data/zh_text_document"); names must differ.
 struct BlendSpec {
   std::vector<std::string> prefixes;
-  std::vector<double> weights;  // empty when none were given
+  std::vector<double> weights;     // empty when none were given
   std::vector<std::string> names;  // per prefix: its NAME, or "" where none was given
 };
 BlendSpec parse_data_prefix(const std::vector<std::string>& items);
 
 struct GptDataConfig {
-  std::vector<std::string> data_prefix;   // model.data.data_prefix (the train split's when per_split)
+  std::vector<std::string> data_prefix;  // model.data.data_prefix (the train split's when per_split)
   // model.data.data_prefix as {train, validation, test}: each split blends its own prefixes, each
   // file whole (Megatron's blend_per_split); splits_string is not used. An empty list: no such split.
   bool per_split = false;
   std::vector<std::string> validation_prefix, test_prefix;
-  std::string splits_string = "969,30,1"; // model.data.splits_string
-  int64_t seq_length = 0;                 // model.data.seq_length
-  uint32_t seed = 1234;                   // model.seed
+  std::string splits_string = "969,30,1";  // model.data.splits_string
+  int64_t seq_length = 0;                  // model.data.seq_length
+  uint32_t seed = 1234;                    // model.seed
   double surplus = kDefaultBlendSurplus;
   bool drop_last_partial_validation = true;
-  IndexCacheOptions cache;                // model.data.index_mapping_dir
+  IndexCacheOptions cache;  // model.data.index_mapping_dir
 };
 using SourceOpener = std::function<std::shared_ptr<const TokenSource>(const std::string& prefix)>;
 

@@ -175,7 +175,8 @@ bool render_chatml(const ChatTemplate& t, const ChatRow& row, bool gen, std::vec
       text(out, m[i].content, true);
       for (size_t k = 0; k < m[i].tool_calls.size(); k++) {
         const ToolCall& c = m[i].tool_calls[k];
-        text(out, fmt::format("{}{}", k == 0 && m[i].content.empty() ? "" : "\n", tool_call_text(c, c.arguments_json)), true);
+        text(out, fmt::format("{}{}", k == 0 && m[i].content.empty() ? "" : "\n", tool_call_text(c, c.arguments_json)),
+             true);
       }
       special(out, "<|im_end|>", true);
       text(out, "\n");
@@ -247,8 +248,9 @@ bool render_qwen3(const ChatTemplate& t, const ChatRow& row, bool gen, std::vect
       for (size_t c = 0; c < x.tool_calls.size(); c++) {
         const ToolCall& call = x.tool_calls[c];
         const bool newline = c > 0 || !content.empty();  // the template tests content before its lstrip
-        text(out, fmt::format("{}{}", newline ? "\n" : "",
-                              tool_call_text(call, call.arguments_is_text ? call.arguments_text : call.arguments_json)),
+        text(out,
+             fmt::format("{}{}", newline ? "\n" : "",
+                         tool_call_text(call, call.arguments_is_text ? call.arguments_text : call.arguments_json)),
              true);
       }
       special(out, "<|im_end|>", true);
@@ -295,8 +297,10 @@ std::string_view chat_format_name(ChatFormat f) {
 
 ChatTemplate builtin_chat_template(std::string_view name) {
   ChatTemplate t;
-  if (name == "llama2") t.format = ChatFormat::llama2;
-  else if (name == "llama3") t.format = ChatFormat::llama3;
+  if (name == "llama2")
+    t.format = ChatFormat::llama2;
+  else if (name == "llama3")
+    t.format = ChatFormat::llama3;
   else if (name == "chatml") {
     t.format = ChatFormat::chatml;
     t.default_system = std::string(kQwenDefaultSystem);
@@ -308,7 +312,8 @@ ChatTemplate builtin_chat_template(std::string_view name) {
     t.tools = true;
   } else {
     fail("chat template \"{}\": unknown, expected auto, llama2, llama3, chatml, chatml_plain or qwen3\nhint: the "
-         "built-in ones are {}", name, kSupported);
+         "built-in ones are {}",
+         name, kSupported);
   }
   t.source = fmt::format("built-in {}", name);
   return t;
@@ -328,7 +333,8 @@ ChatTemplate recognise_chat_template(const std::string& jinja, const std::string
                      has("loop.last or (not loop.last and reasoning_content)");
   if (!qwen3 && (has("<think>") || has("reasoning_content")))
     unsupported("it renders reasoning (<think>) blocks by rules other than Qwen3's (qwen3 renders Qwen3's)");
-  if (has("Cutting Knowledge Date")) unsupported("it adds a dated system header (\"Cutting Knowledge Date\", Llama 3.1 and later)");
+  if (has("Cutting Knowledge Date"))
+    unsupported("it adds a dated system header (\"Cutting Knowledge Date\", Llama 3.1 and later)");
   ChatTemplate t;
   if (qwen3) {
     t.format = ChatFormat::qwen3;
@@ -369,7 +375,8 @@ ChatTemplate load_chat_template(std::string_view choice, const std::string& toke
   if (tokenizer_config.empty() || !is_regular_file(tokenizer_config))
     fail("model.data.chat_template auto: no tokenizer_config.json{} to take the chat template from\n{}",
          tokenizer_config.empty() ? "" : " at " + tokenizer_config, hint);
-  auto j = nlohmann::json::parse(read_small_file(tokenizer_config, size_t(64) << 20, "tokenizer_config.json"), nullptr, /*allow_exceptions=*/false);
+  auto j = nlohmann::json::parse(read_small_file(tokenizer_config, size_t(64) << 20, "tokenizer_config.json"), nullptr,
+                                 /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object\n{}", tokenizer_config, hint);
   auto it = j.find("chat_template");
   if (it == j.end() || it->is_null())
@@ -383,7 +390,8 @@ ChatTemplate load_chat_template(std::string_view choice, const std::string& toke
       if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
         jinja = e["template"].get<std::string>();
   }
-  if (jinja.empty()) fail("{}: chat_template is neither a string nor a list with a \"default\" one\n{}", tokenizer_config, hint);
+  if (jinja.empty())
+    fail("{}: chat_template is neither a string nor a list with a \"default\" one\n{}", tokenizer_config, hint);
   return recognise_chat_template(jinja, tokenizer_config);
 }
 
@@ -443,7 +451,8 @@ bool parse_tool_calls(const ojson& j, std::vector<ToolCall>* calls, std::string*
   ojson v = j;
   if (j.is_string()) {
     v = ojson::parse(j.get<std::string>(), nullptr, /*allow_exceptions=*/false);
-    if (v.is_discarded()) return bad(why, "a function_call value is not JSON; expected {\"name\": ..., \"arguments\": {...}}");
+    if (v.is_discarded())
+      return bad(why, "a function_call value is not JSON; expected {\"name\": ..., \"arguments\": {...}}");
   }
   if (!v.is_array()) v = ojson::array({v});
   for (const auto& x : v) {
@@ -461,9 +470,11 @@ bool parse_tools(const ojson& row, std::vector<std::string>* tools, std::string*
   if (v.is_string()) {
     if (v.get<std::string>().empty()) return true;
     v = ojson::parse(it->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-    if (v.is_discarded()) return bad(why, "\"tools\" is a string that is not JSON; expected a list of tool definitions");
+    if (v.is_discarded())
+      return bad(why, "\"tools\" is a string that is not JSON; expected a list of tool definitions");
   }
-  if (!v.is_array()) return bad(why, "\"tools\" is not a list; expected [{\"type\": \"function\", \"function\": {...}}, ...]");
+  if (!v.is_array())
+    return bad(why, "\"tools\" is not a list; expected [{\"type\": \"function\", \"function\": {...}}, ...]");
   for (const auto& t : v) {
     if (!t.is_object()) return bad(why, "a tool definition is not an object");
     tools->push_back(tojson(t));
@@ -493,7 +504,8 @@ bool chat_row(std::string_view line, ChatRow* out, std::string* why) {
     return true;
   };
   if (auto it = row.find("messages"); it != row.end()) {
-    if (!it->is_array()) return bad(why, "\"messages\" is not a list; expected [{\"role\": ..., \"content\": ...}, ...]");
+    if (!it->is_array())
+      return bad(why, "\"messages\" is not a list; expected [{\"role\": ..., \"content\": ...}, ...]");
     for (size_t i = 0; i < it->size(); i++) {
       const auto& m = (*it)[i];
       if (!m.is_object()) return bad(why, "a message is not an object; expected {\"role\": ..., \"content\": ...}");
@@ -536,20 +548,22 @@ bool chat_row(std::string_view line, ChatRow* out, std::string* why) {
     return true;
   }
   if (auto it = row.find("conversations"); it != row.end()) {  // ShareGPT: [{"from": ..., "value": ...}, ...]
-    if (!it->is_array()) return bad(why, "\"conversations\" is not a list; expected [{\"from\": ..., \"value\": ...}, ...]");
+    if (!it->is_array())
+      return bad(why, "\"conversations\" is not a list; expected [{\"from\": ..., \"value\": ...}, ...]");
     for (const auto& m : *it) {
       if (!m.is_object() || !m.contains("from") || !m["from"].is_string())
         return bad(why, "a ShareGPT turn has no \"from\" string; expected {\"from\": \"human\", \"value\": ...}");
       const std::string from = m["from"].get<std::string>();
-      const std::string role = from == "human" || from == "user"                ? "user"
-                               : from == "gpt" || from == "assistant"           ? "assistant"
-                               : from == "system"                               ? "system"
-                               : from == "observation" || from == "tool"        ? "tool"
-                               : from == "function_call"                        ? "assistant"
-                                                                                : "";
+      const std::string role = from == "human" || from == "user"         ? "user"
+                               : from == "gpt" || from == "assistant"    ? "assistant"
+                               : from == "system"                        ? "system"
+                               : from == "observation" || from == "tool" ? "tool"
+                               : from == "function_call"                 ? "assistant"
+                                                                         : "";
       if (role.empty())
         return bad(why, fmt::format("ShareGPT turn from \"{}\"; expected human, gpt, system, function_call or "
-                                    "observation", from));
+                                    "observation",
+                                    from));
       if (!m.contains("value") || !m["value"].is_string()) return bad(why, "a ShareGPT turn has no \"value\" string");
       if (from == "function_call") {
         ChatMessage call("assistant", "");
@@ -564,8 +578,8 @@ bool chat_row(std::string_view line, ChatRow* out, std::string* why) {
   return bad(why, "neither \"messages\" nor Alpaca's \"instruction\"/\"output\"");
 }
 
-bool render_chat(const ChatTemplate& t, const ChatRow& row, bool add_generation_prompt, std::vector<ChatSegment>* segments,
-                 std::string* why) {
+bool render_chat(const ChatTemplate& t, const ChatRow& row, bool add_generation_prompt,
+                 std::vector<ChatSegment>* segments, std::string* why) {
   segments->clear();
   const std::vector<ChatMessage>& messages = row.messages;
   if (!add_generation_prompt &&
@@ -574,15 +588,18 @@ bool render_chat(const ChatTemplate& t, const ChatRow& row, bool add_generation_
   // What the template would drop is refused, never lost without a word.
   const bool tools = t.format == ChatFormat::qwen3 || (t.format == ChatFormat::chatml && t.tools);
   const std::string name = fmt::format("the {} chat template ({})", chat_format_name(t.format), t.source);
-  const std::string use = "use a template that renders them (chatml as Qwen2.5's, or qwen3), or leave them out of the rows";
-  if (!row.tools.empty() && !tools) return bad(why, fmt::format("the row declares tools, which {} does not render: {}", name, use));
+  const std::string use =
+      "use a template that renders them (chatml as Qwen2.5's, or qwen3), or leave them out of the rows";
+  if (!row.tools.empty() && !tools)
+    return bad(why, fmt::format("the row declares tools, which {} does not render: {}", name, use));
   for (size_t i = 0; i < messages.size(); i++) {
     const ChatMessage& m = messages[i];
     if (!m.tool_calls.empty() && !tools)
       return bad(why, fmt::format("message {} makes tool calls, which {} does not render: {}", i + 1, name, use));
     if (m.has_reasoning && t.format != ChatFormat::qwen3)
       return bad(why, fmt::format("message {} has reasoning_content, which {} does not render: use the qwen3 template, "
-                                  "or put the reasoning in the content", i + 1, name));
+                                  "or put the reasoning in the content",
+                                  i + 1, name));
     if (m.role == "tool" && t.format == ChatFormat::llama2)
       return bad(why, fmt::format("message {} is a tool result, which {} does not render: {}", i + 1, name, use));
   }
@@ -634,7 +651,8 @@ void check_chat_tokens(const ChatTemplate& t, const Tokenizer& tok) {
   }
   if (!missing.empty())
     fail("chat template {} needs the special token{} {}, which the tokenizer {} does not have\nhint: use the model "
-         "family's own tokenizer, or set model.data.chat_template to the family of this one (llama2, llama3, chatml or qwen3)",
+         "family's own tokenizer, or set model.data.chat_template to the family of this one (llama2, llama3, chatml or "
+         "qwen3)",
          t.source, missing.size() > 1 ? "s" : "", fmt::join(missing, ", "), tok.path());
 }
 

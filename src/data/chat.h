@@ -42,7 +42,7 @@ struct ChatTemplate {
 // A call an assistant turn makes (OpenAI's {"type": "function", "function": {name, arguments}}).
 struct ToolCall {
   std::string name;
-  std::string arguments_json;    // the arguments as Jinja's tojson writes them (Python json.dumps)
+  std::string arguments_json;      // the arguments as Jinja's tojson writes them (Python json.dumps)
   bool arguments_is_text = false;  // the arguments were a JSON string (OpenAI's form): their text
   std::string arguments_text;
 };
@@ -103,8 +103,8 @@ bool chat_row(std::string_view json_line, ChatRow* row, std::string* why);
 // what the template does not render (tools, tool calls or reasoning where it has none: never dropped
 // silently) or, for training (no add_generation_prompt), has no assistant turn. add_generation_prompt
 // appends the next assistant header: a prompt for generation.
-bool render_chat(const ChatTemplate& t, const ChatRow& row, bool add_generation_prompt, std::vector<ChatSegment>* segments,
-                 std::string* why);
+bool render_chat(const ChatTemplate& t, const ChatRow& row, bool add_generation_prompt,
+                 std::vector<ChatSegment>* segments, std::string* why);
 bool render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                  std::vector<ChatSegment>* segments, std::string* why);
 // Jinja's tojson as transformers defines it (Python's json.dumps with ", " and ": " separators and

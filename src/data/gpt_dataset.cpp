@@ -113,8 +113,8 @@ std::array<int64_t, 3> requested_num_samples(int64_t train_iters, int64_t gbs, i
                                              int64_t eval_iters, int64_t test_iters) {
   if (train_iters < 0 || gbs < 1 || eval_interval < 1 || eval_iters < 0 || test_iters < 0)
     fail("sample counts: train_iters {}, global_batch_size {}, eval_interval {}, eval_iters {}, test_iters {}; "
-         "expected non-negative counts, batch and interval >= 1", train_iters, gbs, eval_interval, eval_iters,
-         test_iters);
+         "expected non-negative counts, batch and interval >= 1",
+         train_iters, gbs, eval_interval, eval_iters, test_iters);
   return {train_iters * gbs, (train_iters / eval_interval + 1) * eval_iters * gbs, test_iters * gbs};
 }
 
@@ -126,9 +126,9 @@ namespace {
 
 // Owns the three arrays of a freshly built index.
 struct IndexVectors {
-  std::vector<int32_t> doc;     // (D)
-  std::vector<int64_t> sample;  // (ns + 1, 2)
-  std::vector<int64_t> shuffle; // (ns)
+  std::vector<int32_t> doc;      // (D)
+  std::vector<int64_t> sample;   // (ns + 1, 2)
+  std::vector<int64_t> shuffle;  // (ns)
 };
 
 // T: the tokens of the split, more than `extra`.
@@ -233,8 +233,7 @@ std::vector<int64_t> build_shuffle_index(int64_t ns, const GptIndex& idx, NumpyR
 
 }  // namespace
 
-GptIndex build_gpt_index(const int32_t* sizes, int64_t num_sequences, SplitRange range,
-                         const GptIndexParams& p) {
+GptIndex build_gpt_index(const int32_t* sizes, int64_t num_sequences, SplitRange range, const GptIndexParams& p) {
   if (p.seq_length < 1) fail("seq_length {}: expected >= 1", p.seq_length);
   CHECK(p.extra == 0 || p.extra == 1, "extra token count {}", p.extra);
   CHECK(range.begin >= 0 && range.begin <= range.end && range.end <= num_sequences,
@@ -352,18 +351,15 @@ Layout layout_for(size_t key_len, int64_t D, int64_t ns) {
 
 }  // namespace
 
-std::string gpt_index_cache_key(const TokenSource& source, Split split, SplitRange range,
-                                const GptIndexParams& p) {
-  return fmt::format(
-      "llamatrain gpt index v{}\nsource={}\nsplit={}\nrange={},{}\nseq_length={}\nnum_samples={}\n"
-      "seed={}\nextra={}\ndrop_last_partial={}\n",
-      kVersion, source.fingerprint(), split_name(split), range.begin, range.end, p.seq_length,
-      p.num_samples, p.seed, p.extra, int(p.drop_last_partial));
+std::string gpt_index_cache_key(const TokenSource& source, Split split, SplitRange range, const GptIndexParams& p) {
+  return fmt::format("llamatrain gpt index v{}\nsource={}\nsplit={}\nrange={},{}\nseq_length={}\nnum_samples={}\n"
+                     "seed={}\nextra={}\ndrop_last_partial={}\n",
+                     kVersion, source.fingerprint(), split_name(split), range.begin, range.end, p.seq_length,
+                     p.num_samples, p.seed, p.extra, int(p.drop_last_partial));
 }
 
 std::string gpt_index_cache_file(const TokenSource& source, Split split, const std::string& key) {
-  return fmt::format("{}_{}_gptidx_{:016x}.ltidx", source.name(), split_name(split),
-                     fnv1a64(key.data(), key.size()));
+  return fmt::format("{}_{}_gptidx_{:016x}.ltidx", source.name(), split_name(split), fnv1a64(key.data(), key.size()));
 }
 
 void save_gpt_index(const std::string& path, const std::string& key, const GptIndex& idx) {
@@ -372,8 +368,8 @@ void save_gpt_index(const std::string& path, const std::string& key, const GptIn
   std::vector<uint8_t> head(l.doc_off, 0);
   std::memcpy(head.data(), kMagic, 8);
   uint32_t ver = kVersion, klen = uint32_t(key.size());
-  int64_t fields[6] = {idx.tokens_per_epoch, idx.num_epochs, int64_t(idx.separate_final_epoch),
-                       idx.num_samples_sans_final_epoch, D, ns};
+  int64_t fields[6] = {
+      idx.tokens_per_epoch, idx.num_epochs, int64_t(idx.separate_final_epoch), idx.num_samples_sans_final_epoch, D, ns};
   std::memcpy(head.data() + 8, &ver, 4);
   std::memcpy(head.data() + 12, &klen, 4);
   std::memcpy(head.data() + 16, fields, sizeof(fields));
@@ -461,8 +457,7 @@ bool load_gpt_index(const std::string& path, const std::string& key, SplitRange 
     if (idx.shuffle_index[i] < 0 || idx.shuffle_index[i] >= ns) return bad("shuffle index out of range");
   for (int64_t k = 0; k <= ns; k++) {
     int64_t dk = idx.sample_index[2 * k], ok = idx.sample_index[2 * k + 1];
-    if (dk < 0 || dk >= std::max<int64_t>(D, 1) || ok < 0 ||
-        (k > 0 && dk < idx.sample_index[2 * (k - 1)]))
+    if (dk < 0 || dk >= std::max<int64_t>(D, 1) || ok < 0 || (k > 0 && dk < idx.sample_index[2 * (k - 1)]))
       return bad("sample index out of range");
   }
   idx.storage = map;
@@ -498,8 +493,7 @@ GptDataset::GptDataset(std::shared_ptr<const TokenSource> source, Split split, S
     if (load_gpt_index(cache_path_, key, range, &index_, &why)) {
       loaded_from_cache_ = true;
     } else {
-      if (why != "missing")
-        fmt::print(stderr, "index cache {}: {}; rebuilding it\n", cache_path_, why);
+      if (why != "missing") fmt::print(stderr, "index cache {}: {}; rebuilding it\n", cache_path_, why);
       index_ = build_gpt_index(sizes, n, range, params_);
       try {
         std::error_code ec;
@@ -517,8 +511,7 @@ GptDataset::GptDataset(std::shared_ptr<const TokenSource> source, Split split, S
   // Every document referenced must exist in the source (guards a cache built for other data).
   for (int64_t i = 0; i < index_.doc_index_size; i++)
     CHECK(index_.doc_index[i] >= range.begin && index_.doc_index[i] < range.end,
-          "document index entry {} = {} outside the split [{}, {})", i, index_.doc_index[i], range.begin,
-          range.end);
+          "document index entry {} = {} outside the split [{}, {})", i, index_.doc_index[i], range.begin, range.end);
 }
 
 int64_t GptDataset::sample_text(int64_t i, int32_t* text) const {
@@ -584,17 +577,19 @@ void make_gpt_sample(GptSample* out, const int32_t* text, int64_t valid, int64_t
 std::vector<int64_t> micro_batch_sample_indices(int64_t consumed, int64_t mbs, int64_t dp, int64_t rank) {
   if (mbs < 1 || dp < 1 || rank < 0 || rank >= dp || consumed < 0)
     fail("micro-batch slice: micro_batch_size {}, data-parallel size {}, rank {}, consumed {}; expected "
-         "mbs >= 1, 0 <= rank < dp, consumed >= 0", mbs, dp, rank, consumed);
+         "mbs >= 1, 0 <= rank < dp, consumed >= 0",
+         mbs, dp, rank, consumed);
   std::vector<int64_t> out(static_cast<size_t>(mbs));
   for (int64_t k = 0; k < mbs; k++) out[size_t(k)] = consumed + rank * mbs + k;
   return out;
 }
 
-std::vector<std::vector<int64_t>> global_batch_sample_indices(int64_t consumed, int64_t gbs, int64_t mbs,
-                                                              int64_t dp, int64_t rank) {
+std::vector<std::vector<int64_t>> global_batch_sample_indices(int64_t consumed, int64_t gbs, int64_t mbs, int64_t dp,
+                                                              int64_t rank) {
   if (mbs < 1 || dp < 1 || gbs < 1 || gbs % (mbs * dp) != 0)
     fail("global_batch_size {}: expected a multiple of micro_batch_size {} x data-parallel size {}\n"
-         "hint: change model.global_batch_size or model.micro_batch_size", gbs, mbs, dp);
+         "hint: change model.global_batch_size or model.micro_batch_size",
+         gbs, mbs, dp);
   std::vector<std::vector<int64_t>> out;
   for (int64_t m = 0; m < gbs / (mbs * dp); m++)
     out.push_back(micro_batch_sample_indices(consumed + m * mbs * dp, mbs, dp, rank));

@@ -38,7 +38,12 @@ namespace {
 // The byte of a "<0xXX>" piece, -1 for any other string.
 int byte_piece_value(std::string_view p) {
   if (p.size() != 6 || !p.starts_with("<0x") || p[5] != '>') return -1;
-  auto hex = [](char ch) { return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1; };
+  auto hex = [](char ch) {
+    return ch >= '0' && ch <= '9'   ? ch - '0'
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                    : -1;
+  };
   const int hi = hex(p[3]), lo = hex(p[4]);
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
@@ -60,7 +65,6 @@ std::string_view trim_start_space(std::string_view s) {
 }
 
 }  // namespace
-
 
 // ---------------------------------------------------------------------------------------------
 // Components
@@ -111,7 +115,8 @@ class Regex {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
       fail("{}: regex {} does not compile at offset {} ({})\nhint: the pattern must be a valid Oniguruma/PCRE "
-           "regex", where, json(pattern).dump(), off, reinterpret_cast<const char*>(msg));
+           "regex",
+           where, json(pattern).dump(), off, reinterpret_cast<const char*>(msg));
     }
     pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter when JIT is absent
   }
@@ -128,14 +133,15 @@ class Regex {
     } md;
     size_t at = 0;
     while (at <= s.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), at, PCRE2_NO_UTF_CHECK,
-                                 md.md, nullptr);
+      const int rc =
+          pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), at, PCRE2_NO_UTF_CHECK, md.md, nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) return;
       if (rc < 0) {  // a match or depth limit: a pattern that backtracks without end on this text
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(rc, msg, sizeof msg);
         fail("tokenizer regex: matching failed ({}) on a text of {} bytes\nhint: the tokenizer.json's pattern "
-             "backtracks too much; simplify it", reinterpret_cast<const char*>(msg), s.size());
+             "backtracks too much; simplify it",
+             reinterpret_cast<const char*>(msg), s.size());
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.md);
       const size_t b = ov[0], e = ov[1];
@@ -160,7 +166,10 @@ enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Con
 
 // Splits p by the matches of re as `tokenizers`' NormalizedString::split does.
 void split_piece(const Piece& p, const Regex& re, Behavior behavior, bool invert, std::vector<Piece>* out) {
-  struct Seg { size_t b, e; bool match; };
+  struct Seg {
+    size_t b, e;
+    bool match;
+  };
   std::vector<Seg> segs;
   size_t prev = 0;
   re.for_each_match(p.text, [&](size_t b, size_t e) {
@@ -174,16 +183,17 @@ void split_piece(const Piece& p, const Regex& re, Behavior behavior, bool invert
   std::vector<Seg> res;
   switch (behavior) {
     case Behavior::Removed:
-      for (const auto& s : segs) if (!s.match) res.push_back(s);
+      for (const auto& s : segs)
+        if (!s.match) res.push_back(s);
       break;
-    case Behavior::Isolated:
-      res = segs;
-      break;
+    case Behavior::Isolated: res = segs; break;
     case Behavior::MergedWithPrevious: {
       bool prev_match = false;
       for (const auto& s : segs) {
-        if (s.match && !prev_match && !res.empty()) res.back().e = s.e;
-        else res.push_back(s);
+        if (s.match && !prev_match && !res.empty())
+          res.back().e = s.e;
+        else
+          res.push_back(s);
         prev_match = s.match;
       }
       break;
@@ -191,8 +201,10 @@ void split_piece(const Piece& p, const Regex& re, Behavior behavior, bool invert
     case Behavior::MergedWithNext: {
       bool prev_match = false;
       for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
-        if (it->match && !prev_match && !res.empty()) res.back().b = it->b;
-        else res.push_back(*it);
+        if (it->match && !prev_match && !res.empty())
+          res.back().b = it->b;
+        else
+          res.push_back(*it);
         prev_match = it->match;
       }
       std::reverse(res.begin(), res.end());
@@ -200,8 +212,10 @@ void split_piece(const Piece& p, const Regex& re, Behavior behavior, bool invert
     }
     case Behavior::Contiguous:
       for (const auto& s : segs) {
-        if (!res.empty() && res.back().match == s.match) res.back().e = s.e;
-        else res.push_back(s);
+        if (!res.empty() && res.back().match == s.match)
+          res.back().e = s.e;
+        else
+          res.push_back(s);
       }
       break;
   }
@@ -246,14 +260,14 @@ struct PreTokenizer {
   Behavior behavior = Behavior::Isolated;
   bool invert = false;
   bool add_prefix_space = false;
-  std::string replacement;          // Metaspace
-  int prepend = 0;                  // Metaspace: 0 never, 1 first, 2 always
-  bool split = true;                // Metaspace
+  std::string replacement;  // Metaspace
+  int prepend = 0;          // Metaspace: 0 never, 1 first, 2 always
+  bool split = true;        // Metaspace
 };
 
 struct Decoder {
   enum Kind { ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace } kind;
-  std::string text;   // Metaspace's replacement, Strip's content, Replace's content
+  std::string text;  // Metaspace's replacement, Strip's content, Replace's content
   std::shared_ptr<Regex> re;
   int prepend = 0;
   int start = 0, stop = 0;
@@ -267,7 +281,7 @@ struct AddedToken {
 
 // Added tokens of one kind (raw or normalized), found leftmost-longest.
 struct AddedMatcher {
-  std::vector<int> tokens;   // indices into Impl::added, longest content first
+  std::vector<int> tokens;  // indices into Impl::added, longest content first
   bool first_byte[256] = {};
   // The leftmost-longest match in s at or after `from`: its token index, or -1.
   int find(std::string_view s, size_t from, size_t* at, const std::vector<AddedToken>& added) const {
@@ -276,7 +290,10 @@ struct AddedMatcher {
       if (!first_byte[static_cast<unsigned char>(s[i])]) continue;
       for (int t : tokens) {
         const std::string& c = added[t].content;
-        if (s.compare(i, c.size(), c) == 0) { *at = i; return t; }
+        if (s.compare(i, c.size(), c) == 0) {
+          *at = i;
+          return t;
+        }
       }
     }
     return -1;
@@ -285,16 +302,18 @@ struct AddedMatcher {
 
 struct HfTokenizer::Impl {
   std::string name;
-  uint64_t serial = 0;  // tells the thread-local caches of two tokenizers apart
-  std::vector<std::string> pieces;       // by id, as written in the file
-  std::vector<std::string> model_bytes;  // by id: the model-space string (raw bytes in a byte-level file)
-  std::vector<signed char> kind;         // by id: 0 none, 1 vocabulary, 2 added
-  std::unordered_map<std::string, int> vocab;   // model space -> id
+  uint64_t serial = 0;                            // tells the thread-local caches of two tokenizers apart
+  std::vector<std::string> pieces;                // by id, as written in the file
+  std::vector<std::string> model_bytes;           // by id: the model-space string (raw bytes in a byte-level file)
+  std::vector<signed char> kind;                  // by id: 0 none, 1 vocabulary, 2 added
+  std::unordered_map<std::string, int> vocab;     // model space -> id
   std::unordered_map<std::string, int> by_piece;  // the file's strings (added tokens first) -> id
-  struct Merge { int rank, id; };
-  std::unordered_map<uint64_t, Merge> merges;   // (left id << 32 | right id) -> rank and merged id
-  int byte_sym[256];       // byte-level: the id of each single byte
-  int byte_fallback[256];  // the <0xXX> pieces, -1 where missing
+  struct Merge {
+    int rank, id;
+  };
+  std::unordered_map<uint64_t, Merge> merges;  // (left id << 32 | right id) -> rank and merged id
+  int byte_sym[256];                           // byte-level: the id of each single byte
+  int byte_fallback[256];                      // the <0xXX> pieces, -1 where missing
   bool byte_level = false, ignore_merges = false, use_byte_fallback = false, fuse_unk = false;
   int unk = -1;
   std::vector<Normalizer> normalizers;
@@ -378,13 +397,14 @@ struct Ctx {
     return *it;
   }
   [[noreturn]] void unsupported(const std::string& where, const std::string& type) const {
-    fail("tokenizer {}: {} has type {}, which llamatrain does not read\nhint: {}", name, where,
-         json(type).dump(), kSupported);
+    fail("tokenizer {}: {} has type {}, which llamatrain does not read\nhint: {}", name, where, json(type).dump(),
+         kSupported);
   }
   // A {"String": s} or {"Regex": r} pattern.
   std::shared_ptr<Regex> pattern(const json& j, const std::string& where) const {
     auto it = j.find("pattern");
-    if (it == j.end() || !it->is_object()) bad(where + ".pattern", "is missing, expected {\"String\": ..} or {\"Regex\": ..}");
+    if (it == j.end() || !it->is_object())
+      bad(where + ".pattern", "is missing, expected {\"String\": ..} or {\"Regex\": ..}");
     if (auto s = it->find("String"); s != it->end() && s->is_string())
       return std::make_shared<Regex>(s->get<std::string>(), true, "tokenizer " + name + " " + where);
     if (auto r = it->find("Regex"); r != it->end() && r->is_string())
@@ -411,8 +431,8 @@ std::string type_of(const Ctx& c, const json& j, const std::string& where) {
 // A section's type; for a "Sequence", nullopt after read(element, its where) of each element of
 // j[list_key].
 template <class F>
-std::optional<std::string> type_or_sequence(const Ctx& c, const json& j, const std::string& where,
-                                            const char* list_key, F&& read) {
+std::optional<std::string> type_or_sequence(const Ctx& c, const json& j, const std::string& where, const char* list_key,
+                                            F&& read) {
   std::string t = type_of(c, j, where);
   if (t != "Sequence") return t;
   const json& list = c.arr(j, list_key, where);
@@ -433,11 +453,16 @@ void read_normalizer(const Ctx& c, const json& j, const std::string& where, std:
                                   [&](const json& e, const std::string& w) { read_normalizer(c, e, w, out); });
   if (!t) return;
   Normalizer n{};
-  if (*t == "NFC") n.kind = Normalizer::NFC;
-  else if (*t == "NFD") n.kind = Normalizer::NFD;
-  else if (*t == "NFKC") n.kind = Normalizer::NFKC;
-  else if (*t == "NFKD") n.kind = Normalizer::NFKD;
-  else if (*t == "Lowercase") n.kind = Normalizer::Lowercase;
+  if (*t == "NFC")
+    n.kind = Normalizer::NFC;
+  else if (*t == "NFD")
+    n.kind = Normalizer::NFD;
+  else if (*t == "NFKC")
+    n.kind = Normalizer::NFKC;
+  else if (*t == "NFKD")
+    n.kind = Normalizer::NFKD;
+  else if (*t == "Lowercase")
+    n.kind = Normalizer::Lowercase;
   else if (*t == "Strip") {
     n.kind = Normalizer::Strip;
     n.left = c.boolean(j, "strip_left", where, true);
@@ -464,7 +489,8 @@ Behavior read_behavior(const Ctx& c, const json& j, const std::string& where) {
   if (b == "MergedWithNext") return Behavior::MergedWithNext;
   if (b == "Contiguous") return Behavior::Contiguous;
   c.bad(where + ".behavior", fmt::format("is {}, expected Removed, Isolated, MergedWithPrevious, "
-                                         "MergedWithNext or Contiguous", json(b).dump()));
+                                         "MergedWithNext or Contiguous",
+                                         json(b).dump()));
 }
 
 void read_pretokenizer(const Ctx& c, const json& j, const std::string& where, std::vector<PreTokenizer>* out,
@@ -507,9 +533,12 @@ void read_decoder(const Ctx& c, const json& j, const std::string& where, std::ve
                                   [&](const json& e, const std::string& w) { read_decoder(c, e, w, out); });
   if (!t) return;
   Decoder d{};
-  if (*t == "ByteLevel") d.kind = Decoder::ByteLevel;
-  else if (*t == "ByteFallback") d.kind = Decoder::ByteFallback;
-  else if (*t == "Fuse") d.kind = Decoder::Fuse;
+  if (*t == "ByteLevel")
+    d.kind = Decoder::ByteLevel;
+  else if (*t == "ByteFallback")
+    d.kind = Decoder::ByteFallback;
+  else if (*t == "Fuse")
+    d.kind = Decoder::Fuse;
   else if (*t == "Metaspace") {
     d.kind = Decoder::Metaspace;
     d.text = c.str(j, "replacement", where, "\u2581");
@@ -536,8 +565,8 @@ std::vector<int> template_token_ids(const Ctx& c, const json& item, const json& 
   if (st == item.end() || !st->is_object()) c.bad(w, "is neither a Sequence nor a SpecialToken");
   const std::string name = c.str(*st, "id", w + ".SpecialToken");
   std::vector<int> ids;
-  if (auto sp = specials.find(name); sp != specials.end() && sp->is_object() && sp->contains("ids") &&
-                                     (*sp)["ids"].is_array()) {
+  if (auto sp = specials.find(name);
+      sp != specials.end() && sp->is_object() && sp->contains("ids") && (*sp)["ids"].is_array()) {
     for (const auto& v : (*sp)["ids"]) {
       if (!v.is_number_integer()) c.bad(where + ".special_tokens", "has an id that is not an integer");
       ids.push_back(v.get<int>());
@@ -635,7 +664,8 @@ const json& read_model_options(const Ctx& c, const json& j, HfTokenizer::Impl* i
   if (mtype != "BPE") c.unsupported("model", mtype);
   if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0)
     c.bad("model.dropout", "is set, expected null (BPE dropout is for training, not for encoding)");
-  if (!c.str(m, "continuing_subword_prefix", "model", "").empty() || !c.str(m, "end_of_word_suffix", "model", "").empty())
+  if (!c.str(m, "continuing_subword_prefix", "model", "").empty() ||
+      !c.str(m, "end_of_word_suffix", "model", "").empty())
     c.bad("model", "has a continuing_subword_prefix or end_of_word_suffix, which llamatrain does not read "
                    "(byte-level and SentencePiece-style BPE have none)");
   im->ignore_merges = c.boolean(m, "ignore_merges", "model", false);
@@ -662,7 +692,8 @@ void read_vocab(const Ctx& c, const json& m, HfTokenizer::Impl* im) {
   std::string bytes;
   for (auto it = vit->begin(); it != vit->end(); ++it) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxId)
-      c.bad("model.vocab", fmt::format("gives {} the id {}, expected an integer 0..{}", json(it.key()).dump(), it->dump(), kMaxId));
+      c.bad("model.vocab",
+            fmt::format("gives {} the id {}, expected an integer 0..{}", json(it.key()).dump(), it->dump(), kMaxId));
     const int id = it->get<int>();
     im->grow(id);
     im->pieces[id] = it.key();
@@ -681,7 +712,8 @@ std::pair<std::string, std::string> merge_pair(const Ctx& c, const json& merge, 
   if (merge.is_string()) {
     const std::string s = merge.get<std::string>();
     const size_t sp = s.find(' ');
-    if (sp == std::string::npos) c.bad(fmt::format("model.merges[{}]", r), fmt::format("is {}, expected \"a b\"", json(s).dump()));
+    if (sp == std::string::npos)
+      c.bad(fmt::format("model.merges[{}]", r), fmt::format("is {}, expected \"a b\"", json(s).dump()));
     return {s.substr(0, sp), s.substr(sp + 1)};
   }
   if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string())
@@ -699,8 +731,12 @@ void read_merges(const Ctx& c, const json& m, HfTokenizer::Impl* im) {
     const auto [a, b] = merge_pair(c, merges[r], r);
     const int ia = im->piece_id(a), ib = im->piece_id(b), merged = im->piece_id(a + b);
     if (ia < 0 || ib < 0 || merged < 0)
-      c.bad(fmt::format("model.merges[{}]", r), fmt::format("merges {} and {}, but {} is not in the vocabulary",
-            json(a).dump(), json(b).dump(), json(ia < 0 ? a : ib < 0 ? b : a + b).dump()));
+      c.bad(fmt::format("model.merges[{}]", r),
+            fmt::format("merges {} and {}, but {} is not in the vocabulary", json(a).dump(), json(b).dump(),
+                        json(ia < 0   ? a
+                             : ib < 0 ? b
+                                      : a + b)
+                            .dump()));
     im->merges.emplace((uint64_t(uint32_t(ia)) << 32) | uint32_t(ib), HfTokenizer::Impl::Merge{int(r), merged});
   }
 }
@@ -773,7 +809,8 @@ void read_post_processor(const Ctx& c, const json& j, const HfTokenizer::Impl& i
   if (j.contains("post_processor")) read_post(c, j["post_processor"], "post_processor", im, prefix, suffix);
   for (const std::vector<int>* ids : {prefix, suffix})
     for (int id : *ids)
-      if (id < 0 || id >= int(im.pieces.size())) c.bad("post_processor", fmt::format("adds id {}, outside the vocabulary", id));
+      if (id < 0 || id >= int(im.pieces.size()))
+        c.bad("post_processor", fmt::format("adds id {}, outside the vocabulary", id));
 }
 
 struct SpecialIds {
@@ -789,10 +826,12 @@ SpecialIds special_ids(const HfTokenizer::Impl& im, const json& cfg, const std::
     const int id = im.piece_id(*s);
     if (id < 0)
       fail("tokenizer {}: tokenizer_config.json's {} {} is not a token of the tokenizer\nhint: fix {} in "
-           "tokenizer_config.json", im.name, key, json(*s).dump(), key);
+           "tokenizer_config.json",
+           im.name, key, json(*s).dump(), key);
     return id;
   };
-  const auto bos = config_token(cfg, "bos_token"), eos = config_token(cfg, "eos_token"), pad = config_token(cfg, "pad_token");
+  const auto bos = config_token(cfg, "bos_token"), eos = config_token(cfg, "eos_token"),
+             pad = config_token(cfg, "pad_token");
   SpecialIds out;
   out.bos = bos ? id_of(*bos, "bos_token") : prefix.empty() ? -1 : prefix.front();
   if (eos) {
@@ -860,7 +899,10 @@ std::unique_ptr<HfTokenizer> HfTokenizer::parse(std::string_view tokenizer_json,
 void HfTokenizer::Impl::normalize(std::string* s) const {
   for (const Normalizer& n : normalizers) {
     switch (n.kind) {
-      case Normalizer::NFC: case Normalizer::NFD: case Normalizer::NFKC: case Normalizer::NFKD: {
+      case Normalizer::NFC:
+      case Normalizer::NFD:
+      case Normalizer::NFKC:
+      case Normalizer::NFKD: {
         if (std::all_of(s->begin(), s->end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x80; })) break;
         UErrorCode err = U_ZERO_ERROR;
         const icu::Normalizer2* norm = n.kind == Normalizer::NFC    ? icu::Normalizer2::getNFCInstance(err)
@@ -896,9 +938,7 @@ void HfTokenizer::Impl::normalize(std::string* s) const {
       case Normalizer::Prepend:
         if (!s->empty()) *s = n.text + *s;
         break;
-      case Normalizer::Replace:
-        *s = replace_all(*s, *n.re, n.text);
-        break;
+      case Normalizer::Replace: *s = replace_all(*s, *n.re, n.text); break;
     }
   }
 }
@@ -910,30 +950,34 @@ void HfTokenizer::Impl::pre_tokenize(Piece section, bool first, std::vector<Piec
     next.clear();
     for (Piece& piece : cur) {
       switch (p.kind) {
-        case PreTokenizer::Split:
-          split_piece(piece, *p.re, p.behavior, p.invert, &next);
-          break;
+        case PreTokenizer::Split: split_piece(piece, *p.re, p.behavior, p.invert, &next); break;
         case PreTokenizer::ByteLevel:
           if (p.add_prefix_space && !piece.text.starts_with(' ')) {
             piece.text = " " + piece.text;
             piece.exact = false;
           }
-          if (p.re) split_piece(piece, *p.re, Behavior::Isolated, false, &next);
-          else next.push_back(std::move(piece));
+          if (p.re)
+            split_piece(piece, *p.re, Behavior::Isolated, false, &next);
+          else
+            next.push_back(std::move(piece));
           break;
         case PreTokenizer::Metaspace: {
           const bool at_start = first && piece.begin == 0;
           std::string text;
           for (char ch : piece.text) {
-            if (ch == ' ') text += p.replacement;
-            else text.push_back(ch);
+            if (ch == ' ')
+              text += p.replacement;
+            else
+              text.push_back(ch);
           }
           if ((p.prepend == 2 || (p.prepend == 1 && at_start)) && !text.starts_with(p.replacement))
             text = p.replacement + text;
           const bool same = text == piece.text;
           Piece np{std::move(text), piece.begin, piece.exact && same};
-          if (p.split) split_piece(np, *p.re, Behavior::MergedWithNext, false, &next);
-          else next.push_back(std::move(np));
+          if (p.split)
+            split_piece(np, *p.re, Behavior::MergedWithNext, false, &next);
+          else
+            next.push_back(std::move(np));
           break;
         }
       }
@@ -990,14 +1034,17 @@ std::vector<int> HfTokenizer::Impl::initial_symbols(std::string_view word) const
   for (size_t i = 0; i < word.size();) {
     const size_t len = byte_level ? 1 : utf8_char_length(static_cast<unsigned char>(word[i]));
     int id = -1;
-    if (byte_level) id = byte_sym[static_cast<unsigned char>(word[i])];
-    else if (auto it = vocab.find(std::string(word.substr(i, len))); it != vocab.end()) id = it->second;
+    if (byte_level)
+      id = byte_sym[static_cast<unsigned char>(word[i])];
+    else if (auto it = vocab.find(std::string(word.substr(i, len))); it != vocab.end())
+      id = it->second;
     if (id >= 0) {
       sym.push_back(id);
       prev_unk = false;
     } else {
       bool fell_back = use_byte_fallback;
-      for (size_t k = 0; k < len && fell_back; ++k) fell_back = byte_fallback[static_cast<unsigned char>(word[i + k])] >= 0;
+      for (size_t k = 0; k < len && fell_back; ++k)
+        fell_back = byte_fallback[static_cast<unsigned char>(word[i + k])] >= 0;
       if (fell_back) {
         for (size_t k = 0; k < len; ++k) sym.push_back(byte_fallback[static_cast<unsigned char>(word[i + k])]);
         prev_unk = false;
@@ -1026,7 +1073,8 @@ void HfTokenizer::Impl::merge_short(std::vector<int>* symbols) const {
   for (size_t i = 0; i + 1 < n; ++i) rank[i] = merge_rank(sym[i], sym[i + 1], &merged[i]);
   for (;;) {
     size_t best = 0;
-    for (size_t i = 1; i < rank.size(); ++i) if (rank[i] < rank[best]) best = i;
+    for (size_t i = 1; i < rank.size(); ++i)
+      if (rank[i] < rank[best]) best = i;
     if (rank.empty() || rank[best] == INT_MAX) break;
     sym[best] = merged[best];
     sym.erase(sym.begin() + best + 1);
@@ -1042,8 +1090,13 @@ void HfTokenizer::Impl::merge_long(std::vector<int> sym, std::vector<int>* out) 
   // stale when its left symbol changed or its right neighbour is another one.
   const size_t n = sym.size();
   std::vector<int> prev(n), next(n);
-  for (size_t i = 0; i < n; ++i) { prev[i] = int(i) - 1; next[i] = i + 1 < n ? int(i + 1) : -1; }
-  struct Cand { int rank, pos, left, right; };
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = int(i) - 1;
+    next[i] = i + 1 < n ? int(i + 1) : -1;
+  }
+  struct Cand {
+    int rank, pos, left, right;
+  };
   auto later = [](const Cand& a, const Cand& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
   std::priority_queue<Cand, std::vector<Cand>, decltype(later)> queue(later);
   auto push = [&](int pos) {
@@ -1247,9 +1300,12 @@ std::vector<std::string> decode_byte_level(const std::vector<std::string>& toks,
   ByteRuns runs;
   std::string raw;
   for (size_t i = 0; i < toks.size(); ++i) {
-    if (per_id && added[i]) runs.token(toks[i]);
-    else if (byte_level_to_bytes(toks[i], &raw)) runs.bytes(raw);
-    else runs.bytes(toks[i]);
+    if (per_id && added[i])
+      runs.token(toks[i]);
+    else if (byte_level_to_bytes(toks[i], &raw))
+      runs.bytes(raw);
+    else
+      runs.bytes(toks[i]);
   }
   return runs.finish();
 }
@@ -1258,8 +1314,10 @@ std::vector<std::string> decode_byte_level(const std::vector<std::string>& toks,
 std::vector<std::string> decode_byte_fallback(const std::vector<std::string>& toks) {
   ByteRuns runs;
   for (const std::string& t : toks) {
-    if (const int v = byte_piece_value(t); v >= 0) runs.bytes(std::string(1, char(v)));
-    else runs.token(t);
+    if (const int v = byte_piece_value(t); v >= 0)
+      runs.bytes(std::string(1, char(v)));
+    else
+      runs.token(t);
   }
   return runs.finish();
 }
@@ -1271,8 +1329,11 @@ std::vector<std::string> decode_metaspace(const Decoder& d, const std::vector<st
     std::string t;
     const std::string& s = toks[i];
     for (size_t k = 0; k < s.size();) {
-      if (s.compare(k, d.text.size(), d.text) == 0 && !d.text.empty()) { t.push_back(' '); k += d.text.size(); }
-      else t.push_back(s[k++]);
+      if (s.compare(k, d.text.size(), d.text) == 0 && !d.text.empty()) {
+        t.push_back(' ');
+        k += d.text.size();
+      } else
+        t.push_back(s[k++]);
     }
     if (i == 0 && d.prepend != 0 && t.starts_with(' ')) t = t.substr(1);
     next.push_back(std::move(t));
@@ -1285,18 +1346,15 @@ std::vector<std::string> apply_decoder(const Decoder& d, const std::vector<std::
                                        const std::vector<char>& added, bool per_id) {
   std::vector<std::string> next;
   switch (d.kind) {
-    case Decoder::ByteLevel:
-      return decode_byte_level(toks, added, per_id);
-    case Decoder::ByteFallback:
-      return decode_byte_fallback(toks);
+    case Decoder::ByteLevel: return decode_byte_level(toks, added, per_id);
+    case Decoder::ByteFallback: return decode_byte_fallback(toks);
     case Decoder::Fuse: {
       std::string all;
       for (const std::string& t : toks) all += t;
       next.push_back(std::move(all));
       break;
     }
-    case Decoder::Metaspace:
-      return decode_metaspace(d, toks);
+    case Decoder::Metaspace: return decode_metaspace(d, toks);
     case Decoder::Strip:
       for (const std::string& t : toks) {
         std::string_view v(t);

@@ -34,12 +34,12 @@ class HfTokenizer {
               std::vector<std::pair<uint32_t, uint32_t>>* spans = nullptr) const;
   std::string decode(const std::vector<int>& ids, bool skip_special = false) const;
 
-  int vocab_size() const;  // the largest id + 1 over the vocabulary and the added tokens
-  std::string id_to_piece(int id) const;  // as the file writes it ("Ġthe"); "" out of range
+  int vocab_size() const;                         // the largest id + 1 over the vocabulary and the added tokens
+  std::string id_to_piece(int id) const;          // as the file writes it ("Ġthe"); "" out of range
   int piece_to_id(std::string_view piece) const;  // added tokens by content, then the vocabulary; -1 if none
-  bool is_special(int id) const;  // an added token marked special
+  bool is_special(int id) const;                  // an added token marked special
   bool is_added(int id) const;
-  bool is_byte(int id) const;     // a byte-fallback piece <0xXX>
+  bool is_byte(int id) const;  // a byte-fallback piece <0xXX>
   int unk_id() const { return unk_id_; }
   int bos_id() const { return bos_id_; }
   int eos_id() const { return eos_id_; }

@@ -56,17 +56,19 @@ const char* dtype_name(TokenDtype d) {
 
 int dtype_itemsize(TokenDtype d) {
   switch (d) {
-    case TokenDtype::kUint8: case TokenDtype::kInt8: return 1;
-    case TokenDtype::kInt16: case TokenDtype::kUint16: return 2;
-    case TokenDtype::kInt32: case TokenDtype::kFloat32: return 4;
-    case TokenDtype::kInt64: case TokenDtype::kFloat64: return 8;
+    case TokenDtype::kUint8:
+    case TokenDtype::kInt8: return 1;
+    case TokenDtype::kInt16:
+    case TokenDtype::kUint16: return 2;
+    case TokenDtype::kInt32:
+    case TokenDtype::kFloat32: return 4;
+    case TokenDtype::kInt64:
+    case TokenDtype::kFloat64: return 8;
   }
   return 0;
 }
 
-TokenDtype dtype_for_vocab(int64_t vocab_size) {
-  return vocab_size < 65500 ? TokenDtype::kUint16 : TokenDtype::kInt32;
-}
+TokenDtype dtype_for_vocab(int64_t vocab_size) { return vocab_size < 65500 ? TokenDtype::kUint16 : TokenDtype::kInt32; }
 
 std::string index_path(const std::string& prefix) { return prefix + ".idx"; }
 std::string data_path(const std::string& prefix) { return prefix + ".bin"; }
@@ -111,8 +113,9 @@ class IndexedDatasetWriter::Spill {
     if (!f_) {
       registration_ = register_temporary(path_, false);
       f_ = std::fopen(path_.c_str(), "w+b");
-      if (!f_) fail("cannot create {}: {}\nhint: check the --output-prefix folder and its free space", path_,
-                    std::strerror(errno));
+      if (!f_)
+        fail("cannot create {}: {}\nhint: check the --output-prefix folder and its free space", path_,
+             std::strerror(errno));
     }
     if (std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size())
       fail("writing {} failed: {}\nhint: is the disk full?", path_, std::strerror(errno));
@@ -169,10 +172,12 @@ template <typename T>
 void convert_tokens(uint8_t* out, std::span<const int32_t> tokens, const std::string& prefix) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     int64_t v = tokens[i];
-    if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) || v > static_cast<int64_t>(std::numeric_limits<T>::max()))
+    if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+        v > static_cast<int64_t>(std::numeric_limits<T>::max()))
       fail("indexed dataset {}: token id {} does not fit the file's dtype (range {}..{})\n"
            "hint: the dtype is chosen from the tokenizer's vocab size; is the tokenizer the right one?",
-           prefix, v, static_cast<int64_t>(std::numeric_limits<T>::min()), static_cast<int64_t>(std::numeric_limits<T>::max()));
+           prefix, v, static_cast<int64_t>(std::numeric_limits<T>::min()),
+           static_cast<int64_t>(std::numeric_limits<T>::max()));
     T t = static_cast<T>(v);
     std::memcpy(out + i * sizeof(T), &t, sizeof(T));
   }
@@ -309,21 +314,22 @@ IndexView parse_index(const uint8_t* data, size_t size, const std::string& idx_n
     fail("{}: field 'dtype' has code {}, expected 1..8 (8 = uint16, 4 = int32)\nhint: {}", idx_name, code, kRegenerate);
   v.dtype = static_cast<TokenDtype>(code);
   if (v.dtype == TokenDtype::kFloat32 || v.dtype == TokenDtype::kFloat64)
-    fail("{}: field 'dtype' has code {} ({}), expected an integer token type (8 = uint16, 4 = int32)\nhint: {}", idx_name,
-         code, dtype_name(v.dtype), kRegenerate);
+    fail("{}: field 'dtype' has code {} ({}), expected an integer token type (8 = uint16, 4 = int32)\nhint: {}",
+         idx_name, code, dtype_name(v.dtype), kRegenerate);
   const uint64_t S = load<uint64_t>(data + 18);
   const uint64_t D = load<uint64_t>(data + 26);
   const uint64_t body = size - kIndexHeaderSize;
   // Overflow-safe: 12*S + 8*D must equal body exactly.
   if (S > body / 12)
-    fail("{}: field 'sequence count' is {}, expected at most {} for a {}-byte file\nhint: {}", idx_name, S, body / 12, size,
-         kRegenerate);
+    fail("{}: field 'sequence count' is {}, expected at most {} for a {}-byte file\nhint: {}", idx_name, S, body / 12,
+         size, kRegenerate);
   if (D > body / 8)
-    fail("{}: field 'document count' is {}, expected at most {} for a {}-byte file\nhint: {}", idx_name, D, body / 8, size,
-         kRegenerate);
+    fail("{}: field 'document count' is {}, expected at most {} for a {}-byte file\nhint: {}", idx_name, D, body / 8,
+         size, kRegenerate);
   const uint64_t expected = kIndexHeaderSize + 12 * S + 8 * D;
   if (expected != size)
-    fail("{}: file size is {} bytes, expected {} = 34 + 12*S + 8*D for S={} sequences and D={} document indices{}\nhint: {}",
+    fail("{}: file size is {} bytes, expected {} = 34 + 12*S + 8*D for S={} sequences and D={} document "
+         "indices{}\nhint: {}",
          idx_name, size, expected, S, D,
          size == expected + S ? " (this looks like a multimodal dataset with sequence_modes, not supported)" : "",
          kRegenerate);
@@ -343,11 +349,10 @@ IndexView parse_index(const uint8_t* data, size_t size, const std::string& idx_n
   for (uint64_t i = 0; i < S; ++i) {
     int32_t s = load<int32_t>(v.sizes + 4 * i);
     int64_t p = load<int64_t>(v.pointers + 8 * i);
-    if (s < 0)
-      fail("{}: field 'sizes[{}]' is {}, expected a length >= 0\nhint: {}", idx_name, i, s, kRegenerate);
+    if (s < 0) fail("{}: field 'sizes[{}]' is {}, expected a length >= 0\nhint: {}", idx_name, i, s, kRegenerate);
     if (p < 0 || static_cast<uint64_t>(p) != expect_ptr)
-      fail("{}: field 'pointers[{}]' is {}, expected {} (pointers[i-1] + sizes[i-1] * {} bytes)\nhint: {}", idx_name, i, p,
-           expect_ptr, item, kRegenerate);
+      fail("{}: field 'pointers[{}]' is {}, expected {} (pointers[i-1] + sizes[i-1] * {} bytes)\nhint: {}", idx_name, i,
+           p, expect_ptr, item, kRegenerate);
     expect_ptr += static_cast<uint64_t>(s) * item;
     tokens += static_cast<uint64_t>(s);
     if (expect_ptr > bin_size)
@@ -363,18 +368,18 @@ IndexView parse_index(const uint8_t* data, size_t size, const std::string& idx_n
 
   // document indices: 0, non-decreasing, ending at S.
   int64_t prev = load<int64_t>(v.doc_idx);
-  if (prev != 0)
-    fail("{}: field 'document_indices[0]' is {}, expected 0\nhint: {}", idx_name, prev, kRegenerate);
+  if (prev != 0) fail("{}: field 'document_indices[0]' is {}, expected 0\nhint: {}", idx_name, prev, kRegenerate);
   for (uint64_t k = 1; k < D; ++k) {
     int64_t d = load<int64_t>(v.doc_idx + 8 * k);
     if (d < prev)
-      fail("{}: field 'document_indices[{}]' is {}, expected >= {} (document_indices[{}]; they never decrease)\nhint: {}",
+      fail("{}: field 'document_indices[{}]' is {}, expected >= {} (document_indices[{}]; they never decrease)\nhint: "
+           "{}",
            idx_name, k, d, prev, k - 1, kRegenerate);
     prev = d;
   }
   if (static_cast<uint64_t>(prev) != S)
-    fail("{}: field 'document_indices[{}]' (the last) is {}, expected {} (the sequence count)\nhint: {}", idx_name, D - 1,
-         prev, S, kRegenerate);
+    fail("{}: field 'document_indices[{}]' (the last) is {}, expected {} (the sequence count)\nhint: {}", idx_name,
+         D - 1, prev, S, kRegenerate);
   return v;
 }
 
@@ -408,9 +413,10 @@ void IndexedDataset::read_bin(int64_t at, size_t bytes, uint8_t* out, int64_t i)
     const ssize_t r = ::pread(bin_fd_, out + done, bytes - done, off_t(at) + off_t(done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0)
-      fail_as("data", "{}: cannot read bytes [{}, {}) of sequence {}: {}\nhint: check the disk or the file system "
-              "it is on; the run can resume from its last checkpoint", bin_.path(), at, at + int64_t(bytes), i,
-              std::strerror(errno));
+      fail_as("data",
+              "{}: cannot read bytes [{}, {}) of sequence {}: {}\nhint: check the disk or the file system "
+              "it is on; the run can resume from its last checkpoint",
+              bin_.path(), at, at + int64_t(bytes), i, std::strerror(errno));
     if (r == 0) {
       struct stat st {};
       const int64_t now = ::fstat(bin_fd_, &st) == 0 ? int64_t(st.st_size) : -1;

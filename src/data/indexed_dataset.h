@@ -21,7 +21,14 @@ namespace llamatrain::data {
 
 // dtype codes of the .idx header (docs/formats.md 1.3). Tokens use kUint16 (vocab < 65500) or kInt32.
 enum class TokenDtype : uint8_t {
-  kUint8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5, kFloat64 = 6, kFloat32 = 7, kUint16 = 8
+  kUint8 = 1,
+  kInt8 = 2,
+  kInt16 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kFloat64 = 6,
+  kFloat32 = 7,
+  kUint16 = 8
 };
 const char* dtype_name(TokenDtype d);  // "uint16", "int32", ...
 int dtype_itemsize(TokenDtype d);      // bytes per token
@@ -73,12 +80,12 @@ class IndexedDatasetWriter {
   std::string prefix_;
   TokenDtype dtype_;
   std::unique_ptr<AtomicFile> bin_;
-  std::vector<uint8_t> buffer_;    // (kBufferBytes,) pending .bin bytes
+  std::vector<uint8_t> buffer_;  // (kBufferBytes,) pending .bin bytes
   size_t buffer_used_ = 0;
-  uint64_t bin_bytes_ = 0;         // bytes of .bin written so far (incl. buffered)
+  uint64_t bin_bytes_ = 0;  // bytes of .bin written so far (incl. buffered)
   int64_t num_tokens_ = 0;
-  int64_t num_sequences_ = 0;      // S
-  int64_t num_doc_indices_ = 1;    // D (document_indices starts with 0)
+  int64_t num_sequences_ = 0;    // S
+  int64_t num_doc_indices_ = 1;  // D (document_indices starts with 0)
   // The index arrays spill to PREFIX.idx.{sizes,docs}.tmp so memory stays bounded whatever the
   // corpus size; pointers are recomputed from sizes in finish().
   std::unique_ptr<Spill> sizes_;    // (S,) int32
@@ -89,8 +96,8 @@ class IndexedDatasetWriter {
 // Parsed, validated view of an .idx image (pointers into memory the caller keeps alive).
 struct IndexView {
   TokenDtype dtype = TokenDtype::kUint16;
-  uint64_t num_sequences = 0;    // S
-  uint64_t num_doc_indices = 0;  // D = documents + 1
+  uint64_t num_sequences = 0;         // S
+  uint64_t num_doc_indices = 0;       // D = documents + 1
   const uint8_t* sizes = nullptr;     // (S,) i32 LE, unaligned
   const uint8_t* pointers = nullptr;  // (S,) i64 LE, unaligned
   const uint8_t* doc_idx = nullptr;   // (D,) i64 LE, unaligned
@@ -126,7 +133,7 @@ class IndexedDataset {
   // Copies tokens [offset, offset + count) of sequence i into out (CHECKs the range).
   void read(int64_t i, int64_t offset, int64_t count, int32_t* out) const;  // out: (count,)
   void read(int64_t i, int64_t offset, int64_t count, int64_t* out) const;  // out: (count,)
-  std::vector<int32_t> sequence(int64_t i) const;  // the whole sequence i
+  std::vector<int32_t> sequence(int64_t i) const;                           // the whole sequence i
   // The raw .bin bytes, mapped (for merging and `plan`'s whole-file checks); (bin_size(),) bytes.
   const uint8_t* bin_data() const { return bin_.data(); }
   uint64_t bin_size() const { return bin_.size(); }
@@ -140,8 +147,8 @@ class IndexedDataset {
   void read_bin(int64_t at, size_t bytes, uint8_t* out, int64_t i) const;
 
   std::string prefix_;
-  MappedFile idx_;  // PREFIX.idx
-  MappedFile bin_;  // PREFIX.bin
+  MappedFile idx_;   // PREFIX.idx
+  MappedFile bin_;   // PREFIX.bin
   int bin_fd_ = -1;  // PREFIX.bin again, for the token reads
   IndexView index_;
 };

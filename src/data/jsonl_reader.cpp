@@ -54,7 +54,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& paths, In
       if (ec) fail("cannot list folder {}: {}", p, ec.message());
       if (found.empty())
         fail("input folder {} holds no {} files\nhint: files must end in {}, optionally followed by .gz or .zst", p,
-             format == InputFormat::kText ? "text" : "JSONL", format == InputFormat::kText ? ".txt" : ".jsonl or .json");
+             format == InputFormat::kText ? "text" : "JSONL",
+             format == InputFormat::kText ? ".txt" : ".jsonl or .json");
       std::sort(found.begin(), found.end());
       out.insert(out.end(), found.begin(), found.end());
     } else if (fs::exists(p, ec)) {
@@ -67,7 +68,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& paths, In
         for (size_t i = 0; i < g.gl_pathc; ++i)
           if (!fs::is_directory(g.gl_pathv[i], ec)) found.push_back(g.gl_pathv[i]);
       ::globfree(&g);
-      if (found.empty()) fail("input pattern {} matches no file\nhint: quote the pattern so the shell leaves it to llamatrain", p);
+      if (found.empty())
+        fail("input pattern {} matches no file\nhint: quote the pattern so the shell leaves it to llamatrain", p);
       out.insert(out.end(), found.begin(), found.end());
     } else {
       fail("input {} not found, expected a file, a folder or a glob pattern", p);
@@ -305,8 +307,7 @@ LineStatus JsonFieldExtractor::extract(const char* data, size_t len, std::vector
   values->assign(keys_.size(), std::string_view());
   *detail = 0;
   bool blank = true;
-  for (size_t i = 0; i < len && blank; ++i)
-    blank = data[i] == ' ' || data[i] == '\t' || data[i] == '\r';
+  for (size_t i = 0; i < len && blank; ++i) blank = data[i] == ' ' || data[i] == '\t' || data[i] == '\r';
   if (blank) return LineStatus::kBlankLine;
   simdjson::dom::element doc;
   auto err = impl_->parser.parse(data, len, false).get(doc);
@@ -341,7 +342,9 @@ LineStatus JsonFieldExtractor::extract(const char* data, size_t len, std::vector
 }
 
 std::string JsonFieldExtractor::describe(LineStatus status, int detail) const {
-  auto key = [&] { return detail >= 0 && static_cast<size_t>(detail) < keys_.size() ? keys_[detail] : std::string("?"); };
+  auto key = [&] {
+    return detail >= 0 && static_cast<size_t>(detail) < keys_.size() ? keys_[detail] : std::string("?");
+  };
   switch (status) {
     case LineStatus::kBlankLine: return "blank line";
     case LineStatus::kInvalidJson:
@@ -350,7 +353,8 @@ std::string JsonFieldExtractor::describe(LineStatus status, int detail) const {
     case LineStatus::kNotObject: return "the line is JSON but not an object, expected {\"KEY\": \"text\", ...}";
     case LineStatus::kMissingKey: return fmt::format("key \"{}\" is missing", key());
     case LineStatus::kNonString: return fmt::format("the value of key \"{}\" is not a string", key());
-    case LineStatus::kEmptyDocument: return fmt::format("the value of key \"{}\" gives no tokens (empty document)", key());
+    case LineStatus::kEmptyDocument:
+      return fmt::format("the value of key \"{}\" gives no tokens (empty document)", key());
     case LineStatus::kOk: return "ok";
   }
   return "unknown";

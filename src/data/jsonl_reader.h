@@ -57,7 +57,14 @@ class LineReader {
 
 // Outcome of reading one input line; the names are the skip reasons of PREFIX.stats.json.
 enum class LineStatus : uint8_t {
-  kOk, kBlankLine, kInvalidJson, kInvalidUtf8, kNotObject, kMissingKey, kNonString, kEmptyDocument
+  kOk,
+  kBlankLine,
+  kInvalidJson,
+  kInvalidUtf8,
+  kNotObject,
+  kMissingKey,
+  kNonString,
+  kEmptyDocument
 };
 inline constexpr int kNumLineStatus = 8;
 const char* line_status_name(LineStatus s);  // "invalid_json", ...

@@ -68,8 +68,8 @@ class WireReader {
     }
   }
   [[noreturn]] void bad(const std::string& why) const {
-    fail("{}: not a valid SentencePiece model ({} at byte {} of the {}, {} bytes)\n{}", name_, why, p_ - begin_,
-         what_, end_ - begin_, kHint);
+    fail("{}: not a valid SentencePiece model ({} at byte {} of the {}, {} bytes)\n{}", name_, why, p_ - begin_, what_,
+         end_ - begin_, kHint);
   }
 
  private:

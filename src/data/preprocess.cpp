@@ -36,10 +36,10 @@ using Clock = std::chrono::steady_clock;
 struct Batch {
   int64_t seq = 0;
   int file = 0;
-  int64_t first_line = 0;          // 1-based line number of line 0
-  uint64_t consumed_after = 0;     // on-disk input bytes read once this batch was complete
-  std::string text;                // every line followed by '\n', then kJsonPadding bytes
-  std::vector<size_t> starts{0};   // (n+1,) line i = text[starts[i], starts[i+1] - 1)
+  int64_t first_line = 0;         // 1-based line number of line 0
+  uint64_t consumed_after = 0;    // on-disk input bytes read once this batch was complete
+  std::string text;               // every line followed by '\n', then kJsonPadding bytes
+  std::vector<size_t> starts{0};  // (n+1,) line i = text[starts[i], starts[i+1] - 1)
   // Filled by a worker:
   std::vector<LineStatus> status;  // (n,)
   std::vector<int32_t> detail;     // (n,) key index or simdjson error code
@@ -222,8 +222,8 @@ struct InputSample {
 // the input held.
 void check_output_plausible(const PreprocessStats& st, const PreprocessOptions& opt, const InputSample& seen) {
   const bool text = opt.input_format == InputFormat::kText;
-  const int64_t not_objects = st.skipped[static_cast<int>(LineStatus::kInvalidJson)] +
-                              st.skipped[static_cast<int>(LineStatus::kNotObject)];
+  const int64_t not_objects =
+      st.skipped[static_cast<int>(LineStatus::kInvalidJson)] + st.skipped[static_cast<int>(LineStatus::kNotObject)];
   const bool array = !text && !seen.first_line.empty() && seen.first_line[0] == '[' && 2 * not_objects > st.lines;
   const PreprocessStats::Output* empty = nullptr;
   for (const auto& o : st.outputs)
@@ -233,8 +233,7 @@ void check_output_plausible(const PreprocessStats& st, const PreprocessOptions& 
   std::string head = !empty ? fmt::format("preprocess: {}", files)
                      : text ? fmt::format("preprocess: no document in {}", files)
                             : fmt::format("preprocess: no document for --json-keys {} in {}", empty->key, files);
-  if (st.lines == 0)
-    fail("{}: the input is empty (0 lines)\nhint: check the --input path(s)", head);
+  if (st.lines == 0) fail("{}: the input is empty (0 lines)\nhint: check the --input path(s)", head);
   std::string counts;
   LineStatus top = LineStatus::kOk;
   for (int r = 1; r < kNumLineStatus; ++r) {
@@ -285,8 +284,9 @@ void check_options(const PreprocessOptions& opt) {
   if (is_directory(opt.output_prefix))
     fail("--output-prefix {} is a folder, expected a path prefix inside one\nhint: e.g. --output-prefix {}/corpus "
          "(writes corpus_text_document.bin/.idx there)",
-         opt.output_prefix, opt.output_prefix.ends_with("/") ? opt.output_prefix.substr(0, opt.output_prefix.size() - 1)
-                                                               : opt.output_prefix);
+         opt.output_prefix,
+         opt.output_prefix.ends_with("/") ? opt.output_prefix.substr(0, opt.output_prefix.size() - 1)
+                                          : opt.output_prefix);
   check_output_file(opt.output_prefix + ".stats.json", "--output-prefix");
   if (opt.input_format == InputFormat::kText && (opt.json_keys.size() != 1 || opt.json_keys[0] != "text"))
     fail("--input-format text reads one document per line under the key \"text\", got --json-keys {}\n"
@@ -311,16 +311,21 @@ std::vector<Tokenizer> load_tokenizers(const PreprocessOptions& opt) {
   tokenizers.reserve(opt.workers);
   tokenizers.emplace_back(opt.tokenizer_model, opt.tokenizer_library);
   for (int w = 1; w < opt.workers; ++w) {
-    if (tokenizers[0].is_huggingface()) tokenizers.push_back(tokenizers[0].share());  // one copy of its tables
-    else tokenizers.emplace_back(opt.tokenizer_model, opt.tokenizer_library);
+    if (tokenizers[0].is_huggingface())
+      tokenizers.push_back(tokenizers[0].share());  // one copy of its tables
+    else
+      tokenizers.emplace_back(opt.tokenizer_model, opt.tokenizer_library);
   }
   const Tokenizer& tok = tokenizers[0];
   if (opt.append_eod && tok.eos_id() < 0)
-    fail("--append-eod: tokenizer {} has no eos id, expected one (Llama 2: 2)\nhint: a tokenizer.json takes its eos from "
-         "tokenizer_config.json's eos_token: put that file beside it", tok.path());
+    fail("--append-eod: tokenizer {} has no eos id, expected one (Llama 2: 2)\nhint: a tokenizer.json takes its eos "
+         "from "
+         "tokenizer_config.json's eos_token: put that file beside it",
+         tok.path());
   if (opt.bos && tok.bos_id() < 0)
     fail("--bos: tokenizer {} has no bos id, expected one (Llama 2: 1)\nhint: drop --bos for a model without BOS "
-         "(Qwen2.5)", tok.path());
+         "(Qwen2.5)",
+         tok.path());
   return tokenizers;
 }
 
@@ -338,8 +343,8 @@ std::vector<std::unique_ptr<IndexedDatasetWriter>> open_outputs(const Preprocess
   return writers;
 }
 
-void start_threads(ThreadGuard* guard, const std::vector<std::string>* files,
-                   const std::vector<Tokenizer>& tokenizers, const PreprocessOptions& opt) {
+void start_threads(ThreadGuard* guard, const std::vector<std::string>* files, const std::vector<Tokenizer>& tokenizers,
+                   const PreprocessOptions& opt) {
   try {
     guard->threads.emplace_back(reader_main, guard->sh, files, &opt);
     for (int w = 0; w < opt.workers; ++w) guard->threads.emplace_back(worker_main, guard->sh, &tokenizers[w], &opt);
@@ -387,8 +392,10 @@ class BatchWriter {
       }
       for (size_t k = 0; k < K; ++k) {
         const size_t lo = b.spans[i * K + k], hi = b.spans[i * K + k + 1];
-        if (lo == hi) record_skip(LineStatus::kEmptyDocument, static_cast<int>(k), b, i);
-        else add_document(k, std::span<const int32_t>(b.tokens.data() + lo, hi - lo));
+        if (lo == hi)
+          record_skip(LineStatus::kEmptyDocument, static_cast<int>(k), b, i);
+        else
+          add_document(k, std::span<const int32_t>(b.tokens.data() + lo, hi - lo));
       }
     }
   }
@@ -542,8 +549,11 @@ std::string stats_json(const PreprocessStats& st, const PreprocessOptions& opt) 
   j["tokenizer_model"] = opt.tokenizer_model;
   j["vocab_size"] = st.vocab_size;
   j["dtype"] = dtype_name(st.dtype);
-  j["conventions"] = {{"bos", opt.bos}, {"append_eod", opt.append_eod}, {"need_pad_id", opt.need_pad_id},
-                      {"empty_documents", "skipped"}, {"input_format", opt.input_format == InputFormat::kText ? "text" : "jsonl"}};
+  j["conventions"] = {{"bos", opt.bos},
+                      {"append_eod", opt.append_eod},
+                      {"need_pad_id", opt.need_pad_id},
+                      {"empty_documents", "skipped"},
+                      {"input_format", opt.input_format == InputFormat::kText ? "text" : "jsonl"}};
   int64_t docs = 0, tokens = 0, mn = std::numeric_limits<int64_t>::max(), mx = 0;
   json outs = json::object();
   for (const auto& o : st.outputs) {
@@ -561,7 +571,8 @@ std::string stats_json(const PreprocessStats& st, const PreprocessOptions& opt) 
   j["outputs"] = outs;
   j["documents"] = docs;
   j["tokens"] = tokens;
-  j["tokens_per_document"] = {{"min", docs ? mn : 0}, {"mean", docs ? static_cast<double>(tokens) / docs : 0.0}, {"max", mx}};
+  j["tokens_per_document"] = {
+      {"min", docs ? mn : 0}, {"mean", docs ? static_cast<double>(tokens) / docs : 0.0}, {"max", mx}};
   json skipped = json::object();
   int64_t total = 0;
   for (int r = 1; r < kNumLineStatus; ++r) {
@@ -599,14 +610,16 @@ std::string format_summary(const PreprocessStats& st, const PreprocessOptions& o
     for (int r = 1; r < kNumLineStatus; ++r) {
       if (st.skipped[r] == 0) continue;
       s += fmt::format("    {:<15} {:>8}  first at {}{}\n", line_status_name(static_cast<LineStatus>(r)), st.skipped[r],
-                       fmt::join(st.locations[r], ", "), st.skipped[r] > static_cast<int64_t>(st.locations[r].size()) ? ", ..." : "");
+                       fmt::join(st.locations[r], ", "),
+                       st.skipped[r] > static_cast<int64_t>(st.locations[r].size()) ? ", ..." : "");
     }
   }
   if (!st.byte_order_mark_files.empty())
     s += fmt::format("  note: {} file(s) began with a UTF-8 byte-order mark, not read as text: {}\n",
                      st.byte_order_mark_files.size(), fmt::join(st.byte_order_mark_files, ", "));
-  s += fmt::format("  conventions: bos={} append_eod={} (eos) need_pad_id={} vocab={} dtype={}\n", opt.bos ? "yes" : "no",
-                   opt.append_eod ? "yes" : "no", opt.need_pad_id ? "yes" : "no", st.vocab_size, dtype_name(st.dtype));
+  s += fmt::format("  conventions: bos={} append_eod={} (eos) need_pad_id={} vocab={} dtype={}\n",
+                   opt.bos ? "yes" : "no", opt.append_eod ? "yes" : "no", opt.need_pad_id ? "yes" : "no", st.vocab_size,
+                   dtype_name(st.dtype));
   s += fmt::format("  stats: {}.stats.json\n", opt.output_prefix);
   (void)tokens;
   return s;

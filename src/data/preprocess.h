@@ -42,16 +42,16 @@ inline constexpr int kMaxWorkers = 1024;
 
 struct PreprocessStats {
   std::vector<std::string> files;
-  uint64_t input_bytes = 0;   // on-disk (compressed) bytes of all inputs
-  uint64_t text_bytes = 0;    // decompressed bytes of all lines
+  uint64_t input_bytes = 0;  // on-disk (compressed) bytes of all inputs
+  uint64_t text_bytes = 0;   // decompressed bytes of all lines
   int64_t lines = 0;
-  int vocab_size = 0;         // incl. the pad added by need_pad_id
+  int vocab_size = 0;  // incl. the pad added by need_pad_id
   TokenDtype dtype = TokenDtype::kUint16;
   struct Output {
     std::string key, prefix;  // prefix = OUTPUT_PREFIX_<key>_document
     int64_t documents = 0, tokens = 0, min_tokens = 0, max_tokens = 0;
   };
-  std::vector<Output> outputs;  // one per json key
+  std::vector<Output> outputs;                                     // one per json key
   std::array<int64_t, kNumLineStatus> skipped{};                   // by LineStatus
   std::array<std::vector<std::string>, kNumLineStatus> locations;  // first file:line per reason
   double elapsed_s = 0;

@@ -41,9 +41,11 @@ void validate_prompt_template(std::string_view t) {
         continue;
       }
       size_t close = t.find('}', i + 1);
-      if (close == std::string_view::npos || close == i + 1 || t.substr(i + 1, close - i - 1).find('{') != std::string_view::npos)
+      if (close == std::string_view::npos || close == i + 1 ||
+          t.substr(i + 1, close - i - 1).find('{') != std::string_view::npos)
         fail("prompt template: unmatched or empty '{{' at character {}, got \"{}\"\nhint: write fields as "
-             "{{question}} and a literal brace as {{{{", i, t);
+             "{{question}} and a literal brace as {{{{",
+             i, t);
       i = close;
     } else if (t[i] == '}') {
       if (i + 1 < t.size() && t[i + 1] == '}') {
@@ -103,7 +105,8 @@ bool sft_row_text(std::string_view line, const SftConfig& cfg, std::string* prom
     std::string v;
     if (!scalar_text(*it, &v)) return bad(fmt::format("\"{}\" is not a string or number", cfg.completion_key));
     auto m = cfg.completion_map.find(v);
-    if (m == cfg.completion_map.end()) return bad(fmt::format("\"{}\" value not in the completion map", cfg.completion_key));
+    if (m == cfg.completion_map.end())
+      return bad(fmt::format("\"{}\" value not in the completion map", cfg.completion_key));
     *completion = m->second;
   }
   return true;
@@ -229,8 +232,8 @@ std::vector<SftExample> load_sft_jsonl(const std::string& path, const Tokenizer&
 }
 
 std::string format_sft_stats(const SftStats& s) {
-  std::string r = fmt::format("{} examples from {} lines; {} malformed, {} truncated, {} blank", s.examples,
-                              s.lines, s.malformed, s.truncated, s.blank);
+  std::string r = fmt::format("{} examples from {} lines; {} malformed, {} truncated, {} blank", s.examples, s.lines,
+                              s.malformed, s.truncated, s.blank);
   for (const auto& [k, v] : s.reasons) r += fmt::format("; {}: {}", k, v);
   if (s.byte_order_mark) r += "; began with a UTF-8 byte-order mark, not read as text";
   for (const auto& l : s.locations) r += "\n  " + l;

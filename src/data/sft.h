@@ -25,7 +25,7 @@ namespace llamatrain::data {
 constexpr int32_t kIgnoreLabel = -100;  // label at padding positions (PyTorch's ignore_index)
 
 struct SftConfig {
-  std::string prompt_key = "input";       // used when prompt_template is empty
+  std::string prompt_key = "input";  // used when prompt_template is empty
   std::string completion_key = "output";
   // "{question}\n{sentence}\nAnswer:" style template; {name} is the row's field (strings as is,
   // numbers/bools as JSON text), {{ and }} are literal braces. Empty = row[prompt_key].
@@ -33,24 +33,24 @@ struct SftConfig {
   // When non-empty the completion is completion_map[text of row[completion_key]] (e.g.
   // {"entailment": "yes", "not_entailment": "no"}); a value not in the map is a malformed row.
   std::map<std::string, std::string> completion_map;
-  int64_t seq_length = 0;   // L: samples have L inputs from L + 1 text tokens
-  int32_t pad_id = 0;       // input id at padding positions
+  int64_t seq_length = 0;  // L: samples have L inputs from L + 1 text tokens
+  int32_t pad_id = 0;      // input id at padding positions
   bool add_bos = true;
   bool add_eos = true;
-  bool pack = false;        // false: one padded sample per example
+  bool pack = false;                  // false: one padded sample per example
   bool truncate_prompt_left = false;  // false keeps the prompt's beginning (NeMo's 'right')
-  int max_reported = 5;     // file:line locations kept per run
+  int max_reported = 5;               // file:line locations kept per run
   // Set: rows are {"messages": [...]} or Alpaca records rendered with this template (the keys,
   // template, map, BOS/EOS and prompt truncation above are not used: the template places BOS/EOS).
   std::optional<ChatTemplate> chat;
 };
 
 struct SftStats {
-  int64_t lines = 0;      // lines read, blank ones included
-  int64_t blank = 0;      // whitespace-only lines (skipped silently)
-  int64_t examples = 0;   // rows turned into examples
-  int64_t malformed = 0;  // rows skipped; reasons below
-  int64_t truncated = 0;  // examples cut to fit seq_length + 1 tokens
+  int64_t lines = 0;                       // lines read, blank ones included
+  int64_t blank = 0;                       // whitespace-only lines (skipped silently)
+  int64_t examples = 0;                    // rows turned into examples
+  int64_t malformed = 0;                   // rows skipped; reasons below
+  int64_t truncated = 0;                   // examples cut to fit seq_length + 1 tokens
   std::map<std::string, int64_t> reasons;  // malformed count per reason
   std::vector<std::string> locations;      // first max_reported "file:line: reason"
   bool byte_order_mark = false;            // the file began with a UTF-8 BOM (not read as text)
@@ -65,12 +65,12 @@ struct SftExample {
 // Checks a template's braces; throws Error naming the position of a stray one.
 void validate_prompt_template(std::string_view tmpl);
 // Row -> prompt and completion text; false with *why (a short reason) for a malformed row.
-bool sft_row_text(std::string_view json_line, const SftConfig& cfg, std::string* prompt,
-                  std::string* completion, std::string* why);
+bool sft_row_text(std::string_view json_line, const SftConfig& cfg, std::string* prompt, std::string* completion,
+                  std::string* why);
 // Tokenizes and truncates to seq_length + 1 ids; sets *truncated. Empty completion -> prompt_len
 // == text size minus EOS (callers reject it).
-SftExample tokenize_sft_example(const std::string& prompt, const std::string& completion,
-                                const Tokenizer& tok, const SftConfig& cfg, bool* truncated);
+SftExample tokenize_sft_example(const std::string& prompt, const std::string& completion, const Tokenizer& tok,
+                                const SftConfig& cfg, bool* truncated);
 // A chat or Alpaca row -> ids of the rendered conversation with its loss flags, cut to seq_length + 1
 // ids (the end goes; *truncated says so); false with *why for a malformed row or one whose assistant
 // tokens all fall beyond seq_length.

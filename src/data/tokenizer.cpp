@@ -22,7 +22,8 @@ TokenizerLibrary parse_tokenizer_library(const std::string& name, const std::str
   if (name == "sentencepiece") return TokenizerLibrary::kSentencePiece;
   if (name == "huggingface") return TokenizerLibrary::kHuggingFace;
   fail("{}: got {}, expected sentencepiece or huggingface\nhint: huggingface reads a tokenizer.json, "
-       "sentencepiece a tokenizer.model", what, name);
+       "sentencepiece a tokenizer.model",
+       what, name);
 }
 
 namespace {
@@ -66,7 +67,8 @@ Tokenizer::Tokenizer(const std::string& path, TokenizerLibrary library)
   if (is_directory(model_path)) {
     const std::string json = inside(model_path, "tokenizer.json");
     if (!is_regular_file(inside(model_path, "tokenizer.model")) && is_regular_file(json))
-      fail("tokenizer {} is a folder, expected a tokenizer.model or tokenizer.json file\nhint: pass {}", model_path, json);
+      fail("tokenizer {} is a folder, expected a tokenizer.model or tokenizer.json file\nhint: pass {}", model_path,
+           json);
     const std::string inside = model_path + (model_path.ends_with("/") ? "" : "/") + "tokenizer.model";
     fail("tokenizer {} is a folder, expected a tokenizer.model file\nhint: {}", model_path,
          is_regular_file(inside) ? "pass " + inside : "pass the tokenizer.model of the Hugging Face model folder");
@@ -77,7 +79,8 @@ Tokenizer::Tokenizer(const std::string& path, TokenizerLibrary library)
   const bool is_json = json_file(model_path);
   if (library == TokenizerLibrary::kSentencePiece && is_json)
     fail("tokenizer {}: a tokenizer.json, but the tokenizer library is sentencepiece\nhint: set the library to "
-         "huggingface (model.tokenizer.library, --tokenizer-library), or pass the tokenizer.model", model_path);
+         "huggingface (model.tokenizer.library, --tokenizer-library), or pass the tokenizer.model",
+         model_path);
   if (is_json) {
     sp_.reset();
     hf_ = HfTokenizer::load(model_path);
@@ -125,7 +128,8 @@ Tokenizer Tokenizer::share() const {
 void Tokenizer::need_sentencepiece(const char* what) const {
   if (hf_)
     fail("tokenizer {}: {} needs a SentencePiece model, got a Hugging Face tokenizer.json\nhint: use the model's "
-         "tokenizer.model (SentencePiece) for this", path_, what);
+         "tokenizer.model (SentencePiece) for this",
+         path_, what);
 }
 
 void Tokenizer::encode(std::string_view text, std::vector<int>* ids) const {
@@ -169,7 +173,9 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
 }
 
 std::string Tokenizer::id_to_piece(int id) const { return hf_ ? hf_->id_to_piece(id) : sp_->IdToPiece(id); }
-int Tokenizer::piece_to_id(std::string_view piece) const { return hf_ ? hf_->piece_to_id(piece) : sp_->PieceToId(piece); }
+int Tokenizer::piece_to_id(std::string_view piece) const {
+  return hf_ ? hf_->piece_to_id(piece) : sp_->PieceToId(piece);
+}
 bool Tokenizer::is_byte(int id) const { return hf_ ? hf_->is_byte(id) : sp_->IsByte(id); }
 bool Tokenizer::is_control(int id) const { return hf_ ? hf_->is_special(id) : sp_->IsControl(id); }
 bool Tokenizer::is_unknown(int id) const { return hf_ ? id >= 0 && id == hf_->unk_id() : sp_->IsUnknown(id); }
@@ -213,15 +219,15 @@ int DecodeStream::held_back() const {
   // if the sequence is still short.
   const int n = int(ids_.size());
   std::string bytes;
-  int bytes_after = 0;      // bytes of the tokens after the current one
+  int bytes_after = 0;  // bytes of the tokens after the current one
   for (int back = 1; back <= 4 && back <= n; ++back) {
     if (!tok_.raw_bytes(ids_[n - back], &bytes)) return 0;
     for (int k = int(bytes.size()) - 1; k >= 0; --k) {
       const int len = utf8_start_length(static_cast<unsigned char>(bytes[k]));
       const int have = bytes_after + int(bytes.size()) - k;  // this byte and those after it
       if (have > 4) return 0;
-      if (len == 0) continue;              // a continuation byte: keep looking for its start
-      return len > have ? back : 0;        // an unfinished sequence, or a complete (or invalid) one
+      if (len == 0) continue;        // a continuation byte: keep looking for its start
+      return len > have ? back : 0;  // an unfinished sequence, or a complete (or invalid) one
     }
     bytes_after += int(bytes.size());
   }

@@ -21,7 +21,8 @@ namespace {
 
 ModelProtoFile load_model(const std::string& path, const char* role) {
   if (!path_exists(path)) fail("{} model {}: file not found\nhint: pass a SentencePiece .model file", role, path);
-  if (!is_regular_file(path)) fail("{} model {}: not a regular file\nhint: pass a SentencePiece .model file", role, path);
+  if (!is_regular_file(path))
+    fail("{} model {}: not a regular file\nhint: pass a SentencePiece .model file", role, path);
   const std::string bytes = read_small_file(path, size_t{1} << 31, std::string(role) + " model");
   ModelProtoFile m = parse_model_proto(bytes, path);
   // The library must accept it too (it checks what the wire reader does not: duplicate pieces, ...).
@@ -34,7 +35,8 @@ bool mergeable(PieceType t) { return t == PieceType::kNormal || t == PieceType::
 // The code point of a UTF-8 character (utf8_chars' element); -1 for an invalid one.
 UChar32 code_point(std::string_view c) {
   size_t bad = 0;
-  if (c.empty() || utf8_sequence(reinterpret_cast<const unsigned char*>(c.data()), c.size(), &bad) != c.size()) return -1;
+  if (c.empty() || utf8_sequence(reinterpret_cast<const unsigned char*>(c.data()), c.size(), &bad) != c.size())
+    return -1;
   return UChar32(utf8_decode_at(c, 0));
 }
 
@@ -102,7 +104,7 @@ std::string merge_tokenizers(const TokenizerMergeOptions& opt, TokenizerMergeRes
   *res = {};
   res->base_pieces = static_cast<int>(base.pieces.size());
 
-  std::unordered_set<std::string> have;       // every BASE piece's text
+  std::unordered_set<std::string> have;        // every BASE piece's text
   std::unordered_set<std::string> base_chars;  // BASE's single-character NORMAL / USER_DEFINED pieces
   float lowest = 0.0f;
   for (const auto& p : base.pieces) {

@@ -41,15 +41,17 @@ struct Char {
 std::vector<Char> characters(const std::string& s) {
   std::vector<Char> out;
   for (const std::string_view c : utf8_chars(s))
-    out.push_back({static_cast<uint32_t>(c.data() - s.data()), static_cast<uint32_t>(c.size()),
-                   script_of(utf8_decode_at(c, 0))});
+    out.push_back(
+        {static_cast<uint32_t>(c.data() - s.data()), static_cast<uint32_t>(c.size()), script_of(utf8_decode_at(c, 0))});
   return out;
 }
 
 }  // namespace
 
 std::vector<TokenizerStats> run_tokenizer_stats(const TokenizerStatsOptions& opt) {
-  if (opt.models.empty()) fail("tokenizer stats: no model given\nhint: e.g. llamatrain tokenizer stats base.model merged.model --input text.jsonl");
+  if (opt.models.empty())
+    fail("tokenizer stats: no model given\nhint: e.g. llamatrain tokenizer stats base.model merged.model --input "
+         "text.jsonl");
   if (opt.inputs.empty()) fail("tokenizer stats: --input is required\nhint: e.g. --input text.jsonl");
   std::vector<Tokenizer> toks;
   for (const auto& m : opt.models) toks.emplace_back(m);
@@ -139,14 +141,14 @@ std::string format_stats_table(const std::vector<TokenizerStats>& stats) {
     if (name.size() > 28) name = "..." + name.substr(name.size() - 25);
     const std::string differ =
         &s == &stats.front() ? "-" : fmt::format("{} ({} lat)", s.documents_differing, s.latin_documents_differing);
-    out += fmt::format("{:<28} {:>7} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>12}\n", name, s.vocab_size,
-                       s.tokens, ratio(s.tokens, s.chars, "{:.3f}"),
-                       ratio(s.scripts[0].tokens, s.scripts[0].chars, "{:.3f}"),
+    out += fmt::format("{:<28} {:>7} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>12}\n", name, s.vocab_size, s.tokens,
+                       ratio(s.tokens, s.chars, "{:.3f}"), ratio(s.scripts[0].tokens, s.scripts[0].chars, "{:.3f}"),
                        ratio(s.scripts[1].tokens, s.scripts[1].chars, "{:.3f}"),
                        ratio(s.scripts[2].tokens, s.scripts[2].chars, "{:.3f}"), ratio(s.bytes, s.tokens, "{:.2f}"),
                        ratio(100.0 * s.byte_tokens, s.tokens, "{:.1f}"), differ);
   }
-  out += "han/latin/other: tokens per character of that script; byte/tok: bytes per token; bytes%: byte-fallback tokens";
+  out +=
+      "han/latin/other: tokens per character of that script; byte/tok: bytes per token; bytes%: byte-fallback tokens";
   int64_t unk = 0;
   for (const auto& s : stats) unk += s.unknown_tokens;
   if (unk > 0) {

@@ -38,8 +38,8 @@ struct TokenizerStats {
   std::array<ScriptStats, kNumScripts> scripts{};
   int64_t byte_tokens = 0, unknown_tokens = 0;
   int64_t documents = 0;
-  int64_t latin_documents = 0;           // documents all of whose characters are Latin
-  int64_t documents_differing = 0;       // ids differ from the first model's
+  int64_t latin_documents = 0;      // documents all of whose characters are Latin
+  int64_t documents_differing = 0;  // ids differ from the first model's
   int64_t latin_documents_differing = 0;
 };
 

@@ -229,7 +229,8 @@ TokenizerTrainResult run_tokenizer_train(const TokenizerTrainOptions& opt) {
   res.files = tokenizer_train_files(opt);
   for (const auto& f : res.files) res.input_bytes += std::filesystem::file_size(f);
 
-  const int threads = opt.threads > 0 ? opt.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads =
+      opt.threads > 0 ? opt.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const std::unordered_map<std::string, std::string> kwargs = {
       {"model_type", opt.model_type},
       {"vocab_size", std::to_string(opt.vocab_size)},

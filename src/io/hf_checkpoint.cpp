@@ -199,10 +199,9 @@ void load_hf_weights(model::LlamaModel& m, const std::string& dir, const BytesDo
     const model::ParamSpec* s = m.find_param(t.param);
     if (!m.is_sharded()) {  // the whole tensor, in pieces of the backend's memory
       CHECK(s != nullptr, "no parameter tensor {}", t.param);
-      m.backend().write_elements(m.param_arena() + s->offset + t.element, t.rows * t.cols,
-                                 [&](float* host, int64_t first, int64_t n) {
-                                   ckpt.read_f32(t.hf_name, t.shape, first, n, host);
-                                 });
+      m.backend().write_elements(
+          m.param_arena() + s->offset + t.element, t.rows * t.cols,
+          [&](float* host, int64_t first, int64_t n) { ckpt.read_f32(t.hf_name, t.shape, first, n, host); });
       if (progress) progress(int64_t(view.nbytes));
       continue;
     }
@@ -238,18 +237,22 @@ std::unique_ptr<model::LlamaModel> load_hf_model(const std::string& dir, model::
 }
 
 const std::vector<std::string>& hf_export_files() {
-  static const std::vector<std::string> names = {
-      "config.json",    "generation_config.json", "model.safetensors",     "model.safetensors.index.json",
-      "model-*-of-*.safetensors", "tokenizer.model", "tokenizer.json", "tokenizer_config.json",
-      "special_tokens_map.json"};
+  static const std::vector<std::string> names = {"config.json",
+                                                 "generation_config.json",
+                                                 "model.safetensors",
+                                                 "model.safetensors.index.json",
+                                                 "model-*-of-*.safetensors",
+                                                 "tokenizer.model",
+                                                 "tokenizer.json",
+                                                 "tokenizer_config.json",
+                                                 "special_tokens_map.json"};
   return names;
 }
 
 void write_hf_weights(const model::LlamaModel& m, const std::string& dir, const std::string& torch_dtype,
                       int64_t max_shard_bytes, const BytesDone& progress) {
   const bool bf16_out = torch_dtype == "bfloat16";
-  if (!bf16_out && torch_dtype != "float32")
-    fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
+  if (!bf16_out && torch_dtype != "float32") fail("export dtype: got '{}', expected float32 or bfloat16", torch_dtype);
   const DType dtype = bf16_out ? DType::BF16 : DType::F32;
   model::Kernels& k = m.backend();
   const float* base = m.param_arena();
@@ -263,8 +266,8 @@ void write_hf_weights(const model::LlamaModel& m, const std::string& dir, const 
   std::vector<TensorToWrite> tensors;
   for (const auto& t : hf_tensor_slices(m)) {
     if (k.host_memory()) {
-      const void* data = bf16_out ? static_cast<const void*>(converted.data() + t.offset)
-                                  : static_cast<const void*>(base + t.offset);
+      const void* data =
+          bf16_out ? static_cast<const void*>(converted.data() + t.offset) : static_cast<const void*>(base + t.offset);
       tensors.push_back({t.hf_name, dtype, t.shape, data});
       continue;
     }
@@ -351,8 +354,7 @@ FreezePattern parse_freeze_pattern(const std::string& p, const std::string& key)
   out.begin = number(p.substr(open + 1, colon - open - 1), 0);
   out.end = number(p.substr(colon + 1, p.size() - colon - 2), -1);
   if (out.end >= 0 && out.end <= out.begin)
-    fail("{}: '{}' is an empty row range, expected begin < end\nhint: e.g. model.embed_tokens.weight[:32000]", key,
-         p);
+    fail("{}: '{}' is an empty row range, expected begin < end\nhint: e.g. model.embed_tokens.weight[:32000]", key, p);
   return out;
 }
 

@@ -22,9 +22,9 @@ struct HfTensorSlice {
   std::string param;    // "wqkv"
   int layer = -1;
   int64_t row_begin = 0, rows = 0, cols = 0;
-  int64_t element = 0;           // first element in the full parameter tensor
-  int64_t offset = -1;           // element offset in a whole model's parameter arena (-1 from a config)
-  std::vector<int64_t> shape;    // HF shape: {rows, cols}, or {cols} for norm weights
+  int64_t element = 0;         // first element in the full parameter tensor
+  int64_t offset = -1;         // element offset in a whole model's parameter arena (-1 from a config)
+  std::vector<int64_t> shape;  // HF shape: {rows, cols}, or {cols} for norm weights
 };
 
 // All HF tensors of the full model, in HF's usual order (embedding, layer by layer, norm, lm_head).

@@ -64,7 +64,8 @@ class Reader {
   }
   int required_int(const char* key) const {
     const json* v = get(key);
-    if (!v) fail("{}: required key \"{}\" is missing, expected an integer\nhint: is this a Llama config.json?", file_, key);
+    if (!v)
+      fail("{}: required key \"{}\" is missing, expected an integer\nhint: is this a Llama config.json?", file_, key);
     return as_int(key, *v);
   }
   int optional_int(const char* key, int def) const {
@@ -129,12 +130,13 @@ model::RopeScaling read_rope_scaling(const std::string& file, const std::string&
   if (!type) type = r.optional_string("type");
   model::RopeScaling out;
   if (!type || *type == "default") return out;
-  if (*type != "llama3")
-    unsupported(file, key + ".rope_type", "\"" + *type + "\"", "\"default\" or \"llama3\"");
+  if (*type != "llama3") unsupported(file, key + ".rope_type", "\"" + *type + "\"", "\"default\" or \"llama3\"");
   auto number = [&](const char* k) {
     const json* x = r.value(k);
-    if (!x) fail("{}: {} of rope_type llama3 has no \"{}\", expected a number\nhint: Llama 3.1's config.json has "
-                 "factor, low_freq_factor, high_freq_factor and original_max_position_embeddings", file, key, k);
+    if (!x)
+      fail("{}: {} of rope_type llama3 has no \"{}\", expected a number\nhint: Llama 3.1's config.json has "
+           "factor, low_freq_factor, high_freq_factor and original_max_position_embeddings",
+           file, key, k);
     double d = r.as_number(k, *x);
     if (!std::isfinite(d) || std::fabs(d) > 1e30) fail("{}: {}.{} is {}, expected a finite number", file, key, k, d);
     return float(d);
@@ -181,8 +183,10 @@ model::Family read_family(const Reader& r) {
   const std::string& file = r.file();
   model::Family family = model::Family::llama;
   if (const std::string* mt = r.optional_string("model_type")) {
-    if (*mt == "mistral") family = model::Family::mistral;
-    else if (*mt == "qwen2") family = model::Family::qwen2;
+    if (*mt == "mistral")
+      family = model::Family::mistral;
+    else if (*mt == "qwen2")
+      family = model::Family::qwen2;
     else if (*mt != "llama")
       unsupported(file, "model_type", "\"" + *mt + "\"", "\"llama\", \"mistral\" or \"qwen2\"");
   }
@@ -218,7 +222,8 @@ void read_special_ids(const Reader& r, model::LlamaConfig* c) {
   const std::vector<int> eos = r.token_ids("eos_token_id", 2);
   c->eos_id = eos.front();
   for (size_t i = 1; i < eos.size(); i++)
-    if (eos[i] != c->eos_id && std::find(c->extra_eos_ids.begin(), c->extra_eos_ids.end(), eos[i]) == c->extra_eos_ids.end())
+    if (eos[i] != c->eos_id &&
+        std::find(c->extra_eos_ids.begin(), c->extra_eos_ids.end(), eos[i]) == c->extra_eos_ids.end())
       c->extra_eos_ids.push_back(eos[i]);
 }
 
@@ -265,8 +270,8 @@ void read_head_dim(const Reader& r, model::LlamaConfig* c) {
   if (!hd) return;
   int head_dim = r.as_int("head_dim", *hd);
   if (head_dim < 2 || head_dim % 2 != 0)
-    fail("{}: head_dim is {}, expected a positive even integer (RoPE rotates pairs)\nhint: fix config.json",
-         r.file(), head_dim);
+    fail("{}: head_dim is {}, expected a positive even integer (RoPE rotates pairs)\nhint: fix config.json", r.file(),
+         head_dim);
   if (c->n_heads <= 0 || c->dim % c->n_heads != 0 || head_dim != c->dim / c->n_heads) c->head_size = head_dim;
 }
 
@@ -305,8 +310,8 @@ model::LlamaConfig read_hf_config(const std::string& path) {
   read_head_dim(r, &c);
   read_sliding_window(r, &c);
   if (!std::isfinite(eps) || !std::isfinite(theta) || eps > 1e30 || theta > 1e30)
-    fail("{}: rms_norm_eps {} / rope_theta {} are out of range, expected finite values\nhint: fix config.json",
-         file, eps, theta);
+    fail("{}: rms_norm_eps {} / rope_theta {} are out of range, expected finite values\nhint: fix config.json", file,
+         eps, theta);
   c.norm_eps = float(eps);
   c.rope_theta = float(theta);
   c.validate(file);

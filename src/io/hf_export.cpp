@@ -68,7 +68,8 @@ std::string release_generation_config(const std::string& source_dir, const model
     const json ids = g[key].is_array() ? g[key] : json::array({g[key]});
     for (const json& id : ids)
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab_size) {
-        *why = fmt::format("{}: {} {} is not a token id below vocab_size {}", path.string(), key, id.dump(), c.vocab_size);
+        *why =
+            fmt::format("{}: {} {} is not a token id below vocab_size {}", path.string(), key, id.dump(), c.vocab_size);
         return "";
       }
   }
@@ -93,24 +94,23 @@ void write_sentencepiece_files(AtomicDir& out, const std::vector<HfExtraFile>& f
          source, tok.vocab_size(), c.vocab_size);
   auto piece = [&](int id) { return id >= 0 && id < tok.vocab_size() ? json(tok.id_to_piece(id)) : json(nullptr); };
   if (!find_file(files, "tokenizer_config.json"))
-    write_file_atomic(out.file("tokenizer_config.json"),
-                      json{{"tokenizer_class", "LlamaTokenizer"},
-                           {"add_bos_token", true},
-                           {"add_eos_token", false},
-                           {"bos_token", piece(tok.bos_id())},
-                           {"eos_token", piece(tok.eos_id())},
-                           {"unk_token", piece(0)},
-                           {"pad_token", piece(tok.pad_id())},
-                           {"model_max_length", c.max_seq_len},
-                           {"clean_up_tokenization_spaces", false},
-                           {"legacy", true}}
-                              .dump(2) +
-                          "\n");
+    write_file_atomic(out.file("tokenizer_config.json"), json{{"tokenizer_class", "LlamaTokenizer"},
+                                                              {"add_bos_token", true},
+                                                              {"add_eos_token", false},
+                                                              {"bos_token", piece(tok.bos_id())},
+                                                              {"eos_token", piece(tok.eos_id())},
+                                                              {"unk_token", piece(0)},
+                                                              {"pad_token", piece(tok.pad_id())},
+                                                              {"model_max_length", c.max_seq_len},
+                                                              {"clean_up_tokenization_spaces", false},
+                                                              {"legacy", true}}
+                                                                 .dump(2) +
+                                                             "\n");
   if (!find_file(files, "special_tokens_map.json"))
-    write_file_atomic(out.file("special_tokens_map.json"),
-                      json{{"bos_token", piece(tok.bos_id())}, {"eos_token", piece(tok.eos_id())}, {"unk_token", piece(0)}}
-                              .dump(2) +
-                          "\n");
+    write_file_atomic(
+        out.file("special_tokens_map.json"),
+        json{{"bos_token", piece(tok.bos_id())}, {"eos_token", piece(tok.eos_id())}, {"unk_token", piece(0)}}.dump(2) +
+            "\n");
 }
 
 // A Hugging Face tokenizer.json: copied as it is, with its tokenizer_config.json, or a plain
@@ -189,8 +189,8 @@ TokenizerJsonVocab tokenizer_json_vocab(const std::string& text, const std::stri
   int64_t top = -1;
   auto id_of = [&](const json& id, const std::string& what) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= INT32_MAX)
-      fail("tokenizer {}: {} has id {}, expected a non-negative integer\nhint: fix or re-download tokenizer.json",
-           name, what, id.dump());
+      fail("tokenizer {}: {} has id {}, expected a non-negative integer\nhint: fix or re-download tokenizer.json", name,
+           what, id.dump());
     top = std::max(top, id.get<int64_t>());
     return int(id.get<int64_t>());
   };
@@ -262,23 +262,23 @@ ExportReport export_hf(model::LlamaModel& m, const std::string& out_dir, const E
     const model::ParamSpec* r = reloaded->find_param(s.name);
     CHECK(r != nullptr && r->shard.numel() == s.shard.numel(), "export check: tensor {} in the reloaded model", s.name);
     const float* got = reloaded->param_data() + r->offset;  // (the reloaded model is on the cpu)
-    m.backend().read_elements(m.param_arena() + s.offset, s.shard.numel(), [&](const float* src, int64_t first,
-                                                                                int64_t n) {
-      for (int64_t j = 0; j < n; j++) {
-        const int64_t i = first + j;
-        const float want = as_bf16 ? to_float(to_bf16(src[j])) : src[j];
-        if (!(got[i] == want) && !(std::isnan(got[i]) && std::isnan(want)))
-          fail("export check: element {} of {} in {} reads back as {}, expected {}\nhint: the disk may be failing; "
-               "the export was not kept",
-               i, s.name, out_dir, got[i], want);
-      }
-    });
+    m.backend().read_elements(
+        m.param_arena() + s.offset, s.shard.numel(), [&](const float* src, int64_t first, int64_t n) {
+          for (int64_t j = 0; j < n; j++) {
+            const int64_t i = first + j;
+            const float want = as_bf16 ? to_float(to_bf16(src[j])) : src[j];
+            if (!(got[i] == want) && !(std::isnan(got[i]) && std::isnan(want)))
+              fail("export check: element {} of {} in {} reads back as {}, expected {}\nhint: the disk may be failing; "
+                   "the export was not kept",
+                   i, s.name, out_dir, got[i], want);
+          }
+        });
   }
   const int T = std::min(16, c.max_seq_len);
   std::vector<int32_t> tokens(static_cast<size_t>(T));
   for (int t = 0; t < T; t++)
-    tokens[size_t(t)] = t == 0 && c.bos_id >= 0 ? c.bos_id
-                                                : int32_t(random_u32(17, 0, 0, uint64_t(t)) % uint32_t(c.vocab_size));
+    tokens[size_t(t)] =
+        t == 0 && c.bos_id >= 0 ? c.bos_id : int32_t(random_u32(17, 0, 0, uint64_t(t)) % uint32_t(c.vocab_size));
   std::vector<float> a(size_t(T) * c.vocab_size), b(a.size());
   m.forward(tokens.data(), nullptr, 1, T);
   m.logits(a.data());

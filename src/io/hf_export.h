@@ -20,21 +20,21 @@
 namespace llamatrain::io {
 
 struct ExportOptions {
-  std::string torch_dtype = "bfloat16";      // "bfloat16" | "float32"
+  std::string torch_dtype = "bfloat16";  // "bfloat16" | "float32"
   // "" = no tokenizer files; else a tokenizer.model, a tokenizer.json, or a folder holding them
   // (tokenizer_source_files).
   std::string tokenizer_model;
-  int64_t max_shard_bytes = 5'000'000'000;   // transformers' default max_shard_size (5GB)
+  int64_t max_shard_bytes = 5'000'000'000;  // transformers' default max_shard_size (5GB)
   // "" or the Hugging Face folder the model started from (model.init_from): its generation_config.json,
   // the family's own release settings (Qwen2.5-Instruct's two end-of-turn ids, sampling defaults), is
   // kept as it is when its token ids fit the model; otherwise one is written from the model's config.
   std::string source_dir;
-  BytesDone progress;                        // optional: bytes of each tensor written
+  BytesDone progress;  // optional: bytes of each tensor written
 };
 
 struct ExportReport {
   std::string dir;
-  int64_t bytes = 0;              // weights written
+  int64_t bytes = 0;  // weights written
   int num_shards = 0;
   double max_abs_logit_diff = 0;  // reloaded model against the source, on the check tokens
   double tolerance = 0;           // what that difference was held to

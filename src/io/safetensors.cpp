@@ -40,14 +40,13 @@ struct DTypeInfo {
   int rank;  // position in the reference crate's enum (docs/formats.md 3.1), used for the write order
 };
 // Indexed by DType's value (enum order in safetensors.h).
-constexpr DTypeInfo kDTypes[] = {
-    {"F64", 8, 19}, {"F32", 4, 17}, {"F16", 2, 13}, {"BF16", 2, 14}, {"I64", 8, 20},
-    {"I32", 4, 15}, {"I16", 2, 11}, {"I8", 1, 5},   {"U8", 1, 4},    {"BOOL", 1, 0},
-    {"U16", 2, 12}, {"U32", 4, 16}, {"U64", 8, 21}};
+constexpr DTypeInfo kDTypes[] = {{"F64", 8, 19}, {"F32", 4, 17}, {"F16", 2, 13}, {"BF16", 2, 14}, {"I64", 8, 20},
+                                 {"I32", 4, 15}, {"I16", 2, 11}, {"I8", 1, 5},   {"U8", 1, 4},    {"BOOL", 1, 0},
+                                 {"U16", 2, 12}, {"U32", 4, 16}, {"U64", 8, 21}};
 constexpr int kNumDTypes = int(sizeof(kDTypes) / sizeof(kDTypes[0]));
 // Valid in the format but not readable here.
-constexpr const char* kOtherDTypes[] = {"F4",          "F6_E2M3",     "F6_E3M2", "F8_E5M2", "F8_E4M3",
-                                        "F8_E8M0",     "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"};
+constexpr const char* kOtherDTypes[] = {"F4",      "F6_E2M3",     "F6_E3M2",     "F8_E5M2", "F8_E4M3",
+                                        "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"};
 
 std::string known_dtype_list() {
   std::string s;
@@ -91,15 +90,13 @@ std::string quoted(const std::string& name) {
 json parse_json_strict(const char* begin, const char* end, const std::string& what) {
   // nlohmann stops at a NUL as if the input ended there; JSON text never contains one.
   if (const void* nul = std::memchr(begin, 0, size_t(end - begin)))
-    fail("{}: has a NUL byte at offset {}, expected UTF-8 JSON text\n{}", what,
-         static_cast<const char*>(nul) - begin, kHint);
+    fail("{}: has a NUL byte at offset {}, expected UTF-8 JSON text\n{}", what, static_cast<const char*>(nul) - begin,
+         kHint);
   std::vector<std::set<std::string>> keys;  // keys seen so far, per open object
   int depth = 0;
   auto callback = [&](int, json::parse_event_t event, json& parsed) -> bool {
     switch (event) {
-      case json::parse_event_t::object_start:
-        keys.emplace_back();
-        [[fallthrough]];
+      case json::parse_event_t::object_start: keys.emplace_back(); [[fallthrough]];
       case json::parse_event_t::array_start:
         if (++depth > kMaxJsonDepth)
           fail("{}: JSON nests {} levels deep, expected at most {}\n{}", what, depth, kMaxJsonDepth, kHint);
@@ -107,17 +104,14 @@ json parse_json_strict(const char* begin, const char* end, const std::string& wh
       case json::parse_event_t::object_end:
         if (!keys.empty()) keys.pop_back();
         [[fallthrough]];
-      case json::parse_event_t::array_end:
-        --depth;
-        break;
+      case json::parse_event_t::array_end: --depth; break;
       case json::parse_event_t::key: {
         const std::string& k = parsed.get_ref<const std::string&>();
         if (!keys.empty() && !keys.back().insert(k).second)
           fail("{}: duplicate key {} in the JSON, expected each key once\n{}", what, quoted(k), kHint);
         break;
       }
-      case json::parse_event_t::value:
-        break;
+      case json::parse_event_t::value: break;
     }
     return true;
   };
@@ -148,8 +142,8 @@ struct Entry {
 
 uint64_t get_offset(const json& v, const std::string& file, const std::string& name, int which) {
   if (!v.is_number_unsigned())
-    fail("{}: tensor {} data_offsets[{}] is {}, expected a non-negative integer\n{}", file,
-         quoted(name), which, preview(v), kHint);
+    fail("{}: tensor {} data_offsets[{}] is {}, expected a non-negative integer\n{}", file, quoted(name), which,
+         preview(v), kHint);
   return v.get<uint64_t>();
 }
 
@@ -162,7 +156,8 @@ Entry parse_entry(const std::string& file, const std::string& name, const json& 
          file, quoted(name), preview(v), v.type_name(), kHint);
   // dtype
   auto it = v.find("dtype");
-  if (it == v.end()) fail("{}: tensor {} has no \"dtype\", expected one of {}\n{}", file, quoted(name), known_dtype_list(), kHint);
+  if (it == v.end())
+    fail("{}: tensor {} has no \"dtype\", expected one of {}\n{}", file, quoted(name), known_dtype_list(), kHint);
   if (!it->is_string())
     fail("{}: tensor {} dtype is {}, expected a string such as \"F32\"\n{}", file, quoted(name), preview(*it), kHint);
   const std::string& dname = it->get_ref<const std::string&>();
@@ -183,45 +178,44 @@ Entry parse_entry(const std::string& file, const std::string& name, const json& 
   it = v.find("shape");
   if (it == v.end()) fail("{}: tensor {} has no \"shape\", expected an array of sizes\n{}", file, quoted(name), kHint);
   if (!it->is_array())
-    fail("{}: tensor {} shape is {}, expected an array of non-negative integers\n{}", file, quoted(name), preview(*it), kHint);
+    fail("{}: tensor {} shape is {}, expected an array of non-negative integers\n{}", file, quoted(name), preview(*it),
+         kHint);
   uint64_t numel = 1;
   for (const json& s : *it) {
     if (!s.is_number_unsigned() || s.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-      fail("{}: tensor {} shape entry is {}, expected a non-negative integer below 2^63\n{}", file,
-           quoted(name), preview(s), kHint);
+      fail("{}: tensor {} shape entry is {}, expected a non-negative integer below 2^63\n{}", file, quoted(name),
+           preview(s), kHint);
     uint64_t n = s.get<uint64_t>();
     if (__builtin_mul_overflow(numel, n, &numel))
-      fail("{}: tensor {} shape {} has more than 2^64 elements, expected a realistic size\n{}", file,
-           quoted(name), preview(*it), kHint);
+      fail("{}: tensor {} shape {} has more than 2^64 elements, expected a realistic size\n{}", file, quoted(name),
+           preview(*it), kHint);
     e.shape.push_back(int64_t(n));
   }
   if (__builtin_mul_overflow(numel, uint64_t(kDTypes[d].size), &e.nbytes) ||
       e.nbytes > uint64_t(std::numeric_limits<int64_t>::max()))
-    fail("{}: tensor {} shape {} overflows 2^63 bytes, expected a realistic size\n{}", file,
-         quoted(name), preview(*it), kHint);
+    fail("{}: tensor {} shape {} overflows 2^63 bytes, expected a realistic size\n{}", file, quoted(name), preview(*it),
+         kHint);
   // data_offsets [begin, end)
   it = v.find("data_offsets");
   if (it == v.end())
     fail("{}: tensor {} has no \"data_offsets\", expected [begin, end]\n{}", file, quoted(name), kHint);
   if (!it->is_array() || it->size() != 2)
-    fail("{}: tensor {} data_offsets is {}, expected an array [begin, end]\n{}", file, quoted(name),
-         preview(*it), kHint);
+    fail("{}: tensor {} data_offsets is {}, expected an array [begin, end]\n{}", file, quoted(name), preview(*it),
+         kHint);
   e.begin = get_offset((*it)[0], file, name, 0);
   e.end = get_offset((*it)[1], file, name, 1);
   if (e.end < e.begin)
-    fail("{}: tensor {} data_offsets are [{}, {}], expected begin <= end\n{}", file, quoted(name), e.begin,
-         e.end, kHint);
+    fail("{}: tensor {} data_offsets are [{}, {}], expected begin <= end\n{}", file, quoted(name), e.begin, e.end,
+         kHint);
   return e;
 }
 
 // Validates the whole file image and fills tensors (in offset order) and metadata.
 void parse_file(const uint8_t* bytes, size_t size, const std::string& file, std::vector<TensorView>& tensors,
                 std::map<std::string, std::string>& metadata) {
-  if (size < 8)
-    fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", file, size, kHint);
+  if (size < 8) fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", file, size, kHint);
   const uint64_t n = read_le64(bytes);
-  if (n > kMaxHeader)
-    fail("{}: header length is {}, expected at most {}\n{}", file, n, kMaxHeader, kHint);
+  if (n > kMaxHeader) fail("{}: header length is {}, expected at most {}\n{}", file, n, kMaxHeader, kHint);
   if (8 + n > size)
     fail("{}: header length is {} but only {} bytes follow the length field, expected 8 + header "
          "length <= file size {}\n{}",
@@ -232,19 +226,17 @@ void parse_file(const uint8_t* bytes, size_t size, const std::string& file, std:
          file, n ? bytes[8] : 0, n, kHint);
   const char* text = reinterpret_cast<const char*>(bytes + 8);
   json header = parse_json_strict(text, text + n, file + " header");
-  if (!header.is_object())
-    fail("{}: header is a JSON {}, expected an object\n{}", file, header.type_name(), kHint);
+  if (!header.is_object()) fail("{}: header is a JSON {}, expected an object\n{}", file, header.type_name(), kHint);
 
   std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       if (!it->is_object())
-        fail("{}: __metadata__ is {}, expected an object mapping strings to strings\n{}", file,
-             preview(*it), kHint);
+        fail("{}: __metadata__ is {}, expected an object mapping strings to strings\n{}", file, preview(*it), kHint);
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string())
-          fail("{}: __metadata__ key {} has value {} (a {}), expected a string\n{}", file, quoted(m.key()),
-               preview(*m), m->type_name(), kHint);
+          fail("{}: __metadata__ key {} has value {} (a {}), expected a string\n{}", file, quoted(m.key()), preview(*m),
+               m->type_name(), kHint);
         metadata[m.key()] = m->get<std::string>();
       }
       continue;
@@ -260,14 +252,15 @@ void parse_file(const uint8_t* bytes, size_t size, const std::string& file, std:
   const Entry* prev = nullptr;
   for (const Entry& e : entries) {
     if (e.begin != expected) {
-      const char* what = e.begin < expected ? "overlaps the previous tensor" : "leaves a hole after the previous tensor";
-      fail("{}: tensor {} data_offsets start at {}, expected {} (the end of {}): it {}\n{}", file,
-           quoted(e.name), e.begin, expected, prev ? quoted(prev->name) : "the start of the buffer", what, kHint);
+      const char* what =
+          e.begin < expected ? "overlaps the previous tensor" : "leaves a hole after the previous tensor";
+      fail("{}: tensor {} data_offsets start at {}, expected {} (the end of {}): it {}\n{}", file, quoted(e.name),
+           e.begin, expected, prev ? quoted(prev->name) : "the start of the buffer", what, kHint);
     }
     if (e.end - e.begin != e.nbytes)
-      fail("{}: tensor {} data_offsets [{}, {}] hold {} bytes, expected {} bytes for dtype {} shape {}\n{}",
-           file, quoted(e.name), e.begin, e.end, e.end - e.begin, e.nbytes, kDTypes[int(e.dtype)].name,
-           shape_str(e.shape), kHint);
+      fail("{}: tensor {} data_offsets [{}, {}] hold {} bytes, expected {} bytes for dtype {} shape {}\n{}", file,
+           quoted(e.name), e.begin, e.end, e.end - e.begin, e.nbytes, kDTypes[int(e.dtype)].name, shape_str(e.shape),
+           kHint);
     expected = e.end;
     prev = &e;
   }
@@ -300,13 +293,20 @@ struct Plan {
 uint64_t tensor_bytes(const TensorToWrite& t) {
   uint64_t numel = 1;
   for (int64_t s : t.shape) {
-    if (s < 0) fail("tensor {} has shape {}, expected non-negative sizes\nhint: fix the tensor list given to the safetensors writer", quoted(t.name), shape_str(t.shape));
+    if (s < 0)
+      fail("tensor {} has shape {}, expected non-negative sizes\nhint: fix the tensor list given to the safetensors "
+           "writer",
+           quoted(t.name), shape_str(t.shape));
     if (__builtin_mul_overflow(numel, uint64_t(s), &numel))
-      fail("tensor {} shape {} overflows, expected a realistic size\nhint: fix the tensor list given to the safetensors writer", quoted(t.name), shape_str(t.shape));
+      fail("tensor {} shape {} overflows, expected a realistic size\nhint: fix the tensor list given to the "
+           "safetensors writer",
+           quoted(t.name), shape_str(t.shape));
   }
   uint64_t n;
   if (__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &n))
-    fail("tensor {} shape {} overflows, expected a realistic size\nhint: fix the tensor list given to the safetensors writer", quoted(t.name), shape_str(t.shape));
+    fail("tensor {} shape {} overflows, expected a realistic size\nhint: fix the tensor list given to the safetensors "
+         "writer",
+         quoted(t.name), shape_str(t.shape));
   return n;
 }
 
@@ -337,9 +337,16 @@ Plan make_plan(const std::vector<TensorToWrite>& tensors, const std::map<std::st
   Plan plan;
   std::set<std::string> names;
   for (const TensorToWrite& t : tensors) {
-    if (t.name == "__metadata__") fail("tensor name \"__metadata__\" is reserved, expected another name\nhint: fix the tensor list given to the safetensors writer");
-    if (!names.insert(t.name).second) fail("tensor {} is given twice, expected unique names\nhint: fix the tensor list given to the safetensors writer", quoted(t.name));
-    if (int(t.dtype) < 0 || int(t.dtype) >= kNumDTypes) fail("tensor {} has invalid dtype {}, expected a DType value\nhint: fix the tensor list given to the safetensors writer", quoted(t.name), int(t.dtype));
+    if (t.name == "__metadata__")
+      fail("tensor name \"__metadata__\" is reserved, expected another name\nhint: fix the tensor list given to the "
+           "safetensors writer");
+    if (!names.insert(t.name).second)
+      fail("tensor {} is given twice, expected unique names\nhint: fix the tensor list given to the safetensors writer",
+           quoted(t.name));
+    if (int(t.dtype) < 0 || int(t.dtype) >= kNumDTypes)
+      fail("tensor {} has invalid dtype {}, expected a DType value\nhint: fix the tensor list given to the safetensors "
+           "writer",
+           quoted(t.name), int(t.dtype));
     plan.order.push_back(&t);
   }
   // Reference order: dtype descending in the crate's enum order, then name ascending (bytes).
@@ -363,7 +370,9 @@ Plan make_plan(const std::vector<TensorToWrite>& tensors, const std::map<std::st
   uint64_t offset = 0;
   for (const TensorToWrite* t : plan.order) {
     uint64_t nb = tensor_bytes(*t);
-    if (nb > 0 && t->data == nullptr && !t->read) fail("tensor {} has no data, expected {} bytes\nhint: fix the tensor list given to the safetensors writer", quoted(t->name), nb);
+    if (nb > 0 && t->data == nullptr && !t->read)
+      fail("tensor {} has no data, expected {} bytes\nhint: fix the tensor list given to the safetensors writer",
+           quoted(t->name), nb);
     plan.nbytes.push_back(nb);
     if (h.size() > 1) h += ",";
     h += json_string(t->name, "tensor name");
@@ -415,7 +424,7 @@ uint16_t float_to_f16(float f) {
   uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
-  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 rounds to inf
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);                        // >= 65520 rounds to inf
   if (a >= 0x38800000u) {  // normal half: rebias, round the 13 dropped bits to nearest even
     uint32_t r = a - 0x38000000u;
     r += 0xfffu + ((r >> 13) & 1u);
@@ -447,7 +456,8 @@ void TensorFile::index_names() {
 
 SafetensorsFile::SafetensorsFile(const std::string& path)
     : TensorFile(path), map_(path, "safetensors file", "check the path and permissions") {
-  if (map_.size() < 8) fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", path, map_.size(), kHint);
+  if (map_.size() < 8)
+    fail("{}: file is {} bytes, expected at least 8 (the header length)\n{}", path, map_.size(), kHint);
   parse_file(map_.data(), map_.size(), path_, tensors_, metadata_);
   index_names();
 }
@@ -474,8 +484,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
   }
   // safetensors first, as Hugging Face prefers them when a folder holds both.
   const fs::path dir(path);
-  for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
-                           "pytorch_model.bin"}) {
+  for (const char* name :
+       {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json", "pytorch_model.bin"}) {
     const std::string file = (dir / name).string();
     if (fs::exists(file, ec)) {
       add(file);
@@ -592,13 +602,13 @@ void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<
   read_f32(name, expected_shape, 0, numel, out);
 }
 
-void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
-                                     int64_t first, int64_t n, float* out) const {
+void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<int64_t>& expected_shape, int64_t first,
+                                     int64_t n, float* out) const {
   const TensorView& t = get(name);
   const std::string& file = index_.at(name).first->path();
   if (t.shape != expected_shape)
-    fail("{}: tensor {} has shape {}, expected {}\nhint: the checkpoint does not match the model config",
-         file, quoted(name), shape_str(t.shape), shape_str(expected_shape));
+    fail("{}: tensor {} has shape {}, expected {}\nhint: the checkpoint does not match the model config", file,
+         quoted(name), shape_str(t.shape), shape_str(expected_shape));
   CHECK(first >= 0 && n >= 0 && first + n <= t.numel(), "read_f32 of elements [{}, {}) of {} ({} elements)", first,
         first + n, name, t.numel());
   // (n,) elements of t.dtype, possibly unaligned
@@ -607,12 +617,8 @@ void SafetensorsCheckpoint::read_f32(const std::string& name, const std::vector<
     case DType::F32:
       if (n > 0) std::memcpy(out, src, size_t(n) * 4);
       break;
-    case DType::BF16:
-      widen_halves(out, src, n, [](uint16_t h) { return to_float(bf16{h}); });
-      break;
-    case DType::F16:
-      widen_halves(out, src, n, f16_to_float);
-      break;
+    case DType::BF16: widen_halves(out, src, n, [](uint16_t h) { return to_float(bf16{h}); }); break;
+    case DType::F16: widen_halves(out, src, n, f16_to_float); break;
     default:
       fail("{}: tensor {} has dtype {}, expected F32, BF16 or F16\nhint: the checkpoint stores this "
            "weight in a type llamatrain does not convert",
@@ -630,9 +636,8 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorToWrite>& ten
   std::memcpy(out.data() + 8, plan.header.data(), plan.header.size());
   uint64_t pos = 8 + plan.header.size();
   for (size_t i = 0; i < plan.order.size(); ++i) {
-    for_each_piece(*plan.order[i], plan.nbytes[i], [&](const void* p, uint64_t off, uint64_t n) {
-      std::memcpy(out.data() + pos + off, p, n);
-    });
+    for_each_piece(*plan.order[i], plan.nbytes[i],
+                   [&](const void* p, uint64_t off, uint64_t n) { std::memcpy(out.data() + pos + off, p, n); });
     pos += plan.nbytes[i];
   }
   return out;
@@ -661,7 +666,9 @@ void write_safetensors_sharded(const std::string& dir, const std::vector<TensorT
     fail("max shard size is {} bytes, expected a positive size\nhint: Hugging Face uses 5GB", max_shard_bytes);
   std::set<std::string> names;
   for (const TensorToWrite& t : tensors)
-    if (!names.insert(t.name).second) fail("tensor {} is given twice, expected unique names\nhint: fix the tensor list given to the safetensors writer", quoted(t.name));
+    if (!names.insert(t.name).second)
+      fail("tensor {} is given twice, expected unique names\nhint: fix the tensor list given to the safetensors writer",
+           quoted(t.name));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create folder {}: {}\nhint: check the path and permissions", dir, ec.message());
@@ -692,8 +699,8 @@ void write_safetensors_sharded(const std::string& dir, const std::vector<TensorT
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   const fs::path d(dir);
   if (shards.size() <= 1) {
-    write_safetensors((d / "model.safetensors").string(), shards.empty() ? std::vector<TensorToWrite>{} : shards[0], meta,
-                      progress);
+    write_safetensors((d / "model.safetensors").string(), shards.empty() ? std::vector<TensorToWrite>{} : shards[0],
+                      meta, progress);
     fs::remove(d / "model.safetensors.index.json", ec);  // a stale index would shadow the new file
     return;
   }

@@ -24,7 +24,8 @@ namespace llamatrain::io {
 
 namespace {
 
-constexpr const char* kCorrupt = "hint: the file is truncated or corrupt; re-download it, or re-save it with torch.save";
+constexpr const char* kCorrupt =
+    "hint: the file is truncated or corrupt; re-download it, or re-save it with torch.save";
 constexpr const char* kStateDictOnly =
     "hint: llamatrain runs no code from a checkpoint; load it in Python and save the state dict alone, "
     "torch.save(model.state_dict(), \"pytorch_model.bin\"), or convert it to safetensors";
@@ -141,8 +142,8 @@ uint64_t local_data_offset(const uint8_t* b, uint64_t size, uint64_t at, const s
     fail("{}: zip entry {} has no local header at byte {}\n{}", file, printable(name), at, kCorrupt);
   const uint64_t n = le(b + at + 26, 2), m = le(b + at + 28, 2);
   if (30 + n + m > size - at || n != name.size() || std::memcmp(b + at + 30, name.data(), n) != 0)
-    fail("{}: zip entry {}'s local header at byte {} does not match the central directory\n{}", file,
-         printable(name), at, kCorrupt);
+    fail("{}: zip entry {}'s local header at byte {} does not match the central directory\n{}", file, printable(name),
+         at, kCorrupt);
   return at + 30 + n + m;
 }
 
@@ -195,9 +196,8 @@ std::string archive_prefix(const std::map<std::string, ZipEntry>& entries, const
     if (slash != std::string::npos && name.compare(slash, std::string::npos, "/data.pkl") == 0)
       return name.substr(0, slash + 1);
   }
-  const bool script = std::any_of(entries.begin(), entries.end(), [](const auto& kv) {
-    return kv.first.ends_with("/constants.pkl");
-  });
+  const bool script =
+      std::any_of(entries.begin(), entries.end(), [](const auto& kv) { return kv.first.ends_with("/constants.pkl"); });
   fail("{}: the zip archive holds no ARCHIVE/data.pkl{}, expected an archive written by torch.save\n{}", file,
        script ? " (it is a TorchScript model)" : "", script ? kStateDictOnly : kCorrupt);
 }
@@ -207,8 +207,8 @@ std::string archive_prefix(const std::map<std::string, ZipEntry>& entries, const
 enum class Kind : uint8_t { none, boolean, integer, real, string, tuple, list, dict, global, storage, tensor };
 
 const char* kind_name(Kind k) {
-  static constexpr const char* kNames[] = {"None", "bool",   "int",    "float",   "str",   "tuple",
-                                           "list", "dict",   "global", "storage", "tensor"};
+  static constexpr const char* kNames[] = {"None", "bool", "int",    "float",   "str",   "tuple",
+                                           "list", "dict", "global", "storage", "tensor"};
   return kNames[int(k)];
 }
 
@@ -248,11 +248,11 @@ struct Tensor {
 
 // torch.save names each storage by its legacy class, "torch.FloatStorage" (torch.cuda.* in old files).
 const std::map<std::string, DType>& storage_classes() {
-  static const std::map<std::string, DType> m = {
-      {"FloatStorage", DType::F32},  {"HalfStorage", DType::F16},  {"BFloat16Storage", DType::BF16},
-      {"DoubleStorage", DType::F64}, {"LongStorage", DType::I64},  {"IntStorage", DType::I32},
-      {"ShortStorage", DType::I16},  {"CharStorage", DType::I8},   {"ByteStorage", DType::U8},
-      {"BoolStorage", DType::BOOL}};
+  static const std::map<std::string, DType> m = {{"FloatStorage", DType::F32},     {"HalfStorage", DType::F16},
+                                                 {"BFloat16Storage", DType::BF16}, {"DoubleStorage", DType::F64},
+                                                 {"LongStorage", DType::I64},      {"IntStorage", DType::I32},
+                                                 {"ShortStorage", DType::I16},     {"CharStorage", DType::I8},
+                                                 {"ByteStorage", DType::U8},       {"BoolStorage", DType::BOOL}};
   return m;
 }
 
@@ -353,7 +353,7 @@ class Unpickler {
   }
   Value new_float() {
     uint64_t bits = 0;
-    for (const uint8_t* p = take(8), *e = p + 8; p < e; ++p) bits = (bits << 8) | *p;  // big-endian
+    for (const uint8_t *p = take(8), *e = p + 8; p < e; ++p) bits = (bits << 8) | *p;  // big-endian
     Value v{Kind::real};
     std::memcpy(&v.f, &bits, 8);
     return v;
@@ -439,22 +439,19 @@ class Unpickler {
       case Callable::ordered_dict:
         if (!a.empty()) corrupt("{} is called with ({}), expected no arguments", g.name, kinds(a));
         return push(new_container(Kind::dict, {}));
-      case Callable::rebuild_tensor:
-        return push(rebuild_tensor(g, a));
+      case Callable::rebuild_tensor: return push(rebuild_tensor(g, a));
       case Callable::rebuild_parameter:  // (tensor, requires_grad, backward_hooks): the tensor
         if (a.empty() || a[0].kind != Kind::tensor)
           corrupt("{} is called with ({}), expected a tensor first", g.name, kinds(a));
         return push(a[0]);
-      case Callable::storage_class:
-        corrupt("{} is called, expected it only in a storage's persistent id", g.name);
+      case Callable::storage_class: corrupt("{} is called, expected it only in a storage's persistent id", g.name);
     }
   }
   // BUILD sets an object's state: an OrderedDict's attributes (a state dict's _metadata), ignored.
   void build() {
     const Value state = pop();
     if (top().kind != Kind::dict)
-      corrupt("BUILD sets the state of {} to {}, expected it only on a dict", a_kind(top().kind),
-              a_kind(state.kind));
+      corrupt("BUILD sets the state of {} to {}, expected it only on a dict", a_kind(top().kind), a_kind(state.kind));
   }
   // ('storage', storage class, key, location, numel): the storage is the archive's data/<key>.
   void persistent_load() {
@@ -653,7 +650,8 @@ TorchFile::TorchFile(const std::string& path)
   for (size_t i = 0; i < kv.size(); i += 2) {
     const std::string& name = u.str(kv[i]);
     if (!names.insert(name).second)
-      fail("{}: tensor {} appears twice in the state dict, expected each name once\n{}", path_, printable(name), kCorrupt);
+      fail("{}: tensor {} appears twice in the state dict, expected each name once\n{}", path_, printable(name),
+           kCorrupt);
     const Tensor& t = u.tensor(kv[i + 1]);
     tensors_.push_back(tensor_view(name, t, u.storage(t), b, entries, prefix, path_));
   }

@@ -144,8 +144,7 @@ void fill_new_rows(model::LlamaModel& m, const SafetensorsCheckpoint& ckpt, cons
           row[size_t(c)] = g.std * random_normal(g.seed, uint32_t(s->full_id), uint64_t(r * C + c));
         return;
       }
-      const std::vector<int32_t>* parts =
-          g.init == NewTokenInit::subword_mean ? &g.parts.at(size_t(r - B)) : nullptr;
+      const std::vector<int32_t>* parts = g.init == NewTokenInit::subword_mean ? &g.parts.at(size_t(r - B)) : nullptr;
       if (!parts || parts->empty()) {
         row = base_mean();
         return;

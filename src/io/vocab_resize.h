@@ -29,14 +29,14 @@ const char* new_token_init_name(NewTokenInit init);
 struct VocabGrowth {
   int64_t base_rows = 0, rows = 0;  // the checkpoint's vocab_size -> the tokenizer's pieces
   NewTokenInit init = NewTokenInit::subword_mean;
-  std::string base_tokenizer;       // the checkpoint folder's tokenizer.model ("" when it has none)
-  float std = 0.02f;                // normal: the standard deviation
-  uint64_t seed = 0;                // normal: the run's seed
+  std::string base_tokenizer;  // the checkpoint folder's tokenizer.model ("" when it has none)
+  float std = 0.02f;           // normal: the standard deviation
+  uint64_t seed = 0;           // normal: the run's seed
   // subword_mean: parts[i] = the base ids whose rows new row base_rows + i averages (with repeats, in
   // the split's order); empty: no usable split, the row is the mean of all base rows.
   std::vector<std::vector<int32_t>> parts;
   // subword_mean's count of new rows by how they were made.
-  int64_t by_parts = 0, parts_total = 0;             // rows from a split, and their pieces in all
+  int64_t by_parts = 0, parts_total = 0;              // rows from a split, and their pieces in all
   int64_t by_mean_special = 0, by_mean_no_split = 0;  // control / unknown / unused pieces; splits with <unk>
 
   bool active() const { return rows > base_rows; }

@@ -84,7 +84,7 @@ struct Findings {
   std::string last_checkpoint;
   std::string oom_detail;  // which mechanism killed for memory
   std::string cancel_detail;
-  bool job_cancelled = false;  // the whole job, not only a step (srun cancels a step whose task died)
+  bool job_cancelled = false;      // the whole job, not only a step (srun cancels a step whose task died)
   std::vector<Evidence> bad_exit;  // srun's "task N: Exited with exit code C" (C != 0)
   // The first kill srun saw came after, in the same log, a task's failure or the step's cancellation:
   // srun or SLURM ending the step (--kill-on-bad-exit after an error, MPI_Abort after the watchdog,
@@ -168,14 +168,12 @@ void read_event(const nlohmann::json& e, const Evidence& ev, const std::string& 
 // One line of another program's (SLURM, the kernel, mpirun, the NVIDIA driver) or a plain error.
 // The other programs' lines read_text_line knows, compiled once.
 struct TextPatterns {
-  const std::regex slurm_oom{
-      R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)"};
+  const std::regex slurm_oom{R"(Detected \d+ oom[-_]kill event|exceeded memory limit \(\d+ > \d+\), being killed)"};
   const std::regex srun_oom{R"(srun: error: \S+: tasks? ([0-9,\-]+): Out Of Memory)"};
   const std::regex kernel_oom{R"((Memory cgroup out of memory|Out of memory): Killed process \d+ \(([^)]*)\))"};
   const std::regex slurm_cancel{R"(\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(.*)\*\*\*)"};
   const std::regex srun_node_failure{R"(srun: error: Node failure on (\S+))"};
-  const std::regex mpirun_signal{
-      R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))"};
+  const std::regex mpirun_signal{R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))"};
   const std::regex srun_signal{
       R"(srun: error: (\S+): tasks? (\d+)[0-9,\-]*: (Killed|Segmentation fault|Aborted|Bus error|Terminated))"};
   const std::regex watchdog{R"(\[rank (\d+)\] watchdog: (.*) has not completed after)"};
@@ -204,8 +202,8 @@ void read_text_line(const std::string& line, const Evidence& ev, Findings& f, Sc
     // or GSP failures. 13, 31, 43: a kernel's own fault (an illegal address, a page fault, a trap).
     if (xid == 13 || xid == 31 || xid == 43) {
       f.gpu_fault_xid.push_back(ev);
-    } else if (xid == 79 || xid == 48 || xid == 63 || xid == 64 || xid == 74 || xid == 92 || xid == 94 ||
-               xid == 95 || xid == 119 || xid == 120) {
+    } else if (xid == 79 || xid == 48 || xid == 63 || xid == 64 || xid == 74 || xid == 92 || xid == 94 || xid == 95 ||
+               xid == 119 || xid == 120) {
       f.gpu_lost.push_back(ev);
       if (f.xid_detail.empty()) f.xid_detail = fmt::format("Xid {} on the GPU at PCI {}", xid, m[1].str());
     }
@@ -246,8 +244,7 @@ void read_text_line(const std::string& line, const Evidence& ev, Findings& f, Sc
     f.node_failure.push_back(ev);
     if (f.failed_node.empty()) f.failed_node = m[1].str();
   } else if (std::regex_search(line, m, p.mpirun_signal)) {
-    if (!f.killed_rank)
-      f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
+    if (!f.killed_rank) f.killed_rank = std::atoi(m[1].str().c_str()), f.killed_signal = std::atoi(m[3].str().c_str());
     f.killed.push_back(ev);
   } else if (std::regex_search(line, m, p.srun_signal)) {
     if (!f.killed_signal) {
@@ -432,24 +429,15 @@ std::string hint_of(const std::string& s) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case 1:
-      return "SIGHUP";
-    case 2:
-      return "SIGINT";
-    case 6:
-      return "SIGABRT";
-    case 7:
-      return "SIGBUS";
-    case 8:
-      return "SIGFPE";
-    case 9:
-      return "SIGKILL";
-    case 11:
-      return "SIGSEGV";
-    case 15:
-      return "SIGTERM";
-    default:
-      return "a signal";
+    case 1: return "SIGHUP";
+    case 2: return "SIGINT";
+    case 6: return "SIGABRT";
+    case 7: return "SIGBUS";
+    case 8: return "SIGFPE";
+    case 9: return "SIGKILL";
+    case 11: return "SIGSEGV";
+    case 15: return "SIGTERM";
+    default: return "a signal";
   }
 }
 
@@ -501,9 +489,10 @@ void error_cause(const Findings& f, Diagnosis& d) {
     for (const auto& r : f.rollbacks) d.evidence.push_back(r);
     d.fix = hint.empty() ? "lower model.optim.lr or lengthen the warmup, and check the data" : hint;
   } else if (code == "divergence") {
-    d.summary = fmt::format("training kept diverging{}: non-finite from step {}, {} rollback(s) and {} skipped step(s), "
-                            "then the rollback budget ran out",
-                            where, f.first_skip, f.rollback_count, f.skip_count);
+    d.summary =
+        fmt::format("training kept diverging{}: non-finite from step {}, {} rollback(s) and {} skipped step(s), "
+                    "then the rollback budget ran out",
+                    where, f.first_skip, f.rollback_count, f.skip_count);
     for (const auto& s : f.skips) d.evidence.push_back(s);
     for (const auto& r : f.rollbacks) d.evidence.push_back(r);
     d.fix = hint.empty() ? "resume from the last checkpoint with a lower model.optim.lr or a longer warmup, and check "
@@ -518,10 +507,9 @@ void error_cause(const Findings& f, Diagnosis& d) {
       d.resume = resume_command(f, {"exp_manager.resume_ignore_no_checkpoint=true"});
   } else if (code == "disk_full") {
     d.summary = "the disk is full" + where + ": " + first_line(message);
-    d.fix =
-        "free space where the run writes (df -h on that folder), lower "
-        "exp_manager.checkpoint_callback_params.save_top_k, or move the checkpoints with "
-        "exp_manager.checkpoint_callback_params.dirpath";
+    d.fix = "free space where the run writes (df -h on that folder), lower "
+            "exp_manager.checkpoint_callback_params.save_top_k, or move the checkpoints with "
+            "exp_manager.checkpoint_callback_params.dirpath";
   } else if (code == "data") {
     d.summary = "the training data is missing, unreadable or wrong" + where + ": " + first_line(message);
     d.fix = hint.empty() ? "check model.data.data_prefix (the output prefix of `llamatrain preprocess`)" : hint;
@@ -598,9 +586,8 @@ const Rule kRules[] = {
      [](const Findings& f, const Context&, Diagnosis& d) {
        d.summary = "the job reached its time limit and SLURM stopped it";
        d.evidence = f.time_limit;
-       d.fix =
-           "ask for more time (sbatch --time) or resume in another job; save more often with "
-           "exp_manager.checkpoint_callback_params.train_time_interval so less is lost";
+       d.fix = "ask for more time (sbatch --time) or resume in another job; save more often with "
+               "exp_manager.checkpoint_callback_params.train_time_interval so less is lost";
      }},
     // The failing rank's error event: its code is the cause (error_cause).
     {"error", [](const Findings& f, const Context&) { return f.error.has_value(); },
@@ -609,9 +596,8 @@ const Rule kRules[] = {
      [](const Findings& f, const Context&, Diagnosis& d) {
        d.summary = "a GPU collective timed out (NCCL): a rank stopped taking part in it";
        d.evidence = f.nccl_timeout;
-       d.fix =
-           "a rank hung or died, or the network between the nodes failed: the other ranks' logs and `llamatrain "
-           "doctor` on the job's nodes say which; NCCL_DEBUG=INFO logs NCCL's view";
+       d.fix = "a rank hung or died, or the network between the nodes failed: the other ranks' logs and `llamatrain "
+               "doctor` on the job's nodes say which; NCCL_DEBUG=INFO logs NCCL's view";
      }},
     {"watchdog", [](const Findings& f, const Context& c) { return !f.watchdog.empty() && !c.killed_missing_rank; },
      [](const Findings& f, const Context& c, Diagnosis& d) {
@@ -641,7 +627,8 @@ const Rule kRules[] = {
        if (f.stop_signal) d.evidence.push_back(f.stop_signal_ev);
        d.fix = kNothingFailedFix;
      }},
-    {"killed_by_signal", [](const Findings& f, const Context&) { return !f.killed.empty() && !f.kill_while_step_ending; },
+    {"killed_by_signal",
+     [](const Findings& f, const Context&) { return !f.killed.empty() && !f.kill_while_step_ending; },
      [](const Findings& f, const Context&, Diagnosis& d) {
        d.rank = f.killed_rank;
        d.signal = f.killed_signal;
@@ -696,9 +683,8 @@ const Rule kRules[] = {
      [](const Findings& f, const Context&, Diagnosis& d) {
        d.summary = "the job never started training: " + f.plain_error.front().text.substr(7);
        d.evidence = {f.plain_error.front()};
-       d.fix =
-           "see the message and its hint; `llamatrain doctor` (launch/slurm/preflight.slurm on the job's nodes) "
-           "checks the nodes, the layout and the config's files before a training job";
+       d.fix = "see the message and its hint; `llamatrain doctor` (launch/slurm/preflight.slurm on the job's nodes) "
+               "checks the nodes, the layout and the config's files before a training job";
      }},
     {"error", [](const Findings& f, const Context&) { return !f.plain_error.empty(); },
      [](const Findings& f, const Context&, Diagnosis& d) {
@@ -718,9 +704,8 @@ const Rule kRules[] = {
      [](const Findings& f, const Context&, Diagnosis& d) {
        d.summary = fmt::format("the run started, then its log stops without an error (last step {})", f.last_step);
        d.evidence = {f.start_ev};
-       d.fix =
-           "the process was killed without a trace (SIGKILL: the kernel's OOM killer, the scheduler) or its node "
-           "failed: give diagnose the SLURM job log and `dmesg` of its nodes";
+       d.fix = "the process was killed without a trace (SIGKILL: the kernel's OOM killer, the scheduler) or its node "
+               "failed: give diagnose the SLURM job log and `dmesg` of its nodes";
      },
      true, true},
     {"never_started", [](const Findings&, const Context&) { return true; },
@@ -734,9 +719,8 @@ const Rule kRules[] = {
 
 std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
   if (paths.empty())
-    fail(
-        "diagnose: no log given, expected a job log or a run folder\nhint: llamatrain diagnose slurm-1234.out "
-        "runs/cpt");
+    fail("diagnose: no log given, expected a job log or a run folder\nhint: llamatrain diagnose slurm-1234.out "
+         "runs/cpt");
   std::vector<LogText> logs;
   for (const auto& p : paths) {
     std::error_code ec;
@@ -754,11 +738,10 @@ std::vector<LogText> read_job_logs(const std::vector<std::string>& paths) {
     } else if (fs::exists(p, ec)) {
       logs.push_back({p, read_text(p)});
     } else {
-      fail(
-          "diagnose: {} does not exist, expected a job log or a run folder\nhint: check the path; a job that never "
-          "started (cancelled or failed while pending) wrote no log: `scontrol show job ID` or `sacct -j ID` says "
-          "why, and `llamatrain doctor` checks the nodes",
-          p);
+      fail("diagnose: {} does not exist, expected a job log or a run folder\nhint: check the path; a job that never "
+           "started (cancelled or failed while pending) wrote no log: `scontrol show job ID` or `sacct -j ID` says "
+           "why, and `llamatrain doctor` checks the nodes",
+           p);
     }
   }
   return logs;
@@ -775,12 +758,13 @@ Diagnosis diagnose(const std::vector<LogText>& logs) {
   d.nonfinite_first_step = f.first_skip;
   d.rollbacks = f.rollback_count;
   if (!f.skip_steps.empty())
-    d.notes.push_back(fmt::format("{} non-finite step(s) skipped, the first at step {}; {} rollback(s)",
-                                  f.skip_count, f.first_skip, f.rollback_count));
+    d.notes.push_back(fmt::format("{} non-finite step(s) skipped, the first at step {}; {} rollback(s)", f.skip_count,
+                                  f.first_skip, f.rollback_count));
   if (!f.damaged_checkpoint.empty())
     d.notes.push_back("a damaged checkpoint was skipped: " + f.damaged_checkpoint.front().text);
   Context c;
-  c.ranks = f.start && f.start->contains("ranks") && (*f.start)["ranks"].is_number() ? (*f.start)["ranks"].get<int>() : 0;
+  c.ranks =
+      f.start && f.start->contains("ranks") && (*f.start)["ranks"].is_number() ? (*f.start)["ranks"].get<int>() : 0;
   c.killed_missing_rank = f.killed_rank && !f.watchdog_ranks.count(*f.killed_rank) && !f.kill_while_step_ending;
   // The first rule that applies names the cause (kRules: in the order the causes take precedence).
   for (const Rule& rule : kRules) {

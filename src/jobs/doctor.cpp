@@ -74,7 +74,6 @@ DoctorRow agree(parallel::Communicator* w, DoctorRow mine) {
   return out;
 }
 
-
 // ---- this machine ----
 
 std::map<std::string, std::string> cpuinfo_first_cpu() {
@@ -103,7 +102,8 @@ DoctorRow check_cpu() {
   for (const char* f : {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"})
     if (flags.count(f)) have += std::string(have.empty() ? "" : " ") + f;
   const std::string cpu_model = info.count("model name") ? info.at("model name") : "unknown CPU";
-  DoctorRow row{"cpu", CheckStatus::pass, fmt::format("{}; {}", cpu_model, have.empty() ? "no vector extensions" : have)};
+  DoctorRow row{"cpu", CheckStatus::pass,
+                fmt::format("{}; {}", cpu_model, have.empty() ? "no vector extensions" : have)};
   try {
     row.detail += fmt::format("; kernels {}", model::cpu_kernels_variant());
   } catch (const Error& e) {  // LLAMATRAIN_CPU_KERNELS names a variant this CPU or build lacks
@@ -158,7 +158,8 @@ DoctorRow check_memory(int ranks_here) {
   DoctorRow row{"memory", CheckStatus::pass,
                 fmt::format("{:.1f} GB available of {:.1f} GB on this node ({} rank{} here)", avail / 1e9, total / 1e9,
                             ranks_here, ranks_here == 1 ? "" : "s")};
-  if (const char* slurm_mb = std::getenv("SLURM_MEM_PER_NODE")) row.detail += fmt::format("; SLURM limit {} MiB", slurm_mb);
+  if (const char* slurm_mb = std::getenv("SLURM_MEM_PER_NODE"))
+    row.detail += fmt::format("; SLURM limit {} MiB", slurm_mb);
   if (avail < 0.5e9) {
     row.status = CheckStatus::fail;
     row.detail += "; under 0.5 GB free: a model and its optimizer state will not fit";
@@ -214,7 +215,8 @@ DoctorRow check_threads(int ranks_here) {
     row.detail += fmt::format("; more threads than CPUs: set OMP_NUM_THREADS={}", want);
   } else if (threads > cpus) {
     row.status = CheckStatus::warn;
-    row.detail += fmt::format("; more threads than this rank's CPUs: set OMP_NUM_THREADS={} (or --cpus-per-task)", cpus);
+    row.detail +=
+        fmt::format("; more threads than this rank's CPUs: set OMP_NUM_THREADS={} (or --cpus-per-task)", cpus);
   } else if (long(threads) * ranks_here * 2 <= online && online > 1) {
     row.status = CheckStatus::warn;
     row.detail += fmt::format("; half the CPUs or more idle: set OMP_NUM_THREADS={}", want);
@@ -295,10 +297,10 @@ DoctorRow check_allreduce(parallel::Communicator* w, double mib) {
                             bytes / (1024 * 1024), best * 1e3, bus)};
   if (wrong > 0) {
     row.status = CheckStatus::fail;
-    row.detail = fmt::format("all-reduce gave wrong sums: {} of {} values here, first at index {} ({} instead of {}); "
-                             "{:.0f} wrong over all ranks: the interconnect or MPI library corrupts data",
-                             wrong, count, first_wrong, buf[first_wrong], factor * double(first_wrong % 61 + 1),
-                             wrong_total);
+    row.detail =
+        fmt::format("all-reduce gave wrong sums: {} of {} values here, first at index {} ({} instead of {}); "
+                    "{:.0f} wrong over all ranks: the interconnect or MPI library corrupts data",
+                    wrong, count, first_wrong, buf[first_wrong], factor * double(first_wrong % 61 + 1), wrong_total);
   }
   return row;
 }
@@ -376,8 +378,8 @@ DoctorRow check_gpu_allreduce(parallel::Communicator* w, double mib) {
                             double(count * sizeof(float)) / (1024 * 1024), best * 1e3)};
   if (wrong > 0) {
     row.status = CheckStatus::fail;
-    row.detail = fmt::format("the mean of {} ranks' GPU memory came back wrong in {} of {} values: {} corrupts data",
-                             n, wrong, count, nccl ? nccl->describe() : "the GPU copies or MPI");
+    row.detail = fmt::format("the mean of {} ranks' GPU memory came back wrong in {} of {} values: {} corrupts data", n,
+                             wrong, count, nccl ? nccl->describe() : "the GPU copies or MPI");
   }
   return row;
 }
@@ -433,7 +435,8 @@ DoctorRow check_run_dir(parallel::Communicator* w, const std::string& run_dir, c
   if (rank == 0 && !made.empty()) fs::remove_all(made, ec);
 
   DoctorRow row{"run folder", CheckStatus::pass,
-                fmt::format("{}: written by {} and seen by rank 0", run_dir, n == 1 ? "this rank" : fmt::format("all {} ranks", n))};
+                fmt::format("{}: written by {} and seen by rank 0", run_dir,
+                            n == 1 ? "this rank" : fmt::format("all {} ranks", n))};
   if (!mine_problem.empty()) {
     row.status = CheckStatus::fail;
     row.detail = mine_problem + "; hint: the run folder must be writable from every node";
@@ -495,10 +498,12 @@ DoctorRow check_config_files(const TrainConfig& c) {
     if (!fs::exists(*c.model.resume_from_checkpoint, ec))
       bad.push_back(fmt::format("model.resume_from_checkpoint: {} does not exist", *c.model.resume_from_checkpoint));
   }
-  if (bad.empty()) return {"config files", CheckStatus::pass, fmt::format("{} file{} readable", checked, checked == 1 ? "" : "s")};
+  if (bad.empty())
+    return {"config files", CheckStatus::pass, fmt::format("{} file{} readable", checked, checked == 1 ? "" : "s")};
   std::string detail;
   for (const auto& b : bad) detail += (detail.empty() ? "" : "; ") + b;
-  return {"config files", CheckStatus::fail, detail + "; hint: every node must see the same paths (a shared filesystem)"};
+  return {"config files", CheckStatus::fail,
+          detail + "; hint: every node must see the same paths (a shared filesystem)"};
 }
 
 }  // namespace

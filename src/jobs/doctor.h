@@ -16,9 +16,8 @@
 
 namespace llamatrain::train {
 
-
 struct DoctorRow {
-  std::string check;   // "cpu", "matmul", "memory", ...
+  std::string check;  // "cpu", "matmul", "memory", ...
   CheckStatus status = CheckStatus::pass;
   std::string detail;  // one line; for a WARN or FAIL, what is wrong and the fix
   int rank = 0;        // the rank whose result this is (the worst one)

@@ -35,7 +35,6 @@ namespace llamatrain::train {
 namespace fs = std::filesystem;
 using Status = PlanCheck::Status;
 
-
 bool JobPlan::ok() const {
   return std::none_of(checks.begin(), checks.end(), [](const PlanCheck& c) { return c.status == Status::fail; });
 }
@@ -58,7 +57,7 @@ fs::path existing_ancestor(const std::string& path) {
 }
 
 int64_t free_disk_bytes(const fs::path& folder) {
-  struct statvfs s{};
+  struct statvfs s {};
   if (statvfs(folder.c_str(), &s) != 0) return -1;
   return int64_t(s.f_bavail) * int64_t(s.f_frsize);
 }
@@ -84,7 +83,8 @@ int64_t communication_bytes(const TrainConfig& cfg, const RunPlan& p) {
   if (p.layout.dp_size > 1 && !p.zero1) {
     std::vector<parallel::GradRange> order;
     if (cfg.model.overlap_grad_sync)
-      for (const auto& [b, e] : model::LlamaModel::grad_ready_order(p.model, p.shard)) order.push_back({size_t(b), size_t(e)});
+      for (const auto& [b, e] : model::LlamaModel::grad_ready_order(p.model, p.shard))
+        order.push_back({size_t(b), size_t(e)});
     bytes += int64_t(parallel::GradReducer::staging_elements(size_t(model::LlamaModel::num_trainable(p.model, p.shard)),
                                                              kDpBucketElements, order)) *
              int64_t(sizeof(float));
@@ -112,8 +112,7 @@ RankMemory rank_memory(const TrainConfig& cfg, const RunPlan& p, int64_t runtime
   const bool model_parallel = p.layout.tp_size * p.layout.pp_size > 1;
   if (runtime > 0 && model_parallel && p.layout.tp_rank == 0 && p.layout.pp_rank == 0)
     m.save_gather = p.model.num_params() * 4;
-  if (runtime > 0 && cfg.exp_manager.checkpoint_callback_params.async_save.value_or(false) &&
-      saves_before_the_end(cfg))
+  if (runtime > 0 && cfg.exp_manager.checkpoint_callback_params.async_save.value_or(false) && saves_before_the_end(cfg))
     m.save_copy = save_copy_bytes(p);
   const bool writes_export = p.layout.dp_rank == 0 && p.layout.tp_rank == 0 && p.layout.pp_rank == 0;
   if (runtime > 0 && !p.export_dir.empty() && writes_export)
@@ -143,7 +142,8 @@ void data_shape(const TrainData& data, StepWork* w) {
     data.fill(data::Split::train, i, mb);
     text += double(mb.real_tokens);
     text_pairs += mb.attention_pairs;
-    for (int64_t t = 0; t < T; t++) kernel_pairs += mb.doc_start.empty() ? double(t) + 0.5 : double(t - mb.doc_start[size_t(t)]) + 0.5;
+    for (int64_t t = 0; t < T; t++)
+      kernel_pairs += mb.doc_start.empty() ? double(t) + 0.5 : double(t - mb.doc_start[size_t(t)]) + 0.5;
   }
   const double full = double(n) * double(T) * double(T) / 2;
   w->text_fraction = text / (double(n) * double(T));
@@ -168,8 +168,8 @@ PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p, StepWork* shape) 
     return {Status::pass, "data", detail + "\n" + desc};
   }
   const int64_t vocab = p.tokenizer ? p.tokenizer->vocab_size() : p.model.vocab_size;
-  const std::string vocab_what =
-      p.tokenizer ? fmt::format("tokenizer {} ({} pieces)", p.tokenizer_path, vocab) : fmt::format("the model's vocab_size {}", vocab);
+  const std::string vocab_what = p.tokenizer ? fmt::format("tokenizer {} ({} pieces)", p.tokenizer_path, vocab)
+                                             : fmt::format("the model's vocab_size {}", vocab);
   std::vector<std::string> prefixes;
   for (const auto* items : {&dc.data_prefix.train, &dc.data_prefix.validation, &dc.data_prefix.test})
     if (!items->empty())
@@ -189,7 +189,8 @@ PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p, StepWork* shape) 
       dtypes += (dtypes.empty() ? "" : ", ") + std::string(data::dtype_name(ds.dtype()));
     // Up to 64 blocks of 256 Ki tokens, evenly spaced over the file.
     const int item = data::dtype_itemsize(ds.dtype());
-    const int64_t n = int64_t(ds.bin_size()) / item, block = int64_t(1) << 18, blocks = std::min<int64_t>(64, (n + block - 1) / block);
+    const int64_t n = int64_t(ds.bin_size()) / item, block = int64_t(1) << 18,
+                  blocks = std::min<int64_t>(64, (n + block - 1) / block);
     int64_t file_max = -1;
     for (int64_t b = 0; b < blocks; b++) {
       const int64_t start = blocks == 1 ? 0 : (n - block) * b / (blocks - 1), end = std::min(n, start + block);
@@ -227,7 +228,8 @@ PlanCheck check_data(const TrainConfig& cfg, const RunPlan& p, StepWork* shape) 
 PlanCheck check_weights(const TrainConfig& cfg, const RunPlan& p) {
   if (!cfg.model.init_from) return {Status::pass, "weights", "random initialization (no model.init_from)"};
   const size_t tensors = io::check_hf_weights(*cfg.model.init_from, p.model, &p.growth);
-  return {Status::pass, "weights", fmt::format("{}: {} tensors, each of the model's shape", *cfg.model.init_from, tensors)};
+  return {Status::pass, "weights",
+          fmt::format("{}: {} tensors, each of the model's shape", *cfg.model.init_from, tensors)};
 }
 
 // A resume would load a checkpoint this model can take.
@@ -237,7 +239,9 @@ PlanCheck check_resume(const TrainConfig& cfg, const RunPlan& p) {
     path = *cfg.model.resume_from_checkpoint;
     const std::string why = verify_checkpoint(path);
     if (!why.empty())
-      return {Status::fail, "resume", fmt::format("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)", why)};
+      return {Status::fail, "resume",
+              fmt::format("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)",
+                          why)};
   } else if (cfg.exp_manager.resume_if_exists) {
     std::vector<std::string> warnings;
     const auto ck = latest_valid_checkpoint(p.checkpoint_dir, &warnings);
@@ -267,7 +271,8 @@ PlanCheck check_resume(const TrainConfig& cfg, const RunPlan& p) {
 
 // The folders the run writes can be created or written.
 PlanCheck check_outputs(const RunPlan& p) {
-  std::vector<std::pair<std::string, std::string>> outputs = {{"log dir", p.log_dir}, {"checkpoints", p.checkpoint_dir}};
+  std::vector<std::pair<std::string, std::string>> outputs = {{"log dir", p.log_dir},
+                                                              {"checkpoints", p.checkpoint_dir}};
   if (!p.export_dir.empty()) outputs.emplace_back("export", p.export_dir);
   for (const auto& [what, path] : outputs) {
     const fs::path at = existing_ancestor(path);
@@ -294,12 +299,12 @@ PlanCheck check_disk(const TrainConfig& cfg, const RunPlan& p) {
   const std::string detail =
       fmt::format("keeping {} checkpoint{} of {} (one more while a save completes){} needs {}; {} free at {}", kept,
                   kept == 1 ? "" : "s", obs::format_bytes(double(one)), exported ? " and the export" : "",
-                  obs::format_bytes(double(need)),
-                  have < 0 ? "unknown" : obs::format_bytes(double(have)), at.string());
+                  obs::format_bytes(double(need)), have < 0 ? "unknown" : obs::format_bytes(double(have)), at.string());
   if (have >= 0 && have < need)
     return {Status::fail, "disk",
-            detail + "\nhint: free disk space, keep fewer checkpoints (exp_manager.checkpoint_callback_params.save_top_k) "
-                     "or write them elsewhere (exp_manager.checkpoint_callback_params.dirpath)"};
+            detail +
+                "\nhint: free disk space, keep fewer checkpoints (exp_manager.checkpoint_callback_params.save_top_k) "
+                "or write them elsewhere (exp_manager.checkpoint_callback_params.dirpath)"};
   return {Status::pass, "disk", detail};
 }
 
@@ -337,9 +342,10 @@ MachineRates this_cpu_rates(const RunPlan& p, int ranks_per_node, double probe_s
   m.memory_bytes_per_s = model::memory_bytes_per_s(probe_seconds * 5) * share;
   m.kernel_call_s = model::kernel_call_seconds(probe_seconds);
   const int t = p.layout.tp_size;  // attention at one sequence of the rank's heads (B hardly changes the rate)
-  m.attention_flops_per_s = model::attention_flops_per_s(1, p.T, p.model.n_heads / t, std::max(1, p.model.n_kv_heads / t),
-                                                         p.model.head_dim(), probe_seconds) *
-                            share;
+  m.attention_flops_per_s =
+      model::attention_flops_per_s(1, p.T, p.model.n_heads / t, std::max(1, p.model.n_kv_heads / t), p.model.head_dim(),
+                                   probe_seconds) *
+      share;
   m.intra_node_bytes_per_s = m.memory_bytes_per_s / 4;  // MPI's shared memory: a copy in, a copy out
   m.activation_bytes = 4;                               // the CPU ranks exchange fp32 activations
   m.inter_node_bytes_per_s = 10e9 / 8;                  // assumed 10 Gb/s Ethernet between nodes
@@ -362,7 +368,8 @@ StepWork step_work(const RunPlan& p, const std::vector<RunPlan>& stages, int ran
   w.recompute_layers = p.recompute_layers;
   w.zero1 = p.zero1;
   w.sequence_parallel = p.shard.sequence_parallel;
-  for (const RunPlan& s : stages) w.params_per_rank = std::max(w.params_per_rank, model::LlamaModel::num_params(s.model, s.shard));
+  for (const RunPlan& s : stages)
+    w.params_per_rank = std::max(w.params_per_rank, model::LlamaModel::num_params(s.model, s.shard));
   return w;
 }
 
@@ -378,7 +385,8 @@ int64_t peak_with(TrainConfig cfg, int64_t runtime) {
 }
 
 // Overrides, one change at a time and then together, that bring a rank within `limit` bytes.
-std::vector<std::string> memory_suggestions(const TrainConfig& cfg, int64_t runtime, int64_t limit, int ranks_per_node) {
+std::vector<std::string> memory_suggestions(const TrainConfig& cfg, int64_t runtime, int64_t limit,
+                                            int ranks_per_node) {
   struct Change {
     std::string override_text;
     std::function<void(TrainConfig&)> apply;
@@ -390,10 +398,12 @@ std::vector<std::string> memory_suggestions(const TrainConfig& cfg, int64_t runt
                          c.model.activations_checkpoint_method = "uniform";
                        }});
   if (!cfg.model.distributed_optimizer && cfg.data_parallel_size() > 1)
-    changes.push_back({"model.distributed_optimizer=true", [](TrainConfig& c) { c.model.distributed_optimizer = true; }});
+    changes.push_back(
+        {"model.distributed_optimizer=true", [](TrainConfig& c) { c.model.distributed_optimizer = true; }});
   for (int64_t mb = cfg.model.micro_batch_size / 2; mb >= 1; mb /= 2)
     if (cfg.model.global_batch_size % (mb * cfg.data_parallel_size()) == 0) {
-      changes.push_back({fmt::format("model.micro_batch_size={}", mb), [mb](TrainConfig& c) { c.model.micro_batch_size = mb; }});
+      changes.push_back(
+          {fmt::format("model.micro_batch_size={}", mb), [mb](TrainConfig& c) { c.model.micro_batch_size = mb; }});
       break;
     }
   // (tensor parallelism: not on GPUs, where preflight refuses it)
@@ -401,16 +411,16 @@ std::vector<std::string> memory_suggestions(const TrainConfig& cfg, int64_t runt
   const int tp = std::max(1, cfg.model.tensor_model_parallel_size);
   for (int t = tp * 2; !gpu && t <= ranks_per_node && t <= 64; t *= 2)
     if (cfg.world_size() % (int64_t(t) * std::max(1, cfg.model.pipeline_model_parallel_size)) == 0) {
-      changes.push_back({fmt::format("model.tensor_model_parallel_size={}", t), [t](TrainConfig& c) {
-                           c.model.tensor_model_parallel_size = t;
-                         }});
+      changes.push_back({fmt::format("model.tensor_model_parallel_size={}", t),
+                         [t](TrainConfig& c) { c.model.tensor_model_parallel_size = t; }});
     }
   std::vector<std::string> fits;
   for (const Change& ch : changes) {
     TrainConfig c = cfg;
     ch.apply(c);
     const int64_t peak = peak_with(c, runtime);
-    if (peak >= 0 && peak <= limit) fits.push_back(fmt::format("{} (a rank then needs {})", ch.override_text, obs::format_bytes(double(peak))));
+    if (peak >= 0 && peak <= limit)
+      fits.push_back(fmt::format("{} (a rank then needs {})", ch.override_text, obs::format_bytes(double(peak))));
   }
   if (fits.empty() && changes.size() > 1) {  // all of them at once
     TrainConfig c = cfg;
@@ -422,7 +432,8 @@ std::vector<std::string> memory_suggestions(const TrainConfig& cfg, int64_t runt
         all += (all.empty() ? "" : " ") + ch.override_text;
       }
     const int64_t peak = peak_with(c, runtime);
-    if (peak >= 0 && peak <= limit) fits.push_back(fmt::format("{} (a rank then needs {})", all, obs::format_bytes(double(peak))));
+    if (peak >= 0 && peak <= limit)
+      fits.push_back(fmt::format("{} (a rank then needs {})", all, obs::format_bytes(double(peak))));
   }
   return fits;
 }
@@ -462,14 +473,15 @@ const Accelerator* planned_machine(TrainConfig& cfg, const JobTarget& target, st
       for (const Accelerator& a : accelerators())
         if (a.gpu && model::device_description(model::Device::cuda).find(" " + a.name) != std::string::npos) acc = &a;
     if (!acc)
-      *failed = PlanCheck{Status::fail, "device",
-                          fmt::format("trainer.accelerator={}: {}, expected a GPU to plan for\nhint: name the GPU the "
-                                      "job runs on: --hardware {}",
-                                      accelerator,
-                                      why.empty() ? "this machine's GPU " + model::device_description(model::Device::cuda) +
-                                                        " has no published figures here"
-                                                  : "no usable GPU on this machine (" + why + ")",
-                                      accelerator_names())};
+      *failed =
+          PlanCheck{Status::fail, "device",
+                    fmt::format("trainer.accelerator={}: {}, expected a GPU to plan for\nhint: name the GPU the "
+                                "job runs on: --hardware {}",
+                                accelerator,
+                                why.empty() ? "this machine's GPU " + model::device_description(model::Device::cuda) +
+                                                  " has no published figures here"
+                                            : "no usable GPU on this machine (" + why + ")",
+                                accelerator_names())};
   }
   return acc;
 }
@@ -477,11 +489,11 @@ const Accelerator* planned_machine(TrainConfig& cfg, const JobTarget& target, st
 // What the job is: its layout, its model, a grown vocabulary and what is frozen.
 void describe_job(const JobPlan& jp, std::vector<PlanCheck>* checks) {
   const RunPlan& p = jp.plan;
-  checks->push_back({Status::pass, "layout",
-                     fmt::format("{} node{} x {} rank{}: data {} x tensor {} x pipeline {}{}", jp.nodes,
-                                 jp.nodes == 1 ? "" : "s", jp.ranks_per_node, jp.ranks_per_node == 1 ? "" : "s",
-                                 p.layout.dp_size, p.layout.tp_size, p.layout.pp_size,
-                                 p.layout.pp_size > 1 ? " (" + p.pipeline_stages() + ")" : "")});
+  checks->push_back(
+      {Status::pass, "layout",
+       fmt::format("{} node{} x {} rank{}: data {} x tensor {} x pipeline {}{}", jp.nodes, jp.nodes == 1 ? "" : "s",
+                   jp.ranks_per_node, jp.ranks_per_node == 1 ? "" : "s", p.layout.dp_size, p.layout.tp_size,
+                   p.layout.pp_size, p.layout.pp_size > 1 ? " (" + p.pipeline_stages() + ")" : "")});
   checks->push_back({Status::pass, "model",
                      fmt::format("{} parameters, vocab_size {}{}{}", obs::format_count(double(p.model.num_params())),
                                  p.model.vocab_size,
@@ -489,9 +501,9 @@ void describe_job(const JobPlan& jp, std::vector<PlanCheck>* checks) {
                                  padded_rows_text(p))});
   if (p.growth.active()) checks->push_back({Status::pass, "resize", p.growth.describe()});
   if (const std::string frozen = freeze_summary(p.model); !frozen.empty())
-    checks->push_back({Status::pass, "freeze", frozen + (p.model.frozen_parts.empty()
-                                                             ? ""
-                                                             : " (parts keep their gradient buffer, not their moments)")});
+    checks->push_back(
+        {Status::pass, "freeze",
+         frozen + (p.model.frozen_parts.empty() ? "" : " (parts keep their gradient buffer, not their moments)")});
 }
 
 // async_save unset: decided as train decides it at its start, on this machine (an accelerator's job
@@ -513,11 +525,12 @@ void plan_async_save(TrainConfig& cfg, const std::vector<RunPlan>& stages, bool 
     fits = fits && async_save_fits(save_copy_bytes(s), rank_memory(cfg, s, runtime).peak(), jp->memory_per_rank);
   }
   async = fits;
-  jp->checks.push_back({Status::pass, "async save",
-                        fmt::format("{}: the host copy of a save written behind the steps ({} on the rank that "
-                                    "holds most) {} beside the steps with a fifth of the memory left "
-                                    "(exp_manager.checkpoint_callback_params.async_save unset; true or false decides)",
-                                    fits ? "on" : "off", obs::format_bytes(double(copy)), fits ? "fits" : "does not fit")});
+  jp->checks.push_back(
+      {Status::pass, "async save",
+       fmt::format("{}: the host copy of a save written behind the steps ({} on the rank that "
+                   "holds most) {} beside the steps with a fifth of the memory left "
+                   "(exp_manager.checkpoint_callback_params.async_save unset; true or false decides)",
+                   fits ? "on" : "off", obs::format_bytes(double(copy)), fits ? "fits" : "does not fit")});
 }
 
 // The busiest rank's activations under each recompute choice (a choice the layout refuses is left out).
@@ -525,7 +538,8 @@ std::vector<std::pair<std::string, int64_t>> activations_by_recompute(const Trai
   std::vector<std::pair<std::string, int64_t>> out;
   for (const char* mode : {"none", "selective", "full"}) {
     TrainConfig c = cfg;
-    c.model.activations_checkpoint_granularity = std::string(mode) == "none" ? std::nullopt : std::optional<std::string>(mode);
+    c.model.activations_checkpoint_granularity =
+        std::string(mode) == "none" ? std::nullopt : std::optional<std::string>(mode);
     if (std::string(mode) == "full") c.model.activations_checkpoint_method = "uniform";
     try {
       int64_t most = 0;
@@ -547,14 +561,16 @@ PlanCheck check_memory(const TrainConfig& cfg, const Accelerator* acc, int64_t a
   if (peak <= jp->memory_per_rank)
     return {Status::pass, "memory",
             fmt::format("a rank needs {} of {} ({:.0f}%)", obs::format_bytes(double(peak)),
-                        obs::format_bytes(double(jp->memory_per_rank)), 100.0 * double(peak) / double(jp->memory_per_rank))};
+                        obs::format_bytes(double(jp->memory_per_rank)),
+                        100.0 * double(peak) / double(jp->memory_per_rank))};
   jp->suggestions = memory_suggestions(cfg, runtime, jp->memory_per_rank, jp->ranks_per_node);
   return {Status::fail, "memory",
-          fmt::format("a rank needs {}, but {} has {} per rank{}\nhint: {}", obs::format_bytes(double(peak)), where,
-                      obs::format_bytes(double(jp->memory_per_rank)),
-                      acc ? "" : fmt::format(" ({} free over {} ranks)", obs::format_bytes(double(avail)), jp->ranks_per_node),
-                      jp->suggestions.empty() ? "use more nodes, a larger tensor or pipeline parallel size, or full recompute"
-                                              : "these overrides fit: " + jp->suggestions.front())};
+          fmt::format(
+              "a rank needs {}, but {} has {} per rank{}\nhint: {}", obs::format_bytes(double(peak)), where,
+              obs::format_bytes(double(jp->memory_per_rank)),
+              acc ? "" : fmt::format(" ({} free over {} ranks)", obs::format_bytes(double(avail)), jp->ranks_per_node),
+              jp->suggestions.empty() ? "use more nodes, a larger tensor or pipeline parallel size, or full recompute"
+                                      : "these overrides fit: " + jp->suggestions.front())};
 }
 
 }  // namespace

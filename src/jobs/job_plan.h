@@ -20,7 +20,7 @@ namespace llamatrain::train {
 
 // The job's nodes and ranks per node are the config's trainer.num_nodes and trainer.devices.
 struct JobTarget {
-  std::string hardware;     // "" or "cpu": this CPU, else an accelerators() name
+  std::string hardware;         // "" or "cpu": this CPU, else an accelerators() name
   double probe_seconds = 0.02;  // time per matmul shape probed on this CPU
 };
 
@@ -61,14 +61,14 @@ struct RankMemory {
 };
 
 struct JobPlan {
-  std::string hardware;        // what the figures are for: "this CPU (...)", or the accelerator's name
+  std::string hardware;  // what the figures are for: "this CPU (...)", or the accelerator's name
   int nodes = 1, ranks_per_node = 1;
-  bool planned = false;        // the preflight passed: the figures below are filled
-  RunPlan plan;                // rank 0's
+  bool planned = false;            // the preflight passed: the figures below are filled
+  RunPlan plan;                    // rank 0's
   std::vector<RankMemory> stages;  // the first rank of each pipeline stage
   // A rank's activations under each recompute mode ("none", "selective", "full"), the rest unchanged.
   std::vector<std::pair<std::string, int64_t>> activations_by_recompute;
-  int64_t memory_per_rank = -1;    // what a rank can have (-1 unknown)
+  int64_t memory_per_rank = -1;  // what a rank can have (-1 unknown)
   StepPrediction prediction;
   int64_t max_steps = 0;
   std::vector<PlanCheck> checks;

@@ -23,10 +23,11 @@ double all_reduce_s(double bytes, int n, double bytes_per_s) {
 // q and k, the residual adds, SwiGLU, and attention's own reads of q, k, v and its output; the
 // backward pass moves about twice the forward's.
 double layer_floats_per_token(const model::LlamaConfig& c, int tp, bool sequence_parallel) {
-  const double C = double(c.dim) / (sequence_parallel ? tp : 1), F = double(c.ffn_dim) / tp, QKV = double(c.qkv_dim()) / tp;
+  const double C = double(c.dim) / (sequence_parallel ? tp : 1), F = double(c.ffn_dim) / tp,
+               QKV = double(c.qkv_dim()) / tp;
   const double HD = double(c.n_heads) * c.head_dim() / tp;
-  const double forward = 4 * C /*norms*/ + 2 * QKV /*rope*/ + 4 * C /*residuals*/ + 3 * 2 * F /*swiglu*/ +
-                         QKV + HD /*attention in and out*/;
+  const double forward = 4 * C /*norms*/ + 2 * QKV /*rope*/ + 4 * C /*residuals*/ + 3 * 2 * F /*swiglu*/ + QKV +
+                         HD /*attention in and out*/;
   return 3 * forward;
 }
 
@@ -48,12 +49,12 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
            m.matmul_seconds(int64_t(out), int64_t(in), N);
   };
   auto forward_matmul = [&](double out, double in) { return m.matmul_seconds(N, int64_t(out), int64_t(in)); };
-  const double layer_matmuls = three_matmuls(QKV / t, C) + three_matmuls(C, HD / t) +
-                               three_matmuls(2 * F / t, C) + three_matmuls(C, F / t);
-  const double layer_recompute = forward_matmul(QKV / t, C) + forward_matmul(C, HD / t) +
-                                 forward_matmul(2 * F / t, C) + forward_matmul(C, F / t);
-  const double layer_attention_flops = 3.0 * 2.0 * double(w.B) * (double(c.n_heads) / t) * double(w.T) * w.T *
-                                       c.head_dim() * w.attention_fraction;
+  const double layer_matmuls =
+      three_matmuls(QKV / t, C) + three_matmuls(C, HD / t) + three_matmuls(2 * F / t, C) + three_matmuls(C, F / t);
+  const double layer_recompute =
+      forward_matmul(QKV / t, C) + forward_matmul(C, HD / t) + forward_matmul(2 * F / t, C) + forward_matmul(C, F / t);
+  const double layer_attention_flops =
+      3.0 * 2.0 * double(w.B) * (double(c.n_heads) / t) * double(w.T) * w.T * c.head_dim() * w.attention_fraction;
   const double act_bytes = w.precision == model::Precision::fp32 ? 4 : m.activation_bytes;
   const double layer_tp_bytes = 4 * double(N) * C * act_bytes;  // 2 all-reduces forward, 2 backward
   const std::vector<int> split = w.split.empty() ? std::vector<int>{c.n_layers} : w.split;
@@ -65,12 +66,13 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
     const bool last = s + 1 == split.size();
     double matmul = 0, attention = 0, elementwise = 0, tp_s = 0;
     for (int l = layer0; l < layer0 + split[s]; l++) {
-      const bool recomputed = w.recompute == model::Recompute::full && (w.recompute_layers < 0 || l < w.recompute_layers);
+      const bool recomputed =
+          w.recompute == model::Recompute::full && (w.recompute_layers < 0 || l < w.recompute_layers);
       const bool selective = w.recompute == model::Recompute::selective;
       matmul += layer_matmuls + (recomputed ? layer_recompute : 0);
       attention += layer_attention_flops * (recomputed || selective ? 4.0 / 3.0 : 1.0) / m.attention_flops_per_s;
-      elementwise += layer_floats_per_token(c, t, w.sequence_parallel) * 4 * double(N) * (recomputed ? 4.0 / 3.0 : 1.0) /
-                         m.memory_bytes_per_s +
+      elementwise += layer_floats_per_token(c, t, w.sequence_parallel) * 4 * double(N) *
+                         (recomputed ? 4.0 / 3.0 : 1.0) / m.memory_bytes_per_s +
                      kLayerKernelCalls * (recomputed ? 4.0 / 3.0 : 1.0) * m.kernel_call_s;
       tp_s += all_reduce_s(layer_tp_bytes * (recomputed ? 1.5 : 1.0), t, m.intra_node_bytes_per_s);
     }
@@ -100,8 +102,7 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
   const double boundary_bw = stage_ranks >= w.ranks_per_node && w.ranks_per_node > 0
                                  ? m.inter_node_bytes_per_s / std::max(1, w.ranks_per_node)
                                  : m.intra_node_bytes_per_s;
-  if (pp > 1)
-    p.pipeline_s = (pp - 1) * busiest + (boundary_bw > 0 ? mb * 2 * double(N) * C * 4 / boundary_bw : 0);
+  if (pp > 1) p.pipeline_s = (pp - 1) * busiest + (boundary_bw > 0 ? mb * 2 * double(N) * C * 4 / boundary_bw : 0);
 
   // Data parallelism: the gradients of this rank's parameters (fp32), over the DP group, whose ranks
   // are tp apart: inside one node while dp x tp ranks fit one.
@@ -112,7 +113,9 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
       dp_inside_node ? m.intra_node_bytes_per_s : m.inter_node_bytes_per_s / std::max(1, w.ranks_per_node);
   p.data_parallel_s = all_reduce_s(params * 4, dp, dp_bw);
   // AdamW reads weights, gradient and both moments and writes three of them (bf16 copies aside).
-  const double adam_bytes = w.precision == model::Precision::bf16_sr ? 18 : w.precision == model::Precision::fp32 ? 28 : 30;
+  const double adam_bytes = w.precision == model::Precision::bf16_sr ? 18
+                            : w.precision == model::Precision::fp32  ? 28
+                                                                     : 30;
   p.optimizer_s = params / (w.zero1 ? dp : 1) * adam_bytes / m.memory_bytes_per_s + kStepKernelCalls * m.kernel_call_s;
 
   p.step_s = p.matmul_s + p.attention_s + p.elementwise_s + p.tensor_parallel_s + p.pipeline_s + p.data_parallel_s +
@@ -122,7 +125,7 @@ StepPrediction predict_step(const StepWork& w, const MachineRates& m) {
   p.flops = w.text_fraction == 1.0 && w.text_attention_fraction == 1.0
                 ? obs::step_flops(c, int64_t(sequences), w.T)
                 : obs::step_flops_of(c, sequences * w.T * w.text_fraction,
-                                sequences * double(w.T) * w.T / 2 * w.text_attention_fraction);
+                                     sequences * double(w.T) * w.T / 2 * w.text_attention_fraction);
   p.seq_per_s = p.step_s > 0 ? sequences / p.step_s : 0;
   p.tokens_per_s = p.seq_per_s * w.T * w.text_fraction;
   return p;

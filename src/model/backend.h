@@ -49,7 +49,7 @@ struct Operand {
 // for_matmul (rope_backward) left as the operand form's values for this matmul to read.
 struct MatIn {
   enum class Kind { f32, operand, prepared };
-  MatIn(const float* x) : p(x), kind(Kind::f32) {}  // NOLINT: a float array is a matmul input
+  MatIn(const float* x) : p(x), kind(Kind::f32) {}   // NOLINT: a float array is a matmul input
   MatIn(Operand o) : p(o.p), kind(Kind::operand) {}  // NOLINT: so is an operand
   static MatIn prepared(const float* x) {
     MatIn m(x);
@@ -151,8 +151,8 @@ class Kernels {
                                 const float* rstd, int N, int C) = 0;
   virtual void matmul_forward(float* out, MatIn inp, const float* weight, int N, int IC, int OC) = 0;
   // dinp or dweight may be nullptr (skipped).
-  virtual void matmul_backward(float* dinp, float* dweight, MatIn dout, MatIn inp, const float* weight, int N,
-                               int IC, int OC) = 0;
+  virtual void matmul_backward(float* dinp, float* dweight, MatIn dout, MatIn inp, const float* weight, int N, int IC,
+                               int OC) = 0;
   // rope: the inverse frequencies (core/rope.h: theta, and llama3 scaling).
   virtual void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D,
                             const RopeFreqs& rope) = 0;
@@ -164,9 +164,8 @@ class Kernels {
   // only if doc_start[b, t] <= u (ref::attention_forward states the layout).
   virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
                                  int window, const int32_t* doc_start) = 0;
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                  const float* lse, int B, int T, int H, int Hkv, int D, int window,
-                                  const int32_t* doc_start) = 0;
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                                  int B, int T, int H, int Hkv, int D, int window, const int32_t* doc_start) = 0;
   virtual void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H,
                                 int Hkv, int D, int window) = 0;
   // A linear layer's bias (q/k/v): x (N, OC) += bias per row; dbias (OC) += the column sums of dout.
@@ -183,13 +182,13 @@ class Kernels {
     rmsnorm_forward(normed, rstd, resid, weight, N, C, eps);
   }
   // The lm head and cross-entropy fused (V real rows of wout; dwout may be nullptr).
-  virtual void lmhead_ce_forward(float* losses, const float* x, const float* wout, const int32_t* targets, int N,
-                                 int C, int V) = 0;
+  virtual void lmhead_ce_forward(float* losses, const float* x, const float* wout, const int32_t* targets, int N, int C,
+                                 int V) = 0;
   virtual void lmhead_ce_backward(float* losses, float* dx, float* dwout, const float* x, const float* wout,
                                   const int32_t* targets, float dloss, int N, int C, int V) = 0;
   virtual void vocab_parallel_ce_max(float* local_max, const float* logits, int N, int V) = 0;
-  virtual void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima,
-                                          int P, const int32_t* targets, int64_t vocab_begin, int N, int V) = 0;
+  virtual void vocab_parallel_ce_partials(float* partials, float* global_max, float* logits, const float* maxima, int P,
+                                          const int32_t* targets, int64_t vocab_begin, int N, int V) = 0;
   virtual void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials,
                                          const int32_t* targets, int N) = 0;
   // dlogits in place of the exponentials; in the bf16 modes rounded to the matmul's operand values.

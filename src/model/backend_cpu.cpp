@@ -60,9 +60,7 @@ class CpuKernels final : public DirectKernels {
       float_from_bf16(f32_, master_, n_);
     }
   }
-  int64_t weight_copy_bytes() const override {
-    return int64_t(copy_bf16_.size()) * 2 + int64_t(copy_f32x_.size()) * 4;
-  }
+  int64_t weight_copy_bytes() const override { return int64_t(copy_bf16_.size()) * 2 + int64_t(copy_f32x_.size()) * 4; }
 
   void rmsnorm_forward(Operand out, float* rstd, const float* x, const float* weight, int N, int C,
                        float eps) override {
@@ -175,8 +173,7 @@ class CpuKernels final : public DirectKernels {
     if (precision_ == Precision::fp32) return nullptr;
     const int64_t i = weight_offset(param);
     if (precision_ == Precision::bf16_sr)
-      return form_ == OperandForm::bf16_in_f32 ? cpu::Bf16Weight::rounded_floats(param)
-                                               : cpu::Bf16Weight(master_ + i);
+      return form_ == OperandForm::bf16_in_f32 ? cpu::Bf16Weight::rounded_floats(param) : cpu::Bf16Weight(master_ + i);
     if (form_ == OperandForm::bf16_in_f32) return copy_f32x_.data() + i;
     return copy_bf16_.data() + i;
   }
@@ -202,14 +199,14 @@ std::unique_ptr<Kernels> make_cpu_kernels(Precision p) { return std::make_unique
 // The CPU backend's sizing: the operand form its kernel probe chooses, oneDNN's lm head scratch, no
 // runtime of a device's (plan measures this process).
 const BackendSizing& cpu_sizing() {
-  static const BackendSizing sizing{
-      [](int M, int N, int K, bool probe) {
-        return probe ? cpu::bf16_operands_as_floats(M, N, K) : cpu::bf16_operands_as_floats_known(M, N, K).value_or(true);
-      },
-      [](int N, int C, int V, Precision p, bool float_operands) {
-        return cpu::lmhead_ce_scratch_bytes(N, C, V, compute_type(p), float_operands);
-      },
-      [](const LocalDims&, int, int, Precision) { return int64_t(0); }};
+  static const BackendSizing sizing{[](int M, int N, int K, bool probe) {
+                                      return probe ? cpu::bf16_operands_as_floats(M, N, K)
+                                                   : cpu::bf16_operands_as_floats_known(M, N, K).value_or(true);
+                                    },
+                                    [](int N, int C, int V, Precision p, bool float_operands) {
+                                      return cpu::lmhead_ce_scratch_bytes(N, C, V, compute_type(p), float_operands);
+                                    },
+                                    [](const LocalDims&, int, int, Precision) { return int64_t(0); }};
   return sizing;
 }
 

@@ -190,15 +190,14 @@ std::unique_ptr<Kernels> make_cuda_kernels(Precision p) { return std::make_uniqu
 // without a GPU or a CUDA build plans for one): bf16 operands as bf16 always, the lm head's chunk of
 // logits, the runtime's context, workspace and scratch.
 const BackendSizing& cuda_sizing() {
-  static const BackendSizing sizing{
-      [](int, int, int, bool) { return false; },
-      [](int N, int C, int V, Precision p, bool) {
-        return cuda::sizes::lmhead_scratch_bytes(N, C, V, p != Precision::fp32);
-      },
-      [](const LocalDims& d, int B, int T, Precision p) {
-        const int64_t widest = std::max<int64_t>({d.C, d.QKV(), 2 * int64_t(d.F)});
-        return cuda::sizes::runtime_bytes(B, T, widest, d.H, p != Precision::fp32);
-      }};
+  static const BackendSizing sizing{[](int, int, int, bool) { return false; },
+                                    [](int N, int C, int V, Precision p, bool) {
+                                      return cuda::sizes::lmhead_scratch_bytes(N, C, V, p != Precision::fp32);
+                                    },
+                                    [](const LocalDims& d, int B, int T, Precision p) {
+                                      const int64_t widest = std::max<int64_t>({d.C, d.QKV(), 2 * int64_t(d.F)});
+                                      return cuda::sizes::runtime_bytes(B, T, widest, d.H, p != Precision::fp32);
+                                    }};
   return sizing;
 }
 

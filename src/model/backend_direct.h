@@ -17,13 +17,30 @@ namespace llamatrain::model {
 
 // X(ns, op) for each op a backend takes straight from namespace ns.
 // (rmsnorm_forward and swiglu_forward: their float outputs; a backend writes the Operand ones.)
-#define LLAMATRAIN_FOR_EACH_DIRECT_OP(X, ns)                                                                  \
-  X(ns, embedding_forward) X(ns, embedding_backward) X(ns, vocab_parallel_embedding_forward)                  \
-  X(ns, vocab_parallel_embedding_backward) X(ns, rmsnorm_forward) X(ns, rope_forward) X(ns, attention_decode) \
-  X(ns, bias_forward) X(ns, bias_backward) X(ns, swiglu_forward) X(ns, residual_forward)                      \
-  X(ns, vocab_parallel_ce_max) X(ns, vocab_parallel_ce_partials) X(ns, vocab_parallel_ce_forward)             \
-  X(ns, vocab_parallel_ce_backward) X(ns, adamw_update) X(ns, adamw_update_bf16_sr) X(ns, sum_squares)        \
-  X(ns, sum) X(ns, fill_constant) X(ns, fill_normal)
+// clang-format off
+#define LLAMATRAIN_FOR_EACH_DIRECT_OP(X, ns) \
+  X(ns, embedding_forward) \
+  X(ns, embedding_backward) \
+  X(ns, vocab_parallel_embedding_forward) \
+  X(ns, vocab_parallel_embedding_backward) \
+  X(ns, rmsnorm_forward) \
+  X(ns, rope_forward) \
+  X(ns, attention_decode) \
+  X(ns, bias_forward) \
+  X(ns, bias_backward) \
+  X(ns, swiglu_forward) \
+  X(ns, residual_forward) \
+  X(ns, vocab_parallel_ce_max) \
+  X(ns, vocab_parallel_ce_partials) \
+  X(ns, vocab_parallel_ce_forward) \
+  X(ns, vocab_parallel_ce_backward) \
+  X(ns, adamw_update) \
+  X(ns, adamw_update_bf16_sr) \
+  X(ns, sum_squares) \
+  X(ns, sum) \
+  X(ns, fill_constant) \
+  X(ns, fill_normal)
+// clang-format on
 
 struct DirectOps {
 #define LLAMATRAIN_DIRECT_OP_FIELD(ns, op) decltype(&ns::op) op;
@@ -33,7 +50,8 @@ struct DirectOps {
 
 // The table of namespace ns's kernels (ref, cpu or cuda).
 #define LLAMATRAIN_DIRECT_OP_ENTRY(ns, op) &ns::op,
-#define LLAMATRAIN_DIRECT_OPS(ns) DirectOps{LLAMATRAIN_FOR_EACH_DIRECT_OP(LLAMATRAIN_DIRECT_OP_ENTRY, ns)}
+#define LLAMATRAIN_DIRECT_OPS(ns) \
+  DirectOps { LLAMATRAIN_FOR_EACH_DIRECT_OP(LLAMATRAIN_DIRECT_OP_ENTRY, ns) }
 
 class DirectKernels : public Kernels {
  public:
@@ -45,16 +63,15 @@ class DirectKernels : public Kernels {
   void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) override {
     ops_.embedding_backward(dwte, dout, tokens, N, C);
   }
-  void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin,
-                                        int V, int N, int C) override {
+  void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin, int V,
+                                        int N, int C) override {
     ops_.vocab_parallel_embedding_forward(out, tokens, wte, vocab_begin, V, N, C);
   }
   void vocab_parallel_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t vocab_begin,
                                          int V, int N, int C) override {
     ops_.vocab_parallel_embedding_backward(dwte, dout, tokens, vocab_begin, V, N, C);
   }
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int N, int C,
-                       float eps) override {
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int N, int C, float eps) override {
     ops_.rmsnorm_forward(out, rstd, x, weight, N, C, eps);
   }
   void rope_forward(float* x, const int32_t* pos, int N, int n_heads, int row_stride, int D,
@@ -80,18 +97,17 @@ class DirectKernels : public Kernels {
                                   const int32_t* targets, int64_t vocab_begin, int N, int V) override {
     ops_.vocab_parallel_ce_partials(partials, global_max, logits, maxima, P, targets, vocab_begin, N, V);
   }
-  void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials,
-                                 const int32_t* targets, int N) override {
+  void vocab_parallel_ce_forward(float* losses, const float* global_max, const float* partials, const int32_t* targets,
+                                 int N) override {
     ops_.vocab_parallel_ce_forward(losses, global_max, partials, targets, N);
   }
   // In the bf16 modes dlogits are rounded to the bf16 values the matmul after it multiplies.
   void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_t* targets, int64_t vocab_begin,
                                   float dloss, int N, int V) override {
-    ops_.vocab_parallel_ce_backward(exps, partials, targets, vocab_begin, dloss, N, V,
-                                    precision_ != Precision::fp32);
+    ops_.vocab_parallel_ce_backward(exps, partials, targets, vocab_begin, dloss, N, V, precision_ != Precision::fp32);
   }
-  void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, int step, float grad_scale) override {
+  void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int step, float grad_scale) override {
     ops_.adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   }
   void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,

@@ -170,10 +170,9 @@ std::unique_ptr<Kernels> make_ref_kernels(Precision p) { return std::make_unique
 
 // The reference backend keeps bf16 values in floats, and its lm head holds the (N, V) logits whole.
 const BackendSizing& ref_sizing() {
-  static const BackendSizing sizing{
-      [](int, int, int, bool) { return true; },
-      [](int N, int, int V, Precision, bool) { return int64_t(N) * V * 4; },
-      [](const LocalDims&, int, int, Precision) { return int64_t(0); }};
+  static const BackendSizing sizing{[](int, int, int, bool) { return true; },
+                                    [](int N, int, int V, Precision, bool) { return int64_t(N) * V * 4; },
+                                    [](const LocalDims&, int, int, Precision) { return int64_t(0); }};
   return sizing;
 }
 

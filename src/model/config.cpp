@@ -26,8 +26,8 @@ constexpr int kMaxSeqLen = 1 << 24;
 
 void check_range(const std::string& where, const char* field, int value, int lo, int hi) {
   if (value < lo || value > hi)
-    fail("config {}: {} is {}, expected an integer in [{}, {}]\nhint: fix the model config", where,
-         field, value, lo, hi);
+    fail("config {}: {} is {}, expected an integer in [{}, {}]\nhint: fix the model config", where, field, value, lo,
+         hi);
 }
 
 }  // namespace
@@ -52,17 +52,15 @@ void LlamaConfig::validate(const std::string& where) const {
   check_range(where, "max_seq_len", max_seq_len, 1, kMaxSeqLen);
   check_heads(FieldNames("config " + where + ": "));
   if (!(norm_eps > 0.0f && norm_eps < 1.0f))
-    fail("config {}: norm_eps is {}, expected a value in (0, 1)\nhint: Llama uses 1e-5 or 1e-6",
-         where, norm_eps);
+    fail("config {}: norm_eps is {}, expected a value in (0, 1)\nhint: Llama uses 1e-5 or 1e-6", where, norm_eps);
   if (!(rope_theta > 0.0f && std::isfinite(rope_theta)))
-    fail("config {}: rope_theta is {}, expected a finite positive value\nhint: Llama 2 uses 10000",
-         where, rope_theta);
+    fail("config {}: rope_theta is {}, expected a finite positive value\nhint: Llama 2 uses 10000", where, rope_theta);
   if (bos_id < -1 || bos_id >= vocab_size)
-    fail("config {}: bos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids",
-         where, bos_id, vocab_size);
+    fail("config {}: bos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids", where, bos_id,
+         vocab_size);
   if (eos_id < 0 || eos_id >= vocab_size)
-    fail("config {}: eos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids",
-         where, eos_id, vocab_size);
+    fail("config {}: eos_id is {}, expected a token id in [0, {})\nhint: check the tokenizer's ids", where, eos_id,
+         vocab_size);
   for (int id : extra_eos_ids)
     if (id < 0 || id >= vocab_size)
       fail("config {}: eos id {} is not a token id in [0, {})\nhint: check the tokenizer's ids", where, id, vocab_size);
@@ -147,15 +145,14 @@ void LlamaConfig::check_seq_len(int64_t T, const FieldNames& names) const {
 int64_t LlamaConfig::num_params() const {
   const int64_t C = dim, F = ffn_dim, H = n_heads, Hkv = n_kv_heads, V = vocab_size;
   const int64_t D = head_dim();
-  int64_t per_layer = (H + 2 * Hkv) * D * C  // wq, wk, wv
-                      + H * D * C            // wo
-                      + 3 * F * C            // w1 (gate), w3 (up), w2 (down)
-                      + 2 * C                // attn_norm, ffn_norm
+  int64_t per_layer = (H + 2 * Hkv) * D * C                  // wq, wk, wv
+                      + H * D * C                            // wo
+                      + 3 * F * C                            // w1 (gate), w3 (up), w2 (down)
+                      + 2 * C                                // attn_norm, ffn_norm
                       + (qkv_bias ? (H + 2 * Hkv) * D : 0);  // q/k/v biases (Qwen2)
-  int64_t total = V * C                      // embedding
-                  + int64_t(n_layers) * per_layer
-                  + C;                       // final norm
-  if (!tie_embeddings) total += V * C;       // lm head
+  int64_t total = V * C                                      // embedding
+                  + int64_t(n_layers) * per_layer + C;       // final norm
+  if (!tie_embeddings) total += V * C;                       // lm head
   return total;
 }
 
@@ -196,8 +193,7 @@ LlamaConfig preset_config(const std::string& name) {
     known += known.empty() ? "" : ", ";
     known += p.name;
   }
-  fail("unknown model preset '{}', expected one of: {}\nhint: pick a preset or give a config.json",
-       name, known);
+  fail("unknown model preset '{}', expected one of: {}\nhint: pick a preset or give a config.json", name, known);
 }
 
 }  // namespace llamatrain::model

@@ -47,21 +47,21 @@ struct FrozenPart {
 std::vector<std::pair<int64_t, int64_t>> merged_ranges(std::vector<std::pair<int64_t, int64_t>> ranges);
 
 struct LlamaConfig {
-  int dim = 0;          // C   hidden_size
-  int ffn_dim = 0;      // F   intermediate_size
-  int n_layers = 0;     // L   num_hidden_layers
-  int n_heads = 0;      // H   num_attention_heads
-  int n_kv_heads = 0;   // Hkv num_key_value_heads (== n_heads for MHA)
-  int vocab_size = 0;   // V   the real vocabulary: token ids are < vocab_size
+  int dim = 0;         // C   hidden_size
+  int ffn_dim = 0;     // F   intermediate_size
+  int n_layers = 0;    // L   num_hidden_layers
+  int n_heads = 0;     // H   num_attention_heads
+  int n_kv_heads = 0;  // Hkv num_key_value_heads (== n_heads for MHA)
+  int vocab_size = 0;  // V   the real vocabulary: token ids are < vocab_size
   // Megatron's make_vocab_size_divisible_by (not a Hugging Face field): under TP the embedding and
   // the lm head hold padded_vocab_size(TP) rows, the real ones then inert padding. 1: pad only to TP.
   int vocab_multiple = 1;
   int max_seq_len = 2048;  // max_position_embeddings
   float norm_eps = 1e-6f;  // rms_norm_eps
   float rope_theta = 10000.0f;
-  bool tie_embeddings = false;  // tie_word_embeddings
-  int bos_id = 1;  // -1: the model has none (Qwen2)
-  int eos_id = 2;  // the first of eos_token_id when that is a list
+  bool tie_embeddings = false;          // tie_word_embeddings
+  int bos_id = 1;                       // -1: the model has none (Qwen2)
+  int eos_id = 2;                       // the first of eos_token_id when that is a list
   std::vector<int> extra_eos_ids = {};  // the rest of an eos_token_id list: generation stops on any
   Family family = Family::llama;
   bool qkv_bias = false;  // Qwen2: biases on q/k/v (not o): tensor "bqkv", (L, QKV), rows as wqkv's

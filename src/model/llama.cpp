@@ -125,11 +125,13 @@ std::vector<ParamSpec> build_param_specs(const LlamaConfig& c, const ShardPlan& 
     s.in_norm = in_norm;
     const int64_t rows = t.local_rows();
     switch (id) {
-      case kAttnNorm: case kFfnNorm: s.shape = {t.layers, t.cols}; break;  // (L, C)
-      case kBqkv: s.shape = {t.layers, rows}; break;                      // (L, QKV)
-      case kNorm: s.shape = {t.cols}; break;                              // (C)
-      case kWte: case kWout: s.shape = {d.V, t.cols}; break;              // (V, C), padding rows too
-      default: s.shape = {t.layers, rows, t.cols};                        // (L, rows, cols)
+      case kAttnNorm:
+      case kFfnNorm: s.shape = {t.layers, t.cols}; break;  // (L, C)
+      case kBqkv: s.shape = {t.layers, rows}; break;       // (L, QKV)
+      case kNorm: s.shape = {t.cols}; break;               // (C)
+      case kWte:
+      case kWout: s.shape = {d.V, t.cols}; break;   // (V, C), padding rows too
+      default: s.shape = {t.layers, rows, t.cols};  // (L, rows, cols)
     }
     s.shard = std::move(t);
     specs.push_back(std::move(s));
@@ -182,9 +184,8 @@ ParameterTensors views(float* base, const std::vector<ParamSpec>& specs, bool ti
       if (s.name == name) return grads ? (s.frozen ? nullptr : base + s.grad_offset) : base + s.offset;
     return nullptr;
   };
-  ParameterTensors t{at("wte"),      at("attn_norm"), at("wqkv"), at("bqkv"),
-                     at("wo"),       at("ffn_norm"),  at("w13"),  at("w2"),
-                     at("norm"),     tied ? at("wte") : at("wout")};
+  ParameterTensors t{at("wte"),      at("attn_norm"), at("wqkv"), at("bqkv"), at("wo"),
+                     at("ffn_norm"), at("w13"),       at("w2"),   at("norm"), tied ? at("wte") : at("wout")};
   return t;
 }
 
@@ -225,8 +226,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, uint64_t 
 
 void LlamaModel::bind_weights() {
   params_ = views(param_arena_.data(), specs_, config_.tie_embeddings);
-  k_.bind_weights(param_arena_.data(), precision_ == Precision::bf16_sr ? master_bf16_.data() : nullptr,
-                  num_params_);
+  k_.bind_weights(param_arena_.data(), precision_ == Precision::bf16_sr ? master_bf16_.data() : nullptr, num_params_);
 }
 
 void LlamaModel::set_optimizer_shard(int64_t begin, int64_t end, int64_t grad_elements) {
@@ -338,8 +338,6 @@ bool LlamaModel::float_operands_at(const LlamaConfig& c, const ShardPlan& plan, 
   return backend_sizing(device).float_operands(int(N), 2 * d.F, d.C, probe);  // a layer's widest matmul: gate | up
 }
 
-
-
 void LlamaModel::zero_grad() {
   ensure_training_state();
   k_.zero(grad_arena_.data(), grad_arena_.size() * sizeof(float));
@@ -360,7 +358,8 @@ bool LlamaModel::layer_frozen(std::string_view tensor, int l) const {
 void LlamaModel::zero_frozen_grads() {
   ensure_training_state();
   for (const ParamSpec& s : specs_)
-    for (const auto& [b, e] : s.frozen_ranges) k_.zero(grad_arena_.data() + s.grad_offset + b, size_t(e - b) * sizeof(float));
+    for (const auto& [b, e] : s.frozen_ranges)
+      k_.zero(grad_arena_.data() + s.grad_offset + b, size_t(e - b) * sizeof(float));
 }
 
 float LlamaModel::grad_norm() { return float(std::sqrt(grad_sum_squares(0, num_trainable()))); }
@@ -421,7 +420,7 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
   // output layer may have a learning rate of their own.
   const int64_t lo = shard_begin_, hi = shard_end();
   auto update = [&](const ParamSpec& s, int64_t g, int64_t b, float rate) {  // gradient arena [g, b)
-    const int64_t n = b - g, k = moment_index(g), a = g + num_frozen_;  // a: in the parameter arena
+    const int64_t n = b - g, k = moment_index(g), a = g + num_frozen_;       // a: in the parameter arena
     const float wd = s.decay ? opt.weight_decay : 0.0f;
     float* p = param_arena_.data() + a;
     const float* gr = grad_arena_.data() + g;
@@ -430,8 +429,8 @@ void LlamaModel::optimizer_update(const AdamWConfig& opt, float lr, int step, fl
                               opt.beta1, opt.beta2, opt.eps, wd, step, scale, seed_, uint32_t(s.full_id),
                               uint64_t(a - s.offset));
     } else if (precision_ == Precision::bf16_mixed) {
-      k_.adamw_update_bf16_copy(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, rate, opt.beta1, opt.beta2, opt.eps,
-                                wd, step, scale);
+      k_.adamw_update_bf16_copy(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, rate, opt.beta1, opt.beta2, opt.eps, wd,
+                                step, scale);
     } else {
       k_.adamw_update(p, m_f32_.data() + k, v_f32_.data() + k, gr, n, rate, opt.beta1, opt.beta2, opt.eps, wd, step,
                       scale);
@@ -460,7 +459,7 @@ std::vector<std::pair<int64_t, int64_t>> ready_ranges_of(const std::vector<Param
   std::vector<std::pair<int64_t, int64_t>> out;
   const bool head = layer < 0, embedding = layer >= d.L;
   for (const ParamSpec& s : specs) {
-    if (s.frozen) continue;                            // no gradient
+    if (s.frozen) continue;                          // no gradient
     if (plan.sequence_parallel && s.norm) continue;  // norm weights: summed over TP after the backward
     if (d.kv_replicas > 1 && (s.name == "wqkv" || s.name == "bqkv")) continue;  // replicated kv rows: likewise
     const bool stacked = s.name != "wte" && s.name != "wout" && s.name != "norm";
@@ -521,8 +520,15 @@ std::vector<StateTensor> LlamaModel::state_tensors() {
     // [a, b) of the arena, stored at `at` of the given arrays.
     auto add = [&](const char* kind, Buffer<float>& f32, Buffer<bf16>& b16, int64_t a, int64_t b, int64_t at) {
       void* data = sr ? static_cast<void*>(b16.data() + at) : static_cast<void*>(f32.data() + at);
-      out.push_back({std::string(kind) + "." + s.name, s.name, sr ? StateDType::bf16 : StateDType::f32, shape,
-                     data, b - a, a - s.offset, s.shard, {}});
+      out.push_back({std::string(kind) + "." + s.name,
+                     s.name,
+                     sr ? StateDType::bf16 : StateDType::f32,
+                     shape,
+                     data,
+                     b - a,
+                     a - s.offset,
+                     s.shard,
+                     {}});
     };
     add("weight", param_arena_, master_bf16_, s.offset, end, s.offset);
     if (s.frozen) continue;  // no moments

@@ -49,7 +49,7 @@ struct ParamSpec {
   // rest (wte and wout: the vocabulary's padding rows, model/shard.h) are in no full tensor: zero,
   // with gradient zero, never saved.
   TensorShard shard;
-  int full_id = 0;             // index among the full model's tensors (init and rounding streams)
+  int full_id = 0;  // index among the full model's tensors (init and rounding streams)
   // Counted in the global gradient norm on this rank: false for copies another rank also counts
   // (norm weights on TP ranks > 0, the tied embedding on a last stage that is not the first).
   bool in_norm = true;
@@ -61,7 +61,7 @@ struct ParamSpec {
   // first in the parameter arena, so the trainable ones are one range [num_frozen(), num_params())
   // that the gradient arena, the moments and the ZeRO-1 shards cover.
   bool frozen = false;
-  int64_t grad_offset = -1;    // into the gradient arena (offset - num_frozen()); -1 when frozen
+  int64_t grad_offset = -1;  // into the gradient arena (offset - num_frozen()); -1 when frozen
   // LlamaConfig::frozen_parts on this rank: element ranges [begin, end) of the local tensor (from
   // offset, or grad_offset) that are never updated, whose gradient is zeroed before the norm, and
   // that have no AdamW moments (the moments skip them: LlamaModel::moment_index).
@@ -102,18 +102,18 @@ struct PerLayer {
 // matmuls live in MatmulInputs. Under sequence parallelism the residual-stream tensors (marked Nl)
 // hold this rank's N/TP tokens; the rest hold all N.
 struct ActivationTensors {
-  float* x0;                  // (Nl, C)       embedding output, or the previous stage's output
-  PerLayer<float> ln1_rstd;   // (L, Nl)
-  PerLayer<float> qkv;        // (L, N, QKV)   projections, RoPE applied to q and k
-  PerLayer<float> att;        // (L, N, H*D)   attention output, before o_proj
-  PerLayer<float> lse;        // (L, B, H, T)  attention log-sum-exp
-  PerLayer<float> resid;      // (L, Nl, C)    residual stream after attention
-  PerLayer<float> ln2_rstd;   // (L, Nl)
-  PerLayer<float> h13;        // (L, N, 2F)    gate | up projections
-  PerLayer<float> out;        // (L, Nl, C)    layer outputs (residual stream after the MLP); always saved
-  float* lnf;                 // (N, C)        final norm output (all tokens: the lm head's input)
-  float* lnf_rstd;            // (Nl)
-  float* losses;              // (N)           per-token cross-entropy (0 where target < 0)
+  float* x0;                 // (Nl, C)       embedding output, or the previous stage's output
+  PerLayer<float> ln1_rstd;  // (L, Nl)
+  PerLayer<float> qkv;       // (L, N, QKV)   projections, RoPE applied to q and k
+  PerLayer<float> att;       // (L, N, H*D)   attention output, before o_proj
+  PerLayer<float> lse;       // (L, B, H, T)  attention log-sum-exp
+  PerLayer<float> resid;     // (L, Nl, C)    residual stream after attention
+  PerLayer<float> ln2_rstd;  // (L, Nl)
+  PerLayer<float> h13;       // (L, N, 2F)    gate | up projections
+  PerLayer<float> out;       // (L, Nl, C)    layer outputs (residual stream after the MLP); always saved
+  float* lnf;                // (N, C)        final norm output (all tokens: the lm head's input)
+  float* lnf_rstd;           // (Nl)
+  float* losses;             // (N)           per-token cross-entropy (0 where target < 0)
 };
 
 // One operand tensor of every layer, laid out as PerLayer in bytes (the backend's operand form
@@ -139,14 +139,14 @@ struct MatmulInputs {
 // each tensor's shard: the vocabulary's padding rows are not part of it.
 enum class StateDType { f32, bf16 };
 struct StateTensor {
-  std::string name;           // "weight.wqkv", "exp_avg.wqkv", "exp_avg_sq.wqkv"
-  std::string param;          // "wqkv"
+  std::string name;   // "weight.wqkv", "exp_avg.wqkv", "exp_avg_sq.wqkv"
+  std::string param;  // "wqkv"
   StateDType dtype;
-  std::vector<int64_t> shape; // the parameter's shape without padding rows
-  void* data;                 // numel elements of dtype (the backend's memory): elements [first, first + numel)
+  std::vector<int64_t> shape;  // the parameter's shape without padding rows
+  void* data;                  // numel elements of dtype (the backend's memory): elements [first, first + numel)
   int64_t numel;
-  int64_t first = 0;          // a ZeRO-1 shard holds part of a tensor's moments; weights are whole
-  TensorShard shard;          // where the parameter (local to this rank) sits in the full model's
+  int64_t first = 0;  // a ZeRO-1 shard holds part of a tensor's moments; weights are whole
+  TensorShard shard;  // where the parameter (local to this rank) sits in the full model's
   // Moments only: the frozen parts (LlamaConfig::frozen_parts) have none. Sorted, disjoint element
   // ranges of the local tensor inside [first, first + numel); data holds the other elements, packed.
   std::vector<std::pair<int64_t, int64_t>> holes;
@@ -179,8 +179,8 @@ struct AdamWConfig {
 };
 
 struct StepStats {
-  float loss = 0;        // mean cross-entropy over valid targets
-  int64_t num_valid = 0; // targets >= 0
+  float loss = 0;         // mean cross-entropy over valid targets
+  int64_t num_valid = 0;  // targets >= 0
 };
 
 // Sequences that hold several documents (packed samples), per token of a micro-batch (B, T), in host
@@ -221,8 +221,8 @@ class LlamaModel {
   // gets at its first forward).
   // probe = false: no probe; the choice when already known (forced or cached), else true (what
   // needs more memory), for estimates that must not run gemms.
-  static bool float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N,
-                                bool probe = true, Device device = Device::cpu);
+  static bool float_operands_at(const LlamaConfig& c, const ShardPlan& plan, Precision p, int64_t N, bool probe = true,
+                                Device device = Device::cpu);
   const std::vector<ParamSpec>& param_specs() const { return specs_; }
   const ParamSpec* find_param(std::string_view name) const;  // by ParamSpec::name; nullptr when absent
   int64_t num_params() const { return num_params_; }
@@ -236,7 +236,7 @@ class LlamaModel {
   // The arenas in the backend's memory (device memory on a GPU: read and written through backend()).
   float* param_arena() { return param_arena_.data(); }  // (num_params) fp32 compute weights
   const float* param_arena() const { return param_arena_.data(); }
-  float* grad_arena();                                  // (num_trainable, or the ZeRO-1 padded size)
+  float* grad_arena();  // (num_trainable, or the ZeRO-1 padded size)
   // The arenas as host pointers, for code that runs on host-memory backends only (the cpu and ref
   // devices; on a device of its own memory, an Error naming `what` needed them).
   // (num_trainable)
@@ -251,7 +251,7 @@ class LlamaModel {
   void copy_params_to_host(float* out) const;
   void copy_params_from_host(const float* in);
   void copy_grads_to_host(float* out);
-  float* grad_data();                                  // (num_trainable)
+  float* grad_data();  // (num_trainable)
 
   // Normal(0, std) matrices and embeddings, ones for norms (counter-based RNG: layout independent).
   // output_std (if > 0) replaces std for the layers' output projections wo and w2 (Megatron's scaled
@@ -362,8 +362,7 @@ class LlamaModel {
   // the training state's first use); the static one is the full training figure.
   int64_t state_bytes() const;
   // float_operands: the bf16-mixed matmul copy is bf16_in_f32 (float_operands_at), not bf16.
-  static int64_t state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards = 1,
-                             bool float_operands = false);
+  static int64_t state_bytes(const LlamaConfig& c, Precision p, int optimizer_shards = 1, bool float_operands = false);
   static int64_t state_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
                              bool float_operands = false);
   // The same figure in its parts: fp32 weights with the bf16 copy, fp32 gradients of the trainable
@@ -374,16 +373,15 @@ class LlamaModel {
   };
   static StateBytes state_parts(const LlamaConfig& c, const ShardPlan& plan, Precision p, int optimizer_shards,
                                 bool float_operands = false);
-  static int64_t num_params(const LlamaConfig& c, const ShardPlan& plan);  // this rank's part
+  static int64_t num_params(const LlamaConfig& c, const ShardPlan& plan);     // this rank's part
   static int64_t num_trainable(const LlamaConfig& c, const ShardPlan& plan);  // of it, not frozen
-  static int64_t weight_bytes(const LlamaConfig& c, Precision p);  // inference: fp32 (+ bf16) weights
-  static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T,
-                                  Recompute r = Recompute::none, int recompute_layers = -1,
-                                  bool float_operands = false);
+  static int64_t weight_bytes(const LlamaConfig& c, Precision p);             // inference: fp32 (+ bf16) weights
+  static int64_t activation_bytes(const LlamaConfig& c, Precision p, int B, int T, Recompute r = Recompute::none,
+                                  int recompute_layers = -1, bool float_operands = false);
   // A model-parallel rank's activations, `slots` micro-batches of them. float_operands: the
   // matmul-only activations are bf16_in_f32 (float_operands_at), not bf16.
-  static int64_t activation_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int B, int T,
-                                  Recompute r, int recompute_layers, int slots, bool float_operands = false);
+  static int64_t activation_bytes(const LlamaConfig& c, const ShardPlan& plan, Precision p, int B, int T, Recompute r,
+                                  int recompute_layers, int slots, bool float_operands = false);
 
   // Decode one token per sequence with a KV cache (generate). kv cache is owned by the model;
   // reset_cache(max_T) clears it. Returns logits (V) of the given token at position pos.
@@ -396,7 +394,7 @@ class LlamaModel {
   void forward_layer(int l, bool for_backward);
   void recompute_layer(int l);  // refills what recompute_ dropped
   void backward(const int32_t* tokens, const int32_t* targets, float dloss, const float* doutput);
-  void backward_layers();       // layers L-1 .. 0
+  void backward_layers();   // layers L-1 .. 0
   void use_slot(int slot);  // points acts_ and the matmul inputs at slot `slot`
   // Takes docs for slot's micro-batch (validated: Error on positions outside [0, T) or document starts
   // that describe no documents); the current slot's, in the backend's memory:
@@ -434,7 +432,7 @@ class LlamaModel {
   // gradients of wout and of lnf into dln_).
   void vocab_parallel_lmhead_ce(const int32_t* targets, float dloss, bool backward);
   void lmhead_ce(const int32_t* targets, float dloss, bool backward);  // either path
-  int64_t count_valid(const int32_t* targets) const;       // checks target ids too
+  int64_t count_valid(const int32_t* targets) const;                   // checks target ids too
   float mean_loss(int64_t num_valid) const;
   // bf16 modes: the backend's operand form for N tokens (agreed over the TP group).
   void choose_operand_form(int64_t N);
@@ -446,7 +444,7 @@ class LlamaModel {
     return p;
   }
   [[noreturn]] void fail_not_host(const char* what) const;
-  void ensure_training_state();                   // grads and AdamW moments, on first use
+  void ensure_training_state();  // grads and AdamW moments, on first use
   // Where gradient-arena element g (inside the optimizer shard, not in a frozen part) has its moments.
   int64_t moment_index(int64_t g) const;
   bool layer_frozen(std::string_view tensor, int l) const;  // ParamSpec::frozen_layers[l] of that tensor
@@ -465,15 +463,15 @@ class LlamaModel {
   Recompute recompute_ = Recompute::none;
   int64_t shard_begin_ = 0, shard_end_ = -1;  // AdamW moments cover [shard_begin_, shard_end()) of the arena
   int64_t grad_elements_ = 0;                 // 0: num_params_
-  int recompute_layers_ = 0;  // layers [0, recompute_layers_) recompute in the backward
+  int recompute_layers_ = 0;                  // layers [0, recompute_layers_) recompute in the backward
   std::vector<ParamSpec> specs_;
   int64_t num_params_ = 0;
-  int64_t num_frozen_ = 0;           // elements of the frozen tensors, at the start of the arena
+  int64_t num_frozen_ = 0;                                 // elements of the frozen tensors, at the start of the arena
   std::vector<std::pair<int64_t, int64_t>> moment_holes_;  // the frozen parts, in gradient-arena offsets
-  bool training_state_ = false;      // gradients and moments allocated
-  Buffer<float> param_arena_{&k_};   // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
-  Buffer<float> grad_arena_{&k_};    // (num_trainable) the trainable tensors' gradients
-  Buffer<bf16> master_bf16_{&k_};    // (num_params) bf16-sr: the bf16 master weights
+  bool training_state_ = false;                            // gradients and moments allocated
+  Buffer<float> param_arena_{&k_};  // (num_params) fp32 compute weights (master in fp32/bf16-mixed)
+  Buffer<float> grad_arena_{&k_};   // (num_trainable) the trainable tensors' gradients
+  Buffer<bf16> master_bf16_{&k_};   // (num_params) bf16-sr: the bf16 master weights
   // AdamW moments of the optimizer shard less the frozen parts (moment_index): fp32 / bf16-mixed, bf16-sr.
   Buffer<float> m_f32_{&k_}, v_f32_{&k_};
   Buffer<bf16> m_bf16_{&k_}, v_bf16_{&k_};
@@ -481,7 +479,7 @@ class LlamaModel {
   std::function<void(int64_t, int64_t)> grad_ready_;
 
   int B_ = 0, T_ = 0;
-  int slots_ = 1;                    // activation sets (pipeline micro-batches in flight)
+  int slots_ = 1;                              // activation sets (pipeline micro-batches in flight)
   int64_t slot_floats_ = 0, slot_inputs_ = 0;  // one set's size in each arena (inputs: in operands)
   Buffer<float> act_arena_{&k_};
   ActivationTensors acts_{};
@@ -500,7 +498,7 @@ class LlamaModel {
   };
   Buffer<int32_t> pos_{&k_}, doc_{&k_};
   std::vector<SlotLayout> slot_layout_;
-  int slot_ = 0;                     // the slot use_slot chose
+  int slot_ = 0;                                // the slot use_slot chose
   Buffer<int32_t> tokens_{&k_}, targets_{&k_};  // (N) the micro-batch's ids (backends of device memory)
   // Backward scratch, one layer's worth each.
   Buffer<float> dres_{&k_}, dln_{&k_}, dqkv_{&k_}, datt_{&k_}, dhmid_{&k_}, tmp_{&k_};
@@ -508,9 +506,9 @@ class LlamaModel {
   // KV cache for decode: (L, max_T, 2*Hkv*D) and one-token scratch.
   int cache_T_ = 0;
   Buffer<float> kv_cache_{&k_};
-  Buffer<float> dec_x_{&k_}, dec_ln_{&k_}, dec_qkv_{&k_}, dec_att_{&k_}, dec_h13_{&k_}, dec_hmid_{&k_},
-      dec_tmp_{&k_}, dec_scores_{&k_}, dec_rstd_{&k_}, dec_logits_{&k_};
-  Buffer<int32_t> dec_ids_{&k_};     // (2) the token and its position
+  Buffer<float> dec_x_{&k_}, dec_ln_{&k_}, dec_qkv_{&k_}, dec_att_{&k_}, dec_h13_{&k_}, dec_hmid_{&k_}, dec_tmp_{&k_},
+      dec_scores_{&k_}, dec_rstd_{&k_}, dec_logits_{&k_};
+  Buffer<int32_t> dec_ids_{&k_};  // (2) the token and its position
 };
 
 }  // namespace llamatrain::model

@@ -99,7 +99,9 @@ double kernel_call_seconds(double seconds) {
   const int64_t n = 4096;
   std::vector<float> param(size_t(n), 0.5f), m(size_t(n), 0.0f), v(size_t(n), 0.0f), grad(size_t(n), 0.25f);
   return fastest_call_s(
-      [&] { cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); },
+      [&] {
+        cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f);
+      },
       seconds);
 }
 
@@ -188,8 +190,8 @@ void check_device_memory_fits(Device d, int64_t need_bytes, const std::string& w
   if (d != Device::cuda) return check_memory_fits(need_bytes, what, detail, hint);
   const int64_t avail = available_bytes(d);
   if (need_bytes <= avail) return;
-  fail("memory: {} needs {:.1f} GB ({}), but the GPU {} has {:.1f} GB free\nhint: {}", what, need_bytes / 1e9,
-       detail, device_description(d), avail / 1e9, hint);
+  fail("memory: {} needs {:.1f} GB ({}), but the GPU {} has {:.1f} GB free\nhint: {}", what, need_bytes / 1e9, detail,
+       device_description(d), avail / 1e9, hint);
 }
 
 int64_t device_memory_used(Device d) { return d == Device::cuda ? cuda::device_memory_used() : -1; }
@@ -200,7 +202,9 @@ double memory_bytes_per_s(double seconds) {
   const int64_t n = int64_t(1) << 22;  // 4 arrays of 16 MB
   std::vector<float> param(size_t(n), 0.5f), m(size_t(n), 0.0f), v(size_t(n), 0.0f), grad(size_t(n), 0.25f);
   const double fastest = fastest_call_s(
-      [&] { cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); },
+      [&] {
+        cpu::adamw_update(param.data(), m.data(), v.data(), grad.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f);
+      },
       seconds);
   return double(n) * 28 / fastest;  // reads weights, moments, gradient; writes weights and moments
 }

@@ -69,8 +69,8 @@ parallel::StagedArena staged_arena(Kernels& k, float* p, size_t n);
 // What doctor says of this process's GPU.
 struct GpuInfo {
   bool usable = false;
-  std::string why_not;              // when not usable: the cause (no driver, no device, no CUDA build)
-  int index = -1, count = 0;        // this process's GPU, of the visible ones
+  std::string why_not;                // when not usable: the cause (no driver, no device, no CUDA build)
+  int index = -1, count = 0;          // this process's GPU, of the visible ones
   std::string name, driver, runtime;  // "NVIDIA H200", CUDA versions "13.0"
   int64_t total_bytes = 0, free_bytes = 0;
 };

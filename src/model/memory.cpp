@@ -89,8 +89,8 @@ PerLayer<T> at(T* arena, Slot s) {
 
 }  // namespace
 
-int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T, Recompute r,
-                                     int recompute_layers, bool float_operands) {
+int64_t LlamaModel::activation_bytes(const LlamaConfig& c, Precision p, int B, int T, Recompute r, int recompute_layers,
+                                     bool float_operands) {
   return activation_bytes(c, ShardPlan::single(c), p, B, T, r, recompute_layers, 1, float_operands);
 }
 
@@ -100,8 +100,7 @@ int64_t LlamaModel::activation_bytes(const LlamaConfig& c, const ShardPlan& plan
   const int64_t N = int64_t(B) * T, Nl = plan.sequence_parallel ? N / plan.tp_size : N;
   const ActivationLayout a = activation_layout(d, r, recompute_layers, B, T, Nl);
   const int64_t matmul_input_bytes = p == Precision::fp32 || float_operands ? 4 : 2;
-  return 4 * (a.floats * slots + scratch_floats(d, B, T, Nl, plan.tp_size > 1)) +
-         matmul_input_bytes * a.inputs * slots;
+  return 4 * (a.floats * slots + scratch_floats(d, B, T, Nl, plan.tp_size > 1)) + matmul_input_bytes * a.inputs * slots;
 }
 
 void LlamaModel::set_recompute(Recompute r, int layers) {
@@ -192,7 +191,8 @@ void LlamaModel::set_documents(int slot, const Documents& docs) {
         const int32_t d = docs.doc_start[int64_t(b) * T + t];
         if (d != t && (t == 0 || d != docs.doc_start[int64_t(b) * T + t - 1]))
           fail("document start {} at token {} of sequence {}: expected {} (a new document) or the previous token's "
-               "document start", d, t, b, t);
+               "document start",
+               d, t, b, t);
       }
   SlotLayout& lay = slot_layout_[size_t(slot)];
   if (docs.positions != nullptr) {
@@ -214,8 +214,7 @@ const int32_t* LlamaModel::doc_start() const {
 void LlamaModel::use_slot(int slot) {
   CHECK(slot >= 0 && slot < slots_ && B_ > 0, "activation slot {} of {}", slot, slots_);
   slot_ = slot;
-  const ActivationLayout lay =
-      activation_layout(dims_, recompute_, recompute_layers_, B_, T_, stage_tokens(B_, T_));
+  const ActivationLayout lay = activation_layout(dims_, recompute_, recompute_layers_, B_, T_, stage_tokens(B_, T_));
   float* f = act_arena_.data() + int64_t(slot) * slot_floats_;
   acts_.x0 = f + lay.x0.base;
   acts_.ln1_rstd = at(f, lay.ln1_rstd);
@@ -243,8 +242,7 @@ void LlamaModel::use_slot(int slot) {
 
 const float* LlamaModel::stage_output(int slot) const {
   CHECK(B_ > 0 && slot >= 0 && slot < slots_);
-  const ActivationLayout lay =
-      activation_layout(dims_, recompute_, recompute_layers_, B_, T_, stage_tokens(B_, T_));
+  const ActivationLayout lay = activation_layout(dims_, recompute_, recompute_layers_, B_, T_, stage_tokens(B_, T_));
   return at(const_cast<float*>(act_arena_.data()) + int64_t(slot) * slot_floats_, lay.out)[dims_.L - 1];
 }
 
@@ -256,8 +254,8 @@ MemoryPlan MemoryPlan::of(const LlamaConfig& c, const ShardPlan& plan, const Tra
   m.gradients = st.gradients;
   m.optimizer = st.optimizer;
   m.state = st.total();
-  m.activations = LlamaModel::activation_bytes(c, plan, s.precision, s.B, s.T, s.recompute, s.recompute_layers,
-                                               s.slots, float_operands);
+  m.activations = LlamaModel::activation_bytes(c, plan, s.precision, s.B, s.T, s.recompute, s.recompute_layers, s.slots,
+                                               float_operands);
   const BackendSizing& backend = backend_sizing(s.device);
   if (plan.last_stage() && plan.tp_size == 1)  // the vocabulary-parallel head's scratch is in the arenas
     m.activations += backend.lmhead_scratch_bytes(s.B * s.T, c.dim, c.vocab_size, s.precision, float_operands);

@@ -39,19 +39,19 @@ struct TrainingShape {
   Precision precision = Precision::fp32;
   int B = 1, T = 1;
   Recompute recompute = Recompute::none;
-  int recompute_layers = -1;  // -1: all layers (see LlamaModel::set_recompute)
-  int slots = 1;              // micro-batches in flight on a pipeline stage
-  int optimizer_shards = 1;   // ZeRO-1: the data-parallel ranks sharing the AdamW moments
+  int recompute_layers = -1;    // -1: all layers (see LlamaModel::set_recompute)
+  int slots = 1;                // micro-batches in flight on a pipeline stage
+  int optimizer_shards = 1;     // ZeRO-1: the data-parallel ranks sharing the AdamW moments
   Device device = Device::cpu;  // whose memory holds it all, and whose kernels' policy sizes it
 };
 
 struct MemoryPlan {
-  int64_t state = 0;        // weights, gradients, optimizer state (+ the bf16 copy): their sum
-  int64_t weights = 0;      // fp32 weights and the bf16 copy (matmul operands, or bf16-sr's weights)
-  int64_t gradients = 0;    // fp32 gradients
-  int64_t optimizer = 0;    // AdamW's two moments (this rank's ZeRO-1 shard)
-  int64_t activations = 0;  // saved activations, backward scratch, lm head scratch
-  int64_t runtime = 0;      // the device runtime's own memory (a GPU's; 0 on the host)
+  int64_t state = 0;            // weights, gradients, optimizer state (+ the bf16 copy): their sum
+  int64_t weights = 0;          // fp32 weights and the bf16 copy (matmul operands, or bf16-sr's weights)
+  int64_t gradients = 0;        // fp32 gradients
+  int64_t optimizer = 0;        // AdamW's two moments (this rank's ZeRO-1 shard)
+  int64_t activations = 0;      // saved activations, backward scratch, lm head scratch
+  int64_t runtime = 0;          // the device runtime's own memory (a GPU's; 0 on the host)
   bool float_operands = false;  // the bf16 modes' operand form the figures assume
   int64_t total() const { return state + activations + runtime; }
 

@@ -42,8 +42,8 @@ void LlamaModel::gather_norm_output(void* out, size_t bytes) {
   // gather_from_sp: this rank's tokens, then all of them. A gather moves bits only, so any operand
   // form travels as floats (bf16 as pairs packed in floats: C is even).
   const int64_t Nl = stage_tokens(B_, T_), C = dims_.C;
-  parallel::gather_from_sp_forward(static_cast<float*>(out), reinterpret_cast<const float*>(sp_ln_.data()),
-                                   size_t(Nl), size_t(C) * bytes / sizeof(float), *tp_);
+  parallel::gather_from_sp_forward(static_cast<float*>(out), reinterpret_cast<const float*>(sp_ln_.data()), size_t(Nl),
+                                   size_t(C) * bytes / sizeof(float), *tp_);
 }
 
 void LlamaModel::add_to_residual(float* out, const float* x, float* partial) {
@@ -109,8 +109,7 @@ void LlamaModel::forward_body(const int32_t* tokens, const float* input, int B, 
     } else {
       // Vocabulary-parallel embedding: this rank's rows, zeros for the others' tokens, summed over TP.
       float* part = tmp_.data();
-      k_.vocab_parallel_embedding_forward(part, tokens, params_.wte, dims_.vocab_begin, dims_.V_valid, int(N),
-                                          int(C));
+      k_.vocab_parallel_embedding_forward(part, tokens, params_.wte, dims_.vocab_begin, dims_.V_valid, int(N), int(C));
       if (plan_.sequence_parallel)
         parallel::reduce_scatter_to_sp_forward(acts_.x0, part, size_t(Nl), size_t(C), *tp_);
       else
@@ -146,19 +145,19 @@ void LlamaModel::forward_layer(int l, bool for_backward) {
   // On one rank the forward's residual adds carry the next norm with them (fused where the backend can).
   const bool fused = plan_.tp_size == 1 && !for_backward;
   if (!fused || l == 0) norm_for_matmul(m.ln1[l], a.ln1_rstd[l], x, w.attn_norm + int64_t(l) * C);  // input_ln
-  k_.matmul_forward(a.qkv[l], m.ln1[l], wqkv, N, C, QKV);                             // q, k, v
-  if (w.bqkv) k_.bias_forward(a.qkv[l], w.bqkv + int64_t(l) * QKV, N, QKV);           // + q, k, v biases
-  k_.rope_forward(a.qkv[l], positions(), N, H + Hkv, QKV, D, config_.rope_freqs());  // rotate q, k
+  k_.matmul_forward(a.qkv[l], m.ln1[l], wqkv, N, C, QKV);                                           // q, k, v
+  if (w.bqkv) k_.bias_forward(a.qkv[l], w.bqkv + int64_t(l) * QKV, N, QKV);                         // + q, k, v biases
+  k_.rope_forward(a.qkv[l], positions(), N, H + Hkv, QKV, D, config_.rope_freqs());                 // rotate q, k
   k_.attention_forward(a.att[l], a.lse[l], a.qkv[l], B, T, H, Hkv, D, config_.sliding_window,
-                       doc_start());                                                 // causal GQA
-  k_.matmul_forward(tmp_.data(), a.att[l], wo, N, HD, C);                             // o_proj
+                       doc_start());                       // causal GQA
+  k_.matmul_forward(tmp_.data(), a.att[l], wo, N, HD, C);  // o_proj
   add_to_residual_and_norm(a.resid[l], m.ln2[l], a.ln2_rstd[l], x, tmp_.data(),
-                           w.ffn_norm + int64_t(l) * C);  // h = x + attn; post_attn_ln
-  k_.matmul_forward(a.h13[l], m.ln2[l], w13, N, C, 2 * F);                            // gate | up
-  k_.swiglu_forward(m.hmid[l], a.h13[l], N, F);                                       // silu(g) * u
-  if (for_backward) return;  // the backward needs nothing past this point (out is saved)
-  k_.matmul_forward(tmp_.data(), m.hmid[l], w2, N, F, C);                             // down_proj
-  if (fused && l + 1 < d.L)  // h + mlp; the next layer's input_ln
+                           w.ffn_norm + int64_t(l) * C);    // h = x + attn; post_attn_ln
+  k_.matmul_forward(a.h13[l], m.ln2[l], w13, N, C, 2 * F);  // gate | up
+  k_.swiglu_forward(m.hmid[l], a.h13[l], N, F);             // silu(g) * u
+  if (for_backward) return;                                 // the backward needs nothing past this point (out is saved)
+  k_.matmul_forward(tmp_.data(), m.hmid[l], w2, N, F, C);   // down_proj
+  if (fused && l + 1 < d.L)                                 // h + mlp; the next layer's input_ln
     add_to_residual_and_norm(a.out[l], m.ln1[l + 1], a.ln1_rstd[l + 1], a.resid[l], tmp_.data(),
                              w.attn_norm + int64_t(l + 1) * C);
   else
@@ -213,8 +212,8 @@ StepStats LlamaModel::forward(const int32_t* tokens, const int32_t* targets, int
   return stage_loss(0, targets);
 }
 
-StepStats LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
-                                       float grad_scale, const Documents& docs) {
+StepStats LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale,
+                                       const Documents& docs) {
   CHECK(plan_.pp_size == 1, "forward_backward() on a pipeline stage: use stage_forward / stage_backward");
   stage_forward(0, tokens, nullptr, B, T, docs);
   return stage_backward(0, tokens, targets, nullptr, grad_scale);
@@ -228,7 +227,6 @@ void LlamaModel::stage_forward(int slot, const int32_t* tokens, const float* inp
   set_documents(slot, docs);
   forward_body(tokens, input, B, T);
 }
-
 
 const float* LlamaModel::stage_input_grad() const { return dres_.data(); }
 
@@ -325,8 +323,7 @@ void LlamaModel::backward(const int32_t* tokens, const int32_t* targets, float d
   }
   // The embedding and every layer tensor frozen (model.freeze): nothing before the head trains, and
   // a first stage has no earlier stage to pass the gradient to.
-  if (plan_.first_stage() && !g.wte && !g.attn_norm && !g.wqkv && !g.bqkv && !g.wo && !g.ffn_norm && !g.w13 &&
-      !g.w2)
+  if (plan_.first_stage() && !g.wte && !g.attn_norm && !g.wqkv && !g.bqkv && !g.wo && !g.ffn_norm && !g.w13 && !g.w2)
     return;
   backward_layers();
   if (!plan_.first_stage()) return;  // dres_ holds the gradient of the stage's input
@@ -376,23 +373,23 @@ void LlamaModel::backward_layers() {
     float* dattn_norm = layer_grad(g.attn_norm, C, "attn_norm");
 
     // dres holds d(out); out = resid + down(hmid), so d(resid) = dres + (MLP branch gradient).
-    k_.matmul_backward(dhmid_.data(), dw2, all_tokens(dres), m.hmid[l], w2, N, F, C);          // down_proj
-    k_.swiglu_backward(dh13, dhmid_.data(), a.h13[l], N, F);                                   // silu(g) * u
-    k_.matmul_backward(dln, dw13, dh13, m.ln2[l], w13, N, C, 2 * F);                           // gate | up
-    k_.rmsnorm_backward(dres, dffn_norm, own_tokens(dln), a.resid[l], w.ffn_norm + int64_t(l) * C,
-                        a.ln2_rstd[l], Nl, C);                                                 // post_attn_ln
+    k_.matmul_backward(dhmid_.data(), dw2, all_tokens(dres), m.hmid[l], w2, N, F, C);  // down_proj
+    k_.swiglu_backward(dh13, dhmid_.data(), a.h13[l], N, F);                           // silu(g) * u
+    k_.matmul_backward(dln, dw13, dh13, m.ln2[l], w13, N, C, 2 * F);                   // gate | up
+    k_.rmsnorm_backward(dres, dffn_norm, own_tokens(dln), a.resid[l], w.ffn_norm + int64_t(l) * C, a.ln2_rstd[l], Nl,
+                        C);  // post_attn_ln
     // dres now holds d(resid); resid = x + o_proj(att).
-    k_.matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, N, HD, C);           // o_proj
+    k_.matmul_backward(datt_.data(), dwo, all_tokens(dres), a.att[l], wo, N, HD, C);  // o_proj
     k_.attention_backward(dqkv_.data(), datt_.data(), a.qkv[l], a.att[l], a.lse[l], B, T, H, Hkv, D,
                           config_.sliding_window, doc_start());
     // Without a bias gradient, dqkv's only use is the next matmul: RoPE's pass may leave it in the
     // operand form's values. The bias (added before RoPE) takes the gradient of the pre-RoPE qkv.
     k_.rope_backward(dqkv_.data(), positions(), N, H + Hkv, QKV, D, config_.rope_freqs(), !dbqkv);  // rotate q, k
-    if (dbqkv) k_.bias_backward(dbqkv, dqkv_.data(), N, QKV);                                      // q, k, v biases
+    if (dbqkv) k_.bias_backward(dbqkv, dqkv_.data(), N, QKV);                                       // q, k, v biases
     const MatIn dqkv = dbqkv ? MatIn(dqkv_.data()) : MatIn::prepared(dqkv_.data());
-    k_.matmul_backward(dln, dwqkv, dqkv, m.ln1[l], wqkv, N, C, QKV);                               // q, k, v
+    k_.matmul_backward(dln, dwqkv, dqkv, m.ln1[l], wqkv, N, C, QKV);  // q, k, v
     k_.rmsnorm_backward(dres, dattn_norm, own_tokens(dln), x, w.attn_norm + int64_t(l) * C, a.ln1_rstd[l], Nl,
-                        C);                                                                    // input_ln
+                        C);  // input_ln
     // dres now holds d(x), the gradient of this layer's input.
     report_ready(l);
   }

@@ -52,7 +52,8 @@ int64_t TensorShard::local_offset(int64_t full) const {
   if (l < layer_begin || l >= layer_begin + layers || c < col_begin || c >= col_begin + cols) return -1;
   int64_t local_row = 0;
   for (const auto& [b, count] : rows) {
-    if (r >= b && r < b + count) return ((l - layer_begin) * local_rows() + local_row + (r - b)) * cols + (c - col_begin);
+    if (r >= b && r < b + count)
+      return ((l - layer_begin) * local_rows() + local_row + (r - b)) * cols + (c - col_begin);
     local_row += count;
   }
   return -1;
@@ -167,8 +168,7 @@ std::vector<int> pipeline_split(int L, int pp, int first, int last, const FieldN
   fail("{}: got {} stages for {} {} (first stage {}, last stage {}), expected the other stages to split the "
        "remaining {} layers evenly, at least one each\nhint: change the pipeline size or set {} / {}",
        names.head("pp_size"), pp, names("n_layers"), L, first ? std::to_string(first) : "even",
-       last ? std::to_string(last) : "even", L - first - last, names("first_stage_layers"),
-       names("last_stage_layers"));
+       last ? std::to_string(last) : "even", L - first - last, names("first_stage_layers"), names("last_stage_layers"));
 }
 
 ShardPlan ShardPlan::make(const LlamaConfig& full, int tp_size, int tp_rank, int pp_size, int pp_rank,

@@ -40,8 +40,8 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec)
-    fail("metrics: cannot create directory {} for {}: {}\nhint: choose a writable log directory", parent.string(),
-         path, ec.message());
+    fail("metrics: cannot create directory {} for {}: {}\nhint: choose a writable log directory", parent.string(), path,
+         ec.message());
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0)
     fail("metrics: cannot open {} for appending: {}\nhint: choose a writable log directory", path,
@@ -50,8 +50,10 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     const int64_t keep = end_of_last_line(fd_, st.st_size);
     if (keep < st.st_size && ::ftruncate(fd_, keep) == 0)
-      fmt::print(stderr, "warning: metrics: {} ended in an unfinished line ({} bytes, from a run stopped "
-                 "mid-write); cut it off\n", path, st.st_size - keep);
+      fmt::print(stderr,
+                 "warning: metrics: {} ended in an unfinished line ({} bytes, from a run stopped "
+                 "mid-write); cut it off\n",
+                 path, st.st_size - keep);
   }
 }
 
@@ -86,8 +88,8 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
   for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
     nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!record.is_object())
-      fail("metrics: {}:{}: not a JSON object, got \"{}\"\nhint: each line of a metrics file is one JSON object",
-           path, line_no, line.substr(0, 80));
+      fail("metrics: {}:{}: not a JSON object, got \"{}\"\nhint: each line of a metrics file is one JSON object", path,
+           line_no, line.substr(0, 80));
     records.push_back(std::move(record));
   }
   return records;

@@ -28,10 +28,10 @@ enum class ProgressUnit { kCount, kBytes };
 enum class ProgressStyle { kAuto, kTerminal, kPlain, kOff };  // kAuto: kTerminal iff stderr is a tty
 
 struct ProgressOptions {
-  std::string label;                           // "loading checkpoint"
-  int64_t total = 0;                           // 0 when unknown: no percentage, no ETA
+  std::string label;  // "loading checkpoint"
+  int64_t total = 0;  // 0 when unknown: no percentage, no ETA
   ProgressUnit unit = ProgressUnit::kCount;
-  std::string noun;                            // for counts: "tensors" gives "120/291 tensors, 35.2 tensors/s"
+  std::string noun;  // for counts: "tensors" gives "120/291 tensors, 35.2 tensors/s"
   ProgressStyle style = ProgressStyle::kAuto;
   double plain_interval_s = 10.0;              // the least time between two plain lines
   double redraw_interval_s = 0.1;              // the least time between two terminal redraws

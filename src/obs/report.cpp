@@ -203,16 +203,15 @@ std::string events_table(const RunData& run) {
   if (run.events.empty())
     return "<p class=\"none\">No events recorded (no <code>@event</code> lines in train_log.txt, no rollback, no "
            "checkpoint folder).</p>\n";
-  std::string out = fmt::format(
-      "<details{}><summary>events ({})</summary><table class=\"events\"><thead><tr><th>time (UTC)"
-      "</th><th>step</th><th>event</th><th>details</th><th>from</th></tr></thead><tbody>\n",
-      run.events.size() <= 40 ? " open" : "", run.events.size());
+  std::string out =
+      fmt::format("<details{}><summary>events ({})</summary><table class=\"events\"><thead><tr><th>time (UTC)"
+                  "</th><th>step</th><th>event</th><th>details</th><th>from</th></tr></thead><tbody>\n",
+                  run.events.size() <= 40 ? " open" : "", run.events.size());
   for (const auto& e : run.events)
-    out += fmt::format(
-        "<tr class=\"event-{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"details\">{}</td>"
-        "<td class=\"path\">{}</td></tr>\n",
-        html_escape(e.kind), html_escape(e.time), e.step ? std::to_string(*e.step) : "", html_escape(e.kind),
-        html_escape(event_details(e)), html_escape(e.source));
+    out += fmt::format("<tr class=\"event-{}\"><td>{}</td><td>{}</td><td>{}</td><td class=\"details\">{}</td>"
+                       "<td class=\"path\">{}</td></tr>\n",
+                       html_escape(e.kind), html_escape(e.time), e.step ? std::to_string(*e.step) : "",
+                       html_escape(e.kind), html_escape(event_details(e)), html_escape(e.source));
   return out + "</tbody></table></details>\n";
 }
 

@@ -29,9 +29,8 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-const char* const kRunHint =
-    "hint: pass the folder a training run writes: exp_manager.explicit_log_dir, or "
-    "exp_manager.exp_dir/name/version (nemo_experiments/NAME/VERSION by default)";
+const char* const kRunHint = "hint: pass the folder a training run writes: exp_manager.explicit_log_dir, or "
+                             "exp_manager.exp_dir/name/version (nemo_experiments/NAME/VERSION by default)";
 
 std::vector<std::string> read_lines(const std::string& path, bool* ends_in_newline) {
   std::ifstream in(path, std::ios::binary);
@@ -106,10 +105,9 @@ void read_metrics_file(RunData& run, const std::string& path) {
             fmt::format("{}:{}: an unfinished last line was left out (the run may be writing it)", path, line_no));
         continue;
       }
-      fail(
-          "report: {}:{}: not a JSON object, got \"{}\"\nhint: each line of metrics.jsonl is one JSON object "
-          "as the trainer writes it; remove or repair that line",
-          path, line_no, line.substr(0, 80));
+      fail("report: {}:{}: not a JSON object, got \"{}\"\nhint: each line of metrics.jsonl is one JSON object "
+           "as the trainer writes it; remove or repair that line",
+           path, line_no, line.substr(0, 80));
     }
     run.records++;
     const std::optional<int64_t> step = integer_field(r, {"step"});
@@ -168,10 +166,9 @@ void read_train_log(RunData& run, const std::string& path) {
   if (!run.has_steps() && !steps.empty()) {
     SeriesBuilder series(run);
     for (const auto& [e, step, source] : steps) series.add(e, step, source);
-    run.notes.push_back(
-        fmt::format("the curves come from the step events of {} (metrics.jsonl has no training "
-                    "record)",
-                    path));
+    run.notes.push_back(fmt::format("the curves come from the step events of {} (metrics.jsonl has no training "
+                                    "record)",
+                                    path));
   }
 }
 
@@ -321,10 +318,9 @@ RunData read_run(const std::string& dir, const std::string& label) {
   if (has_metrics) read_metrics_file(run, metrics);
   if (has_log) read_train_log(run, log);
   if (run.records == 0 && !has_log)
-    fail(
-        "report: {} is empty and {} has no train_log.txt: no run has logged anything there\n{}; a run logs its "
-        "first step at step 1",
-        metrics, dir, kRunHint);
+    fail("report: {} is empty and {} has no train_log.txt: no run has logged anything there\n{}; a run logs its "
+         "first step at step 1",
+         metrics, dir, kRunHint);
   if (fs::is_regular_file(config, ec)) {
     run.config_text = read_small_file(config, size_t(64) << 20, "train_config.yaml");
     run.seq_length = config_seq_length(run.config_text);
@@ -339,10 +335,9 @@ RunData read_run(const std::string& dir, const std::string& label) {
                      fmt::format("no step logged yet: {}",
                                  has_metrics ? metrics + " has no training record" : metrics + " does not exist yet"));
   if (run.repeated_steps > 0)
-    run.notes.push_back(
-        fmt::format("{} training record{} repeated an earlier step (a resume or a rollback); each "
-                    "step shows its last value",
-                    run.repeated_steps, run.repeated_steps == 1 ? "" : "s"));
+    run.notes.push_back(fmt::format("{} training record{} repeated an earlier step (a resume or a rollback); each "
+                                    "step shows its last value",
+                                    run.repeated_steps, run.repeated_steps == 1 ? "" : "s"));
   return run;
 }
 

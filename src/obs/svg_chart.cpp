@@ -173,10 +173,10 @@ std::vector<PlacedEntry> place_legend(const std::vector<LegendEntry>& legend) {
 void draw_legend(std::string& out, const std::vector<PlacedEntry>& placed) {
   out += "<g class=\"legend\">";
   for (const auto& e : placed)
-    out += fmt::format(
-        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
-        "stroke-width=\"3\"/><text x=\"{4:.1f}\" y=\"{5:.1f}\" class=\"legend-label\">{6}</text>",
-        e.x, e.y - 4, e.x + 22, e.entry->colour, e.x + 27, e.y, html_escape(truncate_label(e.entry->label, 30)));
+    out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
+                       "stroke-width=\"3\"/><text x=\"{4:.1f}\" y=\"{5:.1f}\" class=\"legend-label\">{6}</text>",
+                       e.x, e.y - 4, e.x + 22, e.entry->colour, e.x + 27, e.y,
+                       html_escape(truncate_label(e.entry->label, 30)));
   out += "</g>";
 }
 
@@ -226,19 +226,18 @@ void draw_curve(std::string& out, const ChartCurve& c, const Plot& plot, Unit un
     drawn++;
   }
   d.pop_back();
-  out += fmt::format(
-      "<path class=\"curve\" data-run=\"{}\" data-metric=\"{}\" data-points=\"{}\" d=\"{}\"{} "
-      "stroke=\"{}\"{}/>",
-      html_escape(c.name), html_escape(c.metric), n, d, drawn == n ? "" : fmt::format(" data-drawn=\"{}\"", drawn),
-      c.colour, c.dashed ? " stroke-dasharray=\"6 4\"" : "");
+  out += fmt::format("<path class=\"curve\" data-run=\"{}\" data-metric=\"{}\" data-points=\"{}\" d=\"{}\"{} "
+                     "stroke=\"{}\"{}/>",
+                     html_escape(c.name), html_escape(c.metric), n, d,
+                     drawn == n ? "" : fmt::format(" data-drawn=\"{}\"", drawn), c.colour,
+                     c.dashed ? " stroke-dasharray=\"6 4\"" : "");
   if (n == 1 || c.dashed)
     for (const auto& [step, v] : *c.points)
       if (std::isfinite(v) && !(log && v <= 0))
-        out += fmt::format(
-            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\" class=\"point\"><title>{} "
-            "step {}: {} {}</title></circle>",
-            plot.px(double(step)), plot.py(v), c.colour, html_escape(c.name), step, html_escape(c.metric),
-            format_value(v, unit));
+        out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\" class=\"point\"><title>{} "
+                           "step {}: {} {}</title></circle>",
+                           plot.px(double(step)), plot.py(v), c.colour, html_escape(c.name), step,
+                           html_escape(c.metric), format_value(v, unit));
 }
 
 void draw_marker(std::string& out, const ChartMarker& m, const Plot& plot) {
@@ -252,22 +251,19 @@ void draw_marker(std::string& out, const ChartMarker& m, const Plot& plot) {
                       kind, ex, base - 2, m.colour, tip);
       break;
     case MarkerShape::kCross:
-      out += fmt::format(
-          "<path class=\"marker\" data-kind=\"{0}\" d=\"M{1:.1f},{2:.1f} l8,8 m0,-8 l-8,8\" "
-          "stroke=\"{3}\" stroke-width=\"2\">{4}</path>",
-          kind, ex - 4, base - 12, m.colour, tip);
+      out += fmt::format("<path class=\"marker\" data-kind=\"{0}\" d=\"M{1:.1f},{2:.1f} l8,8 m0,-8 l-8,8\" "
+                         "stroke=\"{3}\" stroke-width=\"2\">{4}</path>",
+                         kind, ex - 4, base - 12, m.colour, tip);
       break;
     case MarkerShape::kDashedLine:
-      out += fmt::format(
-          "<line class=\"marker\" data-kind=\"{}\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" "
-          "y2=\"{:.1f}\" stroke=\"{}\" stroke-dasharray=\"3 3\" stroke-width=\"1.5\">{}</line>",
-          kind, ex, plot.top, ex, base, m.colour, tip);
+      out += fmt::format("<line class=\"marker\" data-kind=\"{}\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" "
+                         "y2=\"{:.1f}\" stroke=\"{}\" stroke-dasharray=\"3 3\" stroke-width=\"1.5\">{}</line>",
+                         kind, ex, plot.top, ex, base, m.colour, tip);
       break;
     case MarkerShape::kRing:
-      out += fmt::format(
-          "<circle class=\"marker\" data-kind=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" "
-          "fill=\"none\" stroke=\"{}\">{}</circle>",
-          kind, ex, base - 6, m.colour, tip);
+      out += fmt::format("<circle class=\"marker\" data-kind=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" "
+                         "fill=\"none\" stroke=\"{}\">{}</circle>",
+                         kind, ex, base - 6, m.colour, tip);
       break;
   }
 }
@@ -277,16 +273,11 @@ void draw_marker(std::string& out, const ChartMarker& m, const Plot& plot) {
 std::string format_value(double v, Unit unit) {
   if (!std::isfinite(v)) return "&#8212;";
   switch (unit) {
-    case Unit::kRate:
-      return format_rate(std::fabs(v));
-    case Unit::kPercent:
-      return fmt::format("{:.1f}%", 100 * v);
-    case Unit::kBytes:
-      return format_bytes(v);
-    case Unit::kSeconds:
-      return v < 1 ? fmt::format("{:.3g}s", v) : format_duration(v);
-    case Unit::kPlain:
-      break;
+    case Unit::kRate: return format_rate(std::fabs(v));
+    case Unit::kPercent: return fmt::format("{:.1f}%", 100 * v);
+    case Unit::kBytes: return format_bytes(v);
+    case Unit::kSeconds: return v < 1 ? fmt::format("{:.3g}s", v) : format_duration(v);
+    case Unit::kPlain: break;
   }
   if (v != 0 && (std::fabs(v) < 1e-2 || std::fabs(v) >= 1e6)) return fmt::format("{:.2e}", v);
   return fmt::format("{:.4g}", v);

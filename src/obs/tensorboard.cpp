@@ -18,7 +18,6 @@
 #include "core/host.h"
 #include "obs/write_or_stop.h"
 
-
 namespace llamatrain::obs {
 
 double wall_time_now() {
@@ -28,7 +27,6 @@ double wall_time_now() {
 namespace tfevents {
 
 namespace {
-
 
 // Protobuf wire types.
 constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
@@ -74,8 +72,7 @@ void put_bytes(std::string& out, int field, std::string_view v) {
 }
 
 // Event fields (event.proto) and the nested messages we use (summary.proto, tensor.proto).
-constexpr int kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5,
-              kEventSourceMetadata = 10;
+constexpr int kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5, kEventSourceMetadata = 10;
 constexpr int kSourceMetadataWriter = 1;
 constexpr int kSummaryValue = 1;
 constexpr int kValueTag = 1, kValueSimpleValue = 2, kValueTensor = 8, kValueMetadata = 9;
@@ -178,8 +175,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& logdir) {
   std::error_code ec;
   std::filesystem::create_directories(logdir, ec);
   if (ec || !std::filesystem::is_directory(logdir))
-    fail("tensorboard: cannot create log directory {}: {}\nhint: choose a writable log directory",
-         logdir, ec ? ec.message() : "a file of that name exists");
+    fail("tensorboard: cannot create log directory {}: {}\nhint: choose a writable log directory", logdir,
+         ec ? ec.message() : "a file of that name exists");
 
   // Name: TensorBoard's Python writer's; the timestamp is moved past the latest file already here
   // (a resumed run, or a clock behind the previous machine's) because TensorBoard reads a run's
@@ -199,8 +196,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& logdir) {
     path_ = (std::filesystem::path(logdir) / name).string();
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && (errno != EEXIST || attempt == 100))
-      fail("tensorboard: cannot create event file {}: {}\nhint: check that the log directory is writable",
-           path_, std::strerror(errno));
+      fail("tensorboard: cannot create event file {}: {}\nhint: check that the log directory is writable", path_,
+           std::strerror(errno));
   }
   std::lock_guard lock(mu_);
   append_locked(tfevents::file_version_event(wall_time_now(), "llamatrain"));

@@ -121,7 +121,8 @@ std::string Communicator::start_collective(const char* op, const std::string& de
 
 void Communicator::all_reduce(void* data, size_t count, DType dtype) {
   CHECK(data || count == 0, "all_reduce of {} elements from a null buffer", count);
-  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_, start_collective("all_reduce", fmt::format("{} x {}", count, dtype_name(dtype))));
+  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_,
+                     start_collective("all_reduce", fmt::format("{} x {}", count, dtype_name(dtype))));
   do_all_reduce(data, count, dtype);
 }
 
@@ -136,7 +137,8 @@ void Communicator::all_gather(void* out, const void* in, size_t count, DType dty
   CHECK((out && in) || count == 0, "all_gather of {} elements with a null buffer", count);
   const bool in_place = in == static_cast<const char*>(out) + size_t(rank_) * block;
   CHECK(in_place || !overlaps(out, block * size_t(size()), in, block),
-        "all_gather: the input overlaps the output without being this rank's block (rank {}, {} elements)", rank_, count);
+        "all_gather: the input overlaps the output without being this rank's block (rank {}, {} elements)", rank_,
+        count);
   WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_,
                      start_collective("all_gather", fmt::format("{} x {} per rank", count, dtype_name(dtype))));
   do_all_gather(out, in, count, dtype);
@@ -157,7 +159,8 @@ void Communicator::reduce_scatter(void* out, const void* in, size_t count, DType
 void Communicator::broadcast(void* data, size_t bytes, int root) {
   CHECK(data || bytes == 0, "broadcast of {} bytes from a null buffer", bytes);
   CHECK(root >= 0 && root < size(), "broadcast from root {} in a communicator of {}", root, size());
-  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_, start_collective("broadcast", fmt::format("{} bytes from rank {}", bytes, root)));
+  WatchdogScope wait(watchdog_, watchdog_slot_, long_wait_s_,
+                     start_collective("broadcast", fmt::format("{} bytes from rank {}", bytes, root)));
   do_broadcast(data, bytes, root);
 }
 
@@ -196,7 +199,8 @@ Request Communicator::irecv(void* data, size_t bytes, int source, int tag) {
   CHECK(source >= 0 && source < size() && source != rank_, "irecv on rank {} from rank {} in a communicator of {}",
         rank_, source, size());
   CHECK(tag >= 0 && tag <= 32767, "irecv tag {}, expected 0..32767", tag);
-  current_op_ = fmt::format("irecv #{} on {}, {} bytes from rank {} tag {}", ++recvs_, description_, bytes, source, tag);
+  current_op_ =
+      fmt::format("irecv #{} on {}, {} bytes from rank {} tag {}", ++recvs_, description_, bytes, source, tag);
   return do_irecv(data, bytes, source, tag, current_op_);
 }
 

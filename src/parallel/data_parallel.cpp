@@ -96,8 +96,8 @@ void GradReducer::start(size_t bucket) {
 void GradReducer::ready(size_t begin, size_t end) {
   CHECK(begin <= end && end <= n_, "ready range [{}, {}) of a gradient arena of {}", begin, end, n_);
   // Pieces overlapping [begin, end): from the last piece starting at or before begin.
-  auto it = std::upper_bound(pieces_.begin(), pieces_.end(), begin,
-                             [](size_t v, const Piece& p) { return v < p.begin; });
+  auto it =
+      std::upper_bound(pieces_.begin(), pieces_.end(), begin, [](size_t v, const Piece& p) { return v < p.begin; });
   if (it != pieces_.begin()) --it;
   for (; it != pieces_.end() && it->begin < end; ++it) {
     const size_t a = std::max(begin, it->begin), e = std::min(end, it->end);

@@ -31,7 +31,8 @@ class GradReducer {
   // Elements in no range of `order` (all of them when it is empty) are reduced by finish(), in arena
   // order. Every DP rank must make the same reducer and report the same ready() ranges in the same
   // order, so that buckets start in the same order everywhere.
-  GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements, const std::vector<GradRange>& order = {});
+  GradReducer(Communicator& dp, float* grads, size_t n, size_t bucket_elements,
+              const std::vector<GradRange>& order = {});
 
   // Gradients [begin, end) are final for this step. Starts the all-reduce of every bucket this
   // completes, and lets the ones in flight progress. A range may not be reported twice in one step.
@@ -50,10 +51,10 @@ class GradReducer {
     std::vector<GradRange> pieces;  // of the arena, in `order`
     size_t size = 0, ready = 0;
     bool started = false;
-    std::vector<float> staging;     // (size) when the bucket has several pieces
+    std::vector<float> staging;  // (size) when the bucket has several pieces
   };
   struct Piece {
-    size_t begin, end, bucket;      // a bucket's piece, for lookups by arena offset
+    size_t begin, end, bucket;  // a bucket's piece, for lookups by arena offset
   };
   void start(size_t bucket);
   float* stage(Bucket& b);  // the bucket's contiguous data: in the arena, or copied to its staging buffer
@@ -66,9 +67,9 @@ class GradReducer {
   float* grads_;  // (n)
   size_t n_;
   std::vector<Bucket> buckets_;
-  std::vector<Piece> pieces_;         // sorted by begin
-  std::vector<size_t> start_order_;   // buckets in the order their all-reduce started
-  std::vector<Request> requests_;     // indexed like start_order_
+  std::vector<Piece> pieces_;        // sorted by begin
+  std::vector<size_t> start_order_;  // buckets in the order their all-reduce started
+  std::vector<Request> requests_;    // indexed like start_order_
 };
 
 // grads (n) on every DP rank becomes the mean over the ranks, in buckets of bucket_elements.

@@ -73,9 +73,14 @@ void sum_published_into(void* out, const Group& g, size_t offset, size_t count, 
 
 class LocalRecv : public Request::Impl {
  public:
-  LocalRecv(std::shared_ptr<Group> group, std::tuple<int, int, int> route, void* data, size_t bytes,
-            Watchdog* watchdog, int slot, std::string what)
-      : group_(std::move(group)), route_(route), data_(data), bytes_(bytes), watchdog_(watchdog), slot_(slot),
+  LocalRecv(std::shared_ptr<Group> group, std::tuple<int, int, int> route, void* data, size_t bytes, Watchdog* watchdog,
+            int slot, std::string what)
+      : group_(std::move(group)),
+        route_(route),
+        data_(data),
+        bytes_(bytes),
+        watchdog_(watchdog),
+        slot_(slot),
         what_(std::move(what)) {}
 
   void wait() override {

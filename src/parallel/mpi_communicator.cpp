@@ -115,9 +115,9 @@ class MpiRequest : public Request::Impl {
       received += size_t(n);
     }
     if (received != *expect_bytes_)
-      abort_job(fmt::format("[rank {}] {}: received {} bytes, expected {}", rt_->world_rank, what_, received,
-                            *expect_bytes_),
-                true);
+      abort_job(
+          fmt::format("[rank {}] {}: received {} bytes, expected {}", rt_->world_rank, what_, received, *expect_bytes_),
+          true);
   }
 
  private:
@@ -164,8 +164,8 @@ class MpiCommunicator : public Communicator {
     std::vector<MPI_Request> requests;
     for (size_t off = 0; off < count; off += chunk) {
       requests.emplace_back();
-      rt_->check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + off * esize,
-                                int(std::min(chunk, count - off)), mpi_type(dtype), MPI_SUM, comm_, &requests.back()),
+      rt_->check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + off * esize, int(std::min(chunk, count - off)),
+                                mpi_type(dtype), MPI_SUM, comm_, &requests.back()),
                  "MPI_Iallreduce", current_operation());
     }
     if (requests.empty()) return Request();
@@ -212,7 +212,8 @@ class MpiCommunicator : public Communicator {
     std::vector<char> packed(P * std::min(chunk, count) * esize);
     for (size_t off = 0; off < count; off += chunk) {
       const size_t n = std::min(chunk, count - off);
-      for (size_t j = 0; j < P; ++j) std::memcpy(packed.data() + j * n * esize, src + (j * count + off) * esize, n * esize);
+      for (size_t j = 0; j < P; ++j)
+        std::memcpy(packed.data() + j * n * esize, src + (j * count + off) * esize, n * esize);
       rt_->check(MPI_Reduce_scatter_block(packed.data(), dst + off * esize, int(n), mpi_type(dtype), MPI_SUM, comm_),
                  "MPI_Reduce_scatter_block", current_operation());
     }
@@ -232,8 +233,8 @@ class MpiCommunicator : public Communicator {
     std::vector<MPI_Request> requests;
     for (size_t off = 0; off < bytes || requests.empty(); off += chunk) {
       requests.emplace_back();
-      rt_->check(MPI_Isend(static_cast<const char*>(data) + off, int(std::min(chunk, bytes - off)), MPI_BYTE, dest,
-                           tag, comm_, &requests.back()),
+      rt_->check(MPI_Isend(static_cast<const char*>(data) + off, int(std::min(chunk, bytes - off)), MPI_BYTE, dest, tag,
+                           comm_, &requests.back()),
                  "MPI_Isend", what);
     }
     return Request(std::make_unique<MpiRequest>(rt_, std::move(requests), std::move(what), std::nullopt));
@@ -307,9 +308,8 @@ std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
   rt->thread_multiple = provided >= MPI_THREAD_MULTIPLE;
   rt->max_message_bytes = options.max_message_bytes;
   const bool may_call_mpi = rt->thread_multiple;
-  rt->watchdog = std::make_unique<Watchdog>(timeout_s, [may_call_mpi](const std::string& message) {
-    abort_job(message, may_call_mpi);
-  });
+  rt->watchdog = std::make_unique<Watchdog>(
+      timeout_s, [may_call_mpi](const std::string& message) { abort_job(message, may_call_mpi); });
   rt->slot = rt->watchdog->add_slot(rank);
   check_rank() = rank;
   // A CHECK failure on any rank ends the whole job, not just this process (srun without

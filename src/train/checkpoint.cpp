@@ -67,7 +67,8 @@ std::vector<uint32_t> block_crcs(const fs::path& p, int64_t* size_out, const io:
       const int64_t begin = b * kCrcBlock, len = std::min(kCrcBlock, size - begin);
       uint32_t crc = 0;
       for (int64_t at = 0; at < len;) {
-        const ssize_t got = ::pread(fd, piece.data(), size_t(std::min<int64_t>(int64_t(kCrcPiece), len - at)), begin + at);
+        const ssize_t got =
+            ::pread(fd, piece.data(), size_t(std::min<int64_t>(int64_t(kCrcPiece), len - at)), begin + at);
         if (got <= 0) {
           const std::string why = got < 0 ? std::strerror(errno) : "the file ended early (truncated while read?)";
 #pragma omp critical(checkpoint_crc_error)
@@ -115,7 +116,8 @@ bool is_optimizer_file(const std::string& name) {
 
 // What an interrupted save leaves: AtomicDir temporaries "step_N.tmp-XXXXXX" (and "step_N.old-XXXXXX").
 bool is_leftover(const std::string& name) {
-  return name.rfind("step_", 0) == 0 && (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos);
+  return name.rfind("step_", 0) == 0 &&
+         (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos);
 }
 
 json read_json(const fs::path& p) {
@@ -123,8 +125,7 @@ json read_json(const fs::path& p) {
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
-    fail("{} is not valid JSON: {}\nhint: the checkpoint is damaged; an older one will be used", p.string(),
-         e.what());
+    fail("{} is not valid JSON: {}\nhint: the checkpoint is damaged; an older one will be used", p.string(), e.what());
   }
 }
 
@@ -247,9 +248,8 @@ void read_moments(model::Kernels* device, const model::StateTensor& t, void* out
     if (!device) {
       std::memcpy(dst, src, size_t((e - b) * size));
     } else {
-      device->read_elements(src, (e - b) * size, [&](const std::byte* h, int64_t f, int64_t m) {
-        std::memcpy(dst + f, h, size_t(m));
-      });
+      device->read_elements(src, (e - b) * size,
+                            [&](const std::byte* h, int64_t f, int64_t m) { std::memcpy(dst + f, h, size_t(m)); });
     }
   });
 }
@@ -262,7 +262,6 @@ json frozen_parts_json(const model::LlamaConfig& c) {
 }
 
 }  // namespace
-
 
 std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
                             const std::string& tokenizer_model, const std::string& config_yaml,
@@ -312,8 +311,8 @@ CheckpointSave::CheckpointSave(const std::string& checkpoints_dir, model::LlamaM
     if (reuse && reuse->weights_ && reuse->weights_->num_params() == model.num_params()) {
       weights_ = std::move(reuse->weights_);
     } else {
-      weights_ = std::make_unique<model::LlamaModel>(c, model::Precision::fp32, 0, model::ShardPlan::single(c),
-                                                     nullptr, model::Device::cpu);
+      weights_ = std::make_unique<model::LlamaModel>(c, model::Precision::fp32, 0, model::ShardPlan::single(c), nullptr,
+                                                     model::Device::cpu);
     }
     model.copy_params_to_host(weights_->param_data());
     copy_bytes_ += weights_->num_params() * int64_t(sizeof(float));
@@ -337,8 +336,9 @@ CheckpointSave::CheckpointSave(const std::string& checkpoints_dir, model::LlamaM
       if (reuse && reuse->moments_.size() >= moments_.size())  // the same model's tensors, in order
         m.copy = std::move(reuse->moments_[moments_.size() - 1].copy);
       m.copy.resize(size_t(t.stored()) * (t.dtype == model::StateDType::f32 ? 4 : 2));
-      k.read_elements(static_cast<const std::byte*>(t.data), int64_t(m.copy.size()),
-                      [&](const std::byte* h, int64_t first, int64_t n) { std::memcpy(m.copy.data() + first, h, size_t(n)); });
+      k.read_elements(
+          static_cast<const std::byte*>(t.data), int64_t(m.copy.size()),
+          [&](const std::byte* h, int64_t first, int64_t n) { std::memcpy(m.copy.data() + first, h, size_t(n)); });
       m.state.data = m.copy.data();
       copy_bytes_ += int64_t(m.copy.size());
     }
@@ -385,8 +385,12 @@ std::string CheckpointSave::write_moments(const io::BytesDone& progress) {
     int64_t first = t.first, count = t.numel;
     if (m.in_norm && (device || !t.holes.empty())) {
       // A device's memory, or moments without their frozen parts: read in pieces as the writer asks.
-      tensors.push_back({t.name, b16 ? io::DType::BF16 : io::DType::F32, {count}, nullptr,
-                         [device, &t](void* out, size_t offset, size_t bytes) { read_moments(device, t, out, offset, bytes); }});
+      tensors.push_back(
+          {t.name,
+           b16 ? io::DType::BF16 : io::DType::F32,
+           {count},
+           nullptr,
+           [device, &t](void* out, size_t offset, size_t bytes) { read_moments(device, t, out, offset, bytes); }});
     } else if (!m.in_norm) {
       // A kv-head replica's wqkv: only the elements it owns (its q rows), in the owned order, where
       // those of [first, first + count) of the local tensor are one contiguous range.
@@ -404,8 +408,8 @@ std::string CheckpointSave::write_moments(const io::BytesDone& progress) {
           if (const int64_t o = m.owned.local_offset(full + (i - local)); o >= 0) begin = o;
       });
       std::vector<float> out(size_t(m.owned.numel()), 0.0f);
-      count = model::copy_between_shards(out.data(), m.owned, 0, m.owned.numel(), src.data(), t.shard, t.first,
-                                         t.numel);
+      count =
+          model::copy_between_shards(out.data(), m.owned, 0, m.owned.numel(), src.data(), t.shard, t.first, t.numel);
       if (count == 0) continue;
       first = begin;
       shard = m.owned;
@@ -554,8 +558,7 @@ std::string verify_checkpoint(const std::string& path, const io::BytesDone& prog
       return e.what();
     }
   }
-  if (!st["files"].contains("config.json"))
-    return fmt::format("{}: incomplete, config.json is not listed", path);
+  if (!st["files"].contains("config.json")) return fmt::format("{}: incomplete, config.json is not listed", path);
   bool moments = false;
   for (const auto& [name, rec] : st["files"].items()) moments |= is_optimizer_file(name);
   if (!moments) return fmt::format("{}: incomplete, no optimizer*.safetensors is listed", path);

@@ -58,12 +58,12 @@ struct TrainerState {
   int64_t optimizer_steps = 0;   // AdamW updates applied (its bias-correction count)
   int64_t consumed_samples = 0;  // global samples read (skipped windows included)
   uint64_t seed = 0;
-  std::string precision;         // model::precision_name
-  double lr = 0;                 // learning rate of the last step
-  double loss = 0;               // loss of the last step
-  int64_t skipped_steps = 0;     // steps skipped for a non-finite loss or gradient norm
-  int64_t rollbacks = 0;         // rollbacks to an earlier checkpoint after repeated skips
-  double train_seconds = 0;      // wall time spent training before this checkpoint
+  std::string precision;      // model::precision_name
+  double lr = 0;              // learning rate of the last step
+  double loss = 0;            // loss of the last step
+  int64_t skipped_steps = 0;  // steps skipped for a non-finite loss or gradient norm
+  int64_t rollbacks = 0;      // rollbacks to an earlier checkpoint after repeated skips
+  double train_seconds = 0;   // wall time spent training before this checkpoint
   // The model tensors that were frozen (model::LlamaConfig::frozen; they have no moments in the
   // checkpoint). Saved from the model's config, not from here.
   std::vector<std::string> frozen;
@@ -95,10 +95,9 @@ struct SaveGroups {
 // stage only) writes its optimizer file into rank 0's temporary folder. The others wait for rank 0 in
 // barriers on groups.world, the senders of the gather on groups.mp: callers hold LongWaits on both.
 // progress (optional) gets the bytes of each tensor written: checkpoint_tensor_bytes(model, rank 0).
-std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model,
-                            const TrainerState& state, const std::string& tokenizer_model,
-                            const std::string& config_yaml, const io::BytesDone& progress,
-                            const SaveGroups& groups);
+std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
+                            const std::string& tokenizer_model, const std::string& config_yaml,
+                            const io::BytesDone& progress, const SaveGroups& groups);
 // A save in three parts, so that the writing may run behind the next training steps
 // (exp_manager.checkpoint_callback_params.async_save); save_checkpoint is the three in a row.
 //  1. The constructor, collective as save_checkpoint: the temporary folder, the weights gathered under
@@ -129,8 +128,8 @@ class CheckpointSave {
 
  private:
   struct Moment {
-    model::StateTensor state;     // data: the model's memory, or `copy`
-    bool in_norm = true;          // ParamSpec::in_norm and owned: which elements this rank writes
+    model::StateTensor state;  // data: the model's memory, or `copy`
+    bool in_norm = true;       // ParamSpec::in_norm and owned: which elements this rank writes
     model::TensorShard owned;
     std::vector<std::byte> copy;  // the stored elements, copied
   };
@@ -143,21 +142,20 @@ class CheckpointSave {
   int rank_ = 0, ranks_ = 1;
   bool zero1_ = false;
   std::string final_path_, tmp_;
-  std::optional<AtomicDir> out_;                   // rank 0: the folder, renamed into place by commit()
-  std::unique_ptr<model::LlamaModel> weights_;     // the weights to write: gathered, copied, or null (the model's)
+  std::optional<AtomicDir> out_;                // rank 0: the folder, renamed into place by commit()
+  std::unique_ptr<model::LlamaModel> weights_;  // the weights to write: gathered, copied, or null (the model's)
   bool writes_weights_ = false, writes_moments_ = false, moments_on_host_ = true;
   std::vector<Moment> moments_;
   int64_t copy_bytes_ = 0;
-  nlohmann::json records_;                         // this rank's files: size and CRC32C blocks
+  nlohmann::json records_;  // this rank's files: size and CRC32C blocks
   std::exception_ptr error_;
   std::atomic<bool> done_{false};
 };
 
 // Data parallelism only (every rank a whole replica): dp is the world (null: one process).
-std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model,
-                            const TrainerState& state, const std::string& tokenizer_model,
-                            const std::string& config_yaml, const io::BytesDone& progress = {},
-                            parallel::Communicator* dp = nullptr);
+std::string save_checkpoint(const std::string& checkpoints_dir, model::LlamaModel& model, const TrainerState& state,
+                            const std::string& tokenizer_model, const std::string& config_yaml,
+                            const io::BytesDone& progress = {}, parallel::Communicator* dp = nullptr);
 // Bytes of the tensors this rank moves, the total its progress callback reaches, for progress bars:
 // load_checkpoint reads its weights and moments; a save writes its moments, plus all the model's
 // weights on world rank 0 (full_weights).

@@ -31,7 +31,8 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
   if (!fine_tuning_) {
     own_positions_ = d.reset_position_ids;
     documents_ = d.reset_attention_mask;
-    const data::SourceOpener open = [vocab_size](const std::string& prefix) -> std::shared_ptr<const data::TokenSource> {
+    const data::SourceOpener open =
+        [vocab_size](const std::string& prefix) -> std::shared_ptr<const data::TokenSource> {
       auto source = data::open_indexed_source(prefix);
       if (vocab_size <= 0) return source;
       return std::make_shared<data::VocabCheckedSource>(std::move(source), vocab_size, prefix + ".bin");
@@ -56,8 +57,8 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
   const std::array<const SftDatasetConfig*, 3> cfgs = {&d.train_ds, &d.validation_ds, &d.test_ds};
   std::optional<data::ChatTemplate> chat;
   if (d.chat) {
-    chat = data::load_chat_template(d.chat_template,
-                                      data::find_tokenizer_config(tokenizer->path(), config.model.init_from.value_or("")));
+    chat = data::load_chat_template(
+        d.chat_template, data::find_tokenizer_config(tokenizer->path(), config.model.init_from.value_or("")));
     description_ += fmt::format("  chat template: {}\n", chat->source);
   }
   for (data::Split s : kSplits) {
@@ -78,14 +79,15 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
     }
     if (examples.empty())
       fail("model.data.{}_ds: no usable examples in {}{}{}\nhint: {}",
-           s == data::Split::train ? "train" : s == data::Split::valid ? "validation" : "test",
+           s == data::Split::train   ? "train"
+           : s == data::Split::valid ? "validation"
+                                     : "test",
            fmt::join(c.file_names, ", "), rejected.empty() ? "" : "; rows rejected:\n  ", fmt::join(rejected, "\n  "),
            d.chat ? "rows of model.data.chat are {\"messages\": [{\"role\": ..., \"content\": ...}]} or Alpaca's "
                     "{\"instruction\", \"input\", \"output\"}"
                   : "check label_key and prompt_template against the JSONL fields (model.data.chat=true for "
                     "conversation rows)");
-    sft_[int(s)] = std::make_shared<data::SftDataset>(std::move(examples), sc, uint32_t(config.model.seed),
-                                                      c.shuffle);
+    sft_[int(s)] = std::make_shared<data::SftDataset>(std::move(examples), sc, uint32_t(config.model.seed), c.shuffle);
     if (sc.pack) description_ += fmt::format("  {:<10} {}\n", split_title(s), sft_[int(s)]->describe_packing());
   }
   if (!sft_[0]) fail("model.data.train_ds.file_names is empty, expected at least one JSONL file");
@@ -135,9 +137,9 @@ int64_t TrainData::fill(data::Split s, int64_t first, MicroBatch& mb) const {
   docs.resize(mb.tokens.size());
   std::vector<int64_t> real(size_t(mb.B));
   mb.source.resize(size_t(mb.B));
-  const int64_t valid = fill(s, first, mb.B, mb.tokens.data(), mb.targets.data(),
-                             mb.positions.empty() ? nullptr : mb.positions.data(), docs.data(), real.data(),
-                             mb.source.data());
+  const int64_t valid =
+      fill(s, first, mb.B, mb.tokens.data(), mb.targets.data(), mb.positions.empty() ? nullptr : mb.positions.data(),
+           docs.data(), real.data(), mb.source.data());
   // Pairs per document over the real inputs: the sequences' real prefixes, cut at document starts.
   mb.real_tokens = 0;
   mb.attention_pairs = 0;

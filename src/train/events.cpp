@@ -25,7 +25,6 @@ std::string env(const char* name) {
 }
 }  // namespace
 
-
 JobInfo job_from_environment() {
   JobInfo j;
   j.job_id = env("SLURM_JOB_ID");
@@ -61,9 +60,9 @@ std::vector<std::string> launcher_command() {
   const std::string launcher = job_from_environment().launcher;
   if (launcher == "srun") {
     std::vector<std::string> c = {"srun"};
-    for (const auto& [var, option] : {std::pair{"SLURM_STEP_NUM_NODES", "--nodes="},
-                                      std::pair{"SLURM_STEP_NUM_TASKS", "--ntasks="},
-                                      std::pair{"SLURM_CPUS_PER_TASK", "--cpus-per-task="}})
+    for (const auto& [var, option] :
+         {std::pair{"SLURM_STEP_NUM_NODES", "--nodes="}, std::pair{"SLURM_STEP_NUM_TASKS", "--ntasks="},
+          std::pair{"SLURM_CPUS_PER_TASK", "--cpus-per-task="}})
       if (const std::string v = env(var); !v.empty()) c.push_back(option + v);
     return c;
   }
@@ -87,7 +86,6 @@ int rank_from_environment() {
     if (const std::string v = env(name); !v.empty()) return std::atoi(v.c_str());
   return 0;
 }
-
 
 std::string error_code(const std::exception& e, const char* context) {
   if (const auto* err = dynamic_cast<const Error*>(&e); err && *err->code()) return err->code();

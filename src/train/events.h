@@ -28,7 +28,6 @@ using obs::utc_time_ms;
 // lines. The run folder's train_log.txt has them either way.
 bool events_on_stdout();
 
-
 // The job as the scheduler or the launcher names it: SLURM's job id and name and node list when set.
 struct JobInfo {
   std::string job_id, job_name, node_list;  // "" when not under SLURM

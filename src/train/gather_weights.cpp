@@ -62,8 +62,8 @@ std::unique_ptr<model::LlamaModel> gather_full_weights(model::LlamaModel& local,
   std::vector<Part> parts;
   std::vector<std::vector<float>> own_packed(mine.size());
   for (size_t i = 0; i < mine.size(); i++)
-    parts.push_back({0, mine[i]->full_id, mine[i]->owned.numel(), mine[i]->owned,
-                     owned_part(local, *mine[i], own_packed[i])});
+    parts.push_back(
+        {0, mine[i]->full_id, mine[i]->owned.numel(), mine[i]->owned, owned_part(local, *mine[i], own_packed[i])});
   for (int r = 1; r < mp.size(); r++) {
     uint64_t len = 0;
     mp.irecv(&len, sizeof len, r, kTag).wait();
@@ -91,11 +91,11 @@ std::unique_ptr<model::LlamaModel> gather_full_weights(model::LlamaModel& local,
         mp.irecv(buf.data(), size_t(p.numel) * sizeof(float), p.rank, kTag).wait();
         src = buf.data();
       }
-      copied += model::copy_between_shards(full->param_data() + t->offset, t->shard, 0, t->numel, src, p.shard, 0,
-                                           p.numel);
+      copied +=
+          model::copy_between_shards(full->param_data() + t->offset, t->shard, 0, t->numel, src, p.shard, 0, p.numel);
     }
-    CHECK(copied == t->shard.numel(), "gathering {}: the model-parallel ranks hold {} of its {} elements once",
-          t->name, copied, t->shard.numel());  // the full model's padding rows stay zero
+    CHECK(copied == t->shard.numel(), "gathering {}: the model-parallel ranks hold {} of its {} elements once", t->name,
+          copied, t->shard.numel());  // the full model's padding rows stay zero
   }
   full->params_changed();
   return full;

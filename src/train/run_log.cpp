@@ -42,14 +42,14 @@ void RunLog::step(const StepRecord& r) {
                                 r.comm_s < 1 ? fmt::format("{:.1f}ms", 1e3 * r.comm_s) : obs::format_duration(r.comm_s),
                                 100 * r.comm_s / r.step_s)
                   : "";
-  console_.say(fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.2f} seq/s | {} tok/s | MFU "
-                           "{:.1f}% {}| mem {} | ETA {}",
-                           r.step, r.max_steps, r.loss, r.lr, r.grad_norm, r.seq_per_s, obs::format_count(r.tokens_per_s),
-                           100 * r.mfu, comm,
-                           r.device_memory >= 0 ? fmt::format("{} GPU, {} host", obs::format_bytes(r.device_memory),
-                                                              obs::format_bytes(r.peak_rss))
-                                                : obs::format_bytes(r.peak_rss),
-                           obs::format_duration(r.eta_s)));
+  console_.say(fmt::format(
+      "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.2f} seq/s | {} tok/s | MFU "
+      "{:.1f}% {}| mem {} | ETA {}",
+      r.step, r.max_steps, r.loss, r.lr, r.grad_norm, r.seq_per_s, obs::format_count(r.tokens_per_s), 100 * r.mfu, comm,
+      r.device_memory >= 0
+          ? fmt::format("{} GPU, {} host", obs::format_bytes(r.device_memory), obs::format_bytes(r.peak_rss))
+          : obs::format_bytes(r.peak_rss),
+      obs::format_duration(r.eta_s)));
   const auto metrics = r.metrics(multi_rank_);
   nlohmann::ordered_json fields{{"step", r.step}, {"max_steps", r.max_steps}};
   for (const auto& m : metrics) {
@@ -92,18 +92,17 @@ void add_validation_fields(nlohmann::ordered_json& fields, const ValidationRecor
 }
 
 std::string validation_figures(const ValidationRecord& v) {
-  return fmt::format("loss {:.4f}, perplexity {:.2f}{}", v.loss, std::exp(v.loss),
-                     v.has_text ? fmt::format(", {:.4f} bits per byte, {:.4f} bits per character", v.bits_per_byte,
-                                              v.bits_per_char)
-                                : "");
+  return fmt::format(
+      "loss {:.4f}, perplexity {:.2f}{}", v.loss, std::exp(v.loss),
+      v.has_text ? fmt::format(", {:.4f} bits per byte, {:.4f} bits per character", v.bits_per_byte, v.bits_per_char)
+                 : "");
 }
 
 }  // namespace
 
 void RunLog::validation(const ValidationRecord& v) {
   console_.say(fmt::format("validation at step {}: {} ({} batch{}, {})", v.step, validation_figures(v), v.batches,
-                           v.batches == 1 ? "" : "es",
-                           obs::format_duration(v.seconds)));
+                           v.batches == 1 ? "" : "es", obs::format_duration(v.seconds)));
   size_t width = 0;
   for (const auto& s : v.sources) width = std::max(width, s.name.size());
   for (const auto& s : v.sources)

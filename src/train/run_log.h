@@ -21,7 +21,7 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0;
   double embedding_lr = -1;  // model.optim.embedding_lr's rate this step; < 0: not set (lr)
   int64_t consumed_samples = 0;
-  double step_s = 0;          // mean over the steps since the last record
+  double step_s = 0;  // mean over the steps since the last record
   double seq_per_s = 0, tokens_per_s = 0, mfu = 0;
   double comm_s = 0;          // per step, blocked in communication (any group)
   double peak_rss = 0;        // bytes
@@ -29,8 +29,8 @@ struct StepRecord {
   double eta_s = 0;
 
   struct Metric {
-    const char* key;          // metrics.jsonl
-    const char* tag;          // TensorBoard (nullptr: not there)
+    const char* key;  // metrics.jsonl
+    const char* tag;  // TensorBoard (nullptr: not there)
     double value;
     bool integer = false;
   };

@@ -49,10 +49,11 @@ void check_files(const TrainConfig& cfg, const std::string& log_dir) {
         for (const auto& prefix : data::parse_data_prefix(*items).prefixes)
           for (const char* ext : {".idx", ".bin"})
             if (!is_regular_file(prefix + ext))
-              fail_as("data",
-                      "model.data.data_prefix: {}{} does not exist\nhint: data_prefix entries are the output prefix of "
-                      "`llamatrain preprocess` plus _<key>_document, without .bin/.idx (e.g. data/corpus_text_document)",
-                      prefix, ext);
+              fail_as(
+                  "data",
+                  "model.data.data_prefix: {}{} does not exist\nhint: data_prefix entries are the output prefix of "
+                  "`llamatrain preprocess` plus _<key>_document, without .bin/.idx (e.g. data/corpus_text_document)",
+                  prefix, ext);
   } else {
     for (const auto* ds : {&dc.train_ds, &dc.validation_ds, &dc.test_ds})
       for (const auto& f : ds->file_names)
@@ -179,14 +180,15 @@ void plan_freeze(const TrainConfig& cfg, RunPlan& p) {
            "model.tokenizer.model of more pieces), or freeze rows by number: "
            "model.freeze: [\"model.embed_tokens.weight[:N]\", \"lm_head.weight[:N]\"] with N the base vocabulary's "
            "size",
-           cfg.model.init_from ? "model.init_from " + *cfg.model.init_from + " already has a row for every piece of the tokenizer"
-                               : "no model.init_from");
+           cfg.model.init_from
+               ? "model.init_from " + *cfg.model.init_from + " already has a row for every piece of the tokenizer"
+               : "no model.init_from");
     patterns.push_back(fmt::format("model.embed_tokens.weight[:{}]", p.growth.base_rows));
     if (!p.model.tie_embeddings) patterns.push_back(fmt::format("lm_head.weight[:{}]", p.growth.base_rows));
   }
-  const io::FreezeSet frozen = io::resolve_freeze(p.model, patterns, cfg.model.freeze_base_vocab && cfg.model.freeze.empty()
-                                                                         ? "model.freeze_base_vocab"
-                                                                         : "model.freeze");
+  const io::FreezeSet frozen = io::resolve_freeze(
+      p.model, patterns,
+      cfg.model.freeze_base_vocab && cfg.model.freeze.empty() ? "model.freeze_base_vocab" : "model.freeze");
   p.model.frozen = frozen.tensors;
   p.model.frozen_parts = frozen.parts;
   const parallel::ParallelLayout& lay = p.layout;
@@ -208,30 +210,30 @@ void plan_memory(const TrainConfig& cfg, RunPlan& p, bool here) {
   p.zero1 = cfg.model.distributed_optimizer && lay.dp_size > 1;
   p.pipeline_split = cfg.model.pipeline_layers();
   // The vocabulary is known now: the tensor-parallel rule again, with it, in the config's words.
-  model::check_tensor_parallel(p.model, lay.tp_size,
-                               FieldNames("", {{"tp_size", "model.tensor_model_parallel_size"}}));
+  model::check_tensor_parallel(p.model, lay.tp_size, FieldNames("", {{"tp_size", "model.tensor_model_parallel_size"}}));
   p.shard = model::ShardPlan::make(p.model, lay.tp_size, lay.tp_rank, lay.pp_size, lay.pp_rank,
                                    cfg.model.sequence_parallel && lay.tp_size > 1,
                                    lay.pp_size > 1 ? p.pipeline_split : std::vector<int>{});
-  p.shard.check_micro_batch(p.B, p.T, FieldNames("", {{"seq_len", "model.data.seq_length"},
-                                                       {"tp_size", "model.tensor_model_parallel_size"}}));
+  p.shard.check_micro_batch(
+      p.B, p.T,
+      FieldNames("", {{"seq_len", "model.data.seq_length"}, {"tp_size", "model.tensor_model_parallel_size"}}));
   p.slots = lay.pp_size > 1 ? parallel::pipeline_slots(lay.pp_size, lay.pp_rank, int(p.micro_batches)) : 1;
-  const model::TrainingShape shape{p.precision, p.B,     p.T, p.recompute, p.recompute_layers,
-                                   p.slots,     p.zero1 ? lay.dp_size : 1, p.device};
+  const model::TrainingShape shape{
+      p.precision, p.B, p.T, p.recompute, p.recompute_layers, p.slots, p.zero1 ? lay.dp_size : 1, p.device};
   p.memory = model::MemoryPlan::for_check(p.model, p.shard, shape, here ? model::available_bytes(p.device) : -1);
   if (!here) return;
-  model::check_device_memory_fits(p.device, p.memory.total(),
-                    fmt::format("training {} parameters in {} at micro batch {} x seq {}",
-                                obs::format_count(double(p.model.num_params())), model::precision_name(p.precision),
-                                p.B, p.T),
-                    fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB{}",
-                                p.memory.state / 1e9, p.memory.activations / 1e9,
-                                p.memory.runtime > 0 ? fmt::format(", runtime {:.1f} GB", p.memory.runtime / 1e9) : ""),
-                    p.recompute == model::Recompute::full
-                        ? "lower model.micro_batch_size (gradient accumulation keeps the global batch), or use a "
-                          "machine with more memory"
-                        : "set model.activations_checkpoint_granularity=full, lower model.micro_batch_size, or use "
-                          "a machine with more memory");
+  model::check_device_memory_fits(
+      p.device, p.memory.total(),
+      fmt::format("training {} parameters in {} at micro batch {} x seq {}",
+                  obs::format_count(double(p.model.num_params())), model::precision_name(p.precision), p.B, p.T),
+      fmt::format("weights, gradients and optimizer state {:.1f} GB, activations {:.1f} GB{}", p.memory.state / 1e9,
+                  p.memory.activations / 1e9,
+                  p.memory.runtime > 0 ? fmt::format(", runtime {:.1f} GB", p.memory.runtime / 1e9) : ""),
+      p.recompute == model::Recompute::full
+          ? "lower model.micro_batch_size (gradient accumulation keeps the global batch), or use a "
+            "machine with more memory"
+          : "set model.activations_checkpoint_granularity=full, lower model.micro_batch_size, or use "
+            "a machine with more memory");
 }
 
 }  // namespace
@@ -286,7 +288,8 @@ std::string freeze_summary(const model::LlamaConfig& mc) {
     const int64_t n = t.rows * t.cols;
     int64_t in = mc.is_frozen(t.param) ? n : 0;
     for (const auto& p : mc.frozen_parts)
-      if (p.tensor == t.param) in += std::max<int64_t>(0, std::min(p.end, t.element + n) - std::max(p.begin, t.element));
+      if (p.tensor == t.param)
+        in += std::max<int64_t>(0, std::min(p.end, t.element + n) - std::max(p.begin, t.element));
     whole += in == n;
     partly += in > 0 && in < n;
     frozen += in;

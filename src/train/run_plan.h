@@ -32,18 +32,18 @@ struct RunPlan {
   std::vector<int> pipeline_split;  // layers per stage (one entry without pipeline parallelism)
   model::Precision precision = model::Precision::fp32;
   model::Device device = model::Device::cpu;  // trainer.accelerator
-  std::string device_note;  // why trainer.accelerator=auto chose the cpu ("" otherwise)
+  std::string device_note;                    // why trainer.accelerator=auto chose the cpu ("" otherwise)
   model::Recompute recompute = model::Recompute::none;
-  int recompute_layers = -1;        // layers [0, this) recompute; -1: all
-  int B = 1, T = 1;                 // micro batch x sequence length
+  int recompute_layers = -1;  // layers [0, this) recompute; -1: all
+  int B = 1, T = 1;           // micro batch x sequence length
   int64_t global_batch = 1;
-  int64_t micro_batches = 1;        // per data-parallel rank per step (gradient accumulation)
-  int slots = 1;                    // micro-batches in flight on this pipeline stage (1F1B)
-  bool zero1 = false;               // the AdamW moments sharded over the data-parallel ranks
-  model::MemoryPlan memory;         // what this rank holds
+  int64_t micro_batches = 1;  // per data-parallel rank per step (gradient accumulation)
+  int slots = 1;              // micro-batches in flight on this pipeline stage (1F1B)
+  bool zero1 = false;         // the AdamW moments sharded over the data-parallel ranks
+  model::MemoryPlan memory;   // what this rank holds
   std::string log_dir, checkpoint_dir;
-  std::string export_dir;           // "" without convert_to_hf
-  std::string tokenizer_path;       // "" when the run has none
+  std::string export_dir;      // "" without convert_to_hf
+  std::string tokenizer_path;  // "" when the run has none
   std::shared_ptr<const data::Tokenizer> tokenizer;
   // model.init_from with a tokenizer of more pieces than its vocab_size: the rows the model adds
   // (growth.active()); model.vocab_size is then the tokenizer's count.

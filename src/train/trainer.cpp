@@ -50,10 +50,7 @@ using LongWait = parallel::Communicator::LongWait;
 
 namespace {
 
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // The job's communicators for this rank's layout; null where the group has one rank, so `if (dp)`
 // reads "with data parallelism".
@@ -82,7 +79,9 @@ double dp_mean(parallel::Communicator* dp, double v) {
 }
 
 // Rank 0's string on every rank (s itself without a world).
-std::string from_rank0(parallel::Communicator* c, std::string s) { return c ? c->broadcast_string(std::move(s), 0) : s; }
+std::string from_rank0(parallel::Communicator* c, std::string s) {
+  return c ? c->broadcast_string(std::move(s), 0) : s;
+}
 
 // One training step's outcome, before the loop decides what to do with it.
 struct StepResult {
@@ -173,14 +172,14 @@ class Trainer {
   double embedding_lr_scale_ = -1;  // model.optim.embedding_lr / model.optim.lr (< 0: not set)
   model::AdamWConfig opt_;
   double peak_gflops_ = 0, flops_per_step_ = 0;
-  bool async_save_ = false;    // checkpoints written behind the steps (decide_async_save)
-  int64_t runtime_bytes_ = 0;  // resident before the model was made: libraries, runtime (plan's "runtime")
+  bool async_save_ = false;     // checkpoints written behind the steps (decide_async_save)
+  int64_t runtime_bytes_ = 0;   // resident before the model was made: libraries, runtime (plan's "runtime")
   int ranks_on_this_host_ = 1;  // (describe_run)
   // One (tokens, targets) pair per activation slot: a pipeline stage reads them again in the backward.
   std::vector<MicroBatch> batches_;  // per activation slot
   std::optional<parallel::GradReducer> reducer_;
   std::unique_ptr<model::GpuCollectives> gpu_dp_;  // data parallelism on GPUs through NCCL (else host-staged)
-  int64_t steps_run_ = 0;  // steps computed by this process (a rollback repeats some)
+  int64_t steps_run_ = 0;                          // steps computed by this process (a rollback repeats some)
   int64_t nonfinite_run_ = 0;
   int64_t rollbacks_since_save_ = 0;  // rollbacks with no checkpoint saved since (the divergence budget)
   double t_last_ckpt_ = 0, t_log_ = 0;
@@ -190,7 +189,7 @@ class Trainer {
   // pairs left out) as this rank saw it.
   double seqs_since_log_ = 0, real_since_log_ = 0, pairs_since_log_ = 0;
   double seqs_run_ = 0, real_run_ = 0;  // the same over the whole loop
-  double comm_mark_ = 0;  // parallel::blocked_seconds() at the last record
+  double comm_mark_ = 0;                // parallel::blocked_seconds() at the last record
   obs::StepTimeAverage step_times_;
   // async_save: the save being written behind the steps (its writer thread declared last, so that it
   // ends first), why it was made, when, and how long the copy paused training.
@@ -240,14 +239,14 @@ TrainResult Trainer::run() {
   const double loop_s = now_s() - t_loop;
   if (steps_run_ > 0) {
     const double real_fraction = seqs_run_ > 0 ? real_run_ / (seqs_run_ * plan_.T) : 1.0;  // text, not padding
-    say(fmt::format("train loop: {} steps in {} = {} tokens/s end to end (data, logging, validation and "
-                    "checkpoints included{})",
-                    steps_run_, obs::format_duration(loop_s),
-                    obs::format_count(double(steps_run_) * double(plan_.global_batch) * plan_.T * real_fraction /
-                                      loop_s),
-                    real_fraction < 1.0 ? fmt::format("; text tokens only, {:.1f}% of the inputs were padding",
-                                                      100.0 * (1.0 - real_fraction))
-                                        : ""));
+    say(fmt::format(
+        "train loop: {} steps in {} = {} tokens/s end to end (data, logging, validation and "
+        "checkpoints included{})",
+        steps_run_, obs::format_duration(loop_s),
+        obs::format_count(double(steps_run_) * double(plan_.global_batch) * plan_.T * real_fraction / loop_s),
+        real_fraction < 1.0
+            ? fmt::format("; text tokens only, {:.1f}% of the inputs were padding", 100.0 * (1.0 - real_fraction))
+            : ""));
   }
   if (!plan_.export_dir.empty() && result_.stop_signal == 0) export_hf();
   // The process's peak resident memory over the whole run, saves and the export included: what a
@@ -381,26 +380,26 @@ void Trainer::describe_run(const std::optional<std::string>& resume) {
                   lay.pp_size, plan_.log_dir, device,
                   lay.world_size > 1 && plan_.device == model::Device::cuda ? " on rank 0, one GPU per rank" : ""));
   nlohmann::ordered_json start = {{"job_id", job.job_id},
-                  {"job_name", job.job_name},
-                  {"nodes", nodes},
-                  {"hosts", hosts},
-                  {"ranks", lay.world_size},
-                  {"dp", lay.dp_size},
-                  {"tp", lay.tp_size},
-                  {"pp", lay.pp_size},
-                  {"launcher", job.launcher},
-                  {"launcher_command", launcher_command()},
-                  {"program", program_as_started()},
-                  {"device", model::device_name(plan_.device)},
-                  {"device_detail", device},
-                  {"precision", model::precision_name(plan_.precision)},
-                  {"config", command_.config},
-                  {"overrides", command_.overrides},
-                  {"cwd", fs::current_path().string()},
-                  {"run_dir", plan_.log_dir},
-                  {"checkpoint_dir", plan_.checkpoint_dir},
-                  {"resumed_from", resume ? nlohmann::ordered_json(*resume) : nlohmann::ordered_json()},
-                  {"max_steps", cfg_.trainer.max_steps}};
+                                  {"job_name", job.job_name},
+                                  {"nodes", nodes},
+                                  {"hosts", hosts},
+                                  {"ranks", lay.world_size},
+                                  {"dp", lay.dp_size},
+                                  {"tp", lay.tp_size},
+                                  {"pp", lay.pp_size},
+                                  {"launcher", job.launcher},
+                                  {"launcher_command", launcher_command()},
+                                  {"program", program_as_started()},
+                                  {"device", model::device_name(plan_.device)},
+                                  {"device_detail", device},
+                                  {"precision", model::precision_name(plan_.precision)},
+                                  {"config", command_.config},
+                                  {"overrides", command_.overrides},
+                                  {"cwd", fs::current_path().string()},
+                                  {"run_dir", plan_.log_dir},
+                                  {"checkpoint_dir", plan_.checkpoint_dir},
+                                  {"resumed_from", resume ? nlohmann::ordered_json(*resume) : nlohmann::ordered_json()},
+                                  {"max_steps", cfg_.trainer.max_steps}};
   if (!plan_.device_note.empty()) start["device_note"] = plan_.device_note;
   event("start", std::move(start));
   // No rank goes on (and may fail, and abort the job) before the start line is out.
@@ -438,17 +437,16 @@ void Trainer::make_model() {
   const bool sharded = model_->is_sharded();
   const model::MemoryPlan& mem = plan_.memory;
   const int64_t vocab_rows = mc.padded_vocab_size(plan_.shard.tp_size);  // with the inert padding rows
-  say(fmt::format("model: {:.2f}M parameters{} (C {}, L {}, H {}, Hkv {}, F {}, V {}{}), {}, recompute {}, "
-                  "memory {} (state {} + activations {}{}{})",
-                  double(mc.num_params()) / 1e6,
-                  sharded ? fmt::format(", {:.2f}M on rank 0", double(model_->num_params()) / 1e6) : "", mc.dim,
-                  mc.n_layers, mc.n_heads, mc.n_kv_heads, mc.ffn_dim, mc.vocab_size,
-                  vocab_rows > mc.vocab_size ? fmt::format(" padded to {} rows", vocab_rows) : "",
-                  model::precision_name(plan_.precision), plan_.recompute_text(),
-                  obs::format_bytes(double(mem.total())), obs::format_bytes(double(mem.state)),
-                  obs::format_bytes(double(mem.activations)),
-                  mem.runtime > 0 ? " + GPU runtime " + obs::format_bytes(double(mem.runtime)) : "",
-                  sharded ? " on rank 0" : ""));
+  say(fmt::format(
+      "model: {:.2f}M parameters{} (C {}, L {}, H {}, Hkv {}, F {}, V {}{}), {}, recompute {}, "
+      "memory {} (state {} + activations {}{}{})",
+      double(mc.num_params()) / 1e6,
+      sharded ? fmt::format(", {:.2f}M on rank 0", double(model_->num_params()) / 1e6) : "", mc.dim, mc.n_layers,
+      mc.n_heads, mc.n_kv_heads, mc.ffn_dim, mc.vocab_size,
+      vocab_rows > mc.vocab_size ? fmt::format(" padded to {} rows", vocab_rows) : "",
+      model::precision_name(plan_.precision), plan_.recompute_text(), obs::format_bytes(double(mem.total())),
+      obs::format_bytes(double(mem.state)), obs::format_bytes(double(mem.activations)),
+      mem.runtime > 0 ? " + GPU runtime " + obs::format_bytes(double(mem.runtime)) : "", sharded ? " on rank 0" : ""));
   if (const std::string frozen = freeze_summary(mc); !frozen.empty()) {  // model.freeze, over the whole model
     say("frozen: " + frozen);
     if (!mc.frozen_parts.empty())
@@ -470,8 +468,8 @@ BatchLayout Trainer::batch_layout() const {
 void Trainer::say_layout_changes(const BatchLayout& saved) {
   const BatchLayout now = batch_layout();
   const bool ranks_changed = saved.data_parallel > 0 && (saved.data_parallel != now.data_parallel ||
-                                                          saved.tensor_parallel != now.tensor_parallel ||
-                                                          saved.pipeline_parallel != now.pipeline_parallel);
+                                                         saved.tensor_parallel != now.tensor_parallel ||
+                                                         saved.pipeline_parallel != now.pipeline_parallel);
   const bool batch_recorded = saved.global_batch_size > 0 && saved.micro_batch_size > 0;
   const bool global_changed = batch_recorded && saved.global_batch_size != now.global_batch_size;
   const bool micro_changed = batch_recorded && saved.micro_batch_size != now.micro_batch_size;
@@ -481,10 +479,11 @@ void Trainer::say_layout_changes(const BatchLayout& saved) {
                     saved.data_parallel, saved.tensor_parallel, saved.pipeline_parallel, now.data_parallel,
                     now.tensor_parallel, now.pipeline_parallel));
   if (batch_recorded && saved.accumulation() != now.accumulation())
-    say(fmt::format("gradient accumulation changed since the checkpoint: {} -> {} micro-batches of {} per data-parallel "
-                    "rank{}",
-                    saved.accumulation(), now.accumulation(), now.micro_batch_size,
-                    global_changed ? std::string() : fmt::format("; the global batch stays {} samples", now.global_batch_size)));
+    say(fmt::format(
+        "gradient accumulation changed since the checkpoint: {} -> {} micro-batches of {} per data-parallel "
+        "rank{}",
+        saved.accumulation(), now.accumulation(), now.micro_batch_size,
+        global_changed ? std::string() : fmt::format("; the global batch stays {} samples", now.global_batch_size)));
   if (global_changed)
     say(fmt::format("global batch changed since the checkpoint: {} -> {} samples (model.global_batch_size): the "
                     "run goes on with another batch, so its curve is not the one it would have had",
@@ -523,8 +522,8 @@ std::optional<std::string> Trainer::find_resume(std::vector<std::string>* warnin
   } else if (cfg_.model.resume_from_checkpoint) {
     const std::string why = verify_checkpoint(*cfg_.model.resume_from_checkpoint);
     if (!why.empty())
-      *error = fmt::format("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)",
-                           why);
+      *error =
+          fmt::format("model.resume_from_checkpoint: {}\nhint: point it at a complete checkpoint folder (step_N)", why);
     else
       resume = *cfg_.model.resume_from_checkpoint;
   } else if (cfg_.exp_manager.resume_if_exists) {
@@ -614,9 +613,9 @@ void Trainer::check_resume_tokenizer(const std::string& resume) const {
 
 // Rank 0 builds (and caches) the sample indices first; the others then read them from the cache.
 void Trainer::open_data() {
-  const auto requested = data::requested_num_samples(
-      cfg_.trainer.max_steps, plan_.global_batch, std::max<int64_t>(1, cfg_.trainer.val_check_interval),
-      cfg_.trainer.limit_val_batches, cfg_.trainer.limit_test_batches);
+  const auto requested = data::requested_num_samples(cfg_.trainer.max_steps, plan_.global_batch,
+                                                     std::max<int64_t>(1, cfg_.trainer.val_check_interval),
+                                                     cfg_.trainer.limit_val_batches, cfg_.trainer.limit_test_batches);
   say("data: building sample indices ...");
   const double t0 = now_s();
   const data::Tokenizer* tok = plan_.tokenizer.get();
@@ -629,8 +628,8 @@ void Trainer::open_data() {
   std::string desc = data_->describe();
   if (!desc.empty() && desc.back() == '\n') desc.pop_back();
   say(fmt::format("data ready in {}:\n{}", obs::format_duration(now_s() - t0), desc));
-  validate_ = cfg_.trainer.val_check_interval > 0 && cfg_.trainer.limit_val_batches > 0 &&
-              data_->has(data::Split::valid);
+  validate_ =
+      cfg_.trainer.val_check_interval > 0 && cfg_.trainer.limit_val_batches > 0 && data_->has(data::Split::valid);
   if (validate_ && tok)
     piece_lengths_ = data::piece_lengths(*tok);
   else if (validate_)
@@ -675,8 +674,7 @@ StepResult Trainer::train_step() {
   steps_run_++;
   model_->zero_grad();
   // (fault injection: a NaN the backward accumulates into, reduced to every rank like any gradient)
-  if (faults_.nonfinite_at(s.step) && rank0())
-    model_->backend().set(model_->grad_arena(), NAN);
+  if (faults_.nonfinite_at(s.step) && rank0()) model_->backend().set(model_->grad_arena(), NAN);
   const double loss_sum = micro_batches();
   // Sums over the model-parallel copies of a parameter (SP norm weights, the tied embedding).
   model_->reduce_model_parallel_grads(plan_.layout.pp_size > 1 ? ranks_.groups.embedding.get() : nullptr);
@@ -695,8 +693,8 @@ StepResult Trainer::train_step() {
       else if (gpu_dp_)
         gpu_dp_->all_gather(model_->param_arena() + model_->num_frozen(), int64_t(shards_->shard_size()));
       else
-        parallel::all_gather_parameters(*ranks_.dp, staged(model_->param_arena() + model_->num_frozen(),
-                                                           shards_->padded_size()),
+        parallel::all_gather_parameters(*ranks_.dp,
+                                        staged(model_->param_arena() + model_->num_frozen(), shards_->padded_size()),
                                         *shards_, staged_piece());
       model_->params_changed();
     }
@@ -905,9 +903,9 @@ void Trainer::record(const StepResult& s) {
 
 void Trainer::validate() {
   const double t0 = now_s(), blocked0 = parallel::blocked_seconds();
-  const EvalLoss val = evaluate_loss(*model_, *data_, data::Split::valid, cfg_.trainer.limit_val_batches,
-                                     plan_.global_batch, plan_.B, ranks_.dp, ranks_.pp,
-                                     piece_lengths_ ? &*piece_lengths_ : nullptr);
+  const EvalLoss val =
+      evaluate_loss(*model_, *data_, data::Split::valid, cfg_.trainer.limit_val_batches, plan_.global_batch, plan_.B,
+                    ranks_.dp, ranks_.pp, piece_lengths_ ? &*piece_lengths_ : nullptr);
   result_.last_val_loss = val.loss;
   auto record = [&](const EvalLoss& e) {
     ValidationRecord v;
@@ -933,13 +931,16 @@ void Trainer::validate() {
 void Trainer::maybe_save(bool stop) {
   if (!cfg_.exp_manager.create_checkpoint_callback) return;
   const auto& ckp = cfg_.exp_manager.checkpoint_callback_params;
-  const bool by_steps = ckp.every_n_train_steps && *ckp.every_n_train_steps > 0 &&
-                        st_.step % *ckp.every_n_train_steps == 0;
+  const bool by_steps =
+      ckp.every_n_train_steps && *ckp.every_n_train_steps > 0 && st_.step % *ckp.every_n_train_steps == 0;
   const bool by_time = ckp.train_time_interval && now_s() - t_last_ckpt_ >= *ckp.train_time_interval;
   const bool last = st_.step == cfg_.trainer.max_steps;
   if (!(by_steps || by_time || last || stop)) return;
   // The last save and a signal's are waited for anyway: those write in place.
-  save(stop ? "stop signal" : last ? "end" : by_steps ? "every_n_train_steps" : "train_time_interval",
+  save(stop       ? "stop signal"
+       : last     ? "end"
+       : by_steps ? "every_n_train_steps"
+                  : "train_time_interval",
        async_save_ && !stop && !last);
   t_last_ckpt_ = t_log_ = now_s();
   comm_mark_ = parallel::blocked_seconds();
@@ -1017,12 +1018,14 @@ void Trainer::commit_save(CheckpointSave& save, const char* why, double t0, doub
       prune_checkpoints(plan_.checkpoint_dir, int(cfg_.exp_manager.checkpoint_callback_params.save_top_k));
   const double dt = now_s() - t0;
   const std::string behind =
-      pause < 0 ? "" : fmt::format(", written behind training: paused {} to copy {}", obs::format_duration(pause),
-                                   obs::format_bytes(double(save.copy_bytes())));
+      pause < 0 ? ""
+                : fmt::format(", written behind training: paused {} to copy {}", obs::format_duration(pause),
+                              obs::format_bytes(double(save.copy_bytes())));
   say(fmt::format("checkpoint ({}): {} ({}, {}, {}/s{}){}", why, path, obs::format_bytes(double(bytes)),
                   obs::format_duration(dt), obs::format_bytes(bytes / std::max(dt, 1e-9)), behind,
                   removed.empty() ? "" : fmt::format("; removed {} older", removed.size())));
-  nlohmann::ordered_json fields{{"step", save.step()}, {"path", path}, {"reason", why}, {"bytes", bytes}, {"seconds", dt}};
+  nlohmann::ordered_json fields{
+      {"step", save.step()}, {"path", path}, {"reason", why}, {"bytes", bytes}, {"seconds", dt}};
   if (pause >= 0) fields["pause_seconds"] = pause;
   event("checkpoint_saved", std::move(fields));
 }
@@ -1069,7 +1072,7 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
   const std::vector<std::string>& names = data.sources(split);
   std::vector<double> sums(4 * (1 + names.size()), 0.0);
   std::vector<double> rows(size_t(B), 0.0);
-  auto add = [&](const model::StepStats& st) {  // one micro-batch's loss over `targets`
+  auto add = [&](const model::StepStats& st) {                                // one micro-batch's loss over `targets`
     if (st.num_valid > 0) sums[0] += double(st.loss) * double(st.num_valid);  // its mean, back to its sum
     sums[1] += double(st.num_valid);
     if (lengths) {
@@ -1095,9 +1098,7 @@ EvalLoss evaluate_loss(model::LlamaModel& m, const TrainData& data, data::Split 
   const int64_t micro = global_batch_size / (int64_t(B) * ranks);  // this rank's micro-batches per batch
   for (int64_t b = 0; b < batches; b++) {
     // Megatron's order: block mb of B x ranks samples, this rank's B of them.
-    auto fill = [&](int64_t mb) {
-      data.fill(split, b * global_batch_size + (mb * ranks + rank) * B, batch);
-    };
+    auto fill = [&](int64_t mb) { data.fill(split, b * global_batch_size + (mb * ranks + rank) * B, batch); };
     if (!pp) {
       for (int64_t mb = 0; mb < micro; mb++) {
         fill(mb);
@@ -1152,9 +1153,9 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
     if (trainer && rank == 0)
       trainer->console().event(error_event(code, message, rank));
     else  // before the start event (the plan failed): how to run it again, once fixed
-      print_error_event(code, message, rank,
-                        trainer ? nlohmann::ordered_json::object()
-                                : command_fields(command, world ? world->size() : 1));
+      print_error_event(
+          code, message, rank,
+          trainer ? nlohmann::ordered_json::object() : command_fields(command, world ? world->size() : 1));
   };
   try {
     trainer.emplace(config, notes, command, world, faults);

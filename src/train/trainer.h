@@ -29,12 +29,12 @@ namespace llamatrain::train {
 
 struct TrainResult {
   std::string log_dir;
-  int64_t steps = 0;                 // optimizer steps done when the run ended
+  int64_t steps = 0;  // optimizer steps done when the run ended
   double last_loss = 0;
-  double last_val_loss = 0;          // NaN when no validation ran
-  std::string last_checkpoint;       // "" when none was saved
-  std::string hf_export;             // "" when convert_to_hf is off
-  int stop_signal = 0;               // SIGTERM / SIGINT that stopped the run after its checkpoint; 0 if none
+  double last_val_loss = 0;     // NaN when no validation ran
+  std::string last_checkpoint;  // "" when none was saved
+  std::string hf_export;        // "" when convert_to_hf is off
+  int stop_signal = 0;          // SIGTERM / SIGINT that stopped the run after its checkpoint; 0 if none
 };
 
 // Runs the training described by config (notes: the loader's "ignored: ..." lines, printed at start).
@@ -51,9 +51,9 @@ TrainResult run_training(const TrainConfig& config, const std::vector<std::strin
 // scored targets, in bits, over those targets' UTF-8 bytes (characters) as data/piece_lengths.h
 // counts them: sum(loss) / ln 2 / bytes. Control targets (</s>) add their loss but no bytes.
 struct EvalLoss {
-  double loss = NAN;       // loss_sum / tokens: the mean over every scored target (Megatron's)
-  double loss_sum = 0;     // nats summed over every scored target (targets -100 left out)
-  int64_t tokens = 0;      // scored targets
+  double loss = NAN;             // loss_sum / tokens: the mean over every scored target (Megatron's)
+  double loss_sum = 0;           // nats summed over every scored target (targets -100 left out)
+  int64_t tokens = 0;            // scored targets
   int64_t bytes = 0, chars = 0;  // their text; 0 when evaluated without piece lengths
   // A split that blends sources (TrainData::sources): the same figures of each source's sequences of
   // the same batches, in the blend's order, each named; they sum to the whole.

@@ -22,10 +22,9 @@ using testing::TempDir;
 namespace fs = std::filesystem;
 
 std::vector<std::string> tiny_config(const std::string& run_dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {testing::source_path("configs/tiny.yaml"),
-                                "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
-                                "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
-                                "exp_manager.explicit_log_dir=" + run_dir};
+  std::vector<std::string> a = {
+      testing::source_path("configs/tiny.yaml"), "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
+      "model.tokenizer.model=" + testing::fixture("tokenizer.model"), "exp_manager.explicit_log_dir=" + run_dir};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -48,7 +47,8 @@ TEST(Doctor, OneProcessPassesWithEveryCheck) {
   ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
   for (const char* row : {"cpu", "matmul", "threads", "memory", "disk", "ranks", "allreduce", "gpu", "run folder"})
     EXPECT_TRUE(has_line(r.out, "PASS  " + std::string(row)) || has_line(r.out, "WARN  " + std::string(row)))
-        << row << "\n" << r.out;
+        << row << "\n"
+        << r.out;
   EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("doctor: 9 checks, 0 failed"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir / "run")) << "the run folder made for the check was left behind";
@@ -128,8 +128,9 @@ TEST(Doctor, ConfigThatDoesNotLoadFails) {
 
 // Runs `mpiexec -np 2 llamatrain doctor --all-ranks ARGS` with its output in dir/out.txt.
 testing::RunResult mpi_doctor(const TempDir& dir, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2",
-                                   testing::llamatrain_bin(), "doctor", "--all-ranks"};
+  std::vector<std::string> argv = {
+      MPIEXEC,  "--oversubscribe", "--allow-run-as-root", "-np", "2", testing::llamatrain_bin(),
+      "doctor", "--all-ranks"};
   argv.insert(argv.end(), args.begin(), args.end());
   return testing::run_in(dir.path(), argv, {"OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo"});
 }
@@ -145,8 +146,7 @@ TEST(Doctor, TwoRanksUnderMpirun) {
   EXPECT_TRUE(has_line(r.log, "PASS  config files")) << r.log;
   // One table (rank 0's), not one per rank.
   // (a GPU on each rank adds the row of its all-reduce)
-  const std::string summary =
-      fmt::format("doctor: {} checks", model::device_usable(model::Device::cuda) ? 11 : 10);
+  const std::string summary = fmt::format("doctor: {} checks", model::device_usable(model::Device::cuda) ? 11 : 10);
   size_t tables = 0;
   for (size_t at = r.log.find(summary); at != std::string::npos; at = r.log.find(summary, at + 1)) tables++;
   EXPECT_EQ(tables, 1u) << r.log;
@@ -158,7 +158,8 @@ TEST(Doctor, RanksThatDoNotMatchTheConfigFailUnderMpirun) {
   const auto r = mpi_doctor(dir, tiny_config(dir / "run", {"trainer.devices=1"}));
   EXPECT_NE(r.status, 0) << r.log;
   EXPECT_TRUE(has_line(r.log, "FAIL  ranks")) << r.log;
-  EXPECT_NE(r.log.find("trainer.devices x trainer.num_nodes = 1 x 1 = 1, expected the job's 2 ranks"), std::string::npos)
+  EXPECT_NE(r.log.find("trainer.devices x trainer.num_nodes = 1 x 1 = 1, expected the job's 2 ranks"),
+            std::string::npos)
       << r.log;
   EXPECT_NE(r.log.find("error: doctor: 1 check failed (ranks)"), std::string::npos) << r.log;
 }
@@ -175,12 +176,14 @@ TEST(Doctor, RunFolderNotSharedFailsUnderMpirun) {
     GTEST_SKIP() << "needs root to mount a tmpfs in a mount namespace of its own: " << probe;
   const std::string doctor = testing::llamatrain_bin() + " doctor --all-ranks --run-dir " + run;
   const std::string per_rank = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec unshare --mount sh -c 'mount -t tmpfs "
-                               "tmpfs " + run + " && exec " + doctor + "'; else exec " + doctor + "; fi";
-  const auto r = testing::run_in(dir.path(), {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2", "/bin/sh",
-                                              "-c", per_rank},
-                                 {"OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo"});
+                               "tmpfs " +
+                               run + " && exec " + doctor + "'; else exec " + doctor + "; fi";
+  const auto r = testing::run_in(
+      dir.path(), {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2", "/bin/sh", "-c", per_rank},
+      {"OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo"});
   EXPECT_NE(r.status, 0) << r.log;
-  EXPECT_NE(row(r.log, "FAIL  run folder").find("rank 0 does not see the files of ranks 1"), std::string::npos) << r.log;
+  EXPECT_NE(row(r.log, "FAIL  run folder").find("rank 0 does not see the files of ranks 1"), std::string::npos)
+      << r.log;
   EXPECT_NE(r.log.find("error: doctor: 1 check failed (run folder)"), std::string::npos) << r.log;
   EXPECT_TRUE(fs::is_empty(run)) << "probe files left in " << run;
 }

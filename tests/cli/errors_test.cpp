@@ -23,9 +23,9 @@
 namespace llamatrain {
 namespace {
 
-using testing::TempDir;
 using testing::expect_plain_error;
 using testing::run_cli;
+using testing::TempDir;
 
 namespace fs = std::filesystem;
 
@@ -127,11 +127,19 @@ TEST(CliErrors, TrainWithoutConfigSaysWhatToGiveAndSpeaksOfNoPlans) {
 }
 
 TEST(CliErrors, HelpTextsSpeakOfNoIssuesOrPlans) {
-  for (std::vector<std::string> cmd : std::vector<std::vector<std::string>>{
-           {"--help"}, {"train", "--help"}, {"generate", "--help"}, {"bench", "--help"}, {"preprocess", "--help"},
-           {"data", "--help"}, {"data", "inspect", "--help"}, {"data", "merge", "--help"}, {"plan", "--help"},
-           {"tokenizer", "--help"}, {"tokenizer", "train", "--help"}, {"tokenizer", "merge", "--help"},
-           {"tokenizer", "stats", "--help"}}) {
+  for (std::vector<std::string> cmd : std::vector<std::vector<std::string>>{{"--help"},
+                                                                            {"train", "--help"},
+                                                                            {"generate", "--help"},
+                                                                            {"bench", "--help"},
+                                                                            {"preprocess", "--help"},
+                                                                            {"data", "--help"},
+                                                                            {"data", "inspect", "--help"},
+                                                                            {"data", "merge", "--help"},
+                                                                            {"plan", "--help"},
+                                                                            {"tokenizer", "--help"},
+                                                                            {"tokenizer", "train", "--help"},
+                                                                            {"tokenizer", "merge", "--help"},
+                                                                            {"tokenizer", "stats", "--help"}}) {
     auto r = run_cli(cmd);
     EXPECT_TRUE(r.exited && r.code == 0) << testing::describe(r);
     // The usage lines name the binary by its path, which may say anything: leave it out. `plan` is a
@@ -201,7 +209,8 @@ TEST(CliErrors, TrainJobThatCannotFitInMemoryFailsBeforeAnyWork) {
   if (avail < 0) GTEST_SKIP() << "available memory unknown here";
   TempDir dir;
   // 2^30 tokens per micro-batch, as many sequences or as long ones: terabytes of activations.
-  for (const auto& [mbs, seq] : std::vector<std::pair<std::string, std::string>>{{"4194304", "256"}, {"131072", "8192"}}) {
+  for (const auto& [mbs, seq] :
+       std::vector<std::pair<std::string, std::string>>{{"4194304", "256"}, {"131072", "8192"}}) {
     auto r = train(dir / "run", {"model.micro_batch_size=" + mbs, "model.global_batch_size=" + mbs,
                                  "model.encoder_seq_length=" + seq, "model.max_position_embeddings=" + seq});
     expect_plain_error(r, {"memory", "model.micro_batch_size"});
@@ -314,7 +323,8 @@ void expect_nothing_written(const TempDir& dir) {
 
 TEST(CliErrors, PreprocessWithWrongJsonKeysSaysWhichKeysTheObjectsHave) {
   TempDir dir;
-  write(dir / "in.jsonl", "{\"text\": \"hello there\", \"source\": \"web\"}\n{\"text\": \"more\", \"source\": \"x\"}\n");
+  write(dir / "in.jsonl",
+        "{\"text\": \"hello there\", \"source\": \"web\"}\n{\"text\": \"more\", \"source\": \"x\"}\n");
   auto args = preprocess_args(dir / "in.jsonl", dir / "out");
   args.insert(args.end(), {"--json-keys", "content"});
   expect_plain_error(run_cli(args), {"--json-keys content", "objects have keys: text, source", "missing_key"});
@@ -360,8 +370,8 @@ TEST(CliErrors, PreprocessNumbersAndUnknownFlags) {
   expect_plain_error(with({"--workers", "0"}), {"--workers", "got 0", "from 1 to 1024"});
   expect_plain_error(with({"--workers", "100000"}), {"--workers", "100000"});
   expect_plain_error(with({"--frobnicate", "7"}), {"unknown option --frobnicate 7"});
-  auto r = run_cli({"preprocess", "--input", kFixtures + "/corpus.jsonl", "--tokenizer-model", kSpm,
-                    "--output-prefix", "/nonexistent/dir/out"});
+  auto r = run_cli({"preprocess", "--input", kFixtures + "/corpus.jsonl", "--tokenizer-model", kSpm, "--output-prefix",
+                    "/nonexistent/dir/out"});
   expect_plain_error(r, {"/nonexistent/dir", "does not exist"});
 }
 
@@ -371,9 +381,9 @@ TEST(CliErrors, PreprocessAcceptsMegatronFlagsThatChangeNothing) {
   ASSERT_TRUE(plain.exited && plain.code == 0) << testing::describe(plain);
   // Megatron-LM style
   auto args = preprocess_args(kFixtures + "/corpus.jsonl", dir / "mg");
-  args.insert(args.end(), {"--dataset-impl", "mmap", "--tokenizer-type", "GPTSentencePieceTokenizer", "--keep-newlines",
-                           "--partitions", "2", "--log-interval", "100", "--keep-sequential-samples", "--lang",
-                           "english"});
+  args.insert(args.end(),
+              {"--dataset-impl", "mmap", "--tokenizer-type", "GPTSentencePieceTokenizer", "--keep-newlines",
+               "--partitions", "2", "--log-interval", "100", "--keep-sequential-samples", "--lang", "english"});
   auto r = run_cli(args);
   ASSERT_TRUE(r.exited && r.code == 0) << testing::describe(r);
   for (const char* ext : {".bin", ".idx"})

@@ -24,8 +24,8 @@
 namespace llamatrain {
 namespace {
 
-using testing::TempDir;
 using testing::run_cli;
+using testing::TempDir;
 
 namespace fs = std::filesystem;
 
@@ -122,8 +122,8 @@ TEST(ExportChain, SampledTextIsExactlyTheDecodedIds) {
             (std::vector<int64_t>{tok.vocab_size(), 64}));
   int high_bytes = 0;
   for (const char* seed : {"1", "2", "3", "4"}) {
-    const auto g = generate(run.hf, "Once",
-                            {"--temperature", "3", "--top-p", "1", "--max-new-tokens", "200", "--seed", seed});
+    const auto g =
+        generate(run.hf, "Once", {"--temperature", "3", "--top-p", "1", "--max-new-tokens", "200", "--seed", seed});
     ASSERT_FALSE(g.ids.empty());
     for (int id : g.ids) {
       ASSERT_LT(id, tok.vocab_size()) << "sampled a padded id, seed " << seed;

@@ -161,8 +161,8 @@ model:
       changed += x != y;
     }
     EXPECT_GT(changed, int(a.names().size()) / 2) << "training changed few tensors";
-    auto g = run_cli({"generate", tmp / "out", "--prompt", "Once", "--temperature", "0", "--max-new-tokens", "4",
-                      "--print-ids"});
+    auto g = run_cli(
+        {"generate", tmp / "out", "--prompt", "Once", "--temperature", "0", "--max-new-tokens", "4", "--print-ids"});
     ASSERT_TRUE(g.exited && g.code == 0) << testing::describe(g);
     EXPECT_FALSE(parse_ids(g.out).empty());
   }

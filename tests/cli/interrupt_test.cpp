@@ -50,8 +50,7 @@ void interrupt_preprocess(int sig) {
   ::waitpid(pid, &status, 0);
   std::fclose(w);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
-  EXPECT_TRUE(testing::temporaries_in(dir.path()).empty())
-      << "left: " << testing::temporaries_in(dir.path()).front();
+  EXPECT_TRUE(testing::temporaries_in(dir.path()).empty()) << "left: " << testing::temporaries_in(dir.path()).front();
   for (const char* out : {"out_text_document.bin", "out_text_document.idx", "out.stats.json"})
     EXPECT_FALSE(std::filesystem::exists(dir / out)) << out;
 }

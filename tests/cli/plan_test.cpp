@@ -26,11 +26,9 @@ namespace {
 using json = nlohmann::json;
 
 std::vector<std::string> plan_args(const std::string& log_dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> a = {"plan",
-                                source_path("configs/tiny.yaml"),
-                                "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
-                                "model.tokenizer.model=" + fixture("tokenizer.model"),
-                                "exp_manager.explicit_log_dir=" + log_dir};
+  std::vector<std::string> a = {
+      "plan", source_path("configs/tiny.yaml"), "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
+      "model.tokenizer.model=" + fixture("tokenizer.model"), "exp_manager.explicit_log_dir=" + log_dir};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -140,13 +138,14 @@ TEST(Plan, TinyPassesWithFiguresThatAddUpAndWritesNothing) {
     parts += q[part].get<double>();
   EXPECT_GT(q["step_s"].get<double>(), 0);
   EXPECT_NEAR(parts, q["step_s"].get<double>(), 1e-9 * parts);
-  EXPECT_NEAR(q["tokens_per_s"].get<double>(), 8 * 64 / q["step_s"].get<double>(), 1e-6 * q["tokens_per_s"].get<double>());
+  EXPECT_NEAR(q["tokens_per_s"].get<double>(), 8 * 64 / q["step_s"].get<double>(),
+              1e-6 * q["tokens_per_s"].get<double>());
   EXPECT_FALSE(exists(run)) << "plan created the run folder";
 
   const CliResult text = run_cli(plan_args(run, {}));
   ASSERT_EQ(text.code, 0) << describe(text);
-  for (const char* s : {"memory per rank", "weights", "activations by recompute mode", "predicted step",
-                        "PASS data", "plan: the job can run"})
+  for (const char* s : {"memory per rank", "weights", "activations by recompute mode", "predicted step", "PASS data",
+                        "plan: the job can run"})
     EXPECT_NE(text.out.find(s), std::string::npos) << s << "\n" << text.out;
 }
 
@@ -172,10 +171,12 @@ TEST(Plan, EveryPipelineStageOfATensorAndPipelineParallelJob) {
 TEST(Plan, ALayoutThatCannotRunFailsWithTheKey) {
   TempDir dir;
   // 4 heads over 3 tensor-parallel ranks
-  const CliResult heads = run_cli(plan_args(dir / "run", {"--ranks-per-node", "3", "model.tensor_model_parallel_size=3"}));
+  const CliResult heads =
+      run_cli(plan_args(dir / "run", {"--ranks-per-node", "3", "model.tensor_model_parallel_size=3"}));
   expect_plain_error(heads, {"model.tensor_model_parallel_size"});
   // 3 ranks cannot hold tensor parallel 2
-  const CliResult ranks = run_cli(plan_args(dir / "run", {"--ranks-per-node", "3", "model.tensor_model_parallel_size=2"}));
+  const CliResult ranks =
+      run_cli(plan_args(dir / "run", {"--ranks-per-node", "3", "model.tensor_model_parallel_size=2"}));
   EXPECT_EQ(ranks.code, 1) << describe(ranks);
   EXPECT_NE((ranks.out + ranks.err).find("tensor_model_parallel_size"), std::string::npos) << describe(ranks);
   EXPECT_FALSE(exists(dir / "run"));
@@ -192,7 +193,9 @@ TEST(Plan, FitNodesNamesTheLargestNodeCountTheLayoutDivides) {
   const std::vector<Case> cases = {
       {{"--nodes", "3", "--ranks-per-node", "1", "model.tensor_model_parallel_size=2"}, "2\n"},
       {{"--nodes", "4", "--ranks-per-node", "1", "model.tensor_model_parallel_size=2"}, "4\n"},
-      {{"--nodes", "5", "--ranks-per-node", "2", "model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=2"}, "4\n"},
+      {{"--nodes", "5", "--ranks-per-node", "2", "model.tensor_model_parallel_size=2",
+        "model.pipeline_model_parallel_size=2"},
+       "4\n"},
       // global batch 6 of micro-batches of 2: 3 data-parallel ranks, or 1, not 2 or 4
       {{"--nodes", "4", "--ranks-per-node", "1", "model.global_batch_size=6", "model.micro_batch_size=2"}, "3\n"},
       {{"--nodes", "2", "--ranks-per-node", "1", "model.global_batch_size=6", "model.micro_batch_size=2"}, "1\n"},
@@ -206,7 +209,8 @@ TEST(Plan, FitNodesNamesTheLargestNodeCountTheLayoutDivides) {
     EXPECT_EQ(r.out, c.expected) << describe(r);
   }
   // No count fits: the error for the nodes given, naming the key.
-  auto none = plan_args(dir / "run", {"--nodes", "3", "--ranks-per-node", "1", "model.tensor_model_parallel_size=4", "--fit-nodes"});
+  auto none = plan_args(dir / "run",
+                        {"--nodes", "3", "--ranks-per-node", "1", "model.tensor_model_parallel_size=4", "--fit-nodes"});
   expect_plain_error(run_cli(none), {"model.tensor_model_parallel_size", "does not divide the 3 ranks"});
   // It needs the nodes the job has.
   auto no_nodes = plan_args(dir / "run", {"--fit-nodes"});
@@ -218,7 +222,8 @@ TEST(Plan, TokenIdsTheModelCannotHoldFailTheDataCheck) {
   TempDir dir;
   // The fixture corpus has ids up to 499 (a 500-piece tokenizer); a model of 300 ids cannot train on it.
   const std::string small = hf_folder(dir, "small", 64, 176, 2, 4, 2, 300, 1e-6, 256);
-  const CliResult r = run_cli(plan_args(dir / "run", {"model.init_from=" + small, "model.tokenizer.model=null", "--json"}));
+  const CliResult r =
+      run_cli(plan_args(dir / "run", {"model.init_from=" + small, "model.tokenizer.model=null", "--json"}));
   EXPECT_EQ(r.code, 1) << describe(r);
   const json p = plan_json(r);
   EXPECT_EQ(check(p, "data").value("status", ""), "FAIL");
@@ -227,7 +232,8 @@ TEST(Plan, TokenIdsTheModelCannotHoldFailTheDataCheck) {
   EXPECT_EQ(check(p, "memory").value("status", ""), "PASS") << "one failure must not hide the other checks";
   // A vocabulary beyond uint16: the corpus was tokenized with another tokenizer.
   const std::string wide = hf_folder(dir, "wide", 64, 176, 2, 4, 2, 70000, 1e-6, 256);
-  const CliResult w = run_cli(plan_args(dir / "run", {"model.init_from=" + wide, "model.tokenizer.model=null", "--json"}));
+  const CliResult w =
+      run_cli(plan_args(dir / "run", {"model.init_from=" + wide, "model.tokenizer.model=null", "--json"}));
   EXPECT_EQ(w.code, 1) << describe(w);
   EXPECT_NE(check(plan_json(w), "data").value("detail", "").find("uint16"), std::string::npos) << describe(w);
 }
@@ -237,7 +243,8 @@ TEST(Plan, AResumeChecksTheCheckpointItWouldLoad) {
   const std::string run = dir / "run";
   const RunResult trained = run_in(run, train_args(run, {"trainer.max_steps=3"}));
   ASSERT_EQ(trained.status, 0) << trained.log;
-  const CliResult same = run_cli(plan_args(run, {"trainer.precision=32", "exp_manager.resume_if_exists=true", "--json"}));
+  const CliResult same =
+      run_cli(plan_args(run, {"trainer.precision=32", "exp_manager.resume_if_exists=true", "--json"}));
   ASSERT_EQ(same.code, 0) << describe(same);
   const std::string detail = check(plan_json(same), "resume").value("detail", "");
   EXPECT_NE(detail.find("resumes from"), std::string::npos) << detail;
@@ -263,10 +270,10 @@ TEST(Plan, OutputsThatCannotBeCreatedFail) {
 TEST(Plan, CheckpointsNoDiskHoldsAndMemoryNoMachineHasFail) {
   TempDir dir;
   // About a trillion parameters: 12 TB per checkpoint.
-  const CliResult r = run_cli(plan_args(dir / "run", {"model.hidden_size=32768", "model.ffn_hidden_size=131072",
-                                                      "model.num_layers=80", "model.num_attention_heads=256",
-                                                      "model.num_query_groups=8", "model.micro_batch_size=1",
-                                                      "model.global_batch_size=8", "--json"}));
+  const CliResult r =
+      run_cli(plan_args(dir / "run", {"model.hidden_size=32768", "model.ffn_hidden_size=131072", "model.num_layers=80",
+                                      "model.num_attention_heads=256", "model.num_query_groups=8",
+                                      "model.micro_batch_size=1", "model.global_batch_size=8", "--json"}));
   EXPECT_EQ(r.code, 1) << describe(r);
   const json p = plan_json(r);
   EXPECT_EQ(check(p, "disk").value("status", ""), "FAIL") << check(p, "disk");
@@ -279,12 +286,20 @@ TEST(Plan, MemoryThatDoesNotFitSuggestsAnOverrideThatDoes) {
   TempDir dir;
   // Llama-2-7B's shape on one H100 node without recompute at micro batch 4 x 4096 does not fit 80 GB.
   const std::string seven = hf_folder(dir, "7b", 4096, 11008, 32, 32, 32, 32000);
-  std::vector<std::string> a = {"plan", source_path("configs/llama2_7b.yaml"), "model.init_from=" + seven,
+  std::vector<std::string> a = {"plan",
+                                source_path("configs/llama2_7b.yaml"),
+                                "model.init_from=" + seven,
                                 "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
-                                "exp_manager.explicit_log_dir=" + (dir / "run"), "--hardware", "H100",
-                                "model.activations_checkpoint_granularity=null", "model.micro_batch_size=4",
-                                "model.global_batch_size=128", "model.tensor_model_parallel_size=1",
-                                "model.sequence_parallel=false", "trainer.precision=bf16-mixed", "--json"};
+                                "exp_manager.explicit_log_dir=" + (dir / "run"),
+                                "--hardware",
+                                "H100",
+                                "model.activations_checkpoint_granularity=null",
+                                "model.micro_batch_size=4",
+                                "model.global_batch_size=128",
+                                "model.tensor_model_parallel_size=1",
+                                "model.sequence_parallel=false",
+                                "trainer.precision=bf16-mixed",
+                                "--json"};
   const CliResult r = run_cli(a);
   EXPECT_EQ(r.code, 1) << describe(r);
   const json p = plan_json(r);
@@ -308,10 +323,10 @@ TEST(Plan, TheTrainiumPredictionReproducesItsCalibration) {
   TempDir dir;
   // The seeds' Llama-2-7B on one trn1.32xlarge: TP 8, DP 4, seq 4096, global batch 256: 3.7 seq/s.
   const std::string seven = hf_folder(dir, "7b", 4096, 11008, 32, 32, 32, 32000);
-  const CliResult r = run_cli({"plan", source_path("configs/llama2_7b.yaml"), "model.init_from=" + seven,
-                               "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
-                               "exp_manager.explicit_log_dir=" + (dir / "run"), "--hardware", "trn1.32xlarge",
-                               "--nodes", "1", "--json"});
+  const CliResult r =
+      run_cli({"plan", source_path("configs/llama2_7b.yaml"), "model.init_from=" + seven,
+               "model.data.data_prefix=[1.0," + fixture_prefix() + "]", "exp_manager.explicit_log_dir=" + (dir / "run"),
+               "--hardware", "trn1.32xlarge", "--nodes", "1", "--json"});
   const json p = plan_json(r);
   EXPECT_EQ(p["ranks_per_node"], 32);
   EXPECT_EQ(p["layout"]["tp"], 8);
@@ -325,11 +340,19 @@ TEST(Plan, TheTrainiumPredictionReproducesItsCalibration) {
 std::vector<std::string> seven_b_on(const TempDir& dir, const std::string& hardware,
                                     const std::vector<std::string>& extra = {}) {
   const std::string seven = hf_folder(dir, "7b", 4096, 11008, 32, 32, 32, 32000);
-  std::vector<std::string> a = {"plan", source_path("configs/llama2_7b.yaml"), "model.init_from=" + seven,
+  std::vector<std::string> a = {"plan",
+                                source_path("configs/llama2_7b.yaml"),
+                                "model.init_from=" + seven,
                                 "model.data.data_prefix=[1.0," + fixture_prefix() + "]",
-                                "exp_manager.explicit_log_dir=" + (dir / "run"), "--hardware", hardware, "--nodes", "1",
-                                "trainer.precision=bf16-mixed", "model.tensor_model_parallel_size=1",
-                                "model.sequence_parallel=false", "--json"};
+                                "exp_manager.explicit_log_dir=" + (dir / "run"),
+                                "--hardware",
+                                hardware,
+                                "--nodes",
+                                "1",
+                                "trainer.precision=bf16-mixed",
+                                "model.tensor_model_parallel_size=1",
+                                "model.sequence_parallel=false",
+                                "--json"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -369,7 +392,8 @@ TEST(Plan, AGpuJobIsSizedByTheGpuBackendWithItsRuntime) {
 TEST(Plan, LayoutsAndDevicesAGpuJobCannotHaveFail) {
   TempDir dir;
   // Tensor parallelism on GPUs: refused, as train refuses it.
-  json p = plan_json(run_cli(seven_b_on(dir, "H200", {"trainer.accelerator=gpu", "model.tensor_model_parallel_size=8"})));
+  json p =
+      plan_json(run_cli(seven_b_on(dir, "H200", {"trainer.accelerator=gpu", "model.tensor_model_parallel_size=8"})));
   EXPECT_EQ(check(p, "layout").value("status", ""), "FAIL");
   EXPECT_NE(check(p, "layout").value("detail", "").find("on GPUs llamatrain trains with data parallelism"),
             std::string::npos)
@@ -414,7 +438,8 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
   for (int i = 0; i < 4; i++)
     tool_rows += R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "",)"
                  R"( "tool_calls": [{"name": "f", "arguments": {}}]}, {"role": "tool", "content": "ok"},)"
-                 R"( {"role": "assistant", "content": "done"}]})" "\n";
+                 R"( {"role": "assistant", "content": "done"}]})"
+                 "\n";
   write_file(dir / "tools.jsonl", tool_rows);
   // A tokenizer whose tokenizer_config.json holds a template none of the built-in ones renders.
   std::filesystem::create_directories(dir / "gemma");
@@ -426,7 +451,8 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
   // Weights of a 2-layer model under a config.json of 3 layers, and of another MLP width.
   const std::string missing = hf_folder(dir, "missing", 64, 176, 2, 4, 2, 500, 1e-6, 256);
   const std::string narrow = hf_folder(dir, "narrow", 64, 176, 2, 4, 2, 500, 1e-6, 256);
-  for (const auto& [folder, key, value] : {std::tuple{missing, "num_hidden_layers", 3}, {narrow, "intermediate_size", 192}}) {
+  for (const auto& [folder, key, value] :
+       {std::tuple{missing, "num_hidden_layers", 3}, {narrow, "intermediate_size", 192}}) {
     json c = json::parse(read_file(folder + "/config.json"));
     c[key] = value;
     write_file(folder + "/config.json", c.dump(1));
@@ -469,13 +495,15 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
        sft(dir / "tools.jsonl", {"model.data.chat=true", "model.tokenizer.model=" + (dir / "gemma/tokenizer.model")})},
       {"fine-tuning data that does not exist", "layout", sft(dir / "none.jsonl")},
       {"a pytorch_model.bin that is not a torch.save archive", "weights", pretrain({"model.init_from=" + bin_only})},
-      {"weights that miss a layer's tensors", "weights", pretrain({"model.init_from=" + missing, "model.num_layers=3"})},
+      {"weights that miss a layer's tensors", "weights",
+       pretrain({"model.init_from=" + missing, "model.num_layers=3"})},
       {"weights of another shape", "weights", pretrain({"model.init_from=" + narrow, "model.ffn_hidden_size=192"})},
       {"a .bin shorter than its .idx", "data", pretrain({"model.data.data_prefix=[1.0," + cut + "]"})},
       {"a tokenizer that does not exist", "layout", pretrain({"model.tokenizer.model=" + (dir / "none.model")})},
       {"a blend weight below zero", "", pretrain({"model.data.data_prefix=[-1.0," + fixture_prefix() + "]"})},
       {"an unknown key", "", pretrain({"model.frobnicate=1"})},
-      {"an export folder under a file", "layout", pretrain({"model.convert_to_hf=true", "model.output_dir=" + (dir / "a_file/hf")})},
+      {"an export folder under a file", "layout",
+       pretrain({"model.convert_to_hf=true", "model.output_dir=" + (dir / "a_file/hf")})},
       {"a log folder under a file", "outputs", pretrain({"exp_manager.explicit_log_dir=" + (dir / "a_file/run")}),
        "is not a writable folder"},
       {"a model no memory here holds", "memory",
@@ -501,7 +529,8 @@ TEST(Plan, WhatTrainRefusesBeforeItsFirstStepFailsThePlanInTrainsWords) {
     const json got = check(plan_json(r), c.what);
     EXPECT_EQ(got.value("status", ""), "FAIL") << got;
     EXPECT_NE(got.value("detail", "").find(c.words.empty() ? refusal : c.words), std::string::npos)
-        << "train said: " << refusal << "\n" << got;
+        << "train said: " << refusal << "\n"
+        << got;
   }
   // Packed fine-tuning data passes, and the plan says how the examples fill the samples.
   auto packed = sft(dir / "good.jsonl");
@@ -544,7 +573,8 @@ TEST(Plan, ThePredictedStepKnowsPaddingAndPacking) {
   EXPECT_EQ(a["text_fraction"].get<double>(), 1.0);
   const int T = 64;  // configs/tiny.yaml
   for (const json* q : {&a, &b, &c})
-    EXPECT_NEAR((*q)["tokens_per_s"].get<double>(), (*q)["seq_per_s"].get<double>() * T * (*q)["text_fraction"].get<double>(),
+    EXPECT_NEAR((*q)["tokens_per_s"].get<double>(),
+                (*q)["seq_per_s"].get<double>() * T * (*q)["text_fraction"].get<double>(),
                 1e-9 * (*q)["tokens_per_s"].get<double>());
   // Padded: short rows, most of each sample padding, attention as one causal sequence.
   EXPECT_LT(b["text_fraction"].get<double>(), 0.5);
@@ -564,7 +594,8 @@ TEST(Plan, ThePredictedStepKnowsPaddingAndPacking) {
 
 TEST(Plan, UnknownHardwareIsAPlainError) {
   TempDir dir;
-  expect_plain_error(run_cli(plan_args(dir / "run", {"--hardware", "tpu9"})), {"--hardware tpu9", "H100", "trn1.32xlarge"});
+  expect_plain_error(run_cli(plan_args(dir / "run", {"--hardware", "tpu9"})),
+                     {"--hardware tpu9", "H100", "trn1.32xlarge"});
 }
 
 }  // namespace

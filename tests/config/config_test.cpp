@@ -29,12 +29,11 @@ namespace fs = std::filesystem;
 namespace {
 
 // A minimal valid config (the required keys only) followed by `extra` YAML text.
-const char* kBase =
-    "model:\n"
-    "  tokenizer:\n"
-    "    model: /models/tokenizer.model\n"
-    "  data:\n"
-    "    data_prefix: [1.0, /data/corpus_text_document]\n";
+const char* kBase = "model:\n"
+                    "  tokenizer:\n"
+                    "    model: /models/tokenizer.model\n"
+                    "  data:\n"
+                    "    data_prefix: [1.0, /data/corpus_text_document]\n";
 
 LoadedConfig load(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   return load_config_text(yaml, "test.yaml", overrides);
@@ -49,9 +48,9 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
   return "(no error)";
 }
 
-#define EXPECT_CONTAINS(haystack, needle)                                                          \
-  do {                                                                                             \
-    const std::string h_ = (haystack);                                                             \
+#define EXPECT_CONTAINS(haystack, needle)                                                                \
+  do {                                                                                                   \
+    const std::string h_ = (haystack);                                                                   \
     EXPECT_NE(h_.find(needle), std::string::npos) << "expected to find: " << (needle) << "\nin: " << h_; \
   } while (0)
 
@@ -92,8 +91,7 @@ TEST(Config, EveryFileInConfigsLoadsValidatesAndRoundTrips) {
     EXPECT_TRUE(back.config == c.config) << yaml;
     EXPECT_EQ(to_yaml(back.config), yaml);
     EXPECT_NO_THROW(c.config.lr_schedule());
-    EXPECT_EQ(c.config.model.global_batch_size %
-                  (c.config.model.micro_batch_size * c.config.data_parallel_size()), 0);
+    EXPECT_EQ(c.config.model.global_batch_size % (c.config.model.micro_batch_size * c.config.data_parallel_size()), 0);
   }
   EXPECT_GE(files, 10);
 }
@@ -115,7 +113,7 @@ TEST(Config, SeedsSevenBillionLayout) {
   EXPECT_DOUBLE_EQ(s.lr(2000), 3e-4);
   EXPECT_DOUBLE_EQ(s.lr(10000), 3e-5);
   const auto l = t.model.llama_config(32000);
-  EXPECT_EQ(l.num_params(), 6738415616);  // docs/formats.md 4.2: Llama-2-7B has 6,738,415,616 parameters
+  EXPECT_EQ(l.num_params(), 6738415616);               // docs/formats.md 4.2: Llama-2-7B has 6,738,415,616 parameters
   EXPECT_EQ(t.model.padded_vocab_size(32000), 32000);  // multiple of 8 x TP 8 = 64
   EXPECT_EQ(t.model.padded_vocab_size(32001), 32064);
   // The model keeps the real vocabulary; the padding is the layout's.
@@ -137,8 +135,13 @@ TEST(Config, SeventyBillionUsesNeMosGqaSpelling) {
 // The shapes in configs/ are the real models': loading each with model.init_from pointing at the
 // model's config.json (built from model::preset_config, or docs/formats.md 4.1 for 70B) must agree.
 TEST(Config, ShapesAgreeWithHuggingFaceConfigs) {
-  const llamatrain::model::LlamaConfig l70 = {.dim = 8192, .ffn_dim = 28672, .n_layers = 80, .n_heads = 64,
-                                              .n_kv_heads = 8, .vocab_size = 32000, .max_seq_len = 4096,
+  const llamatrain::model::LlamaConfig l70 = {.dim = 8192,
+                                              .ffn_dim = 28672,
+                                              .n_layers = 80,
+                                              .n_heads = 64,
+                                              .n_kv_heads = 8,
+                                              .vocab_size = 32000,
+                                              .max_seq_len = 4096,
                                               .norm_eps = 1e-5f};
   const std::vector<std::pair<std::string, llamatrain::model::LlamaConfig>> models = {
       {"llama2_7b.yaml", llamatrain::model::preset_config("llama2-7b")},
@@ -258,37 +261,71 @@ TEST(Config, NeMoLlamaYamlLoadsAndListsIgnoredKeys) {
   EXPECT_TRUE(std::any_of(c.notes.begin(), c.notes.end(), [](const std::string& n) {
     return n == "trainer.accelerator tpu (an XLA device, as on Trainium) trains on the cpu here";
   }));
-  for (const char* k : {"model.persist_layer_norm", "model.bias_activation_fusion",
-                        "model.nsys_profile", "exp_manager.checkpoint_callback_params.model_parallel_size",
-                        "model.data.validation_ds.metric", "enable_checkpoint_removal_protection"})
+  for (const char* k : {"model.persist_layer_norm", "model.bias_activation_fusion", "model.nsys_profile",
+                        "exp_manager.checkpoint_callback_params.model_parallel_size", "model.data.validation_ds.metric",
+                        "enable_checkpoint_removal_protection"})
     EXPECT_CONTAINS(ignored, k);
-  EXPECT_EQ(std::count_if(c.notes.begin(), c.notes.end(),
-                          [](const std::string& n) { return n.rfind("ignored", 0) == 0; }),
-            1);
+  EXPECT_EQ(
+      std::count_if(c.notes.begin(), c.notes.end(), [](const std::string& n) { return n.rfind("ignored", 0) == 0; }),
+      1);
 }
 
 // The overrides the Neuron NeMo launch script test_llama.sh passes, applied to the NeMo YAML.
 TEST(Config, TestLlamaShOverridesApply) {
   const std::vector<std::string> ov = {
-      "trainer.devices=32", "trainer.num_nodes=4", "trainer.max_epochs=null", "trainer.max_steps=10000",
-      "trainer.val_check_interval=10000", "trainer.log_every_n_steps=1", "trainer.limit_val_batches=1",
-      "trainer.limit_test_batches=1", "trainer.accumulate_grad_batches=1", "trainer.precision=32",
-      "model.megatron_amp_O2=false", "model.tokenizer.type=/home/u/llamav2_weights/7b-hf", "model.micro_batch_size=1",
-      "model.global_batch_size=256", "model.tensor_model_parallel_size=8", "model.pipeline_model_parallel_size=1",
-      "model.max_position_embeddings=4096", "model.encoder_seq_length=4096", "model.hidden_size=4096",
-      "model.ffn_hidden_size=11008", "model.num_layers=32", "model.num_attention_heads=32",
-      "model.init_method_std=0.021", "model.hidden_dropout=0", "model.layernorm_epsilon=1e-5",
+      "trainer.devices=32",
+      "trainer.num_nodes=4",
+      "trainer.max_epochs=null",
+      "trainer.max_steps=10000",
+      "trainer.val_check_interval=10000",
+      "trainer.log_every_n_steps=1",
+      "trainer.limit_val_batches=1",
+      "trainer.limit_test_batches=1",
+      "trainer.accumulate_grad_batches=1",
+      "trainer.precision=32",
+      "model.megatron_amp_O2=false",
+      "model.tokenizer.type=/home/u/llamav2_weights/7b-hf",
+      "model.micro_batch_size=1",
+      "model.global_batch_size=256",
+      "model.tensor_model_parallel_size=8",
+      "model.pipeline_model_parallel_size=1",
+      "model.max_position_embeddings=4096",
+      "model.encoder_seq_length=4096",
+      "model.hidden_size=4096",
+      "model.ffn_hidden_size=11008",
+      "model.num_layers=32",
+      "model.num_attention_heads=32",
+      "model.init_method_std=0.021",
+      "model.hidden_dropout=0",
+      "model.layernorm_epsilon=1e-5",
       "model.data.data_prefix=[1.0,/home/u/examples_datasets/llama_7b/book.jsonl-processed_text_document]",
-      "model.data.num_workers=1", "model.data.seq_length=4096", "model.optim.name=adamw", "model.optim.lr=3.0e-4",
-      "model.optim.betas=[0.9,0.95]", "model.optim.weight_decay=0.1", "model.optim.sched.name=CosineAnnealing",
-      "model.optim.sched.warmup_steps=2000", "model.optim.sched.constant_steps=0", "model.optim.sched.min_lr=3.0e-5",
-      "model.optim.capturable=True", "model.sequence_parallel=True", "model.activations_checkpoint_granularity=full",
-      "model.activations_checkpoint_method=uniform", "model.activations_checkpoint_num_layers=1",
-      "+model.save_xser=True", "+model.load_xser=True", "+model.use_flash_attention=False",
-      "model.wrap_with_zero=False", "model.zero_use_master_weight=False", "model.zero_use_fp32_grad_accum=",
-      "model.use_cpu_initialization=True", "exp_manager.create_tensorboard_logger=True",
-      "exp_manager.resume_if_exists=False", "exp_manager.resume_ignore_no_checkpoint=False",
-      "exp_manager.create_checkpoint_callback=True", "exp_manager.explicit_log_dir=null",
+      "model.data.num_workers=1",
+      "model.data.seq_length=4096",
+      "model.optim.name=adamw",
+      "model.optim.lr=3.0e-4",
+      "model.optim.betas=[0.9,0.95]",
+      "model.optim.weight_decay=0.1",
+      "model.optim.sched.name=CosineAnnealing",
+      "model.optim.sched.warmup_steps=2000",
+      "model.optim.sched.constant_steps=0",
+      "model.optim.sched.min_lr=3.0e-5",
+      "model.optim.capturable=True",
+      "model.sequence_parallel=True",
+      "model.activations_checkpoint_granularity=full",
+      "model.activations_checkpoint_method=uniform",
+      "model.activations_checkpoint_num_layers=1",
+      "+model.save_xser=True",
+      "+model.load_xser=True",
+      "+model.use_flash_attention=False",
+      "model.wrap_with_zero=False",
+      "model.zero_use_master_weight=False",
+      "model.zero_use_fp32_grad_accum=",
+      "model.use_cpu_initialization=True",
+      "exp_manager.create_tensorboard_logger=True",
+      "exp_manager.resume_if_exists=False",
+      "exp_manager.resume_ignore_no_checkpoint=False",
+      "exp_manager.create_checkpoint_callback=True",
+      "exp_manager.explicit_log_dir=null",
       "+exp_manager.checkpoint_callback_params.train_time_interval=36000",
       "model.resume_from_checkpoint=/efs/checkpoint/megatron_gpt--step\\=1085-consumed_samples\\=69632.0-last.ckpt"};
   const LoadedConfig c = load_config(source_path("tests/train/fixtures/nemo_llama.yaml"), ov);
@@ -377,10 +414,13 @@ TEST(Config, NeMoValuesThatCannotBeHonouredAreRefused) {
 
 TEST(Config, PrecisionMapping) {
   using llamatrain::model::Precision;
-  const std::vector<std::pair<std::string, Precision>> ok = {
-      {"32", Precision::fp32},          {"fp32", Precision::fp32},   {"'32'", Precision::fp32},
-      {"32-true", Precision::fp32},     {"bf16-mixed", Precision::bf16_mixed},
-      {"bf16", Precision::bf16_sr},     {"bf16-sr", Precision::bf16_sr}};
+  const std::vector<std::pair<std::string, Precision>> ok = {{"32", Precision::fp32},
+                                                             {"fp32", Precision::fp32},
+                                                             {"'32'", Precision::fp32},
+                                                             {"32-true", Precision::fp32},
+                                                             {"bf16-mixed", Precision::bf16_mixed},
+                                                             {"bf16", Precision::bf16_sr},
+                                                             {"bf16-sr", Precision::bf16_sr}};
   for (const auto& [text, p] : ok) {
     SCOPED_TRACE(text);
     EXPECT_EQ(load(kBase, {"trainer.precision=" + text}).config.trainer.precision, p);
@@ -414,8 +454,7 @@ TEST(Config, InterpolationsResolveAfterOverrides) {
   c = load(kBase, {"model.data.train_ds.completion_map={a: x, b: y}",
                    "exp_manager.name=${model.data.train_ds.completion_map.a}"});
   EXPECT_EQ(c.config.exp_manager.name, "x");
-  EXPECT_EQ(c.config.model.data.train_ds.completion_map,
-            (std::map<std::string, std::string>{{"a", "x"}, {"b", "y"}}));
+  EXPECT_EQ(c.config.model.data.train_ds.completion_map, (std::map<std::string, std::string>{{"a", "x"}, {"b", "y"}}));
   // Ignored keys resolve only when something refers to them (OmegaConf resolves on access).
   EXPECT_NO_THROW(load(kBase, {"model.persist_layer_norm=${model.nothing}"}));
   EXPECT_EQ(load(kBase, {"+model.use_flash_attention=7", "trainer.max_steps=${model.use_flash_attention}"})
@@ -491,19 +530,20 @@ TEST(Config, DerivedChecks) {
                   "TP 4 x PP 1 = 4 does not divide the 6 ranks");
   EXPECT_CONTAINS(error_of(kBase, {"model.num_attention_heads=7"}), "got 7, expected a divisor of hidden_size 768");
   EXPECT_CONTAINS(error_of(kBase, {"model.num_query_groups=5"}), "got 5, expected a divisor of num_attention_heads 12");
-  EXPECT_CONTAINS(error_of(kBase, {"model.kv_channels=128"}), "expected null or hidden_size / num_attention_heads = 64");
-  EXPECT_CONTAINS(error_of(kBase, {"model.num_query_groups=4", "trainer.devices=3", "model.tensor_model_parallel_size=3",
-                                   "model.global_batch_size=4"}),
+  EXPECT_CONTAINS(error_of(kBase, {"model.kv_channels=128"}),
+                  "expected null or hidden_size / num_attention_heads = 64");
+  EXPECT_CONTAINS(error_of(kBase, {"model.num_query_groups=4", "trainer.devices=3",
+                                   "model.tensor_model_parallel_size=3", "model.global_batch_size=4"}),
                   "expected a divisor of num_attention_heads 12, and a divisor or a multiple of the key/value heads 4");
   // fewer kv heads than TP ranks: each is replicated
   EXPECT_NO_THROW(load(kBase, {"model.num_query_groups=2", "trainer.devices=4", "model.tensor_model_parallel_size=4"}));
-  EXPECT_CONTAINS(error_of(kBase, {"model.pipeline_model_parallel_size=5", "trainer.devices=5",
-                                   "model.global_batch_size=4"}),
-                  "got 5 stages for num_layers 12 (first stage even, last stage even), expected the other stages to "
-                  "split the remaining 12 layers evenly");
+  EXPECT_CONTAINS(
+      error_of(kBase, {"model.pipeline_model_parallel_size=5", "trainer.devices=5", "model.global_batch_size=4"}),
+      "got 5 stages for num_layers 12 (first stage even, last stage even), expected the other stages to "
+      "split the remaining 12 layers evenly");
   // Megatron-core's uneven split: 1 + 5 + 5 + 1 layers; the first and last given, the middle even.
   EXPECT_EQ(load(kBase, {"model.pipeline_model_parallel_size=4", "trainer.devices=4", "model.global_batch_size=4",
-                                "model.num_layers_in_first_pipeline_stage=1", "model.num_layers_in_last_pipeline_stage=1"})
+                         "model.num_layers_in_first_pipeline_stage=1", "model.num_layers_in_last_pipeline_stage=1"})
                 .config.model.pipeline_layers(),
             (std::vector<int>{1, 5, 5, 1}));
   EXPECT_CONTAINS(error_of(kBase, {"model.pipeline_model_parallel_size=4", "trainer.devices=4",
@@ -514,9 +554,9 @@ TEST(Config, DerivedChecks) {
                   "model.max_position_embeddings (512)");
   EXPECT_CONTAINS(error_of(kBase, {"exp_manager.checkpoint_callback_params.save_top_k=0"}),
                   "expected -1 (keep all) or K >= 1");
-  EXPECT_CONTAINS(error_of(kBase, {"model.activations_checkpoint_granularity=full",
-                                   "model.activations_checkpoint_method=null"}),
-                  "is null with granularity full");
+  EXPECT_CONTAINS(
+      error_of(kBase, {"model.activations_checkpoint_granularity=full", "model.activations_checkpoint_method=null"}),
+      "is null with granularity full");
   EXPECT_CONTAINS(error_of(kBase, {"model.data.data_prefix=[0.5,/a,/b]"}), "model.data.data_prefix (override");
   EXPECT_CONTAINS(error_of(kBase, {"model.data.splits_string=1,2,3,4"}), "got 4 numbers, expected 1 to 3");
   // Schedule errors carry the key's place.

@@ -47,12 +47,12 @@ TEST(Schedule, CosineAnnealingWithoutConstantSteps) {
   c.warmup_steps = 10;
   c.min_lr = 3e-5;
   const LrSchedule s = make_schedule(c, 3e-4, 110);
-  expect_lr(s, 0, 3e-4 * 1.0 / 11.0);   // warmup start: lr * (0 + 1) / (10 + 1)
+  expect_lr(s, 0, 3e-4 * 1.0 / 11.0);  // warmup start: lr * (0 + 1) / (10 + 1)
   expect_lr(s, 5, 3e-4 * 6.0 / 11.0);
-  expect_lr(s, 10, 3e-4);               // warmup end: lr * 11 / 11
-  expect_lr(s, 60, 1.65e-4);            // mid-decay: cos(pi * 50/100) = 0 -> (3e-4 - 3e-5) * 0.5 + 3e-5
-  expect_lr(s, 110, 3e-5);              // end: cos(pi) = -1 -> min_lr
-  expect_lr(s, 111, 3e-5);              // beyond max_steps: min_lr
+  expect_lr(s, 10, 3e-4);     // warmup end: lr * 11 / 11
+  expect_lr(s, 60, 1.65e-4);  // mid-decay: cos(pi * 50/100) = 0 -> (3e-4 - 3e-5) * 0.5 + 3e-5
+  expect_lr(s, 110, 3e-5);    // end: cos(pi) = -1 -> min_lr
+  expect_lr(s, 111, 3e-5);    // beyond max_steps: min_lr
   expect_lr(s, 100000, 3e-5);
 }
 
@@ -64,13 +64,13 @@ TEST(Schedule, CosineAnnealingWithConstantSteps) {
   c.min_lr = 1e-4;
   const LrSchedule s = make_schedule(c, 1e-3, 34);
   EXPECT_EQ(s.decay_steps, 20);
-  expect_lr(s, 0, 1e-3 * 1 / 5);        // the Neuron fork warms up as lr * (step + 1) / (warmup + 1)
+  expect_lr(s, 0, 1e-3 * 1 / 5);  // the Neuron fork warms up as lr * (step + 1) / (warmup + 1)
   expect_lr(s, 4, 1e-3);
-  expect_lr(s, 14, 5.5e-4);             // ratio (14 - 4) / 20 = 0.5 -> 1e-4 + 0.5 * 9e-4
-  expect_lr(s, 24, 1e-4);               // end of the decay: ratio 1
-  expect_lr(s, 25, 1e-4);               // constant phase at min_lr
+  expect_lr(s, 14, 5.5e-4);  // ratio (14 - 4) / 20 = 0.5 -> 1e-4 + 0.5 * 9e-4
+  expect_lr(s, 24, 1e-4);    // end of the decay: ratio 1
+  expect_lr(s, 25, 1e-4);    // constant phase at min_lr
   expect_lr(s, 34, 1e-4);
-  expect_lr(s, 35, 1e-4);               // beyond max_steps
+  expect_lr(s, 35, 1e-4);  // beyond max_steps
 }
 
 TEST(Schedule, WarmupAnnealingIsLinearToMinLr) {
@@ -81,8 +81,8 @@ TEST(Schedule, WarmupAnnealingIsLinearToMinLr) {
   const LrSchedule s = make_schedule(c, 1e-3, 100);
   expect_lr(s, 0, 1e-3 / 11);
   expect_lr(s, 10, 1e-3);
-  expect_lr(s, 55, 5.5e-4);             // mult 0.5 -> 1e-4 + 0.5 * 9e-4
-  expect_lr(s, 100, 1e-4);              // mult 1 -> min_lr
+  expect_lr(s, 55, 5.5e-4);  // mult 0.5 -> 1e-4 + 0.5 * 9e-4
+  expect_lr(s, 100, 1e-4);   // mult 1 -> min_lr
   expect_lr(s, 101, 1e-4);
   // No warmup: step 0 is the peak.
   SchedConfig n = sched("WarmupAnnealing");
@@ -136,31 +136,32 @@ TEST(Schedule, WsdFollowsMegatronCore) {
   c.wsd_decay_steps = 20;
   c.wsd_decay_style = "linear";
   LrSchedule s = make_schedule(c, 1e-3, 100);
-  expect_lr(s, 0, 0.0);                 // Megatron warms up from init_lr 0: lr * step / warmup
+  expect_lr(s, 0, 0.0);  // Megatron warms up from init_lr 0: lr * step / warmup
   expect_lr(s, 5, 5e-4);
   expect_lr(s, 10, 1e-3);
-  expect_lr(s, 50, 1e-3);               // stable
-  expect_lr(s, 80, 1e-3);               // anneal start = 100 - 20
-  expect_lr(s, 90, 5.5e-4);             // r = 10/20: 1 - 0.5 -> 1e-4 + 0.5 * 9e-4
+  expect_lr(s, 50, 1e-3);    // stable
+  expect_lr(s, 80, 1e-3);    // anneal start = 100 - 20
+  expect_lr(s, 90, 5.5e-4);  // r = 10/20: 1 - 0.5 -> 1e-4 + 0.5 * 9e-4
   expect_lr(s, 100, 1e-4);
   expect_lr(s, 101, 1e-4);
   c.wsd_decay_style = "exponential";
   s = make_schedule(c, 1e-3, 100);
   expect_lr(s, 90, 1e-4 + (2.0 * std::sqrt(0.5) - 1.0) * 9e-4);  // 2 * 0.5^0.5 - 1 = 0.41421...
-  expect_lr(s, 100, 1e-4);              // 2 * 0.5 - 1 = 0
+  expect_lr(s, 100, 1e-4);                                       // 2 * 0.5 - 1 = 0
   c.wsd_decay_style = "minus_sqrt";
   s = make_schedule(c, 1e-3, 100);
-  expect_lr(s, 85, 5.5e-4);             // r = 0.25: 1 - sqrt(0.25) = 0.5
+  expect_lr(s, 85, 5.5e-4);  // r = 0.25: 1 - sqrt(0.25) = 0.5
   c.wsd_decay_style = "cosine";
   s = make_schedule(c, 1e-3, 100);
-  expect_lr(s, 90, 5.5e-4);             // 0.5 * (cos(pi/2) + 1) = 0.5
+  expect_lr(s, 90, 5.5e-4);  // 0.5 * (cos(pi/2) + 1) = 0.5
 }
 
 TEST(Schedule, RefusesWhatNeMoOrMegatronRefuse) {
   SchedConfig both = sched("CosineAnnealing");
   both.warmup_steps = 10;
   both.warmup_ratio = 0.1;
-  EXPECT_NE(error_of(both, 1e-3, 100).find("model.optim.sched.warmup_ratio: got 0.1 while warmup_steps is 10 too"), std::string::npos);
+  EXPECT_NE(error_of(both, 1e-3, 100).find("model.optim.sched.warmup_ratio: got 0.1 while warmup_steps is 10 too"),
+            std::string::npos);
 
   SchedConfig too_long = sched("CosineAnnealing");
   too_long.warmup_steps = 2000;

@@ -48,7 +48,7 @@ TEST(CpuCaches, ReadsDataAndUnifiedCachesByLevel) {
   add_cache(root, 2, "2", "Unified", "1024K");
   add_cache(root, 4, "4", "Unified", "garbage");  // skipped: no size
   add_cache(root, 5, "x", "Unified", "8M");       // skipped: no level
-  write(root / "uevent", "");                      // not an index folder
+  write(root / "uevent", "");                     // not an index folder
   const auto caches = cpu_data_caches(root.string());
   ASSERT_EQ(caches.size(), 3u);
   EXPECT_EQ(caches[0].level, 1);

@@ -27,7 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_HAS(msg, sub) EXPECT_NE((msg).find(sub), std::string::npos) << "missing \"" << (sub) << "\" in: " << (msg)
+#define EXPECT_HAS(msg, sub) \
+  EXPECT_NE((msg).find(sub), std::string::npos) << "missing \"" << (sub) << "\" in: " << (msg)
 
 class FileTest : public ::testing::Test {
  protected:
@@ -153,7 +154,8 @@ TEST_F(FileTest, AtomicFileFailureKeepsThePreviousFile) {
   }
   EXPECT_EQ(read(path("f")), "previous");
   EXPECT_EQ(entries(), std::vector<std::string>{"f"});
-  EXPECT_HAS(error_of([&] { AtomicFile f(path("no/such/dir/x")); }), "folder " + path("no/such/dir") + " does not exist");
+  EXPECT_HAS(error_of([&] { AtomicFile f(path("no/such/dir/x")); }),
+             "folder " + path("no/such/dir") + " does not exist");
   EXPECT_HAS(error_of([&] { AtomicFile f(dir_); }), "it is a folder");
 }
 

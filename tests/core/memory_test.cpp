@@ -46,7 +46,8 @@ TEST(Memory, CheckRefusesTooLargeWithSizesAndHint) {
 
 TEST(Memory, BenchOfAModelTooLargeForTheMachineIsAClearError) {
   // llama2-7b at batch 64 x seq 4096 needs ~2 TB: refused up front, no allocation, no crash
-  const auto [status, out] = run_llamatrain({"bench", "--model", "llama2-7b", "--seq", "4096", "--batch", "64", "--steps", "1"});
+  const auto [status, out] =
+      run_llamatrain({"bench", "--model", "llama2-7b", "--seq", "4096", "--batch", "64", "--steps", "1"});
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("error: memory: llama2-7b in bf16-mixed at batch 64 x seq 4096 needs"), std::string::npos) << out;
   EXPECT_NE(out.find("hint:"), std::string::npos) << out;

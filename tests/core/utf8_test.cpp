@@ -51,7 +51,8 @@ TEST(Utf8, CharactersOfAnyBytes) {
   EXPECT_EQ(utf8_char_length(0xC3), 2u);
   EXPECT_EQ(utf8_char_length(0xF7), 4u);
   EXPECT_EQ(utf8_char_length(0xF8), 1u);
-  const std::vector<std::string_view> want = {"A", "\xC3\xA9", "\xE4\xB8\xAD", "\x80", "\xFF", "\xF0\x9F\x98\x80", "\xE4\xB8"};
+  const std::vector<std::string_view> want = {"A",    "\xC3\xA9",         "\xE4\xB8\xAD", "\x80",
+                                              "\xFF", "\xF0\x9F\x98\x80", "\xE4\xB8"};
   EXPECT_EQ(utf8_chars("A\xC3\xA9\xE4\xB8\xAD\x80\xFF\xF0\x9F\x98\x80\xE4\xB8"), want);
   EXPECT_TRUE(utf8_chars("").empty());
   EXPECT_EQ(utf8_decode_at("x\xE4\xB8", 1), (0x4u << 6) | 0x38u);  // cut: the bytes that are there
@@ -59,7 +60,8 @@ TEST(Utf8, CharactersOfAnyBytes) {
 }
 
 TEST(Utf8, WhiteSpaceAsUnicode) {
-  for (uint32_t cp : {0x09u, 0x0Du, 0x20u, 0x85u, 0xA0u, 0x1680u, 0x2000u, 0x200Au, 0x2028u, 0x2029u, 0x202Fu, 0x205Fu, 0x3000u})
+  for (uint32_t cp :
+       {0x09u, 0x0Du, 0x20u, 0x85u, 0xA0u, 0x1680u, 0x2000u, 0x200Au, 0x2028u, 0x2029u, 0x202Fu, 0x205Fu, 0x3000u})
     EXPECT_TRUE(unicode_white_space(cp)) << cp;
   for (uint32_t cp : {0x08u, 0x0Eu, 0x1Cu, 0x41u, 0x200Bu, 0x2581u, 0xFEFFu})
     EXPECT_FALSE(unicode_white_space(cp)) << cp;
@@ -74,10 +76,16 @@ TEST(Utf8, LossyRepairAsPythonsDecoder) {
       {"\xE0\x80\xAF", R + R + R},
       {"\xED\xA0\x80", R + R + R},
       {"\xF4\x90\x80\x80", R + R + R + R},
-      {"\xF0\x80\x80" "A", R + R + R + "A"},
+      {"\xF0\x80\x80"
+       "A",
+       R + R + R + "A"},
       {"\xE4\xB8", R},
-      {"a\xFF" "b", "a" + R + "b"},
-      {"\xE4\xB8" "A\x80", R + "A" + R},
+      {"a\xFF"
+       "b",
+       "a" + R + "b"},
+      {"\xE4\xB8"
+       "A\x80",
+       R + "A" + R},
   };
   for (const auto& [in, want] : cases) EXPECT_EQ(utf8_lossy(in), want) << in;
 }

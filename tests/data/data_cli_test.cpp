@@ -10,11 +10,11 @@
 namespace llamatrain::data {
 namespace {
 
-using llamatrain::testing::TempDir;
 using llamatrain::testing::fixture;
 using llamatrain::testing::golden;
 using llamatrain::testing::read_file;
 using llamatrain::testing::run_capture;
+using llamatrain::testing::TempDir;
 using llamatrain::testing::write_file;
 
 const std::string& bin() {
@@ -35,7 +35,9 @@ TEST(DataCli, InspectShowsHeaderChecksAndDocuments) {
   expect_contains(out, "checks: ok");
   expect_contains(out, "tokens/sequence: min 2");
   expect_contains(out, "document 3 (30 tokens):");
-  ASSERT_EQ(run_capture(bin() + " data inspect " + prefix + " --docs 4 --tokenizer-model " + fixture("tokenizer.model"), &out), 0)
+  ASSERT_EQ(run_capture(bin() + " data inspect " + prefix + " --docs 4 --tokenizer-model " + fixture("tokenizer.model"),
+                        &out),
+            0)
       << out;
   expect_contains(out, "\"你好，世界。这是一个用于测试的中文句子。\"");
   expect_contains(out, "all in range");
@@ -54,7 +56,10 @@ TEST(DataCli, InspectOfCorruptFileFailsClearly) {
   expect_contains(out, "error: " + (dir / "c.idx"));
   expect_contains(out, "re-run llamatrain preprocess");
   // A token id past the tokenizer's vocab is reported.
-  EXPECT_EQ(run_capture(bin() + " data inspect " + golden("ids_int32") + " --tokenizer-model " + fixture("tokenizer.model"), &out), 1);
+  EXPECT_EQ(
+      run_capture(bin() + " data inspect " + golden("ids_int32") + " --tokenizer-model " + fixture("tokenizer.model"),
+                  &out),
+      1);
   expect_contains(out, "outside the vocab");
 }
 
@@ -82,7 +87,8 @@ TEST(DataCli, MergeOfHalvesEqualsPreprocessOfWholeCorpus) {
   EXPECT_EQ(read_file(dir / "all.idx"), read_file(golden("fixture_eod_text_document.idx")));
 
   // Different dtypes cannot be merged.
-  EXPECT_EQ(run_capture(bin() + " data merge " + (dir / "bad") + " " + (dir / "all") + " " + golden("ids_int32"), &out), 1);
+  EXPECT_EQ(run_capture(bin() + " data merge " + (dir / "bad") + " " + (dir / "all") + " " + golden("ids_int32"), &out),
+            1);
   expect_contains(out, "the dtypes differ");
 }
 

@@ -373,8 +373,8 @@ TEST(Blend, WeightsSizesAndTieBreak) {
 }
 
 TEST(Blend, BuilderCoversSingleWeightedAndUnweightedPrefixes) {
-  std::map<std::string, std::shared_ptr<const TokenSource>> files{
-      {"/a", make_source(random_sizes(1, 50, 0), "a")}, {"/b", make_source(random_sizes(2, 70, 0), "b")}};
+  std::map<std::string, std::shared_ptr<const TokenSource>> files{{"/a", make_source(random_sizes(1, 50, 0), "a")},
+                                                                  {"/b", make_source(random_sizes(2, 70, 0), "b")}};
   auto open = [&](const std::string& p) { return files.at(p); };
   GptDataConfig cfg;
   cfg.seq_length = 8;
@@ -383,7 +383,7 @@ TEST(Blend, BuilderCoversSingleWeightedAndUnweightedPrefixes) {
   cfg.data_prefix = {"/a"};
   auto single = build_gpt_datasets(cfg, {40, 2, 0}, open);
   EXPECT_NE(std::dynamic_pointer_cast<const GptSplitDataset>(single[0]), nullptr);
-  EXPECT_EQ(single[2], nullptr);  // test weight 0
+  EXPECT_EQ(single[2], nullptr);    // test weight 0
   cfg.data_prefix = {"1.0", "/a"};  // NeMo's usual [1.0, prefix] goes through the blend
   auto one = build_gpt_datasets(cfg, {40, 2, 0}, open);
   auto b1 = std::dynamic_pointer_cast<const BlendedDataset>(one[0]);
@@ -410,9 +410,9 @@ TEST(Blend, BuilderCoversSingleWeightedAndUnweightedPrefixes) {
 }
 
 TEST(Blend, PerSplitPrefixesBuildEachSplitFromItsOwnFilesWhole) {
-  std::map<std::string, std::shared_ptr<const TokenSource>> files{
-      {"/a", make_source(random_sizes(1, 50, 0), "a")}, {"/b", make_source(random_sizes(2, 70, 0), "b")},
-      {"/c", make_source(random_sizes(3, 30, 0), "c")}};
+  std::map<std::string, std::shared_ptr<const TokenSource>> files{{"/a", make_source(random_sizes(1, 50, 0), "a")},
+                                                                  {"/b", make_source(random_sizes(2, 70, 0), "b")},
+                                                                  {"/c", make_source(random_sizes(3, 30, 0), "c")}};
   auto open = [&](const std::string& p) { return files.at(p); };
   GptDataConfig cfg;
   cfg.seq_length = 8;
@@ -453,7 +453,8 @@ TEST(Blend, SourcesMayBeNamedInDataPrefix) {
   EXPECT_EQ(w.prefixes, (std::vector<std::string>{"/data/zh_text_document", "/data/en_text_document"}));
   EXPECT_EQ(w.names, (std::vector<std::string>{"zh", ""}));
   EXPECT_EQ(source_names(w), (std::vector<std::string>{"zh", "en"}));
-  const BlendSpec u = parse_data_prefix({"wiki-zh.v2:data/a_text_document", "b:c/d:e", "/x:y/b_text_document", "a b:z"});
+  const BlendSpec u =
+      parse_data_prefix({"wiki-zh.v2:data/a_text_document", "b:c/d:e", "/x:y/b_text_document", "a b:z"});
   EXPECT_EQ(u.prefixes, (std::vector<std::string>{"data/a_text_document", "c/d:e", "/x:y/b_text_document", "a b:z"}));
   EXPECT_EQ(u.names, (std::vector<std::string>{"wiki-zh.v2", "b", "", ""}));
   // "/x:y/b_text_document" would be "b" like the name given to the second: it takes its whole path.
@@ -473,8 +474,7 @@ TEST(Blend, SourcesMayBeNamedInDataPrefix) {
 
 TEST(Blend, SourceNamesAreShortDistinctAndStable) {
   // File names without preprocess's ending; parent folders only where names collide.
-  EXPECT_EQ(source_names({"/data/zh_text_document", "/data/en_text_document"}),
-            (std::vector<std::string>{"zh", "en"}));
+  EXPECT_EQ(source_names({"/data/zh_text_document", "/data/en_text_document"}), (std::vector<std::string>{"zh", "en"}));
   EXPECT_EQ(source_names({"/x/wiki/zh_text_document", "/y/news/zh_text_document", "/y/news/en_document"}),
             (std::vector<std::string>{"wiki/zh", "news/zh", "en"}));
   EXPECT_EQ(source_names({"/a/b/c/corpus_text_document", "/a/d/c/corpus_text_document"}),
@@ -483,15 +483,20 @@ TEST(Blend, SourceNamesAreShortDistinctAndStable) {
   EXPECT_EQ(source_names({"data/./zh_text_document", "../other//en_text_document", "_text_document"}),
             (std::vector<std::string>{"zh", "en", "_text_document"}));
   // One path a suffix of the other: the shorter keeps all it has.
-  EXPECT_EQ(source_names({"zh_text_document", "/data/zh_text_document"}),
-            (std::vector<std::string>{"zh", "data/zh"}));
+  EXPECT_EQ(source_names({"zh_text_document", "/data/zh_text_document"}), (std::vector<std::string>{"zh", "data/zh"}));
   // The same prefix twice (a file up-weighted by repeating it) counts its repeats.
   EXPECT_EQ(source_names({"/d/zh_text_document", "/d/en_text_document", "/d/zh_text_document"}),
             (std::vector<std::string>{"zh", "en", "zh#2"}));
   // Names never collide, whatever the paths.
-  const std::vector<std::string> many = {"/a/x_text_document", "/b/x_text_document", "/a/x_document",
-                                         "/c/a/x_text_document", "x", "/a/x_text_document", "a/x_text_document",
-                                         "/x", "x_text_document"};
+  const std::vector<std::string> many = {"/a/x_text_document",
+                                         "/b/x_text_document",
+                                         "/a/x_document",
+                                         "/c/a/x_text_document",
+                                         "x",
+                                         "/a/x_text_document",
+                                         "a/x_text_document",
+                                         "/x",
+                                         "x_text_document"};
   const auto names = source_names(many);
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), many.size()) << fmt::format("{}", names);
   EXPECT_EQ(source_names({"/only/one_text_document"}), (std::vector<std::string>{"one"}));

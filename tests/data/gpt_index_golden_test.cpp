@@ -135,8 +135,8 @@ void check_blend_case(const json& c, const std::string& name) {
       auto part = std::dynamic_pointer_cast<const GptSplitDataset>(blend->datasets()[g]);
       ASSERT_NE(part, nullptr);
       EXPECT_EQ(part->gpt().index().num_samples, ref["parts"][g]["num_samples"].get<int64_t>());
-      expect_split(ref["parts"][g], part->gpt(), what + " dataset " + std::to_string(g) + " requested " +
-                                                     std::to_string(per[g]));
+      expect_split(ref["parts"][g], part->gpt(),
+                   what + " dataset " + std::to_string(g) + " requested " + std::to_string(per[g]));
     }
     if (ref.contains("texts")) {
       std::vector<int32_t> text(size_t(blend->text_length()));

@@ -38,8 +38,10 @@ std::string show(const std::vector<int>& v, size_t at) {
   std::ostringstream s;
   const size_t from = at > 3 ? at - 3 : 0;
   for (size_t i = from; i < v.size() && i < at + 4; ++i) {
-    if (i == at) s << '[' << v[i] << "] ";
-    else s << v[i] << ' ';
+    if (i == at)
+      s << '[' << v[i] << "] ";
+    else
+      s << v[i] << ' ';
   }
   return s.str();
 }
@@ -88,7 +90,7 @@ json with_fortunes(json corpus) {
 
 struct Reference {
   std::vector<std::string> inputs;  // the corpus documents, as bytes
-  json out;                          // tokenizer_reference.mjs's answer
+  json out;                         // tokenizer_reference.mjs's answer
   std::map<std::string, std::string> dirs;
 };
 
@@ -155,7 +157,8 @@ TEST_P(Reference_, IdsDecodingAndRoundTripMatchTheJavaScriptReference) {
                       << "\n  got  " << show(got, size_t(at)) << "\n  want " << show(want, size_t(at));
     if (!docs[i]["tiktoken"].is_null()) {  // tiktoken's Llama 3 ranks
       ++tiktoken_docs;
-      EXPECT_EQ(first_difference(got, docs[i]["tiktoken"].get<std::vector<int>>()), -1) << name << " doc " << i << " vs tiktoken";
+      EXPECT_EQ(first_difference(got, docs[i]["tiktoken"].get<std::vector<int>>()), -1)
+          << name << " doc " << i << " vs tiktoken";
     }
     const std::string decoded = tok.decode(want);
     EXPECT_EQ(decoded, hex_decode(docs[i]["decoded_hex"].get<std::string>())) << name << " doc " << i << " decode";
@@ -205,7 +208,8 @@ TEST(TokenizerJsonPreprocess, Llama3DatasetIsTheReferenceIdsPlusEodInInt32) {
             0)
       << log;
   for (const char* ext : {".bin", ".idx"})
-    EXPECT_EQ(t::read_file(dir / (std::string("l3_text_document") + ext)), t::read_file(dir / (std::string("ref") + ext)))
+    EXPECT_EQ(t::read_file(dir / (std::string("l3_text_document") + ext)),
+              t::read_file(dir / (std::string("ref") + ext)))
         << ext << " differs from the Megatron writer's";
   const llamatrain::data::IndexedDataset ds(dir / "l3_text_document");
   EXPECT_EQ(ds.dtype(), llamatrain::data::TokenDtype::kInt32);

@@ -37,8 +37,12 @@ std::string byte_char(int b) {
     cp = 256 + n;
   }
   std::string s;
-  if (cp < 0x80) s.push_back(char(cp));
-  else { s.push_back(char(0xC0 | (cp >> 6))); s.push_back(char(0x80 | (cp & 0x3F))); }
+  if (cp < 0x80)
+    s.push_back(char(cp));
+  else {
+    s.push_back(char(0xC0 | (cp >> 6)));
+    s.push_back(char(0x80 | (cp & 0x3F)));
+  }
   return s;
 }
 
@@ -57,7 +61,10 @@ json byte_level(const std::vector<std::pair<std::string, std::string>>& merges, 
               {"pre_tokenizer",
                {{"type", "Sequence"},
                 {"pretokenizers",
-                 {{{"type", "Split"}, {"pattern", {{"Regex", R"( ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+)"}}}, {"behavior", "Isolated"}, {"invert", false}},
+                 {{{"type", "Split"},
+                   {"pattern", {{"Regex", R"( ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+)"}}},
+                   {"behavior", "Isolated"},
+                   {"invert", false}},
                   {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
               {"post_processor", {{"type", "ByteLevel"}}},
               {"decoder", {{"type", "ByteLevel"}}},
@@ -66,8 +73,8 @@ json byte_level(const std::vector<std::pair<std::string, std::string>>& merges, 
 }
 
 json added(int id, const std::string& content, bool special = true, bool lstrip = false, bool rstrip = false) {
-  return {{"id", id}, {"content", content}, {"special", special}, {"normalized", false}, {"lstrip", lstrip},
-          {"rstrip", rstrip}, {"single_word", false}};
+  return {{"id", id},         {"content", content}, {"special", special},  {"normalized", false},
+          {"lstrip", lstrip}, {"rstrip", rstrip},   {"single_word", false}};
 }
 
 std::unique_ptr<HfTokenizer> parse(const json& j, const json& cfg = json()) {
@@ -108,7 +115,10 @@ TEST(HfTokenizer, MergesApplyLowestRankFirstAndIgnoreMergesEmitsWholeWords) {
   EXPECT_EQ(encode(*b, word), want);
   // Byte-level: any bytes, Chinese and invalid UTF-8 (read as U+FFFD) included, round-trip or decode lossy.
   EXPECT_EQ(a->decode(encode(*a, "中文 hello\n")), "中文 hello\n");
-  EXPECT_EQ(a->decode(encode(*a, "a\xff" "b")), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(a->decode(encode(*a, "a\xff"
+                                 "b")),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(encode(*a, "\xff"), encode(*a, "\xEF\xBF\xBD"));
 }
 
@@ -141,16 +151,18 @@ TEST(HfTokenizer, BosAndEosComeFromThePostProcessorWithoutTokenizerConfig) {
   json j = byte_level({});
   j["added_tokens"] = {added(256, "<|begin_of_text|>"), added(257, "<|end_of_text|>")};
   j["post_processor"] = {{"type", "TemplateProcessing"},
-                         {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
-                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                         {"single",
+                          {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
                          {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {256}}}}}}};
   const auto tok = parse(j);
   EXPECT_EQ(tok->prefix_ids(), (std::vector<int>{256}));
   EXPECT_TRUE(tok->suffix_ids().empty());
   EXPECT_EQ(tok->bos_id(), 256);
-  EXPECT_EQ(tok->eos_id(), 257);  // a known end token among the specials
+  EXPECT_EQ(tok->eos_id(), 257);                          // a known end token among the specials
   EXPECT_EQ(encode(*tok, "a"), (std::vector<int>{'a'}));  // encode() adds nothing
-  j["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", {"<|begin_of_text|>", 256}}, {"sep", {"<|end_of_text|>", 257}}};
+  j["post_processor"] = {
+      {"type", "RobertaProcessing"}, {"cls", {"<|begin_of_text|>", 256}}, {"sep", {"<|end_of_text|>", 257}}};
   EXPECT_EQ(parse(j)->suffix_ids(), (std::vector<int>{257}));
 }
 
@@ -170,8 +182,8 @@ TEST(HfTokenizer, MetaspaceByteFallbackAndTheirDecoders) {
   j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", true}};
   j["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
   j["added_tokens"] = json::array({added(0, "<unk>"), added(262, "<s>")});
-  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"byte_fallback", true}, {"unk_token", "<unk>"},
-                {"fuse_unk", true}};
+  j["model"] = {{"type", "BPE"},         {"vocab", vocab},       {"merges", merges},
+                {"byte_fallback", true}, {"unk_token", "<unk>"}, {"fuse_unk", true}};
   const auto tok = parse(j);
   EXPECT_EQ(encode(*tok, "a b"), (std::vector<int>{4, 5}));
   EXPECT_EQ(encode(*tok, "ab"), (std::vector<int>{4, 3}));
@@ -210,7 +222,7 @@ TEST(HfTokenizer, PieceLengthsCountTheBytesAndCharactersOfByteLevelTokens) {
   const auto lengths = llamatrain::data::piece_lengths(tok);
   const auto sums = lengths.sum(ids.data(), int64_t(ids.size()));
   EXPECT_EQ(sums.bytes, int64_t(text.size() - std::string("<|eot_id|>").size()));  // the special counts 0
-  EXPECT_EQ(sums.chars, 8);  // 中 文 ' ' h e l l o
+  EXPECT_EQ(sums.chars, 8);                                                        // 中 文 ' ' h e l l o
   EXPECT_EQ(lengths.bytes[256], 2);  // E4 B8: two bytes, one character start
   EXPECT_EQ(lengths.chars[256], 1);
 }
@@ -239,11 +251,13 @@ TEST(HfTokenizer, FacadePicksTheImplementationByFileAndFolder) {
   const std::string e = error_of([&] { (void)hf.literal(); });
   EXPECT_NE(e.find("needs a SentencePiece model"), std::string::npos) << e;
   EXPECT_NE(error_of([&] { (void)hf.serialized_model_proto(); }).find("SentencePiece"), std::string::npos);
-  EXPECT_NE(error_of([&] { Tokenizer x(dir / "json/tokenizer.json", TokenizerLibrary::kSentencePiece); })
-                .find("library is sentencepiece"),
+  EXPECT_NE(error_of([&] {
+              Tokenizer x(dir / "json/tokenizer.json", TokenizerLibrary::kSentencePiece);
+            }).find("library is sentencepiece"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { (void)llamatrain::data::parse_tokenizer_library("tiktoken", "model.tokenizer.library"); })
-                .find("tiktoken"),
+  EXPECT_NE(error_of([&] {
+              (void)llamatrain::data::parse_tokenizer_library("tiktoken", "model.tokenizer.library");
+            }).find("tiktoken"),
             std::string::npos);
 }
 
@@ -277,7 +291,8 @@ TEST(HfTokenizer, UnknownComponentsAndHostileFilesAreClearErrors) {
     e = error_of([&] { HfTokenizer::parse(text.substr(0, cut), "", "cut.json"); });
     EXPECT_NE(e.find("cut.json"), std::string::npos) << e;
   }
-  EXPECT_NE(error_of([&] { HfTokenizer::parse("[1, 2]", "", "list.json"); }).find("expected an object"), std::string::npos);
+  EXPECT_NE(error_of([&] { HfTokenizer::parse("[1, 2]", "", "list.json"); }).find("expected an object"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { HfTokenizer::parse(text, "{\"eos_token\": \"<nope>\"}", "c.json"); }).find("<nope>"),
             std::string::npos);
 }

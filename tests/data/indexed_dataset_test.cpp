@@ -19,10 +19,10 @@
 namespace llamatrain::data {
 namespace {
 
-using llamatrain::testing::TempDir;
 using llamatrain::testing::exists;
 using llamatrain::testing::golden;
 using llamatrain::testing::read_file;
+using llamatrain::testing::TempDir;
 using llamatrain::testing::write_file;
 
 std::string hex_bytes(std::initializer_list<int> b) {
@@ -60,8 +60,9 @@ TEST(IndexedDataset, Formats17TestVectorByteForByte) {
   std::string idx = read_file(prefix + ".idx");
   std::string expect = std::string("MMIDIDX\0\0", 9) + hex_bytes({1, 0, 0, 0, 0, 0, 0, 0}) + hex_bytes({8}) +
                        hex_bytes({2, 0, 0, 0, 0, 0, 0, 0}) + hex_bytes({3, 0, 0, 0, 0, 0, 0, 0}) +
-                       hex_bytes({3, 0, 0, 0, 4, 0, 0, 0}) + std::string(8, '\0') + hex_bytes({6, 0, 0, 0, 0, 0, 0, 0}) +
-                       std::string(8, '\0') + hex_bytes({1, 0, 0, 0, 0, 0, 0, 0}) + hex_bytes({2, 0, 0, 0, 0, 0, 0, 0});
+                       hex_bytes({3, 0, 0, 0, 4, 0, 0, 0}) + std::string(8, '\0') +
+                       hex_bytes({6, 0, 0, 0, 0, 0, 0, 0}) + std::string(8, '\0') +
+                       hex_bytes({1, 0, 0, 0, 0, 0, 0, 0}) + hex_bytes({2, 0, 0, 0, 0, 0, 0, 0});
   ASSERT_EQ(idx.size(), 82u);
   EXPECT_EQ(idx, expect);
 
@@ -149,9 +150,9 @@ TEST(IndexedDataset, ABinTruncatedUnderTheReaderIsANamedError) {
     } catch (const Error& e) {
       const std::string msg = e.what();
       EXPECT_EQ(std::string(e.code()), "data");
-      for (const std::string& part : std::vector<std::string>{prefix + ".bin", "sequence " + std::to_string(seq),
-                                     "now holds " + std::to_string(cut) + " bytes",
-                                     "truncated or rewritten in place", "resume from the last checkpoint"})
+      for (const std::string& part : std::vector<std::string>{
+               prefix + ".bin", "sequence " + std::to_string(seq), "now holds " + std::to_string(cut) + " bytes",
+               "truncated or rewritten in place", "resume from the last checkpoint"})
         EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in: " << msg;
     }
   }
@@ -290,8 +291,9 @@ TEST(IndexedDataset, ReadsPythonWrittenRandomFiles) {
     json += "]";
     write_file(dir / "ids.json", json);
     std::string prefix = dir / ("py_" + dt);
-    std::string cmd = std::string(SYSTEM_PYTHON) + " " + llamatrain::testing::source_path("tools/reference/megatron_writer.py") +
-                      " ids --ids " + (dir / "ids.json") + " --dtype " + dt + " --output-prefix " + prefix;
+    std::string cmd = std::string(SYSTEM_PYTHON) + " " +
+                      llamatrain::testing::source_path("tools/reference/megatron_writer.py") + " ids --ids " +
+                      (dir / "ids.json") + " --dtype " + dt + " --output-prefix " + prefix;
     std::string out;
     ASSERT_EQ(llamatrain::testing::run_capture(cmd, &out), 0) << out;
     IndexedDataset ds(prefix);
@@ -477,12 +479,14 @@ TEST_F(CorruptIndex, BinSizeMismatchAndMissingFiles) {
 }
 
 TEST_F(CorruptIndex, ParseIndexInMemoryMatchesFileChecks) {
-  IndexView v = parse_index(reinterpret_cast<const uint8_t*>(idx_.data()), idx_.size(), "mem.idx", bin_.size(), "mem.bin");
+  IndexView v =
+      parse_index(reinterpret_cast<const uint8_t*>(idx_.data()), idx_.size(), "mem.idx", bin_.size(), "mem.bin");
   EXPECT_EQ(v.num_sequences, 3u);
   EXPECT_EQ(v.num_doc_indices, 4u);
   EXPECT_EQ(v.num_tokens, 8u);
-  EXPECT_THROW(parse_index(reinterpret_cast<const uint8_t*>(idx_.data()), idx_.size(), "mem.idx", bin_.size() + 2, "mem.bin"),
-               Error);
+  EXPECT_THROW(
+      parse_index(reinterpret_cast<const uint8_t*>(idx_.data()), idx_.size(), "mem.idx", bin_.size() + 2, "mem.bin"),
+      Error);
 }
 
 }  // namespace

@@ -23,8 +23,8 @@ TEST(IndexedSamples, PreprocessedDatasetFeedsGptSamples) {
   const std::string dir = tmp.path();
   const std::string prefix = tmp / "corpus";
   std::string out;
-  ASSERT_EQ(0, run_capture(llamatrain_bin() + " preprocess --input " + fixture("corpus.jsonl") +
-                               " --tokenizer-model " + fixture("tokenizer.model") + " --output-prefix " + prefix +
+  ASSERT_EQ(0, run_capture(llamatrain_bin() + " preprocess --input " + fixture("corpus.jsonl") + " --tokenizer-model " +
+                               fixture("tokenizer.model") + " --output-prefix " + prefix +
                                " --append-eod --workers 2 --quiet",
                            &out))
       << out;
@@ -63,8 +63,8 @@ TEST(IndexedSamples, PreprocessedDatasetFeedsGptSamples) {
   // The cache was written next to the data and a second build reads the same samples from it.
   int cache_files = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
-    if (e.path().string().find("corpus_text_document") != std::string::npos &&
-        e.path().extension() != ".bin" && e.path().extension() != ".idx" && e.is_regular_file())
+    if (e.path().string().find("corpus_text_document") != std::string::npos && e.path().extension() != ".bin" &&
+        e.path().extension() != ".idx" && e.is_regular_file())
       cache_files++;
   EXPECT_GT(cache_files, 0) << "no index cache next to the data";
   auto again = build_gpt_datasets(cfg, n, open_indexed_source);

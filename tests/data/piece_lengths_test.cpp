@@ -44,17 +44,17 @@ TEST(PieceLengths, SpaceMarkBytePiecesAndControlPieces) {
     EXPECT_EQ(len.bytes[size_t(id)], bytes) << piece;
     EXPECT_EQ(len.chars[size_t(id)], chars) << piece;
   };
-  expect("▁", 1, 1);        // the space mark alone: one space
+  expect("▁", 1, 1);  // the space mark alone: one space
   expect("▁a", 2, 2);
   expect("▁and", 4, 4);
   expect("ing", 3, 3);
-  expect("你", 3, 1);       // a Chinese character that is a piece
-  expect("<s>", 0, 0);      // control pieces decode to nothing
+  expect("你", 3, 1);   // a Chinese character that is a piece
+  expect("<s>", 0, 0);  // control pieces decode to nothing
   expect("</s>", 0, 0);
   expect("<unk>", 0, 0);
-  expect("<0x41>", 1, 1);   // 'A' as a byte piece
-  expect("<0xE9>", 1, 1);   // a lead byte starts a character
-  expect("<0x91>", 1, 0);   // continuation bytes do not
+  expect("<0x41>", 1, 1);  // 'A' as a byte piece
+  expect("<0xE9>", 1, 1);  // a lead byte starts a character
+  expect("<0x91>", 1, 0);  // continuation bytes do not
   expect("<0xAB>", 1, 0);
 
   // 鑫 (E9 91 AB) is no piece of this tokenizer: it falls back to its three bytes, which count 3 bytes

@@ -24,11 +24,11 @@
 namespace llamatrain::data {
 namespace {
 
-using llamatrain::testing::TempDir;
 using llamatrain::testing::exists;
 using llamatrain::testing::fixture;
 using llamatrain::testing::golden;
 using llamatrain::testing::read_file;
+using llamatrain::testing::TempDir;
 using llamatrain::testing::write_file;
 
 PreprocessOptions base_options(const std::string& input, const std::string& prefix) {
@@ -92,29 +92,33 @@ TEST_P(PreprocessGolden, ByteIdenticalToPythonWriter) {
   EXPECT_TRUE(exists(dir / "out.stats.json"));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, PreprocessGolden,
-    ::testing::Values(GoldenCase{"eod_w1", true, false, 1, 4096}, GoldenCase{"eod_w2", true, false, 2, 4096},
-                      GoldenCase{"noeod_w1", false, false, 1, 4096}, GoldenCase{"noeod_w2", false, false, 2, 4096},
-                      GoldenCase{"eod_w2_tiny_batches", true, false, 2, 3},
-                      GoldenCase{"eod_w3_one_line_batches", true, false, 3, 1},
-                      GoldenCase{"bos_eod_w2", true, true, 2, 5}),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Cases, PreprocessGolden,
+                         ::testing::Values(GoldenCase{"eod_w1", true, false, 1, 4096},
+                                           GoldenCase{"eod_w2", true, false, 2, 4096},
+                                           GoldenCase{"noeod_w1", false, false, 1, 4096},
+                                           GoldenCase{"noeod_w2", false, false, 2, 4096},
+                                           GoldenCase{"eod_w2_tiny_batches", true, false, 2, 3},
+                                           GoldenCase{"eod_w3_one_line_batches", true, false, 3, 1},
+                                           GoldenCase{"bos_eod_w2", true, true, 2, 5}),
+                         [](const auto& info) { return info.param.name; });
 
 // The committed goldens are exactly what the reference writer produces today (no drift).
 TEST(Preprocess, GoldensAreReproducibleByTheReferenceWriter) {
   if (auto why = llamatrain::testing::python_missing({"numpy", "sentencepiece"}); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;
-  const std::string w = std::string(SYSTEM_PYTHON) + " " + llamatrain::testing::source_path("tools/reference/megatron_writer.py") +
+  const std::string w = std::string(SYSTEM_PYTHON) + " " +
+                        llamatrain::testing::source_path("tools/reference/megatron_writer.py") +
                         " preprocess --tokenizer-model " + fixture("tokenizer.model");
   struct Case {
     std::string name, args;
   };
-  for (const Case& c : {Case{"fixture_eod", "--input " + fixture("corpus.jsonl") + " --append-eod"},
-                        Case{"fixture_noeod", "--input " + fixture("corpus.jsonl")},
-                        Case{"fixture_txt", "--input " + fixture("corpus.txt") + " --input-format text --append-eod"}}) {
+  for (const Case& c :
+       {Case{"fixture_eod", "--input " + fixture("corpus.jsonl") + " --append-eod"},
+        Case{"fixture_noeod", "--input " + fixture("corpus.jsonl")},
+        Case{"fixture_txt", "--input " + fixture("corpus.txt") + " --input-format text --append-eod"}}) {
     std::string out;
-    ASSERT_EQ(llamatrain::testing::run_capture(w + " --output-prefix " + (dir / c.name) + " " + c.args, &out), 0) << out;
+    ASSERT_EQ(llamatrain::testing::run_capture(w + " --output-prefix " + (dir / c.name) + " " + c.args, &out), 0)
+        << out;
     expect_same_dataset(dir / (c.name + "_text_document"), golden(c.name + "_text_document"));
   }
 }

@@ -57,8 +57,9 @@ TEST(SftRows, PlainKeysAndQnliTemplate) {
   EXPECT_EQ(c, "A liquid.");
 
   SftConfig q = qnli_config(64);
-  ASSERT_TRUE(sft_row_text(R"({"question": "Who was king?", "sentence": "The king of France.", "label": "entailment", "idx": 3})",
-                           q, &p, &c, &why))
+  ASSERT_TRUE(sft_row_text(
+      R"({"question": "Who was king?", "sentence": "The king of France.", "label": "entailment", "idx": 3})", q, &p, &c,
+      &why))
       << why;
   EXPECT_EQ(p, "Question: Who was king?\nSentence: The king of France.\nAnswer:");
   EXPECT_EQ(c, "yes");
@@ -74,11 +75,12 @@ TEST(SftRows, PlainKeysAndQnliTemplate) {
     const char* row;
     const char* reason;
   };
-  for (auto [row, reason] : {Bad{R"({"question": "Q?", "sentence": "S", "label": "maybe"})", "\"label\" value not in the completion map"},
-                             Bad{R"({"question": "Q?", "label": "entailment"})", "missing key \"sentence\""},
-                             Bad{R"({"question": ["Q?"], "sentence": "S", "label": "entailment"})", "\"question\" is not a string or number"},
-                             Bad{R"([1, 2])", "not a JSON object"},
-                             Bad{R"({"question": "Q?", )", "invalid JSON"}}) {
+  for (auto [row, reason] :
+       {Bad{R"({"question": "Q?", "sentence": "S", "label": "maybe"})", "\"label\" value not in the completion map"},
+        Bad{R"({"question": "Q?", "label": "entailment"})", "missing key \"sentence\""},
+        Bad{R"({"question": ["Q?"], "sentence": "S", "label": "entailment"})",
+            "\"question\" is not a string or number"},
+        Bad{R"([1, 2])", "not a JSON object"}, Bad{R"({"question": "Q?", )", "invalid JSON"}}) {
     EXPECT_FALSE(sft_row_text(row, q, &p, &c, &why)) << row;
     EXPECT_EQ(why, reason) << row;
   }
@@ -160,14 +162,20 @@ TEST(SftSamples, TruncationKeepsTheCompletion) {
 TEST(SftLoad, CountsMalformedTruncatedAndBlankRows) {
   std::string long_q(400, 'a');
   std::string body;
-  body += R"({"question": "Is water wet?", "sentence": "Water is a liquid.", "label": "entailment"})" "\n";  // 1 ok
-  body += "\n";                                                                                           // 2 blank
-  body += R"({"question": "Q", "sentence": "S", "label": "entailment")" "\n";                              // 3 invalid JSON
-  body += R"({"question": "Q", "label": "entailment"})" "\n";                                             // 4 missing key
-  body += "{\"question\": \"bad \xff\xfe utf8\", \"sentence\": \"S\", \"label\": \"entailment\"}\n";     // 5 invalid UTF-8
-  body += R"({"question": "Q", "sentence": "S", "label": "unknown"})" "\n";                               // 6 not in map
-  body += R"({"question": ")" + long_q + R"(", "sentence": "S", "label": "not_entailment"})" "\r\n";     // 7 ok, truncated
-  body += R"({"question": "Who?", "sentence": "The king.", "label": "not_entailment"})";                 // 8 ok, no newline
+  body += R"({"question": "Is water wet?", "sentence": "Water is a liquid.", "label": "entailment"})"
+          "\n";  // 1 ok
+  body += "\n";  // 2 blank
+  body += R"({"question": "Q", "sentence": "S", "label": "entailment")"
+          "\n";  // 3 invalid JSON
+  body += R"({"question": "Q", "label": "entailment"})"
+          "\n";                                                                                       // 4 missing key
+  body += "{\"question\": \"bad \xff\xfe utf8\", \"sentence\": \"S\", \"label\": \"entailment\"}\n";  // 5 invalid UTF-8
+  body += R"({"question": "Q", "sentence": "S", "label": "unknown"})"
+          "\n";  // 6 not in map
+  body += R"({"question": ")" + long_q +
+          R"(", "sentence": "S", "label": "not_entailment"})"
+          "\r\n";                                                                         // 7 ok, truncated
+  body += R"({"question": "Who?", "sentence": "The king.", "label": "not_entailment"})";  // 8 ok, no newline
   fs::path path = write_temp("load.jsonl", body);
   SftConfig cfg = qnli_config(64);
   cfg.max_reported = 3;
@@ -191,7 +199,8 @@ TEST(SftLoad, CountsMalformedTruncatedAndBlankRows) {
   EXPECT_NE(format_sft_stats(st).find("4 malformed, 1 truncated"), std::string::npos);
   EXPECT_THROW(load_sft_jsonl((path.string() + ".missing"), tok(), cfg, &st), Error);
   // An empty completion is a malformed row, not a silent zero-loss sample.
-  fs::path p2 = write_temp("empty.jsonl", R"({"input": "Q", "output": ""})" "\n");
+  fs::path p2 = write_temp("empty.jsonl", R"({"input": "Q", "output": ""})"
+                                          "\n");
   SftConfig plain;
   plain.seq_length = 16;
   SftStats st2;
@@ -208,8 +217,10 @@ TEST(SftSamples, PackingKeepsMasksPerExample) {
   cfg.pad_id = 3;
   std::vector<SftExample> exs;
   bool tr;
-  const char* rows[][2] = {{"What is water?", "A liquid."}, {"Who was king?", "Louis."},
-                           {"Where is Paris?", "In France, on the river."}, {"When?", "In 1999."},
+  const char* rows[][2] = {{"What is water?", "A liquid."},
+                           {"Who was king?", "Louis."},
+                           {"Where is Paris?", "In France, on the river."},
+                           {"When?", "In 1999."},
                            {"Which book?", "The history book about the music of the east."}};
   for (auto& r : rows) exs.push_back(tokenize_sft_example(r[0], r[1], tok(), cfg, &tr));
   auto groups = pack_sft_examples(exs, 41);
@@ -267,10 +278,13 @@ TEST(SftDataset, EpochOrderIsSeededAndCoversEveryExample) {
   std::vector<SftExample> exs;
   bool tr;
   for (int i = 0; i < 20; i++)
-    exs.push_back(tokenize_sft_example("Question " + std::to_string(i), "Answer " + std::to_string(i), tok(), cfg, &tr));
+    exs.push_back(
+        tokenize_sft_example("Question " + std::to_string(i), "Answer " + std::to_string(i), tok(), cfg, &tr));
   SftDataset a(exs, cfg, 1234, true), b(exs, cfg, 1234, true), plain(exs, cfg, 1234, false);
   ASSERT_EQ(a.size(), 20);
-  auto first_token_after_bos = [](const GptSample& s) { return std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + 6); };
+  auto first_token_after_bos = [](const GptSample& s) {
+    return std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + 6);
+  };
   GptSample x, y;
   std::set<std::vector<int32_t>> epoch0, epoch1;
   std::vector<std::vector<int32_t>> order0, order1;
@@ -283,7 +297,7 @@ TEST(SftDataset, EpochOrderIsSeededAndCoversEveryExample) {
   }
   EXPECT_EQ(epoch0.size(), 20u);  // every example once per epoch
   EXPECT_EQ(epoch1, epoch0);
-  EXPECT_NE(order0, order1);      // a fresh order each epoch
+  EXPECT_NE(order0, order1);  // a fresh order each epoch
   for (int64_t i = 0; i < 20; i++) {
     plain.get(i, &x);
     GptSample z;
@@ -334,7 +348,8 @@ TEST(ByteOrderMark, IsNoTextForTheSftLoaderAndTheTokenizerTrainer) {
   // loader and the tokenizer trainer's document reader (JSONL and text) read the same as without.
   const std::string dir = (fs::temp_directory_path() / ("bom_" + std::to_string(::getpid()))).string();
   fs::create_directories(dir);
-  const std::string rows = "{\"input\": \"Is 2 even?\", \"output\": \"yes\"}\n{\"input\": \"Is 3 even?\", \"output\": \"no\"}\n";
+  const std::string rows =
+      "{\"input\": \"Is 2 even?\", \"output\": \"yes\"}\n{\"input\": \"Is 3 even?\", \"output\": \"no\"}\n";
   const std::string bom = "\xEF\xBB\xBF";
   std::ofstream(dir + "/plain.jsonl") << rows;
   std::ofstream(dir + "/bom.jsonl") << bom + rows;

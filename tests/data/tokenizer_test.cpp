@@ -66,14 +66,22 @@ TEST(DecodeStream, BrokenSequencesComeOutAsDecodeSaysWhenTheyCanNoLongerChange) 
 }
 
 TEST(DecodeStream, RandomStreamsEqualTheWholeDecode) {
-  for (const std::string& model : {fixture("tokenizer.model"), std::string(LLAMATRAIN_SOURCE_DIR) + "/tests/golden/tiny_hf/tokenizer.model"}) {
+  for (const std::string& model :
+       {fixture("tokenizer.model"), std::string(LLAMATRAIN_SOURCE_DIR) + "/tests/golden/tiny_hf/tokenizer.model"}) {
     Tokenizer tok(model);
     std::vector<int> bytes(256);
     for (int b = 0; b < 256; ++b) bytes[b] = byte_id(tok, b);
     std::mt19937 rng(7);
     // Valid multi-byte characters, their prefixes and odd bytes, mixed with ordinary pieces and specials.
-    const std::vector<std::vector<int>> chars = {{0xF0, 0x9F, 0x98, 0x80}, {0xE4, 0xBD, 0xA0}, {0xC3, 0xA9},
-                                                 {0xF0, 0x9F}, {0xE4}, {0x80}, {0xFF}, {0x41}, {0xC0, 0x80}};
+    const std::vector<std::vector<int>> chars = {{0xF0, 0x9F, 0x98, 0x80},
+                                                 {0xE4, 0xBD, 0xA0},
+                                                 {0xC3, 0xA9},
+                                                 {0xF0, 0x9F},
+                                                 {0xE4},
+                                                 {0x80},
+                                                 {0xFF},
+                                                 {0x41},
+                                                 {0xC0, 0x80}};
     for (int trial = 0; trial < 300; ++trial) {
       std::vector<int> ids;
       const int n = 1 + int(rng() % 40);

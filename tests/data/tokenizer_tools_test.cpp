@@ -146,7 +146,7 @@ class TokenizerTools : public ::testing::Test {
     std::mt19937 rng(1234);
     Lexicon en = english_words(rng), zh = chinese_words(rng);
     std::vector<std::string> english, chinese, mixed, zh_only;
-    for (int k = 0; k < 1500; ++k) english.push_back(english_doc(en, rng));    // ~250 KB
+    for (int k = 0; k < 1500; ++k) english.push_back(english_doc(en, rng));            // ~250 KB
     for (int k = 0; k < 1000; ++k) chinese.push_back(chinese_doc(zh, en, rng, true));  // ~250 KB
     for (int k = 0; k < 200; ++k) zh_only.push_back(chinese_doc(zh, en, rng, false));
     for (int k = 0; k < 200; ++k) mixed.push_back(k % 2 ? english_doc(en, rng) : chinese_doc(zh, en, rng, true));
@@ -156,7 +156,8 @@ class TokenizerTools : public ::testing::Test {
     write_jsonl(path("mixed.jsonl"), mixed);
     train_log_ = new std::string();
     for (auto [in, out, v] : {std::tuple{"en.jsonl", "en.model", "1024"}, {"zh.jsonl", "zh.model", "2000"}}) {
-      auto r = run_cli({"tokenizer", "train", "--input", path(in), "-o", path(out), "--vocab-size", v, "--threads", "1"});
+      auto r =
+          run_cli({"tokenizer", "train", "--input", path(in), "-o", path(out), "--vocab-size", v, "--threads", "1"});
       ASSERT_EQ(r.code, 0) << testing::describe(r);
       *train_log_ += r.err;
     }
@@ -186,7 +187,7 @@ TEST_F(TokenizerTools, TrainReportsPiecesAndTimeAndWritesALlama2StyleModel) {
   EXPECT_EQ(t.eos_id(), 2);
   EXPECT_EQ(t.pad_id(), -1);
   EXPECT_EQ(t.id_to_piece(0), "<unk>");
-  EXPECT_TRUE(t.is_byte(3));       // <0x00> right after the specials
+  EXPECT_TRUE(t.is_byte(3));  // <0x00> right after the specials
   EXPECT_EQ(t.id_to_piece(3 + 0x41), "<0x41>");
   // split_digits: a number is one token per digit.
   auto ids = t.encode("in 1984");
@@ -288,10 +289,11 @@ TEST_F(TokenizerTools, MergedModelEncodesInPythonAsOursRoundTripsAndShortensChin
 // The default rule: no English document changes, since every character of it has a base piece.
 // The anchors' rule (score 0 and every piece): new Latin pieces merge first and English changes.
 TEST_F(TokenizerTools, EnglishEncodesAsUnderTheBaseByDefaultAndNotUnderScoreZero) {
-  auto r = run_cli({"tokenizer", "merge", path("en.model"), path("zh.model"), "-o", path("zero.model"),
-                    "--new-scores", "zero", "--all-pieces"});
+  auto r = run_cli({"tokenizer", "merge", path("en.model"), path("zh.model"), "-o", path("zero.model"), "--new-scores",
+                    "zero", "--all-pieces"});
   ASSERT_EQ(r.code, 0) << testing::describe(r);
-  r = run_cli({"tokenizer", "merge", path("en.model"), path("zh.model"), "-o", path("below_all.model"), "--all-pieces"});
+  r = run_cli(
+      {"tokenizer", "merge", path("en.model"), path("zh.model"), "-o", path("below_all.model"), "--all-pieces"});
   ASSERT_EQ(r.code, 0) << testing::describe(r);
   data::TokenizerStatsOptions so;
   so.models = {path("en.model"), path("merged.model"), path("below_all.model"), path("zero.model")};
@@ -338,12 +340,14 @@ TEST_F(TokenizerTools, ANewScriptGetsItsPiecesEvenOfBaseCharactersAndEnglishStay
     add_docs.push_back(chinese_doc(zh, en, rng, true) + "\n" + chinese_doc(zh, en, rng, true) + "\n\n" +
                        chinese_doc(zh, en, rng, false));
   for (int k = 0; k < 200; ++k) zh_heldout.push_back(chinese_doc(zh, en, rng, false));
-  for (int k = 0; k < 400; ++k) en_heldout.push_back(english_doc(en, rng) + "\n" + english_doc(en, rng) + "\n\n\t" + english_doc(en, rng));
+  for (int k = 0; k < 400; ++k)
+    en_heldout.push_back(english_doc(en, rng) + "\n" + english_doc(en, rng) + "\n\n\t" + english_doc(en, rng));
   write_jsonl(path("han_base.jsonl"), base_docs);
   write_jsonl(path("zh_lines.jsonl"), add_docs);
   write_jsonl(path("zh_heldout.jsonl"), zh_heldout);
   write_jsonl(path("en_lines.jsonl"), en_heldout);
-  for (auto [in, out, v] : {std::tuple{"han_base.jsonl", "han_base.model", "1600"}, {"zh_lines.jsonl", "zh_lines.model", "2000"}}) {
+  for (auto [in, out, v] :
+       {std::tuple{"han_base.jsonl", "han_base.model", "1600"}, {"zh_lines.jsonl", "zh_lines.model", "2000"}}) {
     auto r = run_cli({"tokenizer", "train", "--input", path(in), "-o", path(out), "--vocab-size", v, "--threads", "1"});
     ASSERT_EQ(r.code, 0) << testing::describe(r);
   }
@@ -368,12 +372,14 @@ TEST_F(TokenizerTools, ANewScriptGetsItsPiecesEvenOfBaseCharactersAndEnglishStay
     return p.type == data::PieceType::kNormal && p.piece.find('\n') != std::string::npos;
   })) << "the addition must have pieces with line breaks for this case";
 
-  auto r = run_cli({"tokenizer", "merge", path("han_base.model"), path("zh_lines.model"), "-o", path("han_default.model")});
+  auto r =
+      run_cli({"tokenizer", "merge", path("han_base.model"), path("zh_lines.model"), "-o", path("han_default.model")});
   ASSERT_EQ(r.code, 0) << testing::describe(r);
   EXPECT_NE(r.err.find("new scripts: Han"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("with a line break, tab or space it spells in bytes"), std::string::npos) << r.err;
   const std::string log = r.err;
-  r = run_cli({"tokenizer", "merge", path("han_base.model"), path("zh_lines.model"), "-o", path("han_all.model"), "--all-pieces"});
+  r = run_cli({"tokenizer", "merge", path("han_base.model"), path("zh_lines.model"), "-o", path("han_all.model"),
+               "--all-pieces"});
   ASSERT_EQ(r.code, 0) << testing::describe(r);
 
   data::TokenizerStatsOptions so;
@@ -449,7 +455,8 @@ TEST_F(TokenizerTools, StatsMatchAnIndependentPythonComputation) {
                     path("mixed.jsonl"), "--json"});
   ASSERT_EQ(r.code, 0) << testing::describe(r);
   const Json ours = Json::parse(r.out);
-  const Json ref = python_json({"stats", path("en.model"), path("merged.model"), path("zh.model"), path("mixed.jsonl")});
+  const Json ref =
+      python_json({"stats", path("en.model"), path("merged.model"), path("zh.model"), path("mixed.jsonl")});
   ASSERT_EQ(ours["models"].size(), 3u);
   for (size_t m = 0; m < 3; ++m) {
     const Json &a = ours["models"][m], &b = ref["models"][m];
@@ -509,7 +516,8 @@ TEST_F(TokenizerTools, MergeOfABrokenModelNamesTheFile) {
 }
 
 TEST(ModelProto, ParseAndSerializeRoundTripByteForByte) {
-  for (const auto& f : {testing::fixture("tokenizer.model"), testing::source_path("tests/golden/tiny_hf/tokenizer.model")}) {
+  for (const auto& f :
+       {testing::fixture("tokenizer.model"), testing::source_path("tests/golden/tiny_hf/tokenizer.model")}) {
     const std::string bytes = testing::read_file(f);
     const auto m = data::parse_model_proto(bytes, f);
     EXPECT_EQ(data::serialize_model_proto(m), bytes) << f;
@@ -532,11 +540,12 @@ TEST_F(TokenizerTools, TrainErrorsArePlainAndSayWhatToDo) {
     ASSERT_EQ(std::system(("gzip -c " + path("en.jsonl") + " | head -c 30000 > " + gz).c_str()), 0);
     auto r = run_cli({"tokenizer", "train", "--input", gz, "-o", path("x.model"), "--vocab-size", "300"});
     testing::expect_plain_error(r, {gz, "truncated or damaged"});
-    r = run_cli({"tokenizer", "train", "--input", path("tiny.txt"), "-o", path("no/such/dir/x.model"), "--vocab-size",
-                 "300"});
+    r = run_cli(
+        {"tokenizer", "train", "--input", path("tiny.txt"), "-o", path("no/such/dir/x.model"), "--vocab-size", "300"});
     testing::expect_plain_error(r, {"no/such/dir"});
   }
-  auto r = run_cli({"tokenizer", "train", "--input", path("nothing.jsonl"), "-o", path("x.model"), "--vocab-size", "300"});
+  auto r =
+      run_cli({"tokenizer", "train", "--input", path("nothing.jsonl"), "-o", path("x.model"), "--vocab-size", "300"});
   testing::expect_plain_error(r, {"nothing.jsonl"});
   r = run_cli({"tokenizer", "train", "--input", path("empty.jsonl"), "-o", path("x.model"), "--vocab-size", "300"});
   testing::expect_plain_error(r, {"no documents", "hint:"});

@@ -24,26 +24,52 @@ std::string seed_byte_level() {
   int id = 0;
   for (int c = 0x21; c < 0x7F; ++c) vocab[std::string(1, char(c))] = id++;
   for (const char* s : {"\xC4\xA0", "\xC4\x8A", "he", "ll", "hell", "hello", "\xC4\xA0w"}) vocab[s] = id++;
-  return json{{"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}}},
-              {"pre_tokenizer",
-               {{"type", "Sequence"},
-                {"pretokenizers",
-                 {{{"type", "Split"}, {"pattern", {{"Regex", R"((?i:'s|'t)|\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"}}},
-                   {"behavior", "Isolated"}},
-                  {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
-              {"post_processor", {{"type", "TemplateProcessing"}, {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}}}},
-              {"decoder", {{"type", "ByteLevel"}}},
-              {"added_tokens", {{{"id", id}, {"content", "<s>"}, {"special", true}}, {{"id", id + 1}, {"content", "<x>"}, {"lstrip", true}}}},
-              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"h e", "l l", "he ll", "hell o", "\xC4\xA0 w"}}, {"ignore_merges", true}}}}
+  return json{
+      {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Strip"}}}}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", R"((?i:'s|'t)|\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"}}},
+           {"behavior", "Isolated"}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens",
+       {{{"id", id}, {"content", "<s>"}, {"special", true}}, {{"id", id + 1}, {"content", "<x>"}, {"lstrip", true}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", {"h e", "l l", "he ll", "hell o", "\xC4\xA0 w"}},
+        {"ignore_merges", true}}}}
       .dump();
 }
 
 std::string seed_metaspace() {
-  json vocab = {{"<unk>", 0}, {"\xE2\x96\x81", 1}, {"a", 2}, {"\xE2\x96\x81" "a", 3}};
+  json vocab = {{"<unk>", 0},
+                {"\xE2\x96\x81", 1},
+                {"a", 2},
+                {"\xE2\x96\x81"
+                 "a",
+                 3}};
   for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 4 + b;
   return json{{"pre_tokenizer", {{"type", "Metaspace"}, {"prepend_scheme", "first"}}},
-              {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "Metaspace"}}, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}, {{"type", "Strip"}, {"content", " "}, {"start", 1}}}}}},
-              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({json::array({"\xE2\x96\x81", "a"})})}, {"byte_fallback", true}, {"unk_token", "<unk>"}, {"fuse_unk", true}}}}
+              {"decoder",
+               {{"type", "Sequence"},
+                {"decoders",
+                 {{{"type", "Metaspace"}},
+                  {{"type", "ByteFallback"}},
+                  {{"type", "Fuse"}},
+                  {{"type", "Strip"}, {"content", " "}, {"start", 1}}}}}},
+              {"model",
+               {{"type", "BPE"},
+                {"vocab", vocab},
+                {"merges", json::array({json::array({"\xE2\x96\x81", "a"})})},
+                {"byte_fallback", true},
+                {"unk_token", "<unk>"},
+                {"fuse_unk", true}}}}
       .dump();
 }
 
@@ -52,9 +78,12 @@ std::string mutate(std::string s, std::mt19937& rng) {
   const size_t at = s.empty() ? 0 : rng() % s.size();
   switch (kind) {
     case 0:
-      for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n && !s.empty(); ++k) s[rng() % s.size()] ^= char(1 << (rng() % 8));
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n && !s.empty(); ++k)
+        s[rng() % s.size()] ^= char(1 << (rng() % 8));
       break;
-    case 1: if (!s.empty()) s[at] = static_cast<char>(rng()); break;
+    case 1:
+      if (!s.empty()) s[at] = static_cast<char>(rng());
+      break;
     case 2: s.resize(at); break;
     case 3: s.insert(at, 1 + rng() % 8, static_cast<char>(rng())); break;
     default: s.erase(at, 1 + rng() % 8); break;
@@ -63,12 +92,29 @@ std::string mutate(std::string s, std::mt19937& rng) {
 }
 
 std::string random_text(std::mt19937& rng) {
-  static const std::vector<std::string> parts = {"hello", " ", "  ", "\n", "\r\n", "中文", "'s", "123456", "<s>", "<x>", "a",
-                                                 "\xE2\x96\x81", "\xF0\x9F\x98\x80", "e\xCC\x81", "\xFF", "\xC3", "\xED\xA0\x80"};
+  static const std::vector<std::string> parts = {"hello",
+                                                 " ",
+                                                 "  ",
+                                                 "\n",
+                                                 "\r\n",
+                                                 "中文",
+                                                 "'s",
+                                                 "123456",
+                                                 "<s>",
+                                                 "<x>",
+                                                 "a",
+                                                 "\xE2\x96\x81",
+                                                 "\xF0\x9F\x98\x80",
+                                                 "e\xCC\x81",
+                                                 "\xFF",
+                                                 "\xC3",
+                                                 "\xED\xA0\x80"};
   std::string s;
   for (int k = 0, n = static_cast<int>(rng() % 24); k < n; ++k) {
-    if (rng() % 4 == 0) s.push_back(static_cast<char>(rng()));
-    else s += parts[rng() % parts.size()];
+    if (rng() % 4 == 0)
+      s.push_back(static_cast<char>(rng()));
+    else
+      s += parts[rng() % parts.size()];
   }
   return s;
 }

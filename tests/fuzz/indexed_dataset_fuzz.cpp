@@ -62,9 +62,26 @@ struct Seed {
   uint64_t bin_size;
 };
 
-const uint64_t kInteresting[] = {0, 1, 2, 3, 7, 8, 0x7f, 0x80, 0xff, 0x7fff, 0xffff, 0x7fffffff, 0x80000000ull,
-                                 0xffffffffull, 1ull << 32, 1ull << 62, 0x7fffffffffffffffull, 0x8000000000000000ull,
-                                 ~0ull, ~0ull - 1};
+const uint64_t kInteresting[] = {0,
+                                 1,
+                                 2,
+                                 3,
+                                 7,
+                                 8,
+                                 0x7f,
+                                 0x80,
+                                 0xff,
+                                 0x7fff,
+                                 0xffff,
+                                 0x7fffffff,
+                                 0x80000000ull,
+                                 0xffffffffull,
+                                 1ull << 32,
+                                 1ull << 62,
+                                 0x7fffffffffffffffull,
+                                 0x8000000000000000ull,
+                                 ~0ull,
+                                 ~0ull - 1};
 
 Bytes mutate(const std::vector<Seed>& seeds, const Bytes& in, std::mt19937_64& rng) {
   Bytes b = in;
@@ -143,8 +160,10 @@ int main(int argc, char** argv) {
   double seconds = 10;
   uint64_t seed = 1;
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[++i]);
-    else if (std::strcmp(argv[i], "--seed") == 0) seed = std::strtoull(argv[++i], nullptr, 10);
+    if (std::strcmp(argv[i], "--seconds") == 0)
+      seconds = std::atof(argv[++i]);
+    else if (std::strcmp(argv[i], "--seed") == 0)
+      seed = std::strtoull(argv[++i], nullptr, 10);
   }
   std::vector<Seed> seeds;
   auto add = [&](uint8_t code, int item, std::vector<std::vector<int32_t>> docs) {

@@ -28,7 +28,8 @@ std::string mutate(std::string s, std::mt19937& rng) {
   const size_t at = s.empty() ? 0 : rng() % s.size();
   switch (kind) {
     case 0:  // flip a few bits
-      for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n && !s.empty(); ++k) s[rng() % s.size()] ^= 1 << (rng() % 8);
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n && !s.empty(); ++k)
+        s[rng() % s.size()] ^= 1 << (rng() % 8);
       break;
     case 1:  // a random byte, often a varint continuation or a large length
       if (!s.empty()) s[at] = static_cast<char>(rng() % 2 ? 0xFF : rng());

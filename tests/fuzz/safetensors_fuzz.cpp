@@ -54,20 +54,23 @@ std::vector<std::string> safetensors_seeds() {
   int64_t q[3] = {-1, 0, 1};
   seeds.push_back(to_string(serialize_safetensors({}, {})));
   seeds.push_back(to_string(serialize_safetensors({{"attn.0", DType::F32, {1, 2, 3}, f}}, {})));
-  seeds.push_back(to_string(serialize_safetensors(
-      {{"model.embed_tokens.weight", DType::BF16, {2, 4}, h},
-       {"model.norm.weight", DType::F16, {8}, h},
-       {"lm_head.weight", DType::F32, {4, 4}, f},
-       {"scalar", DType::F32, {}, f},
-       {"empty", DType::F16, {0, 3}, h},
-       {"ids", DType::I64, {3}, q},
-       {"mask", DType::BOOL, {2}, "\1\0"},
-       {"u", DType::U8, {5}, "abcde"}},
-      {{"format", "pt"}})));
-  seeds.push_back(to_string(serialize_safetensors(
-      {{"a", DType::U16, {2}, h}, {"b", DType::U32, {1}, h}, {"c", DType::U64, {1}, h}, {"d", DType::F64, {1}, f},
-       {"e", DType::I32, {2}, f}, {"f", DType::I16, {2}, h}, {"g", DType::I8, {3}, h}},
-      {{"format", "pt"}, {"k", "v"}})));
+  seeds.push_back(to_string(serialize_safetensors({{"model.embed_tokens.weight", DType::BF16, {2, 4}, h},
+                                                   {"model.norm.weight", DType::F16, {8}, h},
+                                                   {"lm_head.weight", DType::F32, {4, 4}, f},
+                                                   {"scalar", DType::F32, {}, f},
+                                                   {"empty", DType::F16, {0, 3}, h},
+                                                   {"ids", DType::I64, {3}, q},
+                                                   {"mask", DType::BOOL, {2}, "\1\0"},
+                                                   {"u", DType::U8, {5}, "abcde"}},
+                                                  {{"format", "pt"}})));
+  seeds.push_back(to_string(serialize_safetensors({{"a", DType::U16, {2}, h},
+                                                   {"b", DType::U32, {1}, h},
+                                                   {"c", DType::U64, {1}, h},
+                                                   {"d", DType::F64, {1}, f},
+                                                   {"e", DType::I32, {2}, f},
+                                                   {"f", DType::I16, {2}, h},
+                                                   {"g", DType::I8, {3}, h}},
+                                                  {{"format", "pt"}, {"k", "v"}})));
   // Legacy: unpadded header, keys out of order.
   const std::string legacy =
       R"({"b":{"shape":[2],"data_offsets":[3,7],"dtype":"BF16"},"a":{"data_offsets":[0,3],"dtype":"U8","shape":[3]}})";
@@ -85,15 +88,64 @@ const char* kConfig = R"({
 
 // ---- mutations ----
 
-const char* kTokens[] = {"{", "}", "[", "]", ",", ":", "\"", "\\", "-", "0", "1", " ", "null", "true", "\"F32\"",
-                         "\"BF16\"", "\"F8_E4M3\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"",
-                         "[0,0]", "[]", "{}", "1e400", "-1", "18446744073709551615", "18446744073709551616",
-                         "9223372036854775808", "4294967296", "1.5", "\xff", "\xc3\xa9", "\\u0000", "\\ud800"};
+const char* kTokens[] = {"{",
+                         "}",
+                         "[",
+                         "]",
+                         ",",
+                         ":",
+                         "\"",
+                         "\\",
+                         "-",
+                         "0",
+                         "1",
+                         " ",
+                         "null",
+                         "true",
+                         "\"F32\"",
+                         "\"BF16\"",
+                         "\"F8_E4M3\"",
+                         "\"dtype\"",
+                         "\"shape\"",
+                         "\"data_offsets\"",
+                         "\"__metadata__\"",
+                         "[0,0]",
+                         "[]",
+                         "{}",
+                         "1e400",
+                         "-1",
+                         "18446744073709551615",
+                         "18446744073709551616",
+                         "9223372036854775808",
+                         "4294967296",
+                         "1.5",
+                         "\xff",
+                         "\xc3\xa9",
+                         "\\u0000",
+                         "\\ud800"};
 
 std::string interesting_number() {
-  static const char* nums[] = {"0", "1", "2", "3", "4", "8", "24", "-1", "-0", "1.0", "1e3", "1e400", "65536",
-                               "4294967295", "4294967296", "9223372036854775807", "9223372036854775808",
-                               "18446744073709551615", "18446744073709551616", "100000000", "100000001"};
+  static const char* nums[] = {"0",
+                               "1",
+                               "2",
+                               "3",
+                               "4",
+                               "8",
+                               "24",
+                               "-1",
+                               "-0",
+                               "1.0",
+                               "1e3",
+                               "1e400",
+                               "65536",
+                               "4294967295",
+                               "4294967296",
+                               "9223372036854775807",
+                               "9223372036854775808",
+                               "18446744073709551615",
+                               "18446744073709551616",
+                               "100000000",
+                               "100000001"};
   if (rnd(3) == 0) return std::to_string(rng() >> rnd(64));
   return nums[rnd(sizeof(nums) / sizeof(nums[0]))];
 }
@@ -169,7 +221,9 @@ void header_mutation(std::string& file) {
         json& e = *it;
         static const char* fields[] = {"dtype", "shape", "data_offsets", "extra"};
         switch (rnd(10)) {
-          case 7: if (e.is_object()) e[fields[rnd(4)]] = random_value(); break;
+          case 7:
+            if (e.is_object()) e[fields[rnd(4)]] = random_value();
+            break;
           case 8:
             if (e.is_object() && e["shape"].is_array() && !e["shape"].empty())
               e["shape"][rnd(e["shape"].size())] = random_value();
@@ -179,10 +233,18 @@ void header_mutation(std::string& file) {
               e["data_offsets"][rnd(e["data_offsets"].size())] = rnd(2) ? random_value() : json(rnd(128));
             break;
           case 0: j[it.key() + "x"] = e; break;  // a copy under another name
-          case 1: if (e.is_object()) e["dtype"] = kTokens[14 + rnd(3)]; break;
-          case 2: if (e.is_object()) e["shape"].push_back(rnd(4)); break;
-          case 3: if (e.is_object()) e["data_offsets"] = {rnd(64), rnd(64)}; break;
-          case 4: if (e.is_object() && !e.empty()) e.erase(e.begin()); break;
+          case 1:
+            if (e.is_object()) e["dtype"] = kTokens[14 + rnd(3)];
+            break;
+          case 2:
+            if (e.is_object()) e["shape"].push_back(rnd(4));
+            break;
+          case 3:
+            if (e.is_object()) e["data_offsets"] = {rnd(64), rnd(64)};
+            break;
+          case 4:
+            if (e.is_object() && !e.empty()) e.erase(e.begin());
+            break;
           case 5: e = json::parse(std::string("[") + interesting_number() + "]", nullptr, false); break;
           default: j.erase(it); break;
         }
@@ -200,7 +262,8 @@ void header_mutation(std::string& file) {
 
 void length_mutation(std::string& file) {
   if (file.size() < 8) return byte_mutation(file);
-  static const uint64_t vals[] = {0, 1, 2, 7, 8, 100000000, 100000001, uint64_t(1) << 63, ~uint64_t(0), uint64_t(1) << 32};
+  static const uint64_t vals[] = {
+      0, 1, 2, 7, 8, 100000000, 100000001, uint64_t(1) << 63, ~uint64_t(0), uint64_t(1) << 32};
   uint64_t v = rnd(2) ? vals[rnd(sizeof(vals) / sizeof(vals[0]))] : rnd(file.size() + 16);
   file.replace(0, 8, le64(v));
 }
@@ -268,8 +331,8 @@ void run_one(const char* target, const std::string& input, Fn&& fn) {
 
 void mutate_config(std::string& text) {
   json j = json::parse(kConfig);
-  static const char* extra[] = {"head_dim", "rope_parameters", "rope_scaling", "attention_bias", "mlp_bias",
-                                "sliding_window", "dtype", "model_type", "hidden_act"};
+  static const char* extra[] = {"head_dim",       "rope_parameters", "rope_scaling", "attention_bias", "mlp_bias",
+                                "sliding_window", "dtype",           "model_type",   "hidden_act"};
   for (uint64_t i = 0, k = 1 + rnd(3); i < k; ++i) {
     if (rnd(3) == 0) {
       j[extra[rnd(sizeof(extra) / sizeof(extra[0]))]] = random_value();

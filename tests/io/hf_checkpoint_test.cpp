@@ -91,9 +91,8 @@ TEST(HfCheckpoint, BiasesAreOneColumnRowsOfBqkvInWqkvsOrder) {
   EXPECT_EQ(slice(all, "model.layers.1.self_attn.k_proj.bias").rows, 2 * D);
   EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int n) { return n == 1; }))
       << "the biases must cover (L, QKV) exactly once";
-  EXPECT_EQ(io::hf_names_of(c, "bqkv"),
-            "model.layers.*.self_attn.q_proj.bias, model.layers.*.self_attn.k_proj.bias, "
-            "model.layers.*.self_attn.v_proj.bias");
+  EXPECT_EQ(io::hf_names_of(c, "bqkv"), "model.layers.*.self_attn.q_proj.bias, model.layers.*.self_attn.k_proj.bias, "
+                                        "model.layers.*.self_attn.v_proj.bias");
   // tied: no lm_head.weight; without biases: no bias names at all
   EXPECT_TRUE(std::none_of(all.begin(), all.end(), [](const auto& t) { return t.hf_name == "lm_head.weight"; }));
   model::LlamaConfig plain = c;
@@ -358,10 +357,11 @@ void expect_round_trip(const std::string& dir, const std::string& dtype, const s
 }
 
 const std::vector<std::string> kArchitectureKeys = {
-    "architectures",       "model_type",   "hidden_size", "intermediate_size",       "num_attention_heads",
-    "num_hidden_layers",   "num_key_value_heads",         "vocab_size",              "max_position_embeddings",
-    "rms_norm_eps",        "rope_theta",   "tie_word_embeddings",                    "eos_token_id",
-    "hidden_act",          "torch_dtype"};
+    "architectures",       "model_type",          "hidden_size",
+    "intermediate_size",   "num_attention_heads", "num_hidden_layers",
+    "num_key_value_heads", "vocab_size",          "max_position_embeddings",
+    "rms_norm_eps",        "rope_theta",          "tie_word_embeddings",
+    "eos_token_id",        "hidden_act",          "torch_dtype"};
 
 TEST(HfExport, TheReleasesGenerationConfigIsKeptWhenItsIdsFit) {
   // A release's generation_config.json (Qwen2.5-Instruct's: two end-of-turn ids, a pad id, sampling

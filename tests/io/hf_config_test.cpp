@@ -19,10 +19,11 @@ namespace llamatrain::io {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using model::LlamaConfig;
+using nlohmann::json;
 
-#define EXPECT_HAS(msg, sub) EXPECT_NE((msg).find(sub), std::string::npos) << "missing \"" << (sub) << "\" in: " << (msg)
+#define EXPECT_HAS(msg, sub) \
+  EXPECT_NE((msg).find(sub), std::string::npos) << "missing \"" << (sub) << "\" in: " << (msg)
 
 // The config.json published with meta-llama/Llama-2-7b-hf (transformers 4.31).
 const char* kLlama2_7b = R"({
@@ -153,7 +154,8 @@ TEST_F(HfConfigTest, RopeThetaLegacyAndNewMustAgree) {
 }
 
 TEST_F(HfConfigTest, MissingRequiredKey) {
-  for (const char* key : {"hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "vocab_size"}) {
+  for (const char* key :
+       {"hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "vocab_size"}) {
     std::string msg = error_of(patched({{key, json()}}));
     EXPECT_HAS(msg, std::string("\"") + key + "\" is missing");
   }
@@ -209,11 +211,19 @@ TEST_F(HfConfigTest, UnsupportedFeaturesAreRefusedByName) {
   EXPECT_HAS(error_of(patched({{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}}}})), "\"yarn\"");
   // llama3 without its parameters names the missing one.
   EXPECT_HAS(error_of(patched({{"rope_parameters", {{"rope_type", "llama3"}, {"factor", 8.0}}}})), "low_freq_factor");
-  EXPECT_HAS(error_of(patched({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
-                                                 {"high_freq_factor", 1.0}, {"original_max_position_embeddings", 8192}}}})),
+  EXPECT_HAS(error_of(patched({{"rope_scaling",
+                                {{"rope_type", "llama3"},
+                                 {"factor", 8.0},
+                                 {"low_freq_factor", 4.0},
+                                 {"high_freq_factor", 1.0},
+                                 {"original_max_position_embeddings", 8192}}}})),
              "low < high");
-  EXPECT_HAS(error_of(patched({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                                                 {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}},
+  EXPECT_HAS(error_of(patched({{"rope_scaling",
+                                {{"rope_type", "llama3"},
+                                 {"factor", 8.0},
+                                 {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0},
+                                 {"original_max_position_embeddings", 8192}}},
                                {"rope_parameters", {{"rope_type", "default"}}}})),
              "different");
   EXPECT_HAS(error_of(patched({{"head_dim", 63}})), "head_dim");
@@ -233,12 +243,22 @@ TEST_F(HfConfigTest, UnsupportedFeaturesAreRefusedByName) {
 // into the fields that differ, with parameter counts equal to the published totals.
 TEST_F(HfConfigTest, ReadsEachFamilysPublishedConfig) {
   json llama31 = json::parse(kLlama2_7b);
-  llama31.merge_patch({{"attention_bias", false}, {"bos_token_id", 128000}, {"eos_token_id", {128001, 128008, 128009}},
-                       {"intermediate_size", 14336}, {"max_position_embeddings", 131072}, {"mlp_bias", false},
+  llama31.merge_patch({{"attention_bias", false},
+                       {"bos_token_id", 128000},
+                       {"eos_token_id", {128001, 128008, 128009}},
+                       {"intermediate_size", 14336},
+                       {"max_position_embeddings", 131072},
+                       {"mlp_bias", false},
                        {"num_key_value_heads", 8},
-                       {"rope_scaling", {{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                                         {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}}},
-                       {"rope_theta", 500000.0}, {"torch_dtype", "bfloat16"}, {"vocab_size", 128256}});
+                       {"rope_scaling",
+                        {{"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192},
+                         {"rope_type", "llama3"}}},
+                       {"rope_theta", 500000.0},
+                       {"torch_dtype", "bfloat16"},
+                       {"vocab_size", 128256}});
   LlamaConfig c = read_hf_config(write(llama31.dump()));  // Llama-3.1-8B-Instruct
   EXPECT_EQ(c.family, model::Family::llama);
   EXPECT_EQ(c.num_params(), 8030261248);
@@ -265,8 +285,12 @@ TEST_F(HfConfigTest, ReadsEachFamilysPublishedConfig) {
 
   // Llama-3.2-1B: tied, explicit head_dim equal to hidden / heads.
   json llama32 = llama31;
-  llama32.merge_patch({{"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_hidden_layers", 16}, {"head_dim", 64},
-                       {"tie_word_embeddings", true}, {"eos_token_id", 128001}});
+  llama32.merge_patch({{"hidden_size", 2048},
+                       {"intermediate_size", 8192},
+                       {"num_hidden_layers", 16},
+                       {"head_dim", 64},
+                       {"tie_word_embeddings", true},
+                       {"eos_token_id", 128001}});
   llama32["rope_scaling"]["factor"] = 32.0;
   c = read_hf_config(write(llama32.dump()));
   EXPECT_EQ(c.num_params(), 1235814400);
@@ -289,24 +313,38 @@ TEST_F(HfConfigTest, ReadsEachFamilysPublishedConfig) {
   EXPECT_EQ(c.norm_eps, 1e-6f);
   // Qwen2.5-0.5B: tied; a config without bos_token_id has no BOS.
   json qwen05 = json::parse(qwen25_7b);
-  qwen05.merge_patch({{"hidden_size", 896}, {"intermediate_size", 4864}, {"num_attention_heads", 14},
-                      {"num_hidden_layers", 24}, {"num_key_value_heads", 2}, {"tie_word_embeddings", true},
-                      {"vocab_size", 151936}, {"bos_token_id", json()}});
+  qwen05.merge_patch({{"hidden_size", 896},
+                      {"intermediate_size", 4864},
+                      {"num_attention_heads", 14},
+                      {"num_hidden_layers", 24},
+                      {"num_key_value_heads", 2},
+                      {"tie_word_embeddings", true},
+                      {"vocab_size", 151936},
+                      {"bos_token_id", json()}});
   c = read_hf_config(write(qwen05.dump()));
   EXPECT_EQ(c.num_params(), 494032768);
   EXPECT_EQ(c.bos_id, -1);
 
   json mistral = json::parse(kLlama2_7b);
-  mistral.merge_patch({{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
-                       {"intermediate_size", 14336}, {"max_position_embeddings", 32768}, {"num_key_value_heads", 8},
-                       {"sliding_window", 4096}, {"rope_theta", 10000.0}, {"pretraining_tp", json()}});
+  mistral.merge_patch({{"architectures", {"MistralForCausalLM"}},
+                       {"model_type", "mistral"},
+                       {"intermediate_size", 14336},
+                       {"max_position_embeddings", 32768},
+                       {"num_key_value_heads", 8},
+                       {"sliding_window", 4096},
+                       {"rope_theta", 10000.0},
+                       {"pretraining_tp", json()}});
   c = read_hf_config(write(mistral.dump()));  // Mistral-7B-v0.1
   EXPECT_EQ(c.family, model::Family::mistral);
   EXPECT_EQ(c.sliding_window, 4096);
   EXPECT_EQ(c.num_params(), 7241732096);
   // Mistral-Nemo: head_dim 128 with hidden 5120 / 32 heads.
-  mistral.merge_patch({{"hidden_size", 5120}, {"num_hidden_layers", 40}, {"head_dim", 128}, {"vocab_size", 131072},
-                       {"sliding_window", json()}, {"rope_theta", 1000000.0}});
+  mistral.merge_patch({{"hidden_size", 5120},
+                       {"num_hidden_layers", 40},
+                       {"head_dim", 128},
+                       {"vocab_size", 131072},
+                       {"sliding_window", json()},
+                       {"rope_theta", 1000000.0}});
   c = read_hf_config(write(mistral.dump()));
   EXPECT_EQ(c.head_dim(), 128);
   EXPECT_EQ(c.head_size, 128);
@@ -365,7 +403,8 @@ TEST_F(HfConfigTest, OutOfRangeValues) {
 }
 
 TEST_F(HfConfigTest, WriteReadRoundTripForEveryPreset) {
-  for (const char* name : {"stories15m", "stories42m", "stories110m", "tinyllama-1.1b", "llama2-7b", "llama2-13b", "tiny"}) {
+  for (const char* name :
+       {"stories15m", "stories42m", "stories110m", "tinyllama-1.1b", "llama2-7b", "llama2-13b", "tiny"}) {
     LlamaConfig c = model::preset_config(name);
     c.rope_theta = 500000.0f;
     write_hf_config(dir_, c, "bfloat16");
@@ -426,7 +465,8 @@ TEST(LlamaConfigTest, UnknownPresetListsKnownNames) {
   } catch (const Error& e) {
     std::string msg = e.what();
     EXPECT_HAS(msg, "llama2-8b");
-    for (const char* n : {"stories15m", "stories42m", "stories110m", "tinyllama-1.1b", "llama2-7b", "llama2-13b", "tiny"})
+    for (const char* n :
+         {"stories15m", "stories42m", "stories110m", "tinyllama-1.1b", "llama2-7b", "llama2-13b", "tiny"})
       EXPECT_HAS(msg, n);
   }
 }

@@ -67,7 +67,8 @@ class SafetensorsTest : public ::testing::Test {
   std::string dir_;
 };
 
-#define EXPECT_HAS(msg, sub) EXPECT_NE((msg).find(sub), std::string::npos) << "missing \"" << (sub) << "\" in: " << (msg)
+#define EXPECT_HAS(msg, sub) \
+  EXPECT_NE((msg).find(sub), std::string::npos) << "missing \"" << (sub) << "\" in: " << (msg)
 
 // ---- reference test vectors (docs/formats.md 3.3) ----
 
@@ -96,23 +97,22 @@ TEST_F(SafetensorsTest, OneF32TensorMatchesReferenceBytes) {
 TEST_F(SafetensorsTest, WriterOrdersByDtypeDescendingThenNameAndPutsMetadataFirst) {
   uint8_t buf[64] = {};
   std::vector<TensorToWrite> t = {
-      {"b", DType::U8, {1}, buf},  {"a", DType::F16, {1}, buf}, {"z", DType::BF16, {1}, buf},
-      {"c", DType::F32, {1}, buf}, {"y", DType::I64, {1}, buf}, {"x", DType::U64, {1}, buf},
+      {"b", DType::U8, {1}, buf},  {"a", DType::F16, {1}, buf},  {"z", DType::BF16, {1}, buf},
+      {"c", DType::F32, {1}, buf}, {"y", DType::I64, {1}, buf},  {"x", DType::U64, {1}, buf},
       {"w", DType::F64, {1}, buf}, {"a2", DType::F32, {1}, buf}, {"v", DType::BOOL, {1}, buf},
   };
   const std::string bytes = as_string(serialize_safetensors(t, {{"format", "pt"}}));
   const std::string header = bytes.substr(8, size_t(uint8_t(bytes[0])) | size_t(uint8_t(bytes[1])) << 8);
-  const std::string expected =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("x":{"dtype":"U64","shape":[1],"data_offsets":[0,8]},)"
-      R"("y":{"dtype":"I64","shape":[1],"data_offsets":[8,16]},)"
-      R"("w":{"dtype":"F64","shape":[1],"data_offsets":[16,24]},)"
-      R"("a2":{"dtype":"F32","shape":[1],"data_offsets":[24,28]},)"
-      R"("c":{"dtype":"F32","shape":[1],"data_offsets":[28,32]},)"
-      R"("z":{"dtype":"BF16","shape":[1],"data_offsets":[32,34]},)"
-      R"("a":{"dtype":"F16","shape":[1],"data_offsets":[34,36]},)"
-      R"("b":{"dtype":"U8","shape":[1],"data_offsets":[36,37]},)"
-      R"("v":{"dtype":"BOOL","shape":[1],"data_offsets":[37,38]}})";
+  const std::string expected = R"({"__metadata__":{"format":"pt"},)"
+                               R"("x":{"dtype":"U64","shape":[1],"data_offsets":[0,8]},)"
+                               R"("y":{"dtype":"I64","shape":[1],"data_offsets":[8,16]},)"
+                               R"("w":{"dtype":"F64","shape":[1],"data_offsets":[16,24]},)"
+                               R"("a2":{"dtype":"F32","shape":[1],"data_offsets":[24,28]},)"
+                               R"("c":{"dtype":"F32","shape":[1],"data_offsets":[28,32]},)"
+                               R"("z":{"dtype":"BF16","shape":[1],"data_offsets":[32,34]},)"
+                               R"("a":{"dtype":"F16","shape":[1],"data_offsets":[34,36]},)"
+                               R"("b":{"dtype":"U8","shape":[1],"data_offsets":[36,37]},)"
+                               R"("v":{"dtype":"BOOL","shape":[1],"data_offsets":[37,38]}})";
   EXPECT_EQ(header.substr(0, expected.size()), expected);
   EXPECT_EQ(header.size() % 8, 0u);
   EXPECT_EQ(header.find_first_not_of(' ', expected.size()), std::string::npos);
@@ -133,8 +133,8 @@ TEST_F(SafetensorsTest, WriterEscapesNamesAndRejectsBadInput) {
 // ---- round trips ----
 
 TEST_F(SafetensorsTest, RoundTripsEveryDtypeScalarsAndZeroSizeTensors) {
-  const DType all[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::I16,
-                       DType::I8,  DType::U8,  DType::BOOL, DType::U16, DType::U32, DType::U64};
+  const DType all[] = {DType::F64, DType::F32, DType::F16,  DType::BF16, DType::I64, DType::I32, DType::I16,
+                       DType::I8,  DType::U8,  DType::BOOL, DType::U16,  DType::U32, DType::U64};
   std::mt19937 rng(7);
   std::vector<std::vector<uint8_t>> storage;
   std::vector<TensorToWrite> tensors;
@@ -203,7 +203,8 @@ TEST_F(SafetensorsTest, ShardedWriteFollowsHfRulesAndReadsBack) {
                                           std::vector<float>(2, 5),  std::vector<float>(25, 6)};
   const char* names[] = {"a", "b", "c", "big", "e", "f"};
   std::vector<TensorToWrite> t;
-  for (size_t i = 0; i < data.size(); ++i) t.push_back({names[i], DType::F32, {int64_t(data[i].size())}, data[i].data()});
+  for (size_t i = 0; i < data.size(); ++i)
+    t.push_back({names[i], DType::F32, {int64_t(data[i].size())}, data[i].data()});
   const std::string d = path("sharded");
   write_safetensors_sharded(d, t, 100);
   const std::string idx = read_file(d + "/model.safetensors.index.json");
@@ -277,8 +278,9 @@ TEST(HalfConversion, F16ToFloatIsExactForAllBitPatterns) {
 
 TEST(HalfConversion, FloatToF16RoundsToNearestEven) {
   std::mt19937 rng(3);
-  std::vector<float> xs = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e-8f, 2.9802322e-08f,
-                           2.9802326e-08f, 5.9604645e-08f, 6.1035156e-05f, 6.1e-05f, INFINITY, -INFINITY};
+  std::vector<float> xs = {0.0f,           -0.0f,    65504.0f,       65519.99f,      65520.0f,
+                           -65520.0f,      1e-8f,    2.9802322e-08f, 2.9802326e-08f, 5.9604645e-08f,
+                           6.1035156e-05f, 6.1e-05f, INFINITY,       -INFINITY};
   for (int i = 0; i < 2000000; ++i) {
     uint32_t u = rng();
     float f;
@@ -309,9 +311,9 @@ TEST(HalfConversion, KnownValues) {
   EXPECT_EQ(f16_to_float(0x3c00), 1.0f);
   EXPECT_EQ(f16_to_float(0xc000), -2.0f);
   EXPECT_EQ(f16_to_float(0x7bff), 65504.0f);
-  EXPECT_EQ(f16_to_float(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f16_to_float(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(f16_to_float(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
-  EXPECT_EQ(f16_to_float(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(f16_to_float(0x0400), std::ldexp(1.0f, -14));     // smallest normal
   EXPECT_TRUE(std::isinf(f16_to_float(0xfc00)) && f16_to_float(0xfc00) < 0);
   EXPECT_TRUE(std::isnan(f16_to_float(0x7e00)));
   EXPECT_TRUE(std::signbit(f16_to_float(0x8000)));
@@ -334,7 +336,8 @@ TEST_F(SafetensorsTest, ReadF32ConvertsBf16AndF16Exactly) {
     bf16.push_back(uint16_t(u >> 16));
   }
   write_safetensors(path("conv.safetensors"),
-                    {{"h", DType::F16, {3, 3}, f16}, {"b", DType::BF16, {int64_t(bf16.size())}, bf16.data()},
+                    {{"h", DType::F16, {3, 3}, f16},
+                     {"b", DType::BF16, {int64_t(bf16.size())}, bf16.data()},
                      {"f", DType::F32, {2, 3}, f32.data()}},
                     {{"format", "pt"}});
   SafetensorsCheckpoint ck(path("conv.safetensors"));
@@ -366,8 +369,8 @@ TEST_F(SafetensorsTest, ReadF32ConvertsBf16AndF16Exactly) {
 
 TEST_F(SafetensorsTest, EveryTruncationIsAnError) {
   float v[6] = {0, 1, 2, 3, 4, 5};
-  const std::string full =
-      as_string(serialize_safetensors({{"attn.0", DType::F32, {1, 2, 3}, v}, {"s", DType::U8, {}, v}}, {{"format", "pt"}}));
+  const std::string full = as_string(
+      serialize_safetensors({{"attn.0", DType::F32, {1, 2, 3}, v}, {"s", DType::U8, {}, v}}, {{"format", "pt"}}));
   for (size_t n = 0; n < full.size(); ++n) {
     std::string msg = open_error(full.substr(0, n));
     EXPECT_FALSE(msg.empty()) << "prefix " << n;
@@ -416,11 +419,13 @@ TEST_F(SafetensorsTest, OffsetsWithHole) {
       std::string(20, 'x')));
   EXPECT_HAS(msg, "hole");
   EXPECT_HAS(msg, "start at 12, expected 8");
-  EXPECT_HAS(open_error(raw_file(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", "xyz")), "start at 1, expected 0");
+  EXPECT_HAS(open_error(raw_file(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", "xyz")),
+             "start at 1, expected 0");
 }
 
 TEST_F(SafetensorsTest, OffsetsOutOfRange) {
-  std::string msg = open_error(raw_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", std::string(8, 'x')));
+  std::string msg =
+      open_error(raw_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", std::string(8, 'x')));
   EXPECT_HAS(msg, "cover 16 data bytes");
   EXPECT_HAS(msg, "has 8 bytes");
   EXPECT_HAS(msg, "out of range");
@@ -430,17 +435,21 @@ TEST_F(SafetensorsTest, OffsetsOutOfRange) {
 }
 
 TEST_F(SafetensorsTest, DataSizeMismatch) {
-  std::string msg = open_error(raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,12]}})", std::string(12, 'x')));
+  std::string msg =
+      open_error(raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,12]}})", std::string(12, 'x')));
   EXPECT_HAS(msg, "\"w\"");
   EXPECT_HAS(msg, "hold 12 bytes, expected 8");
   EXPECT_HAS(msg, "[2]");
 }
 
 TEST_F(SafetensorsTest, BadShapes) {
-  EXPECT_HAS(open_error(raw_file(R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,0]}})", "")), "non-negative integer");
-  EXPECT_HAS(open_error(raw_file(R"({"w":{"dtype":"U8","shape":[1.0],"data_offsets":[0,1]}})", "x")), "non-negative integer");
+  EXPECT_HAS(open_error(raw_file(R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,0]}})", "")),
+             "non-negative integer");
+  EXPECT_HAS(open_error(raw_file(R"({"w":{"dtype":"U8","shape":[1.0],"data_offsets":[0,1]}})", "x")),
+             "non-negative integer");
   EXPECT_HAS(open_error(raw_file(R"({"w":{"dtype":"U8","shape":"1","data_offsets":[0,1]}})", "x")), "array");
-  EXPECT_HAS(open_error(raw_file(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,1]}})", "x")),
+  EXPECT_HAS(open_error(raw_file(
+                 R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,1]}})", "x")),
              "2^64");
   EXPECT_HAS(open_error(raw_file(R"({"w":{"dtype":"F64","shape":[4294967296,1073741824],"data_offsets":[0,1]}})", "x")),
              "overflows 2^63 bytes");
@@ -457,7 +466,8 @@ TEST_F(SafetensorsTest, UnknownDtype) {
 
 TEST_F(SafetensorsTest, DuplicateKey) {
   std::string msg = open_error(raw_file(
-      R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", "xy"));
+      R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+      "xy"));
   EXPECT_HAS(msg, "duplicate key \"w\"");
   EXPECT_HAS(open_error(raw_file(R"({"w":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x")),
              "duplicate key \"dtype\"");

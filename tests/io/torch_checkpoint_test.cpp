@@ -46,9 +46,9 @@ class TorchCheckpoint : public ::testing::Test {
     skip_ = new std::string(testing::python_missing({"torch", "numpy"}));
     if (!skip_->empty()) return;
     dir_ = new TempDir;
-    const std::string cmd = fmt::format("{} {} {} {}", testing::system_python(),
-                                        testing::source_path("tests/io/make_torch_bins.py"),
-                                        testing::source_path(""), dir_->path());
+    const std::string cmd =
+        fmt::format("{} {} {} {}", testing::system_python(), testing::source_path("tests/io/make_torch_bins.py"),
+                    testing::source_path(""), dir_->path());
     written_ = testing::run_capture(cmd, &log_) == 0;
   }
   static void TearDownTestSuite() {
@@ -92,8 +92,8 @@ void expect_same_tensors(const std::string& bin, const std::string& twin) {
 }
 
 TEST_F(TorchCheckpoint, EachCaseReadsAsItsSafetensorsTwin) {
-  for (const char* c : {"fp32", "fp16", "bf16", "sharded", "tied", "nested", "nested_state_dict", "offset",
-                        "protocol4", "module", "zip64"})
+  for (const char* c : {"fp32", "fp16", "bf16", "sharded", "tied", "nested", "nested_state_dict", "offset", "protocol4",
+                        "module", "zip64"})
     expect_same_tensors(fx(c), fx(c) + "/twin.safetensors");
   EXPECT_EQ(io::SafetensorsCheckpoint(fx("bf16")).get("cube").dtype, io::DType::BF16);
   EXPECT_EQ(io::SafetensorsCheckpoint(fx("fp16")).get("cube").dtype, io::DType::F16);

@@ -197,9 +197,9 @@ TEST(Diagnose, SigtermStopsAndSaves) {
   // from the checkpoint, and the diagnosis of the folder is now that attempt's.
   const int64_t saved = d.j.value("last_step", int64_t(-1));
   ASSERT_GT(saved, 0) << d.out;
-  const auto again = wait_for(spawn({"/usr/bin/env", "-u", "OMPI_ALLOW_RUN_AS_ROOT", "-u", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
-                                     "-u", "OMPI_MCA_rmaps_base_oversubscribe", "/bin/sh", "-c",
-                                     resume_of(d) + " trainer.max_steps=" + std::to_string(saved + 2)},
+  const auto again = wait_for(spawn({"/usr/bin/env", "-u", "OMPI_ALLOW_RUN_AS_ROOT", "-u",
+                                     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "-u", "OMPI_MCA_rmaps_base_oversubscribe",
+                                     "/bin/sh", "-c", resume_of(d) + " trainer.max_steps=" + std::to_string(saved + 2)},
                                     run + "/job2.out"),
                               run + "/job2.out");
   ASSERT_EQ(again.status, 0) << again.log;
@@ -431,7 +431,8 @@ TEST(Diagnose, AConfigError) {
   EXPECT_TRUE(has(d.j.value("summary", ""), "model.tensor_model_parallel_size (override")) << d.out;
   EXPECT_TRUE(has(resume_of(d), "model.tensor_model_parallel_size=0")) << d.out;
   // The fields a batch script reads (run.slurm: `read -r cause retry`), without a JSON parser.
-  auto fields = llamatrain::testing::run_cli({"diagnose", "--field", "cause", "--field", "retry", "--field", "rank", run});
+  auto fields =
+      llamatrain::testing::run_cli({"diagnose", "--field", "cause", "--field", "retry", "--field", "rank", run});
   EXPECT_EQ(fields.code, 0) << fields.err;
   EXPECT_EQ(fields.out, "config 0 " + (d.j["rank"].is_null() ? std::string("-") : d.j["rank"].dump()) + "\n");
   fields = llamatrain::testing::run_cli({"diagnose", "--field", "reason", run});
@@ -446,8 +447,10 @@ TEST(Diagnose, TheFirstFailureIsTheCauseNotTheCancellationAfterIt) {
   const std::string start =
       R"(@event {"event":"start","time":"2026-12-02T14:00:00.000Z","job_id":"12","nodes":"n[1-2]","ranks":2,)"
       R"("launcher":"srun","config":"configs/tiny.yaml","overrides":[],"cwd":"/w","run_dir":"/w/run"})";
-  const std::string step = R"(@event {"event":"step","time":"2026-12-02T14:00:03.000Z","step":3,"max_steps":100,"loss":5.1})";
-  std::ofstream(dir / "killed.out") << start << "\n" << step << "\n"
+  const std::string step =
+      R"(@event {"event":"step","time":"2026-12-02T14:00:03.000Z","step":3,"max_steps":100,"loss":5.1})";
+  std::ofstream(dir / "killed.out") << start << "\n"
+                                    << step << "\n"
                                     << "srun: error: n2: task 1: Killed\n"
                                     << "slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-12-02T14:09:00 ***\n";
   auto d = diagnose({dir / "killed.out"});
@@ -455,7 +458,8 @@ TEST(Diagnose, TheFirstFailureIsTheCauseNotTheCancellationAfterIt) {
   EXPECT_EQ(d.j["rank"], 1) << d.out;
   EXPECT_EQ(d.j.value("retry", false), true) << d.out;
   EXPECT_TRUE(has(d.out, "cancelled afterwards")) << d.out;
-  std::ofstream(dir / "cancelled.out") << start << "\n" << step << "\n"
+  std::ofstream(dir / "cancelled.out") << start << "\n"
+                                       << step << "\n"
                                        << "slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-12-02T14:09:00 ***\n"
                                        << "srun: error: n2: task 1: Killed\n";
   d = diagnose({dir / "cancelled.out"});

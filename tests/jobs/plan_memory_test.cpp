@@ -142,11 +142,12 @@ TEST(PlanMemory, AsyncSaveIsOnWhereItsHostCopyFits) {
   const MemoryCgroup cg("llamatrain_async_save");
   if (!cg.ok()) GTEST_SKIP() << "no writable memory cgroup (needs root and cgroup v1 memory or v2 memory.max)";
   const std::vector<std::string> wide = {
-      "trainer.precision=32",         "model.hidden_size=1024",        "model.ffn_hidden_size=2816",
-      "model.num_layers=4",           "model.num_attention_heads=8",   "model.num_query_groups=8",
-      "model.encoder_seq_length=32",  "model.max_position_embeddings=32", "model.micro_batch_size=1",
-      "model.global_batch_size=2",    "trainer.max_steps=3",
-      "exp_manager.checkpoint_callback_params.every_n_train_steps=1"};
+      "trainer.precision=32",        "model.hidden_size=1024",
+      "model.ffn_hidden_size=2816",  "model.num_layers=4",
+      "model.num_attention_heads=8", "model.num_query_groups=8",
+      "model.encoder_seq_length=32", "model.max_position_embeddings=32",
+      "model.micro_batch_size=1",    "model.global_batch_size=2",
+      "trainer.max_steps=3",         "exp_manager.checkpoint_callback_params.every_n_train_steps=1"};
   for (const auto& [limit, on] : {std::pair<int64_t, bool>{1800000000, false}, {6000000000, true}}) {
     SCOPED_TRACE("memory limit " + std::to_string(limit));
     cg.limit(limit);

@@ -91,15 +91,15 @@ void check_shape(const Shape& s) {
   const auto dout = mt19937_uniform(size_t(s.out_size()), 12, -1.0f, 1.0f);
   std::vector<float> out_r(s.out_size()), lse_r(s.lse_size()), dqkv_r(s.qkv_size());
   ref::attention_forward(out_r.data(), lse_r.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window, docs);
-  ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(), lse_r.data(), s.B, s.T, s.H, s.Hkv,
-                          s.D, s.window, docs);
+  ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), out_r.data(), lse_r.data(), s.B, s.T, s.H, s.Hkv, s.D,
+                          s.window, docs);
   std::vector<float> out_c(s.out_size(), NAN), lse_c(s.lse_size(), NAN), dqkv_c(s.qkv_size(), NAN);
   cpu::attention_forward(out_c.data(), lse_c.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window, docs);
   EXPECT_TRUE(close_relative_ish("out", out_c, out_r, kTol, s.name()));
   EXPECT_TRUE(close_relative_ish("lse", lse_c, lse_r, kTol, s.name()));
   // Backward from cpu's own saved out and lse, as the model will call it.
-  cpu::attention_backward(dqkv_c.data(), dout.data(), qkv.data(), out_c.data(), lse_c.data(), s.B, s.T, s.H, s.Hkv,
-                          s.D, s.window, docs);
+  cpu::attention_backward(dqkv_c.data(), dout.data(), qkv.data(), out_c.data(), lse_c.data(), s.B, s.T, s.H, s.Hkv, s.D,
+                          s.window, docs);
   EXPECT_TRUE(close_relative_ish("dqkv", dqkv_c, dqkv_r, kTol, s.name()));
 }
 
@@ -175,16 +175,16 @@ TEST(CpuVsRefAttention, ThreadCountIsBitwiseInvariant) {
   const int saved = omp_get_max_threads();
   const int thread_counts[] = {1, 2, 3, 4, 7};
   const Shape shapes[] = {
-      {1, 300, 4, 2, 8},    // n_kv 2: one pass at 1 thread only
-      {1, 130, 4, 4, 16},   // n_kv 4: one pass at 1, 2
-      {3, 127, 8, 2, 64},   // n_kv 6: one pass at 1..3; group 4
-      {3, 77, 6, 3, 8},     // n_kv 9: one pass at 1..4
-      {1, 100, 8, 2, 128},  // n_kv 2, group 4, D 128
-      {3, 33, 3, 3, 128},   // n_kv 9, MHA, a single partial tile
-      {3, 191, 4, 1, 16},   // n_kv 3, group 4
-      {1, 300, 4, 2, 8, 70},    // windows: n_kv 2, several skipped and cut tiles
-      {3, 127, 8, 2, 64, 5},    // n_kv 6, a window inside every diagonal tile
-      {3, 200, 6, 3, 16, 64},   // n_kv 9, a window of one tile's width
+      {1, 300, 4, 2, 8},                          // n_kv 2: one pass at 1 thread only
+      {1, 130, 4, 4, 16},                         // n_kv 4: one pass at 1, 2
+      {3, 127, 8, 2, 64},                         // n_kv 6: one pass at 1..3; group 4
+      {3, 77, 6, 3, 8},                           // n_kv 9: one pass at 1..4
+      {1, 100, 8, 2, 128},                        // n_kv 2, group 4, D 128
+      {3, 33, 3, 3, 128},                         // n_kv 9, MHA, a single partial tile
+      {3, 191, 4, 1, 16},                         // n_kv 3, group 4
+      {1, 300, 4, 2, 8, 70},                      // windows: n_kv 2, several skipped and cut tiles
+      {3, 127, 8, 2, 64, 5},                      // n_kv 6, a window inside every diagonal tile
+      {3, 200, 6, 3, 16, 64},                     // n_kv 9, a window of one tile's width
       {1, 300, 4, 2, 8, 0, {1, 70, 5, 64, 100}},  // documents: n_kv 2, skipped and cut tiles
       {3, 127, 8, 2, 64, 0, {20, 44, 3}},         // n_kv 6, boundaries inside every tile
       {3, 200, 6, 3, 16, 50, {130, 7, 64}},       // n_kv 9, documents and a window
@@ -204,8 +204,8 @@ TEST(CpuVsRefAttention, ThreadCountIsBitwiseInvariant) {
       omp_set_num_threads(threads);
       std::vector<float> out(s.out_size(), NAN), lse(s.lse_size(), NAN), dqkv(s.qkv_size(), NAN);
       cpu::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window, docs);
-      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv,
-                              s.D, s.window, docs);
+      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv, s.D,
+                              s.window, docs);
       if (threads == thread_counts[0]) {  // the run the others are compared with must itself be right
         std::vector<float> out_r(s.out_size()), lse_r(s.lse_size()), dqkv_r(s.qkv_size());
         ref::attention_forward(out_r.data(), lse_r.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window, docs);

@@ -30,7 +30,7 @@ using testing::to_bf16_vector;
 std::string shape(int N, int C) { return "N=" + std::to_string(N) + " C=" + std::to_string(C); }
 
 // (rows, cols): awkward sizes plus two large enough for the OpenMP paths.
-const std::vector<std::pair<int, int>> kShapes = {{1, 1},  {1, 40},   {17, 107}, {127, 17},
+const std::vector<std::pair<int, int>> kShapes = {{1, 1},   {1, 40},   {17, 107},  {127, 17},
                                                   {3, 300}, {127, 40}, {64, 1024}, {33, 1000}};
 
 TEST(CpuVsRef, Embedding) {
@@ -77,15 +77,15 @@ TEST(CpuVsRef, Rope) {
   };
   // D from 2 to 128; extra (untouched) heads as in packed qkv; positions up to 4095, and one case
   // past the cached table's size (per-row sincos fallback).
-  const std::vector<Case> cases = {{1, 1, 0, 2, 0},     {17, 3, 2, 4, 100},      {127, 5, 1, 6, 4095},
+  const std::vector<Case> cases = {{1, 1, 0, 2, 0},       {17, 3, 2, 4, 100},   {127, 5, 1, 6, 4095},
                                    {33, 12, 4, 64, 2047}, {9, 3, 2, 128, 4095}, {5, 2, 1, 4, 3000000}};
   for (const auto& cs : cases) {
     int row_stride = (cs.n_heads + cs.extra_heads) * cs.D;
     auto x = mt19937_normal(size_t(cs.N) * row_stride, 10, 2.0f);
     auto pos = mt19937_ints(cs.N, 11, 0, cs.max_pos);
     pos[0] = cs.max_pos;
-    std::string what = "rope N=" + std::to_string(cs.N) + " D=" + std::to_string(cs.D) +
-                       " max_pos=" + std::to_string(cs.max_pos);
+    std::string what =
+        "rope N=" + std::to_string(cs.N) + " D=" + std::to_string(cs.D) + " max_pos=" + std::to_string(cs.max_pos);
     for (int backward = 0; backward < 2; backward++) {
       auto x_ref = x, x_cpu = x;
       if (backward) {
@@ -338,10 +338,10 @@ TEST(CpuVsRef, AdamwSeveralSteps) {
     auto p_cpu = p_ref, m_cpu = m_ref, v_cpu = v_ref;
     for (int step = 1; step <= 5; step++) {
       auto grad = mt19937_normal(n, 100 + step, 0.1f);
-      ref::adamw_update(p_ref.data(), m_ref.data(), v_ref.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                        step, 0.5f);
-      cpu::adamw_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                        step, 0.5f);
+      ref::adamw_update(p_ref.data(), m_ref.data(), v_ref.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step,
+                        0.5f);
+      cpu::adamw_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step,
+                        0.5f);
     }
     // same fp32 operations, possibly contracted to FMAs differently: a few ulps after 5 steps
     std::string what = " n=" + std::to_string(n);
@@ -388,16 +388,15 @@ TEST(CpuVsRef, AdamwWithBf16CopyIsAdamwPlusRounding) {
 struct TorchAdamwExample {
   std::vector<float> param0 = {0.5f, -1.25f, 2.0f, 0.0f};
   std::vector<std::vector<float>> grads = {{0.25f, -0.5f, 1.0f, 0.125f}, {-0.75f, 0.5f, 0.25f, 0.0625f}};
-  std::vector<std::vector<float>> param = {{0.39500001072883606f, -1.1374999284744263f, 1.8799999952316284f,
-                                            -0.09999998658895493f},
-                                           {0.4403798282146454f, -1.1313881874084473f, 1.7779738903045654f,
-                                            -0.1923447847366333f}};
-  std::vector<std::vector<float>> m = {{0.025f, -0.05f, 0.1f, 0.0125f},
-                                       {-0.05250000208616257f, 0.005000002682209015f, 0.11499999463558197f,
-                                        0.017500000074505806f}};
-  std::vector<std::vector<float>> v = {{0.000625f, 0.0025f, 0.01f, 0.00015625f},
-                                       {0.006243749987334013f, 0.0049749999307096004f, 0.010525000281631947f,
-                                        0.00019374999101273715f}};
+  std::vector<std::vector<float>> param = {
+      {0.39500001072883606f, -1.1374999284744263f, 1.8799999952316284f, -0.09999998658895493f},
+      {0.4403798282146454f, -1.1313881874084473f, 1.7779738903045654f, -0.1923447847366333f}};
+  std::vector<std::vector<float>> m = {
+      {0.025f, -0.05f, 0.1f, 0.0125f},
+      {-0.05250000208616257f, 0.005000002682209015f, 0.11499999463558197f, 0.017500000074505806f}};
+  std::vector<std::vector<float>> v = {
+      {0.000625f, 0.0025f, 0.01f, 0.00015625f},
+      {0.006243749987334013f, 0.0049749999307096004f, 0.010525000281631947f, 0.00019374999101273715f}};
 };
 
 TEST(Adamw, MatchesTorchTwoSteps) {
@@ -443,8 +442,8 @@ Bf16State random_bf16_state(int64_t n, uint32_t seed) {
 }
 
 void run_bf16_sr(Bf16State& s, const std::vector<float>& grad, int step, uint64_t seed, uint32_t tensor_id) {
-  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), grad.data(), int64_t(grad.size()),
-                            1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f, seed, tensor_id);
+  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), grad.data(), int64_t(grad.size()), 1e-2f,
+                            0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f, seed, tensor_id);
 }
 
 TEST(AdamwBf16Sr, BitwiseEqualForOneAndTwoThreads) {
@@ -500,8 +499,8 @@ TEST(AdamwBf16Sr, AlwaysANeighbourOfTheFp32UpdateWithPhiloxBits) {
     run_bf16_sr(s, grad, 3, 5, 11);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
-      bool ok = is_bf16_neighbour(s.p[i], p[i]) && is_bf16_neighbour(s.m[i], m[i]) &&
-                is_bf16_neighbour(s.v[i], v[i]) && s.p32[i] == to_float(s.p[i]);
+      bool ok = is_bf16_neighbour(s.p[i], p[i]) && is_bf16_neighbour(s.m[i], m[i]) && is_bf16_neighbour(s.v[i], v[i]) &&
+                s.p32[i] == to_float(s.p[i]);
       // and the rounding bits are exactly the documented Philox words of core/rng.h
       const auto w = random_u32x4(5, 3, 11, uint64_t(i));
       ok = ok && s.p[i].bits == to_bf16_stochastic(p[i], w[0]).bits &&
@@ -526,8 +525,10 @@ TEST(CpuVsRef, AdamwBf16VariantsFollowTheirReferences) {
     const auto grad = mt19937_normal(n, 51, 0.1f);
     auto p_cpu = to_float_vec(cs.p), m_cpu = to_float_vec(cs.m), v_cpu = to_float_vec(cs.v);
     auto p_ref = p_cpu, m_ref = m_cpu, v_ref = v_cpu;
-    cpu::adamw_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
-    ref::adamw_update(p_ref.data(), m_ref.data(), v_ref.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+    cpu::adamw_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3,
+                      1.0f);
+    ref::adamw_update(p_ref.data(), m_ref.data(), v_ref.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3,
+                      1.0f);
     cpu::adamw_update_bf16_sr(cs.p.data(), cs.m.data(), cs.v.data(), cs.p32.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f,
                               1e-8f, 0.1f, 3, 1.0f, 5, 11, 1000);
     ref::adamw_update_bf16_sr(rs.p.data(), rs.m.data(), rs.v.data(), rs.p32.data(), grad.data(), n, 1e-2f, 0.9f, 0.95f,
@@ -574,11 +575,11 @@ TEST(AdamwBf16Sr, UnbiasedAndIndependentDraws) {
   const float p0 = 1.0f, m0 = 0.01f, v0 = 1e-4f, g = 0.0123f;
   float p = p0, m = to_float(to_bf16(m0)), v = to_float(to_bf16(v0));
   cpu::adamw_update(&p, &m, &v, &g, 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 2, 1.0f);
-  Bf16State s{std::vector<bf16>(n, to_bf16(p0)), std::vector<bf16>(n, to_bf16(m0)),
-              std::vector<bf16>(n, to_bf16(v0)), std::vector<float>(n)};
+  Bf16State s{std::vector<bf16>(n, to_bf16(p0)), std::vector<bf16>(n, to_bf16(m0)), std::vector<bf16>(n, to_bf16(v0)),
+              std::vector<float>(n)};
   std::vector<float> grad(n, g);
-  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f,
-                            1e-8f, 0.0f, 2, 1.0f, 42, 3);
+  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), grad.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                            0.0f, 2, 1.0f, 42, 3);
   auto check_mean = [&](const char* what, const std::vector<bf16>& got, float x) -> double {
     uint32_t u;
     std::memcpy(&u, &x, 4);
@@ -613,8 +614,8 @@ TEST(AdamwBf16Sr, MatchesTorchFirstStepUpToRounding) {
   TorchAdamwExample ex;
   Bf16State s{to_bf16_vector(ex.param0), std::vector<bf16>(4, bf16{0}), std::vector<bf16>(4, bf16{0}),
               std::vector<float>(4)};
-  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), ex.grads[0].data(), 4, 0.1f, 0.9f,
-                            0.99f, 1e-8f, 0.1f, 1, 1.0f, 77, 0);
+  cpu::adamw_update_bf16_sr(s.p.data(), s.m.data(), s.v.data(), s.p32.data(), ex.grads[0].data(), 4, 0.1f, 0.9f, 0.99f,
+                            1e-8f, 0.1f, 1, 1.0f, 77, 0);
   for (int i = 0; i < 4; i++) {
     EXPECT_TRUE(is_bf16_neighbour(s.p[i], ex.param[0][i])) << i << ": " << to_float(s.p[i]) << " vs " << ex.param[0][i];
     EXPECT_TRUE(is_bf16_neighbour(s.m[i], ex.m[0][i])) << i << ": " << to_float(s.m[i]) << " vs " << ex.m[0][i];

@@ -171,11 +171,11 @@ void check_matmul_shape(int N, int IC, int OC) {
     cpu::matmul_forward(out_b.data(), inp_b.data(), weight.data(), weight_b.data(), N, IC, OC, ct);
     EXPECT_EQ(out_b, out) << "matmul_forward with a bf16 input";
     std::vector<float> dinp_b(dinp.size(), -7.0f), dweight_b = dweight0, dinp_m(dinp.size(), -7.0f),
-        dweight_m = dweight0;
-    cpu::matmul_backward(dinp_b.data(), dweight_b.data(), dout_b.data(), inp_b.data(), weight.data(),
-                         weight_b.data(), N, IC, OC, ct);
-    cpu::matmul_backward(dinp_m.data(), dweight_m.data(), dout.data(), inp_b.data(), weight.data(),
-                         weight_b.data(), N, IC, OC, ct);
+                                                   dweight_m = dweight0;
+    cpu::matmul_backward(dinp_b.data(), dweight_b.data(), dout_b.data(), inp_b.data(), weight.data(), weight_b.data(),
+                         N, IC, OC, ct);
+    cpu::matmul_backward(dinp_m.data(), dweight_m.data(), dout.data(), inp_b.data(), weight.data(), weight_b.data(), N,
+                         IC, OC, ct);
     EXPECT_EQ(dinp_b, dinp) << "matmul_backward with bf16 dout and inp";
     EXPECT_EQ(dweight_b, dweight1) << "matmul_backward with bf16 dout and inp";
     EXPECT_EQ(dinp_m, dinp) << "matmul_backward with float dout, bf16 inp";
@@ -194,7 +194,7 @@ void check_matmul_shape(int N, int IC, int OC) {
       EXPECT_EQ(out_x, out) << "matmul_forward with a bf16_in_f32 input" << wtag;
       EXPECT_EQ(out_f, out) << "matmul_forward with a float input" << wtag;
       std::vector<float> dinp_x(dinp.size(), -7.0f), dweight_x = dweight0, dinp_fx(dinp.size(), -7.0f),
-          dweight_fx = dweight0;
+                                                     dweight_fx = dweight0;
       cpu::matmul_backward(dinp_x.data(), dweight_x.data(), dout_x.data(), inp_x.data(), weight.data(), w, N, IC, OC,
                            ct);
       cpu::matmul_backward(dinp_fx.data(), dweight_fx.data(), dout.data(), inp_x.data(), weight.data(), w, N, IC, OC,
@@ -277,11 +277,11 @@ struct LmCase {
 // ref::lmhead_ce_backward's values (dwout from zero), plus the absolute-value sums the tolerances are
 // scaled by (from the same fp64 logits and softmax).
 struct LmRef {
-  std::vector<float> losses;                // (N)
-  std::vector<float> dx, dwout;             // (N,C), (V,C) (dwout from zero)
-  std::vector<double> logit_scale;          // (N) max_v sum_c |x||w|
-  std::vector<double> dx_p, dx_d;           // (N,C) dloss * sum_v p|w|, sum_v |dlogit||w|
-  std::vector<double> dw_p, dw_d;           // (V,C) sum_n dloss * p|x|, sum_n |dlogit||x|
+  std::vector<float> losses;        // (N)
+  std::vector<float> dx, dwout;     // (N,C), (V,C) (dwout from zero)
+  std::vector<double> logit_scale;  // (N) max_v sum_c |x||w|
+  std::vector<double> dx_p, dx_d;   // (N,C) dloss * sum_v p|w|, sum_v |dlogit||w|
+  std::vector<double> dw_p, dw_d;   // (V,C) sum_n dloss * p|x|, sum_n |dlogit||x|
 };
 
 LmRef lm_reference(const std::vector<float>& x, const std::vector<float>& wout, const std::vector<int32_t>& targets,
@@ -398,8 +398,8 @@ LmResult check_lm_case(const LmCase& lc, const Mode& mode) {
   cpu::lmhead_ce_backward(losses.data(), dx.data(), dwout.data(), x.data(), wout.data(),
                           is_bf16 ? wout_b.data() : nullptr, targets.data(), float(dloss), N, C, V, ct);
   std::vector<float> losses_eval(size_t(N), -1.0f);
-  cpu::lmhead_ce_forward(losses_eval.data(), x.data(), wout.data(), is_bf16 ? wout_b.data() : nullptr, targets.data(), N,
-                         C, V, ct);
+  cpu::lmhead_ce_forward(losses_eval.data(), x.data(), wout.data(), is_bf16 ? wout_b.data() : nullptr, targets.data(),
+                         N, C, V, ct);
   if (is_bf16) {  // the weight copy held as bf16_in_f32 gives bitwise the same results on either kernel
     std::vector<bf16_in_f32> wout_x(wout.size());
     bf16_from_float(wout_x.data(), wout.data(), int64_t(wout.size()));
@@ -425,7 +425,8 @@ LmResult check_lm_case(const LmCase& lc, const Mode& mode) {
   std::vector<double> dx_lim(dx.size());
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++)
-      dx_lim[size_t(n) * C + c] = delta[size_t(n)] * ref.dx_p[size_t(n) * C + c] + back_dx * ref.dx_d[size_t(n) * C + c];
+      dx_lim[size_t(n) * C + c] =
+          delta[size_t(n)] * ref.dx_p[size_t(n) * C + c] + back_dx * ref.dx_d[size_t(n) * C + c];
   EXPECT_TRUE(all_within("dx", dx, ref.dx, dx_lim, 1.0, 2 * kU32));
 
   // dwout = dwout0 + grad: |err| <= max_n delta_n * sum_n p|x| + (2 rho + bf16 x rounding + accumulation over N) * dw_d
@@ -467,7 +468,8 @@ void check_lm_kernels_agree(const LmCase& lc) {
       logit_scale = std::max(logit_scale, sa);
     }
     const double lse = std::abs(double(k16.losses[size_t(n)])) + logit_scale;
-    tol[size_t(n)] = 1.5 * (4.0 * f32_sum_tol(lc.C) * logit_scale + 2.0 * ((lc.V / 16.0 + 16.0) * kU32 + 2.0 * kU32 * lse));
+    tol[size_t(n)] =
+        1.5 * (4.0 * f32_sum_tol(lc.C) * logit_scale + 2.0 * ((lc.V / 16.0 + 16.0) * kU32 + 2.0 * kU32 * lse));
   }
   EXPECT_TRUE(all_within("losses: fp32 kernel vs bf16 kernel", k32.losses, k16.losses, tol, 1.0, 2 * kU32));
 }
@@ -495,12 +497,12 @@ TEST(CpuVsRefLmHeadCe, SeveralBackwardBlocks) {
 TEST(CpuVsRefLmHeadCe, ChunkRowsFollowTheLastLevelCache) {
   // R*V fp32 logits fit the cache, R a multiple of 16 in [64, 256]; unknown cache: 32 MiB.
   const int64_t MiB = int64_t(1) << 20;
-  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 32 * MiB), 256);   // 262 rows fit
-  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 16 * MiB), 128);   // 131
-  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 8 * MiB), 64);     // 65
-  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 2 * MiB), 64);     // 16: at least 64
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 32 * MiB), 256);    // 262 rows fit
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 16 * MiB), 128);    // 131
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 8 * MiB), 64);      // 65
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 2 * MiB), 64);      // 16: at least 64
   EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(128256, 105 * MiB), 208);  // 214
-  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(8064, 256 * MiB), 256);   // at most 256
+  EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(8064, 256 * MiB), 256);    // at most 256
   EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(32000, 0), cpu::detail::lmhead_chunk_rows_for(32000, 32 * MiB));
   EXPECT_EQ(cpu::detail::lmhead_chunk_rows_for(1, -1), 256);
   for (const int V : {1, 1000, 32000, 151936}) {
@@ -534,8 +536,8 @@ TEST(CpuVsRefLmHeadCe, KernelsAgreeToSummationOrderOnExactLogits) {
   for (int i = 0; i < 2; i++) {
     const ForceKernel force(i == 0 ? MatmulKernel::bf16 : MatmulKernel::f32);
     r[i] = {std::vector<float>(size_t(N)), std::vector<float>(size_t(N) * C), std::vector<float>(wout.size(), 0.0f)};
-    cpu::lmhead_ce_backward(r[i].losses.data(), r[i].dx.data(), r[i].dwout.data(), x.data(), wout.data(),
-                            wout_b.data(), targets.data(), float(dloss), N, C, V, ComputeType::bf16);
+    cpu::lmhead_ce_backward(r[i].losses.data(), r[i].dx.data(), r[i].dwout.data(), x.data(), wout.data(), wout_b.data(),
+                            targets.data(), float(dloss), N, C, V, ComputeType::bf16);
   }
   cpu::detail::lmhead_chunk_rows_override() = 0;
   cpu::detail::lmhead_block_rows_override() = 0;
@@ -557,12 +559,13 @@ TEST(CpuVsRefLmHeadCe, RowsPastTheVocabularyAreNeitherReadNorWritten) {
   // leave the padding of dwout exactly 0.
   const int N = 37, C = 48, V = 211, rows = 224;
   const auto x = philox_uniform(size_t(N) * C, kSeed, 7001, -1, 1);
-  const auto w = philox_uniform(size_t(V) * C, kSeed, 7002, -0.5f, 0.5f);                // (V, C)
+  const auto w = philox_uniform(size_t(V) * C, kSeed, 7002, -0.5f, 0.5f);              // (V, C)
   std::vector<float> wpad(size_t(rows) * C, std::numeric_limits<float>::quiet_NaN());  // (rows, C)
   std::copy(w.begin(), w.end(), wpad.begin());
   const auto w_b = to_bf16_vector(w), wpad_b = to_bf16_vector(wpad);
   std::vector<int32_t> targets(static_cast<size_t>(N));
-  for (int n = 0; n < N; n++) targets[size_t(n)] = n % 6 == 1 ? -100 : int32_t(random_u32(kSeed, 3, 1, uint64_t(n)) % V);
+  for (int n = 0; n < N; n++)
+    targets[size_t(n)] = n % 6 == 1 ? -100 : int32_t(random_u32(kSeed, 3, 1, uint64_t(n)) % V);
   for (const Mode& mode : kModes) {
     if (!runs_here(mode)) continue;
     SCOPED_TRACE(mode.tag());
@@ -577,7 +580,8 @@ TEST(CpuVsRefLmHeadCe, RowsPastTheVocabularyAreNeitherReadNorWritten) {
     EXPECT_EQ(losses_p, losses);
     EXPECT_EQ(dx_p, dx);
     EXPECT_EQ(std::vector<float>(dw_p.begin(), dw_p.begin() + int64_t(V) * C), dw);
-    EXPECT_EQ(std::vector<float>(dw_p.begin() + int64_t(V) * C, dw_p.end()), std::vector<float>(size_t(rows - V) * C, 0.0f))
+    EXPECT_EQ(std::vector<float>(dw_p.begin() + int64_t(V) * C, dw_p.end()),
+              std::vector<float>(size_t(rows - V) * C, 0.0f))
         << "the padding rows' gradient";
     std::vector<float> eval(static_cast<size_t>(N));
     cpu::lmhead_ce_forward(eval.data(), x.data(), wpad.data(), b16 ? wpad_b.data() : nullptr, targets.data(), N, C, V,
@@ -596,7 +600,8 @@ TEST(CpuVsRefLmHeadCe, RowsPastTheVocabularyAreNeitherReadNorWritten) {
                          N, C, V, mode.ct);
     EXPECT_EQ(dx_p, dx);
     EXPECT_EQ(std::vector<float>(dw_p.begin(), dw_p.begin() + int64_t(V) * C), dw);
-    EXPECT_EQ(std::vector<float>(dw_p.begin() + int64_t(V) * C, dw_p.end()), std::vector<float>(size_t(rows - V) * C, 0.0f))
+    EXPECT_EQ(std::vector<float>(dw_p.begin() + int64_t(V) * C, dw_p.end()),
+              std::vector<float>(size_t(rows - V) * C, 0.0f))
         << "the padding rows' gradient (matmul_backward)";
   }
 }
@@ -605,7 +610,7 @@ TEST(CpuVsRefLmHeadCe, HugeLogitsStayFinite) {
   // logits of magnitude ~1e3: a naive exp overflows; the kernel must subtract the row max.
   const int N = 3, C = 4, V = 5;
   std::vector<float> x = {30, -20, 10, 5, 1, 2, 3, 4, -50, 40, 30, -10};  // (N,C)
-  std::vector<float> wout(size_t(V) * C);                                  // (V,C)
+  std::vector<float> wout(size_t(V) * C);                                 // (V,C)
   for (size_t i = 0; i < wout.size(); i++) wout[i] = float(int(i % 7) - 3) * 10.0f;
   const std::vector<int32_t> targets = {1, 4, 0};
   std::vector<float> losses(3), dx(size_t(N) * C), dwout(size_t(V) * C, 0.0f);
@@ -614,7 +619,8 @@ TEST(CpuVsRefLmHeadCe, HugeLogitsStayFinite) {
   const LmRef ref = lm_reference(x, wout, targets, 1.0, N, C, V);
   for (int n = 0; n < N; n++) EXPECT_NEAR(losses[size_t(n)], ref.losses[size_t(n)], 1e-3 * (1 + ref.losses[size_t(n)]));
   for (size_t i = 0; i < dx.size(); i++) EXPECT_NEAR(dx[i], ref.dx[i], 1e-3 * (1 + std::abs(ref.dx[i]))) << i;
-  for (size_t i = 0; i < dwout.size(); i++) EXPECT_NEAR(dwout[i], ref.dwout[i], 1e-3 * (1 + std::abs(ref.dwout[i]))) << i;
+  for (size_t i = 0; i < dwout.size(); i++)
+    EXPECT_NEAR(dwout[i], ref.dwout[i], 1e-3 * (1 + std::abs(ref.dwout[i]))) << i;
 }
 
 }  // namespace

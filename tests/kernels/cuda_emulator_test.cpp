@@ -181,8 +181,7 @@ TEST(CudaEmulator, TensorCoreMmaMultipliesFragmentsAsLaidOut) {
   for (int r = 0; r < 16; r++)
     for (int c = 0; c < 8; c++) {
       float s = c0[size_t(r * 8 + c)];
-      for (int k = 0; k < 16; k++)
-        s += to_float(bf16{a[size_t(r * 16 + k)]}) * to_float(bf16{b[size_t(k * 8 + c)]});
+      for (int k = 0; k < 16; k++) s += to_float(bf16{a[size_t(r * 16 + k)]}) * to_float(bf16{b[size_t(k * 8 + c)]});
       want[size_t(r * 8 + c)] = s;
     }
   auto* d_a = device_array<uint16_t>(a.size());

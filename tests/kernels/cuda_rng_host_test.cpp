@@ -35,9 +35,18 @@ TEST(CudaRngHost, PhiloxWordsEqualCoreRng) {
 }
 
 TEST(CudaRngHost, RoundingsEqualCoreBf16) {
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 1e-40f, -1e-40f, 3.0e38f, -3.0e38f,
-                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                           std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -1.0f,
+                           1e-40f,
+                           -1e-40f,
+                           3.0e38f,
+                           -3.0e38f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::max(),
                            std::numeric_limits<float>::denorm_min()};
   for (uint32_t i = 0; i < 200000; i++) {  // every exponent, random mantissas, both signs
     uint32_t u = random_u32(7, 0, 1, i);
@@ -92,9 +101,15 @@ TEST(CudaRngHost, AdamwBf16SrEqualsCpu) {
                               c.wd, c.step, c.grad_scale, c.seed, c.tensor, c.first);
     // The scalars as kernels/cpu/adamw.cpp (and kernels/cuda/adamw.cu) compute them, in fp64.
     const double bc1 = 1.0 - std::pow(double(c.beta1), c.step), bc2 = 1.0 - std::pow(double(c.beta2), c.step);
-    const cuda::rng::AdamwScalars s{float(double(c.lr) / bc1), float(std::sqrt(bc2)), float(1.0 - double(c.lr) * c.wd),
-                                    c.beta1, c.beta2, float(1.0 - double(c.beta1)), float(1.0 - double(c.beta2)),
-                                    c.eps, c.grad_scale};
+    const cuda::rng::AdamwScalars s{float(double(c.lr) / bc1),
+                                    float(std::sqrt(bc2)),
+                                    float(1.0 - double(c.lr) * c.wd),
+                                    c.beta1,
+                                    c.beta2,
+                                    float(1.0 - double(c.beta1)),
+                                    float(1.0 - double(c.beta2)),
+                                    c.eps,
+                                    c.grad_scale};
     int64_t differ = 0;
     for (int64_t i = 0; i < n; i++) {
       uint16_t pb = p0[size_t(i)].bits, mb = m0[size_t(i)].bits, vb = v0[size_t(i)].bits;

@@ -34,12 +34,12 @@ using testing::mt19937_normal;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Tolerances on ||got - want|| / ||want||, from the fp32 rounding each kind of kernel leaves:
-constexpr double kElementwise = 2e-6;  // a few fp32 operations per element (or an ulp of libm's)
-constexpr double kSums = 1e-5;         // fp32 sums in another order (atomics, reductions)
-constexpr double kGemm = 3e-5;         // fp32 dot products of up to ~4k terms
-constexpr double kLongGemm = 1e-4;     // ... of 50k terms (the lm head's dx over the vocabulary)
-constexpr double kBf16Values = 4e-3;   // outputs rounded to bf16 (2^-9 relative each)
-constexpr double kBf16Operands = 1e-2; // bf16 operands against the unrounded fp32 result
+constexpr double kElementwise = 2e-6;   // a few fp32 operations per element (or an ulp of libm's)
+constexpr double kSums = 1e-5;          // fp32 sums in another order (atomics, reductions)
+constexpr double kGemm = 3e-5;          // fp32 dot products of up to ~4k terms
+constexpr double kLongGemm = 1e-4;      // ... of 50k terms (the lm head's dx over the vocabulary)
+constexpr double kBf16Values = 4e-3;    // outputs rounded to bf16 (2^-9 relative each)
+constexpr double kBf16Operands = 1e-2;  // bf16 operands against the unrounded fp32 result
 
 // A device array of n T, freed at scope exit.
 template <typename T>
@@ -102,8 +102,8 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-::testing::AssertionResult close(const std::string& what, const std::vector<float>& got,
-                                 const std::vector<float>& want, double tol) {
+::testing::AssertionResult close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                                 double tol) {
   const double e = relative_error(got, want);
   if (e <= tol) return ::testing::AssertionSuccess();
   size_t nonfinite = 0;
@@ -200,7 +200,8 @@ void check_rmsnorm(int N, int C) {
   d_rstd.poison();
   cuda::rmsnorm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), N, C, eps);
   // bf16 outputs: the fp32 result rounded, so at most one bf16 ulp (2^-8 relative) from ref's rounding.
-  EXPECT_TRUE(close("rmsnorm out", widen(d_out.download()), want, std::is_same_v<T, float> ? kElementwise : kBf16Values));
+  EXPECT_TRUE(
+      close("rmsnorm out", widen(d_out.download()), want, std::is_same_v<T, float> ? kElementwise : kBf16Values));
   EXPECT_TRUE(close("rstd", d_rstd.download(), rstd, kElementwise));
   if constexpr (std::is_same_v<T, float>) {
     // Backward, accumulating: dx and dweight start from nonzero values.
@@ -235,7 +236,8 @@ template <typename T>
 void check_residual_rmsnorm(int N, int C, int offset) {
   SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " offset " << offset << " out bytes " << sizeof(T));
   const size_t n = size_t(N) * C;
-  const auto a = mt19937_normal(n + offset, 15, 2.0f), b = mt19937_normal(n + offset, 16), w = mt19937_normal(size_t(C), 17);
+  const auto a = mt19937_normal(n + offset, 15, 2.0f), b = mt19937_normal(n + offset, 16),
+             w = mt19937_normal(size_t(C), 17);
   const float eps = 1e-6f;
   std::vector<float> sum(n), want(n), rstd(static_cast<size_t>(N));
   ref::residual_forward(sum.data(), a.data() + offset, b.data() + offset, int64_t(n));
@@ -264,8 +266,8 @@ void check_residual_rmsnorm(int N, int C, int offset) {
 
 TEST(CudaVsRef, ResidualAddFusedWithTheNorm) {
   SKIP_WITHOUT_DEVICE();
-  for (const auto& [N, C, offset] : std::vector<std::tuple<int, int, int>>{{1, 1, 0}, {33, 4095, 0}, {65, 512, 0},
-                                                                          {7, 512, 1}, {3, 8192, 2}}) {
+  for (const auto& [N, C, offset] :
+       std::vector<std::tuple<int, int, int>>{{1, 1, 0}, {33, 4095, 0}, {65, 512, 0}, {7, 512, 1}, {3, 8192, 2}}) {
     check_residual_rmsnorm<float>(N, C, offset);
     check_residual_rmsnorm<bf16>(N, C, offset);
     check_residual_rmsnorm<bf16_in_f32>(N, C, offset);
@@ -276,9 +278,9 @@ TEST(CudaVsRef, ResidualAddFusedWithTheNorm) {
 // difference left is fp32 summation order) and against the unrounded fp32 reference within 1e-2.
 template <typename TD, typename TI>
 void check_matmul(int N, int IC, int OC, cuda::ComputeType ct, bool weight_as_floats) {
-  SCOPED_TRACE(::testing::Message() << "N=" << N << " IC=" << IC << " OC=" << OC << " bf16=" << (ct == cuda::ComputeType::bf16)
-                                    << " TD bytes " << sizeof(TD) << " TI bytes " << sizeof(TI)
-                                    << " weight as floats " << weight_as_floats);
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " IC=" << IC << " OC=" << OC
+                                    << " bf16=" << (ct == cuda::ComputeType::bf16) << " TD bytes " << sizeof(TD)
+                                    << " TI bytes " << sizeof(TI) << " weight as floats " << weight_as_floats);
   const bool b16 = ct == cuda::ComputeType::bf16;
   auto inp = mt19937_normal(size_t(N) * IC, 20), w = mt19937_normal(size_t(OC) * IC, 21, 0.05f);
   auto dout = mt19937_normal(size_t(N) * OC, 22);
@@ -305,8 +307,9 @@ void check_matmul(int N, int IC, int OC, cuda::ComputeType ct, bool weight_as_fl
   DeviceArray<TD> d_dout(as(dout, TD{}));
   DeviceArray<float> d_w(w), d_wr(w_r), d_out(size_t(N) * OC), d_dinp(size_t(N) * IC), d_dw(dw0);
   DeviceArray<bf16> d_wb(testing::to_bf16_vector(w));
-  cuda::Bf16Weight wb = !b16 ? cuda::Bf16Weight() : weight_as_floats ? cuda::Bf16Weight::rounded_floats(d_wr.get())
-                                                                     : cuda::Bf16Weight(d_wb.get());
+  cuda::Bf16Weight wb = !b16               ? cuda::Bf16Weight()
+                        : weight_as_floats ? cuda::Bf16Weight::rounded_floats(d_wr.get())
+                                           : cuda::Bf16Weight(d_wb.get());
   d_out.poison();
   d_dinp.poison();
   cuda::matmul_forward(d_out.get(), d_inp.get(), d_w.get(), wb, N, IC, OC, ct);
@@ -318,8 +321,8 @@ void check_matmul(int N, int IC, int OC, cuda::ComputeType ct, bool weight_as_fl
   EXPECT_TRUE(close("matmul dweight (+=)", d_dw.download(), dw, kGemm));
   // dinp skipped (nullptr): dweight alone; dweight skipped: dinp alone.
   DeviceArray<float> d_dw2(dw0), d_dinp2(size_t(N) * IC);
-  cuda::matmul_backward(static_cast<float*>(nullptr), d_dw2.get(), d_dout.get(), d_inp.get(), d_w.get(), wb, N, IC,
-                        OC, ct);
+  cuda::matmul_backward(static_cast<float*>(nullptr), d_dw2.get(), d_dout.get(), d_inp.get(), d_w.get(), wb, N, IC, OC,
+                        ct);
   EXPECT_TRUE(close("matmul dweight without dinp", d_dw2.download(), dw, kGemm));
   d_dinp2.poison();
   cuda::matmul_backward(d_dinp2.get(), nullptr, d_dout.get(), d_inp.get(), d_w.get(), wb, N, IC, OC, ct);
@@ -348,8 +351,8 @@ TEST(CudaVsRef, MatmulBf16) {
 TEST(CudaVsCpu, Rope) {
   SKIP_WITHOUT_DEVICE();
   // Packed qkv rows: H = 8 q heads and Hkv = 2 k heads rotated, the 2 v heads left alone.
-  for (const auto& [N, D, theta] : std::vector<std::tuple<int, int, float>>{{1, 2, 10000.0f}, {301, 64, 10000.0f},
-                                                                           {77, 128, 500000.0f}}) {
+  for (const auto& [N, D, theta] :
+       std::vector<std::tuple<int, int, float>>{{1, 2, 10000.0f}, {301, 64, 10000.0f}, {77, 128, 500000.0f}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << N << " D=" << D << " theta=" << theta);
     const int H = 8, Hkv = 2, stride = (H + 2 * Hkv) * D;
     std::vector<int32_t> pos(static_cast<size_t>(N));
@@ -368,7 +371,8 @@ TEST(CudaVsCpu, Rope) {
     EXPECT_TRUE(close("rope forward", f, fwd, kElementwise));
     EXPECT_TRUE(close("rope backward", b, bwd, kElementwise));
     EXPECT_TRUE(close("rope backward, rows rounded", r, bwd_round, kBf16Values));
-    for (size_t i = 0; i < r.size(); i++) ASSERT_EQ(to_float(to_bf16(r[i])), r[i]) << "element " << i << " not a bf16 value";
+    for (size_t i = 0; i < r.size(); i++)
+      ASSERT_EQ(to_float(to_bf16(r[i])), r[i]) << "element " << i << " not a bf16 value";
     // The v heads are not touched.
     for (int n = 0; n < N; n++)
       for (int i = (H + Hkv) * D; i < stride; i++) ASSERT_EQ(f[size_t(n) * stride + i], x[size_t(n) * stride + i]);
@@ -384,8 +388,12 @@ TEST(CudaVsCpu, RopeTableFollowsItsShape) {
     float theta;
     int max_pos;
   };
-  for (const Call& c : std::vector<Call>{{300, 64, 10000.0f, 300}, {10, 64, 10000.0f, 300}, {10, 64, 500000.0f, 300},
-                                         {500, 64, 500000.0f, 500}, {40, 128, 500000.0f, 40}, {3, 64, 10000.0f, 70000}}) {
+  for (const Call& c : std::vector<Call>{{300, 64, 10000.0f, 300},
+                                         {10, 64, 10000.0f, 300},
+                                         {10, 64, 500000.0f, 300},
+                                         {500, 64, 500000.0f, 500},
+                                         {40, 128, 500000.0f, 40},
+                                         {3, 64, 10000.0f, 70000}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << c.N << " D=" << c.D << " theta=" << c.theta);
     const int H = 2, Hkv = 1, stride = (H + 2 * Hkv) * c.D;
     std::vector<int32_t> pos(static_cast<size_t>(c.N));
@@ -442,11 +450,12 @@ TEST(CudaVsCpu, Bias) {
 
 TEST(CudaVsRef, VocabParallelEmbedding) {
   SKIP_WITHOUT_DEVICE();
-  for (const auto& [N, C, V, begin] : std::vector<std::tuple<int, int, int, int64_t>>{
-           {1, 1, 1, 0}, {1037, 97, 31, 31}, {300, 128, 64, 16}}) {
+  for (const auto& [N, C, V, begin] :
+       std::vector<std::tuple<int, int, int, int64_t>>{{1, 1, 1, 0}, {1037, 97, 31, 31}, {300, 128, 64, 16}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " V=" << V << " begin=" << begin);
     std::vector<int32_t> tokens(static_cast<size_t>(N));
-    for (int n = 0; n < N; n++) tokens[size_t(n)] = int32_t((n * 7919 + 13) % int(begin + V + 20));  // in and out of range
+    for (int n = 0; n < N; n++)
+      tokens[size_t(n)] = int32_t((n * 7919 + 13) % int(begin + V + 20));  // in and out of range
     const auto wte = mt19937_normal(size_t(V) * C, 111), dout = mt19937_normal(size_t(N) * C, 112);
     std::vector<float> want(size_t(N) * C), dwant = mt19937_normal(size_t(V) * C, 113);
     const auto dwte0 = dwant;
@@ -464,7 +473,8 @@ TEST(CudaVsRef, VocabParallelEmbedding) {
 
 TEST(CudaVsRef, VocabParallelCrossEntropy) {
   SKIP_WITHOUT_DEVICE();
-  for (const auto& [N, V, P] : std::vector<std::tuple<int, int, int>>{{1, 3, 1}, {17, 40, 2}, {127, 5011, 3}, {5, 0, 2}}) {
+  for (const auto& [N, V, P] :
+       std::vector<std::tuple<int, int, int>>{{1, 3, 1}, {17, 40, 2}, {127, 5011, 3}, {5, 0, 2}}) {
     SCOPED_TRACE(::testing::Message() << "N=" << N << " V=" << V << " P=" << P);
     const int64_t begin = V;  // the second part of the vocabulary
     const auto logits = mt19937_normal(size_t(N) * V, 121, 4.0f);
@@ -510,8 +520,8 @@ TEST(CudaVsRef, VocabParallelCrossEntropy) {
 
 TEST(CudaVsRef, AttentionDecode) {
   SKIP_WITHOUT_DEVICE();
-  for (const auto& [pos, H, Hkv, D] : std::vector<std::tuple<int, int, int, int>>{
-           {0, 1, 1, 64}, {76, 8, 2, 64}, {300, 4, 1, 128}}) {
+  for (const auto& [pos, H, Hkv, D] :
+       std::vector<std::tuple<int, int, int, int>>{{0, 1, 1, 64}, {76, 8, 2, 64}, {300, 4, 1, 128}}) {
     SCOPED_TRACE(::testing::Message() << "pos=" << pos << " H=" << H << " Hkv=" << Hkv << " D=" << D);
     const int64_t KV = 2 * int64_t(Hkv) * D;
     const auto q = mt19937_normal(size_t(H) * D, 131), cache = mt19937_normal(size_t(pos + 1) * KV, 132);
@@ -560,8 +570,7 @@ void check_attention(int B, int T, int H, int Hkv, int D, int window = 0) {
   const auto got_out = d_out.download();
   EXPECT_TRUE(close("attention out", got_out, out, kGemm));
   EXPECT_TRUE(close("attention lse", d_lse.download(), lse, kSums));
-  cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, H, Hkv, D,
-                           window);
+  cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, H, Hkv, D, window);
   const auto got = d_dqkv.download();
   EXPECT_TRUE(close("attention dqkv", got, dqkv, kGemm));
   expect_parts_close("attention", got, dqkv, int64_t(B) * T, H, Hkv, D, kGemm);
@@ -622,8 +631,8 @@ AttentionResult run_cuda_attention(bool flash, const std::vector<float>& qkv, co
                                    window, doc);
   } else {
     cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, Hkv, D, window, doc);
-    cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, H, Hkv, D,
-                             window, doc);
+    cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, H, Hkv, D, window,
+                             doc);
   }
   return {d_out.download(), d_lse.download(), d_dqkv.download()};
 }
@@ -676,8 +685,8 @@ TEST(CudaVsRef, FlashAttention) {
   EXPECT_FALSE(cuda::flash_attention_supports(136));
   EXPECT_FALSE(cuda::flash_attention_supports(256));
   check_flash_attention(1, 1, 1, 1, 64);
-  check_flash_attention(2, 77, 4, 2, 64);    // GQA 2:1, a partial query and key tile
-  check_flash_attention(1, 150, 4, 1, 128);  // several tiles, group of 4, Llama's head dimension
+  check_flash_attention(2, 77, 4, 2, 64);      // GQA 2:1, a partial query and key tile
+  check_flash_attention(1, 150, 4, 1, 128);    // several tiles, group of 4, Llama's head dimension
   check_flash_attention(1, 97, 2, 2, 32, 40);  // sliding window across tiles
   check_flash_attention(2, 65, 3, 1, 80, 1);   // window of one: each query sees itself only
   check_flash_attention(1, 64, 2, 1, 16);      // exactly one tile
@@ -699,7 +708,7 @@ TEST(CudaVsRef, AttentionStopsAtDocumentBoundaries) {
   const int B = 3, T = 100;
   const auto starts = doc_starts(B, T, {{1, 13, 50}, {}, {64}});
   check_flash_attention(B, T, 4, 2, 64, 0, &starts);
-  check_flash_attention(B, T, 2, 1, 32, 20, &starts);  // with a window shorter than some documents
+  check_flash_attention(B, T, 2, 1, 32, 20, &starts);                 // with a window shorter than some documents
   const auto singles = doc_starts(1, 70, {std::vector<int>(69, 1)});  // every token a document
   check_flash_attention(1, 70, 2, 2, 16, 0, &singles);
 }
@@ -714,7 +723,7 @@ TEST(CudaVsRef, Attention) {
 
 TEST(CudaVsRef, SlidingWindowAttention) {
   SKIP_WITHOUT_DEVICE();
-  check_attention(2, 77, 8, 2, 64, 5);     // a window within the first key tile
+  check_attention(2, 77, 8, 2, 64, 5);      // a window within the first key tile
   check_attention(1, 300, 4, 1, 128, 130);  // a window over two key tiles
   check_attention(1, 40, 2, 2, 16, 1);      // each query its own key only
   for (const auto& [pos, window] : std::vector<std::pair<int, int>>{{10, 3}, {300, 129}, {5, 1}}) {
@@ -780,7 +789,8 @@ TEST(CudaVsRef, SwigluAndResidual) {
 // The lm head + CE against ref (fp64 logits) on small shapes, with ignored targets, and against
 // cpu:: where the rows span several chunks (N * V * 4 bytes past the kernel's 256 MiB of logits).
 void check_lmhead(int N, int C, int V, cuda::ComputeType ct, bool against_cpu) {
-  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " V=" << V << " bf16=" << (ct == cuda::ComputeType::bf16));
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " V=" << V
+                                    << " bf16=" << (ct == cuda::ComputeType::bf16));
   const bool b16 = ct == cuda::ComputeType::bf16;
   const auto x = mt19937_normal(size_t(N) * C, 60), wout = mt19937_normal(size_t(V) * C, 61, 0.5f);
   std::vector<int32_t> targets = testing::philox_tokens(size_t(N), V, 62, 0);
@@ -795,7 +805,8 @@ void check_lmhead(int N, int C, int V, cuda::ComputeType ct, bool against_cpu) {
     const auto xr = b16 ? testing::bf16_rounded(x) : x, wr = b16 ? testing::bf16_rounded(wout) : wout;
     ref::lmhead_ce_backward(losses.data(), dx.data(), dw.data(), xr.data(), wr.data(), targets.data(), dloss, N, C, V);
   }
-  DeviceArray<float> d_x(x), d_w(wout), d_losses(static_cast<size_t>(N)), d_losses2(static_cast<size_t>(N)), d_dx(dx.size()), d_dw(dw0);
+  DeviceArray<float> d_x(x), d_w(wout), d_losses(static_cast<size_t>(N)), d_losses2(static_cast<size_t>(N)),
+      d_dx(dx.size()), d_dw(dw0);
   DeviceArray<bf16> d_wb(testing::to_bf16_vector(wout));
   DeviceArray<int32_t> d_t(targets);
   const cuda::Bf16Weight wb = b16 ? cuda::Bf16Weight(d_wb.get()) : cuda::Bf16Weight();
@@ -803,8 +814,8 @@ void check_lmhead(int N, int C, int V, cuda::ComputeType ct, bool against_cpu) {
   d_losses2.poison();
   d_dx.poison();
   cuda::lmhead_ce_forward(d_losses.get(), d_x.get(), d_w.get(), wb, d_t.get(), N, C, V, ct);
-  cuda::lmhead_ce_backward(d_losses2.get(), d_dx.get(), d_dw.get(), d_x.get(), d_w.get(), wb, d_t.get(), dloss, N, C,
-                           V, ct);
+  cuda::lmhead_ce_backward(d_losses2.get(), d_dx.get(), d_dw.get(), d_x.get(), d_w.get(), wb, d_t.get(), dloss, N, C, V,
+                           ct);
   // bf16: the dlogits are rounded to bf16 for the backward's gemms (ref keeps them in fp64).
   const auto got_losses = d_losses.download();
   EXPECT_TRUE(close("lmhead losses", got_losses, losses, kGemm));
@@ -880,8 +891,8 @@ TEST(CudaVsCpu, AdamwBf16SrIsBitwiseTheCpu) {
                              AdamwCase{1e-2f, 0.9f, 0.999f, 1e-6f, 0.0f, 0.37f, 1000}}) {
     std::vector<bf16> p = p0, m = m0, v = v0;
     std::vector<float> pf(static_cast<size_t>(n));
-    cpu::adamw_update_bf16_sr(p.data(), m.data(), v.data(), pf.data(), g.data(), n, c.lr, c.beta1, c.beta2, c.eps,
-                              c.wd, c.step, c.grad_scale, 1234, 7, first);
+    cpu::adamw_update_bf16_sr(p.data(), m.data(), v.data(), pf.data(), g.data(), n, c.lr, c.beta1, c.beta2, c.eps, c.wd,
+                              c.step, c.grad_scale, 1234, 7, first);
     DeviceArray<bf16> d_p(p0), d_m(m0), d_v(v0);
     DeviceArray<float> d_g(g), d_pf(static_cast<size_t>(n));
     d_pf.poison();

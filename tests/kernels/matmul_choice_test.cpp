@@ -79,9 +79,9 @@ TEST(MatmulChoice, DecisionNeedsAClearMargin) {
 }
 
 TEST(MatmulChoice, SettledWhenNoCallCanFlipTheDecision) {
-  EXPECT_TRUE(MatmulChooser::settled({2.0, 2.6, 2.1}, {1.0, 1.4, 1.2}));   // every pairing says fp32
-  EXPECT_TRUE(MatmulChooser::settled({1.0, 1.9, 1.3}, {2.0, 2.1, 3.0}));   // every pairing says bf16
-  EXPECT_FALSE(MatmulChooser::settled({1.0, 1.5, 1.4}, {1.0, 1.6, 1.3}));  // pairings disagree, spread > 10%
+  EXPECT_TRUE(MatmulChooser::settled({2.0, 2.6, 2.1}, {1.0, 1.4, 1.2}));    // every pairing says fp32
+  EXPECT_TRUE(MatmulChooser::settled({1.0, 1.9, 1.3}, {2.0, 2.1, 3.0}));    // every pairing says bf16
+  EXPECT_FALSE(MatmulChooser::settled({1.0, 1.5, 1.4}, {1.0, 1.6, 1.3}));   // pairings disagree, spread > 10%
   EXPECT_TRUE(MatmulChooser::settled({1.0, 1.05, 2.0}, {0.95, 1.0, 3.0}));  // two fastest agree within 10%
   EXPECT_FALSE(MatmulChooser::settled({1.2}, {1.0, 1.2}));  // ambiguous, and one call cannot agree with itself
 }
@@ -388,7 +388,7 @@ TEST(MatmulChoiceKernels, DinpAndDweightOnDifferentKernels) {
     // a cache with these choices, as an earlier process on this machine would have written it
     fs::create_directories(fs::path(chooser.cache_path()).parent_path());
     write_file(chooser.cache_path(), cpu::format_matmul_cache({{chooser.machine(), dinp, threads, k_dinp, 1, 1},
-                                                                {chooser.machine(), dw, threads, k_dw, 1, 1}}));
+                                                               {chooser.machine(), dw, threads, k_dw, 1, 1}}));
     cpu::MatmulChooser fresh(chooser.machine(), chooser.cache_path(), MatmulPolicy::automatic, true);
     ASSERT_EQ(fresh.known(dinp, threads), k_dinp);
     chooser = fresh;  // the kernels read the file as a new process would
@@ -408,8 +408,8 @@ TEST(MatmulChoiceKernels, DinpAndDweightOnDifferentKernels) {
 TEST(MatmulChoiceKernels, RealProbeGivesCorrectResults) {
   cpu::MatmulChooser& chooser = cpu::matmul_chooser();
   fs::remove(chooser.cache_path());
-  chooser = cpu::MatmulChooser(chooser.machine(), chooser.cache_path(), MatmulPolicy::automatic,
-                               chooser.bf16_available());
+  chooser =
+      cpu::MatmulChooser(chooser.machine(), chooser.cache_path(), MatmulPolicy::automatic, chooser.bf16_available());
   const Case cs;
   std::vector<float> out(size_t(kN) * kOC, -7.0f);
   cpu::matmul_forward(out.data(), cs.inp.data(), cs.weight.data(), cs.weight_b.data(), kN, kIC, kOC,

@@ -115,7 +115,7 @@ TEST(RefComposition, AttentionDecodeIsARowOfCausalAttention) {
     std::vector<float> o(size_t(H) * D), scores(size_t(H) * (pos + 1));
     ref::attention_decode(o.data(), scores.data(), qkv.data() + pos * QKV, cache.data(), pos, H, Hkv, D);
     EXPECT_TRUE(all_close("decode at position " + std::to_string(pos), o,
-                 std::vector<float>(out.begin() + pos * H * D, out.begin() + (pos + 1) * H * D), 1e-6, 1e-5));
+                          std::vector<float>(out.begin() + pos * H * D, out.begin() + (pos + 1) * H * D), 1e-6, 1e-5));
   }
 }
 

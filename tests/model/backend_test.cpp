@@ -186,8 +186,8 @@ TEST_P(BackendTest, CpuMatchesTheReferenceBackend) {
     auto ref = io::load_hf_model(dir, precision, Device::ref);
     EXPECT_EQ(cpu->device(), Device::cpu);
     EXPECT_EQ(ref->device(), Device::ref);
-    const std::string label = name + " " + model::precision_name(precision) + " matmul policy " +
-                              cpu::matmul_policy_name(policy);
+    const std::string label =
+        name + " " + model::precision_name(precision) + " matmul policy " + cpu::matmul_policy_name(policy);
     compare_training(*cpu, *ref, b, 3, label);
     if (precision != Precision::fp32 && cpu::matmul_chooser().bf16_available()) {
       EXPECT_EQ(cpu->float_operands(), policy == cpu::MatmulPolicy::f32) << label;
@@ -208,8 +208,8 @@ TEST_P(BackendTest, CudaMatchesTheReferenceBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, BackendTest,
-                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "llama3_scaled", "window",
-                                                              "packed", "packed_window"),
+                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias",
+                                                              "llama3_scaled", "window", "packed", "packed_window"),
                                             ::testing::Values(Precision::fp32, Precision::bf16_mixed,
                                                               Precision::bf16_sr)),
                          [](const auto& info) {

@@ -101,7 +101,8 @@ TEST_P(GoldenTest, Fp32LogitsLossGradients) {
   auto model = load(gold, model::Precision::fp32);
   const auto& c = model->config();
   model->zero_grad();
-  const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
+  const auto stats =
+      model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
 
   const float want_loss = gold.f32("loss")[0];
   EXPECT_NEAR(stats.loss, want_loss, 1e-5 * std::abs(want_loss)) << "loss";
@@ -121,7 +122,8 @@ TEST_P(GoldenTest, Fp32LogitsLossGradients) {
     EXPECT_LT(err, 1e-5) << "grad of " << t.hf_name << " (worst element " << worst << ": got "
                          << grads[size_t(t.offset) + worst] << ", want " << want[worst] << ")";
   }
-  std::printf("%s fp32: loss rel err %.2e, logits %.2e, worst gradient %.2e\n", (name() + "/" + model::device_name(device())).c_str(),
+  std::printf("%s fp32: loss rel err %.2e, logits %.2e, worst gradient %.2e\n",
+              (name() + "/" + model::device_name(device())).c_str(),
               std::abs(stats.loss - want_loss) / std::abs(want_loss), e, worst_grad);
 }
 
@@ -144,7 +146,8 @@ TEST_P(GoldenTest, Fp32TenAdamWSteps) {
   const auto norms = gold.f32("adamw.grad_norms");
   for (size_t step = 1; step <= losses.size(); step++) {
     model->zero_grad();
-    const auto stats = model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
+    const auto stats =
+        model->forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
     const float norm = model->optimizer_step(opt, opt.lr, int(step));
     EXPECT_NEAR(stats.loss, losses[step - 1], 1e-5 * std::abs(losses[step - 1])) << "loss at step " << step;
     EXPECT_NEAR(norm, norms[step - 1], 1e-5 * std::abs(norms[step - 1])) << "grad norm at step " << step;
@@ -169,9 +172,11 @@ void expect_adamw_curve(model::LlamaModel& model, const Golden& gold, double rel
   double worst = 0;
   for (size_t step = 1; step <= losses.size(); step++) {
     model.zero_grad();
-    const auto stats = model.forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
+    const auto stats =
+        model.forward_backward(gold.tokens.data(), gold.targets.data(), gold.B, gold.T, 1.0f, gold.docs());
     model.optimizer_step(opt, opt.lr, int(step));
-    EXPECT_NEAR(stats.loss, losses[step - 1], rel_tol * std::abs(losses[step - 1])) << label << " loss at step " << step;
+    EXPECT_NEAR(stats.loss, losses[step - 1], rel_tol * std::abs(losses[step - 1]))
+        << label << " loss at step " << step;
     worst = std::max(worst, double(std::abs(stats.loss - losses[step - 1]) / losses[step - 1]));
   }
   std::printf("%s %s: worst relative loss deviation over 10 steps %.2e\n",
@@ -191,7 +196,8 @@ TEST_P(GoldenTest, Bf16MixedTracksReference) {
   model->logits(logits.data());
   const double logits_err = rel_err(logits.data(), gold.f32("logits"));
   EXPECT_LT(logits_err, 1.5e-2) << "bf16-mixed logits";
-  std::printf("%s bf16-mixed: logits rel err %.2e\n", (name() + "/" + model::device_name(device())).c_str(), logits_err);
+  std::printf("%s bf16-mixed: logits rel err %.2e\n", (name() + "/" + model::device_name(device())).c_str(),
+              logits_err);
   expect_adamw_curve(*model, gold, 2e-3, "bf16-mixed");
 }
 
@@ -206,14 +212,12 @@ TEST_P(GoldenTest, Bf16StochasticRoundingTracksReference) {
   expect_adamw_curve(*model, gold, 3e-3, "bf16-sr");
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest,
-                         ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "window",
-                                                              "packed", "packed_window"),
-                                            ::testing::Values(model::Device::cpu, model::Device::ref,
-                                                              model::Device::cuda)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + model::device_name(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GoldenTest,
+    ::testing::Combine(::testing::Values("mha_untied", "gqa", "tied", "odd", "qwen_bias", "window", "packed",
+                                         "packed_window"),
+                       ::testing::Values(model::Device::cpu, model::Device::ref, model::Device::cuda)),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + model::device_name(std::get<1>(info.param)); });
 
 }  // namespace
 }  // namespace llamatrain

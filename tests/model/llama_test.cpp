@@ -19,8 +19,14 @@ namespace {
 using testing::philox_tokens;
 
 model::LlamaConfig small_config() {
-  return {.dim = 48, .ffn_dim = 100, .n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .vocab_size = 97,
-          .max_seq_len = 64, .norm_eps = 1e-5f};
+  return {.dim = 48,
+          .ffn_dim = 100,
+          .n_layers = 2,
+          .n_heads = 6,
+          .n_kv_heads = 2,
+          .vocab_size = 97,
+          .max_seq_len = 64,
+          .norm_eps = 1e-5f};
 }
 
 // Token ids in [0, V) from the Philox streams of this seed, one per stream id.
@@ -50,8 +56,7 @@ TEST(Llama, StateBytesFromTheConfigEqualTheModels) {
           << name << " " << model::precision_name(p);
       EXPECT_EQ(model::LlamaModel::weight_bytes(cfg, p), m.state_bytes()) << name;
       m.zero_grad();  // first use of the training state allocates it
-      EXPECT_EQ(model::LlamaModel::state_bytes(cfg, p), m.state_bytes())
-          << name << " " << model::precision_name(p);
+      EXPECT_EQ(model::LlamaModel::state_bytes(cfg, p), m.state_bytes()) << name << " " << model::precision_name(p);
     }
 }
 

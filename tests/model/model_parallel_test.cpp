@@ -26,8 +26,15 @@ using parallel::Communicator;
 using testing::bitwise_equal;
 
 model::LlamaConfig config(bool tied) {
-  return {.dim = 64, .ffn_dim = 96, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 128,
-          .max_seq_len = 64, .norm_eps = 1e-5f, .tie_embeddings = tied};
+  return {.dim = 64,
+          .ffn_dim = 96,
+          .n_layers = 4,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .vocab_size = 128,
+          .max_seq_len = 64,
+          .norm_eps = 1e-5f,
+          .tie_embeddings = tied};
 }
 
 constexpr int B = 2, T = 12;
@@ -126,8 +133,8 @@ struct RankResult {
   float loss = 0;
   std::vector<float> grads;
   std::vector<model::ParamSpec> specs;
-  double sum_squares = 0;     // this rank's part of the squared gradient norm
-  int64_t padding = 0;        // elements of the vocabulary's padding rows (weights and gradients each)
+  double sum_squares = 0;       // this rank's part of the squared gradient norm
+  int64_t padding = 0;          // elements of the vocabulary's padding rows (weights and gradients each)
   int64_t padding_nonzero = 0;  // of which nonzero, weights or gradients
 };
 
@@ -237,9 +244,9 @@ TEST_P(ModelParallel, StepEqualsOneRank) {
   const auto tokens = ids(c.vocab_size, 1, false), targets = ids(c.vocab_size, 2, true);
   const Reference ref = reference(c, model::Precision::fp32, tokens, targets);
   // TP 4 over 2 kv heads replicates each kv head on two ranks.
-  for (const Layout& lay : {Layout{2, 1, false}, Layout{2, 1, true}, Layout{2, 4, true}, Layout{1, 2, false},
-                            Layout{1, 4, false}, Layout{2, 2, true}, Layout{2, 2, false}, Layout{4, 1, false},
-                            Layout{4, 2, true}})
+  for (const Layout& lay :
+       {Layout{2, 1, false}, Layout{2, 1, true}, Layout{2, 4, true}, Layout{1, 2, false}, Layout{1, 4, false},
+        Layout{2, 2, true}, Layout{2, 2, false}, Layout{4, 1, false}, Layout{4, 2, true}})
     check_layout(c, lay, ref, tokens, targets, 2e-5f);
 }
 
@@ -295,9 +302,9 @@ TEST_P(ModelParallelVariant, StepEqualsOneRank) {
   const auto tokens = ids(c.vocab_size, 7, false), targets = ids(c.vocab_size, 8, true);
   const Docs docs = documents(GetParam());
   const Reference ref = reference(c, model::Precision::fp32, tokens, targets, docs.view());
-  for (const Layout& lay : {Layout{2, 1, false}, Layout{2, 1, true}, Layout{1, 2, false}, Layout{2, 2, true},
-                            Layout{4, 1, false}, Layout{2, 2, false, model::Recompute::selective},
-                            Layout{2, 2, true, model::Recompute::full}})
+  for (const Layout& lay :
+       {Layout{2, 1, false}, Layout{2, 1, true}, Layout{1, 2, false}, Layout{2, 2, true}, Layout{4, 1, false},
+        Layout{2, 2, false, model::Recompute::selective}, Layout{2, 2, true, model::Recompute::full}})
     check_layout(c, lay, ref, tokens, targets, 2e-5f, docs.view());
 }
 

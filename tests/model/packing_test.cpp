@@ -23,8 +23,14 @@ namespace {
 using model::Device;
 
 model::LlamaConfig config(const std::string& kind) {
-  model::LlamaConfig c{.dim = 48, .ffn_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 101,
-                       .max_seq_len = 128, .norm_eps = 1e-5f};
+  model::LlamaConfig c{.dim = 48,
+                       .ffn_dim = 96,
+                       .n_layers = 2,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .vocab_size = 101,
+                       .max_seq_len = 128,
+                       .norm_eps = 1e-5f};
   if (kind == "mha") c.n_kv_heads = 4;
   if (kind == "window") c.sliding_window = 6;
   return c;
@@ -103,7 +109,8 @@ double packed_against_separate(const model::LlamaConfig& c, Device device, bool 
   *loss_err = std::abs(packed.loss - separate.loss) / separate.loss;
   double scale = 0, worst = 0;
   for (double g : separate.grads) scale = std::max(scale, std::abs(g));
-  for (size_t i = 0; i < packed.grads.size(); i++) worst = std::max(worst, std::abs(packed.grads[i] - separate.grads[i]));
+  for (size_t i = 0; i < packed.grads.size(); i++)
+    worst = std::max(worst, std::abs(packed.grads[i] - separate.grads[i]));
   return worst / scale;
 }
 
@@ -138,8 +145,9 @@ TEST(Packing, BadDocumentsAndPositionsAreErrors) {
   const int T = 6;
   const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6}, targets = {2, 3, 4, 5, 6, 7};
   const std::vector<int32_t> good_pos = {0, 1, 2, 0, 1, 2};
-  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{1, 1, 1, 1, 1, 1}, std::vector<int32_t>{0, 0, 0, 2, 2, 2},
-                                          std::vector<int32_t>{0, 0, 2, 2, 0, 0}}) {
+  for (const std::vector<int32_t>& bad :
+       {std::vector<int32_t>{1, 1, 1, 1, 1, 1}, std::vector<int32_t>{0, 0, 0, 2, 2, 2},
+        std::vector<int32_t>{0, 0, 2, 2, 0, 0}}) {
     try {
       m.forward(tokens.data(), targets.data(), 1, T, {good_pos.data(), bad.data()});
       ADD_FAILURE() << "no error";

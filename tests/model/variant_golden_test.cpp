@@ -38,17 +38,46 @@ const std::string kGolden = std::string(LLAMATRAIN_SOURCE_DIR) + "/tests/golden/
 LlamaConfig variant_config(const std::string& name) {
   LlamaConfig c;
   if (name == "qwen_bias") {
-    c = {.dim = 32, .ffn_dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 80,
-         .max_seq_len = 64, .norm_eps = 1e-6f, .rope_theta = 1e6f, .tie_embeddings = true, .bos_id = 70,
-         .eos_id = 71, .extra_eos_ids = {72}, .family = model::Family::qwen2, .qkv_bias = true};
+    c = {.dim = 32,
+         .ffn_dim = 64,
+         .n_layers = 2,
+         .n_heads = 4,
+         .n_kv_heads = 2,
+         .vocab_size = 80,
+         .max_seq_len = 64,
+         .norm_eps = 1e-6f,
+         .rope_theta = 1e6f,
+         .tie_embeddings = true,
+         .bos_id = 70,
+         .eos_id = 71,
+         .extra_eos_ids = {72},
+         .family = model::Family::qwen2,
+         .qkv_bias = true};
   } else if (name == "llama3_scaled") {
-    c = {.dim = 48, .ffn_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 96,
-         .max_seq_len = 64, .norm_eps = 1e-5f, .rope_theta = 500000.0f, .eos_id = 2, .extra_eos_ids = {3},
+    c = {.dim = 48,
+         .ffn_dim = 96,
+         .n_layers = 2,
+         .n_heads = 4,
+         .n_kv_heads = 2,
+         .vocab_size = 96,
+         .max_seq_len = 64,
+         .norm_eps = 1e-5f,
+         .rope_theta = 500000.0f,
+         .eos_id = 2,
+         .extra_eos_ids = {3},
          .head_size = 24};
     c.rope_scaling = {model::RopeScaling::Type::llama3, 8.0f, 1.0f, 4.0f, 32};
   } else if (name == "window") {
-    c = {.dim = 32, .ffn_dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 64,
-         .max_seq_len = 64, .norm_eps = 1e-5f, .family = model::Family::mistral, .sliding_window = 5};
+    c = {.dim = 32,
+         .ffn_dim = 64,
+         .n_layers = 2,
+         .n_heads = 4,
+         .n_kv_heads = 2,
+         .vocab_size = 64,
+         .max_seq_len = 64,
+         .norm_eps = 1e-5f,
+         .family = model::Family::mistral,
+         .sliding_window = 5};
   }
   c.validate(name);
   return c;
@@ -294,8 +323,8 @@ TEST_P(VariantGolden, GreedyDecodingMatchesTheReference) {
     if (pos + 1 < int(prompt.size())) continue;
     const size_t step = size_t(pos + 1) - prompt.size();
     const std::vector<float> w(want_logits.begin() + int64_t(step) * V, want_logits.begin() + int64_t(step + 1) * V);
-    EXPECT_LT(rel_err(logits.data(), w), 1e-5) << "logits of generated token " << step << " (position " << pos + 1
-                                               << ")";
+    EXPECT_LT(rel_err(logits.data(), w), 1e-5)
+        << "logits of generated token " << step << " (position " << pos + 1 << ")";
     got.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
   }
   EXPECT_EQ(got, want) << "greedy tokens";

@@ -37,7 +37,8 @@ TEST(Metrics, LinesRoundTripWithNonFiniteAsNull) {
     EXPECT_EQ(m.error(), "");
   }
   const std::string text = llamatrain::testing::read_file(path);
-  EXPECT_EQ(text.substr(0, text.find('\n')), R"({"step":10,"loss":2.3125,"lr":0.0003,"grad_norm":0.30000000000000004})");
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            R"({"step":10,"loss":2.3125,"lr":0.0003,"grad_norm":0.30000000000000004})");
   EXPECT_NE(text.find(R"({"step":11,"loss":null,"lr":null,"grad_norm":null})"), std::string::npos) << text;
   EXPECT_NE(text.find("checkpoint \xef\xbf\xbd saved"), std::string::npos) << text;
 

@@ -94,11 +94,10 @@ TEST(Progress, PlainPrintsAtMostEveryIntervalAndNeverCarriageReturn) {
   EXPECT_EQ(h.out.find('\r'), std::string::npos);
   EXPECT_EQ(h.out.find('\x1b'), std::string::npos);
   // at 10 s, 20 s, 30 s, then the final line
-  EXPECT_EQ(h.out,
-            "loading: 33% (1.00 GB/3.00 GB), 100 MB/s, elapsed 10.0s, ETA 20.0s\n"
-            "loading: 66% (2.00 GB/3.00 GB), 100 MB/s, elapsed 20.0s, ETA 10.0s\n"
-            "loading: 100% (3.00 GB/3.00 GB), 100 MB/s, elapsed 30.0s, ETA 0.0s\n"
-            "loading: done, 3.00 GB in 30.0s (100 MB/s)\n");
+  EXPECT_EQ(h.out, "loading: 33% (1.00 GB/3.00 GB), 100 MB/s, elapsed 10.0s, ETA 20.0s\n"
+                   "loading: 66% (2.00 GB/3.00 GB), 100 MB/s, elapsed 20.0s, ETA 10.0s\n"
+                   "loading: 100% (3.00 GB/3.00 GB), 100 MB/s, elapsed 30.0s, ETA 0.0s\n"
+                   "loading: done, 3.00 GB in 30.0s (100 MB/s)\n");
 }
 
 TEST(Progress, ShortWorkPrintsOnlyTheFinalLineAndFinishOnce) {

@@ -114,17 +114,17 @@ TEST(TensorBoard, Crc32cMatchesBitwiseReferenceAtEveryLengthAndAlignment) {
 
 TEST(TensorBoard, FormatsTestVectorsByteForByte) {
   // docs/formats.md 6.4, first vector: Event{wall_time=1700000000.0, file_version="brain.Event:2"}
-  const std::string v1 = bytes({0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xa3, 0x7f, 0x4b, 0x22, 0x09,
-                                0x00, 0x00, 0x00, 0x40, 0xfc, 0x54, 0xd9, 0x41, 0x1a, 0x0d, 0x62, 0x72, 0x61,
-                                0x69, 0x6e, 0x2e, 0x45, 0x76, 0x65, 0x6e, 0x74, 0x3a, 0x32, 0xec, 0xed, 0x8f, 0x9d});
+  const std::string v1 = bytes({0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xa3, 0x7f, 0x4b, 0x22, 0x09, 0x00,
+                                0x00, 0x00, 0x40, 0xfc, 0x54, 0xd9, 0x41, 0x1a, 0x0d, 0x62, 0x72, 0x61, 0x69, 0x6e,
+                                0x2e, 0x45, 0x76, 0x65, 0x6e, 0x74, 0x3a, 0x32, 0xec, 0xed, 0x8f, 0x9d});
   const std::string got1 = tfevents::frame_record(tfevents::file_version_event(1700000000.0, ""));
   EXPECT_EQ(got1, v1) << "got      " << hex(got1) << "\nexpected " << hex(v1);
 
   // second vector: Event{wall_time=1700000001.5, step=10, summary{value{tag="loss", simple_value=2.5}}}
   const std::string payload = bytes({0x09, 0x00, 0x00, 0x60, 0x40, 0xfc, 0x54, 0xd9, 0x41, 0x10, 0x0a, 0x2a, 0x0d,
                                      0x0a, 0x0b, 0x0a, 0x04, 0x6c, 0x6f, 0x73, 0x73, 0x15, 0x00, 0x00, 0x20, 0x40});
-  const std::string v2 = bytes({0x1a, 0, 0, 0, 0, 0, 0, 0, 0x12, 0x9b, 0xd8, 0x2d}) + payload +
-                         bytes({0x45, 0x58, 0xd6, 0x87});
+  const std::string v2 =
+      bytes({0x1a, 0, 0, 0, 0, 0, 0, 0, 0x12, 0x9b, 0xd8, 0x2d}) + payload + bytes({0x45, 0x58, 0xd6, 0x87});
   const std::string event2 = tfevents::scalar_event(1700000001.5, 10, "loss", 2.5f);
   EXPECT_EQ(event2, payload) << "got      " << hex(event2) << "\nexpected " << hex(payload);
   const std::string got2 = tfevents::frame_record(event2);
@@ -142,11 +142,28 @@ TEST(TensorBoard, IndependentReadersAgreeWithEverythingWritten) {
   if (!llamatrain::testing::exists(SYSTEM_PYTHON)) GTEST_SKIP() << "no " << SYSTEM_PYTHON;
   TempDir dir;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> values = {0.0f, -0.0f, 1.0f, -2.5f, nan, -nan, inf, -inf,
-                                     std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
-                                     std::numeric_limits<float>::lowest(), 3.14159265f};
-  const std::vector<int64_t> steps = {0, 1, -1, 127, 128, 300, int64_t(1) << 40, std::numeric_limits<int64_t>::max(),
-                                      std::numeric_limits<int64_t>::min(), -123456789};
+  const std::vector<float> values = {0.0f,
+                                     -0.0f,
+                                     1.0f,
+                                     -2.5f,
+                                     nan,
+                                     -nan,
+                                     inf,
+                                     -inf,
+                                     std::numeric_limits<float>::max(),
+                                     std::numeric_limits<float>::denorm_min(),
+                                     std::numeric_limits<float>::lowest(),
+                                     3.14159265f};
+  const std::vector<int64_t> steps = {0,
+                                      1,
+                                      -1,
+                                      127,
+                                      128,
+                                      300,
+                                      int64_t(1) << 40,
+                                      std::numeric_limits<int64_t>::max(),
+                                      std::numeric_limits<int64_t>::min(),
+                                      -123456789};
   const std::vector<std::string> tags = {"loss", "train/lr", "损失/训练", "émoji 🚀 grad-norm",
                                          std::string(300, 'x')};  // 300: a two-byte length varint
   std::vector<Written> written;
@@ -159,8 +176,7 @@ TEST(TensorBoard, IndependentReadersAgreeWithEverythingWritten) {
     path = tb.path();
     std::mt19937 rng(1);
     for (int i = 0; i < 3000; ++i) {  // about 100 kB: crosses the 64 kB automatic flush
-      Written w{tags[i % tags.size()], values[rng() % values.size()], steps[rng() % steps.size()],
-                1.7e9 + 0.25 * i};
+      Written w{tags[i % tags.size()], values[rng() % values.size()], steps[rng() % steps.size()], 1.7e9 + 0.25 * i};
       if (i % 2 == 0) w.value = std::ldexp(float(rng() % 1000) - 500.0f, int(rng() % 200) - 100);
       tb.add_scalar(w.tag, w.value, w.step, w.wall_time);
       written.push_back(w);
@@ -263,10 +279,9 @@ TEST(TensorBoard, FileNameFollowsTensorBoardAndSortsAfterEarlierFiles) {
   }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  const std::regex pattern(fmt::format(R"(events\.out\.tfevents\.(\d{{10}})\.{}\.{}\.(\d+))",
-                                       std::regex_replace(std::string(host), std::regex(R"([.^$|()\[\]*+?{{}}\\])"),
-                                                          R"(\$&)"),
-                                       ::getpid()));
+  const std::regex pattern(
+      fmt::format(R"(events\.out\.tfevents\.(\d{{10}})\.{}\.{}\.(\d+))",
+                  std::regex_replace(std::string(host), std::regex(R"([.^$|()\[\]*+?{{}}\\])"), R"(\$&)"), ::getpid()));
   std::smatch m;
   ASSERT_TRUE(std::regex_match(first, m, pattern)) << first;
   EXPECT_EQ(std::stoll(m[1]), future + 1);

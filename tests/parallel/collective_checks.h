@@ -160,8 +160,8 @@ inline void check_collectives(Communicator& c, const std::string& where) {
 // Builds the layout and groups for (tp, pp) on `world` and checks every group against the layout:
 // members, order, and an all-reduce over each group that sums its members' world ranks.
 inline void check_parallel_groups(Communicator& world, int tp, int pp) {
-  const std::string where = "TP" + std::to_string(tp) + " PP" + std::to_string(pp) + " on " +
-                            std::to_string(world.size()) + " ranks";
+  const std::string where =
+      "TP" + std::to_string(tp) + " PP" + std::to_string(pp) + " on " + std::to_string(world.size()) + " ranks";
   const ParallelLayout l = ParallelLayout::make(world.size(), tp, pp, world.rank());
   ParallelGroups g = ParallelGroups::make(world, l);
   auto check = [&](Communicator* c, const std::vector<int>& members, int coordinate, const char* kind) {
@@ -241,7 +241,8 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
 // Each pair alone, forward and backward, against its definition. n_local rows per rank, c columns.
 inline void check_each_pair(Communicator& tp, size_t n_local, size_t c) {
   const size_t P = size_t(tp.size()), r = size_t(tp.rank()), n = n_local * P;
-  const std::string where = "TP" + std::to_string(P) + " n_local " + std::to_string(n_local) + " c " + std::to_string(c);
+  const std::string where =
+      "TP" + std::to_string(P) + " n_local " + std::to_string(n_local) + " c " + std::to_string(c);
   auto of_rank = [](size_t rank, uint64_t salt, size_t count) { return noise_vector(salt * 100 + rank, count); };
   auto sum_over_ranks = [&](uint64_t salt, size_t count) {
     std::vector<float> s(count, 0.0f);
@@ -312,8 +313,8 @@ inline void check_each_pair(Communicator& tp, size_t n_local, size_t c) {
 // reduce_scatter_to_sp), and a gathered / scattered variant (gather_from_tp, scatter_to_tp).
 inline void check_tp_mlp(Communicator& tp, size_t n_local, size_t C, size_t f_local) {
   const size_t P = size_t(tp.size()), r = size_t(tp.rank()), N = n_local * P, F = f_local * P;
-  const std::string where = "TP" + std::to_string(P) + " N " + std::to_string(N) + " C " + std::to_string(C) +
-                            " F " + std::to_string(F);
+  const std::string where =
+      "TP" + std::to_string(P) + " N " + std::to_string(N) + " C " + std::to_string(C) + " F " + std::to_string(F);
   const auto x = noise_vector(11, N * C), w1 = noise_vector(12, F * C), w2 = noise_vector(13, C * F),
              g = noise_vector(14, N * C);
   // Unsharded reference.
@@ -364,8 +365,8 @@ inline void check_tp_mlp(Communicator& tp, size_t n_local, size_t C, size_t f_lo
   // Sequence parallel: rank r holds tokens [r*n_local, (r+1)*n_local) outside the MLP.
   {
     const auto x_local = rows_of(x, C, r * n_local, n_local), g_local = rows_of(g, C, r * n_local, n_local);
-    std::vector<float> x_full(N * C), g_full(N * C), y_local(n_local * C), dx_local(n_local * C), y_partial,
-        dx_partial, dw1_r, dw2_r;
+    std::vector<float> x_full(N * C), g_full(N * C), y_local(n_local * C), dx_local(n_local * C), y_partial, dx_partial,
+        dw1_r, dw2_r;
     gather_from_sp_forward(x_full.data(), x_local.data(), n_local, C, tp);
     reduce_scatter_to_sp_backward(g_full.data(), g_local.data(), n_local, C, tp);
     body(x_full, g_full, y_partial, dx_partial, dw1_r, dw2_r);
@@ -404,8 +405,8 @@ inline void check_tp_mlp(Communicator& tp, size_t n_local, size_t C, size_t f_lo
 // `chunk`, two steps on one reducer; the result is the mean over ranks.
 inline void check_grad_reducer(Communicator& dp, size_t n, size_t bucket, size_t chunk) {
   const size_t P = size_t(dp.size()), r = size_t(dp.rank());
-  const std::string where = "DP" + std::to_string(P) + " n " + std::to_string(n) + " bucket " +
-                            std::to_string(bucket) + " chunk " + std::to_string(chunk);
+  const std::string where = "DP" + std::to_string(P) + " n " + std::to_string(n) + " bucket " + std::to_string(bucket) +
+                            " chunk " + std::to_string(chunk);
   std::vector<float> grads(n);
   GradReducer reducer(dp, grads.data(), n, bucket);
   EXPECT_EQ(reducer.bucket_count(), n == 0 ? 0 : bucket == 0 ? 1 : (n + bucket - 1) / bucket) << where;

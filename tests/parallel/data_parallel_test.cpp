@@ -61,7 +61,8 @@ TEST(GradReducer, BucketsAlongTheBackwardOrder) {
           for (size_t n : {10, 1000})
             for (size_t pieces : {1, 5, 9})
               for (size_t bucket : {0, 3, 64, 5000})
-                for (size_t reported : {0, 2, 100}) testing::check_grad_reducer_in_order(c, n, pieces, bucket, reported);
+                for (size_t reported : {0, 2, 100})
+                  testing::check_grad_reducer_in_order(c, n, pieces, bucket, reported);
         },
         test_options());
 }

@@ -31,7 +31,8 @@ struct Table {
 };
 
 void check_table(const Table& t) {
-  const std::string where = "TP" + std::to_string(t.tp) + " PP" + std::to_string(t.pp) + " on " + std::to_string(t.world);
+  const std::string where =
+      "TP" + std::to_string(t.tp) + " PP" + std::to_string(t.pp) + " on " + std::to_string(t.world);
   for (int rank = 0; rank < t.world; ++rank) {
     SCOPED_TRACE(where + ", rank " + std::to_string(rank));
     const ParallelLayout l = ParallelLayout::make(t.world, t.tp, t.pp, rank);
@@ -52,7 +53,10 @@ void check_table(const Table& t) {
 }
 
 TEST(ParallelLayout, MegatronDocstringExample16RanksTp2Pp4) {
-  check_table({.world = 16, .tp = 2, .pp = 4, .coords = {},
+  check_table({.world = 16,
+               .tp = 2,
+               .pp = 4,
+               .coords = {},
                .tp_groups = {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}},
                .pp_groups = {{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}},
                .dp_groups = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}},
@@ -61,7 +65,9 @@ TEST(ParallelLayout, MegatronDocstringExample16RanksTp2Pp4) {
 }
 
 TEST(ParallelLayout, Tp2Pp2Dp2On8) {
-  check_table({.world = 8, .tp = 2, .pp = 2,
+  check_table({.world = 8,
+               .tp = 2,
+               .pp = 2,
                .coords = {{0, 0, 0}, {1, 0, 0}, {0, 0, 1}, {1, 0, 1}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}},
                .tp_groups = {{0, 1}, {2, 3}, {4, 5}, {6, 7}},
                .pp_groups = {{0, 4}, {1, 5}, {2, 6}, {3, 7}},
@@ -71,7 +77,10 @@ TEST(ParallelLayout, Tp2Pp2Dp2On8) {
 }
 
 TEST(ParallelLayout, PipelineOnlyEmbeddingIsFirstAndLastStage) {
-  check_table({.world = 4, .tp = 1, .pp = 4, .coords = {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {0, 3, 0}},
+  check_table({.world = 4,
+               .tp = 1,
+               .pp = 4,
+               .coords = {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}, {0, 3, 0}},
                .tp_groups = {{0}, {1}, {2}, {3}},
                .pp_groups = {{0, 1, 2, 3}},
                .dp_groups = {{0}, {1}, {2}, {3}},
@@ -80,34 +89,65 @@ TEST(ParallelLayout, PipelineOnlyEmbeddingIsFirstAndLastStage) {
 }
 
 TEST(ParallelLayout, TensorOnlyAndDataOnly) {
-  check_table({.world = 4, .tp = 4, .pp = 1, .coords = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 0, 0}},
-               .tp_groups = {{0, 1, 2, 3}}, .pp_groups = {{0}, {1}, {2}, {3}}, .dp_groups = {{0}, {1}, {2}, {3}},
-               .mp_groups = {{0, 1, 2, 3}}, .embedding_groups = {{0}, {1}, {2}, {3}}});
-  check_table({.world = 4, .tp = 1, .pp = 1, .coords = {{0, 0, 0}, {0, 0, 1}, {0, 0, 2}, {0, 0, 3}},
-               .tp_groups = {{0}, {1}, {2}, {3}}, .pp_groups = {{0}, {1}, {2}, {3}}, .dp_groups = {{0, 1, 2, 3}},
-               .mp_groups = {{0}, {1}, {2}, {3}}, .embedding_groups = {{0}, {1}, {2}, {3}}});
-  check_table({.world = 1, .tp = 1, .pp = 1, .coords = {{0, 0, 0}}, .tp_groups = {{0}}, .pp_groups = {{0}},
-               .dp_groups = {{0}}, .mp_groups = {{0}}, .embedding_groups = {{0}}});
+  check_table({.world = 4,
+               .tp = 4,
+               .pp = 1,
+               .coords = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 0, 0}},
+               .tp_groups = {{0, 1, 2, 3}},
+               .pp_groups = {{0}, {1}, {2}, {3}},
+               .dp_groups = {{0}, {1}, {2}, {3}},
+               .mp_groups = {{0, 1, 2, 3}},
+               .embedding_groups = {{0}, {1}, {2}, {3}}});
+  check_table({.world = 4,
+               .tp = 1,
+               .pp = 1,
+               .coords = {{0, 0, 0}, {0, 0, 1}, {0, 0, 2}, {0, 0, 3}},
+               .tp_groups = {{0}, {1}, {2}, {3}},
+               .pp_groups = {{0}, {1}, {2}, {3}},
+               .dp_groups = {{0, 1, 2, 3}},
+               .mp_groups = {{0}, {1}, {2}, {3}},
+               .embedding_groups = {{0}, {1}, {2}, {3}}});
+  check_table({.world = 1,
+               .tp = 1,
+               .pp = 1,
+               .coords = {{0, 0, 0}},
+               .tp_groups = {{0}},
+               .pp_groups = {{0}},
+               .dp_groups = {{0}},
+               .mp_groups = {{0}},
+               .embedding_groups = {{0}}});
 }
 
 TEST(ParallelLayout, SixRanksThreeWays) {
   // TP 2 PP 3: rank = pp * 2 + tp; the middle stage (ranks 2, 3) holds no embedding.
-  check_table({.world = 6, .tp = 2, .pp = 3,
+  check_table({.world = 6,
+               .tp = 2,
+               .pp = 3,
                .coords = {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 2, 0}, {1, 2, 0}},
-               .tp_groups = {{0, 1}, {2, 3}, {4, 5}}, .pp_groups = {{0, 2, 4}, {1, 3, 5}},
-               .dp_groups = {{0}, {1}, {2}, {3}, {4}, {5}}, .mp_groups = {{0, 1, 2, 3, 4, 5}},
+               .tp_groups = {{0, 1}, {2, 3}, {4, 5}},
+               .pp_groups = {{0, 2, 4}, {1, 3, 5}},
+               .dp_groups = {{0}, {1}, {2}, {3}, {4}, {5}},
+               .mp_groups = {{0, 1, 2, 3, 4, 5}},
                .embedding_groups = {{0, 4}, {1, 5}}});
   // TP 1 PP 2 DP 3: rank = pp * 3 + dp
-  check_table({.world = 6, .tp = 1, .pp = 2,
+  check_table({.world = 6,
+               .tp = 1,
+               .pp = 2,
                .coords = {{0, 0, 0}, {0, 0, 1}, {0, 0, 2}, {0, 1, 0}, {0, 1, 1}, {0, 1, 2}},
-               .tp_groups = {{0}, {1}, {2}, {3}, {4}, {5}}, .pp_groups = {{0, 3}, {1, 4}, {2, 5}},
-               .dp_groups = {{0, 1, 2}, {3, 4, 5}}, .mp_groups = {{0, 3}, {1, 4}, {2, 5}},
+               .tp_groups = {{0}, {1}, {2}, {3}, {4}, {5}},
+               .pp_groups = {{0, 3}, {1, 4}, {2, 5}},
+               .dp_groups = {{0, 1, 2}, {3, 4, 5}},
+               .mp_groups = {{0, 3}, {1, 4}, {2, 5}},
                .embedding_groups = {{0, 3}, {1, 4}, {2, 5}}});
   // TP 3 PP 1 DP 2: rank = dp * 3 + tp
-  check_table({.world = 6, .tp = 3, .pp = 1,
+  check_table({.world = 6,
+               .tp = 3,
+               .pp = 1,
                .coords = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {0, 0, 1}, {1, 0, 1}, {2, 0, 1}},
-               .tp_groups = {{0, 1, 2}, {3, 4, 5}}, .pp_groups = {{0}, {1}, {2}, {3}, {4}, {5}},
-               .dp_groups = {{0, 3}, {1, 4}, {2, 5}}, .mp_groups = {{0, 1, 2}, {3, 4, 5}},
+               .tp_groups = {{0, 1, 2}, {3, 4, 5}},
+               .pp_groups = {{0}, {1}, {2}, {3}, {4}, {5}},
+               .dp_groups = {{0, 3}, {1, 4}, {2, 5}},
+               .mp_groups = {{0, 1, 2}, {3, 4, 5}},
                .embedding_groups = {{0}, {1}, {2}, {3}, {4}, {5}}});
 }
 

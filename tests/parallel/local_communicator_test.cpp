@@ -47,7 +47,8 @@ TEST(LocalCommunicator, CollectivesOnSplitCommunicators) {
 
 TEST(LocalCommunicator, GroupsOfEveryLayoutUpToEightRanks) {
   for (int size : {1, 2, 4, 6, 8})
-    run_local_ranks(size, [](Communicator& world) { testing::check_all_layouts(world); }, test_options());
+    run_local_ranks(
+        size, [](Communicator& world) { testing::check_all_layouts(world); }, test_options());
 }
 
 TEST(LocalCommunicator, OperationsAreNumberedPerCommunicator) {

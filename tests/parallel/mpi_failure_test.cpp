@@ -43,8 +43,8 @@ Job run_job(const std::string& scenario, int np, double deadline_s) {
   fs::remove_all(job.dir);
   fs::create_directories(job.dir);
   const std::string out = (job.dir / "output").string(), np_text = std::to_string(np), dir = job.dir.string();
-  std::vector<std::string> args = {MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", np_text,
-                                   MPI_FAILURE_WORKER, scenario, dir};
+  std::vector<std::string> args = {
+      MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", np_text, MPI_FAILURE_WORKER, scenario, dir};
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -91,7 +91,7 @@ bool ended(pid_t pid) {
 void expect_every_rank_ended(const Job& job, int np) {
   EXPECT_FALSE(job.timed_out) << "the job was still running after " << job.seconds << " s\n" << job.output;
   EXPECT_TRUE(WIFEXITED(job.status) && WEXITSTATUS(job.status) != 0) << "mpirun status " << job.status << "\n"
-                                                                      << job.output;
+                                                                     << job.output;
   ASSERT_EQ(job.ranks.size(), size_t(np)) << "not every rank started\n" << job.output;
   for (int i = 0; i < 50; ++i) {
     bool all = true;

@@ -88,8 +88,7 @@ TEST(PipelineSchedule, EveryMicroOnceWithinTheSlots) {
 
         const auto fwd = schedule_forward_only(P, s, M);
         ASSERT_EQ(fwd.size(), size_t(M));
-        for (int m = 0; m < M; ++m)
-          EXPECT_EQ(fwd[size_t(m)], (PipelineAction{PipelineOp::forward, m, m % slots}));
+        for (int m = 0; m < M; ++m) EXPECT_EQ(fwd[size_t(m)], (PipelineAction{PipelineOp::forward, m, m % slots}));
       }
 }
 
@@ -153,8 +152,12 @@ class SynchronousSends : public Communicator {
   class Send : public Request::Impl {
    public:
     Send(Communicator& acks, const void* data, size_t bytes, int dest, int tag, std::string what)
-        : acks_(acks), data_(data), sent_(static_cast<const char*>(data), static_cast<const char*>(data) + bytes),
-          dest_(dest), tag_(tag), what_(std::move(what)) {}
+        : acks_(acks),
+          data_(data),
+          sent_(static_cast<const char*>(data), static_cast<const char*>(data) + bytes),
+          dest_(dest),
+          tag_(tag),
+          what_(std::move(what)) {}
     void wait() override {
       acks_.irecv(nullptr, 0, dest_, tag_).wait();
       EXPECT_TRUE(sent_.empty() || std::memcmp(data_, sent_.data(), sent_.size()) == 0)
@@ -219,14 +222,14 @@ std::vector<float> weight_b(int s, size_t n) { return noise_vector(200 + uint64_
 std::vector<float> first_input(int m, size_t n) { return noise_vector(1000 + uint64_t(m), n); }
 
 struct Expected {
-  std::vector<float> loss;                // (M)
+  std::vector<float> loss;                 // (M)
   std::vector<std::vector<float>> da, db;  // (P, n)
 };
 
 // One process, micro-batch after micro-batch through every stage.
 Expected sequential(int P, int M, size_t n) {
-  Expected e{std::vector<float>(size_t(M)), std::vector<std::vector<float>>(size_t(P), std::vector<float>(n, 0.0f)),
-             {}};
+  Expected e{
+      std::vector<float>(size_t(M)), std::vector<std::vector<float>>(size_t(P), std::vector<float>(n, 0.0f)), {}};
   e.db = e.da;
   for (int m = 0; m < M; ++m) {
     std::vector<std::vector<float>> x(size_t(P) + 1);  // x[s]: input of stage s; x[P]: last output
@@ -338,12 +341,14 @@ void check_all_sizes(Communicator& pp, bool synchronous) {
 
 TEST(PipelineRunner, ToyStagesMatchOneProcess) {
   for (int P : {1, 2, 3, 4})
-    run_local_ranks(P, [](Communicator& pp) { check_all_sizes(pp, false); }, test_options());
+    run_local_ranks(
+        P, [](Communicator& pp) { check_all_sizes(pp, false); }, test_options());
 }
 
 TEST(PipelineRunner, ToyStagesWithSynchronousSends) {
   for (int P : {2, 3, 4})
-    run_local_ranks(P, [](Communicator& pp) { check_all_sizes(pp, true); }, test_options());
+    run_local_ranks(
+        P, [](Communicator& pp) { check_all_sizes(pp, true); }, test_options());
 }
 
 TEST(PipelineRunner, PipelineGroupsOfAMixedLayout) {
@@ -361,7 +366,8 @@ TEST(PipelineRunner, PipelineGroupsOfAMixedLayout) {
 
 TEST(PipelineRunner, MoreMicroBatchesThanTags) {
   // Tags wrap after 16384 micro-batches; messages of one tag still match in order.
-  run_local_ranks(2, [](Communicator& pp) { check_toy_pipeline(pp, 16384 + 5, 1, false); }, test_options());
+  run_local_ranks(
+      2, [](Communicator& pp) { check_toy_pipeline(pp, 16384 + 5, 1, false); }, test_options());
 }
 
 }  // namespace

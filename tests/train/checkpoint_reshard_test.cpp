@@ -38,8 +38,15 @@ using testing::TempDir;
 constexpr uint64_t kSeed = 11;
 
 model::LlamaConfig config(bool tied) {
-  return {.dim = 64, .ffn_dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 256,
-          .max_seq_len = 64, .norm_eps = 1e-5f, .tie_embeddings = tied};
+  return {.dim = 64,
+          .ffn_dim = 128,
+          .n_layers = 4,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .vocab_size = 256,
+          .max_seq_len = 64,
+          .norm_eps = 1e-5f,
+          .tie_embeddings = tied};
 }
 
 struct Layout {
@@ -239,8 +246,8 @@ TEST(CheckpointReshard, InitIsLayoutInvariant) {
   for (bool tied : {false, true}) {
     const auto c = config(tied);
     auto single = single_model(c, model::Precision::fp32);
-    for (const Layout& lay : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{2, 1, 2}, Layout{1, 4, 1},
-                              Layout{4, 1, 1}}) {
+    for (const Layout& lay :
+         {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{2, 1, 2}, Layout{1, 4, 1}, Layout{4, 1, 1}}) {
       const std::string where = name_of(lay) + (tied ? " tied" : " untied");
       std::atomic<int> gathered{0};
       parallel::run_local_ranks(
@@ -372,7 +379,8 @@ TEST(CheckpointReshard, Bf16StateReshards) {
   load_into(path, c, Layout{2, 2, 1}, model::Precision::bf16_sr, *single, "bf16-sr TP2 DP2 ZeRO-1 -> TP2 PP2");
   load_into(path, c, Layout{}, model::Precision::bf16_sr, *single, "bf16-sr TP2 DP2 ZeRO-1 -> 1 rank");
   const std::string replicated = save_from(dir / "tp4", c, Layout{4, 1, 2, true}, model::Precision::bf16_sr);
-  load_into(replicated, c, Layout{}, model::Precision::bf16_sr, *single, "bf16-sr TP4 (kv replicated) DP2 ZeRO-1 -> 1 rank");
+  load_into(replicated, c, Layout{}, model::Precision::bf16_sr, *single,
+            "bf16-sr TP4 (kv replicated) DP2 ZeRO-1 -> 1 rank");
   load_into(replicated, c, Layout{4, 2, 1}, model::Precision::bf16_sr, *single, "bf16-sr TP4 DP2 ZeRO-1 -> TP4 PP2");
 }
 
@@ -480,8 +488,8 @@ TEST(CheckpointReshard, MissingOrDoubledMomentsAreErrors) {
         if (world.rank() == 0) path = got;
       },
       test_options());
-  ASSERT_EQ(optimizer_files(path), (std::vector<std::string>{"optimizer-00001-of-00002.safetensors",
-                                                             "optimizer-00002-of-00002.safetensors"}));
+  ASSERT_EQ(optimizer_files(path),
+            (std::vector<std::string>{"optimizer-00001-of-00002.safetensors", "optimizer-00002-of-00002.safetensors"}));
   auto error_of = [&](const Layout& lay) {
     std::string what;
     parallel::run_local_ranks(

@@ -48,8 +48,8 @@ bool emulated() {
   return out.find("CUDA emulator") != std::string::npos;
 }
 
-#define SKIP_WITHOUT_CUDA_BIN()                                                                         \
-  if (cuda_bin().empty())                                                                               \
+#define SKIP_WITHOUT_CUDA_BIN()                                                                            \
+  if (cuda_bin().empty())                                                                                  \
   GTEST_SKIP() << "needs a CUDA build of llamatrain: LLAMATRAIN_CUDA_BIN (the CUDA emulation, built with " \
                   "libboost-context-dev)"
 
@@ -186,7 +186,8 @@ TEST(CudaTrain, CheckpointsMoveBetweenTheCpuAndTheGpu) {
   // other: the resumed steps follow the uninterrupted run's (fp32, within the backends' difference).
   SKIP_WITHOUT_CUDA_BIN();
   TempDir dir;
-  const std::vector<std::string> extra = {"trainer.max_steps=4", "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
+  const std::vector<std::string> extra = {"trainer.max_steps=4",
+                                          "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
                                           "exp_manager.checkpoint_callback_params.save_top_k=3"};
   for (const bool from_gpu : {true, false}) {
     SCOPED_TRACE(from_gpu ? "gpu -> cpu" : "cpu -> gpu");
@@ -208,8 +209,8 @@ TEST(CudaTrain, ExportReadsAlikeOnBothBackends) {
   SKIP_WITHOUT_CUDA_BIN();
   TempDir dir;
   const std::string run = dir / "run", hf = dir / "hf";
-  const auto r = run_in(run, gpu_args(run, {"trainer.max_steps=3", "convert_to_hf=true", "model.output_dir=" + hf}),
-                        kSmallPieces);
+  const auto r =
+      run_in(run, gpu_args(run, {"trainer.max_steps=3", "convert_to_hf=true", "model.output_dir=" + hf}), kSmallPieces);
   ASSERT_EQ(r.status, 0) << r.log;
   EXPECT_NE(r.log.find("reloaded and checked"), std::string::npos) << r.log;
   // The export's weights are the last checkpoint's (fp32 both).
@@ -237,8 +238,8 @@ TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
   SKIP_WITHOUT_CUDA_BIN();
   TempDir dir;
   const std::string one = dir / "one";
-  auto argv = testing::mpi_train_argv(MPIEXEC, 0, one,
-                                      {"trainer.accelerator=gpu", "trainer.max_steps=4", "model.encoder_seq_length=32"});
+  auto argv = testing::mpi_train_argv(
+      MPIEXEC, 0, one, {"trainer.accelerator=gpu", "trainer.max_steps=4", "model.encoder_seq_length=32"});
   argv[0] = cuda_bin();
   const auto a = run_in(one, argv, kSmallPieces);
   ASSERT_EQ(a.status, 0) << a.log;
@@ -247,10 +248,10 @@ TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
     for (const char* path : {"nccl", "host"}) {
       SCOPED_TRACE(std::string(zero1 ? "ZeRO-1, " : "all-reduce, ") + path);
       const std::string two = dir / (std::string(zero1 ? "zero1_" : "dp2_") + path);
-      auto argv2 = testing::mpi_train_argv(
-          MPIEXEC, 2, two,
-          {"trainer.accelerator=gpu", "trainer.max_steps=4", "model.encoder_seq_length=32",
-           std::string("model.distributed_optimizer=") + (zero1 ? "true" : "false")});
+      auto argv2 =
+          testing::mpi_train_argv(MPIEXEC, 2, two,
+                                  {"trainer.accelerator=gpu", "trainer.max_steps=4", "model.encoder_seq_length=32",
+                                   std::string("model.distributed_optimizer=") + (zero1 ? "true" : "false")});
       for (auto& s : argv2)
         if (s == testing::llamatrain_bin()) s = cuda_bin();
       std::vector<std::string> env = kSmallPieces;
@@ -261,9 +262,10 @@ TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
       // (a build without NCCL, or one GPU for both ranks, as on a machine with one: the host's sums)
       const bool without_nccl = b.log.find("(this build has no NCCL)") != std::string::npos ||
                                 b.log.find("(ranks share a GPU") != std::string::npos;
-      EXPECT_NE(b.log.find(std::string(path) == "host" || without_nccl ? "gradients are summed through host memory over MPI"
-                                                                       : "gradients are summed by NCCL"),
-                std::string::npos)
+      EXPECT_NE(
+          b.log.find(std::string(path) == "host" || without_nccl ? "gradients are summed through host memory over MPI"
+                                                                 : "gradients are summed by NCCL"),
+          std::string::npos)
           << b.log;
       expect_curves_close(one, two, 4, 1e-5, "2 ranks against 1");
       if (!without_nccl) curves[path] = losses(two);
@@ -275,8 +277,8 @@ TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
   // Two ranks on one GPU (NCCL refuses that): the host's sums, and the log says why.
   if (emulated()) {
     const std::string shared = dir / "shared";
-    auto argv3 = testing::mpi_train_argv(MPIEXEC, 2, shared,
-                                         {"trainer.accelerator=gpu", "trainer.max_steps=3", "model.encoder_seq_length=32"});
+    auto argv3 = testing::mpi_train_argv(
+        MPIEXEC, 2, shared, {"trainer.accelerator=gpu", "trainer.max_steps=3", "model.encoder_seq_length=32"});
     for (auto& s : argv3)
       if (s == testing::llamatrain_bin()) s = cuda_bin();
     const auto c = run_in(shared, argv3, {"LLAMATRAIN_EMU_DEVICES=1"});
@@ -285,7 +287,6 @@ TEST(CudaTrain, TwoDataParallelRanksFollowOne) {
     EXPECT_NE(c.log.find("at a time (ranks share a GPU, which NCCL refuses)"), std::string::npos) << c.log;
   }
 }
-
 
 TEST(CudaTrain, GpuFailuresAreNamedByDiagnose) {
   // Failures of the emulated GPU: its memory too small for the job (preflight's plain error, before
@@ -303,10 +304,10 @@ TEST(CudaTrain, GpuFailuresAreNamedByDiagnose) {
     const char* name;
     std::string env, cause, summary, fix;
   };
-  for (const Case& c : {Case{"oom", "LLAMATRAIN_EMU_OOM_AT_ALLOCATION=20", "gpu_oom", "out of GPU memory",
-                             "less GPU memory"},
-                        Case{"fault", "LLAMATRAIN_EMU_FAULT_AT_LAUNCH=60", "gpu_fault",
-                             "a kernel faulted on the GPU on rank 0: CUDA call", "LLAMATRAIN_CUDA_SYNC=1"}}) {
+  for (const Case& c :
+       {Case{"oom", "LLAMATRAIN_EMU_OOM_AT_ALLOCATION=20", "gpu_oom", "out of GPU memory", "less GPU memory"},
+        Case{"fault", "LLAMATRAIN_EMU_FAULT_AT_LAUNCH=60", "gpu_fault",
+             "a kernel faulted on the GPU on rank 0: CUDA call", "LLAMATRAIN_CUDA_SYNC=1"}}) {
     SCOPED_TRACE(c.name);
     const std::string run = dir / c.name;
     const auto r = run_in(run, gpu_args(run, {"trainer.max_steps=3"}), {c.env});
@@ -339,9 +340,9 @@ TEST(CudaTrain, DoctorReportsTheGpuAndItsAllReduce) {
   if (!model::device_usable(model::Device::cuda, &why)) {
     std::string cpu;
     testing::run_capture(testing::llamatrain_bin() + " doctor --run-dir " + (dir / "r3") + " " +
-                             testing::source_path("configs/tiny.yaml") + " trainer.accelerator=gpu model.data.data_prefix=[1.0," +
-                             testing::fixture_prefix() + "] model.tokenizer.model=" + testing::fixture("tokenizer.model") +
-                             " 2>&1",
+                             testing::source_path("configs/tiny.yaml") +
+                             " trainer.accelerator=gpu model.data.data_prefix=[1.0," + testing::fixture_prefix() +
+                             "] model.tokenizer.model=" + testing::fixture("tokenizer.model") + " 2>&1",
                          &cpu);
     EXPECT_NE(cpu.find("FAIL  gpu "), std::string::npos) << cpu;
     EXPECT_NE(cpu.find(" trainer.accelerator=gpu but no usable GPU: " + why), std::string::npos) << cpu;

@@ -204,7 +204,8 @@ TEST(DataParallelTrain, Dp2Zero1CheckpointResumesOnOneRankOnTheSameCurve) {
   const auto saved = losses(moved).rbegin()->first;
   ASSERT_LT(saved, 300) << "the run finished before the signal";
   std::printf("the ranks stopped after step %lld of 300\n", static_cast<long long>(saved));
-  EXPECT_TRUE(fs::exists(moved + "/checkpoints/step_" + std::to_string(saved) + "/optimizer-00002-of-00002.safetensors"));
+  EXPECT_TRUE(
+      fs::exists(moved + "/checkpoints/step_" + std::to_string(saved) + "/optimizer-00002-of-00002.safetensors"));
 
   auto one_rank = extra;
   one_rank.pop_back();  // no ZeRO-1 on one rank: the moments come from both shard files

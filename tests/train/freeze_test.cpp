@@ -112,9 +112,9 @@ TEST(Freeze, PatternsResolveToPartsOfStackedTensors) {
                                           {"w13", 0, 2 * F * C},
                                           {"w2", 0, C * F}}));
   // q_proj of every layer, v_proj of layer 1, up_proj of layer 1.
-  const io::FreezeSet qv = io::resolve_freeze(
-      c, {"model.layers.*.self_attn.q_proj.weight", "model.layers.1.self_attn.v_proj.weight",
-          "model.layers.1.mlp.up_proj.weight"});
+  const io::FreezeSet qv =
+      io::resolve_freeze(c, {"model.layers.*.self_attn.q_proj.weight", "model.layers.1.self_attn.v_proj.weight",
+                             "model.layers.1.mlp.up_proj.weight"});
   EXPECT_EQ(qv.parts, (std::vector<P>{{"wqkv", 0, 4 * D * C},
                                       {"wqkv", QKV * C, QKV * C + 4 * D * C},
                                       {"wqkv", QKV * C + 6 * D * C, 2 * QKV * C},
@@ -490,9 +490,9 @@ TEST(FreezeTrain, FrozenTensorsKeepTheirBytesAndUnfreezingOnResumeTrainsThem) {
 
   // And freezing on resume drops the optimizer state of what is frozen now.
   const std::string refreeze = dir / "refreeze";
-  args = testing::train_args(refreeze, {"model.freeze=[model.layers.*.mlp.*]",
-                                        "model.resume_from_checkpoint=" + again + "/checkpoints/step_4",
-                                        "trainer.max_steps=6"});
+  args = testing::train_args(
+      refreeze, {"model.freeze=[model.layers.*.mlp.*]", "model.resume_from_checkpoint=" + again + "/checkpoints/step_4",
+                 "trainer.max_steps=6"});
   r = run_in(refreeze, args);
   ASSERT_EQ(r.status, 0) << r.log;
   EXPECT_NE(r.log.find("frozen since the checkpoint (its optimizer state is dropped): "
@@ -612,7 +612,8 @@ nlohmann::json reference_curve(const TempDir& dir, const std::string& init, cons
                          " --hf " + init + " --samples " + (dir / "samples.jsonl") + " --metrics " + run +
                          "/metrics.jsonl --steps " + std::to_string(steps) +
                          " --micro-batch 2 --global-batch 4 --clip 1.0 --weight-decay 0.1 --betas 0.9 0.95 "
-                         "--eps 1e-8" + freeze;
+                         "--eps 1e-8" +
+                         freeze;
   std::string o;
   EXPECT_EQ(testing::run_capture(py + " 2>/dev/null", &o), 0) << o;
   return nlohmann::json::parse(o);
@@ -643,8 +644,8 @@ TEST(FreezeTrain, LossCurveMatchesPyTorchWithRequiresGradFalse) {
   const int steps = 20;
   run_for_reference(dir, init, run, steps, 5,
                     {"model.freeze=[model.layers.*.self_attn.*,model.layers.*.mlp.*,model.embed_tokens.weight]"});
-  const auto ref = reference_curve(dir, init, run, steps,
-                                   " --freeze 'model.layers.*.self_attn.*' 'model.layers.*.mlp.*' model.embed_tokens.weight");
+  const auto ref = reference_curve(
+      dir, init, run, steps, " --freeze 'model.layers.*.self_attn.*' 'model.layers.*.mlp.*' model.embed_tokens.weight");
   const auto unfrozen = reference_curve(dir, init, run, steps, "");
   const auto ours = obs::read_metrics(run + "/metrics.jsonl");
   ASSERT_EQ(ours.size(), size_t(steps));
@@ -680,8 +681,8 @@ TEST(FreezeTrain, PartsAndEmbeddingLrMatchPyTorch) {
   TempDir dir;
   const std::string init = write_init(dir.path()), run = dir / "run";
   const int steps = 16;
-  const CurveRun r = run_for_reference(dir, init, run, steps, 4,
-                                       {"model.optim.embedding_lr=6e-3", "convert_to_hf=true", kPartFreeze});
+  const CurveRun r =
+      run_for_reference(dir, init, run, steps, 4, {"model.optim.embedding_lr=6e-3", "convert_to_hf=true", kPartFreeze});
   const std::string& out = r.log;
   // layer 0's 9 tensors and layer 1's q_proj whole, the embedding in part
   EXPECT_NE(out.find("frozen: 10 tensors and part of 1 other, "), std::string::npos) << out;
@@ -719,9 +720,9 @@ TEST(FreezeTrain, PartsAndEmbeddingLrMatchPyTorch) {
 TEST(FreezeTrain, PartsUnderEveryLayoutEqualOneProcess) {
   TempDir dir;
   const std::string init = write_init(dir.path());
-  const std::vector<std::string> common = {"trainer.max_steps=4",        "model.init_from=" + init,
-                                           "model.optim.eps=1e-5",       "model.optim.embedding_lr=1e-3",
-                                           "convert_to_hf=true",         kPartFreeze};
+  const std::vector<std::string> common = {"trainer.max_steps=4",  "model.init_from=" + init,
+                                           "model.optim.eps=1e-5", "model.optim.embedding_lr=1e-3",
+                                           "convert_to_hf=true",   kPartFreeze};
   auto train = [&](int ranks, const std::string& name, std::vector<std::string> extra) {
     extra.insert(extra.begin(), common.begin(), common.end());
     const std::string log = dir / name;
@@ -736,10 +737,10 @@ TEST(FreezeTrain, PartsUnderEveryLayoutEqualOneProcess) {
   EXPECT_EQ(state["frozen_parts"][0]["tensor"], "wte");
   EXPECT_EQ(state["frozen_parts"][0]["elements"], nlohmann::json::array({0, 100 * 64}));
   const auto kept = frozen_parts_of(checkpoint_tensors(init)), ref_end = checkpoint_tensors(dir / "one/hf");
-  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"tp2", {"model.tensor_model_parallel_size=2"}},
-           {"pp2", {"model.pipeline_model_parallel_size=2"}},
-           {"dp2", {"model.distributed_optimizer=true"}}}) {
+  for (const auto& [name, extra] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{{"tp2", {"model.tensor_model_parallel_size=2"}},
+                                                                     {"pp2", {"model.pipeline_model_parallel_size=2"}},
+                                                                     {"dp2", {"model.distributed_optimizer=true"}}}) {
     SCOPED_TRACE(name);
     const RunResult r = train(2, name, extra);
     ASSERT_EQ(r.status, 0) << r.log;
@@ -769,11 +770,13 @@ TEST(FreezeTrain, PartsKeepTheirBitsInBf16UnderTpAndZero1) {
     if (precision == "bf16")
       for (auto& [t, v] : want)
         for (float& x : v) x = to_float(to_bf16(x));
-    for (const auto& [name, layout] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-             {"one", {}}, {"tp2", {"model.tensor_model_parallel_size=2"}}, {"dp2", {"model.distributed_optimizer=true"}}}) {
+    for (const auto& [name, layout] :
+         std::vector<std::pair<std::string, std::vector<std::string>>>{{"one", {}},
+                                                                       {"tp2", {"model.tensor_model_parallel_size=2"}},
+                                                                       {"dp2", {"model.distributed_optimizer=true"}}}) {
       SCOPED_TRACE(name);
-      std::vector<std::string> extra = {"trainer.max_steps=3", "model.init_from=" + init, "trainer.precision=" + precision,
-                                        "model.optim.embedding_lr=1e-3", kPartFreeze};
+      std::vector<std::string> extra = {"trainer.max_steps=3", "model.init_from=" + init,
+                                        "trainer.precision=" + precision, "model.optim.embedding_lr=1e-3", kPartFreeze};
       extra.insert(extra.end(), layout.begin(), layout.end());
       const std::string log = dir / (precision + "_" + name);
       const RunResult r = run_in(log, testing::mpi_train_argv(MPIEXEC, name == "one" ? 0 : 2, log, extra));
@@ -816,8 +819,8 @@ TEST(FreezeTrain, TensorPipelineAndDataParallelRunsEqualOneProcess) {
       {"pp2_tied", "one_tied", "data 1 x tensor 1 x pipeline 2", {"model.pipeline_model_parallel_size=2", tied}}};
   std::map<std::string, std::map<int64_t, double>> reference;
   std::map<std::string, std::map<std::string, std::vector<float>>> start;
-  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"one", {}}, {"one_tied", {tied}}}) {
+  for (const auto& [name, extra] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{{"one", {}}, {"one_tied", {tied}}}) {
     const RunResult r = train(0, name, extra);
     ASSERT_EQ(r.status, 0) << r.log;
     reference[name] = losses(dir / name);
@@ -839,8 +842,9 @@ TEST(FreezeTrain, TensorPipelineAndDataParallelRunsEqualOneProcess) {
         EXPECT_TRUE(testing::bitwise_equal(t, w.at(t), v));
       }
   }
-  const RunResult r = train(0, "resumed", {"model.freeze=[]", "trainer.max_steps=8",
-                                           "model.resume_from_checkpoint=" + (dir / "tp2/checkpoints/step_6")});
+  const RunResult r = train(
+      0, "resumed",
+      {"model.freeze=[]", "trainer.max_steps=8", "model.resume_from_checkpoint=" + (dir / "tp2/checkpoints/step_6")});
   ASSERT_EQ(r.status, 0) << r.log;
   EXPECT_NE(r.log.find("unfrozen since the checkpoint"), std::string::npos) << r.log;
   EXPECT_EQ(testing::steps_of(losses(dir / "resumed")), testing::step_range(7, 8));

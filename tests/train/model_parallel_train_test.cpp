@@ -47,9 +47,7 @@ RunResult train(int ranks, const std::string& log_dir, std::vector<std::string> 
 struct Layout {
   int tp, pp, dp;
   bool sp;
-  std::string name() const {
-    return fmt::format("DP{} x TP{} x PP{}{}", dp, tp, pp, sp ? " +SP" : "");
-  }
+  std::string name() const { return fmt::format("DP{} x TP{} x PP{}{}", dp, tp, pp, sp ? " +SP" : ""); }
   std::vector<std::string> overrides() const {
     return {"model.tensor_model_parallel_size=" + std::to_string(tp),
             "model.pipeline_model_parallel_size=" + std::to_string(pp),
@@ -80,9 +78,9 @@ TEST(ModelParallelTrain, EveryLayoutReproducesTheSingleRankCurveAndWeights) {
   ASSERT_EQ(one.status, 0) << one.log;
   const auto ref = losses(dir / "one");
   ASSERT_EQ(ref.size(), 20u);
-  for (const Layout& l : {Layout{2, 1, 1, false}, Layout{2, 1, 1, true}, Layout{1, 2, 1, false},
-                          Layout{1, 4, 1, false}, Layout{2, 1, 2, true}, Layout{2, 2, 1, true},
-                          Layout{2, 2, 2, true}, Layout{4, 1, 1, true}}) {  // TP 4: 2 kv heads, each on 2 ranks
+  for (const Layout& l : {Layout{2, 1, 1, false}, Layout{2, 1, 1, true}, Layout{1, 2, 1, false}, Layout{1, 4, 1, false},
+                          Layout{2, 1, 2, true}, Layout{2, 2, 1, true}, Layout{2, 2, 2, true},
+                          Layout{4, 1, 1, true}}) {  // TP 4: 2 kv heads, each on 2 ranks
     SCOPED_TRACE(l.name());
     const std::string run = dir / fmt::format("tp{}_pp{}_dp{}{}", l.tp, l.pp, l.dp, l.sp ? "_sp" : "");
     auto extra = l.overrides();
@@ -102,7 +100,8 @@ TEST(ModelParallelTrain, EveryLayoutReproducesTheSingleRankCurveAndWeights) {
     // (pipeline stages do the single rank's arithmetic exactly), as close as the checkpoint elsewhere.
     if (l.tp == 1) {
       EXPECT_EQ(w.max_abs, 0.0);
-      EXPECT_EQ(testing::read_file(run + "/hf/model.safetensors"), testing::read_file(dir / "one/hf/model.safetensors"));
+      EXPECT_EQ(testing::read_file(run + "/hf/model.safetensors"),
+                testing::read_file(dir / "one/hf/model.safetensors"));
     } else {
       EXPECT_LE(testing::weight_differences(dir / "one/hf", run + "/hf").l2, 1e-5);
     }
@@ -121,8 +120,10 @@ TEST(ModelParallelTrain, Dp2Tp2CheckpointResumesOnPp2AndOnOneRank) {
   const auto one = train(0, dir / "one", {"trainer.max_steps=12"});
   ASSERT_EQ(one.status, 0) << one.log;
   ASSERT_EQ(steps_of(losses(dir / "one")), step_range(1, 12)) << one.log;
-  const std::vector<std::string> first = {"trainer.max_steps=12", "model.tensor_model_parallel_size=2",
-                                          "model.sequence_parallel=true", "model.distributed_optimizer=true",
+  const std::vector<std::string> first = {"trainer.max_steps=12",
+                                          "model.tensor_model_parallel_size=2",
+                                          "model.sequence_parallel=true",
+                                          "model.distributed_optimizer=true",
                                           "exp_manager.checkpoint_callback_params.every_n_train_steps=6",
                                           "exp_manager.checkpoint_callback_params.save_top_k=-1"};
   const auto a = train(4, dir / "dp2tp2", first);
@@ -219,7 +220,8 @@ TEST(ModelParallelTrain, VocabulariesNoPaddingDividesTrainTheSameModelUnderEvery
       EXPECT_EQ(steps_of(got), step_range(1, 6)) << r.log;
       const double worst = curve_difference(ref, got);
       EXPECT_LE(worst, 1e-5);
-      const auto w = testing::weight_differences(base + "/one/checkpoints/step_6", base + "/" + name + "/checkpoints/step_6");
+      const auto w =
+          testing::weight_differences(base + "/one/checkpoints/step_6", base + "/" + name + "/checkpoints/step_6");
       EXPECT_LE(w.l2, 1e-5);
       std::printf("vocabulary %d, TP%d x PP%d against one process: worst relative loss difference %.2g, weights %.2g "
                   "(L2)\n",

@@ -23,8 +23,8 @@ using testing::TempDir;
 std::string preprocess_fixture(const TempDir& dir) {
   std::string out;
   const std::string cmd = testing::llamatrain_bin() + " preprocess --quiet --input " +
-                          testing::fixture("corpus.jsonl") + " --tokenizer-model " + testing::fixture("tokenizer.model") +
-                          " --output-prefix " + (dir / "fx") + " --append-eod";
+                          testing::fixture("corpus.jsonl") + " --tokenizer-model " +
+                          testing::fixture("tokenizer.model") + " --output-prefix " + (dir / "fx") + " --append-eod";
   EXPECT_EQ(testing::run_capture(cmd, &out), 0) << out;
   return dir / "fx_text_document";
 }
@@ -134,8 +134,8 @@ TEST(TrainerReference, HfExportLoadsInThePyTorchReferenceWithTheSameLogits) {
     m->forward(tokens.data(), nullptr, 1, T);
     std::vector<float> ours(size_t(T) * V);
     m->logits(ours.data());
-    std::string cmd = testing::system_python() + " " + testing::source_path("tools/reference/hf_logits.py") + " " +
-                      hf + " --tokens";
+    std::string cmd =
+        testing::system_python() + " " + testing::source_path("tools/reference/hf_logits.py") + " " + hf + " --tokens";
     for (int32_t t : tokens) cmd.append(fmt::format(" {}", t));
     ASSERT_EQ(testing::run_capture(cmd + " 2>/dev/null", &out), 0) << out;
     const auto ref = nlohmann::json::parse(out)["logits"];

@@ -78,9 +78,10 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
     if (e.path().filename().string().starts_with("events.out.tfevents")) events = e.path().string();
   ASSERT_FALSE(events.empty()) << "no event file in " << dir / "run";
   std::string out;
-  ASSERT_EQ(testing::run_capture(std::string(SYSTEM_PYTHON) + " " + testing::source_path("tests/obs/read_tfevents.py") +
-                                     " " + events, &out),
-            0)
+  ASSERT_EQ(
+      testing::run_capture(
+          std::string(SYSTEM_PYTHON) + " " + testing::source_path("tests/obs/read_tfevents.py") + " " + events, &out),
+      0)
       << out;
   std::map<std::string, std::map<int64_t, std::string>> tb;
   std::istringstream records(out);
@@ -96,11 +97,16 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
     std::memcpy(&b, &f, 4);
     return fmt::format("{:08x}", b);
   };
-  const std::map<std::string, std::string> tag_of = {
-      {"loss", "reduced_train_loss"},  {"lr", "lr"},     {"grad_norm", "grad_norm"},
-      {"consumed_samples", "consumed_samples"}, {"step_time_s", "train_step_timing in s"},
-      {"tokens_per_s", "tokens_per_s"}, {"mfu", "mfu"}, {"val_loss", "val_loss"},
-      {"val_bits_per_byte", "val_bits_per_byte"}, {"val_bits_per_char", "val_bits_per_char"}};
+  const std::map<std::string, std::string> tag_of = {{"loss", "reduced_train_loss"},
+                                                     {"lr", "lr"},
+                                                     {"grad_norm", "grad_norm"},
+                                                     {"consumed_samples", "consumed_samples"},
+                                                     {"step_time_s", "train_step_timing in s"},
+                                                     {"tokens_per_s", "tokens_per_s"},
+                                                     {"mfu", "mfu"},
+                                                     {"val_loss", "val_loss"},
+                                                     {"val_bits_per_byte", "val_bits_per_byte"},
+                                                     {"val_bits_per_char", "val_bits_per_char"}};
   for (const auto& [key, tag] : tag_of) {
     SCOPED_TRACE(key + " / " + tag);
     const auto want_steps = key.starts_with("val_") ? std::vector<int64_t>{2, 4} : step_range(1, 4);
@@ -138,10 +144,11 @@ TEST(Trainer, EveryMetricReachesMetricsJsonlAndTensorBoard) {
 // --json` (the -100 ones left out): {"tokens", "bytes", "chars"}.
 nlohmann::json reference_label_counts(const std::string& samples_jsonl) {
   std::string out;
-  EXPECT_EQ(testing::run_capture(std::string(SYSTEM_PYTHON) + " " + testing::source_path("tools/reference/bits_per_byte.py") +
-                                     " --labels " + samples_jsonl + " --tokenizer " + testing::fixture("tokenizer.model"),
-                                 &out),
-            0)
+  EXPECT_EQ(
+      testing::run_capture(std::string(SYSTEM_PYTHON) + " " + testing::source_path("tools/reference/bits_per_byte.py") +
+                               " --labels " + samples_jsonl + " --tokenizer " + testing::fixture("tokenizer.model"),
+                           &out),
+      0)
       << out;
   return nlohmann::json::parse(out, nullptr, false);
 }
@@ -190,8 +197,7 @@ TEST(Trainer, ValidationBitsPerByteOfFineTuningDataCountOnlyTheCompletions) {
   TempDir dir;
   std::string rows;
   for (int i = 0; i < 40; i++)
-    rows += fmt::format("{{\"input\": \"Is {} even?\", \"output\": \"{}\"}}\n", i * 7,
-                        i % 2 ? "no, odd: 奇数" : "yes");
+    rows += fmt::format("{{\"input\": \"Is {} even?\", \"output\": \"{}\"}}\n", i * 7, i % 2 ? "no, odd: 奇数" : "yes");
   testing::write_file(dir / "sft.jsonl", rows);
   const std::vector<std::string> data = {"model.data.fine_tuning=true",
                                          "model.data.train_ds.file_names=[" + (dir / "sft.jsonl") + "]",
@@ -234,22 +240,20 @@ TEST(Trainer, PackedValidationScoresExactlyWhatPaddedValidationScores) {
   for (int i = 0; i < 12; i++)
     rows += fmt::format("{{\"input\": \"Is {} even?\", \"output\": \"{}\"}}\n", i * 7, i % 2 ? "no, odd" : "yes");
   testing::write_file(dir / "sft.jsonl", rows);
-  std::vector<std::string> data = {"model.data.fine_tuning=true",
-                                   "model.data.train_ds.file_names=[" + (dir / "sft.jsonl") + "]",
-                                   "model.data.validation_ds.file_names=[" + (dir / "sft.jsonl") + "]",
-                                   "model.data.train_ds.prompt_template=\"{input} {output}\"",
-                                   "model.data.train_ds.label_key=output",
-                                   "model.data.validation_ds.shuffle=false",
-                                   "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
-                                   "model.micro_batch_size=1", "model.global_batch_size=1",
-                                   // updates far below fp32 resolution: both runs validate the initial weights
-                                   "model.optim.lr=1e-30", "model.optim.sched.min_lr=0",
-                                   "trainer.max_steps=2", "model.optim.sched.warmup_steps=1",
-                                   "trainer.val_check_interval=2"};
+  std::vector<std::string> data = {
+      "model.data.fine_tuning=true", "model.data.train_ds.file_names=[" + (dir / "sft.jsonl") + "]",
+      "model.data.validation_ds.file_names=[" + (dir / "sft.jsonl") + "]",
+      "model.data.train_ds.prompt_template=\"{input} {output}\"", "model.data.train_ds.label_key=output",
+      "model.data.validation_ds.shuffle=false", "model.tokenizer.model=" + testing::fixture("tokenizer.model"),
+      "model.micro_batch_size=1", "model.global_batch_size=1",
+      // updates far below fp32 resolution: both runs validate the initial weights
+      "model.optim.lr=1e-30", "model.optim.sched.min_lr=0", "trainer.max_steps=2", "model.optim.sched.warmup_steps=1",
+      "trainer.val_check_interval=2"};
   // One pass over the validation split each (a batch is one sample): its size as `data samples` says.
   auto split_size = [&](const std::string& pack) {
-    std::vector<std::string> args = {"data", "samples", testing::source_path("configs/tiny.yaml"), "--split",
-                                     "validation", "--first", "1", "model.data.train_ds.pack=" + pack};
+    std::vector<std::string> args = {
+        "data",    "samples", testing::source_path("configs/tiny.yaml"), "--split", "validation",
+        "--first", "1",       "model.data.train_ds.pack=" + pack};
     args.insert(args.begin() + 3, data.begin(), data.end());
     const auto listed = testing::run_cli(args);
     EXPECT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
@@ -284,8 +288,9 @@ TEST(Trainer, PackedValidationScoresExactlyWhatPaddedValidationScores) {
   EXPECT_EQ(val["true"]["val_tokens"], val["false"]["val_tokens"]);
   EXPECT_NEAR(nats(val["true"]), nats(val["false"]), 1e-5 * nats(val["false"]));
 
-  std::vector<std::string> samples = {"data", "samples", testing::source_path("configs/tiny.yaml"), "--split",
-                                      "validation", "--first", "2", "--json", "model.data.train_ds.pack=true"};
+  std::vector<std::string> samples = {"data",    "samples",    testing::source_path("configs/tiny.yaml"),
+                                      "--split", "validation", "--first",
+                                      "2",       "--json",     "model.data.train_ds.pack=true"};
   samples.insert(samples.begin() + 3, data.begin(), data.end());
   const auto listed = testing::run_cli(samples);
   ASSERT_TRUE(listed.exited && listed.code == 0) << testing::describe(listed);
@@ -353,12 +358,14 @@ TEST(Trainer, AResumeUnderAnotherBatchSaysWhatChanged) {
   EXPECT_EQ(state["layout"]["micro_batch_size"], 2) << state.dump();
   const std::string from = "model.resume_from_checkpoint=" + run + "/checkpoints/step_3";
 
-  const auto same = run_train(dir / "same", {"trainer.max_steps=4", from, "model.micro_batch_size=2", "model.global_batch_size=8"});
+  const auto same =
+      run_train(dir / "same", {"trainer.max_steps=4", from, "model.micro_batch_size=2", "model.global_batch_size=8"});
   ASSERT_EQ(same.status, 0) << same.log;
   EXPECT_EQ(same.log.find("since the checkpoint"), std::string::npos) << same.log;
   EXPECT_EQ(same.log.find("layout_changed"), std::string::npos) << same.log;
 
-  const auto micro = run_train(dir / "micro", {"trainer.max_steps=4", from, "model.micro_batch_size=4", "model.global_batch_size=8"});
+  const auto micro =
+      run_train(dir / "micro", {"trainer.max_steps=4", from, "model.micro_batch_size=4", "model.global_batch_size=8"});
   ASSERT_EQ(micro.status, 0) << micro.log;
   EXPECT_NE(micro.log.find("gradient accumulation changed since the checkpoint: 4 -> 2 micro-batches of 4 per "
                            "data-parallel rank; the global batch stays 8 samples"),
@@ -367,7 +374,8 @@ TEST(Trainer, AResumeUnderAnotherBatchSaysWhatChanged) {
   EXPECT_EQ(micro.log.find("global batch changed"), std::string::npos) << micro.log;
   EXPECT_NE(micro.log.find(R"("event":"layout_changed")"), std::string::npos) << micro.log;
 
-  const auto global = run_train(dir / "global", {"trainer.max_steps=4", from, "model.micro_batch_size=2", "model.global_batch_size=16"});
+  const auto global = run_train(
+      dir / "global", {"trainer.max_steps=4", from, "model.micro_batch_size=2", "model.global_batch_size=16"});
   ASSERT_EQ(global.status, 0) << global.log;
   EXPECT_NE(global.log.find("gradient accumulation changed since the checkpoint: 4 -> 8 micro-batches of 2 per "
                             "data-parallel rank"),
@@ -472,7 +480,8 @@ TEST(Trainer, SigkillDuringSavesNeverLosesTheLastGoodCheckpoint) {
     SCOPED_TRACE(std::string("async_save=") + async);
     TempDir dir;
     const std::string run = dir / "run";
-    const std::vector<std::string> extra = {"trainer.max_steps=400", "exp_manager.resume_if_exists=true",
+    const std::vector<std::string> extra = {"trainer.max_steps=400",
+                                            "exp_manager.resume_if_exists=true",
                                             "exp_manager.checkpoint_callback_params.every_n_train_steps=1",
                                             "exp_manager.checkpoint_callback_params.save_top_k=1",
                                             std::string("exp_manager.checkpoint_callback_params.async_save=") + async,
@@ -499,8 +508,8 @@ TEST(Trainer, SigkillDuringSavesNeverLosesTheLastGoodCheckpoint) {
       EXPECT_GE(ck->step, last_step) << "trial " << trial << ": went back in time";
       last_step = ck->step;
     }
-    const auto done = run_train(run, {"trainer.max_steps=" + std::to_string(last_step + 2),
-                                      "exp_manager.resume_if_exists=true"});
+    const auto done =
+        run_train(run, {"trainer.max_steps=" + std::to_string(last_step + 2), "exp_manager.resume_if_exists=true"});
     EXPECT_EQ(done.status, 0) << done.log;
     EXPECT_NE(done.log.find("resumed at step " + std::to_string(last_step)), std::string::npos) << done.log;
   }
@@ -558,9 +567,9 @@ TEST(Trainer, CorruptNewestCheckpointIsSkippedWithAWarning) {
 
 // The fixture corpus preprocessed into dir/fx_text_document, a copy of its own for a test to damage.
 void own_corpus(const TempDir& dir) {
-  const auto pre = testing::run_cli({"preprocess", "--quiet", "--input", testing::fixture("corpus.jsonl"),
-                                     "--tokenizer-model", testing::fixture("tokenizer.model"), "--output-prefix",
-                                     dir / "fx", "--append-eod"});
+  const auto pre =
+      testing::run_cli({"preprocess", "--quiet", "--input", testing::fixture("corpus.jsonl"), "--tokenizer-model",
+                        testing::fixture("tokenizer.model"), "--output-prefix", dir / "fx", "--append-eod"});
   ASSERT_EQ(pre.code, 0) << testing::describe(pre);
 }
 
@@ -576,7 +585,8 @@ TEST(Trainer, ATokenIdOutsideTheVocabularyIsANamedDataError) {
   bytes[600] = char(0xE8), bytes[601] = char(0xFD);  // 65000, little-endian uint16
   testing::write_file(bin, bytes);
   const std::string run = dir / "run";
-  const auto r = run_train(run, {"trainer.max_steps=3", "model.data.data_prefix=[1.0," + (dir / "fx_text_document") + "]"});
+  const auto r =
+      run_train(run, {"trainer.max_steps=3", "model.data.data_prefix=[1.0," + (dir / "fx_text_document") + "]"});
   EXPECT_EQ(r.status, 1) << r.log;
   for (const char* s : {"fx_text_document.bin: document ", "holds token id 65000 at position",
                         "outside the model's vocabulary of 500 ids"})
@@ -613,8 +623,9 @@ TEST(Trainer, ABinTruncatedUnderARunningJobIsANamedDataError) {
   if (std::chrono::steady_clock::now() - cut_at >= std::chrono::seconds(60)) ::kill(pid, SIGKILL);
   const auto r = wait_for(pid, run + "/stdout.txt");
   EXPECT_EQ(r.status, 1) << r.log;
-  for (const std::string& s : std::vector<std::string>{bin + ": sequence ", "truncated or rewritten in place while the run read it",
-                              "resume from the last checkpoint"})
+  for (const std::string& s :
+       std::vector<std::string>{bin + ": sequence ", "truncated or rewritten in place while the run read it",
+                                "resume from the last checkpoint"})
     EXPECT_NE(r.log.find(s), std::string::npos) << s << " in\n" << r.log;
   std::vector<std::string> warnings;
   EXPECT_TRUE(train::latest_valid_checkpoint(run + "/checkpoints", &warnings).has_value());
@@ -673,8 +684,7 @@ TEST(Trainer, NonFiniteStepsAreSkippedThenRolledBack) {
   const auto three = run_train(dir / "three", extra, {"LLAMATRAIN_INJECT_NONFINITE=7,8,9"});
   ASSERT_EQ(three.status, 0) << three.log;
   EXPECT_NE(three.log.find("rollback: 3 non-finite steps in a row; restored"), std::string::npos) << three.log;
-  EXPECT_NE(three.log.find("(step 5); steps 6-9 discarded and samples 40-71 skipped"), std::string::npos)
-      << three.log;
+  EXPECT_NE(three.log.find("(step 5); steps 6-9 discarded and samples 40-71 skipped"), std::string::npos) << three.log;
   const auto state = train::read_trainer_state(dir / "three/checkpoints/step_12");
   EXPECT_EQ(state.rollbacks, 1);
   EXPECT_EQ(state.skipped_steps, 3);
@@ -787,10 +797,11 @@ TEST(Trainer, RecomputeModesGiveTheSameRun) {
   std::map<std::string, std::map<int64_t, double>> l;
   for (const char* g : {"null", "selective", "full", "block"}) {
     const bool block = std::string(g) == "block";
-    const auto r = run_train(dir / g, {"trainer.max_steps=6",
-                                       std::string("model.activations_checkpoint_granularity=") + (block ? "full" : g),
-                                       std::string("model.activations_checkpoint_method=") + (block ? "block" : "uniform"),
-                                       "model.activations_checkpoint_num_layers=1", "trainer.precision=bf16-mixed"});
+    const auto r =
+        run_train(dir / g, {"trainer.max_steps=6",
+                            std::string("model.activations_checkpoint_granularity=") + (block ? "full" : g),
+                            std::string("model.activations_checkpoint_method=") + (block ? "block" : "uniform"),
+                            "model.activations_checkpoint_num_layers=1", "trainer.precision=bf16-mixed"});
     ASSERT_EQ(r.status, 0) << r.log;
     if (block) {
       EXPECT_NE(r.log.find("recompute full in layers 0-0"), std::string::npos) << r.log;

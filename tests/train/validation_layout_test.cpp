@@ -33,17 +33,17 @@ std::vector<std::string> two_sources(const std::string& dir) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) lines.push_back(line);
   std::vector<std::string> prefixes;
-  for (const auto& [name, begin, end] : {std::tuple{"first", size_t{0}, lines.size() / 2},
-                                         std::tuple{"second", lines.size() / 2, lines.size()}}) {
+  for (const auto& [name, begin, end] :
+       {std::tuple{"first", size_t{0}, lines.size() / 2}, std::tuple{"second", lines.size() / 2, lines.size()}}) {
     std::string text;
     for (size_t i = begin; i < end; i++) text += lines[i] + "\n";
     testing::write_file(dir + "/" + name + ".jsonl", text);
     std::string out;
-    EXPECT_EQ(testing::run_capture(fmt::format("{} preprocess --quiet --input {}/{}.jsonl --tokenizer-model {} "
-                                               "--output-prefix {}/{} --append-eod",
-                                               testing::llamatrain_bin(), dir, name, testing::fixture("tokenizer.model"),
-                                               dir, name),
-                                   &out),
+    EXPECT_EQ(testing::run_capture(
+                  fmt::format("{} preprocess --quiet --input {}/{}.jsonl --tokenizer-model {} "
+                              "--output-prefix {}/{} --append-eod",
+                              testing::llamatrain_bin(), dir, name, testing::fixture("tokenizer.model"), dir, name),
+                  &out),
               0)
         << out;
     prefixes.push_back(dir + "/" + name + "_text_document");
@@ -102,8 +102,11 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
   const auto prefixes = two_sources(dir / "data");
   const std::vector<std::string> common = {
       fmt::format("model.data.data_prefix=[0.7,zh:{},0.3,{}]", prefixes[0], prefixes[1]),
-      "model.make_vocab_size_divisible_by=16", "trainer.max_steps=2", "model.optim.sched.warmup_steps=1",
-      "trainer.val_check_interval=2", "trainer.limit_val_batches=2"};
+      "model.make_vocab_size_divisible_by=16",
+      "trainer.max_steps=2",
+      "model.optim.sched.warmup_steps=1",
+      "trainer.val_check_interval=2",
+      "trainer.limit_val_batches=2"};
   auto run = [&](int ranks, const std::string& name, std::vector<std::string> layout) {
     layout.insert(layout.end(), common.begin(), common.end());
     const auto r = testing::run_in(dir / name, testing::mpi_train_argv(MPIEXEC, ranks, dir / name, layout));
@@ -111,16 +114,16 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
     return validation_at_2(dir / name);
   };
   const auto one = run(0, "one", {"convert_to_hf=true", "model.output_dir=" + (dir / "hf")});
-  const std::vector<std::string> keys = {"val_loss", "val_bits_per_byte", "val_bits_per_char", "val_tokens",
-                                         "val_bytes", "val_chars"};
+  const std::vector<std::string> keys = {"val_loss",   "val_bits_per_byte", "val_bits_per_char",
+                                         "val_tokens", "val_bytes",         "val_chars"};
   for (const std::string source : {"zh", "second"})
     for (const auto& key : keys) ASSERT_TRUE(one.contains(key + "/" + source)) << key << "/" << source;
   // The sources partition the blend's targets, and their nats add up to the blend's.
   for (const char* key : {"val_tokens", "val_bytes", "val_chars"})
     EXPECT_EQ(one.at(std::string(key) + "/zh") + one.at(std::string(key) + "/second"), one.at(key)) << key;
   EXPECT_GT(one.at("val_tokens/zh"), one.at("val_tokens/second"));  // 70/30
-  const double nats = one.at("val_loss/zh") * one.at("val_tokens/zh") +
-                      one.at("val_loss/second") * one.at("val_tokens/second");
+  const double nats =
+      one.at("val_loss/zh") * one.at("val_tokens/zh") + one.at("val_loss/second") * one.at("val_tokens/second");
   EXPECT_NEAR(nats / one.at("val_tokens"), one.at("val_loss"), 1e-6 * one.at("val_loss"));
   EXPECT_NE(one.at("val_loss/zh"), one.at("val_loss/second"));
 
@@ -157,7 +160,8 @@ TEST(ValidationLayout, EachSourceOfABlendHasItsOwnFiguresInEveryLayout) {
     std::string cmd;
     for (const auto& a : argv) cmd += "'" + a + "' ";
     std::string samples;
-    ASSERT_EQ(testing::run_capture(fmt::format("{}--split validation --first 16 --json > {}", cmd, dir / "samples.jsonl"), &samples),
+    ASSERT_EQ(testing::run_capture(
+                  fmt::format("{}--split validation --first 16 --json > {}", cmd, dir / "samples.jsonl"), &samples),
               0)
         << samples;
     std::string ref;

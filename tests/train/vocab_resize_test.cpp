@@ -48,8 +48,9 @@ void write_base(const std::string& dir, bool tied) {
   c.max_seq_len = 256, c.norm_eps = 1e-6f, c.tie_embeddings = tied;
   model::LlamaModel m(c, model::Precision::fp32, 7);
   m.init_random(0.02f);
-  io::save_hf_checkpoint(m, dir, "float32", 5'000'000'000,
-                         {{"tokenizer.model", testing::read_file(testing::source_path("tests/golden/tiny_hf/tokenizer.model"))}});
+  io::save_hf_checkpoint(
+      m, dir, "float32", 5'000'000'000,
+      {{"tokenizer.model", testing::read_file(testing::source_path("tests/golden/tiny_hf/tokenizer.model"))}});
 }
 
 // The base folder, the extended tokenizer and the corpus preprocessed with it, once per binary.
@@ -62,10 +63,10 @@ const Fixture& fixture() {
     write_base(x.base_tied, true);
     x.ext = x.dir / "ext.model";
     std::string out;
-    EXPECT_EQ(testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/vocab_resize.py") +
-                                       " extend --base " + x.base + "/tokenizer.model --corpus " +
-                                       testing::fixture("corpus.jsonl") + " --out " + x.ext + " --size " +
-                                       std::to_string(kRows) + " 2>&1",
+    EXPECT_EQ(testing::run_capture(testing::system_python() + " " +
+                                       testing::source_path("tools/reference/vocab_resize.py") + " extend --base " +
+                                       x.base + "/tokenizer.model --corpus " + testing::fixture("corpus.jsonl") +
+                                       " --out " + x.ext + " --size " + std::to_string(kRows) + " 2>&1",
                                    &out),
               0)
         << out;
@@ -161,8 +162,7 @@ TEST(VocabResize, ExportedRowsAreTheBaseRowsAndTheReferenceNewRows) {
     std::string out;
     ASSERT_EQ(testing::run_capture(testing::system_python() + " " +
                                        testing::source_path("tools/reference/vocab_resize.py") + " rows --hf " +
-                                       f.base + " --tokenizer " + f.ext + " --init " + init +
-                                       " --check-library 2>&1",
+                                       f.base + " --tokenizer " + f.ext + " --init " + init + " --check-library 2>&1",
                                    &out),
               0)
         << out;
@@ -181,8 +181,7 @@ TEST(VocabResize, ExportedRowsAreTheBaseRowsAndTheReferenceNewRows) {
       for (const auto& s : ref["splits"]) (s.empty() ? special : split)++;
       EXPECT_EQ(special, 5);
       EXPECT_EQ(split, kRows - kBase - 5);
-      EXPECT_NE(r.log.find(fmt::format("{} the mean of their base pieces' rows", split)), std::string::npos)
-          << r.log;
+      EXPECT_NE(r.log.find(fmt::format("{} the mean of their base pieces' rows", split)), std::string::npos) << r.log;
       // The export's logits, in llamatrain and in the PyTorch reference, on new and base ids.
       const std::vector<int32_t> tokens = {1, 520, 37, 600, 639, 300, 515, 2};
       auto m = io::load_hf_model(hf, model::Precision::fp32);
@@ -240,7 +239,8 @@ TEST(VocabResize, TiedEmbeddingsGrowOnceAndPp2ReproducesOneProcess) {
     GTEST_SKIP() << why;
   const Fixture& f = fixture();
   TempDir dir;
-  const std::vector<std::string> tied = {"model.init_from=" + f.base_tied, "model.share_embeddings_and_output_weights=true"};
+  const std::vector<std::string> tied = {"model.init_from=" + f.base_tied,
+                                         "model.share_embeddings_and_output_weights=true"};
   auto e = kNoUpdate;
   e.insert(e.end(), tied.begin(), tied.end());
   const auto r = train(0, dir / "export", e);
@@ -248,12 +248,14 @@ TEST(VocabResize, TiedEmbeddingsGrowOnceAndPp2ReproducesOneProcess) {
   io::SafetensorsCheckpoint ck(dir / "export/hf");
   EXPECT_EQ(ck.find("lm_head.weight"), nullptr);
   const auto embed = tensor(dir / "export/hf", "model.embed_tokens.weight");
-  EXPECT_TRUE(testing::bitwise_equal("base rows", rows(embed, 0, kBase), tensor(f.base_tied, "model.embed_tokens.weight")));
+  EXPECT_TRUE(
+      testing::bitwise_equal("base rows", rows(embed, 0, kBase), tensor(f.base_tied, "model.embed_tokens.weight")));
   std::string out;
-  ASSERT_EQ(testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/vocab_resize.py") +
-                                     " rows --hf " + f.base_tied + " --tokenizer " + f.ext + " 2>&1",
-                                 &out),
-            0)
+  ASSERT_EQ(
+      testing::run_capture(testing::system_python() + " " + testing::source_path("tools/reference/vocab_resize.py") +
+                               " rows --hf " + f.base_tied + " --tokenizer " + f.ext + " 2>&1",
+                           &out),
+      0)
       << out;
   const auto ref = nlohmann::json::parse(out);
   EXPECT_FALSE(ref.contains("lm_head"));
@@ -273,11 +275,13 @@ TEST(VocabResize, TiedEmbeddingsGrowOnceAndPp2ReproducesOneProcess) {
 
 TEST(VocabResize, AResizedRunResumesFromItsCheckpoint) {
   TempDir dir;
-  const auto a = train(0, dir / "a", {"trainer.max_steps=4", "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
-                                      "exp_manager.checkpoint_callback_params.save_top_k=-1"});
+  const auto a = train(0, dir / "a",
+                       {"trainer.max_steps=4", "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
+                        "exp_manager.checkpoint_callback_params.save_top_k=-1"});
   ASSERT_EQ(a.status, 0) << a.log;
   ASSERT_EQ(steps_of(losses(dir / "a")), step_range(1, 4)) << a.log;
-  const auto b = train(0, dir / "b", {"trainer.max_steps=4", "model.resume_from_checkpoint=" + (dir / "a/checkpoints/step_2")});
+  const auto b =
+      train(0, dir / "b", {"trainer.max_steps=4", "model.resume_from_checkpoint=" + (dir / "a/checkpoints/step_2")});
   ASSERT_EQ(b.status, 0) << b.log;
   EXPECT_NE(b.log.find("resumed at step 2"), std::string::npos) << b.log;
   EXPECT_EQ(b.log.find("new rows by"), std::string::npos) << "a resume loads the checkpoint, it does not resize\n"
@@ -324,7 +328,8 @@ TEST(VocabResize, FreezeBaseVocabTrainsOnlyTheNewRows) {
       EXPECT_GT(testing::max_difference(rows(w, kBase, kRows), rows(tensor(init, name), kBase, kRows)).max_abs, 0.0)
           << name << "'s new rows did not train";
     }
-    for (const std::string& name : {std::string("model.layers.1.mlp.down_proj.weight"), std::string("model.norm.weight")})
+    for (const std::string& name :
+         {std::string("model.layers.1.mlp.down_proj.weight"), std::string("model.norm.weight")})
       EXPECT_TRUE(testing::bitwise_equal(name, tensor(hf, name), tensor(f.base, name)));
   };
   check(dir / "one/hf");
@@ -341,23 +346,27 @@ TEST(VocabResize, FreezeBaseVocabTrainsOnlyTheNewRows) {
     check(dir / (name + "/hf"));
   }
   // Resumed from step 2 with the same settings: the same steps 3 and 4 (the same rows frozen).
-  const auto resumed = run(0, "resumed", {"trainer.max_steps=4", "model.resume_from_checkpoint=" + (dir / "one/checkpoints/step_2")});
+  const auto resumed =
+      run(0, "resumed", {"trainer.max_steps=4", "model.resume_from_checkpoint=" + (dir / "one/checkpoints/step_2")});
   ASSERT_EQ(resumed.status, 0) << resumed.log;
   const auto again = losses(dir / "resumed");
   ASSERT_EQ(steps_of(again), step_range(3, 4)) << resumed.log;
   for (const auto& [s, loss] : again) EXPECT_EQ(loss, ref.at(s)) << "step " << s;
-  EXPECT_EQ(testing::weight_differences(dir / "one/checkpoints/step_4", dir / "resumed/checkpoints/step_4").max_abs, 0.0);
+  EXPECT_EQ(testing::weight_differences(dir / "one/checkpoints/step_4", dir / "resumed/checkpoints/step_4").max_abs,
+            0.0);
   // The base rows have no AdamW moments: the checkpoint stores zeros there, and the new rows' moments.
   for (const std::string& name : {std::string("exp_avg.wte"), std::string("exp_avg_sq.wout")}) {
     const auto m = tensor(dir / "one/checkpoints/step_4/optimizer.safetensors", name);
     ASSERT_EQ(m.size(), size_t(kRows * kC)) << name;
     EXPECT_TRUE(testing::bitwise_equal(name + " base rows", rows(m, 0, kBase), std::vector<float>(kBase * kC, 0.0f)));
-    EXPECT_GT(testing::max_difference(rows(m, kBase, kRows), std::vector<float>((kRows - kBase) * kC, 0.0f)).max_abs, 0.0)
+    EXPECT_GT(testing::max_difference(rows(m, kBase, kRows), std::vector<float>((kRows - kBase) * kC, 0.0f)).max_abs,
+              0.0)
         << name << ": no moments for the new rows";
   }
   // One process resumes the ZeRO-1 run's step 2 (its moments, holes and all, resharded): the same
   // steps 3 and 4 as the uninterrupted run.
-  const auto moved = run(0, "moved", {"trainer.max_steps=4", "model.resume_from_checkpoint=" + (dir / "dp2/checkpoints/step_2")});
+  const auto moved =
+      run(0, "moved", {"trainer.max_steps=4", "model.resume_from_checkpoint=" + (dir / "dp2/checkpoints/step_2")});
   ASSERT_EQ(moved.status, 0) << moved.log;
   const auto continued = losses(dir / "moved");
   ASSERT_EQ(steps_of(continued), step_range(3, 4)) << moved.log;
@@ -365,10 +374,11 @@ TEST(VocabResize, FreezeBaseVocabTrainsOnlyTheNewRows) {
 
   // The base folder's own tokenizer: nothing grows, so there are no new rows to train alone.
   const auto same = testing::run_in(
-      dir / "same", testing::mpi_train_argv(MPIEXEC, 0, dir / "same",
-                                            {"model.init_from=" + f.base, "model.tokenizer.model=" + f.base + "/tokenizer.model",
-                                             "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
-                                             "model.freeze_base_vocab=true", "trainer.max_steps=3"}));
+      dir / "same",
+      testing::mpi_train_argv(MPIEXEC, 0, dir / "same",
+                              {"model.init_from=" + f.base, "model.tokenizer.model=" + f.base + "/tokenizer.model",
+                               "model.data.data_prefix=[1.0," + testing::fixture_prefix() + "]",
+                               "model.freeze_base_vocab=true", "trainer.max_steps=3"}));
   EXPECT_NE(same.status, 0);
   EXPECT_NE(same.log.find("model.freeze_base_vocab: true, but the vocabulary does not grow in this run"),
             std::string::npos)
@@ -384,7 +394,8 @@ TEST(VocabResize, AResumeWithAnotherTokenizerOfAsManyPiecesIsRefused) {
   if (auto why = testing::python_missing({"sentencepiece", "google.protobuf"}); !why.empty()) GTEST_SKIP() << why;
   const Fixture& f = fixture();
   TempDir dir;
-  const std::vector<std::string> ck = {"trainer.max_steps=4", "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
+  const std::vector<std::string> ck = {"trainer.max_steps=4",
+                                       "exp_manager.checkpoint_callback_params.every_n_train_steps=2",
                                        "exp_manager.checkpoint_callback_params.save_top_k=-1"};
   const auto a = train(0, dir / "a", ck);
   ASSERT_EQ(a.status, 0) << a.log;
@@ -402,8 +413,9 @@ TEST(VocabResize, AResumeWithAnotherTokenizerOfAsManyPiecesIsRefused) {
   testing::write_file(copy, testing::read_file(f.ext));
   const std::string step2 = dir / "a/checkpoints/step_2";
   auto resume = [&](const std::string& name, const std::string& tokenizer) {
-    return train(0, dir / name, {"trainer.max_steps=4", "model.resume_from_checkpoint=" + step2,
-                                 "model.tokenizer.model=" + tokenizer});
+    return train(
+        0, dir / name,
+        {"trainer.max_steps=4", "model.resume_from_checkpoint=" + step2, "model.tokenizer.model=" + tokenizer});
   };
   const auto refused = resume("other", other);
   EXPECT_NE(refused.status, 0);
@@ -411,7 +423,8 @@ TEST(VocabResize, AResumeWithAnotherTokenizerOfAsManyPiecesIsRefused) {
                              " was trained with (" + step2 + "/tokenizer.model)"),
             std::string::npos)
       << refused.log;
-  EXPECT_NE(refused.log.find("hint: resume with model.tokenizer.model=" + step2 + "/tokenizer.model"), std::string::npos)
+  EXPECT_NE(refused.log.find("hint: resume with model.tokenizer.model=" + step2 + "/tokenizer.model"),
+            std::string::npos)
       << refused.log;
   const auto same = resume("copy", copy);
   EXPECT_EQ(same.status, 0) << same.log;
@@ -423,15 +436,15 @@ TEST(VocabResize, OnTheGpuAResizeAndAFreezeLoadAndTrainAsOnTheCpu) {
   // with a GPU): the grown model, written onto the device in pieces, exports the bytes the CPU's does;
   // with the layers frozen, 3 steps follow the CPU's curve and leave the frozen weights as loaded.
   const char* cuda = std::getenv("LLAMATRAIN_CUDA_BIN");
-  if (!cuda) GTEST_SKIP() << "needs a CUDA build of llamatrain: LLAMATRAIN_CUDA_BIN (the CUDA emulation, built with "
-                             "libboost-context-dev)";
+  if (!cuda)
+    GTEST_SKIP() << "needs a CUDA build of llamatrain: LLAMATRAIN_CUDA_BIN (the CUDA emulation, built with "
+                    "libboost-context-dev)";
   TempDir dir;
   auto on = [&](const std::string& bin, const std::string& run, std::vector<std::string> extra) {
     const Fixture& f = fixture();
     extra.insert(extra.begin(), {"model.init_from=" + f.base, "model.tokenizer.model=" + f.ext,
                                  "model.data.data_prefix=[1.0," + f.prefix + "]", "model.optim.eps=1e-5",
-                                 "model.encoder_seq_length=32", "model.micro_batch_size=2",
-                                 "model.global_batch_size=4",
+                                 "model.encoder_seq_length=32", "model.micro_batch_size=2", "model.global_batch_size=4",
                                  std::string("trainer.accelerator=") + (bin == cuda ? "gpu" : "cpu")});
     auto argv = testing::train_args(run, extra);
     argv[0] = bin;
@@ -461,9 +474,9 @@ TEST(VocabResize, PlanReportsTheResize) {
   const Fixture& f = fixture();
   TempDir dir;
   std::string out;
-  const auto args = testing::train_args(dir / "run", {"model.init_from=" + f.base, "model.tokenizer.model=" + f.ext,
-                                                      "model.data.data_prefix=[1.0," + f.prefix + "]",
-                                                      "model.new_token_init=mean"});
+  const auto args =
+      testing::train_args(dir / "run", {"model.init_from=" + f.base, "model.tokenizer.model=" + f.ext,
+                                        "model.data.data_prefix=[1.0," + f.prefix + "]", "model.new_token_init=mean"});
   std::string cmd = testing::llamatrain_bin() + " plan";
   for (size_t i = 2; i < args.size(); i++) cmd += " '" + args[i] + "'";
   ASSERT_EQ(testing::run_capture(cmd + " 2>&1", &out), 0) << out;
@@ -476,8 +489,8 @@ TEST(VocabResize, ASmallerTokenizerAMovedPieceAndSubwordMeanWithoutTheBaseTokeni
   const Fixture& f = fixture();
   TempDir dir;
   // The fixture tokenizer has 500 pieces, the base folder's 512.
-  auto r = testing::run_in(dir / "small", testing::train_args(dir / "small", {"model.init_from=" + f.base,
-                                                                            "trainer.max_steps=3"}));
+  auto r = testing::run_in(dir / "small",
+                           testing::train_args(dir / "small", {"model.init_from=" + f.base, "trainer.max_steps=3"}));
   EXPECT_EQ(r.status, 1) << r.log;
   EXPECT_NE(r.log.find("has 500 pieces, but model.init_from " + f.base + " has a tokenizer.model of 512 pieces"),
             std::string::npos)
@@ -496,14 +509,16 @@ TEST(VocabResize, ASmallerTokenizerAMovedPieceAndSubwordMeanWithoutTheBaseTokeni
   if (testing::python_missing({"sentencepiece", "google.protobuf"}).empty()) {
     const std::string moved = dir / "moved.model";
     std::string out;
-    ASSERT_EQ(testing::run_capture(testing::system_python() + " -c 'import sys\n"
-                                       "from sentencepiece import sentencepiece_model_pb2 as pb\n"
-                                       "m = pb.ModelProto(); m.ParseFromString(open(sys.argv[1], \"rb\").read())\n"
-                                       "m.pieces[300].piece, m.pieces[600].piece = m.pieces[600].piece, m.pieces[300].piece\n"
-                                       "open(sys.argv[2], \"wb\").write(m.SerializeToString())' " +
-                                       f.ext + " " + moved,
-                                   &out),
-              0)
+    ASSERT_EQ(
+        testing::run_capture(testing::system_python() +
+                                 " -c 'import sys\n"
+                                 "from sentencepiece import sentencepiece_model_pb2 as pb\n"
+                                 "m = pb.ModelProto(); m.ParseFromString(open(sys.argv[1], \"rb\").read())\n"
+                                 "m.pieces[300].piece, m.pieces[600].piece = m.pieces[600].piece, m.pieces[300].piece\n"
+                                 "open(sys.argv[2], \"wb\").write(m.SerializeToString())' " +
+                                 f.ext + " " + moved,
+                             &out),
+        0)
         << out;
     r = train(0, dir / "moved_run", {"model.tokenizer.model=" + moved, "trainer.max_steps=3"});
     EXPECT_EQ(r.status, 1) << r.log;

@@ -32,9 +32,15 @@ AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float 
                            float grad_scale) {
   double bc1 = 1.0 - std::pow(double(beta1), step);
   double bc2 = 1.0 - std::pow(double(beta2), step);
-  return {float(double(lr) / bc1),  float(std::sqrt(bc2)),         float(1.0 - double(lr) * weight_decay),
-          beta1,                    beta2,                         float(1.0 - double(beta1)),
-          float(1.0 - double(beta2)), eps,                         grad_scale};
+  return {float(double(lr) / bc1),
+          float(std::sqrt(bc2)),
+          float(1.0 - double(lr) * weight_decay),
+          beta1,
+          beta2,
+          float(1.0 - double(beta1)),
+          float(1.0 - double(beta2)),
+          eps,
+          grad_scale};
 }
 
 // Words 0, 1, 2 of random_u32x4(seed, step, tensor_id, index) of core/rng.h (Philox4x32-10), in scalars.
@@ -90,17 +96,16 @@ void adamw_bf16_sr_loop(bf16* param, bf16* m, bf16* v, float* param_f32, const f
 
 }  // namespace
 
-void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int step, float grad_scale) {
+void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int step, float grad_scale) {
   AdamwScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
 #pragma omp parallel for simd schedule(static) if (n >= (1 << 15))
   for (int64_t i = 0; i < n; i++) adamw_element(param[i], m[i], v[i], grad[i], s);
 }
 
 template <typename T>
-void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay, int step,
-                            float grad_scale) {
+void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale) {
   AdamwScalars s = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
 #pragma omp parallel for simd schedule(static) if (n >= (1 << 15))
   for (int64_t i = 0; i < n; i++) {

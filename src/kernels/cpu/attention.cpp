@@ -195,7 +195,7 @@ void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int 
   auto c_begin = [&](int r) { return tri == Tri::upper ? r : 0; };
   auto c_end = [&](int r_end) { return tri == Tri::lower ? std::min(nc, r_end) : nc; };
   auto block = [&]<int R, int NV, bool acc, bool narrow = false>(float* c, const float* a, const float* bm, int n,
-                                                                  const float* rs, int cols = kV) {
+                                                                 const float* rs, int cols = kV) {
     if (a_rs == 1)
       gemm_block<R, NV, acc, true, narrow>(c, ldc, a, a_cs, bm, ldb, n, rs, cols);
     else
@@ -207,8 +207,7 @@ void tile_axpy(float* C /*(nr,D) stride ldc*/, int64_t ldc, const float* A, int 
     const float* bm = Bm + c0 * ldb;
     const float* rs = row_scale != nullptr ? row_scale + r : nullptr;
     int d = 0;
-    for (; d + kCols <= D; d += kCols)
-      block.template operator()<R, kCols / kV, acc>(C + r * ldc + d, a, bm + d, n, rs);
+    for (; d + kCols <= D; d += kCols) block.template operator()<R, kCols / kV, acc>(C + r * ldc + d, a, bm + d, n, rs);
     for (; d + kV <= D; d += kV) block.template operator()<R, 1, acc>(C + r * ldc + d, a, bm + d, n, rs);
     if (d < D) block.template operator()<R, 1, acc, true>(C + r * ldc + d, a, bm + d, n, rs, D - d);
   };
@@ -354,8 +353,17 @@ struct Geometry {
   float scale;
   const int32_t* doc_start;  // (B,T) packed documents, or nullptr
   Geometry(int B_, int T_, int H_, int Hkv_, int D_, int window_, const int32_t* doc_start_)
-      : B(B_), T(T_), H(H_), Hkv(Hkv_), D(D_), group(H_ / Hkv_), n_tiles((T_ + kB - 1) / kB), window(window_),
-        W(int64_t(H_ + 2 * Hkv_) * D_), scale(float(1.0 / std::sqrt(double(D_)))), doc_start(doc_start_) {}
+      : B(B_),
+        T(T_),
+        H(H_),
+        Hkv(Hkv_),
+        D(D_),
+        group(H_ / Hkv_),
+        n_tiles((T_ + kB - 1) / kB),
+        window(window_),
+        W(int64_t(H_ + 2 * Hkv_) * D_),
+        scale(float(1.0 / std::sqrt(double(D_)))),
+        doc_start(doc_start_) {}
   int rows(int tile) const { return std::min(kB, T - tile * kB); }
   bool masked_rows() const { return window > 0 || doc_start != nullptr; }  // a row may miss a whole tile
   const int32_t* doc(int b) const { return doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr; }
@@ -434,8 +442,8 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
         l[i] += p;
       }
     // O = corr * O + P V with P(i, j) = St[j][i]
-    tile_axpy(O, D, St, 1, kB, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D, diag ? Tri::lower : Tri::none,
-              true, corr);
+    tile_axpy(O, D, St, 1, kB, qkv + g.row(b, j0) + g.v_col(kvh), g.W, ni, nj, D, diag ? Tri::lower : Tri::none, true,
+              corr);
   }
   for (int i = 0; i < ni; i++) {
     const float inv = 1.0f / l[i];
@@ -453,9 +461,9 @@ void forward_tile(float* out, float* lse, const float* qkv, const Geometry& g, i
 // The only place the backward computes P, dP, dS and their products: both schedules call it for
 // each pair, with the same arguments for dq, so every value of dqkv has the same bits either way.
 // scratch: P, dS (kB,kB).
-ONE_BODY void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB,D)*/,
-                            const float* dout, const float* qkv, const float* lse, const float* di, const float* Kt,
-                            const float* Vt, const Geometry& g, int b, int h, int qt, int kt, float* scratch) {
+ONE_BODY void backward_tile(float* dq, int64_t ldq, float* dk /*(kB,D)*/, float* dv /*(kB,D)*/, const float* dout,
+                            const float* qkv, const float* lse, const float* di, const float* Kt, const float* Vt,
+                            const Geometry& g, int b, int h, int qt, int kt, float* scratch) {
   const int D = g.D, i0 = qt * kB, ni = g.rows(qt), j0 = kt * kB, nj = g.rows(kt), kvh = h / g.group;
   float* P = scratch;       // (kB,kB)
   float* dS = P + kB * kB;  // (kB,kB) dP, then dS
@@ -595,8 +603,7 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
   {
     Scratch scratch = alloc_scratch(scratch_size);
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < int64_t(g.B) * g.H; bh++)
-      fill_di(di.get(), dout, out, g, int(bh / g.H), int(bh % g.H));
+    for (int64_t bh = 0; bh < int64_t(g.B) * g.H; bh++) fill_di(di.get(), dout, out, g, int(bh / g.H), int(bh % g.H));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n_kv_tiles; task++) {
       const int kt = int(task % g.n_tiles);  // kt = 0 has the most query tiles: first
@@ -614,8 +621,8 @@ void backward_all(float* dqkv, const float* dout, const float* qkv, const float*
 
 }  // namespace
 
-void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/,
-                       int B, int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
+void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/, int B,
+                       int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
   CHECK(Hkv > 0 && H % Hkv == 0, "attention: H {} must be a multiple of Hkv {}", H, Hkv);
   if (B <= 0 || T <= 0) return;
   check_documents(doc_start, B, T);

@@ -10,8 +10,8 @@
 
 namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
-void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D, int window) {
+void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv, int D,
+                      int window) {
   const int t0 = window > 0 ? std::max(0, pos - window + 1) : 0;  // the first visible position
   const int64_t KV = 2 * int64_t(Hkv) * D;
   const int group = H / Hkv;

@@ -52,8 +52,7 @@ std::string requested_variant() {
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vl");
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }
 
 bool choose_avx512() {
@@ -66,8 +65,7 @@ bool choose_avx512() {
            "LLAMATRAIN_CPU_KERNELS, or set it to auto or avx2");
     return true;
   }
-  fail("LLAMATRAIN_CPU_KERNELS={}: expected auto, avx2 or avx512\nhint: unset it to use the widest this CPU has",
-       want);
+  fail("LLAMATRAIN_CPU_KERNELS={}: expected auto, avx2 or avx512\nhint: unset it to use the widest this CPU has", want);
 }
 
 bool use_avx512() {
@@ -171,8 +169,7 @@ void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n
 template <typename T>
 void adamw_update_bf16_copy(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n, float lr,
                             float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale) {
-  CALL(adamw_update_bf16_copy, param, param_bf16, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step,
-       grad_scale);
+  CALL(adamw_update_bf16_copy, param, param_bf16, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
 }
 LLAMATRAIN_CPU_FOR_EACH_BF16_COPY(LLAMATRAIN_CPU_INSTANTIATE_ADAMW_UPDATE_BF16_COPY)
 void adamw_update_bf16_sr(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n, float lr,

@@ -80,8 +80,8 @@ class OperandBatch {
 // c (M,N) [+]= op(a) @ op(b) for operands holding bf16 values, through kernel k (shapes as gemm).
 // The bf16 kernel reads a float `a` that is transposed through a plain bf16 copy (bf16 slot 2): oneDNN
 // 2.6 runs the dweight-style gemm 5-10% faster with a plain A. b_kernel is b already in k's form.
-void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, const void* b_kernel, bool trans_b,
-                      int M, int N, int K, bool accumulate, Scratch a_scratch);
+void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, const void* b_kernel, bool trans_b, int M,
+                      int N, int K, bool accumulate, Scratch a_scratch);
 
 // Probe of one gemm_bf16_values call c (M,N) [+]= op(a) @ op(b): built once, then seconds(k) runs
 // kernel k on a slice of Mp <= max_rows rows of op(a) (probe_rows) into its own output, and returns

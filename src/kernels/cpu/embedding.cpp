@@ -16,15 +16,14 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 15;  // below this many floats, threads cost more than they save
 }
 
-void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/,
-                       int N, int C) {
+void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/, int N, int C) {
 #pragma omp parallel for schedule(static) if (int64_t(N) * C >= kParallelMin)
   for (int n = 0; n < N; n++)
     std::memcpy(out + int64_t(n) * C, wte + int64_t(tokens[n]) * C, sizeof(float) * size_t(C));
 }
 
-void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/,
-                        int N, int C) {
+void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/, int N,
+                        int C) {
 #pragma omp parallel if (int64_t(N) * C >= kParallelMin)
   {
     int nt = omp_get_num_threads(), t = omp_get_thread_num();

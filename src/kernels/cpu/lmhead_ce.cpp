@@ -82,7 +82,8 @@ using detail::Bf16Operand;
 using detail::Scratch;
 
 std::string lmhead_shape(int N, int C, int V, bool backward, bool f32_weight = false) {
-  return fmt::format("lmhead N={} C={} V={} {}{}", N, C, V, backward ? "train" : "eval", f32_weight ? " w=f32exact" : "");
+  return fmt::format("lmhead N={} C={} V={} {}{}", N, C, V, backward ? "train" : "eval",
+                     f32_weight ? " w=f32exact" : "");
 }
 
 // Estimated seconds of one bf16-compute lmhead_ce_forward / lmhead_ce_backward call through kernel
@@ -111,8 +112,9 @@ class LmheadProbe {
     const bool b16 = k == MatmulKernel::bf16;
     const int G = std::min(detail::lmhead_block_rows(N_, V_, b16 ? ComputeType::bf16 : ComputeType::f32), N_);
     const Bf16Operand::Form dform = b16 ? Bf16Operand::Form::bf16 : Bf16Operand::Form::f32_exact;
-    if (!dx_[ki]) dx_[ki].emplace(Bf16Operand{nullptr, dform}, false, w, false, N_, C_, V_, false, Scratch::act0,
-                                  Scratch::weight, G);
+    if (!dx_[ki])
+      dx_[ki].emplace(Bf16Operand{nullptr, dform}, false, w, false, N_, C_, V_, false, Scratch::act0, Scratch::weight,
+                      G);
     t += dx_[ki]->seconds(k, wk);
     if (!dw_[ki]) {
       // x's first G rows in k's form: what the kernel hands to the dwout gemm
@@ -124,8 +126,7 @@ class LmheadProbe {
         detail::round_to_bf16_values(x_f_.data(), x_, int64_t(G) * C_);
       }
       const Bf16Operand xg{b16 ? static_cast<const void*>(x_b_.data()) : x_f_.data(), dform};
-      dw_[ki].emplace(Bf16Operand{nullptr, dform}, true, xg, false, V_, C_, G, true, Scratch::act0, Scratch::act1,
-                      V_);
+      dw_[ki].emplace(Bf16Operand{nullptr, dform}, true, xg, false, V_, C_, G, true, Scratch::act0, Scratch::act1, V_);
     }
     const void* xk = b16 ? static_cast<const void*>(x_b_.data()) : x_f_.data();
     t += dw_[ki]->seconds(k, xk) * double(N_) / G;  // one dwout gemm per block
@@ -176,7 +177,7 @@ static void lmhead_ce_pass(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dw
         },
         wout_bf16.is_bf16 ? MatmulKernel::bf16 : MatmulKernel::f32);
   }
-  const bool is_bf16 = k == MatmulKernel::bf16;                          // bf16 operands
+  const bool is_bf16 = k == MatmulKernel::bf16;                           // bf16 operands
   const bool rounds = ct == ComputeType::bf16 && k == MatmulKernel::f32;  // fp32 operands holding bf16 values
   const ComputeType storage = is_bf16 ? ComputeType::bf16 : ComputeType::f32;
   const int R = std::min(detail::lmhead_chunk_rows(V), std::max(N, 1));
@@ -186,9 +187,9 @@ static void lmhead_ce_pass(float* losses /*(N)*/, float* dx /*(N,C)*/, float* dw
                       ? detail::kernel_operand(k, detail::bf16_operand(wout_bf16), int64_t(V) * C, Scratch::weight)
                       : static_cast<const void*>(wout);
   // fp32 dlogits: the logits gemm writes straight into the dlogits block, the softmax works in place.
-  float* dlog_f = !is_bf16 && backward ? detail::f32_scratch(0, int64_t(G) * V) : nullptr;          // (G,V)
-  float* logits = dlog_f != nullptr ? nullptr : detail::f32_scratch(0, int64_t(R) * V);             // (R,V)
-  bf16* dlog_b = is_bf16 && backward ? detail::bf16_scratch(1, int64_t(G) * V) : nullptr;           // (G,V)
+  float* dlog_f = !is_bf16 && backward ? detail::f32_scratch(0, int64_t(G) * V) : nullptr;  // (G,V)
+  float* logits = dlog_f != nullptr ? nullptr : detail::f32_scratch(0, int64_t(R) * V);     // (R,V)
+  bf16* dlog_b = is_bf16 && backward ? detail::bf16_scratch(1, int64_t(G) * V) : nullptr;   // (G,V)
 
   for (int g0 = 0; g0 < N; g0 += G) {
     const int rows_g = std::min(G, N - g0);

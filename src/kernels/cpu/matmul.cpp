@@ -234,8 +234,9 @@ void gemm(float* c, const void* a, bool trans_a, const void* b, bool trans_b, in
     t.scratchpad.resize(plan->pad_md.get_size());
   }
   dnnl::memory pad_mem(plan->pad_md, d.engine, t.scratchpad.data());
-  plan->prim.execute(t.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
-                                {DNNL_ARG_SCRATCHPAD, pad_mem}});
+  plan->prim.execute(
+      t.stream,
+      {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}, {DNNL_ARG_SCRATCHPAD, pad_mem}});
   t.stream.wait();
 }
 
@@ -284,9 +285,8 @@ const void* kernel_operand(MatmulKernel k, Bf16Operand x, int64_t n, Scratch s) 
   return p;
 }
 
-
-void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, const void* b_kernel, bool trans_b,
-                      int M, int N, int K, bool accumulate, Scratch a_scratch) {
+void gemm_bf16_values(MatmulKernel k, float* c, Bf16Operand a, bool trans_a, const void* b_kernel, bool trans_b, int M,
+                      int N, int K, bool accumulate, Scratch a_scratch) {
   if (k == MatmulKernel::bf16 && trans_a) {
     // A plain bf16 copy of a transposed A, whatever its form: oneDNN runs this gemm faster with a plain
     // A, and one layout for every form is one summation order (oneDNN's can depend on A's layout:
@@ -312,8 +312,17 @@ int probe_rows(int M, int N, int K) {
 
 GemmProbe::GemmProbe(Bf16Operand a, bool trans_a, Bf16Operand b, bool trans_b, int M, int N, int K, bool accumulate,
                      Scratch a_scratch, Scratch b_scratch, int max_rows)
-    : a_(a), b_(b), trans_a_(trans_a), trans_b_(trans_b), accumulate_(accumulate), M_(M), N_(N), K_(K),
-      Mp_(probe_rows(std::min(max_rows, M), N, K)), a_scratch_(a_scratch), b_scratch_(b_scratch) {
+    : a_(a),
+      b_(b),
+      trans_a_(trans_a),
+      trans_b_(trans_b),
+      accumulate_(accumulate),
+      M_(M),
+      N_(N),
+      K_(K),
+      Mp_(probe_rows(std::min(max_rows, M), N, K)),
+      a_scratch_(a_scratch),
+      b_scratch_(b_scratch) {
   const bool is_b16 = a.form == Bf16Operand::Form::bf16;
   const int64_t n = int64_t(Mp_) * K;
   c_.assign(size_t(Mp_) * N, 0.0f);
@@ -418,7 +427,7 @@ void matmul_forward(float* out /*(N,OC)*/, const TI* inp /*(N,IC)*/, const float
       },
       unconverted_kernel(w));
   detail::OperandBatch batch;
-  const void* ak = batch.add(k, a, int64_t(N) * IC, Scratch::act0);    // (N,IC)
+  const void* ak = batch.add(k, a, int64_t(N) * IC, Scratch::act0);     // (N,IC)
   const void* wk = batch.add(k, w, int64_t(OC) * IC, Scratch::weight);  // (OC,IC)
   batch.run();
   detail::gemm(out, ak, false, wk, true, N, OC, IC, k == MatmulKernel::bf16, false);
@@ -444,8 +453,7 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const T
   if (dinp != nullptr) {
     std::optional<detail::GemmProbe> probe;
     k_dinp = detail::choose_kernel(
-        fmt::format("dinp N={} IC={} OC={} dout={}{}", N, IC, OC, detail::form_name(d.form), weight_key(w)), N, IC,
-        OC,
+        fmt::format("dinp N={} IC={} OC={} dout={}{}", N, IC, OC, detail::form_name(d.form), weight_key(w)), N, IC, OC,
         [&](MatmulKernel kk) {
           if (!probe) probe.emplace(d, false, w, false, N, IC, OC, false, Scratch::act0, Scratch::weight, N);
           return probe->seconds(kk);
@@ -500,25 +508,25 @@ bool bf16_operands_as_floats(int M, int N, int K) {
   ArenaVector<bf16> w_bf16;
   ArenaVector<float> w_f32;
   std::optional<detail::GemmProbe> probe[2];
-  const MatmulKernel k = detail::choose_kernel(
-      operands_shape(M, N, K), M, N, K, [&](MatmulKernel kk) {
-        const bool b16 = kk == MatmulKernel::bf16;
-        if (w_bf16.empty()) {
-          const int64_t n = int64_t(N) * K;
-          w_bf16.resize(size_t(n));
-          w_f32.resize(size_t(n));
+  const MatmulKernel k = detail::choose_kernel(operands_shape(M, N, K), M, N, K, [&](MatmulKernel kk) {
+    const bool b16 = kk == MatmulKernel::bf16;
+    if (w_bf16.empty()) {
+      const int64_t n = int64_t(N) * K;
+      w_bf16.resize(size_t(n));
+      w_f32.resize(size_t(n));
 #pragma omp parallel for schedule(static)
-          for (int64_t i = 0; i < n; i++) {  // |v| <= 1/32, exact in bf16
-            w_f32[size_t(i)] = float(int((uint64_t(i) * 40503u >> 7) & 255) - 128) * (1.0f / 4096);
-            w_bf16[size_t(i)] = to_bf16(w_f32[size_t(i)]);
-          }
-        }
-        const Bf16Operand::Form form = b16 ? Bf16Operand::Form::bf16 : Bf16Operand::Form::f32_exact;
-        const void* wk = b16 ? static_cast<const void*>(w_bf16.data()) : w_f32.data();
-        if (!probe[b16]) probe[b16].emplace(Bf16Operand{nullptr, form}, false, Bf16Operand{wk, form}, true, M, N, K,
-                                            false, Scratch::act0, Scratch::weight, M);
-        return probe[b16]->seconds(kk, wk);
-      });
+      for (int64_t i = 0; i < n; i++) {  // |v| <= 1/32, exact in bf16
+        w_f32[size_t(i)] = float(int((uint64_t(i) * 40503u >> 7) & 255) - 128) * (1.0f / 4096);
+        w_bf16[size_t(i)] = to_bf16(w_f32[size_t(i)]);
+      }
+    }
+    const Bf16Operand::Form form = b16 ? Bf16Operand::Form::bf16 : Bf16Operand::Form::f32_exact;
+    const void* wk = b16 ? static_cast<const void*>(w_bf16.data()) : w_f32.data();
+    if (!probe[b16])
+      probe[b16].emplace(Bf16Operand{nullptr, form}, false, Bf16Operand{wk, form}, true, M, N, K, false, Scratch::act0,
+                         Scratch::weight, M);
+    return probe[b16]->seconds(kk, wk);
+  });
   return k == MatmulKernel::f32;
 }
 

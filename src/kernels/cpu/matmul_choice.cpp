@@ -93,8 +93,7 @@ std::optional<std::vector<MatmulCacheEntry>> parse_matmul_cache(const std::strin
     const auto k = kernel_from_name(kernel->get<std::string>());
     const int64_t t = threads->get<int64_t>();
     const double b = bf16_ms->get<double>(), f = fp32_ms->get<double>();
-    if (!k || t <= 0 || t > (1 << 20) || !std::isfinite(b) || !std::isfinite(f) || b < 0 || f < 0)
-      return std::nullopt;
+    if (!k || t <= 0 || t > (1 << 20) || !std::isfinite(b) || !std::isfinite(f) || b < 0 || f < 0) return std::nullopt;
     out.push_back({machine->get<std::string>(), shape->get<std::string>(), int(t), *k, b * 1e-3, f * 1e-3});
   }
   return out;
@@ -168,7 +167,10 @@ std::string default_matmul_cache_path() {
 }
 
 MatmulChooser::MatmulChooser(std::string machine, std::string cache_path, MatmulPolicy policy, bool bf16_available)
-    : machine_(std::move(machine)), cache_path_(std::move(cache_path)), policy_(policy), bf16_available_(bf16_available) {}
+    : machine_(std::move(machine)),
+      cache_path_(std::move(cache_path)),
+      policy_(policy),
+      bf16_available_(bf16_available) {}
 
 MatmulKernel MatmulChooser::decide(double bf16_s, double f32_s) {
   const bool valid = std::isfinite(bf16_s) && std::isfinite(f32_s) && bf16_s > 0 && f32_s > 0;
@@ -207,8 +209,7 @@ std::optional<MatmulKernel> MatmulChooser::known(const std::string& shape, int t
   if (!bf16_available_) return MatmulKernel::f32;
   if (policy_ == MatmulPolicy::bf16) return MatmulKernel::bf16;
   if (policy_ == MatmulPolicy::f32) return MatmulKernel::f32;
-  if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && timed(c->source))
-    return c->kernel;
+  if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && timed(c->source)) return c->kernel;
   if (const MatmulCacheEntry* e = find_cached(shape, threads)) return e->kernel;
   return std::nullopt;
 }
@@ -221,7 +222,8 @@ MatmulKernel MatmulChooser::choose(const std::string& shape, int threads,
       fail("{}=bf16: oneDNN has no bf16 matmul kernel on this CPU ({})\nhint: unset {} (or set it to auto or "
            "fp32): bf16 compute then runs on the fp32 kernel with the same bf16 values",
            kMatmulPolicyEnv, machine_, kMatmulPolicyEnv);
-    if (const MatmulChoice* c = find_choice(shape, threads); c == nullptr || c->source != MatmulChoice::Source::only_f32)
+    if (const MatmulChoice* c = find_choice(shape, threads);
+        c == nullptr || c->source != MatmulChoice::Source::only_f32)
       record({shape, MatmulKernel::f32, MatmulChoice::Source::only_f32}, threads);
     return MatmulKernel::f32;
   }
@@ -232,8 +234,7 @@ MatmulKernel MatmulChooser::choose(const std::string& shape, int threads,
       record({shape, k, MatmulChoice::Source::forced}, threads);
     return k;
   }
-  if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && timed(c->source))
-    return c->kernel;
+  if (const MatmulChoice* c = find_choice(shape, threads); c != nullptr && timed(c->source)) return c->kernel;
   if (const MatmulCacheEntry* e = find_cached(shape, threads)) {
     record({shape, e->kernel, MatmulChoice::Source::cache, e->bf16_s, e->f32_s}, threads);
     return e->kernel;

@@ -37,7 +37,7 @@ inline constexpr const char* kMatmulPolicyEnv = "LLAMATRAIN_BF16_MATMUL";
 struct MatmulChoice {
   // only_f32: the CPU has no bf16 kernel (MatmulChooser::bf16_available())
   enum class Source { probe, cache, forced, only_f32 };
-  std::string shape;    // e.g. "fwd N=2048 IC=768 OC=2304 inp=bf16"
+  std::string shape;  // e.g. "fwd N=2048 IC=768 OC=2304 inp=bf16"
   MatmulKernel kernel;
   Source source;
   double bf16_s = 0.0;  // fastest probed (or cached) seconds per call of each kernel; 0 when forced

@@ -19,11 +19,11 @@
 #define LLAMATRAIN_CPU_INSTANTIATE_SWIGLU(T)                \
   template void swiglu_forward(T*, const float*, int, int); \
   template void swiglu_backward(T*, const float*, const float*, int, int);
-#define LLAMATRAIN_CPU_INSTANTIATE_ADAMW_UPDATE_BF16_COPY(T)                                                   \
-  template void adamw_update_bf16_copy(float*, T*, float*, float*, const float*, int64_t, float, float, float, \
-      float, float, int, float);
+#define LLAMATRAIN_CPU_INSTANTIATE_ADAMW_UPDATE_BF16_COPY(T)                                                          \
+  template void adamw_update_bf16_copy(float*, T*, float*, float*, const float*, int64_t, float, float, float, float, \
+                                       float, int, float);
 #define LLAMATRAIN_CPU_INSTANTIATE_MATMUL_FORWARD(TI) \
   template void matmul_forward(float*, const TI*, const float*, Bf16Weight, int, int, int, ComputeType);
 #define LLAMATRAIN_CPU_INSTANTIATE_MATMUL_BACKWARD(TD, TI)                                                     \
   template void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Weight, int, int, int, \
-      ComputeType);
+                                ComputeType);

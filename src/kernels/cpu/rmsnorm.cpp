@@ -36,8 +36,7 @@ void rmsnorm_forward(T* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,
 LLAMATRAIN_CPU_FOR_EACH_OPERAND(LLAMATRAIN_CPU_INSTANTIATE_RMSNORM_FORWARD)
 
 void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* dout /*(N,C)*/,
-                      const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/,
-                      int N, int C) {
+                      const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/, int N, int C) {
   bool parallel = int64_t(N) * C >= (1 << 15);
   int max_threads = parallel ? omp_get_max_threads() : 1;
   std::vector<double> partial(size_t(max_threads) * C, 0.0);  // (threads, C) dweight partials

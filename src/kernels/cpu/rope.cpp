@@ -60,8 +60,7 @@ std::shared_ptr<const RopeTable> rope_table(const RopeFreqs& rope, int D, int n_
 
 // Rotates heads [0, n_heads) of one row by the angle whose cos/sin are given; sign = -1 rotates
 // backwards.
-inline void rotate_row(float* row, const float* c /*(D/2)*/, const float* s /*(D/2)*/, int n_heads, int D,
-                       float sign) {
+inline void rotate_row(float* row, const float* c /*(D/2)*/, const float* s /*(D/2)*/, int n_heads, int D, float sign) {
   int half = D / 2;
   for (int h = 0; h < n_heads; h++) {
     float* xh = row + int64_t(h) * D;
@@ -80,8 +79,8 @@ inline void round_row(float* x, int n) {
   for (int i = 0; i < n; i++) x[i] = to_float(to_bf16(x[i]));
 }
 
-void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
-                const RopeFreqs& rope, float sign, bool round_rows) {
+void rope_apply(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
+                float sign, bool round_rows) {
   if (N <= 0 || n_heads <= 0 || D < 2) return;
   int half = D / 2;
   int max_pos = 0;

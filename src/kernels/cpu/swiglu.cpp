@@ -35,8 +35,7 @@ void swiglu_forward(T* out /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, int F)
 }
 
 template <typename T>
-void swiglu_backward(T* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const float* h13 /*(N,2F)*/,
-                     int N, int F) {
+void swiglu_backward(T* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, int F) {
 #pragma omp parallel for schedule(static) if (int64_t(N) * F >= (1 << 14))
   for (int n = 0; n < N; n++) {
     const float* gate = h13 + int64_t(n) * 2 * F;

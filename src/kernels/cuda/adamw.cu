@@ -31,9 +31,15 @@ rng::AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, f
                                 float grad_scale) {
   const double bc1 = 1.0 - std::pow(double(beta1), step);
   const double bc2 = 1.0 - std::pow(double(beta2), step);
-  return {float(double(lr) / bc1),   float(std::sqrt(bc2)),      float(1.0 - double(lr) * weight_decay),
-          beta1,                     beta2,                      float(1.0 - double(beta1)),
-          float(1.0 - double(beta2)), eps,                       grad_scale};
+  return {float(double(lr) / bc1),
+          float(std::sqrt(bc2)),
+          float(1.0 - double(lr) * weight_decay),
+          beta1,
+          beta2,
+          float(1.0 - double(beta1)),
+          float(1.0 - double(beta2)),
+          eps,
+          grad_scale};
 }
 
 // T = void: the fp32 update alone; else also param_bf16[i] = the new param as T (adamw_update_bf16_copy).

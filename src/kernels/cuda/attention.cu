@@ -96,8 +96,8 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
 }
 
 __global__ void attention_backward_dq_kernel(float* dqkv, float* delta_out, const float* dout, const float* qkv,
-                                             const float* out, const float* lse, const int32_t* doc_start, int T,
-                                             int H, int Hkv, int D, int window, float scale) {
+                                             const float* out, const float* lse, const int32_t* doc_start, int T, int H,
+                                             int Hkv, int D, int window, float scale) {
   extern __shared__ float smem[];
   float* q_sh = smem;           // (D)
   float* do_sh = smem + D;      // (D)
@@ -155,10 +155,10 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
                                               const float* delta, const int32_t* doc_start, int T, int H, int Hkv,
                                               int D, int window, float scale) {
   extern __shared__ float smem[];
-  float* k_sh = smem;                      // (D)
-  float* v_sh = smem + D;                  // (D)
-  float* ds_sh = smem + 2 * D;             // (kThreads)
-  float* p_sh = smem + 2 * D + kThreads;   // (kThreads)
+  float* k_sh = smem;                     // (D)
+  float* v_sh = smem + D;                 // (D)
+  float* ds_sh = smem + 2 * D;            // (kThreads)
+  float* p_sh = smem + 2 * D + kThreads;  // (kThreads)
   const int u = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int group = H / Hkv;
@@ -172,7 +172,7 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* dout, co
   const int t_end = window > 0 ? min(T, u + window) : T;  // queries [u, t_end) see key u (if in its document)
   const int32_t* doc = doc_start != nullptr ? doc_start + int64_t(b) * T : nullptr;
   for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-    const float* q0 = base + int64_t(h) * D;                      // q of (b, t = 0, h), row stride W
+    const float* q0 = base + int64_t(h) * D;                            // q of (b, t = 0, h), row stride W
     const float* do0 = dout + int64_t(b) * T * H * D + int64_t(h) * D;  // dout of (b, t = 0, h), row stride H*D
     for (int t0 = u; t0 < t_end; t0 += kThreads) {
       const int t = t0 + tid;
@@ -244,8 +244,8 @@ __global__ void attention_decode_kernel(float* out, float* scores, const float* 
 
 void check_shape(const char* op, int B, int T, int H, int Hkv, int D) {
   if (Hkv > 0 && H % Hkv == 0 && D > 0 && D <= kMaxD && H <= 65535 && B <= 65535) return;  // grid (T, H, B)
-  detail::raise_error(std::string("cuda::") + op + ": unsupported shape B=" + std::to_string(B) + " T=" +
-                      std::to_string(T) + " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
+  detail::raise_error(std::string("cuda::") + op + ": unsupported shape B=" + std::to_string(B) +
+                      " T=" + std::to_string(T) + " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
                       " D=" + std::to_string(D) + ", expected H a multiple of Hkv, D <= " + std::to_string(kMaxD) +
                       " and B, H <= 65535");
 }
@@ -258,8 +258,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   check_shape("attention_forward", B, T, H, Hkv, D);
   const float scale = float(1.0 / std::sqrt(double(D)));
   const size_t shared = size_t(D + kThreads) * sizeof(float);
-  attention_forward_kernel<<<dim3(T, H, B), kThreads, shared, cuda_stream()>>>(out, lse, qkv, doc_start, T, H, Hkv,
-                                                                                D, window, scale);
+  attention_forward_kernel<<<dim3(T, H, B), kThreads, shared, cuda_stream()>>>(out, lse, qkv, doc_start, T, H, Hkv, D,
+                                                                               window, scale);
   CUDA_CHECK_LAUNCH("attention_forward_kernel");
 }
 
@@ -273,18 +273,16 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       dqkv, delta, dout, qkv, out, lse, doc_start, T, H, Hkv, D, window, scale);
   CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
   attention_backward_dkv_kernel<<<dim3(T, Hkv, B), kThreads, size_t(2 * D + 2 * kThreads) * sizeof(float),
-                                  cuda_stream()>>>(dqkv, dout, qkv, lse, delta, doc_start, T, H, Hkv, D, window,
-                                                   scale);
+                                  cuda_stream()>>>(dqkv, dout, qkv, lse, delta, doc_start, T, H, Hkv, D, window, scale);
   CUDA_CHECK_LAUNCH("attention_backward_dkv_kernel");
 }
 
-void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D, int window) {
+void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv, int D,
+                      int window) {
   if (H <= 0 || pos < 0) return;
   check_shape("attention_decode", 1, pos + 1, H, Hkv, D);
   const float scale = 1.0f / std::sqrt(float(D));
-  attention_decode_kernel<<<H, kThreads, 0, cuda_stream()>>>(out, scores, q, kv_cache, pos, H, Hkv, D, window,
-                                                              scale);
+  attention_decode_kernel<<<H, kThreads, 0, cuda_stream()>>>(out, scores, q, kv_cache, pos, H, Hkv, D, window, scale);
   CUDA_CHECK_LAUNCH("attention_decode_kernel");
 }
 

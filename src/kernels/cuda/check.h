@@ -28,14 +28,14 @@ bool sync_each_kernel();
 // stays valid until the same slot is asked for again.
 void* scratch(int slot, size_t bytes);
 enum ScratchSlot : int {
-  kScratchInpBf16 = 0,   // a matmul operand rounded to bf16
-  kScratchDoutBf16 = 1,  // the other operand rounded to bf16
-  kScratchLogits = 2,    // lmhead_ce: a chunk of fp32 logits
-  kScratchDlogits = 3,   // lmhead_ce: the chunk's bf16 dlogits
-  kScratchAttention = 4, // attention_backward: rowdot (B,H,T)
-  kScratchReduce = 5,    // sum_squares partials
-  kScratchNormWeight = 6, // rmsnorm_backward: the weight gradient's fp64 partials per chunk of rows
-  kScratchRope = 7,       // rope: the cos/sin table of positions (kept while its shape lasts)
+  kScratchInpBf16 = 0,     // a matmul operand rounded to bf16
+  kScratchDoutBf16 = 1,    // the other operand rounded to bf16
+  kScratchLogits = 2,      // lmhead_ce: a chunk of fp32 logits
+  kScratchDlogits = 3,     // lmhead_ce: the chunk's bf16 dlogits
+  kScratchAttention = 4,   // attention_backward: rowdot (B,H,T)
+  kScratchReduce = 5,      // sum_squares partials
+  kScratchNormWeight = 6,  // rmsnorm_backward: the weight gradient's fp64 partials per chunk of rows
+  kScratchRope = 7,        // rope: the cos/sin table of positions (kept while its shape lasts)
   kScratchSlots = 8
 };
 
@@ -49,21 +49,21 @@ inline unsigned grid_for(int64_t n, int threads = 256) {
 
 }  // namespace llamatrain::cuda::detail
 
-#define CUDA_CHECK(call)                                                                             \
-  do {                                                                                               \
-    cudaError_t cuda_check_err_ = (call);                                                            \
-    if (cuda_check_err_ != cudaSuccess)                                                              \
-      ::llamatrain::cuda::detail::raise_cuda_error(cuda_check_err_, #call, __FILE__, __LINE__);      \
+#define CUDA_CHECK(call)                                                                        \
+  do {                                                                                          \
+    cudaError_t cuda_check_err_ = (call);                                                       \
+    if (cuda_check_err_ != cudaSuccess)                                                         \
+      ::llamatrain::cuda::detail::raise_cuda_error(cuda_check_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: a bad configuration shows up here; a fault inside the kernel at the next
 // synchronizing call, or here with LLAMATRAIN_CUDA_SYNC=1 (sync_each_kernel), which waits for every
 // kernel and gemm, so that the error names the one that faulted (slow: for finding a fault).
-#define CUDA_CHECK_LAUNCH(name)                                                                      \
-  do {                                                                                               \
-    cudaError_t cuda_check_err_ = cudaGetLastError();                                                \
-    if (cuda_check_err_ == cudaSuccess && ::llamatrain::cuda::detail::sync_each_kernel())            \
-      cuda_check_err_ = cudaStreamSynchronize(::llamatrain::cuda::detail::cuda_stream());             \
-    if (cuda_check_err_ != cudaSuccess)                                                              \
-      ::llamatrain::cuda::detail::raise_cuda_error(cuda_check_err_, name, __FILE__, __LINE__);       \
+#define CUDA_CHECK_LAUNCH(name)                                                                \
+  do {                                                                                         \
+    cudaError_t cuda_check_err_ = cudaGetLastError();                                          \
+    if (cuda_check_err_ == cudaSuccess && ::llamatrain::cuda::detail::sync_each_kernel())      \
+      cuda_check_err_ = cudaStreamSynchronize(::llamatrain::cuda::detail::cuda_stream());      \
+    if (cuda_check_err_ != cudaSuccess)                                                        \
+      ::llamatrain::cuda::detail::raise_cuda_error(cuda_check_err_, name, __FILE__, __LINE__); \
   } while (0)

@@ -291,8 +291,7 @@ __device__ __forceinline__ void mma_p_rows(float (*o)[4], const float (*p)[4], c
 #pragma unroll
     for (int db = 0; db < P / 8; db += 2) {
       uint32_t b[4];
-      ldmatrix_x4(b, rows + (kc * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kStride<P> + (db + lane / 16) * 8,
-                  true);
+      ldmatrix_x4(b, rows + (kc * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kStride<P> + (db + lane / 16) * 8, true);
       mma_bf16_16x8x16(o[db], a, b);
       mma_bf16_16x8x16(o[db + 1], a, b + 2);
     }
@@ -301,8 +300,8 @@ __device__ __forceinline__ void mma_p_rows(float (*o)[4], const float (*p)[4], c
 
 template <int P, typename Src>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(float* out, float* lse, const Src* qkv, const int32_t* doc_start, int T, int H, int Hkv,
-                         int D, int window, float scale_log2) {
+    flash_forward_kernel(float* out, float* lse, const Src* qkv, const int32_t* doc_start, int T, int H, int Hkv, int D,
+                         int window, float scale_log2) {
   extern __shared__ float smem[];
   constexpr int S = kStride<P>;
   uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
@@ -394,7 +393,8 @@ __global__ void flash_delta_kernel(float* delta, const float* dout, const float*
   const int lane = threadIdx.x % 32;
   if (row >= int64_t(B) * T * H) return;
   float s = 0.0f;
-  for (int d = lane; d < D; d += 32) s += rng::bf16_bits_to_float(rng::bf16_bits_rne(dout[row * D + d])) * out[row * D + d];
+  for (int d = lane; d < D; d += 32)
+    s += rng::bf16_bits_to_float(rng::bf16_bits_rne(dout[row * D + d])) * out[row * D + d];
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   const int h = int(row % H);
   const int64_t bt = row / H, b = bt / T, t = bt % T;
@@ -411,7 +411,7 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* sk = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sv = sk + kKeys * S;
   float* slse = reinterpret_cast<float*>(sv + kKeys * S);  // (kBwdQueries), times log2(e)
-  float* sdelta = slse + kBwdQueries;                        // (kBwdQueries)
+  float* sdelta = slse + kBwdQueries;                      // (kBwdQueries)
   const int u0 = blockIdx.x * kKeys, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
@@ -589,8 +589,8 @@ void with_bf16_copies(const float* qkv, int64_t n_qkv, const float* dout, int64_
 }
 
 template <int P>
-void forward(float* out, float* lse, const float* qkv, const int32_t* doc_start, int B, int T, int H, int Hkv,
-             int D, int window, float scale) {
+void forward(float* out, float* lse, const float* qkv, const int32_t* doc_start, int B, int T, int H, int Hkv, int D,
+             int window, float scale) {
   static const bool ready = (allow_shared(flash_forward_kernel<P, float>, forward_shared<P, float>()),
                              allow_shared(flash_forward_kernel<P, bf16>, forward_shared<P, bf16>()), true);
   (void)ready;
@@ -615,13 +615,13 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* lse
   const int64_t n_qkv = int64_t(B) * T * (H + 2 * Hkv) * D, n_dout = int64_t(B) * T * H * D;
   with_bf16_copies<P>(qkv, n_qkv, dout, n_dout, D, [&](const auto* q, const auto* d) {
     using Src = std::remove_cv_t<std::remove_pointer_t<decltype(q)>>;
-    flash_backward_dkv_kernel<P, Src><<<dim3((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P, Src>(),
-                                      cuda_stream()>>>(dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale,
-                                                       scale * kLog2e);
+    flash_backward_dkv_kernel<P, Src>
+        <<<dim3((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P, Src>(), cuda_stream()>>>(
+            dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale, scale * kLog2e);
     CUDA_CHECK_LAUNCH("flash_backward_dkv_kernel");
-    flash_backward_dq_kernel<P, Src><<<dim3((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P, Src>(),
-                                     cuda_stream()>>>(dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale,
-                                                      scale * kLog2e);
+    flash_backward_dq_kernel<P, Src>
+        <<<dim3((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P, Src>(), cuda_stream()>>>(
+            dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale, scale * kLog2e);
     CUDA_CHECK_LAUNCH("flash_backward_dq_kernel");
   });
 }
@@ -661,9 +661,8 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
   if (B <= 0 || T <= 0 || H <= 0) return;
   check_shape("flash_attention_forward", B, T, H, Hkv);
   const float scale = float(1.0 / std::sqrt(double(D)));
-  with_head_dim("flash_attention_forward", D, [&]<int kP>() {
-    forward<kP>(out, lse, qkv, doc_start, B, T, H, Hkv, D, window, scale);
-  });
+  with_head_dim("flash_attention_forward", D,
+                [&]<int kP>() { forward<kP>(out, lse, qkv, doc_start, B, T, H, Hkv, D, window, scale); });
 }
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,

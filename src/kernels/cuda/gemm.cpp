@@ -15,10 +15,10 @@
 #include "kernels/cuda/sizes.h"
 #include "kernels/cuda/ops.h"  // fill_zero
 
-#define CUBLAS_CHECK(call)                                                                           \
-  do {                                                                                               \
-    cublasStatus_t cublas_check_status_ = (call);                                                    \
-    if (cublas_check_status_ != CUBLAS_STATUS_SUCCESS)                                               \
+#define CUBLAS_CHECK(call)                                                                                  \
+  do {                                                                                                      \
+    cublasStatus_t cublas_check_status_ = (call);                                                           \
+    if (cublas_check_status_ != CUBLAS_STATUS_SUCCESS)                                                      \
       ::llamatrain::cuda::detail::raise_cublas_error(int(cublas_check_status_), #call, __FILE__, __LINE__); \
   } while (0)
 

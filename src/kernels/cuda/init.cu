@@ -17,9 +17,7 @@ using detail::grid_for;
 
 namespace {
 
-__global__ void fill_constant_kernel(float* out, int64_t n, float value) {
-  GRID_STRIDE(i, n) out[i] = value;
-}
+__global__ void fill_constant_kernel(float* out, int64_t n, float value) { GRID_STRIDE(i, n) out[i] = value; }
 
 __global__ void fill_normal_kernel(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first) {
   GRID_STRIDE(i, n) out[i] = std * rng::random_normal(seed, stream, first + uint64_t(i));

@@ -73,7 +73,8 @@ struct HeadOperand {
 
 HeadOperand head_operand(const float* wout, Bf16Weight wout_bf16, ComputeType ct) {
   if (ct == ComputeType::f32) return {GemmType::f32, wout, false};
-  if (!wout_bf16.data) detail::raise_error("cuda::lmhead_ce: bf16 compute without the lm head's bf16 copy; hint: pass wout_bf16");
+  if (!wout_bf16.data)
+    detail::raise_error("cuda::lmhead_ce: bf16 compute without the lm head's bf16 copy; hint: pass wout_bf16");
   return {wout_bf16.is_bf16 ? GemmType::bf16 : GemmType::f32, wout_bf16.data, true};
 }
 
@@ -84,7 +85,7 @@ void lmhead_ce(float* losses, float* dx, float* dwout, const float* x, const flo
   const int R = chunk_rows(N, V);
   auto* logits = static_cast<float*>(detail::scratch(detail::kScratchLogits, size_t(R) * V * sizeof(float)));
   const bool backward = dx != nullptr;
-  const Grad grad = !backward ? Grad::none
+  const Grad grad = !backward                  ? Grad::none
                     : w.type == GemmType::bf16 ? Grad::bf16
                     : w.bf16_values            ? Grad::bf16_values
                                                : Grad::f32;
@@ -135,9 +136,8 @@ void lmhead_ce_forward(float* losses, const float* x, const float* wout, Bf16Wei
   lmhead_ce(losses, nullptr, nullptr, x, wout, wout_bf16, targets, 0.0f, N, C, V, ct);
 }
 
-void lmhead_ce_backward(float* losses, float* dx, float* dwout, const float* x, const float* wout,
-                        Bf16Weight wout_bf16, const int32_t* targets, float dloss, int N, int C, int V,
-                        ComputeType ct) {
+void lmhead_ce_backward(float* losses, float* dx, float* dwout, const float* x, const float* wout, Bf16Weight wout_bf16,
+                        const int32_t* targets, float dloss, int N, int C, int V, ComputeType ct) {
   if (!dx) detail::raise_error("cuda::lmhead_ce_backward: dx is nullptr; hint: pass the (N,C) gradient buffer");
   lmhead_ce(losses, dx, dwout, x, wout, wout_bf16, targets, dloss, N, C, V, ct);
 }

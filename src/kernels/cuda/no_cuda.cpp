@@ -76,9 +76,7 @@ void matmul_backward(float*, float*, const TD*, const TI*, const float*, Bf16Wei
 LLAMATRAIN_CUDA_FOR_EACH_OPERAND_PAIR(LLAMATRAIN_CUDA_INSTANTIATE_MATMUL_BACKWARD)
 
 void rope_forward(float*, const int32_t*, int, int, int, int, const RopeFreqs&) { unavailable("rope_forward"); }
-void rope_backward(float*, const int32_t*, int, int, int, int, const RopeFreqs&, bool) {
-  unavailable("rope_backward");
-}
+void rope_backward(float*, const int32_t*, int, int, int, int, const RopeFreqs&, bool) { unavailable("rope_backward"); }
 
 void attention_forward(float*, float*, const float*, int, int, int, int, int, int, const int32_t*) {
   unavailable("attention_forward");

@@ -189,8 +189,8 @@ void fill_constant(float* out, int64_t n, float value);
 void scale(float* x, int64_t n, float s);  // x[i] *= s (one rounding each: the mean of a sum)
 void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t stream, uint64_t first);
 
-void bf16_from_float(bf16* out, const float* in, int64_t n);          // round to nearest even
-void bf16_from_float(bf16_in_f32* out, const float* in, int64_t n);   // the same values, kept in floats
+void bf16_from_float(bf16* out, const float* in, int64_t n);         // round to nearest even
+void bf16_from_float(bf16_in_f32* out, const float* in, int64_t n);  // the same values, kept in floats
 void float_from_bf16(float* out, const bf16* in, int64_t n);
 
 // ---- NCCL: collectives over the GPUs of several processes (nccl.cpp where the build found NCCL;

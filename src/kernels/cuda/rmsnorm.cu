@@ -22,9 +22,9 @@
 namespace llamatrain::cuda {
 
 using detail::cuda_stream;
+using detail::Vec;
 using detail::vec4_floats;
 using detail::vec4_out;
-using detail::Vec;
 
 namespace {
 
@@ -141,8 +141,8 @@ void rmsnorm_launch(T* out, float* rstd, float* resid, const float* a, const flo
   if (v4)
     rmsnorm_forward_kernel<T, true, kAdd><<<N, kRowThreads, 0, cuda_stream()>>>(out, rstd, resid, a, b, weight, C, eps);
   else
-    rmsnorm_forward_kernel<T, false, kAdd><<<N, kRowThreads, 0, cuda_stream()>>>(out, rstd, resid, a, b, weight, C,
-                                                                                  eps);
+    rmsnorm_forward_kernel<T, false, kAdd>
+        <<<N, kRowThreads, 0, cuda_stream()>>>(out, rstd, resid, a, b, weight, C, eps);
   CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
 }
 

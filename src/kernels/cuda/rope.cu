@@ -77,7 +77,7 @@ const float* rope_table(int rows, int D, const RopeFreqs& rope) {
   void* at = detail::scratch(detail::kScratchRope, size_t(sizes::rope_table_bytes(rows, D)));  // as planned
   if (at != built.at || D != built.D || !(rope == built.rope) || rows > built.rows) {
     rope_table_kernel<<<grid_for(int64_t(rows) * half), 256, 0, cuda_stream()>>>(static_cast<float*>(at), rows, D,
-                                                                                rope);
+                                                                                 rope);
     CUDA_CHECK_LAUNCH("rope_table_kernel");
     built = Built{at, rows, D, rope};
   }

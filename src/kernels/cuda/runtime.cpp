@@ -25,11 +25,20 @@ namespace detail {
 const char* cuda_error_code(cudaError_t err) {
   switch (err) {
     case cudaErrorMemoryAllocation: return "gpu_oom";
-    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorMisalignedAddress:
-    case cudaErrorIllegalInstruction: case cudaErrorHardwareStackError: case cudaErrorInvalidPc:
-    case cudaErrorInvalidAddressSpace: case cudaErrorAssert: return "gpu_fault";
-    case cudaErrorECCUncorrectable: case cudaErrorNvlinkUncorrectable: case cudaErrorDevicesUnavailable:
-    case cudaErrorSystemNotReady: case cudaErrorLaunchTimeout: case cudaErrorUnknown: return "gpu_lost";
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorHardwareStackError:
+    case cudaErrorInvalidPc:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorAssert: return "gpu_fault";
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorSystemNotReady:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorUnknown: return "gpu_lost";
     default: return "gpu";
   }
 }
@@ -130,7 +139,7 @@ const DeviceState& device_state() {
     }
     if (err == cudaSuccess && n > 0) s.count = n;
     cudaGetLastError();  // a failed query must not stay as the sticky last error
-    if (s.count > 0) {  // one GPU per rank of a node: the local rank's, modulo the visible devices
+    if (s.count > 0) {   // one GPU per rank of a node: the local rank's, modulo the visible devices
       s.index = local_rank() % s.count;
       if (cudaError_t e = cudaSetDevice(s.index); e != cudaSuccess) {
         s.reason = std::string("cudaSetDevice(") + std::to_string(s.index) + "): " + cudaGetErrorString(e);

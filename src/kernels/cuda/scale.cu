@@ -15,9 +15,7 @@ using detail::grid_for;
 
 namespace {
 
-__global__ void scale_kernel(float* x, int64_t n, float s) {
-  GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
-}
+__global__ void scale_kernel(float* x, int64_t n, float s) { GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s); }
 
 }  // namespace
 

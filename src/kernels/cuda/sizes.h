@@ -43,8 +43,8 @@ constexpr int64_t lmhead_scratch_bytes(int64_t N, int64_t C, int64_t V, bool bf1
 // fp64 column sums (at most kNormWeightPartials of them, 64 chunks), then the chunks summed in order.
 constexpr int64_t kNormWeightPartials = int64_t(1) << 20;
 constexpr int64_t norm_weight_chunks(int64_t N, int64_t C) {
-  return std::max<int64_t>(1, std::min<int64_t>({int64_t(64), kNormWeightPartials / std::max<int64_t>(C, 1),
-                                                  (N + 31) / 32}));
+  return std::max<int64_t>(
+      1, std::min<int64_t>({int64_t(64), kNormWeightPartials / std::max<int64_t>(C, 1), (N + 31) / 32}));
 }
 constexpr int64_t norm_weight_scratch_bytes(int64_t N, int64_t C) { return norm_weight_chunks(N, C) * C * 8; }
 
@@ -54,7 +54,9 @@ constexpr int64_t kRopeTableEntries = int64_t(1) << 20;
 constexpr int64_t rope_table_rows(int64_t N, int64_t D) {
   return std::max<int64_t>(1, std::min<int64_t>(N, kRopeTableEntries / std::max<int64_t>(D / 2, 1)));
 }
-constexpr int64_t rope_table_bytes(int64_t N, int64_t D) { return rope_table_rows(N, D) * std::max<int64_t>(D / 2, 1) * 8; }
+constexpr int64_t rope_table_bytes(int64_t N, int64_t D) {
+  return rope_table_rows(N, D) * std::max<int64_t>(D / 2, 1) * 8;
+}
 
 // The runtime's memory for micro-batches of N = B x T tokens on a rank whose widest matmul operand
 // row has `widest` elements (max of C, the q/k/v width and 2F) and whose attention has H query heads:
@@ -65,8 +67,8 @@ constexpr int64_t rope_table_bytes(int64_t N, int64_t D) { return rope_table_row
 constexpr int64_t runtime_bytes(int64_t B, int64_t T, int64_t widest, int64_t H, bool bf16_compute) {
   const int64_t N = B * T;
   const int64_t conversions = bf16_compute ? 2 * grown(N * widest * 2) : 0;
-  const int64_t tables = grown(std::max(kNormWeightPartials * 8, widest * 8)) +
-                         grown(std::max(kRopeTableEntries * 8, widest * 4));
+  const int64_t tables =
+      grown(std::max(kNormWeightPartials * 8, widest * 8)) + grown(std::max(kRopeTableEntries * 8, widest * 4));
   return kContextBytes + kGemmWorkspaceBytes + kAllocatorSlackBytes + conversions + grown(B * H * T * 4) +
          grown(int64_t(1) << 23) + tables;
 }

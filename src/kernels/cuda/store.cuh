@@ -10,7 +10,9 @@ namespace llamatrain::cuda::detail {
 
 __device__ __forceinline__ void put(float* p, float v) { *p = v; }
 __device__ __forceinline__ void put(bf16* p, float v) { p->bits = rng::bf16_bits_rne(v); }
-__device__ __forceinline__ void put(bf16_in_f32* p, float v) { p->value = rng::bf16_bits_to_float(rng::bf16_bits_rne(v)); }
+__device__ __forceinline__ void put(bf16_in_f32* p, float v) {
+  p->value = rng::bf16_bits_to_float(rng::bf16_bits_rne(v));
+}
 
 __device__ __forceinline__ float load(const float* p) { return *p; }
 __device__ __forceinline__ float load(const bf16* p) { return rng::bf16_bits_to_float(p->bits); }

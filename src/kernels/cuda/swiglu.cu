@@ -19,9 +19,9 @@ using detail::cuda_stream;
 using detail::grid_for;
 using detail::load_vec;
 using detail::store_vec;
+using detail::Vec;
 using detail::vec4_floats;
 using detail::vec4_out;
-using detail::Vec;
 
 namespace {
 

@@ -77,11 +77,11 @@ __global__ void ce_partials_kernel(float* partials, float* global_max, float* lo
   }
 }
 
-__global__ void ce_forward_kernel(float* losses, const float* global_max, const float* partials,
-                                  const int32_t* targets, int N) {
+__global__ void ce_forward_kernel(float* losses, const float* global_max, const float* partials, const int32_t* targets,
+                                  int N) {
   GRID_STRIDE(n, N) {
-    losses[n] = targets[n] < 0 ? 0.0f
-                               : float(double(global_max[n]) + log(double(partials[2 * n])) - partials[2 * n + 1]);
+    losses[n] =
+        targets[n] < 0 ? 0.0f : float(double(global_max[n]) + log(double(partials[2 * n])) - partials[2 * n + 1]);
   }
 }
 
@@ -90,8 +90,8 @@ __global__ void ce_backward_kernel(float* exps, const float* partials, const int
   GRID_STRIDE(i, int64_t(N) * V) {
     const int64_t n = i / V, v = i % V;
     const int64_t t = int64_t(targets[n]) - vocab_begin;
-    const float d = targets[n] < 0 ? 0.0f
-                                   : float(double(dloss) * (double(exps[i]) / partials[2 * n] - (v == t ? 1.0 : 0.0)));
+    const float d =
+        targets[n] < 0 ? 0.0f : float(double(dloss) * (double(exps[i]) / partials[2 * n] - (v == t ? 1.0 : 0.0)));
     exps[i] = bf16_values ? rng::bf16_bits_to_float(rng::bf16_bits_rne(d)) : d;
   }
 }
@@ -101,8 +101,8 @@ __global__ void ce_backward_kernel(float* exps, const float* partials, const int
 void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_begin, int V,
                                       int N, int C) {
   if (int64_t(N) * C == 0) return;
-  vp_embedding_forward_kernel<<<grid_for(int64_t(N) * C), 256, 0, cuda_stream()>>>(out, tokens, wte, vocab_begin, V,
-                                                                                    N, C);
+  vp_embedding_forward_kernel<<<grid_for(int64_t(N) * C), 256, 0, cuda_stream()>>>(out, tokens, wte, vocab_begin, V, N,
+                                                                                   C);
   CUDA_CHECK_LAUNCH("vp_embedding_forward_kernel");
 }
 

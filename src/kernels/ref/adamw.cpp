@@ -12,8 +12,8 @@
 
 namespace llamatrain::ref {
 
-void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int step, float grad_scale) {
+void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int step, float grad_scale) {
   // torch: bias_correction1 = 1 - beta1**step; bias_correction2 = 1 - beta2**step
   double bc1 = 1.0 - std::pow(double(beta1), step);
   double bc2 = 1.0 - std::pow(double(beta2), step);

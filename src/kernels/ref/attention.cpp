@@ -26,8 +26,8 @@ int first_key(int t, int window, const int32_t* doc) {
 
 // Softmax probabilities p[u0..t] of query row q (D) against keys k_u0..k_t (rows of qkv at stride W):
 // s[u] = scale * q.k_u; p = exp(s - max s) / sum. Returns lse = max s + log(sum).
-double causal_softmax_row(std::vector<double>& p, const float* q /*(D)*/, const float* k0 /*k of row 0*/,
-                          int64_t W, int u0, int t, int D, double scale) {
+double causal_softmax_row(std::vector<double>& p, const float* q /*(D)*/, const float* k0 /*k of row 0*/, int64_t W,
+                          int u0, int t, int D, double scale) {
   double smax = -std::numeric_limits<double>::infinity();
   for (int u = u0; u <= t; u++) {
     const float* k = k0 + u * W;
@@ -47,8 +47,8 @@ double causal_softmax_row(std::vector<double>& p, const float* q /*(D)*/, const 
 
 }  // namespace
 
-void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/,
-                       int B, int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
+void attention_forward(float* out /*(B,T,H*D)*/, float* lse /*(B,H,T)*/, const float* qkv /*(B,T,(H+2*Hkv)*D)*/, int B,
+                       int T, int H, int Hkv, int D, int window, const int32_t* doc_start) {
   const int64_t W = int64_t(H + 2 * Hkv) * D;  // qkv row width
   const int group = H / Hkv;                   // query heads per kv head
   const double scale = 1.0 / std::sqrt(double(D));
@@ -119,9 +119,9 @@ void attention_backward(float* dqkv /*(B,T,(H+2*Hkv)*D)*/, const float* dout /*(
           // dS = P * (dP - rowdot); scores s = scale * q.k, so ds/dq = scale*k, ds/dk = scale*q
           const double ds = p[u] * (dp[u] - rowdot) * scale;
           for (int d = 0; d < D; d++) {
-            dq[d] += ds * double(k[d]);       // dq = dS k * scale
-            dk[d] += ds * double(q[d]);       // dk += dS^T q * scale
-            dv[d] += p[u] * double(dy[d]);    // dv += P^T dout
+            dq[d] += ds * double(k[d]);     // dq = dS k * scale
+            dk[d] += ds * double(q[d]);     // dk += dS^T q * scale
+            dv[d] += p[u] * double(dy[d]);  // dv += P^T dout
           }
         }
       }

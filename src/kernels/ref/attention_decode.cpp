@@ -10,15 +10,15 @@
 
 namespace llamatrain::ref {
 
-void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D, int window) {
+void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv, int D,
+                      int window) {
   const int64_t KV = 2 * int64_t(Hkv) * D;  // a cache row: [k heads | v heads]
   const int group = H / Hkv;                // query heads per kv head
   const float scale = 1.0f / std::sqrt(float(D));
   const int t0 = window > 0 ? std::max(0, pos - window + 1) : 0;  // the first visible position
   for (int h = 0; h < H; h++) {
     const int kvh = h / group;
-    const float* k = kv_cache + int64_t(kvh) * D;                   // row t at k + t * KV
+    const float* k = kv_cache + int64_t(kvh) * D;  // row t at k + t * KV
     const float* v = kv_cache + int64_t(Hkv) * D + int64_t(kvh) * D;
     float* s = scores + int64_t(h) * (pos + 1);
     // torch: s = (q @ k[t0:pos+1].T) * scale

@@ -20,8 +20,8 @@ double logsumexp(const float* row /*(V)*/, int V) {
 
 }  // namespace
 
-void cross_entropy_forward(float* losses /*(N)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/,
-                           int N, int V) {
+void cross_entropy_forward(float* losses /*(N)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/, int N,
+                           int V) {
   for (int n = 0; n < N; n++) {
     // torch: F.cross_entropy(logits, targets, ignore_index=-100, reduction='none')
     if (targets[n] < 0) {

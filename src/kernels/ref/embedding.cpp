@@ -4,8 +4,7 @@
 
 namespace llamatrain::ref {
 
-void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/,
-                       int N, int C) {
+void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/, int N, int C) {
   for (int n = 0; n < N; n++) {
     // torch: out = wte[tokens]  (nn.Embedding is a row lookup)
     const float* row = wte + int64_t(tokens[n]) * C;
@@ -13,8 +12,8 @@ void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, cons
   }
 }
 
-void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/,
-                        int N, int C) {
+void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/, int N,
+                        int C) {
   for (int n = 0; n < N; n++) {
     // torch: dwte.index_add_(0, tokens, dout); a token seen twice receives both rows, in order of n
     float* row = dwte + int64_t(tokens[n]) * C;

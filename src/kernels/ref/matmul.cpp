@@ -5,8 +5,8 @@
 
 namespace llamatrain::ref {
 
-void matmul_forward(float* out /*(N,OC)*/, const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
-                    int N, int IC, int OC) {
+void matmul_forward(float* out /*(N,OC)*/, const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/, int N, int IC,
+                    int OC) {
   for (int n = 0; n < N; n++) {
     const float* x = inp + int64_t(n) * IC;  // (IC)
     for (int o = 0; o < OC; o++) {
@@ -26,8 +26,7 @@ void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const f
     for (int n = 0; n < N; n++) {
       for (int i = 0; i < IC; i++) {
         double acc = 0.0;
-        for (int o = 0; o < OC; o++)
-          acc += double(dout[int64_t(n) * OC + o]) * double(weight[int64_t(o) * IC + i]);
+        for (int o = 0; o < OC; o++) acc += double(dout[int64_t(n) * OC + o]) * double(weight[int64_t(o) * IC + i]);
         dinp[int64_t(n) * IC + i] = float(acc);
       }
     }

@@ -19,11 +19,10 @@
 namespace llamatrain::ref {
 
 // out[n, :] = wte[tokens[n], :]
-void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/,
-                       int N, int C);
+void embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/, int N, int C);
 // dwte[tokens[n], :] += dout[n, :]
-void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/,
-                        int N, int C);
+void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/, int N,
+                        int C);
 
 // Vocabulary-parallel embedding (Megatron's VocabParallelEmbedding): this rank's table holds rows
 // [vocab_begin, vocab_begin + V) of the full one. out[n] = wte[tokens[n] - vocab_begin] for tokens in
@@ -31,20 +30,19 @@ void embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, cons
 // backward adds dout[n] into the rows of the tokens in range, in order of n.
 void vocab_parallel_embedding_forward(float* out /*(N,C)*/, const int32_t* tokens /*(N)*/, const float* wte /*(V,C)*/,
                                       int64_t vocab_begin, int V, int N, int C);
-void vocab_parallel_embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/, const int32_t* tokens /*(N)*/,
-                                       int64_t vocab_begin, int V, int N, int C);
+void vocab_parallel_embedding_backward(float* dwte /*(V,C)*/, const float* dout /*(N,C)*/,
+                                       const int32_t* tokens /*(N)*/, int64_t vocab_begin, int V, int N, int C);
 
 // HF LlamaRMSNorm: rstd = 1/sqrt(mean(x^2) + eps); out = x * rstd * weight.
-void rmsnorm_forward(float* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/,
-                     const float* weight /*(C)*/, int N, int C, float eps);
+void rmsnorm_forward(float* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/, const float* weight /*(C)*/,
+                     int N, int C, float eps);
 // dx += d/dx, dweight += sum_n dout * x * rstd.
 void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* dout /*(N,C)*/,
-                      const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/,
-                      int N, int C);
+                      const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/, int N, int C);
 
 // out = inp @ weight^T (nn.Linear without bias).
-void matmul_forward(float* out /*(N,OC)*/, const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/,
-                    int N, int IC, int OC);
+void matmul_forward(float* out /*(N,OC)*/, const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/, int N, int IC,
+                    int OC);
 // dinp = dout @ weight (skipped if dinp == nullptr); dweight += dout^T @ inp.
 void matmul_backward(float* dinp /*(N,IC)*/, float* dweight /*(OC,IC)*/, const float* dout /*(N,OC)*/,
                      const float* inp /*(N,IC)*/, const float* weight /*(OC,IC)*/, int N, int IC, int OC);
@@ -68,12 +66,12 @@ void rope_backward(float* dx, const int32_t* pos /*(N)*/, int N, int n_heads, in
 // doc_start (B,T) or nullptr: packed documents, doc_start[b, t] the position in its sequence where
 // token t's document starts (non-decreasing in t, each value either the previous one or t); key u is
 // visible to query t only if doc_start[b, t] <= u, so no document sees another.
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D,
-                       int window = 0, const int32_t* doc_start = nullptr);
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv, int D, int window = 0,
+                       const int32_t* doc_start = nullptr);
 // dqkv (B,T,(H+2*Hkv)*D) is overwritten with the gradient w.r.t. the (post-rope) q, k, v.
-void attention_backward(float* dqkv, const float* dout /*(B,T,H*D)*/, const float* qkv,
-                        const float* out /*(B,T,H*D)*/, const float* lse /*(B,H,T)*/, int B, int T, int H,
-                        int Hkv, int D, int window = 0, const int32_t* doc_start = nullptr);
+void attention_backward(float* dqkv, const float* dout /*(B,T,H*D)*/, const float* qkv, const float* out /*(B,T,H*D)*/,
+                        const float* lse /*(B,H,T)*/, int B, int T, int H, int Hkv, int D, int window = 0,
+                        const int32_t* doc_start = nullptr);
 
 // The bias of a linear layer (Qwen2's q/k/v): x[n, :] += bias; backward dbias += sum_n dout[n, :]
 // (summed in fp64), the input gradient being dout itself.
@@ -83,8 +81,7 @@ void bias_backward(float* dbias /*(OC)*/, const float* dout /*(N,OC)*/, int N, i
 // SwiGLU on a packed gate|up tensor: h13 (N,2F) row n = [gate (F) | up (F)];
 // out (N,F) = silu(gate) * up, silu(g) = g * sigmoid(g).
 void swiglu_forward(float* out /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, int F);
-void swiglu_backward(float* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const float* h13 /*(N,2F)*/,
-                     int N, int F);
+void swiglu_backward(float* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, int F);
 
 // out = a + b (elementwise, n values). out may alias a or b.
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
@@ -93,13 +90,13 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 // 0..pos (what attention_forward computes for row pos of a causal sequence; with window > 0, of
 // positions pos - window + 1..pos only). q (H*D); cache rows are (T_cache, 2*Hkv*D), each [k heads |
 // v heads]; scores (H, pos + 1) is scratch. out (H*D).
-void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv,
-                      int D, int window = 0);
+void attention_decode(float* out, float* scores, const float* q, const float* kv_cache, int pos, int H, int Hkv, int D,
+                      int window = 0);
 
 // Cross-entropy from full logits. losses[n] = logsumexp(logits[n]) - logits[n, targets[n]];
 // targets[n] < 0 (ignore index -100) gives losses[n] = 0.
-void cross_entropy_forward(float* losses /*(N)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/,
-                           int N, int V);
+void cross_entropy_forward(float* losses /*(N)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/, int N,
+                           int V);
 // dlogits[n] = dloss * (softmax(logits[n]) - onehot(targets[n])), 0 for ignored rows.
 // dloss is d(total loss)/d(losses[n]), the same for every row (e.g. 1/num_valid for a mean).
 void cross_entropy_backward(float* dlogits /*(N,V)*/, const float* logits /*(N,V)*/, const int32_t* targets /*(N)*/,
@@ -146,8 +143,8 @@ void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint32_t strea
 //   g = grad * grad_scale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2
 //   param -= lr*weight_decay*param; param -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
 // step t is 1-based. grad_scale folds in global-norm clipping.
-void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int step, float grad_scale);
+void adamw_update(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int step, float grad_scale);
 
 // adamw_update, then param_bf16 (n) = each new param rounded to nearest even (bf16-mixed's matmul copy).
 void adamw_update_bf16_copy(float* param, bf16* param_bf16, float* m, float* v, const float* grad, int64_t n, float lr,

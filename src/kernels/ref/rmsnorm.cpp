@@ -7,8 +7,8 @@
 
 namespace llamatrain::ref {
 
-void rmsnorm_forward(float* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/,
-                     const float* weight /*(C)*/, int N, int C, float eps) {
+void rmsnorm_forward(float* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /*(N,C)*/, const float* weight /*(C)*/,
+                     int N, int C, float eps) {
   for (int n = 0; n < N; n++) {
     const float* xn = x + int64_t(n) * C;
     float* on = out + int64_t(n) * C;
@@ -24,8 +24,7 @@ void rmsnorm_forward(float* out /*(N,C)*/, float* rstd /*(N)*/, const float* x /
 }
 
 void rmsnorm_backward(float* dx /*(N,C)*/, float* dweight /*(C)*/, const float* dout /*(N,C)*/,
-                      const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/,
-                      int N, int C) {
+                      const float* x /*(N,C)*/, const float* weight /*(C)*/, const float* rstd /*(N)*/, int N, int C) {
   for (int n = 0; n < N; n++) {
     const float* xn = x + int64_t(n) * C;
     const float* dn = dout + int64_t(n) * C;

@@ -12,8 +12,8 @@ namespace llamatrain::ref {
 namespace {
 
 // Rotates every pair of heads [0, n_heads) of every row by sign * angle.
-void rope_rotate(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D,
-                 const RopeFreqs& rope, double sign) {
+void rope_rotate(float* x, const int32_t* pos /*(N)*/, int N, int n_heads, int row_stride, int D, const RopeFreqs& rope,
+                 double sign) {
   int half = D / 2;
   for (int n = 0; n < N; n++) {
     for (int i = 0; i < half; i++) {

@@ -19,8 +19,7 @@ void swiglu_forward(float* out /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, in
   }
 }
 
-void swiglu_backward(float* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const float* h13 /*(N,2F)*/,
-                     int N, int F) {
+void swiglu_backward(float* dh13 /*(N,2F)*/, const float* dout /*(N,F)*/, const float* h13 /*(N,2F)*/, int N, int F) {
   for (int n = 0; n < N; n++) {
     const float* gate = h13 + int64_t(n) * 2 * F;
     const float* up = gate + F;

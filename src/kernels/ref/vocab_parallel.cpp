@@ -61,8 +61,8 @@ void vocab_parallel_ce_forward(float* losses, const float* global_max, const flo
                                int N) {
   // loss = logsumexp(logits) - logits[target] = max + log(sum exp(logits - max)) - logits[target]
   for (int n = 0; n < N; n++)
-    losses[n] = targets[n] < 0 ? 0.0f
-                               : float(double(global_max[n]) + std::log(double(partials[2 * n])) - partials[2 * n + 1]);
+    losses[n] =
+        targets[n] < 0 ? 0.0f : float(double(global_max[n]) + std::log(double(partials[2 * n])) - partials[2 * n + 1]);
 }
 
 void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_t* targets, int64_t vocab_begin,
@@ -72,7 +72,8 @@ void vocab_parallel_ce_backward(float* exps, const float* partials, const int32_
     const int64_t t = int64_t(targets[n]) - vocab_begin;  // onehot(target) is 0 where t is not in [0, V)
     for (int v = 0; v < V; v++) {
       // dlogits = dloss * (softmax - onehot), softmax = exp(logit - max) / sum
-      float d = targets[n] < 0 ? 0.0f : float(double(dloss) * (double(row[v]) / partials[2 * n] - (v == t ? 1.0 : 0.0)));
+      float d =
+          targets[n] < 0 ? 0.0f : float(double(dloss) * (double(row[v]) / partials[2 * n] - (v == t ? 1.0 : 0.0)));
       row[v] = bf16_values ? to_float(to_bf16(d)) : d;
     }
   }
