@@ -13,8 +13,7 @@ namespace {
 // S, or category Zs): ASCII's \t \n \v \f \r, the separators \x1c-\x1f, space, NEL, NBSP and the
 // Unicode spaces and line/paragraph separators.
 bool python_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return unicode_white_space(c) || (c >= 0x1C && c <= 0x1F);  // and the ASCII separators Python counts
 }
 
 // Whether the character at s[i] is a space, and its length (an invalid byte sequence: its maximal

@@ -20,11 +20,6 @@ enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, U16, U32, U
 const char* dtype_name(DType d);  // "F32", ...
 int dtype_size(DType d);          // bytes per element
 
-// IEEE binary16 <-> fp32. f16_to_float is exact (subnormals, inf, NaN payload kept);
-// float_to_f16 rounds to nearest even, overflows to inf and keeps NaN a (quiet) NaN.
-float f16_to_float(uint16_t h);
-uint16_t float_to_f16(float f);
-
 struct TensorView {
   std::string name;
   DType dtype;
