@@ -265,7 +265,7 @@ void run_eval(const EvalArgs& a) {
     chat_cfg.chat = data::load_chat_template(a.chat_template, data::find_tokenizer_config(tokenizer_path, a.model_dir));
     data::check_chat_tokens(*chat_cfg.chat, *tok);
     chat_cfg.seq_length = a.seq;
-    chat_cfg.pad_id = tok->pad_id() >= 0 ? tok->pad_id() : 0;
+    chat_cfg.pad_id = data::sft_pad_id(*tok);
     chat_cfg.pack = a.pack;
   }
   auto m = io::load_hf_model(a.model_dir, precision, device);

@@ -360,4 +360,6 @@ void SftDataset::get(int64_t i, GptSample* out) const {
   make_sft_sample(out, group, cfg_);
 }
 
+int32_t sft_pad_id(const Tokenizer& tok) { return tok.pad_id() >= 0 ? tok.pad_id() : 0; }
+
 }  // namespace llamatrain::data

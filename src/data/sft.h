@@ -62,6 +62,10 @@ struct SftExample {
   std::vector<uint8_t> loss;  // chat: (text size) 1 where predicting the id is trained; empty otherwise
 };
 
+// The input id of padding positions: the tokenizer's pad token, else 0 (Llama 2 has none); what
+// training's fine-tuning samples and eval's scoring of them both use.
+int32_t sft_pad_id(const Tokenizer& tok);
+
 // Checks a template's braces; throws Error naming the position of a stray one.
 void validate_prompt_template(std::string_view tmpl);
 // Row -> prompt and completion text; false with *why (a short reason) for a malformed row.

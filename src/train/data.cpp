@@ -64,7 +64,7 @@ TrainData::TrainData(const TrainConfig& config, const data::Tokenizer* tokenizer
   for (data::Split s : kSplits) {
     const SftDatasetConfig& c = *cfgs[int(s)];
     if (c.file_names.empty()) continue;
-    data::SftConfig sc = c.sft_config(tokenizer->pad_id() >= 0 ? tokenizer->pad_id() : 0);
+    data::SftConfig sc = c.sft_config(data::sft_pad_id(*tokenizer));
     sc.seq_length = seq_length_;
     sc.chat = chat;
     if (sc.pack) own_positions_ = documents_ = true;  // examples attend to themselves only
