@@ -21,13 +21,17 @@ def makespan(works, slots):
 
 SMS = 132
 # name, T, heads (of the kernel's grid), sequences, blocks per multiprocessor (registers and shared memory)
+# name, T, heads (of the kernel's grid), sequences, blocks a multiprocessor holds (by ptxas's register
+# counts for sm_90a: 128 threads a block, 65,536 registers a multiprocessor), which tiles are heavy
 SHAPES = [
-    ("Llama-2-7B seq 4096, forward / dq (32 heads of 128)", 4096, 32, 1, 2, "query"),
-    ("Llama-2-7B seq 4096, dk/dv", 4096, 32, 1, 2, "key"),
-    ("TinyLlama seq 2048 x 8, forward / dq (32 heads of 64)", 2048, 32, 8, 4, "query"),
-    ("TinyLlama seq 2048 x 8, dk/dv (4 kv heads, groups of 8)", 2048, 4, 8, 4, "key"),
+    ("Llama-2-7B seq 4096, forward (32 heads of 128; 212 registers)", 4096, 32, 1, 2, "query"),
+    ("Llama-2-7B seq 4096, dq (240 registers)", 4096, 32, 1, 2, "query"),
+    ("Llama-2-7B seq 4096, dk/dv (240 registers)", 4096, 32, 1, 2, "key"),
+    ("TinyLlama seq 2048 x 8, forward (32 heads of 64; 128 registers)", 2048, 32, 8, 4, "query"),
+    ("TinyLlama seq 2048 x 8, dq (168 registers)", 2048, 32, 8, 3, "query"),
+    ("TinyLlama seq 2048 x 8, dk/dv (4 kv heads, groups of 8; 128 registers)", 2048, 4, 8, 4, "key"),
 ]
-print(f"| kernel, shape | (tile, head, sequence) order | heaviest first |")
+print("| kernel, shape | (tile, head, sequence) order | heaviest first |")
 print("|---|---|---|")
 for name, T, heads, seqs, per_sm, kind in SHAPES:
     tiles = T // 64

@@ -50,7 +50,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kQueries = 16 * kWarps;  // per forward and dq block
 constexpr int kKeys = 64;              // per tile (forward, dq) and per dkv block (16 per warp)
-static_assert(kKeys == kQueries, "check_shape counts blocks of either");
+static_assert(kKeys == kQueries, "check_shape counts tiles of either");
 constexpr int kBwdQueries = 32;  // per tile of the dkv kernel
 constexpr int kMaxD = 128;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -82,25 +82,24 @@ struct Mask {
   }
 };
 
-// Which (tile, head, sequence) a block works on. Under the causal mask the work of a block varies
-// with its tile (query tile i of the forward and dq kernels walks i + 1 key tiles; key tile j of the
-// dk/dv kernel sees every query tile from j on), and the GPU starts blocks in the order of their index
-// as slots free up. So the launches are one-dimensional, heads and sequences vary fastest, and the
-// heaviest tiles come first: the last blocks to start are the lightest, and no long block runs on
-// alone at the end while the rest of the GPU idles (longest first, as FlashAttention-3's scheduler
-// orders its tiles). With the plain (tile, head, sequence) grid the last heads' longest blocks start
-// last: a list-scheduling model of Llama-2-7B's forward at seq 4096 (2048 blocks of 1 to 64 key tiles
-// on 132 x 2 slots) ends 16% after the ideal in that order and 0.3% after it in this one.
-struct Block {
-  int tile, head, seq;
-};
+// The order blocks start in. Under the causal mask a block's work varies with its tile (query tile i
+// of the forward and dq kernels walks i + 1 key tiles; key tile j of the dk/dv kernel sees every query
+// tile from j on), and the GPU starts blocks in the order of their index (x fastest, then y, then z)
+// as slots free up. So the grid is (head, sequence, tile) with the heaviest tiles first: the last
+// blocks to start are the lightest, and no long block runs on alone at the end while the rest of the
+// GPU idles (longest first, as FlashAttention-3's scheduler orders its tiles). With a (tile, head,
+// sequence) grid the last heads' longest blocks start last: a list-scheduling model of Llama-2-7B's
+// forward at seq 4096 (2048 blocks of 1 to 64 key tiles on 132 x 2 slots) ends 16% after the ideal in
+// that order and 0.3% after it in this one (bench/attention_block_order.py). The kernels read blockIdx
+// where they use it (special registers; values computed from it would hold registers through the
+// loop: the dk/dv kernel at head dimension 64 went from 127 to 164 registers that way).
 template <bool kHeaviestLast>  // query tiles: the last is the heaviest; key tiles: the first is
-__device__ __forceinline__ Block heaviest_first(int tiles, int heads) {
-  const int64_t i = blockIdx.x, per_rank = int64_t(heads) * (int64_t(gridDim.x) / (int64_t(tiles) * heads));
-  const int rank = int(i / per_rank), rest = int(i % per_rank);
-  return Block{kHeaviestLast ? tiles - 1 - rank : rank, rest % heads, rest / heads};
+__device__ __forceinline__ int heaviest_first_tile() {
+  return kHeaviestLast ? int(gridDim.z - 1 - blockIdx.z) : int(blockIdx.z);
 }
-unsigned blocks_of(int tiles, int heads, int seqs) { return unsigned(int64_t(tiles) * heads * seqs); }
+dim3 heaviest_first_grid(int tiles, int heads, int seqs) {
+  return dim3(unsigned(heads), unsigned(seqs), unsigned(tiles));
+}
 
 // ROWS x D values of a row-major fp32 matrix (row stride `stride`, rows first.. of a sequence of T)
 // into shared memory as bf16 rows of P (D rounded up to a multiple of 16), zero past D and past T.
@@ -327,8 +326,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ float smem[];
   constexpr int S = kStride<P>;
   uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
-  const Block blk = heaviest_first<true>((T + kQueries - 1) / kQueries, H);
-  const int t0 = blk.tile * kQueries, h = blk.head, b = blk.seq;
+  const int t0 = heaviest_first_tile<true>() * kQueries, h = blockIdx.x, b = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int kvh = h / (H / Hkv);
@@ -424,8 +422,10 @@ __global__ void flash_delta_kernel(float* delta, const float* dout, const float*
   if (lane == 0) delta[(b * H + h) * T + t] = s;
 }
 
+// (At head dimension 64 and below, 4 blocks a multiprocessor: 128 registers without a spill, where
+// ptxas left to itself takes 156 and so fits 3.)
 template <int P, typename Src>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, P <= 64 ? 4 : 0)
     flash_backward_dkv_kernel(float* dqkv, const Src* dout, const Src* qkv, const float* lse, const float* delta,
                               const int32_t* doc_start, int T, int H, int Hkv, int D, int window, float scale,
                               float scale_log2) {
@@ -435,8 +435,7 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* sv = sk + kKeys * S;
   float* slse = reinterpret_cast<float*>(sv + kKeys * S);  // (kBwdQueries), times log2(e)
   float* sdelta = slse + kBwdQueries;                      // (kBwdQueries)
-  const Block blk = heaviest_first<false>((T + kKeys - 1) / kKeys, Hkv);
-  const int u0 = blk.tile * kKeys, kvh = blk.head, b = blk.seq;
+  const int u0 = heaviest_first_tile<false>() * kKeys, kvh = blockIdx.x, b = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int group = H / Hkv;
@@ -517,8 +516,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int S = kStride<P>;
   uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sdo = sq + kQueries * S;
-  const Block blk = heaviest_first<true>((T + kQueries - 1) / kQueries, H);
-  const int t0 = blk.tile * kQueries, h = blk.head, b = blk.seq;
+  const int t0 = heaviest_first_tile<true>() * kQueries, h = blockIdx.x, b = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tl = lane % 4;
   const int64_t W = int64_t(H + 2 * Hkv) * D;
   const int kvh = h / (H / Hkv);
@@ -619,7 +617,7 @@ void forward(float* out, float* lse, const float* qkv, const int32_t* doc_start,
   static const bool ready = (allow_shared(flash_forward_kernel<P, float>, forward_shared<P, float>()),
                              allow_shared(flash_forward_kernel<P, bf16>, forward_shared<P, bf16>()), true);
   (void)ready;
-  const unsigned grid = blocks_of((T + kQueries - 1) / kQueries, H, B);
+  const dim3 grid = heaviest_first_grid((T + kQueries - 1) / kQueries, H, B);
   const int64_t n_qkv = int64_t(B) * T * (H + 2 * Hkv) * D;
   with_bf16_copies<P>(qkv, n_qkv, nullptr, 0, D, [&](const auto* q, const auto*) {
     using Src = std::remove_cv_t<std::remove_pointer_t<decltype(q)>>;
@@ -641,11 +639,11 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* lse
   with_bf16_copies<P>(qkv, n_qkv, dout, n_dout, D, [&](const auto* q, const auto* d) {
     using Src = std::remove_cv_t<std::remove_pointer_t<decltype(q)>>;
     flash_backward_dkv_kernel<P, Src>
-        <<<blocks_of((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P, Src>(), cuda_stream()>>>(
+        <<<heaviest_first_grid((T + kKeys - 1) / kKeys, Hkv, B), kThreads, dkv_shared<P, Src>(), cuda_stream()>>>(
             dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale, scale * kLog2e);
     CUDA_CHECK_LAUNCH("flash_backward_dkv_kernel");
     flash_backward_dq_kernel<P, Src>
-        <<<blocks_of((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P, Src>(), cuda_stream()>>>(
+        <<<heaviest_first_grid((T + kQueries - 1) / kQueries, H, B), kThreads, dq_shared<P, Src>(), cuda_stream()>>>(
             dqkv, d, q, lse, delta, doc_start, T, H, Hkv, D, window, scale, scale * kLog2e);
     CUDA_CHECK_LAUNCH("flash_backward_dq_kernel");
   });
@@ -671,11 +669,11 @@ void with_head_dim(const char* op, int D, F&& f) {
 }
 
 void check_shape(const char* op, int B, int T, int H, int Hkv) {
-  const int64_t blocks = (int64_t(T) + kKeys - 1) / kKeys * H * B;  // (kQueries == kKeys)
-  if (Hkv > 0 && H % Hkv == 0 && blocks <= int64_t(INT32_MAX)) return;
+  const int64_t tiles = (int64_t(T) + kKeys - 1) / kKeys;  // (kQueries == kKeys)
+  if (Hkv > 0 && H % Hkv == 0 && B <= 65535 && tiles <= 65535) return;
   detail::raise_error(std::string("cuda::") + op + ": unsupported shape B=" + std::to_string(B) +
                       " T=" + std::to_string(T) + " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
-                      ", expected H a multiple of Hkv and at most 2^31 - 1 blocks of 64 tokens and one head");
+                      ", expected H a multiple of Hkv, B <= 65535 and T <= 65535 x 64");
 }
 
 }  // namespace
