@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/adamw_scalars.h"
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "kernels/cpu/ops.h"
@@ -99,17 +100,8 @@ TEST(CudaRngHost, AdamwBf16SrEqualsCpu) {
     std::vector<float> pf(static_cast<size_t>(n));
     cpu::adamw_update_bf16_sr(p.data(), m.data(), v.data(), pf.data(), grad.data(), n, c.lr, c.beta1, c.beta2, c.eps,
                               c.wd, c.step, c.grad_scale, c.seed, c.tensor, c.first);
-    // The scalars as kernels/cpu/adamw.cpp (and kernels/cuda/adamw.cu) compute them, in fp64.
-    const double bc1 = 1.0 - std::pow(double(c.beta1), c.step), bc2 = 1.0 - std::pow(double(c.beta2), c.step);
-    const cuda::rng::AdamwScalars s{float(double(c.lr) / bc1),
-                                    float(std::sqrt(bc2)),
-                                    float(1.0 - double(c.lr) * c.wd),
-                                    c.beta1,
-                                    c.beta2,
-                                    float(1.0 - double(c.beta1)),
-                                    float(1.0 - double(c.beta2)),
-                                    c.eps,
-                                    c.grad_scale};
+    // The scalars both backends use (core/adamw_scalars.h).
+    const AdamwScalars s = adamw_scalars(c.lr, c.beta1, c.beta2, c.eps, c.wd, c.step, c.grad_scale);
     int64_t differ = 0;
     for (int64_t i = 0; i < n; i++) {
       uint16_t pb = p0[size_t(i)].bits, mb = m0[size_t(i)].bits, vb = v0[size_t(i)].bits;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/adamw_scalars.h"
 #include "kernels/cpu/operand_types.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/put.h"
@@ -22,26 +23,6 @@
 namespace llamatrain::cpu::LLAMATRAIN_CPU_VARIANT {
 
 namespace {
-
-struct AdamwScalars {
-  float step_size, bc2_sqrt, decay, beta1, beta2, one_minus_b1, one_minus_b2, eps, grad_scale;
-};
-
-// The per-call scalars, computed in fp64 as ref::adamw_update does.
-AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int step,
-                           float grad_scale) {
-  double bc1 = 1.0 - std::pow(double(beta1), step);
-  double bc2 = 1.0 - std::pow(double(beta2), step);
-  return {float(double(lr) / bc1),
-          float(std::sqrt(bc2)),
-          float(1.0 - double(lr) * weight_decay),
-          beta1,
-          beta2,
-          float(1.0 - double(beta1)),
-          float(1.0 - double(beta2)),
-          eps,
-          grad_scale};
-}
 
 // Words 0, 1, 2 of random_u32x4(seed, step, tensor_id, index) of core/rng.h (Philox4x32-10), in scalars.
 struct Words3 {

@@ -1,8 +1,7 @@
 // AdamW (fp32, fp32 + bf16 copy, bf16 with stochastic rounding) and the sums (sum_squares, sum), as
 // kernels/cpu/adamw.cpp: one thread per element (grid-stride), each element computed by rng_device.cuh's
 // functions, the same code the tests run on the host against cpu::, so bf16-sr rounds exactly as the
-// CPU backend does. The per-call AdamW scalars are computed on the host in fp64, as
-// kernels/cpu/adamw.cpp computes them.
+// CPU backend does. The per-call AdamW scalars are core/adamw_scalars.h's, as kernels/cpu/adamw.cpp's.
 // sum_squares and sum: each block sums its elements (squared) in fp64 in a fixed order, the block
 // partials are summed on the host in block order: the result does not depend on timing.
 #include <cuda_runtime.h>
@@ -11,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/adamw_scalars.h"
 #include "core/bf16.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/grid_stride.cuh"
@@ -27,25 +27,10 @@ using detail::grid_for;
 
 namespace {
 
-rng::AdamwScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int step,
-                                float grad_scale) {
-  const double bc1 = 1.0 - std::pow(double(beta1), step);
-  const double bc2 = 1.0 - std::pow(double(beta2), step);
-  return {float(double(lr) / bc1),
-          float(std::sqrt(bc2)),
-          float(1.0 - double(lr) * weight_decay),
-          beta1,
-          beta2,
-          float(1.0 - double(beta1)),
-          float(1.0 - double(beta2)),
-          eps,
-          grad_scale};
-}
-
 // T = void: the fp32 update alone; else also param_bf16[i] = the new param as T (adamw_update_bf16_copy).
 template <typename T>
 __global__ void adamw_kernel(float* param, T* param_bf16, float* m, float* v, const float* grad, int64_t n,
-                             rng::AdamwScalars s) {
+                             AdamwScalars s) {
   GRID_STRIDE(i, n) {
     float p = param[i], mi = m[i], vi = v[i];
     rng::adamw_element(p, mi, vi, grad[i], s);
@@ -57,7 +42,7 @@ __global__ void adamw_kernel(float* param, T* param_bf16, float* m, float* v, co
 }
 
 __global__ void adamw_bf16_sr_kernel(bf16* param, bf16* m, bf16* v, float* param_f32, const float* grad, int64_t n,
-                                     rng::AdamwScalars s, uint64_t seed, uint32_t step, uint32_t tensor_id,
+                                     AdamwScalars s, uint64_t seed, uint32_t step, uint32_t tensor_id,
                                      uint64_t first_element) {
   GRID_STRIDE(i, n) {
     uint16_t p = param[i].bits, mi = m[i].bits, vi = v[i].bits;

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/adamw_scalars.h"
+
 #if defined(__CUDACC__)
 #define LLAMATRAIN_HD __host__ __device__ __forceinline__
 #else
@@ -118,10 +120,8 @@ LLAMATRAIN_HD float sqrt_rn(float a) {
 #endif
 }
 
-// The per-call scalars of kernels/cpu/adamw.cpp (computed on the host in fp64).
-struct AdamwScalars {
-  float step_size, bc2_sqrt, decay, beta1, beta2, one_minus_b1, one_minus_b2, eps, grad_scale;
-};
+// The per-call scalars (core/adamw_scalars.h, computed on the host in fp64).
+using ::llamatrain::AdamwScalars;
 
 LLAMATRAIN_HD float fma_rn(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
