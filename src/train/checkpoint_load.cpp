@@ -4,26 +4,17 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/crc32c.h"
 #include "core/error.h"
-#include "core/file.h"
 #include "io/hf_checkpoint.h"
 #include "io/hf_config.h"
-#include "io/hf_export.h"
 #include "io/safetensors.h"
-#include "parallel/communicator.h"
 #include "train/checkpoint_format.h"
-#include "train/gather_weights.h"
 
 namespace llamatrain::train {
 
