@@ -90,9 +90,8 @@ struct Mask {
 // GPU idles (longest first, as FlashAttention-3's scheduler orders its tiles). With a (tile, head,
 // sequence) grid the last heads' longest blocks start last: a list-scheduling model of Llama-2-7B's
 // forward at seq 4096 (2048 blocks of 1 to 64 key tiles on 132 x 2 slots) ends 16% after the ideal in
-// that order and 0.3% after it in this one (bench/attention_block_order.py). The kernels read blockIdx
-// where they use it (special registers; values computed from it would hold registers through the
-// loop: the dk/dv kernel at head dimension 64 went from 127 to 164 registers that way).
+// that order and 0.3% after it in this one (bench/attention_block_order.py). blockIdx is read as it
+// is (no division by the grid's sizes).
 template <bool kHeaviestLast>  // query tiles: the last is the heaviest; key tiles: the first is
 __device__ __forceinline__ int heaviest_first_tile() {
   return kHeaviestLast ? int(gridDim.z - 1 - blockIdx.z) : int(blockIdx.z);
