@@ -231,7 +231,7 @@ print("fwd+bwd TFLOP/s: flash", f(a, "flash_tflops"), "plain", f(a, "plain_tflop
     bench_row "llama2-7b recompute seq 4096 x 1" --model llama2-7b --seq 4096 --batch 1 --recompute full -- \
       --dim 4096 --layers 32 --heads 32 --ffn 11008 --seq 4096 --batch 1 --recompute full
     # Selective recompute (no matmul runs twice) fits 7B at seq 4096 in the H200's memory by the plan
-    # (147 of 151 GB); against the same PyTorch peer, which can only recompute whole layers.
+    # (147 of 151 GB); against the same PyTorch peer (transformers' checkpointing: whole layers).
     bench_row "llama2-7b selective seq 4096 x 1" --model llama2-7b --seq 4096 --batch 1 --recompute selective -- \
       @"llama2-7b recompute seq 4096 x 1"
     bench_row "tinyllama-1.1b seq 2048 x 8" --model tinyllama-1.1b --seq 2048 --batch 8 -- \
