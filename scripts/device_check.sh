@@ -14,9 +14,10 @@
 # $OUT/logs.tar.gz; a failing part never stops the others.
 #
 # Usage: bash scripts/device_check.sh [--dry-run]
-#   --dry-run   without a GPU: builds as the real run does, then shows that every later part would
-#               start (its command, and a probe of it: the tests listed, the configs planned, the
-#               binaries' and the peer's --help, two ranks of mpirun), without running it
+#   --dry-run   without a GPU: builds as the real run does, runs the CUDA kernel tests (their GPU
+#               cases skip), then shows that every later part would start (its command, and a probe
+#               of it: the tests listed, the configs planned, the binaries' and the peer's --help, two
+#               ranks of mpirun), without running it
 #   env: OUT (default device_check_out), JOBS, STEPS (bench steps, default 3), DEADLINE_S (default 460;
 #        7200 for a dry run),
 #        SKIP_TRAIN=1 (no cuda_train_test, no 1B runs: a check of the kernels and their speed alone),
@@ -87,8 +88,9 @@ fi
 # Programs other than ours (Python, the PyTorch peer) run with the machine's own libraries.
 THEIRS=(env LD_LIBRARY_PATH="${LLAMATRAIN_DEPS_SAVED_LD_LIBRARY_PATH:-}")
 
-TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test backend_test llama_golden_test cuda_train_test
-         cuda_attention_bench cuda_ops_bench)
+# (every test labelled cuda among them: ctest -L cuda below runs them all)
+TARGETS=(llamatrain cuda_vs_cpu_test cuda_rng_host_test cublaslt_library_test backend_test llama_golden_test
+         cuda_train_test cuda_attention_bench cuda_ops_bench)
 # NCCL: the toolkit's, or the Python environment's (nvidia-nccl: site-packages/nvidia/nccl).
 if [ -z "${NCCL_ROOT:-}" ]; then
   NCCL_ROOT=$("${THEIRS[@]}" python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
@@ -117,7 +119,9 @@ else
          model.output_dir="$OUT/one_b_hf")
   CUDA_ENV=(env LLAMATRAIN_CUDA_BIN="$BIN" LLAMATRAIN_BIN="$BIN" OMP_NUM_THREADS=4)
   if [ $DRY = 1 ]; then
-    probe "cuda kernel tests (ctest -L cuda)" cuda_tests.log ctest --test-dir "$BUILD" -N -L cuda
+    # (run for real: without a GPU the device cases skip, the host ones run, and a test whose program
+    # is not among TARGETS fails here rather than on the GPU)
+    part "cuda kernel tests (ctest -L cuda)" 90 cuda_tests.log ctest --test-dir "$BUILD" -L cuda --output-on-failure
     probe "model on cuda vs the reference" backend_cuda.log "$BUILD/backend_test" --gtest_list_tests --gtest_filter='*Cuda*'
     probe "model on cuda vs PyTorch goldens" golden_cuda.log "$BUILD/llama_golden_test" --gtest_list_tests
     probe "train on cuda (tiny, end to end)" cuda_train.log "$BUILD/cuda_train_test" --gtest_list_tests
